@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/engine/levers"
+)
+
+func newLeversCmd(a *app) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "levers",
+		Short: "list every MINFER_* lever: name, default, values, what it switches",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			all := levers.All()
+			if asJSON {
+				type entry struct {
+					levers.Lever
+					Current *string `json:"current,omitempty"`
+				}
+				set := a.cfg.Set()
+				out := make([]entry, len(all))
+				for i, l := range all {
+					out[i].Lever = l
+					if v, ok := set[l.Name]; ok {
+						out[i].Current = &v
+					}
+				}
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "LEVER\tKIND\tDEFAULT\tVALUES\tBACKEND\tWHAT IT SWITCHES")
+			for _, l := range all {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, dash(l.Default),
+					strings.Join(l.Values, "|"), l.Backend, l.Doc)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the registry as JSON")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

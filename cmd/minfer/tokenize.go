@@ -1,0 +1,18 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// TODO(owner of this file): replace this placeholder with the real command.
+func newTokenizeCmd(_ *app) *cobra.Command {
+	return &cobra.Command{
+		Use:    "tokenize",
+		Hidden: true,
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("tokenize: not implemented yet")
+		},
+	}
+}

@@ -1,0 +1,282 @@
+// Package levers is the one registry of every MINFER_* environment gate.
+// The environment is read once at start into a typed Config; nothing else in
+// the engine calls os.Getenv for a MINFER_* name.
+package levers
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Kind says how a lever's value is read.
+type Kind int
+
+const (
+	// OptOut: unset or any value other than "0" is on; "0" is off.
+	OptOut Kind = iota
+	// OptIn: "1" is on; unset or "0" is off.
+	OptIn
+	// Presence: set (to anything) is on.
+	Presence
+	// Enum: one of Values.
+	Enum
+	// Int: a non-negative integer.
+	Int
+	// Path: a file or directory path.
+	Path
+)
+
+func (k Kind) String() string {
+	return [...]string{"opt-out", "opt-in", "presence", "enum", "int", "path"}[k]
+}
+
+// Lever describes one MINFER_* gate.
+type Lever struct {
+	Name    string   `json:"name"`
+	Kind    Kind     `json:"-"`
+	KindS   string   `json:"kind"`
+	Default string   `json:"default"`
+	Values  []string `json:"values"`
+	Doc     string   `json:"doc"`
+	Backend string   `json:"backend"` // cpu, cuda, any
+	Path    string   `json:"path"`    // the code path it switches
+	Issue   string   `json:"issue"`   // the issue that added it
+	// Arms are the A (baseline) and B (candidate) settings abtest uses when
+	// the lever is run without explicit values; empty for levers that are
+	// not A/B-able (instrumentation, test seams).
+	ArmA string `json:"arm_a,omitempty"`
+	ArmB string `json:"arm_b,omitempty"`
+	// Tolerance names the lever's declared tolerance class for the A-vs-B
+	// parity gate; empty means bitwise.
+	Tolerance string `json:"tolerance,omitempty"`
+}
+
+// Mutation sites of the test seam (MINFER_TEST_MUTATE).
+const (
+	MutatePerturbLogit = "perturb_logit"
+	MutateSkipBias     = "skip_bias"
+	MutateSlowDecode   = "slow_decode"
+	MutateSlowPrefill  = "slow_prefill"
+)
+
+var registry = []Lever{
+	{Name: "MINFER_DISABLE_CUDA", Kind: Presence, Default: "unset", Values: []string{"unset", "1"}, Backend: "any", Path: "backend selection", Issue: "#4",
+		Doc: "presence disables the CUDA backend (the CPU runs)"},
+	{Name: "MINFER_CACHE_TYPE", Kind: Enum, Default: "auto", Values: []string{"auto", "f32", "f16", "q8_0"}, Backend: "any", Path: "KV cache storage", Issue: "#3",
+		Doc: "KV storage per engine: f32, f16, q8_0 (auto: f32, f16 for 7B-class dims on the GPU)", ArmA: "f32", ArmB: "f16",
+		Tolerance: "kv-precision: max|diff| <= 0.5, top-1 equal at every position"},
+	{Name: "MINFER_NO_CUDA_GRAPH", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "CUDA graph capture/replay", Issue: "#4",
+		Doc: "1: direct launches, no capture/replay", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_PREFILL_CAPTURE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill graph capture", Issue: "#4",
+		Doc: "1: prefill-shaped graphs are not captured", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_PINNED_READBACK", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "logits readback", Issue: "#4",
+		Doc: "1: pageable logits readback", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_MMQ", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#6",
+		Doc: "0: int8 tensor-core MMQ prefill off, f16 tensor-core GEMM instead", ArmA: "0", ArmB: "1",
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
+		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_SMALL_M_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul", Issue: "#6",
+		Doc: "1: nt 2..8 through the GEMM path instead of multi-token MMVQ", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_NO_KQ_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "K-quant decode matmul", Issue: "#6",
+		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q4_0 decode matmul", Issue: "#6",
+		Doc: "1: Q4_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_Q80_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q8_0 decode matmul", Issue: "#6",
+		Doc: "1: Q8_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_FA_PREFILL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#6",
+		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
+		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
+		Doc: "1: unfused QKV chains", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_NO_W16CACHE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "f16 weight cache for MMQ-off prefill", Issue: "#6",
+		Doc: "1: no persistent f16 weight cache for the MMQ-off prefill path", ArmA: "1", ArmB: "0"},
+	{Name: "MINFER_BENCH_WARMUP_MS", Kind: Int, Default: "2000", Values: []string{"<ms>"}, Backend: "any", Path: "minfer bench warmup", Issue: "#3",
+		Doc: "untimed warmup budget of minfer bench in milliseconds (at least 3 iterations)"},
+	{Name: "MINFER_OP_TIMING", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "instrumentation", Issue: "#4",
+		Doc: "1: per-kernel device time with events (direct launches only)"},
+	{Name: "MINFER_LAUNCH_CENSUS", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "instrumentation", Issue: "#4",
+		Doc: "1: per-kernel launch counts at exit, as JSON"},
+	{Name: "MINFER_GRAPH_DUMP", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "instrumentation", Issue: "#3",
+		Doc: "1: dump node outputs to MINFER_DUMP_DIR (instrumented runs are never timed runs)"},
+	{Name: "MINFER_DUMP_DIR", Kind: Path, Default: "", Values: []string{"<dir>"}, Backend: "any", Path: "instrumentation", Issue: "#3",
+		Doc: "directory for MINFER_GRAPH_DUMP output"},
+	{Name: "MINFER_KERNELS", Kind: Path, Default: "", Values: []string{"<file>"}, Backend: "cuda", Path: "kernel fatbin location", Issue: "#4",
+		Doc: "path of the kernels fatbin (default: next to the binary)"},
+	{Name: "MINFER_TEST_MUTATE", Kind: Enum, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode, MutateSlowPrefill}, Backend: "any", Path: "test seam", Issue: "#5",
+		Doc: "test seam: plants a named defect so a gate can be shown to fail"},
+	{Name: "MINFER_TEST_CALL_FAIL", Kind: Path, Default: "", Values: []string{"<site>"}, Backend: "any", Path: "test seam", Issue: "#5",
+		Doc: "test seam: makes a named device call fail"},
+}
+
+func init() {
+	for i := range registry {
+		registry[i].KindS = registry[i].Kind.String()
+	}
+}
+
+// All returns a copy of the registry, sorted by name.
+func All() []Lever {
+	out := make([]Lever, len(registry))
+	copy(out, registry)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Lookup returns the lever with the given name.
+func Lookup(name string) (Lever, bool) {
+	for _, l := range registry {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Lever{}, false
+}
+
+// Validate checks that value is one the lever accepts.
+func (l Lever) Validate(value string) error {
+	switch l.Kind {
+	case OptOut, OptIn:
+		if value != "0" && value != "1" && value != "" {
+			return fmt.Errorf("%s=%q: want 0 or 1", l.Name, value)
+		}
+	case Enum:
+		for _, v := range l.Values {
+			if v == value {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s=%q: want one of %s", l.Name, value, strings.Join(nonEmpty(l.Values), ", "))
+	case Int:
+		if n, err := strconv.Atoi(value); err != nil || n < 0 {
+			return fmt.Errorf("%s=%q: want a non-negative integer", l.Name, value)
+		}
+	}
+	return nil
+}
+
+func nonEmpty(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Config is the typed view of every lever, parsed once at start.
+type Config struct {
+	DisableCUDA      bool
+	CacheType        string // auto, f32, f16, q8_0
+	NoCUDAGraph      bool
+	NoPrefillCapture bool
+	NoPinnedReadback bool
+	MMQ              bool
+	NoPrefillGEMM    bool
+	SmallMGEMM       bool
+	NoKQMMVQ         bool
+	NoQ40MMVQ        bool
+	NoQ80MMVQ        bool
+	NoFAPrefill      bool
+	NoFuseFFN        bool
+	NoFuseQKV        bool
+	NoW16Cache       bool
+	BenchWarmupMS    int
+	OpTiming         bool
+	LaunchCensus     bool
+	GraphDump        bool
+	DumpDir          string
+	Kernels          string
+	TestMutate       string
+	TestCallFail     string
+	raw              map[string]string // every MINFER_* value that was set
+}
+
+// Set reports the raw values of every MINFER_* variable that was set.
+func (c Config) Set() map[string]string {
+	out := make(map[string]string, len(c.raw))
+	for k, v := range c.raw {
+		out[k] = v
+	}
+	return out
+}
+
+// Mutated reports whether the test seam plants the named defect.
+func (c Config) Mutated(site string) bool { return c.TestMutate == site }
+
+// FromEnv parses the process environment.
+func FromEnv() (Config, error) { return Parse(os.Environ()) }
+
+// Default is the configuration with no MINFER_* variable set.
+func Default() Config {
+	c, err := Parse(nil)
+	if err != nil {
+		panic("levers: defaults do not parse: " + err.Error())
+	}
+	return c
+}
+
+// Parse builds a Config from KEY=VALUE pairs. An unknown MINFER_* name or a
+// value the lever does not accept is an error, never ignored.
+func Parse(environ []string) (Config, error) {
+	raw := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(k, "MINFER_") {
+			continue
+		}
+		l, known := Lookup(k)
+		if !known {
+			return Config{}, fmt.Errorf("unknown lever %s (minfer levers lists them)", k)
+		}
+		if l.Kind != Presence {
+			if err := l.Validate(v); err != nil {
+				return Config{}, err
+			}
+		}
+		raw[k] = v
+	}
+	on := func(name string) bool { // opt-in: "1" is on
+		return raw[name] == "1"
+	}
+	optOut := func(name string) bool {
+		v, ok := raw[name]
+		return !ok || v != "0"
+	}
+	c := Config{raw: raw}
+	_, c.DisableCUDA = raw["MINFER_DISABLE_CUDA"]
+	c.CacheType = raw["MINFER_CACHE_TYPE"]
+	if c.CacheType == "" {
+		c.CacheType = "auto"
+	}
+	c.NoCUDAGraph = on("MINFER_NO_CUDA_GRAPH")
+	c.NoPrefillCapture = on("MINFER_NO_PREFILL_CAPTURE")
+	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
+	c.MMQ = optOut("MINFER_MMQ")
+	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
+	c.SmallMGEMM = on("MINFER_SMALL_M_GEMM")
+	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
+	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")
+	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
+	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
+	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
+	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
+	c.NoW16Cache = on("MINFER_NO_W16CACHE")
+	c.BenchWarmupMS = 2000
+	if v, ok := raw["MINFER_BENCH_WARMUP_MS"]; ok {
+		c.BenchWarmupMS, _ = strconv.Atoi(v)
+	}
+	c.OpTiming = on("MINFER_OP_TIMING")
+	c.LaunchCensus = on("MINFER_LAUNCH_CENSUS")
+	c.GraphDump = on("MINFER_GRAPH_DUMP")
+	c.DumpDir = raw["MINFER_DUMP_DIR"]
+	c.Kernels = raw["MINFER_KERNELS"]
+	c.TestMutate = raw["MINFER_TEST_MUTATE"]
+	c.TestCallFail = raw["MINFER_TEST_CALL_FAIL"]
+	return c, nil
+}
