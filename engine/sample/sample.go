@@ -1,0 +1,253 @@
+// Package sample picks the next token from a row of logits: greedy, or the
+// classic llama.cpp chain repeat penalty -> top-k -> softmax with temperature
+// -> top-p -> a draw from a seeded generator owned by the Sampler.
+package sample
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Params configure a Sampler. The zero value samples at temperature 0, that
+// is greedily.
+type Params struct {
+	Temp float32 // <= 0: greedy
+	TopK int     // <= 0 or >= n_vocab: off
+	TopP float32 // >= 1 (or <= 0 treated as 1): off
+	// RepeatPenalty divides positive and multiplies negative logits of every
+	// distinct token in the last RepeatLastN of the history; 0 or 1: off.
+	RepeatPenalty float32
+	RepeatLastN   int // 0: off; < 0: the whole history
+	Seed          uint64
+	Greedy        bool
+}
+
+// Sampler holds its parameters, its own PRNG and scratch buffers, so one
+// Sampler is not safe for concurrent use, and two Samplers never interfere.
+type Sampler struct {
+	p      Params
+	rng    *rand.Rand
+	logits []float32 // penalized copy of the caller's logits
+	seen   []bool    // per token: already penalized in this call
+	cands  []cand
+	probs  []float64
+}
+
+type cand struct {
+	id    int32
+	logit float32
+}
+
+// New returns a Sampler whose generator is PCG seeded from p.Seed.
+func New(p Params) *Sampler {
+	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
+}
+
+// Params returns the parameters the Sampler was made with.
+func (s *Sampler) Params() Params { return s.p }
+
+// Sample returns the next token id for logits given the history of ids so
+// far (prompt and generated). The caller's logits are not modified. An empty
+// logits row gives -1.
+func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	n := len(logits)
+	if n == 0 {
+		return -1
+	}
+	s.logits = append(s.logits[:0], logits...)
+	s.penalize(history)
+	if s.p.Greedy || !(s.p.Temp > 0) {
+		return Argmax(s.logits)
+	}
+
+	// top-k: candidates sorted by logit (descending), ties by id.
+	k := s.p.TopK
+	if k <= 0 || k > n {
+		k = n
+	}
+	s.topK(k)
+	c := s.cands
+
+	// softmax with temperature, in float64.
+	inv := 1 / float64(s.p.Temp)
+	maxL := float64(c[0].logit)
+	s.probs = slices.Grow(s.probs[:0], len(c))[:len(c)]
+	sum := 0.0
+	for i, x := range c {
+		e := 1.0 // the best logit (and its ties) even when inv is +Inf
+		if d := float64(x.logit) - maxL; d != 0 {
+			e = math.Exp(d * inv)
+		}
+		if math.IsNaN(e) {
+			e = 0
+		}
+		s.probs[i] = e
+		sum += e
+	}
+	if !(sum > 0) { // every logit -Inf or NaN: nothing to draw from
+		return c[0].id
+	}
+	for i := range s.probs {
+		s.probs[i] /= sum
+	}
+
+	// top-p: the shortest prefix whose mass reaches TopP (at least one).
+	keep := len(c)
+	if p := float64(s.p.TopP); p > 0 && p < 1 {
+		cum := 0.0
+		for i, pr := range s.probs {
+			cum += pr
+			if cum >= p {
+				keep = i + 1
+				break
+			}
+		}
+	}
+
+	// draw from the kept prefix, renormalized.
+	total := 0.0
+	for _, pr := range s.probs[:keep] {
+		total += pr
+	}
+	u := s.rng.Float64() * total
+	for i, pr := range s.probs[:keep] {
+		u -= pr
+		if u < 0 {
+			return c[i].id
+		}
+	}
+	return c[keep-1].id
+}
+
+// penalize applies the repeat penalty to s.logits, once per distinct token
+// of the window; ids outside the vocabulary are ignored.
+func (s *Sampler) penalize(history []int32) {
+	pen := s.p.RepeatPenalty
+	if pen == 0 || pen == 1 || s.p.RepeatLastN == 0 || len(history) == 0 {
+		return
+	}
+	win := history
+	if s.p.RepeatLastN > 0 && len(win) > s.p.RepeatLastN {
+		win = win[len(win)-s.p.RepeatLastN:]
+	}
+	n := len(s.logits)
+	if len(s.seen) < n {
+		s.seen = make([]bool, n)
+	}
+	for _, id := range win {
+		if id < 0 || int(id) >= n || s.seen[id] {
+			continue
+		}
+		s.seen[id] = true
+		if l := s.logits[id]; l > 0 {
+			s.logits[id] = l / pen
+		} else {
+			s.logits[id] = l * pen
+		}
+	}
+	for _, id := range win {
+		if id >= 0 && int(id) < n {
+			s.seen[id] = false
+		}
+	}
+}
+
+// better orders candidates: higher logit first, then lower id; NaN last.
+func better(a, b cand) bool {
+	if a.logit != b.logit {
+		if math.IsNaN(float64(b.logit)) {
+			return !math.IsNaN(float64(a.logit))
+		}
+		return a.logit > b.logit
+	}
+	return a.id < b.id
+}
+
+// topK leaves the best k candidates of s.logits in s.cands, sorted.
+func (s *Sampler) topK(k int) {
+	n := len(s.logits)
+	s.cands = s.cands[:0]
+	if k < n {
+		// a min-heap of the best k seen so far; its root is the worst kept.
+		h := candHeap(slices.Grow(s.cands, k))
+		for i, l := range s.logits {
+			x := cand{int32(i), l}
+			if len(h) < k {
+				heap.Push(&h, x)
+			} else if better(x, h[0]) {
+				h[0] = x
+				heap.Fix(&h, 0)
+			}
+		}
+		s.cands = []cand(h)
+	} else {
+		for i, l := range s.logits {
+			s.cands = append(s.cands, cand{int32(i), l})
+		}
+	}
+	slices.SortFunc(s.cands, func(a, b cand) int {
+		if better(a, b) {
+			return -1
+		}
+		if better(b, a) {
+			return 1
+		}
+		return 0
+	})
+}
+
+type candHeap []cand
+
+func (h candHeap) Len() int           { return len(h) }
+func (h candHeap) Less(i, j int) bool { return better(h[j], h[i]) } // worst at the root
+func (h candHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *candHeap) Push(x any)        { *h = append(*h, x.(cand)) }
+func (h *candHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Argmax returns the id of the largest logit, the lowest id on ties; NaN
+// never wins unless every value is NaN (then 0). An empty row gives -1.
+func Argmax(logits []float32) int32 {
+	if len(logits) == 0 {
+		return -1
+	}
+	best := 0
+	for i := 1; i < len(logits); i++ {
+		if logits[i] > logits[best] || (logits[best] != logits[best] && logits[i] == logits[i]) {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// Top2Margin returns the two best ids (ties to the lower id, as Argmax) and
+// logits[top1]-logits[top2]. With fewer than two logits top2 is -1 and the
+// margin +Inf; an empty row gives -1, -1, 0.
+func Top2Margin(logits []float32) (top1, top2 int32, margin float32) {
+	if len(logits) == 0 {
+		return -1, -1, 0
+	}
+	top1 = Argmax(logits)
+	if len(logits) == 1 {
+		return top1, -1, float32(math.Inf(1))
+	}
+	top2 = -1
+	for i, l := range logits {
+		if int32(i) == top1 || l != l {
+			continue
+		}
+		if top2 < 0 || l > logits[top2] {
+			top2 = int32(i)
+		}
+	}
+	if top2 < 0 { // every other value is NaN
+		return top1, -1, float32(math.Inf(1))
+	}
+	return top1, top2, logits[top1] - logits[top2]
+}
