@@ -1,18 +1,192 @@
 package main
 
 import (
-	"errors"
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/engine/sample"
 )
 
-// TODO(owner of this file): replace this placeholder with the real command.
-func newLogitsCmd(_ *app) *cobra.Command {
-	return &cobra.Command{
-		Use:    "logits",
-		Hidden: true,
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("logits: not implemented yet")
+type logitsFlags struct {
+	modelFlags
+	prompt string
+	ids    string
+	top    int
+	out    string
+	json   bool
+}
+
+// logitsResult is the --json output of logits.
+type logitsResult struct {
+	NVocab    int           `json:"n_vocab"`
+	Positions []logitsAtPos `json:"positions"`
+}
+
+type logitsAtPos struct {
+	Pos        int       `json:"pos"`
+	Top        []idLogit `json:"top"`
+	Top2Margin float32   `json:"top2_margin"`
+}
+
+type idLogit struct {
+	ID    int32   `json:"id"`
+	Logit float32 `json:"logit"`
+}
+
+func newLogitsCmd(a *app) *cobra.Command {
+	var f logitsFlags
+	cmd := &cobra.Command{
+		Use:   "logits (--prompt TEXT | --ids 1,2,3) [flags]",
+		Short: "evaluate a prompt from an empty context and print per-position top logits",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.logits(cmd, &f)
 		},
 	}
+	fl := cmd.Flags()
+	f.register(cmd, 4096)
+	fl.StringVarP(&f.prompt, "prompt", "p", "", "prompt text (encoded without special tokens)")
+	fl.StringVar(&f.ids, "ids", "", "comma-separated token ids")
+	fl.IntVar(&f.top, "top", 5, "top-K ids per position")
+	fl.StringVarP(&f.out, "out", "o", "", "write every position's full logits as little-endian f32 rows to this file")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	return cmd
+}
+
+// parseIDs parses "1,2,3" (spaces allowed).
+func parseIDs(s string) ([]int32, error) {
+	var ids []int32
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		v, err := strconv.ParseInt(part, 10, 32)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--ids: %q is not a token id", part)
+		}
+		ids = append(ids, int32(v))
+	}
+	return ids, nil
+}
+
+// topK returns the k largest logits, ties to the lower id.
+func topK(logits []float32, k int) []idLogit {
+	k = min(k, len(logits))
+	out := make([]idLogit, 0, k+1)
+	for i, l := range logits {
+		if l != l { // NaN never ranks
+			continue
+		}
+		if len(out) == k && (k == 0 || l <= out[k-1].Logit) {
+			continue
+		}
+		j, _ := slices.BinarySearchFunc(out, l, func(x idLogit, t float32) int {
+			if x.Logit >= t {
+				return -1 // equal logits keep the earlier (lower) id first
+			}
+			return 1
+		})
+		out = slices.Insert(out, j, idLogit{int32(i), l})
+		if len(out) > k {
+			out = out[:k]
+		}
+	}
+	return out
+}
+
+func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	if (f.prompt == "") == (f.ids == "") {
+		return usagef("give exactly one of --prompt and --ids")
+	}
+	if f.top < 0 {
+		return usagef("--top %d: want a non-negative count", f.top)
+	}
+	var ids []int32
+	if f.ids != "" {
+		var err error
+		if ids, err = parseIDs(f.ids); err != nil {
+			return usageError{err}
+		}
+	}
+	path, err := f.path()
+	if err != nil {
+		return err
+	}
+	e, err := a.open(path, f.device, f.ctx)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	nVocab := e.HParams().NVocab
+	if ids == nil {
+		ids = encodePrompt(e.Tokenizer(), f.prompt, false)
+		if len(ids) == 0 {
+			return usagef("the prompt encodes to no tokens")
+		}
+	}
+	for _, id := range ids {
+		if int(id) >= nVocab {
+			return fmt.Errorf("token id %d is outside the vocabulary of %d", id, nVocab)
+		}
+	}
+	if len(ids) > f.ctx {
+		return fmt.Errorf("%d tokens do not fit the context of %d (--ctx)", len(ids), f.ctx)
+	}
+	all, err := e.Forward(ids, true)
+	if err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	if len(all) != len(ids)*nVocab {
+		return fmt.Errorf("forward returned %d logits for %d positions of %d", len(all), len(ids), nVocab)
+	}
+	if f.out != "" {
+		if err := writeF32(f.out, all); err != nil {
+			return err
+		}
+	}
+	res := logitsResult{NVocab: nVocab, Positions: make([]logitsAtPos, len(ids))}
+	for p := range ids {
+		row := all[p*nVocab : (p+1)*nVocab]
+		_, _, margin := sample.Top2Margin(row)
+		res.Positions[p] = logitsAtPos{Pos: p, Top: topK(row, f.top), Top2Margin: margin}
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		for i := range res.Positions {
+			if m := res.Positions[i].Top2Margin; math.IsInf(float64(m), 0) || m != m {
+				res.Positions[i].Top2Margin = 0 // JSON has no Inf/NaN
+			}
+		}
+		return writeJSON(out, res, false)
+	}
+	tok := e.Tokenizer()
+	w := bufio.NewWriter(out)
+	for i, p := range res.Positions {
+		fmt.Fprintf(w, "pos %d token %d %q  margin %.4f\n", p.Pos, ids[i], tok.Token(ids[i]), p.Top2Margin)
+		for _, t := range p.Top {
+			fmt.Fprintf(w, "    %8d %12.5f  %q\n", t.ID, t.Logit, tok.Token(t.ID))
+		}
+	}
+	return w.Flush()
+}
+
+// writeF32 writes v as little-endian f32 to path.
+func writeF32(path string, v []float32) error {
+	buf := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
 }

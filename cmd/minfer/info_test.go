@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/engine/synth"
+)
+
+// minfer runs the CLI in-process and returns stdout, stderr and the error.
+func minfer(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := newRoot(&app{})
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errb.String(), err
+}
+
+func TestInfo_JSONRoundTripsEveryHParamsFieldOfSynthOutput(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ shape, typ string }{{"qwen2-tiny", "F16"}, {"qwen3-tiny", "Q4_K_M"}} {
+		path := filepath.Join(dir, c.shape+".gguf")
+		if _, _, err := minfer(t, "synth", "--shape", c.shape, "--type", c.typ, "--seed", "9", "-o", path); err != nil {
+			t.Fatalf("synth: %v", err)
+		}
+		out, _, err := minfer(t, "info", path, "--json")
+		if err != nil {
+			t.Fatalf("info: %v", err)
+		}
+		var got modelInfo
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("info --json: %v\n%s", err, out)
+		}
+		sh, _ := synth.ShapeByName(c.shape)
+		if want := sh.HParams(); got.HParams != want {
+			t.Errorf("%s: hparams\n got %+v\nwant %+v", c.shape, got.HParams, want)
+		}
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hp, err := model.ReadHParams(f)
+		f.Close()
+		if err != nil || hp != got.HParams {
+			t.Errorf("%s: ReadHParams %+v, %v; info %+v", c.shape, hp, err, got.HParams)
+		}
+		if got.GGUFVersion != 3 || got.FileSize <= 0 || got.Tensors != len(sh.HParams().Tensors()) || got.FileType != c.typ {
+			t.Errorf("%s: info %+v", c.shape, got)
+		}
+		if got.Tokenizer.Model != "gpt2" || got.Tokenizer.Pre != "qwen2" || got.Tokenizer.NVocab != 512 || got.Tokenizer.NSpecial != 3 {
+			t.Errorf("%s: tokenizer %+v", c.shape, got.Tokenizer)
+		}
+		text, _, err := minfer(t, "info", path)
+		if err != nil || !strings.Contains(text, "architecture   "+string(sh.Arch)) {
+			t.Errorf("%s: text info: %v\n%s", c.shape, err, text)
+		}
+	}
+}
+
+func TestInfo_UnknownArchitectureRefusedByName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "llama.gguf")
+	w := gguf.NewWriter()
+	w.AddString("general.architecture", "llama")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := minfer(t, "info", path)
+	if err == nil || !strings.Contains(err.Error(), `"llama"`) {
+		t.Fatalf("error %v, want a refusal naming llama", err)
+	}
+	if code := run([]string{"info", path}); code == 0 {
+		t.Error("exit status 0 for an unknown architecture")
+	}
+}
+
+func TestQuantizeAndSynth_UsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"quantize", "a.gguf", "b.gguf"},
+		{"quantize", "a.gguf", "b.gguf", "Q3_K_M"},
+		{"synth", "--shape", "nope", "-o", filepath.Join(t.TempDir(), "x.gguf")},
+		{"synth", "--type", "Q9", "-o", filepath.Join(t.TempDir(), "x.gguf")},
+		{"synth"},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("minfer %v: exit %d, want 2", args, code)
+		}
+	}
+}

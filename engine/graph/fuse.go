@@ -1,0 +1,182 @@
+package graph
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Fuse rewrites chains into fused nodes where the Params allow it (the levers
+// MINFER_NO_FUSE_QKV / MINFER_NO_FUSE_FFN) and the backend every node of the
+// chain is assigned to says SupportsFused. The unfused chain is the reference:
+// a fused node computes exactly the same values. Run after Assign; returns
+// how many rewrites it made.
+func Fuse(g *Graph, backends []Backend) (int, error) {
+	supports := func(k FuseKind, nodes ...*Node) bool {
+		b := nodes[0].Backend
+		for _, n := range nodes {
+			if n.Backend != b || b < 0 || b >= len(backends) {
+				return false
+			}
+		}
+		return backends[b].SupportsFused(k)
+	}
+	count := 0
+	if g.Params.FuseQKV {
+		count += fuseQkvBiasRopeStore(g, supports)
+		count += fuseQKV(g, supports)
+	}
+	if g.Params.FuseFFN {
+		count += fuseFFN(g, supports)
+	}
+	if count == 0 {
+		return 0, nil
+	}
+	return count, g.compact()
+}
+
+type supportsFn func(k FuseKind, nodes ...*Node) bool
+
+func (g *Graph) node(id int) *Node { return g.Nodes[id] }
+
+// only reports whether node id is read by exactly the one consumer c.
+func only(cons [][]int, id, c int) bool { return len(cons[id]) == 1 && cons[id][0] == c }
+
+// fuseQkvBiasRopeStore: Attn(Rope(Reshape(MatMul q)), KvStore K(Rope(Reshape(
+// MatMul k))), KvStore V(MatMul v)) -> the matmuls lose their biases and one
+// QkvBiasRopeStore node adds them, ropes q and k and stores k and v.
+func fuseQkvBiasRopeStore(g *Graph, supports supportsFn) int {
+	cons := g.consumers()
+	count := 0
+	for _, a := range g.Nodes {
+		if a.dead || a.Op != OpAttn || len(a.Inputs) != 4 {
+			continue
+		}
+		rq, kvw := g.node(a.Inputs[0]), a.Inputs[1]
+		sk, sv := g.node(a.Inputs[2]), g.node(a.Inputs[3])
+		if rq.Op != OpRope || sk.Op != OpKvcacheStore || sv.Op != OpKvcacheStore || sk.P.Side != SideK || sv.P.Side != SideV {
+			continue
+		}
+		rk := g.node(sk.Inputs[0])
+		if rk.Op != OpRope || rk.Inputs[1] != rq.Inputs[1] || rk.P.Theta != rq.P.Theta || rk.P.Rope != rq.P.Rope {
+			continue
+		}
+		xq, xk, xv := g.node(rq.Inputs[0]), g.node(rk.Inputs[0]), g.node(sv.Inputs[0])
+		mq, mk, mv := matmulUnder(g, xq), matmulUnder(g, xk), matmulUnder(g, xv)
+		if mq == nil || mk == nil || mv == nil || sk.Inputs[1] != kvw || sv.Inputs[1] != kvw {
+			continue
+		}
+		if !only(cons, rq.ID, a.ID) || !only(cons, rk.ID, sk.ID) || !only(cons, sk.ID, a.ID) || !only(cons, sv.ID, a.ID) {
+			continue
+		}
+		if !supports(FuseQkvBiasRopeStore, a, rq, rk, sk, sv, mq, mk, mv) {
+			continue
+		}
+		f := &Node{ID: len(g.Nodes), Op: OpQkvBiasRopeStore, Inputs: []int{xq.ID, xk.ID, xv.ID, rq.Inputs[1], kvw},
+			Shape: rq.Shape, Biases: []string{mq.Bias, mk.Bias, mv.Bias}, Name: strings.TrimSuffix(a.Name, "attn") + "qkv_bias_rope_store",
+			P:       OpParams{Theta: rq.P.Theta, Rope: rq.P.Rope, Layer: a.P.Layer, NHead: a.P.NHead, NHeadKV: a.P.NHeadKV, HeadDim: a.P.HeadDim},
+			Backend: a.Backend, Slot: -1, Alias: -1}
+		g.Nodes = append(g.Nodes, f)
+		mq.Bias, mk.Bias, mv.Bias = "", "", ""
+		a.Inputs = []int{f.ID, kvw}
+		rq.dead, rk.dead, sk.dead, sv.dead = true, true, true, true
+		count++
+	}
+	return count
+}
+
+// matmulUnder returns the MatMul n is or reshapes, or nil.
+func matmulUnder(g *Graph, n *Node) *Node {
+	if n.Op == OpReshape {
+		n = g.node(n.Inputs[0])
+	}
+	if n.Op == OpMatMul {
+		return n
+	}
+	return nil
+}
+
+// fuseQKV: the attn_q / attn_k / attn_v matmuls of one input -> one FusedQKV
+// node; the three matmul nodes become views of its output, so their consumers
+// are untouched.
+func fuseQKV(g *Graph, supports supportsFn) int {
+	type trio struct{ q, k, v *Node }
+	byInput := map[string]*trio{}
+	var order []string
+	for _, n := range g.Nodes {
+		if n.dead || n.Op != OpMatMul {
+			continue
+		}
+		prefix, slot := "", -1
+		for i, suf := range []string{"attn_q.weight", "attn_k.weight", "attn_v.weight"} {
+			if strings.HasSuffix(n.Weight, suf) {
+				prefix, slot = strings.TrimSuffix(n.Weight, suf), i
+			}
+		}
+		if slot < 0 {
+			continue
+		}
+		key := prefix + "\x00" + strconv.Itoa(n.Inputs[0])
+		t := byInput[key]
+		if t == nil {
+			t = &trio{}
+			byInput[key] = t
+			order = append(order, key)
+		}
+		switch slot {
+		case 0:
+			t.q = n
+		case 1:
+			t.k = n
+		case 2:
+			t.v = n
+		}
+	}
+	count := 0
+	for _, key := range order {
+		t := byInput[key]
+		if t.q == nil || t.k == nil || t.v == nil || t.q.Inputs[0] != t.k.Inputs[0] || t.q.Inputs[0] != t.v.Inputs[0] {
+			continue
+		}
+		if !supports(FuseQKV, t.q, t.k, t.v) {
+			continue
+		}
+		nq, nk, nv := t.q.Shape.N(), t.k.Shape.N(), t.v.Shape.N()
+		f := &Node{ID: len(g.Nodes), Op: OpFusedQKV, Inputs: []int{t.q.Inputs[0]}, Shape: Sh(nq + nk + nv),
+			Weights: []string{t.q.Weight, t.k.Weight, t.v.Weight}, Biases: []string{t.q.Bias, t.k.Bias, t.v.Bias},
+			Name: strings.TrimSuffix(t.q.Name, "attn_q") + "attn_qkv", Backend: t.q.Backend, Slot: -1, Alias: -1}
+		g.Nodes = append(g.Nodes, f)
+		off := 0
+		for _, m := range []*Node{t.q, t.k, t.v} {
+			n := m.Shape.N()
+			m.Op, m.Inputs, m.Alias, m.Offset, m.P.Offset = OpView, []int{f.ID}, f.ID, off, off
+			m.Weight, m.Bias = "", ""
+			off += n
+		}
+		count++
+	}
+	return count
+}
+
+// fuseFFN: SwiGLU(MatMul(x, gate), MatMul(x, up)) -> FusedFFN(x).
+func fuseFFN(g *Graph, supports supportsFn) int {
+	cons := g.consumers()
+	count := 0
+	for _, s := range g.Nodes {
+		if s.dead || s.Op != OpSwiGLU {
+			continue
+		}
+		gt, up := g.node(s.Inputs[0]), g.node(s.Inputs[1])
+		if gt.Op != OpMatMul || up.Op != OpMatMul || gt.Inputs[0] != up.Inputs[0] || gt.Bias != "" || up.Bias != "" {
+			continue
+		}
+		if !only(cons, gt.ID, s.ID) || !only(cons, up.ID, s.ID) || !supports(FuseFFN, s, gt, up) {
+			continue
+		}
+		s.Op, s.Inputs = OpFusedFFN, []int{gt.Inputs[0]}
+		s.Weights = []string{gt.Weight, up.Weight}
+		s.Name = strings.TrimSuffix(s.Name, "ffn_swiglu") + "ffn_gate_up"
+		gt.dead, up.dead = true, true
+		count++
+	}
+	return count
+}

@@ -1,0 +1,334 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/minfer-go/minfer/engine/cpu"
+	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/model/qwen2"
+	"github.com/minfer-go/minfer/engine/model/qwen3"
+	"github.com/minfer-go/minfer/engine/tokenizer"
+)
+
+// Options configure Load.
+type Options struct {
+	// Device is "cpu", "cuda" or "auto" ("" = auto). Only the CPU backend
+	// exists in this build: "cuda" is an error, "auto" runs on the CPU.
+	Device string
+	// NCtx is the context length (KV cells); 0 = min(NCtxTrain, 4096).
+	NCtx int
+	// Threads for the CPU kernels; 0 = runtime.GOMAXPROCS.
+	Threads int
+	// Levers are the parsed MINFER_* gates (fusions, KV format, test seams).
+	Levers levers.Config
+	// Logf receives placement and setup messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// maxCachedPlans bounds how many compiled graphs (one per distinct nt and
+// logits mode) an engine keeps; the decode graph (nt = 1) is never evicted.
+const maxCachedPlans = 4
+
+// Engine runs one model: its weights, tokenizer, KV cache and compiled graphs.
+// An Engine is not safe for concurrent use.
+type Engine struct {
+	f        *gguf.File
+	h        HParams
+	tok      *tokenizer.Tokenizer
+	opts     Options
+	nCtx     int
+	kvFormat kv.Format
+	backends []graph.Backend
+	build    func(graph.Params) (*graph.Graph, error)
+
+	plans map[graph.Params]*graph.Plan
+	order []graph.Params // least recently used first
+	pos   int
+
+	ids, positions []int32
+	window         [2]int32
+}
+
+// Load opens a GGUF model and prepares it for Forward.
+func Load(path string, opts Options) (*Engine, error) {
+	switch opts.Device {
+	case "", "auto", "cpu":
+	case "cuda":
+		return nil, errors.New("model: no CUDA backend in this build")
+	default:
+		return nil, fmt.Errorf("model: unknown device %q (cpu, cuda, auto)", opts.Device)
+	}
+	if opts.NCtx < 0 || opts.Threads < 0 {
+		return nil, fmt.Errorf("model: negative n_ctx %d or threads %d", opts.NCtx, opts.Threads)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: load %s: %w", path, err)
+	}
+	e, err := newEngine(f, opts)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("model: load %s: %w", path, err)
+	}
+	return e, nil
+}
+
+func newEngine(f *gguf.File, opts Options) (*Engine, error) {
+	h, err := ReadHParams(f)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{f: f, h: h, tok: tok, opts: opts, plans: map[graph.Params]*graph.Plan{}}
+	switch h.Arch {
+	case Qwen2:
+		e.build = qwen2.Build
+	case Qwen3:
+		e.build = qwen3.Build
+	default:
+		return nil, fmt.Errorf("no graph builder for architecture %s", h.Arch)
+	}
+	e.nCtx = opts.NCtx
+	if e.nCtx == 0 {
+		e.nCtx = min(h.NCtxTrain, 4096)
+	}
+	switch ct := opts.Levers.CacheType; ct {
+	case "", "auto":
+		e.kvFormat = kv.F32 // the CPU's auto format
+	default:
+		if e.kvFormat, err = kv.ParseFormat(ct); err != nil {
+			return nil, fmt.Errorf("MINFER_CACHE_TYPE: %w", err)
+		}
+	}
+	c := cpu.New(cpu.Options{Threads: opts.Threads})
+	e.backends = []graph.Backend{c}
+	ws, err := GraphWeights(f, h)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if _, err := PlaceWeights(ws, e.backends, opts.Logf); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.AllocKV(graph.KVSpec{Format: e.kvFormat, NLayer: h.NLayer, NCtx: e.nCtx, RowLen: h.NKV()}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// GraphParams is the topology key of a forward of nt tokens.
+func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers.Config) graph.Params {
+	return graph.Params{
+		Arch: string(h.Arch), NVocab: h.NVocab, NEmbd: h.NEmbd, NLayer: h.NLayer, NHead: h.NHead,
+		NHeadKV: h.NHeadKV, HeadDim: h.HeadDim, NFF: h.NFF, NCtx: nCtx,
+		RopeTheta: h.RopeTheta, RmsEps: h.RmsEps, RopeNeox: h.RopeNeox, QKNorm: h.QKNorm,
+		QKVBias: h.QKVBias, TiedOutput: h.TiedOutput,
+		NT: nt, AllLogits: allLogits && nt > 1, KVFormat: f,
+		FuseQKV: !lv.NoFuseQKV, FuseFFN: !lv.NoFuseFFN,
+		SkipQBias: lv.Mutated(levers.MutateSkipBias),
+	}
+}
+
+// HParams returns the model's hyper-parameters.
+func (e *Engine) HParams() HParams { return e.h }
+
+// Tokenizer returns the model's tokenizer.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// Pos is the number of tokens in the KV cache (the next token's position).
+func (e *Engine) Pos() int { return e.pos }
+
+// NCtx is the context length.
+func (e *Engine) NCtx() int { return e.nCtx }
+
+// Reset empties the KV cache.
+func (e *Engine) Reset() { e.pos = 0 }
+
+// Backend names the backend the model runs on.
+func (e *Engine) Backend() string { return e.backends[0].Name() }
+
+// KVFormat names the KV storage format.
+func (e *Engine) KVFormat() string { return e.kvFormat.String() }
+
+// Plan returns the compiled graph for a forward of nt tokens (built on first
+// use and cached), for inspection and tests.
+func (e *Engine) Plan(nt int, allLogits bool) (*graph.Plan, error) {
+	if e.plans == nil {
+		return nil, errors.New("model: engine is closed")
+	}
+	p := GraphParams(e.h, nt, e.nCtx, allLogits, e.kvFormat, e.opts.Levers)
+	if pl := e.plans[p]; pl != nil {
+		e.touch(p)
+		return pl, nil
+	}
+	g, err := e.build(p)
+	if err != nil {
+		return nil, err
+	}
+	pl, err := graph.Compile(g, e.backends)
+	if err != nil {
+		return nil, err
+	}
+	e.plans[p] = pl
+	e.order = append(e.order, p)
+	for len(e.order) > maxCachedPlans {
+		evict := -1
+		for i, q := range e.order {
+			if q.NT != 1 {
+				evict = i
+				break
+			}
+		}
+		if evict < 0 {
+			break
+		}
+		q := e.order[evict]
+		e.order = append(e.order[:evict], e.order[evict+1:]...)
+		if err := e.plans[q].Close(); err != nil {
+			return nil, err
+		}
+		delete(e.plans, q)
+	}
+	return pl, nil
+}
+
+func (e *Engine) touch(p graph.Params) {
+	for i, q := range e.order {
+		if q == p {
+			copy(e.order[i:], e.order[i+1:])
+			e.order[len(e.order)-1] = p
+			return
+		}
+	}
+}
+
+// Forward appends tokens at the current position and returns the logits of
+// the last token ([NVocab]) or, with allLogits, of every token
+// ([len(tokens)*NVocab], token-major). The returned slice is the caller's.
+// A sequence that would exceed NCtx, an empty one or an id outside the
+// vocabulary is an error and changes nothing.
+func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
+	nt := len(tokens)
+	if nt == 0 {
+		return nil, errors.New("model: forward of no tokens")
+	}
+	if e.pos+nt > e.nCtx {
+		return nil, fmt.Errorf("model: %d tokens at position %d exceed the context of %d", nt, e.pos, e.nCtx)
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= e.h.NVocab {
+			return nil, fmt.Errorf("model: token %d at %d outside the vocabulary of %d", t, i, e.h.NVocab)
+		}
+	}
+	pl, err := e.Plan(nt, allLogits)
+	if err != nil {
+		return nil, fmt.Errorf("model: build graph for %d tokens: %w", nt, err)
+	}
+	if cap(e.positions) < nt {
+		e.positions = make([]int32, nt)
+	}
+	positions := e.positions[:nt]
+	for i := range positions {
+		positions[i] = int32(e.pos + i)
+	}
+	e.window = [2]int32{int32(e.pos), int32(e.pos + nt)}
+	g := pl.G
+	if err := pl.WriteI32(g.Tokens, tokens); err != nil {
+		return nil, err
+	}
+	if err := pl.WriteI32(g.Positions, positions); err != nil {
+		return nil, err
+	}
+	if err := pl.WriteI32(g.KVWindow, e.window[:]); err != nil {
+		return nil, err
+	}
+	if err := pl.Run(); err != nil {
+		return nil, fmt.Errorf("model: forward at position %d: %w", e.pos, err)
+	}
+	rows := 1
+	if allLogits {
+		rows = nt
+	}
+	out := make([]float32, rows*e.h.NVocab)
+	if err := pl.Read(g.Output, out); err != nil {
+		return nil, fmt.Errorf("model: read logits: %w", err)
+	}
+	e.pos += nt
+	e.mutate(out, nt)
+	return out, nil
+}
+
+// mutate applies the test seams of levers.Config.TestMutate:
+//   - perturb_logit: in every returned row the runner-up token's logit is
+//     set to the top logit + 1, so greedy decoding always picks a different
+//     token than the unmutated engine;
+//   - slow_decode: a forward of one token sleeps 2 ms more;
+//   - slow_prefill: a forward of nt > 1 tokens sleeps nt * 1 ms more.
+//
+// (skip_bias lives in the builder: the q bias add is left out.)
+func (e *Engine) mutate(out []float32, nt int) {
+	lv := e.opts.Levers
+	switch {
+	case lv.Mutated(levers.MutatePerturbLogit):
+		n := e.h.NVocab
+		for r := 0; r+n <= len(out); r += n {
+			perturbRow(out[r : r+n])
+		}
+	case lv.Mutated(levers.MutateSlowDecode) && nt == 1:
+		time.Sleep(2 * time.Millisecond)
+	case lv.Mutated(levers.MutateSlowPrefill) && nt > 1:
+		time.Sleep(time.Duration(nt) * time.Millisecond)
+	}
+}
+
+func perturbRow(row []float32) {
+	if len(row) < 2 {
+		return
+	}
+	top, second := -1, -1
+	for i, v := range row {
+		if math.IsNaN(float64(v)) {
+			continue
+		}
+		switch {
+		case top < 0 || v > row[top]:
+			top, second = i, top
+		case second < 0 || v > row[second]:
+			second = i
+		}
+	}
+	if second >= 0 {
+		row[second] = row[top] + 1
+	}
+}
+
+// Close releases the graphs, the backend and the file.
+func (e *Engine) Close() error {
+	var first error
+	for _, p := range e.plans {
+		if err := p.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	e.plans = nil
+	for _, b := range e.backends {
+		if err := b.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := e.f.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}

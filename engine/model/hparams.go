@@ -1,0 +1,245 @@
+// Package model holds what the Qwen2 and Qwen3 graph builders share: the
+// hyper-parameters read from GGUF metadata and the check that a file carries
+// every tensor the architecture needs, at the right shape and a usable type.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// Arch is a GGUF general.architecture value minfer runs.
+type Arch string
+
+// The architectures minfer runs.
+const (
+	Qwen2 Arch = "qwen2"
+	Qwen3 Arch = "qwen3"
+)
+
+// Archs lists the supported architectures.
+func Archs() []Arch { return []Arch{Qwen2, Qwen3} }
+
+// HParams are the hyper-parameters of a Qwen2/Qwen3 model.
+type HParams struct {
+	Arch      Arch
+	Name      string // general.name, may be empty
+	NVocab    int    // rows of token_embd.weight
+	NCtxTrain int    // <arch>.context_length
+	NEmbd     int    // <arch>.embedding_length
+	NLayer    int    // <arch>.block_count
+	NHead     int    // <arch>.attention.head_count
+	NHeadKV   int    // <arch>.attention.head_count_kv
+	HeadDim   int    // <arch>.attention.key_length, default NEmbd/NHead
+	NFF       int    // <arch>.feed_forward_length
+	RopeTheta float32
+	RmsEps    float32
+	RopeNeox  bool // rotary pairs are (i, i+HeadDim/2): true for both Qwen archs
+	QKNorm    bool // per-head RMS norm of q and k (blk.N.attn_q_norm.weight)
+	QKVBias   bool // q, k, v projections carry biases (blk.N.attn_q.bias)
+	// TiedOutput: no output.weight; the logits use token_embd.weight.
+	TiedOutput bool
+}
+
+// NQ is the width of the query projection (NHead*HeadDim).
+func (h HParams) NQ() int { return h.NHead * h.HeadDim }
+
+// NKV is the width of the key and value projections (NHeadKV*HeadDim).
+func (h HParams) NKV() int { return h.NHeadKV * h.HeadDim }
+
+// maxDim bounds every dimension so products of two stay far from overflow.
+const maxDim = 1 << 24
+
+// ReadHParams reads the hyper-parameters of f and checks that every tensor
+// the architecture needs is present with the right shape and a supported
+// weight type. Each failure names the key or tensor and the reason.
+func ReadHParams(f *gguf.File) (HParams, error) {
+	var h HParams
+	arch, err := f.String("general.architecture")
+	if err != nil {
+		return h, fmt.Errorf("model: general.architecture: %w", err)
+	}
+	switch Arch(arch) {
+	case Qwen2, Qwen3:
+		h.Arch = Arch(arch)
+	default:
+		return h, fmt.Errorf("model: unsupported architecture %q (minfer runs qwen2 and qwen3)", arch)
+	}
+	if name, err := f.String("general.name"); err == nil {
+		h.Name = name
+	}
+
+	p := arch + "."
+	ints := []struct {
+		key string
+		dst *int
+	}{
+		{p + "context_length", &h.NCtxTrain},
+		{p + "embedding_length", &h.NEmbd},
+		{p + "block_count", &h.NLayer},
+		{p + "feed_forward_length", &h.NFF},
+		{p + "attention.head_count", &h.NHead},
+		{p + "attention.head_count_kv", &h.NHeadKV},
+	}
+	for _, k := range ints {
+		v, err := readDim(f, k.key)
+		if err != nil {
+			return h, err
+		}
+		*k.dst = v
+	}
+	h.HeadDim = h.NEmbd / h.NHead
+	if _, err := f.Uint(p + "attention.key_length"); err == nil {
+		if h.HeadDim, err = readDim(f, p+"attention.key_length"); err != nil {
+			return h, err
+		}
+	} else if !errors.Is(err, gguf.ErrNotFound) {
+		return h, fmt.Errorf("model: %sattention.key_length: %w", p, err)
+	} else if h.NEmbd%h.NHead != 0 {
+		return h, fmt.Errorf("model: embedding_length %d is not a multiple of head_count %d and attention.key_length is absent", h.NEmbd, h.NHead)
+	}
+	if vl, err := f.Uint(p + "attention.value_length"); err == nil && int(vl) != h.HeadDim {
+		return h, fmt.Errorf("model: %sattention.value_length %d differs from key_length %d (unsupported)", p, vl, h.HeadDim)
+	}
+
+	h.RopeTheta = 10000
+	if v, err := f.Float(p + "rope.freq_base"); err == nil {
+		h.RopeTheta = float32(v)
+	} else if !errors.Is(err, gguf.ErrNotFound) {
+		return h, fmt.Errorf("model: %srope.freq_base: %w", p, err)
+	}
+	eps, err := f.Float(p + "attention.layer_norm_rms_epsilon")
+	if err != nil {
+		return h, fmt.Errorf("model: %sattention.layer_norm_rms_epsilon: %w", p, err)
+	}
+	h.RmsEps = float32(eps)
+	h.RopeNeox = true
+
+	if !(h.RopeTheta > 0) {
+		return h, fmt.Errorf("model: %srope.freq_base %g is not positive", p, h.RopeTheta)
+	}
+	if !(h.RmsEps > 0) || h.RmsEps > 1 {
+		return h, fmt.Errorf("model: %sattention.layer_norm_rms_epsilon %g is not in (0, 1]", p, h.RmsEps)
+	}
+	if h.NHead%h.NHeadKV != 0 {
+		return h, fmt.Errorf("model: attention.head_count %d is not a multiple of head_count_kv %d", h.NHead, h.NHeadKV)
+	}
+	if h.HeadDim%2 != 0 {
+		return h, fmt.Errorf("model: head dimension %d is odd (rope needs pairs)", h.HeadDim)
+	}
+	if h.NQ() > maxDim || h.NKV() > maxDim {
+		return h, fmt.Errorf("model: head_count %d x head dimension %d is too large", h.NHead, h.HeadDim)
+	}
+
+	tensors := make(map[string]*gguf.TensorInfo, len(f.Tensors))
+	for i := range f.Tensors {
+		tensors[f.Tensors[i].Name] = &f.Tensors[i]
+	}
+	emb, ok := tensors["token_embd.weight"]
+	if !ok {
+		return h, errors.New("model: tensor token_embd.weight is missing")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[1] == 0 || emb.Dims[1] > maxDim {
+		return h, fmt.Errorf("model: tensor token_embd.weight has shape %v, want [%d, n_vocab]", emb.Dims, h.NEmbd)
+	}
+	h.NVocab = int(emb.Dims[1])
+	_, h.QKVBias = tensors["blk.0.attn_q.bias"]
+	_, h.QKNorm = tensors["blk.0.attn_q_norm.weight"]
+	_, hasOutput := tensors["output.weight"]
+	h.TiedOutput = !hasOutput
+	if h.Arch == Qwen3 && !h.QKNorm {
+		return h, errors.New("model: tensor blk.0.attn_q_norm.weight is missing (qwen3 needs q/k norms)")
+	}
+
+	for _, want := range h.Tensors() {
+		if err := checkTensor(tensors[want.Name], want); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// TensorSpec is one tensor an architecture needs: its name and shape
+// (Dims[0] = row length).
+type TensorSpec struct {
+	Name string
+	Dims []uint64
+}
+
+// Tensors lists every tensor the model described by h needs, in the
+// converter's order (token_embd, per-layer blocks, output_norm, output).
+func (h HParams) Tensors() []TensorSpec {
+	e, q, kv, ff, hd := uint64(h.NEmbd), uint64(h.NQ()), uint64(h.NKV()), uint64(h.NFF), uint64(h.HeadDim)
+	out := []TensorSpec{{"token_embd.weight", []uint64{e, uint64(h.NVocab)}}}
+	for i := 0; i < h.NLayer; i++ {
+		b := "blk." + strconv.Itoa(i) + "."
+		add := func(name string, dims ...uint64) { out = append(out, TensorSpec{b + name, dims}) }
+		add("attn_norm.weight", e)
+		add("attn_q.weight", e, q)
+		if h.QKVBias {
+			add("attn_q.bias", q)
+		}
+		add("attn_k.weight", e, kv)
+		if h.QKVBias {
+			add("attn_k.bias", kv)
+		}
+		add("attn_v.weight", e, kv)
+		if h.QKVBias {
+			add("attn_v.bias", kv)
+		}
+		if h.QKNorm {
+			add("attn_q_norm.weight", hd)
+			add("attn_k_norm.weight", hd)
+		}
+		add("attn_output.weight", q, e)
+		add("ffn_norm.weight", e)
+		add("ffn_gate.weight", e, ff)
+		add("ffn_up.weight", e, ff)
+		add("ffn_down.weight", ff, e)
+	}
+	out = append(out, TensorSpec{"output_norm.weight", []uint64{e}})
+	if !h.TiedOutput {
+		out = append(out, TensorSpec{"output.weight", []uint64{e, uint64(h.NVocab)}})
+	}
+	return out
+}
+
+func checkTensor(ti *gguf.TensorInfo, want TensorSpec) error {
+	if ti == nil {
+		return fmt.Errorf("model: tensor %s is missing", want.Name)
+	}
+	dims := ti.Dims
+	for len(dims) > len(want.Dims) && dims[len(dims)-1] == 1 {
+		dims = dims[:len(dims)-1]
+	}
+	if !slices.Equal(dims, want.Dims) {
+		return fmt.Errorf("model: tensor %s has shape %v, want %v", want.Name, ti.Dims, want.Dims)
+	}
+	t := quant.Type(ti.Type)
+	if !t.Supported() {
+		return fmt.Errorf("model: tensor %s has unsupported type %s", want.Name, t)
+	}
+	if len(want.Dims) == 1 && t != quant.F32 && t != quant.F16 && t != quant.BF16 {
+		return fmt.Errorf("model: tensor %s is 1-D but has quantized type %s (want F32)", want.Name, t)
+	}
+	if _, err := t.RowBytes(int(want.Dims[0])); err != nil {
+		return fmt.Errorf("model: tensor %s: row of %d values does not fit type %s (block of %d)", want.Name, want.Dims[0], t, t.BlockSize())
+	}
+	return nil
+}
+
+func readDim(f *gguf.File, key string) (int, error) {
+	v, err := f.Uint(key)
+	if err != nil {
+		return 0, fmt.Errorf("model: %s: %w", key, err)
+	}
+	if v == 0 || v > maxDim {
+		return 0, fmt.Errorf("model: %s = %d is out of range (1..%d)", key, v, maxDim)
+	}
+	return int(v), nil
+}

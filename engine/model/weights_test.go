@@ -1,0 +1,93 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/cpu"
+	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// picky is a preferred backend that refuses one weight type.
+type picky struct {
+	*cpu.Backend
+	refuse quant.Type
+}
+
+func (p picky) Name() string { return "picky" }
+func (p picky) RegisterWeight(w graph.Weight) error {
+	if w.Type == p.refuse {
+		return fmt.Errorf("no kernel for %s: %w", w.Type, graph.ErrUnsupportedWeight)
+	}
+	return p.Backend.RegisterWeight(w)
+}
+
+func tinyWeights(t *testing.T, s tinySpec) []graph.Weight {
+	t.Helper()
+	f, err := gguf.Open(writeTiny(t, t.TempDir(), s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	h, err := ReadHParams(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := GraphWeights(f, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != len(h.Tensors()) {
+		t.Fatalf("%d weights for %d tensors", len(ws), len(h.Tensors()))
+	}
+	return ws
+}
+
+// A preferred backend that cannot consume one weight gets none of the model:
+// everything goes to the CPU and the log names the weight and the reason.
+func TestPlaceWeights_OneRefusedWeightKeepsTheWholeModelOnCPU(t *testing.T) {
+	ws := tinyWeights(t, withType(tinyQwen2, quant.Q8_0))
+	dev := picky{cpu.New(cpu.Options{Threads: 1}), quant.Q8_0}
+	host := cpu.New(cpu.Options{Threads: 1})
+	defer dev.Close()
+	defer host.Close()
+	var log []string
+	i, err := PlaceWeights(ws, []graph.Backend{dev, host}, func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i != 1 {
+		t.Fatalf("placed on backend %d", i)
+	}
+	if len(log) == 0 || !strings.Contains(log[0], "token_embd.weight") || !strings.Contains(log[0], "Q8_0") || !strings.Contains(log[0], "no kernel") {
+		t.Fatalf("log %q does not name the weight, type and reason", log)
+	}
+	// a backend that takes every type gets the model
+	if i, err := PlaceWeights(ws, []graph.Backend{picky{cpu.New(cpu.Options{Threads: 1}), quant.Q4_K}, host}, nil); err != nil || i != 0 {
+		t.Fatalf("placed on %d, %v", i, err)
+	}
+	if _, err := PlaceWeights(ws, []graph.Backend{dev}, nil); !errors.Is(err, graph.ErrUnsupportedWeight) {
+		t.Fatalf("no backend holds the model: %v", err)
+	}
+}
+
+// Registering the same weights twice is a no-op (no second copy).
+func TestRegisterWeight_SameNameAndSizeIsANoOp(t *testing.T) {
+	ws := tinyWeights(t, tinyQwen3)
+	c := cpu.New(cpu.Options{Threads: 1})
+	defer c.Close()
+	for k := 0; k < 2; k++ {
+		if _, err := PlaceWeights(ws, []graph.Backend{c}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := loadTiny(t, tinyQwen3, levers.Default())
+	if e.Backend() != "cpu" || e.KVFormat() != "f32" {
+		t.Fatalf("backend %s, kv %s", e.Backend(), e.KVFormat())
+	}
+}
