@@ -1,0 +1,489 @@
+package driver
+
+import (
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/levers"
+)
+
+// The device tests share one Device (opening a primary context costs
+// hundreds of milliseconds) and skip with a message when none answers.
+
+var (
+	sharedOnce sync.Once
+	sharedDev  *Device
+	sharedErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedDev != nil {
+		if err := sharedDev.Close(); err != nil {
+			println("cuda/driver: Close:", err.Error())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func testConfig(t *testing.T) levers.Config {
+	t.Helper()
+	cfg, err := levers.FromEnv()
+	if err != nil {
+		t.Fatalf("levers: %v", err)
+	}
+	return cfg
+}
+
+// testDevice returns the shared device or skips the test.
+func testDevice(t *testing.T) *Device {
+	t.Helper()
+	cfg := testConfig(t)
+	sharedOnce.Do(func() {
+		sharedDev, sharedErr = Open(Options{Disable: cfg.DisableCUDA})
+	})
+	if errors.Is(sharedErr, ErrNoDevice) {
+		t.Skipf("no CUDA device answers: %v", sharedErr)
+	}
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	return sharedDev
+}
+
+// smokeKernel loads the kernels fatbin (MINFER_KERNELS, else next to the
+// test binary) and returns minfer_smoke_axpy. Inside Do.
+func smokeKernel(t *testing.T, d *Device) *Function {
+	t.Helper()
+	var f *Function
+	err := d.Do(func() error {
+		m, err := d.LoadKernels(testConfig(t).Kernels)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = d.Do(m.Unload) })
+		f, err = m.Function("minfer_smoke_axpy")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("kernels (build them with scripts/build-kernels.sh, pass MINFER_KERNELS): %v", err)
+	}
+	return f
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeviceOpenReportsRuntimeAttributes(t *testing.T) {
+	d := testDevice(t)
+	a := d.Attr
+	t.Logf("device: %s", a)
+	if a.Name == "" || a.SMCount <= 0 || a.CCMajor < 5 || a.SmemPerBlock <= 0 || a.SmemOptin < a.SmemPerBlock ||
+		a.TotalMem == 0 || a.FreeMem == 0 || a.FreeMem > a.TotalMem || a.DriverVersion < 12000 {
+		t.Fatalf("implausible attributes: %+v", a)
+	}
+}
+
+func TestDeviceAllocCopyRoundTrip(t *testing.T) {
+	d := testDevice(t)
+	const n = 1<<20 + 13 // odd size
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*7 + 3)
+	}
+	got := make([]byte, n)
+	must(t, d.Do(func() error {
+		s, err := d.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		a, err := d.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer d.Free(a)
+		b, err := d.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer d.Free(b)
+		must(t, s.CopyHtoD(a, src))
+		must(t, s.CopyDtoD(b, a, n))
+		must(t, s.MemsetD8(b.Add(100), 0xAB, 50))
+		must(t, s.CopyDtoH(got, b))
+		return s.Synchronize()
+	}))
+	for i := range src {
+		want := src[i]
+		if i >= 100 && i < 150 {
+			want = 0xAB
+		}
+		if got[i] != want {
+			t.Fatalf("byte %d = %#x, want %#x", i, got[i], want)
+		}
+	}
+}
+
+func TestDevicePinnedMemoryRoundTrip(t *testing.T) {
+	d := testDevice(t)
+	const n = 4<<20 + 4
+	must(t, d.Do(func() error {
+		s, err := d.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		in, err := d.AllocHost(n)
+		if err != nil {
+			return err
+		}
+		defer in.Free()
+		out, err := d.AllocHost(n)
+		if err != nil {
+			return err
+		}
+		defer out.Free()
+		for i, f := 0, in.Float32s(); i < len(f); i++ {
+			f[i] = float32(i) * 0.5
+		}
+		p, err := d.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer d.Free(p)
+		must(t, s.CopyHtoD(p, in.Bytes()))
+		must(t, s.CopyDtoH(out.Bytes(), p))
+		must(t, s.Synchronize())
+		o := out.Float32s()
+		for i := range o {
+			if o[i] != float32(i)*0.5 {
+				t.Fatalf("float %d = %v", i, o[i])
+			}
+		}
+		if err := in.Free(); err != nil || in.Bytes() != nil || in.Free() != nil {
+			t.Fatalf("double free: %v", err)
+		}
+		return nil
+	}))
+}
+
+// axpyRun runs y = fma(a, x, y) for each a in as, directly or through a
+// graph (captured once, replayed reps times), and returns y.
+func axpyRun(t *testing.T, d *Device, f *Function, x, y0 []float32, as []float32, reps int, graph bool) []float32 {
+	t.Helper()
+	n := len(x)
+	y := make([]float32, n)
+	bytes := uint64(4 * n)
+	grid := [3]uint32{uint32((n + 255) / 256), 1, 1}
+	block := [3]uint32{256, 1, 1}
+	must(t, d.Do(func() error {
+		s, err := d.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		xp, err := d.Alloc(bytes)
+		if err != nil {
+			return err
+		}
+		defer d.Free(xp)
+		yp, err := d.Alloc(bytes)
+		if err != nil {
+			return err
+		}
+		defer d.Free(yp)
+		must(t, s.CopyHtoD(xp, Float32Bytes(x)))
+		must(t, s.CopyHtoD(yp, Float32Bytes(y0)))
+		if !graph {
+			for r := 0; r < reps; r++ {
+				for _, a := range as {
+					must(t, f.Launch(s, grid, block, 0, yp, xp, a, int32(n)))
+				}
+			}
+		} else {
+			must(t, s.Synchronize()) // never synchronize inside the window
+			must(t, s.BeginCapture())
+			for _, a := range as {
+				if err := f.Launch(s, grid, block, 0, yp, xp, a, int32(n)); err != nil {
+					_, _ = s.EndCapture()
+					return err
+				}
+			}
+			st, err := s.IsCapturing()
+			if err != nil || st != CaptureActive {
+				t.Errorf("inside the window: status %v, %v", st, err)
+			}
+			g, err := s.EndCapture()
+			if err != nil {
+				return err
+			}
+			defer g.Destroy()
+			if st, err := s.IsCapturing(); err != nil || st != CaptureNone {
+				t.Errorf("after the window: status %v, %v", st, err)
+			}
+			x, err := g.Instantiate()
+			if err != nil {
+				return err
+			}
+			defer x.Destroy()
+			for r := 0; r < reps; r++ {
+				must(t, x.Launch(s))
+			}
+		}
+		must(t, s.CopyDtoH(Float32Bytes(y), yp))
+		return s.Synchronize()
+	}))
+	return y
+}
+
+func TestDeviceModuleLoadAndLaunchSmokeAxpy(t *testing.T) {
+	d := testDevice(t)
+	f := smokeKernel(t, d)
+	const n = 1000003 // not a multiple of the block
+	x := make([]float32, n)
+	y0 := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i%1024) / 8 // exact in f32, so y is exact: bitwise check
+		y0[i] = float32(i % 7)
+	}
+	y := axpyRun(t, d, f, x, y0, []float32{0.25}, 1, false)
+	for i := range y {
+		if want := 0.25*x[i] + y0[i]; y[i] != want {
+			t.Fatalf("y[%d] = %v, want %v", i, y[i], want)
+		}
+	}
+}
+
+func TestDeviceGraphCaptureThreadLocalReplayIsBitwiseDirect(t *testing.T) {
+	d := testDevice(t)
+	f := smokeKernel(t, d)
+	const n = 65537
+	x := make([]float32, n)
+	y0 := make([]float32, n)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i) * 0.37))
+		y0[i] = float32(math.Cos(float64(i) * 0.11))
+	}
+	as := []float32{0.1, -0.37, 1.0 / 3}
+	const reps = 10
+	g := axpyRun(t, d, f, x, y0, as, reps, true)
+	direct := axpyRun(t, d, f, x, y0, as, reps, false)
+	for i := range g {
+		if math.Float32bits(g[i]) != math.Float32bits(direct[i]) {
+			t.Fatalf("replay y[%d] = %v, direct %v: not bitwise equal", i, g[i], direct[i])
+		}
+	}
+	var maxDiff float64
+	for i := range g {
+		ref := float64(y0[i])
+		for r := 0; r < reps; r++ {
+			for _, a := range as {
+				ref = float64(float32(math.FMA(float64(a), float64(x[i]), ref)))
+			}
+		}
+		maxDiff = math.Max(maxDiff, math.Abs(ref-float64(g[i])))
+	}
+	if maxDiff > 1e-5 {
+		t.Fatalf("replay vs CPU fma reference: max |diff| %g", maxDiff)
+	}
+	t.Logf("3 launches captured, replayed %d times: bitwise equal to %d direct launches; max |diff| vs CPU %g", reps, reps*len(as), maxDiff)
+}
+
+func TestDeviceEventTimingIsPositive(t *testing.T) {
+	d := testDevice(t)
+	f := smokeKernel(t, d)
+	const n = 1 << 24
+	must(t, d.Do(func() error {
+		s, err := d.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		p, err := d.Alloc(8 * n)
+		if err != nil {
+			return err
+		}
+		defer d.Free(p)
+		must(t, s.MemsetD8(p, 0, 8*n))
+		start, err := d.NewEvent(true)
+		if err != nil {
+			return err
+		}
+		defer start.Destroy()
+		end, err := d.NewEvent(true)
+		if err != nil {
+			return err
+		}
+		defer end.Destroy()
+		must(t, start.Record(s))
+		for i := 0; i < 20; i++ {
+			must(t, f.Launch(s, [3]uint32{n / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, p, p.Add(4*n), float32(0.5), int32(n)))
+		}
+		must(t, end.Record(s))
+		must(t, end.Synchronize())
+		el, err := Elapsed(start, end)
+		if err != nil {
+			return err
+		}
+		if el <= 0 {
+			t.Fatalf("elapsed %v, want > 0", el)
+		}
+		gbs := float64(20*3*4*n) / el.Seconds() / 1e9
+		t.Logf("20 axpy launches over %d floats: %v (%.0f GB/s)", n, el, gbs)
+		untimed, err := d.NewEvent(false)
+		if err != nil {
+			return err
+		}
+		defer untimed.Destroy()
+		if _, err := Elapsed(start, untimed); err == nil {
+			t.Error("Elapsed accepted an event without timing")
+		}
+		return nil
+	}))
+}
+
+func TestDeviceInjectedCallFailureNamesTheCall(t *testing.T) {
+	testDevice(t)
+	d, err := Open(Options{CallFail: "cuMemAlloc_v2,cuLaunchKernel:minfer_smoke_axpy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, d.Close()) }()
+	f := smokeKernel(t, d)
+	err = d.Do(func() error {
+		_, err := d.Alloc(1 << 20)
+		return err
+	})
+	var e *Error
+	if !errors.As(err, &e) || !e.Injected || !strings.HasPrefix(e.Call, "cuMemAlloc_v2(1048576 bytes)") {
+		t.Fatalf("injected alloc failure = %v", err)
+	}
+	t.Logf("injected: %v", err)
+	err = d.Do(func() error {
+		s, err := d.NewStream() // not injected: still works
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		return f.Launch(s, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, DevicePtr(0), DevicePtr(0), float32(1), int32(0))
+	})
+	if !errors.As(err, &e) || !e.Injected || !strings.Contains(e.Call, "minfer_smoke_axpy") {
+		t.Fatalf("injected launch failure = %v", err)
+	}
+	t.Logf("injected: %v", err)
+}
+
+func TestDeviceOOMRequestIsAnErrorNotAPanic(t *testing.T) {
+	d := testDevice(t)
+	const pib = 1 << 50
+	err := d.Do(func() error {
+		p, err := d.Alloc(pib)
+		if err == nil {
+			_ = d.Free(p)
+		}
+		return err
+	})
+	if !IsCode(err, CodeOutOfMemory) || !strings.Contains(err.Error(), "cuMemAlloc_v2(1125899906842624 bytes)") {
+		t.Fatalf("1 PiB alloc = %v", err)
+	}
+	t.Logf("1 PiB: %v", err)
+	must(t, d.Do(func() error { // the context survives
+		p, err := d.Alloc(4096)
+		if err != nil {
+			return err
+		}
+		return d.Free(p)
+	}))
+}
+
+func TestDeviceDoIsSafeFromAnyGoroutine(t *testing.T) {
+	d := testDevice(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- d.Do(func() error {
+				p, err := d.Alloc(1 << 16)
+				if err != nil {
+					return err
+				}
+				return d.Do(func() error { return d.Free(p) }) // nested: inline
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, err)
+	}
+	// Off the device thread no context is current: an error, not a crash.
+	_, err := d.Alloc(4096)
+	if !IsCode(err, CodeInvalidContext) {
+		t.Fatalf("Alloc outside Do = %v, want CUDA_ERROR_INVALID_CONTEXT", err)
+	}
+	t.Logf("outside Do: %v", err)
+}
+
+func TestDeviceCaptureLeftOpenAcrossDoIsEndedWithAnError(t *testing.T) {
+	d := testDevice(t)
+	var s *Stream
+	must(t, d.Do(func() error { var err error; s, err = d.NewStream(); return err }))
+	defer d.Do(s.Destroy)
+	err := d.Do(s.BeginCapture)
+	if err == nil || !strings.Contains(err.Error(), "left open") {
+		t.Fatalf("open window across Do = %v", err)
+	}
+	must(t, d.Do(func() error {
+		st, err := s.IsCapturing()
+		if err == nil && st != CaptureNone {
+			t.Errorf("status after Do: %v", st)
+		}
+		return err
+	}))
+}
+
+func TestDeviceSmemOptinSetAndReadBack(t *testing.T) {
+	d := testDevice(t)
+	f := smokeKernel(t, d)
+	lim := d.Attr.SmemOptin
+	must(t, d.Do(func() error {
+		must(t, f.SetMaxDynamicSmem(lim))
+		got, err := f.MaxDynamicSmem()
+		if err != nil {
+			return err
+		}
+		// The read-back is the opt-in minus the kernel's static smem (0 here).
+		if got != lim {
+			t.Errorf("read back %d, set %d", got, lim)
+		}
+		if err := f.SetMaxDynamicSmem(lim + 1); err == nil || !strings.Contains(err.Error(), "opt-in limit") {
+			t.Errorf("above the limit: %v", err)
+		}
+		return nil
+	}))
+}
+
+func TestDeviceCloseThenDoIsErrClosed(t *testing.T) {
+	testDevice(t)
+	d, err := Open(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, d.Close())
+	must(t, d.Close())
+	if err := d.Do(func() error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Do after Close = %v", err)
+	}
+}

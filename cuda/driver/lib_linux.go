@@ -1,0 +1,26 @@
+//go:build linux
+
+package driver
+
+import "github.com/ebitengine/purego"
+
+func dlopen(name string) (uintptr, error) {
+	return purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+}
+
+func dlsym(h uintptr, name string) uintptr {
+	p, err := purego.Dlsym(h, name)
+	if err != nil {
+		return 0
+	}
+	return p
+}
+
+// rawCall calls a C function with integer/pointer arguments and returns
+// its first result register.
+//
+//go:uintptrescapes
+func rawCall(fn uintptr, args ...uintptr) uintptr {
+	r, _, _ := purego.SyscallN(fn, args...)
+	return r
+}

@@ -1,0 +1,144 @@
+package driver
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// DevicePtr is a device address (CUdeviceptr).
+type DevicePtr uint64
+
+// Add returns p advanced by n bytes.
+func (p DevicePtr) Add(n uint64) DevicePtr { return p + DevicePtr(n) }
+
+func (p DevicePtr) String() string { return fmt.Sprintf("%#x", uint64(p)) }
+
+// Alloc allocates n bytes of device memory (cuMemAlloc_v2). Inside Do.
+// A request the device cannot hold is an *Error with CodeOutOfMemory
+// naming the request, never a panic.
+func (d *Device) Alloc(n uint64) (DevicePtr, error) {
+	if n == 0 {
+		return 0, fmt.Errorf("cuda: %s(0 bytes): zero-byte allocation", d.c.name(symMemAlloc))
+	}
+	var p uint64
+	if err := d.c.errorf(symMemAlloc, d.c.invoke(symMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n)), "%d bytes", n); err != nil {
+		return 0, err
+	}
+	return DevicePtr(p), nil
+}
+
+// Free releases memory from Alloc (cuMemFree_v2). Inside Do. Freeing 0 is a
+// no-op.
+func (d *Device) Free(p DevicePtr) error {
+	if p == 0 {
+		return nil
+	}
+	return d.c.errorf(symMemFree, d.c.invoke(symMemFree, uintptr(p)), "%v", p)
+}
+
+// HostPinned is page-locked host memory (cuMemAllocHost_v2): the device
+// copies to and from it asynchronously, without a staging copy.
+type HostPinned struct {
+	d *Device
+	p *byte
+	n int
+}
+
+// AllocHost allocates n bytes of pinned host memory. Inside Do.
+func (d *Device) AllocHost(n int) (*HostPinned, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("cuda: %s(%d bytes): want a positive size", d.c.name(symMemAllocHost), n)
+	}
+	var p *byte
+	if err := d.c.errorf(symMemAllocHost, d.c.invoke(symMemAllocHost, uintptr(unsafe.Pointer(&p)), uintptr(n)), "%d bytes", n); err != nil {
+		return nil, err
+	}
+	return &HostPinned{d: d, p: p, n: n}, nil
+}
+
+// Bytes is the pinned memory; nil after Free. An async copy into it is
+// complete only after the stream (or an event recorded after it) is
+// synchronized.
+func (h *HostPinned) Bytes() []byte {
+	if h.p == nil {
+		return nil
+	}
+	return unsafe.Slice(h.p, h.n)
+}
+
+// Float32s views the memory as float32s (len = bytes / 4).
+func (h *HostPinned) Float32s() []float32 {
+	if h.p == nil {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(h.p)), h.n/4)
+}
+
+// Len is the size in bytes.
+func (h *HostPinned) Len() int { return h.n }
+
+// Free releases the memory (cuMemFreeHost). Inside Do. Safe to call twice.
+func (h *HostPinned) Free() error {
+	if h.p == nil {
+		return nil
+	}
+	p := h.p
+	h.p = nil
+	return h.d.c.errorf(symMemFreeHost, h.d.c.invoke(symMemFreeHost, uintptr(unsafe.Pointer(p))), "%p, %d bytes", p, h.n)
+}
+
+// Float32Bytes views a float32 slice as bytes (no copy), for copies.
+func Float32Bytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// CopyHtoD queues a host-to-device copy of src on the stream
+// (cuMemcpyHtoDAsync_v2). Inside Do. src may be pageable Go memory (the
+// driver stages it before returning, so src may be reused at once) or
+// HostPinned memory (which must stay untouched until the stream reaches
+// the copy).
+func (s *Stream) CopyHtoD(dst DevicePtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	c := &s.d.c
+	return c.errorf(symMemcpyHtoDAsync, c.invoke(symMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h),
+		"dst=%v, %d bytes, stream %#x", dst, len(src), s.h)
+}
+
+// CopyDtoH queues a device-to-host copy into dst (cuMemcpyDtoHAsync_v2).
+// Inside Do. Into pageable Go memory the driver returns when the copy is
+// done; into HostPinned memory the data is there only after the stream is
+// synchronized.
+func (s *Stream) CopyDtoH(dst []byte, src DevicePtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	c := &s.d.c
+	return c.errorf(symMemcpyDtoHAsync, c.invoke(symMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.h),
+		"src=%v, %d bytes, stream %#x", src, len(dst), s.h)
+}
+
+// CopyDtoD queues a device-to-device copy of n bytes
+// (cuMemcpyDtoDAsync_v2). Inside Do.
+func (s *Stream) CopyDtoD(dst, src DevicePtr, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	c := &s.d.c
+	return c.errorf(symMemcpyDtoDAsync, c.invoke(symMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), s.h),
+		"dst=%v, src=%v, %d bytes, stream %#x", dst, src, n, s.h)
+}
+
+// MemsetD8 queues setting n bytes at dst to v (cuMemsetD8Async). Inside Do.
+func (s *Stream) MemsetD8(dst DevicePtr, v byte, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	c := &s.d.c
+	return c.errorf(symMemsetD8Async, c.invoke(symMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), s.h),
+		"dst=%v, value %d, %d bytes, stream %#x", dst, v, n, s.h)
+}

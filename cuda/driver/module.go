@@ -1,0 +1,208 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// KernelsFile is the name of the kernels fatbin scripts/build-kernels.sh
+// writes, looked for next to the executable.
+const KernelsFile = "minfer-kernels.fatbin"
+
+// ErrKernelsNotFound is matched (errors.Is) by the error FindKernels returns
+// when no fatbin is where it looked.
+var ErrKernelsNotFound = errors.New("cuda: kernels fatbin not found")
+
+// FindKernels returns the path of the kernels fatbin: explicit when it is
+// not empty (the caller's MINFER_KERNELS), else KernelsFile next to the
+// executable. A missing file is an error naming every path tried.
+func FindKernels(explicit string) (string, error) {
+	var tried []string
+	if explicit != "" {
+		if st, err := os.Stat(explicit); err == nil && !st.IsDir() {
+			return explicit, nil
+		}
+		tried = append(tried, explicit+" (explicit path)")
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("%w: cannot locate the executable: %v; pass the fatbin path (MINFER_KERNELS)", ErrKernelsNotFound, err)
+		}
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		p := filepath.Join(filepath.Dir(exe), KernelsFile)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+		tried = append(tried, p+" (next to the executable)")
+	}
+	return "", fmt.Errorf("%w: tried %s; build it with scripts/build-kernels.sh (writes bin/%s) and put it next to the binary or pass its path (MINFER_KERNELS)",
+		ErrKernelsNotFound, strings.Join(tried, ", "), KernelsFile)
+}
+
+// Module is a loaded CUDA module (CUmodule).
+type Module struct {
+	d    *Device
+	h    uintptr
+	Path string // where it was read from, if from a file
+}
+
+// LoadModule loads a fatbin, cubin or PTX image (cuModuleLoadData). Inside
+// Do. The image is copied with a NUL terminator (PTX needs one).
+func (d *Device) LoadModule(data []byte) (*Module, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("cuda: %s: empty image", d.c.name(symModuleLoadData))
+	}
+	img := make([]byte, len(data)+1)
+	copy(img, data)
+	var h uintptr
+	if err := d.c.errorf(symModuleLoadData, d.c.invoke(symModuleLoadData, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&img[0]))), "%d-byte image", len(data)); err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(img)
+	return &Module{d: d, h: h}, nil
+}
+
+// LoadKernels finds the kernels fatbin (FindKernels(explicit)), reads it and
+// loads it. Inside Do.
+func (d *Device) LoadKernels(explicit string) (*Module, error) {
+	p, err := FindKernels(explicit)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: kernels fatbin: %w", err)
+	}
+	m, err := d.LoadModule(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (fatbin %s)", err, p)
+	}
+	m.Path = p
+	return m, nil
+}
+
+// Unload unloads the module (cuModuleUnload). Inside Do. Safe twice.
+func (m *Module) Unload() error {
+	if m.h == 0 {
+		return nil
+	}
+	h := m.h
+	m.h = 0
+	return m.d.c.errorf(symModuleUnload, m.d.c.invoke(symModuleUnload, h), "module %#x", h)
+}
+
+// Function is a kernel in a module (CUfunction).
+type Function struct {
+	d    *Device
+	h    uintptr
+	Name string
+}
+
+// Function looks a kernel up by its (extern "C") name. Inside Do.
+func (m *Module) Function(name string) (*Function, error) {
+	cname := append([]byte(name), 0)
+	var h uintptr
+	if err := m.d.c.errorf(symModuleGetFunction, m.d.c.invoke(symModuleGetFunction, uintptr(unsafe.Pointer(&h)), m.h, uintptr(unsafe.Pointer(&cname[0]))), "%q", name); err != nil {
+		return nil, err
+	}
+	return &Function{d: m.d, h: h, Name: name}, nil
+}
+
+// SetMaxDynamicSmem opts the kernel into bytes of dynamic shared memory
+// (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES). Inside Do, and never
+// inside a capture window. A request above the device's opt-in limit is
+// refused here, naming both numbers, without calling the driver.
+func (f *Function) SetMaxDynamicSmem(bytes int) error {
+	if lim := f.d.Attr.SmemOptin; lim > 0 && bytes > lim {
+		return fmt.Errorf("cuda: %s(%s, MAX_DYNAMIC_SHARED_SIZE_BYTES=%d): above the device's opt-in limit of %d bytes",
+			f.d.c.name(symFuncSetAttribute), f.Name, bytes, lim)
+	}
+	return f.d.c.errorf(symFuncSetAttribute, f.d.c.invoke(symFuncSetAttribute, f.h, funcAttrMaxDynamicSharedBytes, uintptr(uint32(int32(bytes)))),
+		"%s, MAX_DYNAMIC_SHARED_SIZE_BYTES=%d", f.Name, bytes)
+}
+
+// MaxDynamicSmem reads the kernel's dynamic shared memory opt-in back.
+func (f *Function) MaxDynamicSmem() (int, error) {
+	var v int32
+	err := f.d.c.errorf(symFuncGetAttribute, f.d.c.invoke(symFuncGetAttribute, uintptr(unsafe.Pointer(&v)), funcAttrMaxDynamicSharedBytes, f.h),
+		"%s, MAX_DYNAMIC_SHARED_SIZE_BYTES", f.Name)
+	return int(v), err
+}
+
+// Launch queues the kernel on the stream (cuLaunchKernel) and returns the
+// launch's own result, naming the kernel and the configuration. Inside Do.
+// args are the kernel's parameters in order: DevicePtr, uint64, int64,
+// int32, uint32 or float32 (each passed by value, as the kernel declares
+// it). Errors from the kernel's execution surface at the next synchronizing
+// call.
+func (f *Function) Launch(s *Stream, grid, block [3]uint32, smem uint32, args ...any) error {
+	c := &f.d.c
+	if c.fail.failsLaunch(f.Name) {
+		return &Error{Code: codeInjected, Name: staticErrorName(codeInjected), Injected: true,
+			Call: launchCall(c.name(symLaunchKernel), f.Name, grid, block, smem)}
+	}
+	buf, err := packArgs(args)
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", launchCall(c.name(symLaunchKernel), f.Name, grid, block, smem), err)
+	}
+	var params uintptr
+	if len(args) > 0 {
+		params = uintptr(unsafe.Pointer(&buf[0]))
+	}
+	code := int(int32(rawCall(c.lib.fn[symLaunchKernel], f.h,
+		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
+		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]),
+		uintptr(smem), s.h, params, 0)))
+	runtime.KeepAlive(buf)
+	if code != CodeSuccess {
+		return &Error{Code: code, Name: c.errorName(code), Call: launchCall(c.name(symLaunchKernel), f.Name, grid, block, smem)}
+	}
+	return nil
+}
+
+func launchCall(sym, kernel string, grid, block [3]uint32, smem uint32) string {
+	return fmt.Sprintf("%s(%s, grid=%v, block=%v, smem=%d)", sym, kernel, grid, block, smem)
+}
+
+// packArgs builds cuLaunchKernel's kernelParams in one allocation: words
+// [0, n) hold the addresses of words [n, 2n), which hold the argument
+// values (little-endian, so a 4-byte parameter reads its low half). The
+// slice is heap memory the GC does not move; the caller keeps it alive
+// across the call.
+func packArgs(args []any) ([]uint64, error) {
+	n := len(args)
+	if n == 0 {
+		return nil, nil
+	}
+	buf := make([]uint64, 2*n)
+	for i, a := range args {
+		var v uint64
+		switch x := a.(type) {
+		case DevicePtr:
+			v = uint64(x)
+		case uint64:
+			v = x
+		case int64:
+			v = uint64(x)
+		case int32:
+			v = uint64(uint32(x))
+		case uint32:
+			v = uint64(x)
+		case float32:
+			v = uint64(math.Float32bits(x))
+		default:
+			return nil, fmt.Errorf("argument %d has type %T: want DevicePtr, uint64, int64, int32, uint32 or float32", i, a)
+		}
+		buf[n+i] = v
+		buf[i] = uint64(uintptr(unsafe.Pointer(&buf[n+i])))
+	}
+	return buf, nil
+}
