@@ -1,0 +1,185 @@
+// Package cuda is the device backend: the only code that knows CUDA. It
+// implements graph.Backend on top of cuda/driver and the kernels of
+// cuda/kernels (one fatbin).
+package cuda
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+)
+
+// Kernels is the loaded fatbin with a per-name function cache, the launch
+// census (MINFER_LAUNCH_CENSUS) and per-kernel event timing (MINFER_OP_TIMING).
+// Every launcher in launch_*.go goes through launch, so the census counts
+// exactly what ran and every launch reads its own error.
+type Kernels struct {
+	dev *driver.Device
+	mod *driver.Module
+
+	mu     sync.Mutex
+	fns    map[string]*driver.Function
+	census map[string]int64 // nil when the census is off
+
+	timing *opTiming // nil when op timing is off
+}
+
+// KernelsOptions selects the instrumentation.
+type KernelsOptions struct {
+	Path     string // explicit fatbin path (MINFER_KERNELS); "" = next to the executable
+	Census   bool
+	OpTiming bool
+}
+
+// LoadKernels loads the fatbin on dev. Call it inside dev.Do.
+func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
+	mod, err := dev.LoadKernels(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}}
+	if opts.Census {
+		k.census = map[string]int64{}
+	}
+	if opts.OpTiming {
+		k.timing = &opTiming{total: map[string]time.Duration{}, count: map[string]int64{}}
+	}
+	return k, nil
+}
+
+// Function returns the named kernel (cached).
+func (k *Kernels) Function(name string) (*driver.Function, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if f, ok := k.fns[name]; ok {
+		return f, nil
+	}
+	f, err := k.mod.Function(name)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", name, err)
+	}
+	k.fns[name] = f
+	return f, nil
+}
+
+// launch runs one kernel on s and counts it. Errors name the kernel.
+func (k *Kernels) launch(s *driver.Stream, name string, grid, block [3]uint32, smem uint32, args ...any) error {
+	f, err := k.Function(name)
+	if err != nil {
+		return err
+	}
+	if k.timing != nil && k.timing.direct {
+		return k.timing.timed(k.dev, s, name, func() error { return k.count(name, f.Launch(s, grid, block, smem, args...)) })
+	}
+	return k.count(name, f.Launch(s, grid, block, smem, args...))
+}
+
+func (k *Kernels) count(name string, err error) error {
+	if err == nil && k.census != nil {
+		k.mu.Lock()
+		k.census[name]++
+		k.mu.Unlock()
+	}
+	return err
+}
+
+// Census returns the launch counts per kernel (nil when the census is off).
+// Launches recorded into a captured graph count once at capture; replays
+// are counted by the backend per replayed node.
+func (k *Kernels) Census() map[string]int64 {
+	if k.census == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]int64, len(k.census))
+	for n, c := range k.census {
+		out[n] = c
+	}
+	return out
+}
+
+// AddCensus adds n launches of name (graph replays).
+func (k *Kernels) AddCensus(name string, n int64) {
+	if k.census == nil {
+		return
+	}
+	k.mu.Lock()
+	k.census[name] += n
+	k.mu.Unlock()
+}
+
+// Close unloads the module.
+func (k *Kernels) Close() error { return k.mod.Unload() }
+
+// opTiming brackets each direct launch with events and synchronizes: it is
+// instrumentation (MINFER_OP_TIMING=1), never a timed run, and only works on
+// direct launches (a capture window cannot synchronize).
+type opTiming struct {
+	direct bool // false while a capture window is open
+	total  map[string]time.Duration
+	count  map[string]int64
+}
+
+func (t *opTiming) timed(dev *driver.Device, s *driver.Stream, name string, launch func() error) error {
+	start, err := dev.NewEvent(true)
+	if err != nil {
+		return err
+	}
+	defer start.Destroy()
+	end, err := dev.NewEvent(true)
+	if err != nil {
+		return err
+	}
+	defer end.Destroy()
+	if err := start.Record(s); err != nil {
+		return err
+	}
+	if err := launch(); err != nil {
+		return err
+	}
+	if err := end.Record(s); err != nil {
+		return err
+	}
+	if err := end.Synchronize(); err != nil {
+		return err
+	}
+	d, err := driver.Elapsed(start, end)
+	if err != nil {
+		return err
+	}
+	t.total[name] += d
+	t.count[name]++
+	return nil
+}
+
+// SetDirect tells op timing whether launches are direct (true) or being
+// captured (false: timing is skipped, and the report says so).
+func (k *Kernels) SetDirect(direct bool) {
+	if k.timing != nil {
+		k.timing.direct = direct
+	}
+}
+
+// OpTime is one kernel's accumulated device time.
+type OpTime struct {
+	Kernel string        `json:"kernel"`
+	Count  int64         `json:"count"`
+	Total  time.Duration `json:"total_ns"`
+}
+
+// OpTimes returns the per-kernel device times, slowest first (nil when off).
+func (k *Kernels) OpTimes() []OpTime {
+	if k.timing == nil {
+		return nil
+	}
+	var out []OpTime
+	for n, d := range k.timing.total {
+		out = append(out, OpTime{Kernel: n, Count: k.timing.count[n], Total: d})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Total > out[j].Total })
+	return out
+}
