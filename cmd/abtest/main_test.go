@@ -1,0 +1,153 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness/report"
+)
+
+// fakeMinfer builds the CLI test double once per test binary.
+func fakeMinfer(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "minfer")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building fakeminfer: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runAbtest runs `abtest run` in-process and returns its exit code and record.
+func runAbtest(t *testing.T, bin string, extra ...string) (int, *gates.Record) {
+	t.Helper()
+	out := t.TempDir()
+	args := append([]string{"run", "--minfer", bin, "--out", out, "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10", "--gen-n", "8"}, extra...)
+	code := run(args)
+	ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+	if len(ms) != 1 {
+		t.Fatalf("abtest %v: exit %d, %d result files", args, code, len(ms))
+	}
+	rec, err := report.ReadJSON(ms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(strings.TrimSuffix(ms[0], ".json") + ".md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(md), "**Verdict: "+rec.Verdict) {
+		t.Errorf("report does not open with the verdict line:\n%.200s", md)
+	}
+	return code, rec
+}
+
+func status(rec *gates.Record, gate string) gates.Status {
+	for _, g := range rec.Gates {
+		if g.Gate == gate {
+			return g.Status
+		}
+	}
+	return ""
+}
+
+func TestRun_CleanLeverPassesAndSkipsDeviceGatesWithReason(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--rounds", "5")
+	if code != 0 || rec.Verdict != gates.VerdictInconclusive {
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	for _, g := range []string{"parity", "greedy", "ab"} {
+		if status(rec, g) != gates.Pass {
+			t.Errorf("%s: %s", g, status(rec, g))
+		}
+	}
+	for _, g := range rec.Gates {
+		if g.Status == gates.Skip && g.Reason == "" {
+			t.Errorf("%s skipped without a reason", g.Gate)
+		}
+	}
+	if !strings.Contains(rec.VerdictLine, "not counted as PASS") {
+		t.Errorf("verdict line hides the skips: %s", rec.VerdictLine)
+	}
+}
+
+func TestMutation_PerturbLogitTurnsGreedyAndParityRed(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_QKV", "--gates", "parity,greedy", "--mutate", "perturb_logit")
+	if code != 1 || status(rec, "greedy") != gates.Fail || status(rec, "parity") != gates.Fail {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+	if !strings.Contains(rec.VerdictLine, "caught by parity, greedy") {
+		t.Errorf("verdict line does not say who caught it: %s", rec.VerdictLine)
+	}
+}
+
+func TestMutation_SkipBiasTurnsParityRed(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity", "--mutate", "skip_bias")
+	if code != 1 || status(rec, "parity") != gates.Fail {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+}
+
+func TestMutation_SlowDecodeTurnsABRed(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5", "--mutate", "slow_decode")
+	if code != 1 || status(rec, "ab") != gates.Fail || !strings.Contains(rec.Gates[0].Reason, "tg4") {
+		t.Fatalf("exit %d: %s / %s", code, rec.VerdictLine, rec.Gates[0].Reason)
+	}
+	code, rec = runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5")
+	if code != 0 || status(rec, "ab") != gates.Pass {
+		t.Fatalf("control without mutation: exit %d: %s", code, rec.Gates[0].Reason)
+	}
+}
+
+func TestRun_CrashingArmIsAFailWithStderrTail(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_MODE", "crash")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,ab", "--rounds", "3")
+	if code != 1 || status(rec, "parity") != gates.Fail || !strings.Contains(rec.Gates[0].Reason, "index out of range") {
+		t.Fatalf("exit %d: %+v", code, rec.Gates)
+	}
+}
+
+func TestRun_HangingArmTimesOutAsFail(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_MODE", "hang")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "greedy", "--arm-timeout", "300ms")
+	if code != 1 || !strings.Contains(rec.Gates[0].Reason, "timed out") {
+		t.Fatalf("exit %d: %+v", code, rec.Gates)
+	}
+}
+
+func TestRun_UnknownLeverOrValueIsUsageExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	if code := run([]string{"run", "--minfer", bin, "--lever", "MINFER_NOPE", "--out", t.TempDir()}); code != 2 {
+		t.Errorf("unknown lever: exit %d", code)
+	}
+	if code := run([]string{"run", "--minfer", bin, "--lever", "MINFER_CACHE_TYPE=f8", "--out", t.TempDir()}); code != 2 {
+		t.Errorf("unknown value: exit %d", code)
+	}
+	if code := run([]string{"run", "--minfer", "/nonexistent/minfer", "--lever", "MINFER_MMQ"}); code != 2 {
+		t.Errorf("missing binary: exit %d", code)
+	}
+}
+
+func TestBenchOut_WritesGoBenchmarkFormat(t *testing.T) {
+	bin := fakeMinfer(t)
+	bo := filepath.Join(t.TempDir(), "bench.txt")
+	runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "3", "--bench-out", bo)
+	b, err := os.ReadFile(bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "BenchmarkPrefill/lever=MINFER_NO_FUSE_FFN/arm=B 1 ") || !strings.Contains(string(b), " tok/s\n") {
+		t.Fatalf("bench-out:\n%s", b)
+	}
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/report"
+)
+
+// runFlags are the flags of `abtest run` (and the per-lever part of nightly).
+type runFlags struct {
+	lever, baseline, model, shape, typ, device string
+	rounds, pp, tg, reps, warmupMS, benchWarm  int
+	genN                                       int
+	prompts, gatesCSV, out, mutate, minfer     string
+	benchOut, kernels                          string
+	suiteBins                                  []string
+	asJSON                                     bool
+	timeout                                    time.Duration
+	barPP, barTG, claimBar, graphTol           float64
+}
+
+func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
+	fl := cmd.Flags()
+	if withLever {
+		fl.StringVar(&f.lever, "lever", "", "lever to test: NAME or NAME=B (B: the candidate value)")
+		fl.StringVar(&f.baseline, "baseline", "", "arm A value (default: the lever's declared arm A)")
+		fl.StringVar(&f.mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode, slow_prefill)")
+		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
+		fl.StringVar(&f.benchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
+	}
+	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
+	fl.StringVar(&f.shape, "shape", "", "synthesize a model of this shape with `minfer synth` (with --type)")
+	fl.StringVar(&f.typ, "type", "", "weight type of the synthesized model")
+	fl.StringVar(&f.device, "device", "auto", "auto, cpu or cuda")
+	fl.IntVar(&f.rounds, "rounds", 9, "pre-registered A/B rounds (PAIRS)")
+	fl.IntVar(&f.pp, "pp", 512, "prefill tokens per bench test")
+	fl.IntVar(&f.tg, "tg", 128, "decode tokens per bench test")
+	fl.IntVar(&f.reps, "reps", 3, "repetitions per bench process (the round value is their median)")
+	fl.IntVar(&f.warmupMS, "warmup-ms", 2000, "untimed warmup budget before round 1 (per arm)")
+	fl.IntVar(&f.benchWarm, "bench-warmup-ms", 500, "in-process warmup of every timed bench (MINFER_BENCH_WARMUP_MS)")
+	fl.IntVar(&f.genN, "gen-n", 32, "greedy tokens per prompt")
+	fl.StringVar(&f.prompts, "prompts", "", "prompts file for the greedy gate (prompts separated by '---' lines)")
+	fl.StringVar(&f.gatesCSV, "gates", strings.Join(gates.AllGates, ","), "gates to run")
+	fl.StringVar(&f.out, "out", "reports", "report folder")
+	fl.StringVar(&f.minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
+	fl.StringVar(&f.kernels, "kernels", "", "kernels fatbin for the SASS census (default: *.fatbin next to minfer)")
+	fl.StringSliceVar(&f.suiteBins, "suite-bin", nil, "device test binaries (globs) for the device suite gate")
+	fl.DurationVar(&f.timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL")
+	fl.Float64Var(&f.barPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor; 1.25 for kernel-level timings)")
+	fl.Float64Var(&f.barTG, "bar-tg", 1.015, "not-slower bar for decode")
+	fl.Float64Var(&f.claimBar, "claim-bar", 0.015, "pre-registered improvement bar (fraction)")
+	fl.Float64Var(&f.graphTol, "graph-tol", 0.5, "whole-graph max|diff| bar against the CPU reference")
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run --lever NAME[=B] [flags]",
+		Short: "run the gates on one lever and write reports/<lever>/<date>-<commit>.md",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rec, base, err := runLever(cmd.Context(), &f, strings.Join(os.Args, " "), os.Stderr)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "abtest: %s\nabtest: report %s.md\n", rec.VerdictLine, base)
+			if f.asJSON {
+				b, _ := json.MarshalIndent(rec, "", "  ")
+				fmt.Println(string(b))
+			}
+			if code := rec.ExitCode(); code != 0 {
+				return exitError{code, nil}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+// findMinfer resolves --minfer: the flag, minfer next to abtest, or PATH.
+func findMinfer(flag string) (string, error) {
+	if flag != "" {
+		if _, err := os.Stat(flag); err != nil {
+			return "", cannotRun("minfer binary: %v", err)
+		}
+		return filepath.Abs(flag)
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "minfer")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("minfer")
+	if err != nil {
+		return "", cannotRun("no minfer binary next to abtest or in PATH (use --minfer PATH)")
+	}
+	return filepath.Abs(p)
+}
+
+// setup resolves the binary, reads its levers, probes the machine.
+type setup struct {
+	m      harness.Minfer
+	levers []harness.Lever
+	probe  harness.Probe
+	hasGPU bool
+	why    string
+}
+
+func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
+	bin, err := findMinfer(f.minfer)
+	if err != nil {
+		return nil, err
+	}
+	switch f.device {
+	case "auto", "cpu", "cuda":
+	default:
+		return nil, cannotRun("--device %q: want auto, cpu or cuda", f.device)
+	}
+	s := &setup{probe: harness.DefaultProbe()}
+	s.hasGPU, s.why = s.probe.HasGPU(ctx)
+	if f.device == "cuda" && !s.hasGPU {
+		return nil, cannotRun("--device cuda: %s", s.why)
+	}
+	s.m = harness.Minfer{R: &harness.Runner{Bin: bin, Timeout: f.timeout}, Device: f.device}
+	if f.model != "" && (f.shape != "" || f.typ != "") {
+		return nil, cannotRun("give --model or --shape/--type, not both")
+	}
+	if f.model != "" {
+		if _, err := os.Stat(f.model); err != nil {
+			return nil, cannotRun("model: %v", err)
+		}
+		s.m.Model, _ = filepath.Abs(f.model)
+	}
+	if f.shape != "" {
+		if f.typ == "" {
+			return nil, cannotRun("--shape needs --type")
+		}
+		dir, err := os.MkdirTemp("", "abtest-synth-")
+		if err != nil {
+			return nil, cannotRun("%v", err)
+		}
+		path := filepath.Join(dir, f.shape+"-"+f.typ+".gguf")
+		if _, err := s.m.R.Run(ctx, "synth", nil, "synth", "--shape", f.shape, "--type", f.typ, "--out", path); err != nil {
+			return nil, cannotRun("minfer synth: %v", err)
+		}
+		s.m.Model = path
+	}
+	s.levers, err = s.m.Levers(ctx)
+	if err != nil {
+		return nil, cannotRun("reading the lever registry (minfer levers --json): %v", err)
+	}
+	return s, nil
+}
+
+// config builds the gate configuration for one lever spec.
+func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error) {
+	name, bval, hasB := strings.Cut(spec, "=")
+	lv, err := harness.FindLever(s.levers, name)
+	if err != nil {
+		return gates.Config{}, cannotRun("%v", err)
+	}
+	if !hasB {
+		bval = lv.ArmB
+	}
+	aval := baseline
+	if aval == "" {
+		aval = lv.ArmA
+	}
+	if aval == "" || bval == "" {
+		return gates.Config{}, cannotRun("%s declares no arms: give --lever %s=B --baseline A (valid values: %s)", lv.Name, lv.Name, strings.Join(lv.ValidValues(), ", "))
+	}
+	for _, v := range []string{aval, bval} {
+		if err := lv.Validate(v); err != nil {
+			return gates.Config{}, cannotRun("%v", err)
+		}
+	}
+	if aval == bval {
+		return gates.Config{}, cannotRun("arms A and B are both %s=%s", lv.Name, aval)
+	}
+	tol, err := harness.ParseTolerance(lv.Tolerance)
+	if err != nil {
+		return gates.Config{}, cannotRun("%s: %v", lv.Name, err)
+	}
+	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.mutate, Device: f.device, Model: s.m.Model,
+		A:      gates.Arm{Name: "A", Value: aval, Env: map[string]string{lv.Name: aval}},
+		B:      gates.Arm{Name: "B", Value: bval, Env: map[string]string{lv.Name: bval}},
+		Rounds: f.rounds, PP: f.pp, TG: f.tg, Reps: f.reps, WarmupMS: f.warmupMS, BenchWarm: f.benchWarm,
+		BarPP: f.barPP, BarTG: f.barTG, ClaimBar: f.claimBar, GraphTol: f.graphTol, GenN: f.genN,
+		SuiteBins: f.suiteBins, Kernels: f.kernels}
+	if f.mutate != "" {
+		mut, err := harness.FindLever(s.levers, "MINFER_TEST_MUTATE")
+		if err == nil {
+			err = mut.Validate(f.mutate)
+		}
+		if err != nil {
+			return cfg, cannotRun("--mutate: %v", err)
+		}
+		cfg.B.Env["MINFER_TEST_MUTATE"] = f.mutate
+	}
+	for _, g := range strings.Split(f.gatesCSV, ",") {
+		g = strings.TrimSpace(g)
+		if g == "" {
+			continue
+		}
+		ok := false
+		for _, k := range gates.AllGates {
+			ok = ok || k == g
+		}
+		if !ok {
+			return cfg, cannotRun("--gates: unknown gate %q (valid: %s)", g, strings.Join(gates.AllGates, ","))
+		}
+		cfg.Gates = append(cfg.Gates, g)
+	}
+	if f.rounds < 1 || f.pp < 1 || f.tg < 1 || f.reps < 1 {
+		return cfg, cannotRun("--rounds, --pp, --tg and --reps must be positive")
+	}
+	if f.prompts != "" {
+		ps, err := harness.ReadPrompts(f.prompts)
+		if err != nil {
+			return cfg, cannotRun("--prompts: %v", err)
+		}
+		cfg.Prompts = ps
+	}
+	cfg.Defaults()
+	return cfg, nil
+}
+
+func (s *setup) environment(ctx context.Context, cfg gates.Config) harness.Environment {
+	e := s.probe.Capture(ctx, s.m.R.Bin, s.m.Model)
+	e.Levers = map[string]string{}
+	for _, l := range s.levers {
+		v := l.Default
+		if v == "" {
+			v = harness.Unset
+		}
+		e.Levers[l.Name] = v
+	}
+	e.Pinned = map[string]string{"MINFER_BENCH_WARMUP_MS": fmt.Sprintf("%d (warmup process) / %d (timed rounds)", cfg.WarmupMS, cfg.BenchWarm)}
+	return e
+}
+
+func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.File) (*gates.Record, string, error) {
+	if f.lever == "" {
+		return nil, "", cannotRun("--lever is required (abtest levers lists them)")
+	}
+	s, err := newSetup(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := s.config(f, f.lever, f.baseline)
+	if err != nil {
+		return nil, "", err
+	}
+	rec, base := s.runConfig(ctx, cfg, f.out, cmdline, progressTo)
+	if f.benchOut != "" {
+		bf, err := os.Create(f.benchOut)
+		if err != nil {
+			return rec, base, cannotRun("--bench-out: %v", err)
+		}
+		report.BenchLines(bf, rec)
+		bf.Close()
+	}
+	return rec, base, nil
+}
+
+// runConfig runs the gates of one configuration and writes its reports.
+func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline string, progressTo *os.File) (*gates.Record, string) {
+	steps := 0
+	for _, g := range cfg.Gates {
+		switch g {
+		case gates.GateParity:
+			steps += len(cfg.ParityNT)
+		case gates.GateGreedy:
+			steps += len(cfg.Prompts)
+		case gates.GateAB:
+			steps += 2 + cfg.Rounds
+		default:
+			steps++
+		}
+	}
+	prog := harness.NewProgress(progressTo, steps)
+	env := &gates.Env{M: s.m, Probe: s.probe, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why}
+	rec := &gates.Record{CommandLine: cmdline, Env: s.environment(ctx, cfg)}
+	rec.Started = time.Now()
+	rec.Lever, rec.Mutate = cfg.Lever.Name, cfg.Mutate
+	base := report.Paths(out, rec)
+	prog.Note("%s: A=%s B=%s, report %s.md", cfg.Lever.Name, cfg.A.Value, cfg.B.Value, base)
+	save := func(r *gates.Record) {
+		r.Lock()
+		defer r.Unlock()
+		if err := report.WriteJSON(base+".json", r); err != nil {
+			prog.Note("writing %s.json: %v", base, err)
+		}
+	}
+	gates.Run(ctx, cfg, env, rec, save)
+	for _, g := range rec.Gates {
+		if g.AB != nil && len(g.AB.Warmup) > 0 {
+			w := g.AB.Warmup[0]
+			rec.Env.Backend, rec.Env.MinferGo = w.Backend, w.GoVersion
+			if rec.Env.ModelSHA256 == "" {
+				rec.Env.ModelSHA256, rec.Env.Model = w.ModelSHA256, rec.Env.Model+" "+w.Model
+			}
+		}
+	}
+	if err := report.Write(base, rec); err != nil {
+		prog.Note("writing the report: %v", err)
+	}
+	return rec, base
+}

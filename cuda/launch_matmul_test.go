@@ -1,0 +1,152 @@
+package cuda
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+func TestMatMulPath_DispatchesByTypeAndTokenCount(t *testing.T) {
+	cases := []struct {
+		t    quant.Type
+		nt   int
+		opts MatMulOptions
+		want string
+	}{
+		{quant.Q4_K, 1, MatMulOptions{}, "minfer_mmv_q4_k"},
+		{quant.Q4_K, 8, MatMulOptions{}, "minfer_mmv_q4_k"},
+		{quant.Q4_K, 9, MatMulOptions{}, "minfer_gemm_q4_k"},
+		{quant.Q4_K, 512, MatMulOptions{NoPrefillGEMM: true}, "minfer_mmv_q4_k"},
+		{quant.Q6_K, 3, MatMulOptions{}, "minfer_mmv_q6_k"},
+		{quant.Q8_0, 64, MatMulOptions{}, "minfer_gemm_q8_0"},
+		{quant.F16, 1, MatMulOptions{}, "minfer_mmv_f16"},
+		{quant.BF16, 17, MatMulOptions{}, "minfer_gemm_bf16"},
+		{quant.F32, 2, MatMulOptions{}, "minfer_mmv_f32"},
+		{quant.Q5_1, 9, MatMulOptions{NoPrefillGEMM: true}, "minfer_mmv_q5_1"},
+		{quant.Q2_K, 1, MatMulOptions{}, ""},
+		{quant.Q8_K, 1, MatMulOptions{}, ""},
+		{quant.Q4_0, 0, MatMulOptions{}, ""},
+	}
+	for _, c := range cases {
+		if got := MatMulPath(c.t, c.nt, c.opts); got != c.want {
+			t.Errorf("MatMulPath(%s, nt=%d, %+v) = %q, want %q", c.t, c.nt, c.opts, got, c.want)
+		}
+	}
+	if got := MatMulTolerance(quant.Q4_K, 9, MatMulOptions{}); got != "f16-weight-tile" {
+		t.Errorf("gemm tolerance class = %q", got)
+	}
+	if got := MatMulTolerance(quant.Q4_K, 9, MatMulOptions{NoPrefillGEMM: true}); got != "f32-reorder" {
+		t.Errorf("mmv tolerance class = %q", got)
+	}
+}
+
+func TestMatMulTypes_CoverEveryDeviceWeightType(t *testing.T) {
+	want := []quant.Type{quant.F32, quant.F16, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0,
+		quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.BF16}
+	got := MatMulTypes()
+	if len(got) != len(want) {
+		t.Fatalf("MatMulTypes() = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("MatMulTypes() = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestValidateMatMul_ErrorsNameTheOpAndValues(t *testing.T) {
+	cases := []struct {
+		t         quant.Type
+		nt, k, n  int
+		wantParts []string // "" = no error
+	}{
+		{quant.Q4_K, 1, 4096, 896, nil},
+		{quant.Q4_0, 17, 544, 100, nil},
+		{quant.F16, 9, 547, 33, nil}, // plain types: any k
+		{quant.Q4_K, 1, 4000, 896, []string{"matmul", "k=4000", "Q4_K", "256"}},
+		{quant.Q8_0, 1, 100, 8, []string{"matmul", "k=100", "Q8_0", "32"}},
+		{quant.Q2_K, 1, 256, 8, []string{"matmul", "Q2_K", "no device kernel"}},
+		{quant.Q4_0, 0, 32, 8, []string{"matmul", "nt=0"}},
+		{quant.Q4_0, 1, 32, 0, []string{"matmul", "n=0"}},
+	}
+	for _, c := range cases {
+		err := validateMatMul(c.t, c.nt, c.k, c.n)
+		if c.wantParts == nil {
+			if err != nil {
+				t.Errorf("validateMatMul(%s, nt=%d, k=%d, n=%d) = %v, want nil", c.t, c.nt, c.k, c.n, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("validateMatMul(%s, nt=%d, k=%d, n=%d) = nil, want an error", c.t, c.nt, c.k, c.n)
+			continue
+		}
+		for _, p := range c.wantParts {
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("validateMatMul(%s, nt=%d, k=%d, n=%d) = %q, missing %q", c.t, c.nt, c.k, c.n, err, p)
+			}
+		}
+	}
+}
+
+// kernelDefines reads the integer #defines of a kernel source.
+func kernelDefines(t *testing.T, path string) (map[string]int, string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	defs := map[string]int{}
+	re := regexp.MustCompile(`(?m)^#define (MINFER_[A-Z0-9_]+) +(-?[0-9]+)\b`)
+	for _, m := range re.FindAllStringSubmatch(src, -1) {
+		v, _ := strconv.Atoi(m[2])
+		defs[m[1]] = v
+	}
+	return defs, src
+}
+
+func TestMatmulGeometry_MatchesKernelSources(t *testing.T) {
+	mmv, mmvSrc := kernelDefines(t, "kernels/mmv.cu")
+	gemm, gemmSrc := kernelDefines(t, "kernels/gemm.cu")
+	for name, want := range map[string]int{"MINFER_MMV_ROWS": mmvRows, "MINFER_MMV_MAX_NT": mmvMaxNT} {
+		if mmv[name] != want {
+			t.Errorf("mmv.cu %s = %d, launcher has %d", name, mmv[name], want)
+		}
+	}
+	if mmvThreads != 32*mmvRows {
+		t.Errorf("mmvThreads = %d, want 32 * %d", mmvThreads, mmvRows)
+	}
+	for name, want := range map[string]int{"MINFER_GEMM_BM": gemmBM, "MINFER_GEMM_BN": gemmBN, "MINFER_GEMM_BK": gemmBK,
+		"MINFER_GEMM_PAD": gemmPad, "MINFER_GEMM_CPAD": gemmCPad, "MINFER_GEMM_THREADS": gemmThreads} {
+		if gemm[name] != want {
+			t.Errorf("gemm.cu %s = %d, launcher has %d", name, gemm[name], want)
+		}
+	}
+	// The kernel's smem layout, recomputed from its own constants.
+	ldk := gemm["MINFER_GEMM_BK"] + gemm["MINFER_GEMM_PAD"]
+	ldc := gemm["MINFER_GEMM_BN"] + gemm["MINFER_GEMM_CPAD"]
+	kernelSmem := gemm["MINFER_GEMM_BN"]*ldk*2 + 2*gemm["MINFER_GEMM_BM"]*ldk*2 + gemm["MINFER_GEMM_BM"]*ldc*4
+	if gemmSmemBytes() != kernelSmem {
+		t.Errorf("gemmSmemBytes() = %d, the kernel layout is %d", gemmSmemBytes(), kernelSmem)
+	}
+	if gemmSmemBytes() <= defaultDynSmem {
+		t.Logf("gemm smem %d bytes fits the default; PrepareMatmul opts nothing in", gemmSmemBytes())
+	}
+	// Every table entry is instantiated in the sources.
+	for _, ty := range MatMulTypes() {
+		ks := matmulTable[ty]
+		mm := "MINFER_MMV_KERNEL(" + strings.TrimPrefix(ks.mmv, "minfer_mmv_") + ","
+		gm := "MINFER_GEMM_KERNEL(" + strings.TrimPrefix(ks.gemm, "minfer_gemm_") + ","
+		if !strings.Contains(mmvSrc, mm) {
+			t.Errorf("%s: mmv.cu has no %s", ty, mm)
+		}
+		if !strings.Contains(gemmSrc, gm) {
+			t.Errorf("%s: gemm.cu has no %s", ty, gm)
+		}
+	}
+}

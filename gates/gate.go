@@ -1,0 +1,210 @@
+// Package gates holds the five gates of GATES.md (parity x3, greedy
+// identity, interleaved A/B with a sign test, device suite, profile
+// evidence) and the run that applies them to one lever.
+package gates
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/minfer-go/minfer/harness"
+)
+
+// Status of a gate.
+type Status string
+
+// Gate outcomes. SKIP is never counted as PASS.
+const (
+	Pass Status = "PASS"
+	Fail Status = "FAIL"
+	Skip Status = "SKIP"
+)
+
+// Gate names, in the order a run applies them.
+const (
+	GateParity  = "parity"
+	GateGreedy  = "greedy"
+	GateAB      = "ab"
+	GateSuite   = "suite"
+	GateProfile = "profile"
+)
+
+// AllGates in run order.
+var AllGates = []string{GateParity, GateGreedy, GateAB, GateSuite, GateProfile}
+
+// Defends says what each gate defends, for the gate table.
+func Defends(gate string) string {
+	switch gate {
+	case GateParity:
+		return "numerics: kernels and whole-graph logits match the CPU reference; A and B agree bitwise or within the declared class"
+	case GateGreedy:
+		return "behaviour: greedy token ids of A and B are identical on fixed prompts"
+	case GateAB:
+		return "speed: B is not slower than A (paired sign test), and any speedup claim is significant"
+	case GateSuite:
+		return "device correctness: the device test binaries pass"
+	case GateProfile:
+		return "the gain is real: B runs the kernels it claims (launch census), ncu/nsys/SASS evidence"
+	}
+	return ""
+}
+
+// Result is one gate's verdict with its evidence.
+type Result struct {
+	Gate     string         `json:"gate"`
+	Defends  string         `json:"defends"`
+	Status   Status         `json:"status"`
+	Reason   string         `json:"reason"`
+	Evidence string         `json:"evidence"`
+	Wall     time.Duration  `json:"wall_ns"`
+	Parity   *ParityDetail  `json:"parity,omitempty"`
+	Greedy   *GreedyDetail  `json:"greedy,omitempty"`
+	AB       *ABDetail      `json:"ab,omitempty"`
+	Suite    *SuiteDetail   `json:"suite,omitempty"`
+	Profile  *ProfileDetail `json:"profile,omitempty"`
+}
+
+// Arm is one side of the A/B: the lever's value and the MINFER_* variables
+// the arm's processes get.
+type Arm struct {
+	Name  string            `json:"name"` // A or B
+	Value string            `json:"value"`
+	Env   map[string]string `json:"env"`
+}
+
+// Config is everything a lever run decides before it starts.
+type Config struct {
+	Lever     harness.Lever     `json:"lever"`
+	A         Arm               `json:"a"`
+	B         Arm               `json:"b"`
+	Tol       harness.Tolerance `json:"tolerance"`
+	Mutate    string            `json:"mutate,omitempty"`
+	Device    string            `json:"device"`
+	Model     string            `json:"model,omitempty"`
+	Gates     []string          `json:"gates"`
+	Rounds    int               `json:"rounds"`
+	PP        int               `json:"pp"`
+	TG        int               `json:"tg"`
+	Reps      int               `json:"reps"`
+	WarmupMS  int               `json:"warmup_ms"`       // untimed process warmup budget before round 1
+	BenchWarm int               `json:"bench_warmup_ms"` // in-process warmup of each timed bench
+	BarPP     float64           `json:"bar_pp"`          // not-slower bar (slowdown factor)
+	BarTG     float64           `json:"bar_tg"`
+	ClaimBar  float64           `json:"claim_bar"` // pre-registered improvement bar (fraction)
+	ParityNT  []int             `json:"parity_nt"`
+	GraphTol  float64           `json:"graph_tol"`    // whole-graph max|diff| bar against the CPU reference
+	GraphGap  float64           `json:"graph_margin"` // positions with a reference top-2 margin at or below it are exempt from top-1
+	Prompts   []harness.Prompt  `json:"prompts"`
+	GenN      int               `json:"gen_n"`
+	GenCtx    int               `json:"gen_ctx"`
+	SuiteBins []string          `json:"suite_bins,omitempty"`
+	Kernels   string            `json:"kernels,omitempty"` // fatbin for the SASS census
+	TmpDir    string            `json:"-"`
+}
+
+// Defaults fills unset numeric settings with the GATES.md defaults.
+func (c *Config) Defaults() {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	deff := func(p *float64, v float64) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.Rounds, 9)
+	def(&c.PP, 512)
+	def(&c.TG, 128)
+	def(&c.Reps, 3)
+	def(&c.WarmupMS, 2000)
+	def(&c.BenchWarm, 500)
+	def(&c.GenN, 32)
+	def(&c.GenCtx, 8192)
+	deff(&c.BarPP, 1.015)
+	deff(&c.BarTG, 1.015)
+	deff(&c.ClaimBar, 0.015)
+	deff(&c.GraphTol, 0.5)
+	deff(&c.GraphGap, 0.1)
+	if len(c.ParityNT) == 0 {
+		c.ParityNT = []int{1, 5, 64}
+	}
+	if len(c.Prompts) == 0 {
+		c.Prompts = harness.DefaultPrompts()
+	}
+	if len(c.Gates) == 0 {
+		c.Gates = AllGates
+	}
+	if c.Device == "" {
+		c.Device = "auto"
+	}
+}
+
+// Env is what the gates run with: the minfer client, the machine probe,
+// progress output and the run's log of reproducing commands.
+type Env struct {
+	M        harness.Minfer
+	Probe    harness.Probe
+	Progress *harness.Progress
+	HasGPU   bool
+	GPUWhy   string
+	// Publish is called with a gate's partial result after each unit of work
+	// (an A/B round), so the run can write its JSON incrementally.
+	Publish func(Result)
+
+	mu   sync.Mutex
+	cmds []string
+	seen map[string]bool
+}
+
+// Cmd records the command line of e under key (first one per key wins).
+func (env *Env) Cmd(key string, e *harness.Exec) {
+	if e == nil {
+		return
+	}
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	if env.seen == nil {
+		env.seen = map[string]bool{}
+	}
+	if env.seen[key] {
+		return
+	}
+	env.seen[key] = true
+	bin := env.M.R.Bin
+	if len(e.Args) > 0 && e.Args[0] != "bench" && e.Args[0] != "logits" && e.Args[0] != "generate" && e.Args[0] != "levers" {
+		bin = "" // a wrapped call holds its own program
+	}
+	env.cmds = append(env.cmds, "# "+key+"\n"+e.Command(bin))
+}
+
+// Commands returns the recorded reproducing commands.
+func (env *Env) Commands() []string {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	return append([]string(nil), env.cmds...)
+}
+
+func (env *Env) publish(r Result) {
+	if env.Publish != nil {
+		env.Publish(r)
+	}
+}
+
+func (env *Env) step(format string, a ...any) { env.Progress.Step(format, a...) }
+
+// refEnv is the reference's environment: arm A's lever value without the
+// mutation seam.
+func refEnv(cfg Config) map[string]string {
+	m := map[string]string{}
+	for k, v := range cfg.A.Env {
+		if k != "MINFER_TEST_MUTATE" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func canceled(ctx context.Context) bool { return ctx.Err() != nil }

@@ -1,0 +1,320 @@
+package gates
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"github.com/minfer-go/minfer/harness"
+)
+
+// PosCompare is one position of a logits comparison.
+type PosCompare struct {
+	Pos        int         `json:"pos"`
+	RefTop1    int32       `json:"ref_top1"`
+	Top1       int32       `json:"top1"`
+	RefMargin  harness.Num `json:"ref_margin"`
+	MaxAbsDiff harness.Num `json:"max_abs_diff"`
+	Agree      bool        `json:"agree"`
+	Exempt     bool        `json:"exempt,omitempty"` // top-1 not required here (margin at or below the bar)
+}
+
+// Comparison is one logits comparison (X against Ref) at one nt.
+type Comparison struct {
+	Label      string       `json:"label"`
+	NT         int          `json:"nt"`
+	MaxAbsDiff harness.Num  `json:"max_abs_diff"`
+	RelL2      harness.Num  `json:"rel_l2"`
+	Top1Agree  int          `json:"top1_agree"`
+	Positions  int          `json:"positions"`
+	Bitwise    bool         `json:"bitwise"`
+	NaNs       int          `json:"nans"`
+	PerPos     []PosCompare `json:"per_pos"`
+	Pass       bool         `json:"pass"`
+	Why        string       `json:"why"`
+}
+
+// CompareLogits compares x to ref, both len(positions)*nVocab rows; a
+// position is exempt from the top-1 check when ref's top-2 margin is at or
+// below exemptMargin (0: none exempt).
+func CompareLogits(label string, ref, x []float32, nVocab int, exemptMargin float64) Comparison {
+	c := Comparison{Label: label, Bitwise: true}
+	if nVocab <= 0 || len(ref) != len(x) || len(ref)%nVocab != 0 {
+		c.Why = fmt.Sprintf("shape mismatch: %d vs %d values of vocab %d", len(ref), len(x), nVocab)
+		c.Bitwise = false
+		c.MaxAbsDiff, c.RelL2 = harness.Num(math.NaN()), harness.Num(math.NaN())
+		return c
+	}
+	c.Positions = len(ref) / nVocab
+	c.NT = c.Positions
+	var num, den, maxd float64
+	for p := 0; p < c.Positions; p++ {
+		r, y := ref[p*nVocab:(p+1)*nVocab], x[p*nVocab:(p+1)*nVocab]
+		var pm float64
+		for i := range r {
+			if math.Float32bits(r[i]) != math.Float32bits(y[i]) {
+				c.Bitwise = false
+			}
+			d := float64(y[i]) - float64(r[i])
+			if math.IsNaN(d) {
+				c.NaNs++
+				pm = math.Inf(1)
+				continue
+			}
+			num += d * d
+			den += float64(r[i]) * float64(r[i])
+			pm = math.Max(pm, math.Abs(d))
+		}
+		maxd = math.Max(maxd, pm)
+		rt, margin := top2(r)
+		xt, _ := top2(y)
+		pc := PosCompare{Pos: p, RefTop1: rt, Top1: xt, RefMargin: harness.Num(margin), MaxAbsDiff: harness.Num(pm), Agree: rt == xt}
+		pc.Exempt = !pc.Agree && margin <= exemptMargin
+		if pc.Agree {
+			c.Top1Agree++
+		}
+		c.PerPos = append(c.PerPos, pc)
+	}
+	c.MaxAbsDiff = harness.Num(maxd)
+	if c.NaNs > 0 {
+		c.MaxAbsDiff = harness.Num(math.Inf(1))
+	}
+	if den > 0 {
+		c.RelL2 = harness.Num(math.Sqrt(num / den))
+	}
+	return c
+}
+
+// top2 returns the argmax (lowest id on ties) and the top-2 margin.
+func top2(row []float32) (int32, float64) {
+	best, second := math.Inf(-1), math.Inf(-1)
+	id := int32(-1)
+	for i, v := range row {
+		f := float64(v)
+		if f != f {
+			continue
+		}
+		if f > best {
+			second, best, id = best, f, int32(i)
+		} else if f > second {
+			second = f
+		}
+	}
+	return id, best - second
+}
+
+// judge sets Pass/Why of a comparison against a bound and the top-1 rule.
+func (c *Comparison) judge(bitwise bool, bounded bool, bound float64, top1 bool) {
+	if c.Why != "" {
+		return
+	}
+	var bad []string
+	switch {
+	case c.NaNs > 0:
+		bad = append(bad, fmt.Sprintf("%d NaN logits", c.NaNs))
+	case bitwise && !c.Bitwise:
+		bad = append(bad, fmt.Sprintf("not bitwise equal (max|diff| %.3g)", float64(c.MaxAbsDiff)))
+	case bounded && float64(c.MaxAbsDiff) > bound:
+		bad = append(bad, fmt.Sprintf("max|diff| %.3g > %.3g", float64(c.MaxAbsDiff), bound))
+	}
+	if top1 {
+		var miss []string
+		for _, p := range c.PerPos {
+			if !p.Agree && !p.Exempt {
+				miss = append(miss, fmt.Sprintf("pos %d (%d vs %d, margin %.3g)", p.Pos, p.RefTop1, p.Top1, float64(p.RefMargin)))
+			}
+		}
+		if len(miss) > 0 {
+			if len(miss) > 3 {
+				miss = append(miss[:3], fmt.Sprintf("+%d more", len(miss)-3))
+			}
+			bad = append(bad, "top-1 differs at "+strings.Join(miss, ", "))
+		}
+	}
+	c.Pass = len(bad) == 0
+	if c.Pass {
+		switch {
+		case c.Bitwise:
+			c.Why = "bitwise equal"
+		default:
+			c.Why = fmt.Sprintf("within bar: max|diff| %.3g, top-1 %d/%d", float64(c.MaxAbsDiff), c.Top1Agree, c.Positions)
+		}
+		return
+	}
+	c.Why = strings.Join(bad, "; ")
+}
+
+// ParityDetail is gate 1's evidence.
+type ParityDetail struct {
+	Kernel       string            `json:"kernel"` // PASS/FAIL/SKIP: reason
+	KernelStatus Status            `json:"kernel_status"`
+	NVocab       int               `json:"n_vocab"`
+	IDs          map[int][]int32   `json:"ids"`
+	Graph        []Comparison      `json:"graph"` // A vs ref, B vs ref per nt
+	AvsB         []Comparison      `json:"a_vs_b"`
+	Tolerance    harness.Tolerance `json:"tolerance"`
+	GraphTol     float64           `json:"graph_tol"`
+	GraphGap     float64           `json:"graph_margin"`
+	RefDevice    string            `json:"ref_device"`
+	Backends     map[string]string `json:"backends,omitempty"`
+}
+
+// Parity is gate 1.
+func Parity(ctx context.Context, cfg Config, env *Env) Result {
+	res := Result{Gate: GateParity, Defends: Defends(GateParity)}
+	d := &ParityDetail{IDs: map[int][]int32{}, Tolerance: cfg.Tol, GraphTol: cfg.GraphTol, GraphGap: cfg.GraphGap, RefDevice: "cpu"}
+	res.Parity = d
+
+	// 1. kernel parity through the device suite.
+	d.KernelStatus, d.Kernel = kernelParity(ctx, cfg, env)
+
+	// 2 and 3: whole-graph logits of A, B and the CPU reference.
+	failed := false
+	var armErr error
+	for _, nt := range cfg.ParityNT {
+		if canceled(ctx) {
+			armErr = ctx.Err()
+			break
+		}
+		vocab := d.NVocab
+		if vocab == 0 {
+			vocab = 32 // first call: ids far below any real vocabulary
+		}
+		ids := harness.DeterministicIDs(nt, vocab, uint64(nt))
+		d.IDs[nt] = ids
+		tmp := func(arm string) string { return filepath.Join(cfg.TmpDir, fmt.Sprintf("logits-%s-%d.f32", arm, nt)) }
+		ref, e, err := env.M.Logits(ctx, fmt.Sprintf("parity ref nt=%d", nt), "cpu", refEnv(cfg), ids, 2, tmp("ref"))
+		env.Cmd("parity: CPU reference logits", e)
+		if err != nil {
+			armErr = err
+			break
+		}
+		d.NVocab = ref.NVocab
+		a, e, err := env.M.Logits(ctx, fmt.Sprintf("parity A nt=%d", nt), "", cfg.A.Env, ids, 2, tmp("A"))
+		env.Cmd("parity: arm A logits", e)
+		if err != nil {
+			armErr = err
+			break
+		}
+		b, e, err := env.M.Logits(ctx, fmt.Sprintf("parity B nt=%d", nt), "", cfg.B.Env, ids, 2, tmp("B"))
+		env.Cmd("parity: arm B logits", e)
+		if err != nil {
+			armErr = err
+			break
+		}
+		env.step("parity nt=%d", nt)
+		for _, x := range []struct {
+			name string
+			l    harness.LogitsResult
+		}{{"A", a}, {"B", b}} {
+			c := CompareLogits(x.name+" vs CPU ref", ref.Rows, x.l.Rows, ref.NVocab, cfg.GraphGap)
+			c.NT = nt
+			c.judge(false, true, cfg.GraphTol, true)
+			failed = failed || !c.Pass
+			d.Graph = append(d.Graph, c)
+		}
+		gap := cfg.Tol.MarginBar
+		c := CompareLogits("A vs B", a.Rows, b.Rows, a.NVocab, gap)
+		c.NT = nt
+		c.judge(cfg.Tol.Bitwise, cfg.Tol.Bounded, cfg.Tol.MaxAbsDiff, cfg.Tol.Top1Equal || cfg.Tol.Bitwise)
+		failed = failed || !c.Pass
+		d.AvsB = append(d.AvsB, c)
+		trimPerPos(d)
+	}
+	switch {
+	case armErr != nil:
+		res.Status, res.Reason = Fail, "an arm could not run: "+armErr.Error()
+	case d.KernelStatus == Fail:
+		res.Status, res.Reason = Fail, "kernel parity failed: "+d.Kernel
+	case failed:
+		res.Status, res.Reason = Fail, parityFailures(d)
+	default:
+		res.Status = Pass
+		res.Reason = fmt.Sprintf("whole-graph and A-vs-B parity hold at nt=%v (A vs B: %s)", cfg.ParityNT, cfg.Tol.String())
+	}
+	res.Evidence = parityEvidence(d)
+	return res
+}
+
+// trimPerPos keeps per-position rows readable: at most 64 per comparison.
+func trimPerPos(d *ParityDetail) {
+	for _, cs := range [][]Comparison{d.Graph, d.AvsB} {
+		for i := range cs {
+			if len(cs[i].PerPos) > 64 {
+				cs[i].PerPos = cs[i].PerPos[:64]
+			}
+		}
+	}
+}
+
+func parityFailures(d *ParityDetail) string {
+	var bad []string
+	for _, cs := range [][]Comparison{d.Graph, d.AvsB} {
+		for _, c := range cs {
+			if !c.Pass {
+				bad = append(bad, fmt.Sprintf("%s nt=%d: %s", c.Label, c.NT, c.Why))
+			}
+		}
+	}
+	return strings.Join(bad, "; ")
+}
+
+func parityEvidence(d *ParityDetail) string {
+	worst := func(cs []Comparison, label string) (float64, int, int) {
+		var m float64
+		agree, n := 0, 0
+		for _, c := range cs {
+			if strings.HasPrefix(c.Label, label) {
+				m = math.Max(m, float64(c.MaxAbsDiff))
+				agree += c.Top1Agree
+				n += c.Positions
+			}
+		}
+		return m, agree, n
+	}
+	am, aa, an := worst(d.Graph, "A")
+	bm, ba, bn := worst(d.Graph, "B")
+	xm, xa, xn := worst(d.AvsB, "A vs B")
+	bitwise := len(d.AvsB) > 0
+	for _, c := range d.AvsB {
+		bitwise = bitwise && c.Bitwise
+	}
+	ab := fmt.Sprintf("max|diff| %.3g, top-1 %d/%d", xm, xa, xn)
+	if bitwise {
+		ab = "bitwise"
+	}
+	return fmt.Sprintf("kernel %s; A vs CPU max|diff| %.3g top-1 %d/%d; B vs CPU max|diff| %.3g top-1 %d/%d; A vs B %s",
+		d.KernelStatus, am, aa, an, bm, ba, bn, ab)
+}
+
+// kernelParity runs the device suite's parity tests (-test.run selects the
+// tests named for their CPU-reference bar) when there is a device.
+func kernelParity(ctx context.Context, cfg Config, env *Env) (Status, string) {
+	if !env.HasGPU {
+		return Skip, "no CUDA device (" + env.GPUWhy + "): kernel parity runs on the device through the suite's parity tests"
+	}
+	bins := expandGlobs(cfg.SuiteBins)
+	if len(bins) == 0 {
+		return Skip, "no device test binaries given (--suite-bin): the kernel sweep lives in the device suite"
+	}
+	runs, err := runSuite(ctx, bins, "MatchesCPU|Parity")
+	if err != nil {
+		return Fail, err.Error()
+	}
+	var p, f int
+	var names []string
+	for _, r := range runs {
+		p += r.Passed
+		f += r.Failed
+		names = append(names, r.Failures...)
+	}
+	switch {
+	case f > 0:
+		return Fail, fmt.Sprintf("%d kernel parity tests failed: %s", f, strings.Join(names, ", "))
+	case p == 0:
+		return Skip, "the device suite has no parity tests (names matching MatchesCPU|Parity)"
+	}
+	return Pass, fmt.Sprintf("%d kernel parity tests passed (bar: max|diff| < 1e-3 against the CPU reference)", p)
+}

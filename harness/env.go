@@ -1,0 +1,225 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SMIQuery is the per-round clock query of DEVICE.md.
+const SMIQuery = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks_event_reasons.active,temperature.gpu,power.draw"
+
+// Clocks is one nvidia-smi reading of one GPU.
+type Clocks struct {
+	Name         string  `json:"name"`
+	Driver       string  `json:"driver"`
+	SMMHz        float64 `json:"sm_mhz"`
+	MemMHz       float64 `json:"mem_mhz"`
+	MaxSMMHz     float64 `json:"max_sm_mhz"`
+	EventReasons string  `json:"event_reasons"`
+	TempC        float64 `json:"temp_c"`
+	PowerW       float64 `json:"power_w"`
+}
+
+func (c Clocks) String() string {
+	return fmt.Sprintf("SM %.0f/%.0f MHz, mem %.0f MHz, %.0f C, %.0f W, reasons %s", c.SMMHz, c.MaxSMMHz, c.MemMHz, c.TempC, c.PowerW, c.EventReasons)
+}
+
+// ParseSMI parses `nvidia-smi --query-gpu=SMIQuery --format=csv` output (a
+// header line, then one line per GPU; units such as "MHz" are stripped,
+// "[N/A]" reads as 0).
+func ParseSMI(out string) ([]Clocks, error) {
+	var cs []Clocks
+	sc := bufio.NewScanner(strings.NewReader(out))
+	first := true
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		if first && strings.HasPrefix(line, "name") {
+			first = false
+			continue
+		}
+		first = false
+		f := strings.Split(line, ",")
+		if len(f) != 8 {
+			return nil, fmt.Errorf("nvidia-smi: %d fields in %q, want 8", len(f), line)
+		}
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		cs = append(cs, Clocks{Name: f[0], Driver: f[1], SMMHz: unitNum(f[2]), MemMHz: unitNum(f[3]), MaxSMMHz: unitNum(f[4]),
+			EventReasons: f[5], TempC: unitNum(f[6]), PowerW: unitNum(f[7])})
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("nvidia-smi: no GPU rows")
+	}
+	return cs, nil
+}
+
+func unitNum(s string) float64 {
+	fs := strings.Fields(s)
+	if len(fs) == 0 {
+		return 0
+	}
+	v, err := strconv.ParseFloat(fs[0], 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// Probe answers questions about the machine; its lookups are fields so tests
+// can replace them.
+type Probe struct {
+	LookPath func(string) (string, error)
+	Command  func(ctx context.Context, name string, args ...string) (string, error)
+}
+
+// DefaultProbe runs real commands.
+func DefaultProbe() Probe {
+	return Probe{LookPath: exec.LookPath, Command: func(ctx context.Context, name string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, name, args...).Output()
+		return string(out), err
+	}}
+}
+
+// HasGPU reports whether nvidia-smi is present and answers.
+func (p Probe) HasGPU(ctx context.Context) (bool, string) {
+	if _, err := p.LookPath("nvidia-smi"); err != nil {
+		return false, "nvidia-smi not found in PATH: no NVIDIA device on this machine"
+	}
+	if _, err := p.ReadClocks(ctx); err != nil {
+		return false, "nvidia-smi present but did not answer: " + err.Error()
+	}
+	return true, ""
+}
+
+// ReadClocks reads the first GPU's clocks.
+func (p Probe) ReadClocks(ctx context.Context) (*Clocks, error) {
+	out, err := p.Command(ctx, "nvidia-smi", "--query-gpu="+SMIQuery, "--format=csv")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := ParseSMI(out)
+	if err != nil {
+		return nil, err
+	}
+	return &cs[0], nil
+}
+
+var cudaVersionRE = regexp.MustCompile(`CUDA Version:\s*([0-9.]+)`)
+
+// Environment is the provenance of a run.
+type Environment struct {
+	Date         string            `json:"date"`
+	Host         string            `json:"host"`
+	OS           string            `json:"os"`
+	CPUModel     string            `json:"cpu_model"`
+	NumCPU       int               `json:"num_cpu"`
+	GoVersion    string            `json:"go_version"`       // abtest's toolchain
+	MinferGo     string            `json:"minfer_go"`        // from bench JSON when known
+	Commit       string            `json:"commit"`           // git HEAD of the working tree
+	Dirty        bool              `json:"dirty"`            // uncommitted changes present
+	Binary       string            `json:"binary"`           // minfer path
+	BinarySHA256 string            `json:"binary_sha256"`    //
+	Model        string            `json:"model"`            // path or the embedded default
+	ModelSize    int64             `json:"model_size"`       //
+	ModelSHA256  string            `json:"model_sha256"`     //
+	Backend      string            `json:"backend"`          // what minfer said it ran on
+	GPU          *Clocks           `json:"gpu,omitempty"`    // first reading
+	CUDA         string            `json:"cuda,omitempty"`   // from nvidia-smi's banner
+	GPUNote      string            `json:"gpu_note"`         // why there is no GPU line
+	Levers       map[string]string `json:"levers"`           // effective value of every lever, per registry default
+	Pinned       map[string]string `json:"pinned,omitempty"` // values the harness set in every process
+}
+
+// Capture fills what does not need a minfer run.
+func (p Probe) Capture(ctx context.Context, bin, model string) Environment {
+	e := Environment{Date: time.Now().UTC().Format(time.RFC3339), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(), Binary: bin}
+	e.Host, _ = os.Hostname()
+	e.CPUModel = CPUModel("/proc/cpuinfo")
+	if out, err := p.Command(ctx, "git", "rev-parse", "HEAD"); err == nil {
+		e.Commit = strings.TrimSpace(out)
+		if st, err := p.Command(ctx, "git", "status", "--porcelain", "--untracked-files=no"); err == nil {
+			e.Dirty = strings.TrimSpace(st) != ""
+		}
+	}
+	if e.Commit == "" {
+		e.Commit = "unknown"
+	}
+	e.BinarySHA256, _ = FileSHA256(bin)
+	if model != "" {
+		e.Model = model
+		if st, err := os.Stat(model); err == nil {
+			e.ModelSize = st.Size()
+		}
+		e.ModelSHA256, _ = FileSHA256(model)
+	} else {
+		e.Model = "(embedded default)"
+	}
+	if ok, why := p.HasGPU(ctx); ok {
+		e.GPU, _ = p.ReadClocks(ctx)
+		if out, err := p.Command(ctx, "nvidia-smi"); err == nil {
+			if m := cudaVersionRE.FindStringSubmatch(out); m != nil {
+				e.CUDA = m[1]
+			}
+		}
+	} else {
+		e.GPUNote = why
+	}
+	return e
+}
+
+// ShortCommit is the first 9 hex digits (or "unknown").
+func (e Environment) ShortCommit() string {
+	if len(e.Commit) >= 9 && e.Commit != "unknown" {
+		return e.Commit[:9]
+	}
+	return e.Commit
+}
+
+// CPUModel reads "model name" from a cpuinfo file.
+func CPUModel(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// FileSHA256 hashes a file.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,216 @@
+// Command fakeminfer is a test double of the minfer CLI: it speaks the same
+// flags and JSON (levers, bench, logits, generate), computes deterministic
+// logits of a 256-token byte vocabulary, and honours MINFER_CACHE_TYPE and
+// the MINFER_TEST_MUTATE seam, so the harness and gates can be tested end to
+// end in milliseconds. FAKEMINFER_MODE=crash|hang|error plants process
+// failures.
+package main
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed levers.json
+var leversJSON []byte
+
+const vocab = 256
+
+type lever struct {
+	Name   string   `json:"name"`
+	Kind   string   `json:"kind"`
+	Values []string `json:"values"`
+}
+
+func main() {
+	var ls []lever
+	if err := json.Unmarshal(leversJSON, &ls); err != nil {
+		panic(err)
+	}
+	known := map[string]bool{}
+	for _, l := range ls {
+		known[l.Name] = true
+	}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MINFER_") && !known[k] {
+			fmt.Fprintln(os.Stderr, "minfer: unknown lever", k)
+			os.Exit(2)
+		}
+	}
+	if len(os.Args) < 2 {
+		os.Exit(2)
+	}
+	switch os.Getenv("FAKEMINFER_MODE") {
+	case "crash":
+		if os.Args[1] != "levers" {
+			fmt.Fprintln(os.Stderr, "panic: runtime error: index out of range [3] with length 3")
+			os.Exit(2)
+		}
+	case "hang":
+		if os.Args[1] != "levers" {
+			time.Sleep(time.Hour)
+		}
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	fs.String("model", "", "")
+	fs.String("device", "auto", "")
+	ids := fs.String("ids", "", "")
+	top := fs.Int("top", 5, "")
+	out := fs.String("out", "", "")
+	asJSON := fs.Bool("json", false, "")
+	p := fs.Int("p", 512, "")
+	n := fs.Int("n", 128, "")
+	r := fs.Int("r", 3, "")
+	fs.String("o", "", "")
+	fs.Int("ctx", 4096, "")
+	fs.Bool("greedy", false, "")
+	fs.Float64("repeat-penalty", 1.1, "")
+	_ = fs.Parse(os.Args[2:])
+	mut := os.Getenv("MINFER_TEST_MUTATE")
+	f16 := os.Getenv("MINFER_CACHE_TYPE") == "f16"
+	switch os.Args[1] {
+	case "levers":
+		os.Stdout.Write(leversJSON)
+	case "bench":
+		bench(*p, *n, *r, mut)
+	case "logits":
+		var xs []int32
+		for _, s := range strings.Split(*ids, ",") {
+			v, err := strconv.Atoi(s)
+			if err != nil || v < 0 || v >= vocab {
+				fmt.Fprintf(os.Stderr, "minfer: token id %q outside the vocabulary of %d\n", s, vocab)
+				os.Exit(1)
+			}
+			xs = append(xs, int32(v))
+		}
+		type tl struct {
+			ID    int32   `json:"id"`
+			Logit float32 `json:"logit"`
+		}
+		type pos struct {
+			Pos    int     `json:"pos"`
+			Top    []tl    `json:"top"`
+			Margin float32 `json:"top2_margin"`
+		}
+		res := struct {
+			NVocab    int   `json:"n_vocab"`
+			Positions []pos `json:"positions"`
+		}{NVocab: vocab}
+		var all []byte
+		for i := range xs {
+			row := logits(xs[:i+1], f16, mut, i == len(xs)-1)
+			idx := make([]int, vocab)
+			for j := range idx {
+				idx[j] = j
+			}
+			sort.SliceStable(idx, func(a, b int) bool { return row[idx[a]] > row[idx[b]] })
+			ps := pos{Pos: i, Margin: row[idx[0]] - row[idx[1]]}
+			for _, j := range idx[:*top] {
+				ps.Top = append(ps.Top, tl{int32(j), row[j]})
+			}
+			res.Positions = append(res.Positions, ps)
+			for _, v := range row {
+				all = binary.LittleEndian.AppendUint32(all, math.Float32bits(v))
+			}
+		}
+		if *out != "" {
+			_ = os.WriteFile(*out, all, 0o644)
+		}
+		_ = asJSON
+		json.NewEncoder(os.Stdout).Encode(res)
+	case "generate":
+		prompt := fs.Arg(0)
+		var ids []int32
+		for _, c := range []byte(prompt) {
+			ids = append(ids, int32(c))
+		}
+		hist := append([]int32{}, ids...)
+		var gen []int32
+		for s := 0; s < *n; s++ {
+			row := logits(hist, f16, "", false)
+			if mut == "perturb_logit" && s == 3 {
+				row[7] += 100
+			}
+			best := 0
+			for j := range row {
+				if row[j] > row[best] {
+					best = j
+				}
+			}
+			gen = append(gen, int32(best))
+			hist = append(hist, int32(best))
+		}
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"ids": gen, "prompt_ids": ids, "text": "", "n_prompt": len(ids),
+			"n_gen": len(gen), "prefill_ms": 1.0, "decode_ms": 2.0, "backend": "cpu", "kv_format": "f32", "levers": map[string]string{}})
+	default:
+		fmt.Fprintln(os.Stderr, "minfer:", os.Args[1], "not implemented")
+		os.Exit(1)
+	}
+}
+
+// logits of the last token of ctx: a hash of the context spreads values over
+// [-4, 4]; f16 KV perturbs positions after the first by ~1e-4; skip_bias
+// drops a bias term; perturb_logit nudges one logit of the last position.
+func logits(ctx []int32, f16 bool, mut string, last bool) []float32 {
+	h := uint64(1469598103934665603)
+	for _, t := range ctx {
+		h = (h ^ uint64(t)) * 1099511628211
+	}
+	row := make([]float32, vocab)
+	for v := range row {
+		x := (h ^ uint64(v)*0x9e3779b97f4a7c15) * 0xbf58476d1ce4e5b9
+		x ^= x >> 31
+		val := float64(x%8000)/1000 - 4
+		if mut != "skip_bias" {
+			val += 0.8 * math.Sin(float64(v))
+		}
+		if f16 && len(ctx) > 1 {
+			val += 1e-4 * math.Cos(float64(v+len(ctx)))
+		}
+		row[v] = float32(val)
+	}
+	if mut == "perturb_logit" && last {
+		row[7] += 5
+	}
+	return row
+}
+
+func bench(p, n, r int, mut string) {
+	seed := uint64(time.Now().UnixNano())
+	noise := func() float64 {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return 1 + (float64(seed>>40)/float64(1<<24)-0.5)*0.004
+	}
+	pp, tg := 4000.0, 400.0
+	if mut == "slow_prefill" {
+		pp *= 0.8
+	}
+	if mut == "slow_decode" {
+		tg *= 0.8
+	}
+	test := func(name string, nt int, rate float64) map[string]any {
+		var ms, ts []float64
+		var sum float64
+		for i := 0; i < r; i++ {
+			t := rate * noise()
+			ts = append(ts, t)
+			ms = append(ms, float64(nt)/t*1000)
+			sum += t
+		}
+		return map[string]any{"name": name, "n_tokens": nt, "samples_ms": ms, "tok_s": ts, "mean_tok_s": sum / float64(r), "stddev_tok_s": 0}
+	}
+	w, _ := strconv.Atoi(os.Getenv("MINFER_BENCH_WARMUP_MS"))
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"model": "fake", "model_sha256": "00ff", "backend": "cpu", "kv_format": "f32",
+		"threads": 2, "n_prompt": p, "n_gen": n, "reps": r, "warmup": map[string]any{"budget_ms": w, "iterations": 3, "elapsed_ms": 1},
+		"tests": []any{test(fmt.Sprintf("pp%d", p), p, pp), test(fmt.Sprintf("tg%d", n), n, tg)}, "go_version": "go-fake", "date": "now"})
+}

@@ -1,0 +1,284 @@
+package harness
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// BenchResult is the JSON of `minfer bench -o json`.
+type BenchResult struct {
+	Model       string            `json:"model"`
+	ModelSHA256 string            `json:"model_sha256"`
+	Backend     string            `json:"backend"`
+	KVFormat    string            `json:"kv_format"`
+	Threads     int               `json:"threads"`
+	NPrompt     int               `json:"n_prompt"`
+	NGen        int               `json:"n_gen"`
+	Reps        int               `json:"reps"`
+	Warmup      BenchWarmup       `json:"warmup"`
+	Tests       []BenchTest       `json:"tests"`
+	Levers      map[string]string `json:"levers"`
+	GoVersion   string            `json:"go_version"`
+	Date        string            `json:"date"`
+}
+
+// BenchWarmup is the untimed warmup minfer bench did in-process.
+type BenchWarmup struct {
+	BudgetMS   float64 `json:"budget_ms"`
+	Iterations int     `json:"iterations"`
+	ElapsedMS  float64 `json:"elapsed_ms"`
+}
+
+// BenchTest is one timed test (pp512, tg128).
+type BenchTest struct {
+	Name       string    `json:"name"`
+	NTokens    int       `json:"n_tokens"`
+	SamplesMS  []float64 `json:"samples_ms"`
+	TokS       []float64 `json:"tok_s"`
+	MeanTokS   float64   `json:"mean_tok_s"`
+	StddevTokS float64   `json:"stddev_tok_s"`
+}
+
+// Value is the test's tok/s for one round: the median of its repetitions
+// (robust to one slow repetition), or the mean when no samples are listed.
+func (t BenchTest) Value() float64 {
+	if len(t.TokS) == 0 {
+		return t.MeanTokS
+	}
+	s := slices.Clone(t.TokS)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Test returns the test whose name starts with prefix ("pp" or "tg").
+func (b BenchResult) Test(prefix string) (BenchTest, bool) {
+	for _, t := range b.Tests {
+		if strings.HasPrefix(t.Name, prefix) {
+			return t, true
+		}
+	}
+	return BenchTest{}, false
+}
+
+// ParseBench decodes and checks a bench result.
+func ParseBench(data []byte) (BenchResult, error) {
+	var b BenchResult
+	if err := json.Unmarshal(data, &b); err != nil {
+		return b, fmt.Errorf("bench json: %w", err)
+	}
+	if len(b.Tests) == 0 {
+		return b, fmt.Errorf("bench json: no tests")
+	}
+	for _, t := range b.Tests {
+		if v := t.Value(); !(v > 0) || math.IsInf(v, 0) {
+			return b, fmt.Errorf("bench json: test %s has tok/s %v", t.Name, v)
+		}
+	}
+	return b, nil
+}
+
+// TopLogit is one ranked logit.
+type TopLogit struct {
+	ID    int32   `json:"id"`
+	Logit float32 `json:"logit"`
+}
+
+// LogitsPos is one position of `minfer logits --json`.
+type LogitsPos struct {
+	Pos        int        `json:"pos"`
+	Top        []TopLogit `json:"top"`
+	Top2Margin float32    `json:"top2_margin"`
+}
+
+// LogitsResult is the JSON of `minfer logits --json`; Rows holds the full
+// logits read back from --out (len(Positions) rows of NVocab) when asked.
+type LogitsResult struct {
+	NVocab    int         `json:"n_vocab"`
+	Positions []LogitsPos `json:"positions"`
+	Rows      []float32   `json:"-"`
+}
+
+// Row returns position p's full logits.
+func (l LogitsResult) Row(p int) []float32 { return l.Rows[p*l.NVocab : (p+1)*l.NVocab] }
+
+// ParseLogits decodes a logits result.
+func ParseLogits(data []byte) (LogitsResult, error) {
+	var l LogitsResult
+	if err := json.Unmarshal(data, &l); err != nil {
+		return l, fmt.Errorf("logits json: %w", err)
+	}
+	if l.NVocab <= 0 || len(l.Positions) == 0 {
+		return l, fmt.Errorf("logits json: n_vocab %d, %d positions", l.NVocab, len(l.Positions))
+	}
+	return l, nil
+}
+
+// ReadF32 reads little-endian f32 values.
+func ReadF32(path string) ([]float32, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b)%4 != 0 {
+		return nil, fmt.Errorf("%s: %d bytes is not a whole number of f32", path, len(b))
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out, nil
+}
+
+// GenerateResult is the JSON of `minfer generate --json`.
+type GenerateResult struct {
+	IDs       []int32           `json:"ids"`
+	PromptIDs []int32           `json:"prompt_ids"`
+	Text      string            `json:"text"`
+	NPrompt   int               `json:"n_prompt"`
+	NGen      int               `json:"n_gen"`
+	PrefillMS float64           `json:"prefill_ms"`
+	DecodeMS  float64           `json:"decode_ms"`
+	Backend   string            `json:"backend"`
+	KVFormat  string            `json:"kv_format"`
+	Levers    map[string]string `json:"levers"`
+}
+
+// ParseGenerate decodes a generate result.
+func ParseGenerate(data []byte) (GenerateResult, error) {
+	var g GenerateResult
+	if err := json.Unmarshal(data, &g); err != nil {
+		return g, fmt.Errorf("generate json: %w", err)
+	}
+	return g, nil
+}
+
+// Minfer drives one minfer binary through its CLI.
+type Minfer struct {
+	R      *Runner
+	Model  string // "" = the embedded default
+	Device string // cpu, cuda, auto
+	Ctx    int    // --ctx of generate (0: minfer's default)
+}
+
+func (m Minfer) modelArgs(device string) []string {
+	var a []string
+	if m.Model != "" {
+		a = append(a, "--model", m.Model)
+	}
+	if device == "" {
+		device = m.Device
+	}
+	if device != "" {
+		a = append(a, "--device", device)
+	}
+	return a
+}
+
+// Levers reads the binary's lever registry.
+func (m Minfer) Levers(ctx context.Context) ([]Lever, error) {
+	e, err := m.R.Run(ctx, "levers", nil, "levers", "--json")
+	if err != nil {
+		return nil, err
+	}
+	return ParseLevers(e.Stdout)
+}
+
+// Bench runs one bench process.
+func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, pp, tg, reps int) (BenchResult, *Exec, error) {
+	args := append([]string{"bench"}, m.modelArgs("")...)
+	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), "-o", "json")
+	e, err := m.R.Run(ctx, label, env, args...)
+	if err != nil {
+		return BenchResult{}, e, err
+	}
+	b, err := ParseBench(e.Stdout)
+	return b, e, err
+}
+
+// Logits evaluates ids from an empty context on device ("" = m.Device); with
+// rowsFile set the full logits are read back into Rows.
+func (m Minfer) Logits(ctx context.Context, label, device string, env map[string]string, ids []int32, top int, rowsFile string) (LogitsResult, *Exec, error) {
+	args := append([]string{"logits"}, m.modelArgs(device)...)
+	args = append(args, "--ids", JoinIDs(ids), "--top", strconv.Itoa(top), "--json")
+	if rowsFile != "" {
+		args = append(args, "--out", rowsFile)
+	}
+	e, err := m.R.Run(ctx, label, env, args...)
+	if err != nil {
+		return LogitsResult{}, e, err
+	}
+	l, err := ParseLogits(e.Stdout)
+	if err != nil {
+		return l, e, err
+	}
+	if len(l.Positions) != len(ids) {
+		return l, e, fmt.Errorf("%s: %d positions for %d ids", label, len(l.Positions), len(ids))
+	}
+	if rowsFile != "" {
+		rows, err := ReadF32(rowsFile)
+		if err != nil {
+			return l, e, err
+		}
+		_ = os.Remove(rowsFile)
+		if len(rows) != len(ids)*l.NVocab {
+			return l, e, fmt.Errorf("%s: --out holds %d values, want %d x %d", label, len(rows), len(ids), l.NVocab)
+		}
+		l.Rows = rows
+	}
+	return l, e, nil
+}
+
+// Generate runs greedy generation of n tokens with the repeat penalty off.
+func (m Minfer) Generate(ctx context.Context, label string, env map[string]string, prompt string, n int) (GenerateResult, *Exec, error) {
+	args := append([]string{"generate"}, m.modelArgs("")...)
+	if m.Ctx > 0 {
+		args = append(args, "--ctx", strconv.Itoa(m.Ctx))
+	}
+	args = append(args, "--greedy", "-n", strconv.Itoa(n), "--repeat-penalty", "1.0", "--json", prompt)
+	e, err := m.R.Run(ctx, label, env, args...)
+	if err != nil {
+		return GenerateResult{}, e, err
+	}
+	g, err := ParseGenerate(e.Stdout)
+	return g, e, err
+}
+
+// JoinIDs renders ids as "1,2,3".
+func JoinIDs(ids []int32) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(id)))
+	}
+	return b.String()
+}
+
+// DeterministicIDs returns n token ids in [lo, vocab) from a fixed LCG, the
+// same for every run, so parity positions are reproducible.
+func DeterministicIDs(n, vocab int, seed uint64) []int32 {
+	lo := 0
+	if vocab > 16 {
+		lo = 4 // stay clear of the lowest (often special) ids
+	}
+	span := uint64(max(vocab-lo, 1))
+	x := seed*6364136223846793005 + 1442695040888963407
+	ids := make([]int32, n)
+	for i := range ids {
+		x = x*6364136223846793005 + 1442695040888963407
+		ids[i] = int32(lo + int((x>>33)%span))
+	}
+	return ids
+}

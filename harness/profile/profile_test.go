@@ -1,0 +1,123 @@
+package profile
+
+import (
+	"math"
+	"os"
+	"testing"
+)
+
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestParseNCUCSV_StripsSeparatorsAndKeepsNAAsMissing(t *testing.T) {
+	ms, err := ParseNCUCSV(fixture(t, "ncu.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 3 {
+		t.Fatalf("got %d metrics, want 3: %+v", len(ms), ms)
+	}
+	byName := map[string]NCUMetric{}
+	for _, m := range ms {
+		if m.Kernel != "mmq_q4k" {
+			t.Errorf("kernel %q", m.Kernel)
+		}
+		byName[m.Metric] = m
+	}
+	if d := byName["dram__bytes_read.sum"]; d.Mean() != 12582913 || d.Unit != "byte" {
+		t.Errorf("dram bytes mean %v unit %q, want 12582913 byte", d.Mean(), d.Unit)
+	}
+	if d := byName["gpu__time_duration.sum"]; d.Mean() != 4100 {
+		t.Errorf("duration mean %v, want 4100", d.Mean())
+	}
+	occ := byName["sm__warps_active.avg.pct_of_peak_sustained_active"]
+	if occ.Missing != 1 || len(occ.Values) != 1 || occ.Values[0] != 61.25 {
+		t.Errorf("occupancy %+v: want one n/a kept missing and 61.25", occ)
+	}
+}
+
+func TestParseNumber_NAIsMissingNotZero(t *testing.T) {
+	if _, ok := ParseNumber("n/a"); ok {
+		t.Error("n/a parsed as a number")
+	}
+	if v, ok := ParseNumber("1,234,567.5"); !ok || v != 1234567.5 {
+		t.Errorf("got %v %v", v, ok)
+	}
+}
+
+func TestParseNsysKernSum_ReadsRowsAfterChatter(t *testing.T) {
+	ks, err := ParseNsysKernSum(fixture(t, "nsys.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ks) != 2 || ks[0].Name != "mmq_q4k" || ks[0].TotalNS != 1234567 || ks[0].Instances != 300 {
+		t.Fatalf("got %+v", ks)
+	}
+	if ks[1].Name != "rms_norm_f32(const float *, float *, int)" || ks[1].MedNS != 2560 {
+		t.Errorf("row 2: %+v", ks[1])
+	}
+	if _, err := ParseNsysKernSum("does not contain CUDA kernel data"); err == nil {
+		t.Error("want an error for an empty report")
+	}
+}
+
+func TestParseSASS_CountsBaseOpcodesPerFunction(t *testing.T) {
+	fs := ParseSASS(fixture(t, "sass.txt"))
+	if len(fs) != 2 {
+		t.Fatalf("got %d functions, want 2", len(fs))
+	}
+	m := fs[0]
+	if m.Name != "mmq_q4k" || m.Arch != "sm_90a" {
+		t.Errorf("function %q arch %q", m.Name, m.Arch)
+	}
+	want := map[string]int{"LDC": 1, "S2R": 1, "LDGSTS": 1, "IMMA": 2, "EXIT": 1, "BRA": 1}
+	for op, n := range want {
+		if m.Opcodes[op] != n {
+			t.Errorf("%s: %d, want %d", op, m.Opcodes[op], n)
+		}
+	}
+	if m.Total != 7 || !m.Has("IMMA") || fs[1].Has("IMMA") || fs[1].Opcodes["FFMA"] != 1 {
+		t.Errorf("census %+v / %+v", m, fs[1])
+	}
+}
+
+func TestParseCensus_AcceptsWrappedFlatAndArray(t *testing.T) {
+	for _, in := range []string{
+		"loading...\n{\"launch_census\":{\"mmq_q4k\":28,\"rms_norm\":57}}\n",
+		`{"mmq_q4k":28,"rms_norm":57}`,
+		`[{"kernel":"mmq_q4k","launches":28},{"kernel":"rms_norm","launches":57}]`,
+	} {
+		c, err := ParseCensus(in)
+		if err != nil || c["mmq_q4k"] != 28 || c["rms_norm"] != 57 {
+			t.Errorf("%q: %v %v", in, c, err)
+		}
+	}
+	if _, err := ParseCensus("no json here"); err == nil {
+		t.Error("want an error")
+	}
+	d := Diff(Census{"a": 1, "b": 2}, Census{"b": 2, "c": 3})
+	if len(d) != 2 || d[0].Kernel != "a" || d[1].B != 3 {
+		t.Errorf("diff %+v", d)
+	}
+}
+
+func TestParseGoTestV_CountsPassFailSkipWithNames(t *testing.T) {
+	r := ParseGoTestV(fixture(t, "gotest_v.txt"))
+	if r.Passed != 2 || r.Failed != 1 || r.Skipped != 1 {
+		t.Fatalf("got %+v", r)
+	}
+	if r.Failures[0] != "TestCaptureReplay_Bitwise" || r.Skips[0] != "TestPinnedReadback" {
+		t.Errorf("names %+v", r)
+	}
+	p := ParseGoTestV("=== RUN   TestX\npanic: boom\n")
+	if p.Failed != 1 || p.Failures[0] != "TestX (panic)" {
+		t.Errorf("panic: %+v", p)
+	}
+	_ = math.NaN
+}

@@ -1,0 +1,78 @@
+package profile
+
+import (
+	"bufio"
+	"sort"
+	"strings"
+)
+
+// SASSFunction is the opcode census of one function of `cuobjdump --dump-sass`.
+type SASSFunction struct {
+	Name    string         `json:"name"`
+	Arch    string         `json:"arch"`
+	Opcodes map[string]int `json:"opcodes"` // base opcode (IMMA, HMMA, LDGSTS, ...) -> count
+	Total   int            `json:"total"`
+}
+
+// Has reports whether the function uses the base opcode.
+func (f SASSFunction) Has(op string) bool { return f.Opcodes[op] > 0 }
+
+// ParseSASS builds the opcode census of every function in a cuobjdump
+// --dump-sass listing. The opcode is the first word of an instruction after
+// its predicate (@P0, @!PT), cut at the first '.' (IMMA.16832.S8.S8 -> IMMA).
+func ParseSASS(out string) []SASSFunction {
+	var fs []SASSFunction
+	var cur *SASSFunction
+	arch := ""
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "code for "):
+			arch = strings.TrimSpace(strings.TrimPrefix(line, "code for "))
+		case strings.HasPrefix(line, "Function :"):
+			fs = append(fs, SASSFunction{Name: strings.TrimSpace(strings.TrimPrefix(line, "Function :")), Arch: arch, Opcodes: map[string]int{}})
+			cur = &fs[len(fs)-1]
+		case cur != nil && strings.HasPrefix(line, "/*") && strings.Contains(line, ";"):
+			// "/*0030*/  @!P0 IMMA.16832.S8.S8 R4, R8, R12, R4 ;  /* 0x... */"
+			end := strings.Index(line, "*/")
+			if end < 0 {
+				continue
+			}
+			ins := strings.TrimSpace(line[end+2:])
+			if semi := strings.Index(ins, ";"); semi >= 0 {
+				ins = ins[:semi]
+			}
+			words := strings.Fields(ins)
+			if len(words) > 0 && strings.HasPrefix(words[0], "@") {
+				words = words[1:]
+			}
+			if len(words) == 0 || strings.HasPrefix(words[0], "0x") {
+				continue
+			}
+			op, _, _ := strings.Cut(words[0], ".")
+			cur.Opcodes[op]++
+			cur.Total++
+		}
+	}
+	return fs
+}
+
+// TopOpcodes lists a function's opcodes by count, most first (ties by name).
+func (f SASSFunction) TopOpcodes(n int) []string {
+	ops := make([]string, 0, len(f.Opcodes))
+	for op := range f.Opcodes {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		if f.Opcodes[ops[i]] != f.Opcodes[ops[j]] {
+			return f.Opcodes[ops[i]] > f.Opcodes[ops[j]]
+		}
+		return ops[i] < ops[j]
+	})
+	if len(ops) > n {
+		ops = ops[:n]
+	}
+	return ops
+}

@@ -1,0 +1,401 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
+)
+
+// Paths returns reports/<lever>/<date>-<shortcommit> (no extension) under out.
+func Paths(out string, rec *gates.Record) string {
+	date := rec.Started.UTC().Format("2006-01-02T150405")
+	name := date + "-" + rec.Env.ShortCommit()
+	if rec.Mutate != "" {
+		name += "-mutate-" + rec.Mutate
+	}
+	return filepath.Join(out, rec.Lever, name)
+}
+
+// WriteJSON writes the record atomically (temp file + rename), so a reader
+// or an interrupted run never sees half a file.
+func WriteJSON(path string, rec *gates.Record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadJSON loads a record.
+func ReadJSON(path string) (*gates.Record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r gates.Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// Write renders base.md (and the plots beside it) and base.json.
+func Write(base string, rec *gates.Record) error {
+	if err := WriteJSON(base+".json", rec); err != nil {
+		return err
+	}
+	var ab *gates.ABDetail
+	for _, g := range rec.Gates {
+		if g.AB != nil {
+			ab = g.AB
+		}
+	}
+	plots, perr := Plots(base, ab, rec.Config.BarPP, rec.Config.BarTG)
+	md := Markdown(rec, plots)
+	if perr != nil {
+		md += fmt.Sprintf("\n(plots incomplete: %v)\n", perr)
+	}
+	return os.WriteFile(base+".md", []byte(md), 0o644)
+}
+
+func f4(x float64) string { return fmt.Sprintf("%.4f", x) }
+func g3(x float64) string { return fmt.Sprintf("%.3g", x) }
+
+// Markdown renders a record; plots are file names relative to the report.
+func Markdown(rec *gates.Record, plots []string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("**Verdict: %s**\n\n", rec.VerdictLine)
+	title := fmt.Sprintf("# abtest: %s = %s (B) vs %s (A)\n\n", rec.Lever, rec.B, rec.A)
+	w("%s", title)
+	if rec.Mutate != "" {
+		w("> **MUTATION RUN (site %s, arm B)**: `MINFER_TEST_MUTATE=%s` was set in arm B only. Caught by: %s.\n\n",
+			rec.Mutate, rec.Mutate, orNone(rec.CaughtBy))
+	}
+	if !rec.Complete {
+		w("> **INCOMPLETE**: %s. The numbers below are what finished before the run stopped.\n\n", rec.IncompleteReason)
+	}
+	w("%s: %s (path: %s). Tolerance class: %s.\n\n", rec.Lever, rec.Doc, rec.Path, rec.Config.Tol.String())
+
+	w("## Gates\n\n")
+	var rows [][]string
+	for _, g := range rec.Gates {
+		ev := g.Evidence
+		if ev == "" {
+			ev = g.Reason
+		} else {
+			ev = g.Reason + " — " + ev
+		}
+		rows = append(rows, []string{g.Gate, g.Defends, string(g.Status), ev})
+	}
+	w("%s\n", Table([]string{"gate", "what it defends", "result", "evidence"}, rows))
+	w("Harness overhead: %.1f%% of %.1f s outside the %d minfer processes (%.1f s inside them).\n\n",
+		rec.Overhead.Fraction*100, rec.Overhead.Total.Seconds(), rec.Overhead.Execs, rec.Overhead.InArms.Seconds())
+
+	envSection(&b, rec)
+	for _, g := range rec.Gates {
+		switch {
+		case g.Parity != nil:
+			paritySection(&b, g)
+		case g.Greedy != nil:
+			greedySection(&b, g)
+		case g.AB != nil:
+			abSection(&b, g, rec, plots)
+		case g.Suite != nil:
+			suiteSection(&b, g)
+		case g.Profile != nil:
+			profileSection(&b, g)
+		default:
+			w("## Gate %s: %s\n\n%s\n\n", g.Gate, g.Status, g.Reason)
+		}
+	}
+	w("## Reproduce\n\n```sh\n%s\n", rec.CommandLine)
+	for _, c := range rec.Reproduce {
+		w("%s\n", c)
+	}
+	w("```\n")
+	return b.String()
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "**no gate (the mutation was not caught)**"
+	}
+	return strings.Join(xs, ", ")
+}
+
+func envSection(b *strings.Builder, rec *gates.Record) {
+	e := rec.Env
+	fmt.Fprintf(b, "## Environment\n\n")
+	dirty := ""
+	if e.Dirty {
+		dirty = " (working tree has uncommitted changes)"
+	}
+	gpu := "none: " + e.GPUNote
+	if e.GPU != nil {
+		gpu = fmt.Sprintf("%s, driver %s, CUDA %s, %s", e.GPU.Name, e.GPU.Driver, e.CUDA, e.GPU.String())
+	}
+	rows := [][]string{
+		{"date", e.Date}, {"commit", e.Commit + dirty}, {"host", e.Host + " " + e.OS},
+		{"CPU", fmt.Sprintf("%s (%d logical CPUs)", e.CPUModel, e.NumCPU)}, {"GPU", gpu},
+		{"Go", fmt.Sprintf("abtest %s, minfer %s", e.GoVersion, e.MinferGo)},
+		{"binary", e.Binary + " sha256 " + e.BinarySHA256},
+		{"model", fmt.Sprintf("%s (%d bytes) sha256 %s", e.Model, e.ModelSize, e.ModelSHA256)},
+		{"backend", e.Backend}, {"device flag", rec.Config.Device},
+		{"started / finished", rec.Started.UTC().Format(time.RFC3339) + " / " + rec.Finished.UTC().Format(time.RFC3339)},
+	}
+	fmt.Fprintf(b, "%s\n", Table([]string{"what", "value"}, rows))
+	fmt.Fprintf(b, "Every lever (arm A / arm B; every other lever at its registry default, no MINFER_* inherited):\n\n")
+	names := make([]string, 0, len(e.Levers))
+	for k := range e.Levers {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var lr [][]string
+	for _, k := range names {
+		a, bb := e.Levers[k], e.Levers[k]
+		if v, ok := rec.Config.A.Env[k]; ok {
+			a = v
+		}
+		if v, ok := rec.Config.B.Env[k]; ok {
+			bb = v
+		}
+		if v, ok := e.Pinned[k]; ok {
+			a, bb = v+" (pinned)", v+" (pinned)"
+		}
+		lr = append(lr, []string{k, a, bb})
+	}
+	fmt.Fprintf(b, "%s\n", Table([]string{"lever", "A", "B"}, lr))
+}
+
+func paritySection(b *strings.Builder, g gates.Result) {
+	d := g.Parity
+	fmt.Fprintf(b, "## Gate 1: parity x3 — %s\n\n%s\n\n", g.Status, g.Reason)
+	fmt.Fprintf(b, "1. Kernel parity: **%s** — %s\n", d.KernelStatus, d.Kernel)
+	fmt.Fprintf(b, "2. Whole-graph logits against the CPU reference (`--device cpu`, lever at its baseline, no mutation); bar: max|diff| <= %g and top-1 equal where the reference top-2 margin > %g.\n", d.GraphTol, d.GraphGap)
+	fmt.Fprintf(b, "3. A vs B: %s.\n\n", d.Tolerance.String())
+	fmt.Fprintf(b, "n_vocab %d; token ids per nt are deterministic (`harness.DeterministicIDs`).\n\n", d.NVocab)
+	var rows [][]string
+	for _, c := range append(append([]gates.Comparison{}, d.Graph...), d.AvsB...) {
+		bit := "no"
+		if c.Bitwise {
+			bit = "yes"
+		}
+		pass := "PASS"
+		if !c.Pass {
+			pass = "FAIL"
+		}
+		rows = append(rows, []string{c.Label, fmt.Sprint(c.NT), g3(float64(c.MaxAbsDiff)), g3(float64(c.RelL2)),
+			fmt.Sprintf("%d/%d", c.Top1Agree, c.Positions), bit, pass, c.Why})
+	}
+	fmt.Fprintf(b, "%s\n", Table([]string{"comparison", "nt", "max|diff|", "rel L2", "top-1 agree", "bitwise", "result", "why"}, rows))
+	// Per-position detail of the A vs B comparisons (first 8 positions of each).
+	var pr [][]string
+	for _, c := range append(append([]gates.Comparison{}, d.AvsB...), d.Graph...) {
+		for i, p := range c.PerPos {
+			if i >= 8 && p.Agree {
+				continue
+			}
+			pr = append(pr, []string{c.Label, fmt.Sprint(c.NT), fmt.Sprint(p.Pos), fmt.Sprint(p.RefTop1), fmt.Sprint(p.Top1),
+				g3(float64(p.RefMargin)), g3(float64(p.MaxAbsDiff)), yn(p.Agree)})
+		}
+	}
+	if len(pr) > 0 {
+		fmt.Fprintf(b, "<details><summary>per-position top-1 (first 8 positions of each comparison, plus every disagreement)</summary>\n\n%s\n</details>\n\n",
+			Table([]string{"comparison", "nt", "pos", "ref top-1", "top-1", "ref margin", "max|diff|", "agree"}, pr))
+	}
+}
+
+func yn(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func greedySection(b *strings.Builder, g gates.Result) {
+	d := g.Greedy
+	fmt.Fprintf(b, "## Gate 2: greedy identity — %s\n\n%s\n\n", g.Status, g.Reason)
+	fmt.Fprintf(b, "`minfer generate --greedy -n %d --repeat-penalty 1.0`; declared margin bar: %g.\n\n", d.N, d.MarginBar)
+	var rows [][]string
+	for _, p := range d.Prompts {
+		div := "—"
+		if p.Div != nil {
+			div = fmt.Sprintf("step %d: A %d, B %d", p.Div.Step, p.Div.TokA, p.Div.TokB)
+		}
+		rows = append(rows, []string{p.Name, fmt.Sprint(p.NPrompt), fmt.Sprintf("%d/%d", len(p.IDsA), len(p.IDsB)), yn(p.Identical), div,
+			fmt.Sprintf("%.1f / %.1f", p.DecodeMSA, p.DecodeMSB), idsHead(p.IDsA)})
+	}
+	fmt.Fprintf(b, "%s\n", Table([]string{"prompt", "prompt tokens", "generated A/B", "identical", "first divergence", "decode ms A/B", "ids A (head)"}, rows))
+	for _, p := range d.Prompts {
+		if p.Div == nil {
+			continue
+		}
+		v := p.Div
+		fmt.Fprintf(b, "First divergence of %q at step %d (%s):\n\n", p.Name, v.Step, v.Note)
+		var rr [][]string
+		for i := 0; i < max(len(v.TopA), len(v.TopB)); i++ {
+			ra, rb := []string{"", ""}, []string{"", ""}
+			if i < len(v.TopA) {
+				ra = []string{fmt.Sprint(v.TopA[i].ID), fmt.Sprintf("%.5f", v.TopA[i].Logit)}
+			}
+			if i < len(v.TopB) {
+				rb = []string{fmt.Sprint(v.TopB[i].ID), fmt.Sprintf("%.5f", v.TopB[i].Logit)}
+			}
+			rr = append(rr, append([]string{fmt.Sprint(i + 1)}, append(ra, rb...)...))
+		}
+		fmt.Fprintf(b, "%s\n", Table([]string{"rank", "A id", "A logit", "B id", "B logit"}, rr))
+		fmt.Fprintf(b, "A chose %d, B chose %d; top-2 margin A %.5g, B %.5g; allowed by the declared bar: %v.\n\n", v.TokA, v.TokB, v.MarginA, v.MarginB, v.Allowed)
+	}
+}
+
+func idsHead(ids []int32) string {
+	if len(ids) > 8 {
+		return harness.JoinIDs(ids[:8]) + ",…"
+	}
+	return harness.JoinIDs(ids)
+}
+
+func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []string) {
+	d := g.AB
+	c := rec.Config
+	fmt.Fprintf(b, "## Gate 3: interleaved A/B — %s\n\n%s\n\n", g.Status, g.Reason)
+	fmt.Fprintf(b, "%d of %d pre-registered rounds, order alternating AB/BA; pp%d and tg%d, %d repetitions per process (the round value is their median); in-process warmup %d ms before each timed bench. Not-slower bars: pp %g, tg %g (refuse at %d of %d slower, one-sided sign test alpha 0.09). Improvement claim: median >= 1+%g and one-sided sign-test p <= 0.05.\n\n",
+		len(d.Rounds), d.Planned, c.PP, c.TG, c.Reps, c.BenchWarm, c.BarPP, c.BarTG, refuseAt(d), d.Planned, c.ClaimBar)
+	var wr [][]string
+	for _, x := range d.Warmup {
+		wr = append(wr, []string{x.Arm, fmt.Sprintf("%.0f", x.Warmup.BudgetMS), fmt.Sprint(x.Warmup.Iterations), fmt.Sprintf("%.0f", x.Warmup.ElapsedMS), fmt.Sprintf("%.2f", x.Wall.Seconds())})
+	}
+	fmt.Fprintf(b, "Untimed warmup before round 1 (one process per arm):\n\n%s\n", Table([]string{"arm", "budget ms", "iterations", "elapsed ms", "process s"}, wr))
+	var rr [][]string
+	for _, r := range d.Rounds {
+		rr = append(rr, []string{fmt.Sprint(r.I), r.Order, fmt.Sprintf("%.2f", r.A.PP), fmt.Sprintf("%.2f", r.B.PP), f4(r.B.PP / r.A.PP),
+			fmt.Sprintf("%.2f", r.A.TG), fmt.Sprintf("%.2f", r.B.TG), f4(r.B.TG / r.A.TG), fmt.Sprintf("%d/%d", r.A.Warmup.Iterations, r.B.Warmup.Iterations), r.Clock})
+	}
+	fmt.Fprintf(b, "Every round (tok/s; clocks read before the round):\n\n%s\n", Table([]string{"round", "order", "pp A", "pp B", "pp B/A", "tg A", "tg B", "tg B/A", "warmup it. A/B", "clocks"}, rr))
+	var mr [][]string
+	for _, m := range d.Metrics {
+		if len(m.Ratios) == 0 {
+			continue
+		}
+		claim := "no"
+		if m.Claim.Claim {
+			claim = "**yes**"
+		}
+		mr = append(mr, []string{m.Name, fmt.Sprintf("%.2f", m.SummaryA.Median), fmt.Sprintf("%.2f", m.SummaryB.Median), f4(float64(m.Median)),
+			fmt.Sprintf("[%s, %s] (%.1f%%)", f4(float64(m.CILo)), f4(float64(m.CIHi)), float64(m.CIConf)*100),
+			fmt.Sprintf("[%s, %s]", f4(float64(m.BootLo)), f4(float64(m.BootHi))),
+			fmt.Sprintf("%d/%d slower than 1/%g: %s", m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.Bar, passWord(m.NotSlower.Pass)),
+			fmt.Sprintf("%d wins, p=%.4g: %s", m.Claim.Wins, m.Claim.P, claim), yn2(m.SEP), g3(float64(m.WilcoxonP)),
+			fmt.Sprintf("%.2f%% / %.2f%%", m.SummaryA.CV*100, m.SummaryB.CV*100), outliers(m.Outliers)})
+	}
+	fmt.Fprintf(b, "Per metric (ratio = B/A, higher is better):\n\n%s\n", Table([]string{"metric", "median A", "median B", "median B/A", "95% CI (order stat.)", "bootstrap 95% CI", "not-slower", "claim (sign test)", "SEP", "Wilcoxon p (2-sided)", "CV A / B", "MAD outlier rounds"}, mr))
+	for _, p := range plots {
+		fmt.Fprintf(b, "![%s](%s)\n\n", p, p)
+	}
+}
+
+func refuseAt(d *gates.ABDetail) int {
+	for _, m := range d.Metrics {
+		if m.NotSlower.RefuseAt > 0 {
+			return m.NotSlower.RefuseAt
+		}
+	}
+	return 0
+}
+
+func passWord(p bool) string {
+	if p {
+		return "pass"
+	}
+	return "**refuse**"
+}
+
+func yn2(b bool) string {
+	if b {
+		return "SEP"
+	}
+	return "-"
+}
+
+func outliers(is []int) string {
+	if len(is) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, i := range is {
+		s = append(s, fmt.Sprint(i+1))
+	}
+	return strings.Join(s, ", ")
+}
+
+func suiteSection(b *strings.Builder, g gates.Result) {
+	d := g.Suite
+	fmt.Fprintf(b, "## Gate 4: device suite — %s\n\n%s\n\n", g.Status, g.Reason)
+	var rows [][]string
+	for _, r := range d.Binaries {
+		rows = append(rows, []string{r.Binary, fmt.Sprint(r.Passed), fmt.Sprint(r.Failed), fmt.Sprint(r.Skipped), strings.Join(r.Failures, ", ")})
+	}
+	fmt.Fprintf(b, "%s\n", Table([]string{"binary", "passed", "failed", "skipped", "failures"}, rows))
+}
+
+func profileSection(b *strings.Builder, g gates.Result) {
+	d := g.Profile
+	fmt.Fprintf(b, "## Gate 5: profile evidence — %s\n\n%s\n\n", g.Status, g.Reason)
+	var cr [][]string
+	for _, x := range d.Diff {
+		cr = append(cr, []string{x.Kernel, fmt.Sprint(x.A), fmt.Sprint(x.B)})
+	}
+	fmt.Fprintf(b, "Launch census (MINFER_LAUNCH_CENSUS=1), kernels whose launches differ:\n\n%s\n", Table([]string{"kernel", "A", "B"}, cr))
+	fmt.Fprintf(b, "ncu: %s\n\n", d.NCUNote)
+	var nr [][]string
+	for _, k := range d.NCU {
+		row := []string{k.Kernel, k.Arm, fmt.Sprintf("%.0f", float64(k.DurNS)), fmt.Sprintf("%.0f", float64(k.Bytes)), fmt.Sprintf("%.1f", float64(k.GBs)), fmt.Sprintf("%.1f%%", float64(k.OfCeiling)*100)}
+		extra := map[string]string{}
+		for _, m := range k.Metrics {
+			v := "n/a"
+			if len(m.Values) > 0 {
+				v = g3(m.Mean())
+			}
+			extra[m.Metric] = v
+		}
+		row = append(row, extra["sm__throughput.avg.pct_of_peak_sustained_elapsed"], extra["launch__registers_per_thread"], extra["sm__warps_active.avg.pct_of_peak_sustained_active"])
+		nr = append(nr, row)
+	}
+	if len(nr) > 0 {
+		fmt.Fprintf(b, "%s\n", Table([]string{"kernel", "arm", "duration ns", "DRAM bytes", "GB/s", "of copy ceiling", "SM throughput %", "registers", "occupancy %"}, nr))
+	}
+	fmt.Fprintf(b, "nsys: %s\n\n", d.NsysNote)
+	var sr [][]string
+	for _, k := range d.Nsys {
+		sr = append(sr, []string{k.Name, fmt.Sprint(k.Instances), fmt.Sprintf("%.0f", k.TotalNS), fmt.Sprintf("%.0f", k.MedNS)})
+	}
+	if len(sr) > 0 {
+		fmt.Fprintf(b, "%s\n", Table([]string{"kernel", "instances", "total ns", "median ns"}, sr))
+	}
+	if d.OpTiming != "" {
+		fmt.Fprintf(b, "MINFER_OP_TIMING output:\n\n```\n%s\n```\n\n", d.OpTiming)
+	}
+	fmt.Fprintf(b, "SASS: %s\n\n", d.SASSNote)
+	var sa [][]string
+	for _, f := range d.SASS {
+		sa = append(sa, []string{f.Name, f.Arch, fmt.Sprint(f.Total), fmt.Sprint(f.Opcodes["IMMA"]), fmt.Sprint(f.Opcodes["HMMA"]), fmt.Sprint(f.Opcodes["LDGSTS"]), strings.Join(f.TopOpcodes(6), " ")})
+	}
+	if len(sa) > 0 {
+		fmt.Fprintf(b, "%s\n", Table([]string{"function", "arch", "instructions", "IMMA", "HMMA", "LDGSTS", "top opcodes"}, sa))
+	}
+}
