@@ -1,6 +1,6 @@
 // Package sample picks the next token from a row of logits: greedy, or the
-// classic llama.cpp chain repeat penalty -> top-k -> softmax with temperature
-// -> top-p -> a draw from a seeded generator owned by the Sampler.
+// classic llama.cpp chain repeat penalty -> top-k -> top-p -> temperature
+// -> a draw from a seeded generator owned by the Sampler.
 package sample
 
 import (
@@ -70,8 +70,39 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	s.topK(k)
 	c := s.cands
 
-	// softmax with temperature, in float64.
-	inv := 1 / float64(s.p.Temp)
+	// top-p on the untempered distribution, then temperature on what is
+	// kept: the order of llama.cpp's default chain (temperature is last).
+	if !s.softmax(c, 1) {
+		return c[0].id
+	}
+	keep := len(c)
+	if p := float64(s.p.TopP); p > 0 && p < 1 {
+		cum := 0.0
+		for i, pr := range s.probs {
+			cum += pr
+			if cum >= p {
+				keep = i + 1
+				break
+			}
+		}
+	}
+	c = c[:keep]
+	if !s.softmax(c, 1/float64(s.p.Temp)) {
+		return c[0].id
+	}
+	u := s.rng.Float64()
+	for i, pr := range s.probs {
+		u -= pr
+		if u < 0 {
+			return c[i].id
+		}
+	}
+	return c[keep-1].id
+}
+
+// softmax fills s.probs with the normalized probabilities of c at inverse
+// temperature inv, in float64; false when nothing has positive mass.
+func (s *Sampler) softmax(c []cand, inv float64) bool {
 	maxL := float64(c[0].logit)
 	s.probs = slices.Grow(s.probs[:0], len(c))[:len(c)]
 	sum := 0.0
@@ -87,38 +118,12 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		sum += e
 	}
 	if !(sum > 0) { // every logit -Inf or NaN: nothing to draw from
-		return c[0].id
+		return false
 	}
 	for i := range s.probs {
 		s.probs[i] /= sum
 	}
-
-	// top-p: the shortest prefix whose mass reaches TopP (at least one).
-	keep := len(c)
-	if p := float64(s.p.TopP); p > 0 && p < 1 {
-		cum := 0.0
-		for i, pr := range s.probs {
-			cum += pr
-			if cum >= p {
-				keep = i + 1
-				break
-			}
-		}
-	}
-
-	// draw from the kept prefix, renormalized.
-	total := 0.0
-	for _, pr := range s.probs[:keep] {
-		total += pr
-	}
-	u := s.rng.Float64() * total
-	for i, pr := range s.probs[:keep] {
-		u -= pr
-		if u < 0 {
-			return c[i].id
-		}
-	}
-	return c[keep-1].id
+	return true
 }
 
 // penalize applies the repeat penalty to s.logits, once per distinct token

@@ -246,3 +246,16 @@ func TestSample_DegenerateRowsDoNotPanic(t *testing.T) {
 		t.Fatalf("tiny temperature: %d, want 1", got)
 	}
 }
+
+// Temperature comes after top-p (llama.cpp's chain): a high temperature must
+// not widen the set top-p keeps, which it would if applied first.
+func TestSample_TemperatureAppliesAfterTopP(t *testing.T) {
+	logits := logProbs(0.5, 0.3, 0.2)
+	got := counts(Params{Temp: 5, TopP: 0.7, Seed: 3}, logits, 3000)
+	if got[2] != 0 {
+		t.Fatalf("token 2 drawn %d times: top-p 0.7 on the untempered distribution keeps only tokens 0 and 1", got[2])
+	}
+	if got[0] == 0 || got[1] == 0 {
+		t.Fatalf("kept tokens not both drawn: %v", got)
+	}
+}
