@@ -100,7 +100,10 @@ type Config struct {
 	GenCtx    int               `json:"gen_ctx"`
 	SuiteBins []string          `json:"suite_bins,omitempty"`
 	Kernels   string            `json:"kernels,omitempty"` // fatbin for the SASS census
-	TmpDir    string            `json:"-"`
+	// NsysLibDir holds libdw.so.1/libelf.so.1 for QdstrmImporter (default:
+	// lib/ beside minfer); it goes on LD_LIBRARY_PATH of the importer only.
+	NsysLibDir string `json:"nsys_lib_dir,omitempty"`
+	TmpDir     string `json:"-"`
 }
 
 // Defaults fills unset numeric settings with the GATES.md defaults.

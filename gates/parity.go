@@ -299,7 +299,7 @@ func kernelParity(ctx context.Context, cfg Config, env *Env) (Status, string) {
 	if len(bins) == 0 {
 		return Skip, "no device test binaries given (--suite-bin): the kernel sweep lives in the device suite"
 	}
-	runs, err := runSuite(ctx, bins, "MatchesCPU|Parity")
+	runs, err := runSuite(ctx, bins, "MatchesCPU|Parity", absKernels(cfg))
 	if err != nil {
 		return Fail, err.Error()
 	}

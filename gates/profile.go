@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -42,18 +43,51 @@ type NCUKernel struct {
 type ProfileDetail struct {
 	CensusA  profile.Census         `json:"census_a"`
 	CensusB  profile.Census         `json:"census_b"`
+	GraphsA  *profile.Graphs        `json:"cuda_graphs_a,omitempty"` // nil: the backend printed no cuda_graphs line
+	GraphsB  *profile.Graphs        `json:"cuda_graphs_b,omitempty"`
 	Diff     []profile.CensusDiff   `json:"census_diff"`
-	Liveness string                 `json:"liveness"`
+	Rule     *LivenessRule          `json:"liveness_rule,omitempty"`
+	Liveness string                 `json:"liveness"` // "PASS: ...", "FAIL: ...", "SKIP: ..."
 	NCU      []NCUKernel            `json:"ncu,omitempty"`
 	NCUNote  string                 `json:"ncu_note"`
 	Nsys     []profile.NsysKernel   `json:"nsys,omitempty"`
 	NsysNote string                 `json:"nsys_note"`
-	OpTiming string                 `json:"op_timing,omitempty"`
+	OpTiming []ArmOpTiming          `json:"op_timing,omitempty"` // the nsys fallback
 	SASS     []profile.SASSFunction `json:"sass,omitempty"`
 	SASSNote string                 `json:"sass_note"`
 }
 
-// Profile is gate 5.
+// ArmOpTiming is one arm's MINFER_OP_TIMING=1 result (or why there is none).
+type ArmOpTiming struct {
+	Arm    string            `json:"arm"`
+	Env    []string          `json:"env"`
+	Timing *profile.OpTiming `json:"timing,omitempty"`
+	Error  string            `json:"error,omitempty"`
+}
+
+// profileBench is the bench every profile process runs: the rounds' shapes,
+// one repetition, a short in-process warmup so clocks are up.
+func profileBench(cfg Config) []string {
+	return append([]string{"bench"}, benchArgs(cfg)...)
+}
+
+// ProfileWarmupMS is the in-process warmup of the profiled bench processes.
+const ProfileWarmupMS = "500"
+
+func withEnv(base map[string]string, over map[string]string) map[string]string {
+	m := map[string]string{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range over {
+		m[k] = v
+	}
+	return m
+}
+
+// Profile is gate 5: the launch census of both arms judged by the lever's
+// liveness rule (LivenessRules), then ncu, nsys (or MINFER_OP_TIMING) and the
+// SASS census as evidence.
 func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateProfile, Defends: Defends(GateProfile)}
 	if !env.HasGPU {
@@ -63,46 +97,101 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	d := &ProfileDetail{}
 	res.Profile = d
-	census := func(arm Arm) (profile.Census, error) {
-		m := map[string]string{"MINFER_LAUNCH_CENSUS": "1"}
-		for k, v := range arm.Env {
-			m[k] = v
-		}
-		_, e, err := env.M.Generate(ctx, "census "+arm.Name, m, cfg.Prompts[0].Text, 8)
+	if r, ok := LivenessRules[cfg.Lever.Name]; ok {
+		d.Rule = &r
+	}
+	census := func(arm Arm) (LivenessInput, error) {
+		in := LivenessInput{Arm: arm}
+		m := withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}, arm.Env)
+		m["MINFER_LAUNCH_CENSUS"] = "1"
+		e, err := env.M.R.Run(ctx, "census "+arm.Name, m, profileBench(cfg)...)
 		env.Cmd("profile: launch census arm "+arm.Name, e)
 		if err != nil {
-			return nil, err
+			return in, err
 		}
-		return profile.ParseCensus(e.StderrAll + "\n" + string(e.Stdout))
+		if in.Census, err = profile.ParseCensus(e.StderrAll); err != nil {
+			return in, err
+		}
+		g, ok, err := profile.ParseGraphs(e.StderrAll)
+		if err != nil {
+			return in, err
+		}
+		in.Graphs, in.HasGraphs = g, ok
+		return in, nil
 	}
-	var err error
-	if d.CensusA, err = census(cfg.A); err != nil {
+	ia, err := census(cfg.A)
+	if err != nil {
 		res.Status, res.Reason = Fail, "launch census of arm A: "+err.Error()
 		return res
 	}
-	if d.CensusB, err = census(cfg.B); err != nil {
+	ib, err := census(cfg.B)
+	if err != nil {
 		res.Status, res.Reason = Fail, "launch census of arm B: "+err.Error()
 		return res
 	}
+	d.CensusA, d.CensusB = ia.Census, ib.Census
+	if ia.HasGraphs {
+		d.GraphsA = &ia.Graphs
+	}
+	if ib.HasGraphs {
+		d.GraphsB = &ib.Graphs
+	}
 	d.Diff = profile.Diff(d.CensusA, d.CensusB)
 	env.step("profile: launch census")
-	if len(d.Diff) == 0 {
-		d.Liveness = "FAIL: the launch census is identical in A and B: the lever switched no kernel (a phantom gain)"
-		res.Status, res.Reason = Fail, d.Liveness
-	} else {
-		var on []string
-		for _, x := range d.Diff {
-			on = append(on, fmt.Sprintf("%s A=%d B=%d", x.Kernel, x.A, x.B))
-		}
-		d.Liveness = "PASS: kernels switched: " + strings.Join(on, ", ")
-		res.Status, res.Reason = Pass, d.Liveness
-	}
-	kernels := switched(d.Diff, 3)
+	st, why := Liveness(cfg.Lever, ia, ib)
+	d.Liveness = string(st) + ": " + why
+	res.Status, res.Reason = st, "liveness "+d.Liveness
+	kernels := profiledKernels(d, 3)
 	ncu(ctx, cfg, env, d, kernels)
 	nsys(ctx, cfg, env, d)
 	sass(ctx, cfg, env, d, kernels)
 	res.Evidence = fmt.Sprintf("census diff %d kernels; ncu: %s; nsys: %s; SASS: %s", len(d.Diff), short(d.NCUNote), short(d.NsysNote), short(d.SASSNote))
 	return res
+}
+
+// profiledKernels picks the kernels ncu and the SASS census look at: the
+// ones the lever switched (largest launch difference first), else (a lever
+// that switches no kernel, such as graphs) the most launched ones of arm B.
+func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
+	ks := append([]profile.CensusDiff(nil), d.Diff...)
+	if len(ks) == 0 {
+		for k, v := range d.CensusB {
+			ks = append(ks, profile.CensusDiff{Kernel: k, A: d.CensusA[k], B: v})
+		}
+	}
+	abs := func(x int) int {
+		if x < 0 {
+			return -x
+		}
+		return x
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		di, dj := abs(ks[i].B-ks[i].A), abs(ks[j].B-ks[j].A)
+		if di != dj {
+			return di > dj
+		}
+		if ks[i].B != ks[j].B {
+			return ks[i].B > ks[j].B
+		}
+		return ks[i].Kernel < ks[j].Kernel
+	})
+	if len(ks) > n {
+		ks = ks[:n]
+	}
+	return ks
+}
+
+// findTool looks a profiler up in PATH, then in the CUDA install.
+func findTool(name string, extra ...string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, p := range append(extra, "/usr/local/cuda/bin/"+name) {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	return ""
 }
 
 func short(s string) string {
@@ -112,17 +201,14 @@ func short(s string) string {
 	return s
 }
 
-func switched(diff []profile.CensusDiff, n int) []profile.CensusDiff {
-	if len(diff) > n {
-		return diff[:n]
-	}
-	return diff
-}
-
 func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []profile.CensusDiff) {
-	bin, err := exec.LookPath("ncu")
-	if err != nil {
-		d.NCUNote = "ncu not found in PATH"
+	bin := findTool("ncu")
+	if bin == "" {
+		d.NCUNote = "ncu not found (PATH, /usr/local/cuda/bin)"
+		return
+	}
+	if len(kernels) == 0 {
+		d.NCUNote = "no kernel to profile (empty census)"
 		return
 	}
 	for _, k := range kernels {
@@ -131,10 +217,10 @@ func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
-			e, err := env.M.R.RunCall(cctx, harness.Call{Label: "ncu " + arm.Name + " " + k.Kernel, Env: arm.Env,
+			e, err := env.M.R.RunCall(cctx, harness.Call{Label: "ncu " + arm.Name + " " + k.Kernel, Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env),
 				Extra:   []string{"LC_ALL=C"},
 				Wrapper: []string{bin, "--clock-control", "none", "--csv", "--metrics", strings.Join(NCUMetrics, ","), "-k", "regex:" + k.Kernel + "$", "--launch-count", "5"},
-				Args:    append([]string{"bench"}, benchArgs(cfg)...)})
+				Args:    profileBench(cfg)})
 			cancel()
 			env.Cmd("profile: ncu", e)
 			if err != nil {
@@ -180,32 +266,59 @@ func benchArgs(cfg Config) []string {
 // nsysPaths follows DEVICE.md's 3-step recipe.
 var nsysPaths = []string{"/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys"}
 
+// ImporterLibs are the libraries QdstrmImporter needs and the H200 lacks;
+// scripts/abtest-device.sh carries them in bin/lib (Debian libdw1/libelf1).
+var ImporterLibs = []string{"libdw.so.1", "libelf.so.1"}
+
+// importerLibDir is cfg.NsysLibDir, else bin/lib beside minfer, when it holds
+// every ImporterLibs file ("" and the reason otherwise).
+func importerLibDir(cfg Config, env *Env) (string, string) {
+	dir := cfg.NsysLibDir
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(env.M.R.Bin), "lib")
+	}
+	for _, l := range ImporterLibs {
+		if _, err := os.Stat(filepath.Join(dir, l)); err != nil {
+			return "", fmt.Sprintf("%s not found in %s", l, dir)
+		}
+	}
+	return dir, ""
+}
+
+// opTiming runs one arm's bench with MINFER_OP_TIMING=1 (graphs off where
+// the lever does not set them, since only direct launches are timed).
+func opTiming(ctx context.Context, cfg Config, env *Env, arm Arm) ArmOpTiming {
+	m := withEnv(map[string]string{"MINFER_NO_CUDA_GRAPH": "1", "MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env)
+	m["MINFER_OP_TIMING"] = "1"
+	out := ArmOpTiming{Arm: arm.Name}
+	e, err := env.M.R.Run(ctx, "op timing "+arm.Name, m, profileBench(cfg)...)
+	env.Cmd("profile: op timing arm "+arm.Name, e)
+	if e != nil {
+		out.Env = e.Env
+	}
+	if err != nil {
+		out.Error = "op timing failed: " + err.Error()
+		return out
+	}
+	t, err := profile.ParseOpTiming(e.StderrAll)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	out.Timing = &t
+	return out
+}
+
 func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
-	bin := ""
-	if p, err := exec.LookPath("nsys"); err == nil {
-		bin = p
-	}
-	for _, p := range nsysPaths {
-		if _, err := os.Stat(p); err == nil && bin == "" {
-			bin = p
-		}
-	}
+	bin := findTool("nsys", nsysPaths...)
 	fallback := func(why string) {
-		d.NsysNote = why + "; using MINFER_OP_TIMING=1 instead"
-		m := map[string]string{"MINFER_OP_TIMING": "1", "MINFER_NO_CUDA_GRAPH": "1"}
-		for k, v := range cfg.B.Env {
-			m[k] = v
+		d.NsysNote = why + "; using the engine's own event timing (MINFER_OP_TIMING=1) instead"
+		for _, arm := range []Arm{cfg.A, cfg.B} {
+			d.OpTiming = append(d.OpTiming, opTiming(ctx, cfg, env, arm))
 		}
-		_, e, err := env.M.Generate(ctx, "op timing B", m, cfg.Prompts[0].Text, 8)
-		env.Cmd("profile: op timing", e)
-		if err != nil {
-			d.OpTiming = "op timing failed: " + err.Error()
-			return
-		}
-		d.OpTiming = strings.TrimSpace(e.Stderr)
 	}
 	if bin == "" {
-		fallback("nsys not found")
+		fallback("nsys not found (PATH, " + strings.Join(nsysPaths, ", ") + ")")
 		return
 	}
 	dir := filepath.Join(cfg.TmpDir, "nsys")
@@ -213,9 +326,9 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 	rep := filepath.Join(dir, "b")
 	cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
 	defer cancel()
-	e, err := env.M.R.RunCall(cctx, harness.Call{Label: "nsys B", Env: cfg.B.Env,
+	e, err := env.M.R.RunCall(cctx, harness.Call{Label: "nsys B", Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, cfg.B.Env),
 		Wrapper: []string{bin, "profile", "--trace=cuda", "--cuda-graph-trace=node", "-o", rep, "--force-overwrite", "true"},
-		Args:    append([]string{"bench"}, benchArgs(cfg)...)})
+		Args:    profileBench(cfg)})
 	env.Cmd("profile: nsys", e)
 	if err != nil {
 		fallback("nsys profile failed: " + err.Error())
@@ -224,15 +337,33 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 	nsysRep := rep + ".nsys-rep"
 	if _, err := os.Stat(nsysRep); err != nil {
 		imp := filepath.Join(filepath.Dir(filepath.Dir(bin)), "linux-desktop-glibc_2_11_3-x64", "QdstrmImporter")
-		out, err := exec.CommandContext(cctx, imp, "-i", rep+".qdstrm").CombinedOutput()
+		if _, err := os.Stat(imp); err != nil {
+			fallback("nsys wrote no .nsys-rep and QdstrmImporter is not at " + imp)
+			return
+		}
+		libDir, libWhy := importerLibDir(cfg, env)
+		cmd := exec.CommandContext(cctx, imp, "-i", rep+".qdstrm")
+		if libDir != "" {
+			// LD_LIBRARY_PATH for the importer only, never for minfer.
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libDir+prefixed(os.Getenv("LD_LIBRARY_PATH")))
+		}
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			fallback(fmt.Sprintf("QdstrmImporter failed (needs libdw.so.1/libelf.so.1 on LD_LIBRARY_PATH): %v: %s", err, lastLines(string(out), 3)))
+			why := fmt.Sprintf("QdstrmImporter failed: %v: %s", err, lastLines(string(out), 3))
+			if libDir == "" {
+				why += " (it needs " + strings.Join(ImporterLibs, " and ") + ": " + libWhy + "; see scripts/abtest-device.sh)"
+			}
+			fallback(why)
+			return
+		}
+		if _, err := os.Stat(nsysRep); err != nil {
+			fallback("QdstrmImporter wrote no " + filepath.Base(nsysRep) + ": " + lastLines(string(out), 3))
 			return
 		}
 	}
 	out, err := exec.CommandContext(cctx, bin, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", nsysRep).CombinedOutput()
 	if err != nil {
-		fallback(fmt.Sprintf("nsys stats failed: %v", err))
+		fallback(fmt.Sprintf("nsys stats failed: %v: %s", err, lastLines(string(out), 3)))
 		return
 	}
 	ks, err := profile.ParseNsysKernSum(string(out))
@@ -241,7 +372,14 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 		return
 	}
 	d.Nsys = ks
-	d.NsysNote = fmt.Sprintf("%d kernels in cuda_gpu_kern_sum (arm B)", len(ks))
+	d.NsysNote = fmt.Sprintf("%d kernels in cuda_gpu_kern_sum (arm B, --cuda-graph-trace=node)", len(ks))
+}
+
+func prefixed(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ":" + s
 }
 
 func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []profile.CensusDiff) {
@@ -256,9 +394,9 @@ func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels [
 		d.SASSNote = "no kernels fatbin next to minfer (and no --kernels)"
 		return
 	}
-	cu, err := exec.LookPath("cuobjdump")
-	if err != nil {
-		d.SASSNote = "cuobjdump not found in PATH"
+	cu := findTool("cuobjdump")
+	if cu == "" {
+		d.SASSNote = "cuobjdump not found (PATH, /usr/local/cuda/bin)"
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)

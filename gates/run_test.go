@@ -2,21 +2,48 @@ package gates
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/minfer-go/minfer/harness"
 )
 
+var (
+	fakeOnce sync.Once
+	fakeDir  string
+	fakeBin  string
+	fakeErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fakeDir != "" {
+		os.RemoveAll(fakeDir)
+	}
+	os.Exit(code)
+}
+
+// fake builds the CLI test double once per test binary.
 func fake(t *testing.T) harness.Minfer {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "minfer")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	fakeOnce.Do(func() {
+		if fakeDir, fakeErr = os.MkdirTemp("", "gates-fake-"); fakeErr != nil {
+			return
+		}
+		fakeBin = filepath.Join(fakeDir, "minfer")
+		if out, err := exec.Command("go", "build", "-o", fakeBin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput(); err != nil {
+			fakeErr = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if fakeErr != nil {
+		t.Fatal(fakeErr)
 	}
-	return harness.Minfer{R: &harness.Runner{Bin: bin}, Device: "cpu"}
+	return harness.Minfer{R: &harness.Runner{Bin: fakeBin}, Device: "cpu"}
 }
 
 func TestRun_InterruptedRunLeavesPartialRecordMarkedIncomplete(t *testing.T) {

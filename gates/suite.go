@@ -3,6 +3,8 @@ package gates
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -41,18 +43,55 @@ func expandGlobs(globs []string) []string {
 	return out
 }
 
-// runSuite runs each test binary serially with -test.v (never retried) and
-// parses its output; run filters tests ("" = all).
-func runSuite(ctx context.Context, bins []string, run string) ([]profile.TestRun, error) {
+// PackageDir is where a test binary runs, as `go test` runs it (testdata
+// paths are relative to the package): for X.test, the one directory named X
+// under root that holds _test.go files (cuda.test -> cuda, driver.test ->
+// cuda/driver); root itself when there is none or more than one.
+func PackageDir(root, bin string) string {
+	name := strings.TrimSuffix(filepath.Base(bin), ".test")
+	var found []string
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if base := d.Name(); p != root && (strings.HasPrefix(base, ".") || base == "bin" || base == "reports" || base == "testdata" || base == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.Name() == name {
+			if ms, _ := filepath.Glob(filepath.Join(p, "*_test.go")); len(ms) > 0 {
+				found = append(found, p)
+			}
+		}
+		return nil
+	})
+	if len(found) == 1 {
+		return found[0]
+	}
+	return root
+}
+
+// runSuite runs each test binary serially with -test.v (never retried) in
+// its package directory and parses its output; run filters tests ("" =
+// all); kernels, when set, is passed as MINFER_KERNELS.
+func runSuite(ctx context.Context, bins []string, run, kernels string) ([]profile.TestRun, error) {
 	var out []profile.TestRun
+	root, _ := os.Getwd()
 	for _, bin := range bins {
 		args := []string{"-test.v", "-test.count=1"}
 		if run != "" {
 			args = append(args, "-test.run", run)
 		}
+		abs, err := filepath.Abs(bin)
+		if err != nil {
+			abs = bin
+		}
 		cctx, cancel := context.WithTimeout(ctx, SuiteTimeout)
-		cmd := exec.CommandContext(cctx, bin, args...)
+		cmd := exec.CommandContext(cctx, abs, args...)
+		cmd.Dir = PackageDir(root, bin)
 		cmd.Env = harness.CleanEnv(cmd.Environ())
+		if kernels != "" {
+			cmd.Env = append(cmd.Env, "MINFER_KERNELS="+kernels)
+		}
 		cmd.WaitDelay = 2 * time.Second
 		b, err := cmd.CombinedOutput()
 		cancel()
@@ -79,6 +118,19 @@ func lastLines(s string, n int) string {
 	return strings.Join(ls, " | ")
 }
 
+// absKernels is --kernels as an absolute path ("" when not given: the test
+// binaries then find the fatbin beside themselves).
+func absKernels(cfg Config) string {
+	if cfg.Kernels == "" {
+		return ""
+	}
+	p, err := filepath.Abs(cfg.Kernels)
+	if err != nil {
+		return cfg.Kernels
+	}
+	return p
+}
+
 // Suite is gate 4.
 func Suite(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateSuite, Defends: Defends(GateSuite)}
@@ -92,7 +144,7 @@ func Suite(ctx context.Context, cfg Config, env *Env) Result {
 		}
 		return res
 	}
-	runs, err := runSuite(ctx, bins, "")
+	runs, err := runSuite(ctx, bins, "", absKernels(cfg))
 	d := &SuiteDetail{Binaries: runs}
 	res.Suite = d
 	for _, r := range runs {

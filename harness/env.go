@@ -164,13 +164,9 @@ func (p Probe) Capture(ctx context.Context, bin, model string) Environment {
 	}
 	e.BinarySHA256, _ = FileSHA256(bin)
 	if model != "" {
-		e.Model = model
-		if st, err := os.Stat(model); err == nil {
-			e.ModelSize = st.Size()
-		}
-		e.ModelSHA256, _ = FileSHA256(model)
+		e.SetModel(model, "")
 	} else {
-		e.Model = "(embedded default)"
+		e.Model = EmbeddedModel
 	}
 	if ok, why := p.HasGPU(ctx); ok {
 		e.GPU, _ = p.ReadClocks(ctx)
@@ -183,6 +179,37 @@ func (p Probe) Capture(ctx context.Context, bin, model string) Environment {
 		e.GPUNote = why
 	}
 	return e
+}
+
+// EmbeddedModel is the model line before minfer has said where its embedded
+// default model lives.
+const EmbeddedModel = "(embedded default)"
+
+// SetModel records the model file the arms ran: its path, its real size
+// (stat) and its sha256. For the embedded default the path is the one minfer
+// reports (bench JSON "model"), and the line keeps saying it is the embedded
+// default. reported is the sha256 minfer printed ("" when none); when the
+// file can be read its own hash wins and a mismatch is noted in the line.
+func (e *Environment) SetModel(path, reported string) {
+	label := path
+	if e.Model == EmbeddedModel {
+		label = EmbeddedModel + " " + path
+	}
+	e.Model = label
+	e.ModelSize = 0
+	e.ModelSHA256 = reported
+	st, err := os.Stat(path)
+	if err != nil {
+		e.Model += " (not readable by abtest: " + err.Error() + ")"
+		return
+	}
+	e.ModelSize = st.Size()
+	if h, err := FileSHA256(path); err == nil {
+		if reported != "" && reported != h {
+			e.Model += fmt.Sprintf(" (minfer reported sha256 %s)", reported)
+		}
+		e.ModelSHA256 = h
+	}
 }
 
 // ShortCommit is the first 9 hex digits (or "unknown").

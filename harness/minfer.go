@@ -194,6 +194,28 @@ func (m Minfer) Levers(ctx context.Context) ([]Lever, error) {
 	return ParseLevers(e.Stdout)
 }
 
+// ModelPath asks minfer which file it loads without --model (`minfer info
+// --json`: "path"), so the embedded default gets a real path, size and hash.
+func (m Minfer) ModelPath(ctx context.Context) (string, error) {
+	if m.Model != "" {
+		return m.Model, nil
+	}
+	e, err := m.R.Run(ctx, "info", nil, "info", "--json")
+	if err != nil {
+		return "", err
+	}
+	var info struct {
+		Path string `json:"path"`
+	}
+	if err := json.Unmarshal(e.Stdout, &info); err != nil {
+		return "", fmt.Errorf("info json: %w", err)
+	}
+	if info.Path == "" {
+		return "", fmt.Errorf("info json: no \"path\"")
+	}
+	return info.Path, nil
+}
+
 // Bench runs one bench process.
 func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, pp, tg, reps int) (BenchResult, *Exec, error) {
 	args := append([]string{"bench"}, m.modelArgs("")...)

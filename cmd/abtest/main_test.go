@@ -1,26 +1,49 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/report"
 )
 
+var (
+	fakeOnce sync.Once
+	fakeDir  string
+	fakeBin  string
+	fakeErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fakeDir != "" {
+		os.RemoveAll(fakeDir)
+	}
+	os.Exit(code)
+}
+
 // fakeMinfer builds the CLI test double once per test binary.
 func fakeMinfer(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "minfer")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building fakeminfer: %v\n%s", err, out)
+	fakeOnce.Do(func() {
+		if fakeDir, fakeErr = os.MkdirTemp("", "abtest-fake-"); fakeErr != nil {
+			return
+		}
+		fakeBin = filepath.Join(fakeDir, "minfer")
+		if out, err := exec.Command("go", "build", "-o", fakeBin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput(); err != nil {
+			fakeErr = fmt.Errorf("building fakeminfer: %v\n%s", err, out)
+		}
+	})
+	if fakeErr != nil {
+		t.Fatal(fakeErr)
 	}
-	return bin
+	return fakeBin
 }
 
 // runAbtest runs `abtest run` in-process and returns its exit code and record.
@@ -149,5 +172,42 @@ func TestBenchOut_WritesGoBenchmarkFormat(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "BenchmarkPrefill/lever=MINFER_NO_FUSE_FFN/arm=B 1 ") || !strings.Contains(string(b), " tok/s\n") {
 		t.Fatalf("bench-out:\n%s", b)
+	}
+}
+
+func TestRun_EmbeddedDefaultModelLineCarriesRealFileSize(t *testing.T) {
+	bin := fakeMinfer(t)
+	_, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "greedy", "--prompts", "testdata/short_prompts.txt")
+	st, err := os.Stat(bin) // the fake's "embedded default" is its own executable
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Env.ModelSize != st.Size() || !strings.Contains(rec.Env.Model, "(embedded default) "+bin) || len(rec.Env.ModelSHA256) != 64 {
+		t.Fatalf("model %q size %d sha %q, want %s of %d bytes", rec.Env.Model, rec.Env.ModelSize, rec.Env.ModelSHA256, bin, st.Size())
+	}
+}
+
+func TestShapeType_SynthesizesOnceWithSeedAndReusesTheCachedFile(t *testing.T) {
+	bin := fakeMinfer(t)
+	cache := t.TempDir()
+	log := filepath.Join(t.TempDir(), "synth.log")
+	t.Setenv("FAKEMINFER_SYNTH_LOG", log)
+	for i := 0; i < 2; i++ {
+		code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "greedy", "--prompts", "testdata/short_prompts.txt",
+			"--shape", "qwen2-tiny", "--type", "Q8_0", "--seed", "7", "--synth-dir", cache)
+		want := filepath.Join(cache, "qwen2-tiny-Q8_0-seed7.gguf")
+		if code != 0 || rec.Config.Model != want || rec.Env.ModelSize == 0 {
+			t.Fatalf("run %d: exit %d, model %q (%d bytes), want %s", i, code, rec.Config.Model, rec.Env.ModelSize, want)
+		}
+	}
+	b, err := os.ReadFile(log)
+	if err != nil || string(b) != "qwen2-tiny Q8_0 7\n" {
+		t.Fatalf("synth calls %q (%v), want exactly one", b, err)
+	}
+	if code := run([]string{"run", "--minfer", bin, "--lever", "MINFER_NO_FUSE_FFN", "--shape", "qwen2-tiny", "--type", "Q9_9", "--synth-dir", cache, "--out", t.TempDir()}); code != 2 {
+		t.Errorf("failing synth: exit %d, want 2", code)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(cache, "*Q9_9*")); len(ms) != 0 {
+		t.Errorf("a failed synth left %v in the cache", ms)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,8 @@ type runFlags struct {
 	rounds, pp, tg, reps, warmupMS, benchWarm  int
 	genN                                       int
 	prompts, gatesCSV, out, mutate, minfer     string
+	synthDir                                   string
+	seed                                       uint64
 	benchOut, kernels                          string
 	suiteBins                                  []string
 	asJSON                                     bool
@@ -41,7 +44,9 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	}
 	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
 	fl.StringVar(&f.shape, "shape", "", "synthesize a model of this shape with `minfer synth` (with --type)")
-	fl.StringVar(&f.typ, "type", "", "weight type of the synthesized model")
+	fl.StringVar(&f.typ, "type", "", "weight type or mix of the synthesized model (F16, Q8_0, Q4_K_M, ...: see minfer synth --help)")
+	fl.Uint64Var(&f.seed, "seed", 1, "weight seed of the synthesized model (--shape)")
+	fl.StringVar(&f.synthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: the user cache dir /minfer/abtest-synth)")
 	fl.StringVar(&f.device, "device", "auto", "auto, cpu or cuda")
 	fl.IntVar(&f.rounds, "rounds", 9, "pre-registered A/B rounds (PAIRS)")
 	fl.IntVar(&f.pp, "pp", 512, "prefill tokens per bench test")
@@ -144,17 +149,13 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 		}
 		s.m.Model, _ = filepath.Abs(f.model)
 	}
-	if f.shape != "" {
-		if f.typ == "" {
-			return nil, cannotRun("--shape needs --type")
+	if f.shape != "" || f.typ != "" {
+		if f.shape == "" || f.typ == "" {
+			return nil, cannotRun("--shape and --type go together")
 		}
-		dir, err := os.MkdirTemp("", "abtest-synth-")
+		path, err := synthModel(ctx, s.m.R, f.synthDir, f.shape, f.typ, f.seed)
 		if err != nil {
-			return nil, cannotRun("%v", err)
-		}
-		path := filepath.Join(dir, f.shape+"-"+f.typ+".gguf")
-		if _, err := s.m.R.Run(ctx, "synth", nil, "synth", "--shape", f.shape, "--type", f.typ, "--out", path); err != nil {
-			return nil, cannotRun("minfer synth: %v", err)
+			return nil, err
 		}
 		s.m.Model = path
 	}
@@ -163,6 +164,41 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 		return nil, cannotRun("reading the lever registry (minfer levers --json): %v", err)
 	}
 	return s, nil
+}
+
+// synthModel returns the cached synthetic model for shape/type/seed, writing
+// it once with `minfer synth --shape S --type T --seed N -o PATH` (to a
+// temporary name, renamed when complete, so an interrupted synth is never
+// reused). Every later run and round reuses the file.
+func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, seed uint64) (string, error) {
+	for _, p := range []string{shape, typ} {
+		if strings.ContainsAny(p, "/\\ ") || p == "." || p == ".." {
+			return "", cannotRun("--shape/--type %q: not a plain name", p)
+		}
+	}
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil || base == "" {
+			base = os.TempDir()
+		}
+		dir = filepath.Join(base, "minfer", "abtest-synth")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", cannotRun("--synth-dir: %v", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s-seed%d.gguf", shape, typ, seed))
+	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+		return filepath.Abs(path)
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
+	defer os.Remove(tmp)
+	if _, err := r.Run(ctx, "synth", nil, "synth", "--shape", shape, "--type", typ, "--seed", strconv.FormatUint(seed, 10), "-o", tmp); err != nil {
+		return "", cannotRun("minfer synth: %v", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", cannotRun("minfer synth: %v", err)
+	}
+	return filepath.Abs(path)
 }
 
 // config builds the gate configuration for one lever spec.
@@ -240,6 +276,13 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 
 func (s *setup) environment(ctx context.Context, cfg gates.Config) harness.Environment {
 	e := s.probe.Capture(ctx, s.m.R.Bin, s.m.Model)
+	if s.m.Model == "" {
+		// The embedded default: minfer says where it lives (else the A/B
+		// warmup's bench JSON fills it in later).
+		if p, err := s.m.ModelPath(ctx); err == nil {
+			e.SetModel(p, "")
+		}
+	}
 	e.Levers = map[string]string{}
 	for _, l := range s.levers {
 		v := l.Default
@@ -310,8 +353,8 @@ func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline st
 		if g.AB != nil && len(g.AB.Warmup) > 0 {
 			w := g.AB.Warmup[0]
 			rec.Env.Backend, rec.Env.MinferGo = w.Backend, w.GoVersion
-			if rec.Env.ModelSHA256 == "" {
-				rec.Env.ModelSHA256, rec.Env.Model = w.ModelSHA256, rec.Env.Model+" "+w.Model
+			if rec.Env.Model == harness.EmbeddedModel && w.Model != "" {
+				rec.Env.SetModel(w.Model, w.ModelSHA256)
 			}
 		}
 	}

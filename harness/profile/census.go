@@ -11,62 +11,119 @@ import (
 // -> launches in the process.
 type Census map[string]int
 
-// ParseCensus finds the census JSON in a process's output. It accepts an
-// object of counts, or one wrapping it under "launch_census", "census" or
-// "kernels", or an array of {"kernel"|"name", "launches"|"count"}; the last
-// line (or the whole text) that parses wins.
-func ParseCensus(out string) (Census, error) {
-	cands := []string{out}
+// The CUDA backend prints its instrumentation at exit, each as ONE JSON line
+// on stderr (other stderr lines, log messages and panics included, are
+// tolerated and ignored):
+//
+//	{"launch_census":{"minfer_mmv_q8_0":123,...}}  MINFER_LAUNCH_CENSUS=1: kernel -> launches, graph replays included
+//	{"cuda_graphs":{"captured":N,"replayed":M}}    the graphs the backend captured and replayed
+//	{"op_timing":{"direct_launches_only":true,"kernels":[{"kernel":..,"count":..,"total_ns":..}]}}  MINFER_OP_TIMING=1
+//
+// Each parser takes the last line that carries its key.
+
+// lastLine returns the payload under key of the last line of out that is a
+// JSON object with that key.
+func lastLine(out, key string) (json.RawMessage, bool) {
 	lines := strings.Split(out, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if l := strings.TrimSpace(lines[i]); strings.HasPrefix(l, "{") || strings.HasPrefix(l, "[") {
-			cands = append(cands, l)
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "{") || !strings.Contains(l, `"`+key+`"`) {
+			continue
 		}
-	}
-	if i := strings.Index(out, "{"); i >= 0 {
-		cands = append(cands, out[i:])
-	}
-	for _, c := range cands {
-		if cs, ok := decodeCensus([]byte(strings.TrimSpace(c))); ok {
-			return cs, nil
+		var obj map[string]json.RawMessage
+		if json.Unmarshal([]byte(l), &obj) != nil {
+			continue
 		}
-	}
-	return nil, fmt.Errorf("launch census: no census JSON in the output")
-}
-
-func decodeCensus(b []byte) (Census, bool) {
-	var wrapped map[string]json.RawMessage
-	if json.Unmarshal(b, &wrapped) == nil {
-		for _, k := range []string{"launch_census", "census", "kernels", "launches"} {
-			if raw, ok := wrapped[k]; ok {
-				if cs, ok := decodeCensus(raw); ok {
-					return cs, true
-				}
-			}
+		if raw, ok := obj[key]; ok {
+			return raw, true
 		}
-		var flat map[string]int
-		if json.Unmarshal(b, &flat) == nil {
-			return Census(flat), true
-		}
-	}
-	var arr []struct {
-		Kernel   string `json:"kernel"`
-		Name     string `json:"name"`
-		Launches int    `json:"launches"`
-		Count    int    `json:"count"`
-	}
-	if json.Unmarshal(b, &arr) == nil && len(arr) > 0 {
-		cs := Census{}
-		for _, e := range arr {
-			n := e.Kernel
-			if n == "" {
-				n = e.Name
-			}
-			cs[n] += e.Launches + e.Count
-		}
-		return cs, true
 	}
 	return nil, false
+}
+
+// ParseCensus reads the {"launch_census":{kernel: launches}} line.
+func ParseCensus(out string) (Census, error) {
+	raw, ok := lastLine(out, "launch_census")
+	if !ok {
+		return nil, fmt.Errorf(`launch census: no {"launch_census":{...}} line in the output (is MINFER_LAUNCH_CENSUS=1 honoured by this backend?)`)
+	}
+	var c Census
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("launch census: %w", err)
+	}
+	if c == nil {
+		c = Census{}
+	}
+	for k, n := range c {
+		if n < 0 {
+			return nil, fmt.Errorf("launch census: %s has %d launches", k, n)
+		}
+	}
+	return c, nil
+}
+
+// Graphs is the backend's CUDA graph count: graphs captured (and
+// instantiated) and graph replays.
+type Graphs struct {
+	Captured int `json:"captured"`
+	Replayed int `json:"replayed"`
+}
+
+// ParseGraphs reads the {"cuda_graphs":{"captured":N,"replayed":M}} line;
+// ok is false when the output has none.
+func ParseGraphs(out string) (Graphs, bool, error) {
+	raw, ok := lastLine(out, "cuda_graphs")
+	if !ok {
+		return Graphs{}, false, nil
+	}
+	var g struct {
+		Captured *int `json:"captured"`
+		Replayed *int `json:"replayed"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return Graphs{}, false, fmt.Errorf("cuda_graphs: %w", err)
+	}
+	if g.Captured == nil || g.Replayed == nil {
+		return Graphs{}, false, fmt.Errorf(`cuda_graphs: want {"captured":N,"replayed":M}, got %s`, raw)
+	}
+	return Graphs{Captured: *g.Captured, Replayed: *g.Replayed}, true, nil
+}
+
+// OpKernel is one kernel of the engine's own event timing.
+type OpKernel struct {
+	Kernel  string  `json:"kernel"`
+	Count   int     `json:"count"`
+	TotalNS float64 `json:"total_ns"`
+}
+
+// AvgNS is the mean time per launch.
+func (k OpKernel) AvgNS() float64 {
+	if k.Count == 0 {
+		return 0
+	}
+	return k.TotalNS / float64(k.Count)
+}
+
+// OpTiming is the MINFER_OP_TIMING=1 line, kernels sorted by total time
+// (largest first).
+type OpTiming struct {
+	DirectLaunchesOnly bool       `json:"direct_launches_only"`
+	Note               string     `json:"note,omitempty"`
+	Kernels            []OpKernel `json:"kernels"`
+}
+
+// ParseOpTiming reads the {"op_timing":{...}} line.
+func ParseOpTiming(out string) (OpTiming, error) {
+	raw, ok := lastLine(out, "op_timing")
+	if !ok {
+		return OpTiming{}, fmt.Errorf(`op timing: no {"op_timing":{...}} line in the output`)
+	}
+	var t OpTiming
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return OpTiming{}, fmt.Errorf("op timing: %w", err)
+	}
+	sort.SliceStable(t.Kernels, func(i, j int) bool { return t.Kernels[i].TotalNS > t.Kernels[j].TotalNS })
+	return t, nil
 }
 
 // CensusDiff is one kernel whose launches differ between two arms.

@@ -87,23 +87,50 @@ func TestParseSASS_CountsBaseOpcodesPerFunction(t *testing.T) {
 	}
 }
 
-func TestParseCensus_AcceptsWrappedFlatAndArray(t *testing.T) {
-	for _, in := range []string{
-		"loading...\n{\"launch_census\":{\"mmq_q4k\":28,\"rms_norm\":57}}\n",
-		`{"mmq_q4k":28,"rms_norm":57}`,
-		`[{"kernel":"mmq_q4k","launches":28},{"kernel":"rms_norm","launches":57}]`,
-	} {
-		c, err := ParseCensus(in)
-		if err != nil || c["mmq_q4k"] != 28 || c["rms_norm"] != 57 {
-			t.Errorf("%q: %v %v", in, c, err)
-		}
+func TestParseCensus_AcceptsTheBackendLineAmongOtherStderr(t *testing.T) {
+	in := "minfer: model: cuda backend on NVIDIA H200\n" +
+		`{"launch_census":{"minfer_mmv_q8_0":123,"minfer_rms_norm_f32":57}}` + "\n" +
+		`{"cuda_graphs":{"captured":2,"replayed":40}}` + "\n" +
+		`{"op_timing":{"direct_launches_only":true,"kernels":[{"kernel":"x","count":1,"total_ns":5}]}}` + "\n"
+	c, err := ParseCensus(in)
+	if err != nil || len(c) != 2 || c["minfer_mmv_q8_0"] != 123 || c["minfer_rms_norm_f32"] != 57 {
+		t.Fatalf("%v %v", c, err)
 	}
-	if _, err := ParseCensus("no json here"); err == nil {
-		t.Error("want an error")
+	if c, err := ParseCensus(`{"launch_census":{}}`); err != nil || c == nil || len(c) != 0 {
+		t.Errorf("empty census (CPU run): %v %v", c, err)
+	}
+	for _, bad := range []string{"no json here", `{"minfer_mmv_q8_0":123}`, `{"cuda_graphs":{"captured":1,"replayed":2}}`, `{"launch_census":{"k":"many"}}`} {
+		if _, err := ParseCensus(bad); err == nil {
+			t.Errorf("%q accepted as a census", bad)
+		}
 	}
 	d := Diff(Census{"a": 1, "b": 2}, Census{"b": 2, "c": 3})
 	if len(d) != 2 || d[0].Kernel != "a" || d[1].B != 3 {
 		t.Errorf("diff %+v", d)
+	}
+}
+
+func TestParseGraphs_CapturedReplayedLine(t *testing.T) {
+	g, ok, err := ParseGraphs("log line\n{\"cuda_graphs\":{\"captured\":2,\"replayed\":40}}\n{\"launch_census\":{}}")
+	if err != nil || !ok || g.Captured != 2 || g.Replayed != 40 {
+		t.Fatalf("%+v %v %v", g, ok, err)
+	}
+	if _, ok, err := ParseGraphs(`{"launch_census":{}}`); ok || err != nil {
+		t.Errorf("absent line: ok %v err %v", ok, err)
+	}
+	if _, _, err := ParseGraphs(`{"cuda_graphs":{"captured":2}}`); err == nil {
+		t.Error("a line without replayed accepted")
+	}
+}
+
+func TestParseOpTiming_KernelsSortedByTotal(t *testing.T) {
+	in := "warn: something\n" + `{"op_timing":{"direct_launches_only":true,"note":"n","kernels":[{"kernel":"minfer_rms_norm_f32","count":57,"total_ns":57000},{"kernel":"minfer_mmv_q8_0","count":196,"total_ns":392000}]}}`
+	ot, err := ParseOpTiming(in)
+	if err != nil || !ot.DirectLaunchesOnly || len(ot.Kernels) != 2 || ot.Kernels[0].Kernel != "minfer_mmv_q8_0" || ot.Kernels[0].AvgNS() != 2000 {
+		t.Fatalf("%+v %v", ot, err)
+	}
+	if _, err := ParseOpTiming(`{"launch_census":{}}`); err == nil {
+		t.Error("want an error without an op_timing line")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/profile"
 )
 
 // Paths returns reports/<lever>/<date>-<shortcommit> (no extension) under out.
@@ -154,7 +155,7 @@ func envSection(b *strings.Builder, rec *gates.Record) {
 		{"CPU", fmt.Sprintf("%s (%d logical CPUs)", e.CPUModel, e.NumCPU)}, {"GPU", gpu},
 		{"Go", fmt.Sprintf("abtest %s, minfer %s", e.GoVersion, e.MinferGo)},
 		{"binary", e.Binary + " sha256 " + e.BinarySHA256},
-		{"model", fmt.Sprintf("%s (%d bytes) sha256 %s", e.Model, e.ModelSize, e.ModelSHA256)},
+		{"model", modelLine(e)},
 		{"backend", e.Backend}, {"device flag", rec.Config.Device},
 		{"started / finished", rec.Started.UTC().Format(time.RFC3339) + " / " + rec.Finished.UTC().Format(time.RFC3339)},
 	}
@@ -180,6 +181,19 @@ func envSection(b *strings.Builder, rec *gates.Record) {
 		lr = append(lr, []string{k, a, bb})
 	}
 	fmt.Fprintf(b, "%s\n", Table([]string{"lever", "A", "B"}, lr))
+}
+
+// modelLine never prints a size it does not know.
+func modelLine(e harness.Environment) string {
+	size := "size unknown"
+	if e.ModelSize > 0 {
+		size = fmt.Sprintf("%d bytes, %.1f MiB", e.ModelSize, float64(e.ModelSize)/(1<<20))
+	}
+	sha := e.ModelSHA256
+	if sha == "" {
+		sha = "unknown"
+	}
+	return fmt.Sprintf("%s (%s) sha256 %s", e.Model, size, sha)
 }
 
 func paritySection(b *strings.Builder, g gates.Result) {
@@ -304,6 +318,11 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 			fmt.Sprintf("%.2f%% / %.2f%%", m.SummaryA.CV*100, m.SummaryB.CV*100), outliers(m.Outliers)})
 	}
 	fmt.Fprintf(b, "Per metric (ratio = B/A, higher is better):\n\n%s\n", Table([]string{"metric", "median A", "median B", "median B/A", "95% CI (order stat.)", "bootstrap 95% CI", "not-slower", "claim (sign test)", "SEP", "Wilcoxon p (2-sided)", "CV A / B", "MAD outlier rounds"}, mr))
+	for _, m := range d.Metrics {
+		if m.Key == "tg" && m.SummaryA.Median > 0 && m.SummaryB.Median > 0 {
+			fmt.Fprintf(b, "Decode time per token (%s, median over rounds): A %.4f ms, B %.4f ms.\n\n", m.Name, 1000/m.SummaryA.Median, 1000/m.SummaryB.Median)
+		}
+	}
 	for _, p := range plots {
 		fmt.Fprintf(b, "![%s](%s)\n\n", p, p)
 	}
@@ -356,11 +375,29 @@ func suiteSection(b *strings.Builder, g gates.Result) {
 func profileSection(b *strings.Builder, g gates.Result) {
 	d := g.Profile
 	fmt.Fprintf(b, "## Gate 5: profile evidence — %s\n\n%s\n\n", g.Status, g.Reason)
+	if d.Rule != nil {
+		what := "kernels " + strings.Join(d.Rule.Kernels, ", ")
+		if d.Rule.Graphs {
+			what = "CUDA graphs captured/replayed"
+			if len(d.Rule.Kernels) > 0 {
+				what += " and kernels " + strings.Join(d.Rule.Kernels, ", ")
+			}
+		}
+		fmt.Fprintf(b, "Liveness rule (gates.LivenessRules): path on at value %s; judged by %s. %s\n\n", d.Rule.On, what, d.Rule.Why)
+	}
+	fmt.Fprintf(b, "Liveness: **%s**\n\n", d.Liveness)
+	graphs := func(g *profile.Graphs) string {
+		if g == nil {
+			return "no cuda_graphs line"
+		}
+		return fmt.Sprintf("captured %d, replayed %d", g.Captured, g.Replayed)
+	}
+	fmt.Fprintf(b, "CUDA graphs: A %s; B %s.\n\n", graphs(d.GraphsA), graphs(d.GraphsB))
 	var cr [][]string
 	for _, x := range d.Diff {
 		cr = append(cr, []string{x.Kernel, fmt.Sprint(x.A), fmt.Sprint(x.B)})
 	}
-	fmt.Fprintf(b, "Launch census (MINFER_LAUNCH_CENSUS=1), kernels whose launches differ:\n\n%s\n", Table([]string{"kernel", "A", "B"}, cr))
+	fmt.Fprintf(b, "Launch census (MINFER_LAUNCH_CENSUS=1, graph replays included; %d kernels in A, %d in B), kernels whose launches differ:\n\n%s\n", len(d.CensusA), len(d.CensusB), Table([]string{"kernel", "A", "B"}, cr))
 	fmt.Fprintf(b, "ncu: %s\n\n", d.NCUNote)
 	var nr [][]string
 	for _, k := range d.NCU {
@@ -387,8 +424,21 @@ func profileSection(b *strings.Builder, g gates.Result) {
 	if len(sr) > 0 {
 		fmt.Fprintf(b, "%s\n", Table([]string{"kernel", "instances", "total ns", "median ns"}, sr))
 	}
-	if d.OpTiming != "" {
-		fmt.Fprintf(b, "MINFER_OP_TIMING output:\n\n```\n%s\n```\n\n", d.OpTiming)
+	for _, ot := range d.OpTiming {
+		if ot.Timing == nil {
+			fmt.Fprintf(b, "MINFER_OP_TIMING arm %s: %s\n\n", ot.Arm, ot.Error)
+			continue
+		}
+		scope := "every launch"
+		if ot.Timing.DirectLaunchesOnly {
+			scope = "direct launches only: kernels inside replayed CUDA graphs are not timed"
+		}
+		fmt.Fprintf(b, "MINFER_OP_TIMING arm %s (%s; env %s):\n\n", ot.Arm, scope, strings.Join(ot.Env, " "))
+		var or [][]string
+		for _, k := range ot.Timing.Kernels {
+			or = append(or, []string{k.Kernel, fmt.Sprint(k.Count), fmt.Sprintf("%.0f", k.TotalNS), fmt.Sprintf("%.0f", k.AvgNS())})
+		}
+		fmt.Fprintf(b, "%s\n", Table([]string{"kernel", "launches", "total ns", "avg ns"}, or))
 	}
 	fmt.Fprintf(b, "SASS: %s\n\n", d.SASSNote)
 	var sa [][]string

@@ -6,6 +6,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/minfer-go/minfer/gates"
@@ -36,7 +37,66 @@ func Plots(base string, d *gates.ABDetail, barPP, barTG float64) ([]string, erro
 	if err := boxPlot(filepath.Join(filepath.Dir(base), name), d.Metrics); err != nil {
 		return names, err
 	}
-	return append(names, name), nil
+	names = append(names, name)
+	for _, m := range d.Metrics {
+		if m.Key != "tg" || len(m.A) == 0 {
+			continue
+		}
+		name := filepath.Base(base) + "-tg-ms-per-token.png"
+		if err := decodePlot(filepath.Join(filepath.Dir(base), name), m); err != nil {
+			return names, err
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// MSPerToken converts decode tok/s to ms per token (0 stays 0: no value).
+func MSPerToken(tokS []float64) []float64 {
+	out := make([]float64, len(tokS))
+	for i, v := range tokS {
+		if v > 0 {
+			out[i] = 1000 / v
+		}
+	}
+	return out
+}
+
+// decodePlot draws the decode time per token of A and B in every round.
+func decodePlot(path string, m gates.Metric) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: decode time per token, per round", m.Name)
+	p.X.Label.Text = "round"
+	p.Y.Label.Text = "ms / token (lower is better)"
+	for i, arm := range []struct {
+		name string
+		vs   []float64
+	}{{"A", m.A}, {"B", m.B}} {
+		ms := MSPerToken(arm.vs)
+		pts := make(plotter.XYs, 0, len(ms))
+		for r, v := range ms {
+			if v > 0 {
+				pts = append(pts, plotter.XY{X: float64(r + 1), Y: v})
+			}
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		sc.Color = plotutil.Color(i)
+		sc.Shape = plotutil.Shape(i)
+		if i == 1 {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(l, sc)
+		p.Legend.Add("arm "+arm.name, l, sc)
+	}
+	p.Legend.Top = true
+	return p.Save(6*vg.Inch, 4*vg.Inch, path)
 }
 
 func ratioPlot(path string, m gates.Metric, bar float64) error {

@@ -3,12 +3,20 @@
 // logits of a 256-token byte vocabulary, and honours MINFER_CACHE_TYPE and
 // the MINFER_TEST_MUTATE seam, so the harness and gates can be tested end to
 // end in milliseconds. FAKEMINFER_MODE=crash|hang|error plants process
-// failures.
+// failures; FAKEMINFER_MODE=phantom makes the prefill GEMM never launch
+// (a lever that switches nothing). With MINFER_LAUNCH_CENSUS=1 it prints the
+// CUDA backend's exit lines on stderr ({"launch_census":...},
+// {"cuda_graphs":...}), with MINFER_OP_TIMING=1 the {"op_timing":...} line.
+// `synth` writes a small file and appends its arguments to
+// $FAKEMINFER_SYNTH_LOG; `info --json` and bench report a real model file
+// (the --model, else the fake's own executable as the "embedded default").
 package main
 
 import (
+	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -62,7 +70,7 @@ func main() {
 		}
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	fs.String("model", "", "")
+	model := fs.String("model", "", "")
 	fs.String("device", "auto", "")
 	ids := fs.String("ids", "", "")
 	top := fs.Int("top", 5, "")
@@ -71,18 +79,43 @@ func main() {
 	p := fs.Int("p", 512, "")
 	n := fs.Int("n", 128, "")
 	r := fs.Int("r", 3, "")
-	fs.String("o", "", "")
 	fs.Int("ctx", 4096, "")
 	fs.Bool("greedy", false, "")
 	fs.Float64("repeat-penalty", 1.1, "")
+	shape := fs.String("shape", "", "")
+	typ := fs.String("type", "", "")
+	seed := fs.Uint64("seed", 1, "")
+	output := fs.String("output", "", "")
+	fs.StringVar(output, "o", "", "")
 	_ = fs.Parse(os.Args[2:])
+	defer deviceLines()
+	if *model == "" {
+		*model, _ = os.Executable()
+	}
 	mut := os.Getenv("MINFER_TEST_MUTATE")
 	f16 := os.Getenv("MINFER_CACHE_TYPE") == "f16"
 	switch os.Args[1] {
 	case "levers":
 		os.Stdout.Write(leversJSON)
 	case "bench":
-		bench(*p, *n, *r, mut)
+		bench(*p, *n, *r, mut, *model)
+	case "info":
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model})
+	case "synth":
+		if *shape == "" || *typ == "" || *output == "" {
+			fmt.Fprintln(os.Stderr, "minfer synth: --shape, --type and -o are required")
+			os.Exit(2)
+		}
+		if *typ == "Q9_9" {
+			fmt.Fprintln(os.Stderr, "minfer synth: unknown type Q9_9")
+			os.Exit(2)
+		}
+		if lg := os.Getenv("FAKEMINFER_SYNTH_LOG"); lg != "" {
+			f, _ := os.OpenFile(lg, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			fmt.Fprintf(f, "%s %s %d\n", *shape, *typ, *seed)
+			f.Close()
+		}
+		_ = os.WriteFile(*output, []byte(fmt.Sprintf("GGUF fake %s %s seed %d", *shape, *typ, *seed)), 0o644)
 	case "logits":
 		var xs []int32
 		for _, s := range strings.Split(*ids, ",") {
@@ -185,7 +218,31 @@ func logits(ctx []int32, f16 bool, mut string, last bool) []float32 {
 	return row
 }
 
-func bench(p, n, r int, mut string) {
+// deviceLines prints what the CUDA backend prints at exit.
+func deviceLines() {
+	if os.Getenv("MINFER_LAUNCH_CENSUS") == "1" {
+		c := map[string]int{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196}
+		if os.Getenv("MINFER_NO_PREFILL_GEMM") != "1" && os.Getenv("FAKEMINFER_MODE") != "phantom" {
+			c["minfer_gemm_q8_0"] = 28
+		} else {
+			c["minfer_mmv_q8_0"] += 28
+		}
+		b, _ := json.Marshal(map[string]any{"launch_census": c})
+		fmt.Fprintln(os.Stderr, "minfer: model: cuda backend (fake)")
+		fmt.Fprintln(os.Stderr, string(b))
+		g := map[string]int{"captured": 2, "replayed": 126}
+		if os.Getenv("MINFER_NO_CUDA_GRAPH") == "1" {
+			g = map[string]int{"captured": 0, "replayed": 0}
+		}
+		b, _ = json.Marshal(map[string]any{"cuda_graphs": g})
+		fmt.Fprintln(os.Stderr, string(b))
+	}
+	if os.Getenv("MINFER_OP_TIMING") == "1" {
+		fmt.Fprintln(os.Stderr, `{"op_timing":{"direct_launches_only":true,"note":"fake","kernels":[{"kernel":"minfer_mmv_q8_0","count":196,"total_ns":392000},{"kernel":"minfer_rms_norm_f32","count":57,"total_ns":57000}]}}`)
+	}
+}
+
+func bench(p, n, r int, mut, model string) {
 	seed := uint64(time.Now().UnixNano())
 	noise := func() float64 {
 		seed = seed*6364136223846793005 + 1442695040888963407
@@ -210,7 +267,12 @@ func bench(p, n, r int, mut string) {
 		return map[string]any{"name": name, "n_tokens": nt, "samples_ms": ms, "tok_s": ts, "mean_tok_s": sum / float64(r), "stddev_tok_s": 0}
 	}
 	w, _ := strconv.Atoi(os.Getenv("MINFER_BENCH_WARMUP_MS"))
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"model": "fake", "model_sha256": "00ff", "backend": "cpu", "kv_format": "f32",
+	sum := ""
+	if b, err := os.ReadFile(model); err == nil {
+		h := sha256.Sum256(b)
+		sum = hex.EncodeToString(h[:])
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"model": model, "model_sha256": sum, "backend": "cpu", "kv_format": "f32",
 		"threads": 2, "n_prompt": p, "n_gen": n, "reps": r, "warmup": map[string]any{"budget_ms": w, "iterations": 3, "elapsed_ms": 1},
 		"tests": []any{test(fmt.Sprintf("pp%d", p), p, pp), test(fmt.Sprintf("tg%d", n), n, tg)}, "go_version": "go-fake", "date": "now"})
 }

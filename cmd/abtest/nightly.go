@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/report"
+	"github.com/minfer-go/minfer/harness/stats"
+)
+
+// VerdictSkip is a nightly lever that was not run (a CUDA lever on a machine
+// without a device); it is never counted as PASS.
+const VerdictSkip = "SKIP"
+
+// nightlyEntry is one lever's line of the nightly summary.
+type nightlyEntry struct {
+	Lever   string        `json:"lever"`
+	A       string        `json:"a"`
+	B       string        `json:"b"`
+	Backend string        `json:"backend"`
+	Verdict string        `json:"verdict"`
+	Line    string        `json:"line"`
+	Report  string        `json:"report,omitempty"` // relative to the summary
+	PPA     []float64     `json:"pp_a,omitempty"`
+	PPB     []float64     `json:"pp_b,omitempty"`
+	TGA     []float64     `json:"tg_a,omitempty"`
+	TGB     []float64     `json:"tg_b,omitempty"`
+	PPRatio harness.Num   `json:"pp_ratio"` // median per-round B/A
+	TGRatio harness.Num   `json:"tg_ratio"`
+	Against []nightlyDiff `json:"against_previous,omitempty"`
+}
+
+// nightlyDiff is arm B of one metric against the previous nightly's arm B.
+type nightlyDiff struct {
+	Metric  string      `json:"metric"`
+	Ratio   harness.Num `json:"ratio"` // median(now) / median(previous)
+	Lo      harness.Num `json:"lo"`
+	Hi      harness.Num `json:"hi"`
+	Verdict string      `json:"verdict"` // ~, faster, slower, ?
+}
+
+type nightlySummary struct {
+	Date        string         `json:"date"`
+	Machine     string         `json:"machine"` // GPU name, else CPU model
+	Commit      string         `json:"commit"`
+	Model       string         `json:"model"`
+	ModelSHA256 string         `json:"model_sha256"`
+	Threshold   float64        `json:"threshold"`
+	Suite       gates.Result   `json:"suite"`
+	Entries     []nightlyEntry `json:"entries"`
+	Previous    string         `json:"previous,omitempty"` // the summary compared against
+	PrevNote    string         `json:"previous_note,omitempty"`
+	Regressions []string       `json:"regressions,omitempty"`
+}
+
+func newNightlyCmd() *cobra.Command {
+	var f runFlags
+	var leverList, threshold string
+	cmd := &cobra.Command{
+		Use:   "nightly [--levers all|L1,L2] [--out reports/nightly]",
+		Short: "the device suite once, then every lever, then one summary page (verdicts, speed, regressions against the previous nightly)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			th, err := report.ParseThreshold(threshold)
+			if err != nil {
+				return exitError{2, err}
+			}
+			sum, path, err := runNightly(cmd.Context(), &f, leverList, th, strings.Join(os.Args, " "))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "abtest: nightly summary %s.md\n", path)
+			if sum.failed() {
+				return exitError{1, nil}
+			}
+			return nil
+		},
+	}
+	f.register(cmd, false)
+	cmd.Flags().StringVar(&leverList, "levers", "all", "all (every lever with arms), or a comma-separated list (NAME or NAME=B)")
+	cmd.Flags().StringVar(&threshold, "threshold", "2%", "smallest change against the previous nightly that counts as a regression")
+	_ = cmd.Flags().Set("out", "reports/nightly")
+	return cmd
+}
+
+// failed: a gate failed, a lever could not run, the suite failed, or arm B
+// regressed against the previous nightly. SKIPs do not fail the night.
+func (s *nightlySummary) failed() bool {
+	if s.Suite.Status == gates.Fail || len(s.Regressions) > 0 {
+		return true
+	}
+	for _, e := range s.Entries {
+		if e.Verdict != gates.VerdictPass && e.Verdict != gates.VerdictInconclusive && e.Verdict != VerdictSkip {
+			return true
+		}
+	}
+	return false
+}
+
+func runNightly(ctx context.Context, f *runFlags, leverList string, threshold float64, cmdline string) (*nightlySummary, string, error) {
+	s, err := newSetup(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	var specs []string
+	if leverList == "all" || leverList == "" {
+		for _, l := range s.levers {
+			if l.ABAble() {
+				specs = append(specs, l.Name)
+			}
+		}
+	} else {
+		for _, n := range strings.Split(leverList, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				specs = append(specs, n)
+			}
+		}
+	}
+	if len(specs) == 0 {
+		return nil, "", cannotRun("--levers: no lever to run")
+	}
+	// Validate every spec before spending an hour on the first ones.
+	cfgs := make([]gates.Config, len(specs))
+	for i, sp := range specs {
+		if cfgs[i], err = s.config(f, sp, ""); err != nil {
+			return nil, "", err
+		}
+	}
+	prevPath, prev := previousNightly(f.out)
+	sum := &nightlySummary{Date: time.Now().UTC().Format("2006-01-02T150405"), Threshold: threshold}
+	env := s.environment(ctx, cfgs[0])
+	sum.Machine, sum.Commit, sum.Model, sum.ModelSHA256 = machine(env), env.Commit, env.Model, env.ModelSHA256
+	prog := harness.NewProgress(os.Stderr, 0)
+
+	// The device suite once (not again per lever).
+	suiteCfg := gates.Config{SuiteBins: f.suiteBins}
+	suiteCfg.Defaults()
+	prog.Note("nightly: device suite")
+	sum.Suite = gates.Suite(ctx, suiteCfg, &gates.Env{M: s.m, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why})
+
+	for i, cfg := range cfgs {
+		if ctx.Err() != nil {
+			break
+		}
+		var gs []string
+		for _, g := range cfg.Gates {
+			if g != gates.GateSuite {
+				gs = append(gs, g)
+			}
+		}
+		cfg.Gates = gs
+		e := nightlyEntry{Lever: cfg.Lever.Name, A: cfg.A.Value, B: cfg.B.Value, Backend: cfg.Lever.Backend}
+		if why := skipCUDA(cfg.Lever, s, f.device); why != "" {
+			e.Verdict, e.Line = VerdictSkip, why
+			sum.Entries = append(sum.Entries, e)
+			continue
+		}
+		rec, base := s.runConfig(ctx, cfg, f.out, cmdline+" # lever "+specs[i], os.Stderr)
+		e.Verdict, e.Line = rec.Verdict, rec.VerdictLine
+		if rel, err := filepath.Rel(f.out, base+".md"); err == nil {
+			e.Report = filepath.ToSlash(rel)
+		}
+		for _, g := range rec.Gates {
+			if g.AB == nil {
+				continue
+			}
+			for _, m := range g.AB.Metrics {
+				if m.Key == "pp" {
+					e.PPA, e.PPB, e.PPRatio = m.A, m.B, m.Median
+				} else {
+					e.TGA, e.TGB, e.TGRatio = m.A, m.B, m.Median
+				}
+			}
+		}
+		sum.Entries = append(sum.Entries, e)
+	}
+	sum.compare(prevPath, prev)
+	_ = os.MkdirAll(f.out, 0o755)
+	path := filepath.Join(f.out, "nightly-"+sum.Date)
+	b, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return nil, "", exitError{2, err}
+	}
+	if err := os.WriteFile(path+".json", b, 0o644); err != nil {
+		return nil, "", exitError{2, err}
+	}
+	if err := os.WriteFile(path+".md", []byte(nightlyMarkdown(sum, cmdline)), 0o644); err != nil {
+		return nil, "", exitError{2, err}
+	}
+	return sum, path, nil
+}
+
+// skipCUDA says why a lever of the CUDA backend is not run here ("" when it
+// is): without a device its arms would both run the CPU backend and the
+// lever would switch nothing, so any PASS would be a lie.
+func skipCUDA(l harness.Lever, s *setup, device string) string {
+	if l.Backend != "cuda" {
+		return ""
+	}
+	if device == "cpu" {
+		return "backend cuda, but --device cpu: not run (a CUDA lever switches nothing on the CPU)"
+	}
+	if !s.hasGPU {
+		return "backend cuda, no CUDA device on this machine (" + s.why + "): not run"
+	}
+	return ""
+}
+
+func machine(e harness.Environment) string {
+	if e.GPU != nil {
+		return e.GPU.Name
+	}
+	return e.CPUModel
+}
+
+// previousNightly is the newest nightly-*.json in dir.
+func previousNightly(dir string) (string, *nightlySummary) {
+	ms, _ := filepath.Glob(filepath.Join(dir, "nightly-*.json"))
+	sort.Strings(ms)
+	for i := len(ms) - 1; i >= 0; i-- {
+		b, err := os.ReadFile(ms[i])
+		if err != nil {
+			continue
+		}
+		var s nightlySummary
+		if json.Unmarshal(b, &s) == nil {
+			return ms[i], &s
+		}
+	}
+	return "", nil
+}
+
+// compare sets each lever's arm-B change against the previous nightly and
+// lists the significant slowdowns beyond the threshold.
+func (s *nightlySummary) compare(prevPath string, prev *nightlySummary) {
+	if prev == nil {
+		s.PrevNote = "no previous nightly result in the output folder: nothing to compare against"
+		return
+	}
+	s.Previous = filepath.Base(prevPath)
+	if prev.Machine != s.Machine || prev.ModelSHA256 != s.ModelSHA256 {
+		s.PrevNote = fmt.Sprintf("previous nightly %s ran on %q with model sha256 %.12s, this one on %q with %.12s: speeds not compared",
+			prev.Date, prev.Machine, prev.ModelSHA256, s.Machine, s.ModelSHA256)
+		return
+	}
+	for i := range s.Entries {
+		e := &s.Entries[i]
+		for _, p := range prev.Entries {
+			if p.Lever != e.Lever || p.B != e.B {
+				continue
+			}
+			for _, m := range []struct {
+				name       string
+				base, head []float64
+			}{{"pp", p.PPB, e.PPB}, {"tg", p.TGB, e.TGB}} {
+				if len(m.base) == 0 || len(m.head) == 0 {
+					continue
+				}
+				d := stats.CompareMedians(m.base, m.head, s.Threshold)
+				e.Against = append(e.Against, nightlyDiff{Metric: m.name, Ratio: harness.Num(d.Ratio), Lo: harness.Num(d.Lo), Hi: harness.Num(d.Hi), Verdict: d.Verdict})
+				if d.Verdict == stats.VerdictSlower {
+					s.Regressions = append(s.Regressions, fmt.Sprintf("%s=%s %s: arm B %.4fx of %s [%.4f, %.4f]", e.Lever, e.B, m.name, d.Ratio, prev.Date, d.Lo, d.Hi))
+				}
+			}
+		}
+	}
+}
+
+func med(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	return stats.Summary(xs).Median
+}
+
+func num(x float64, format string) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, x)
+}
+
+func nightlyMarkdown(s *nightlySummary, cmdline string) string {
+	var b strings.Builder
+	count := map[string]int{}
+	for _, e := range s.Entries {
+		count[e.Verdict]++
+	}
+	head := "PASS"
+	if s.failed() {
+		head = "FAIL"
+	} else if count[VerdictSkip]+count[gates.VerdictInconclusive] > 0 || s.Suite.Status == gates.Skip {
+		head = "INCONCLUSIVE"
+	}
+	fmt.Fprintf(&b, "**Nightly: %s** — %d levers: %d PASS, %d FAIL, %d INCONCLUSIVE (a gate skipped), %d SKIP (not run; never counted as PASS), %d other; device suite %s; %d regressions against the previous nightly\n\n",
+		head, len(s.Entries), count[gates.VerdictPass], count[gates.VerdictFail], count[gates.VerdictInconclusive], count[VerdictSkip],
+		len(s.Entries)-count[gates.VerdictPass]-count[gates.VerdictFail]-count[gates.VerdictInconclusive]-count[VerdictSkip], s.Suite.Status, len(s.Regressions))
+	fmt.Fprintf(&b, "# abtest nightly %s\n\n", s.Date)
+	fmt.Fprintf(&b, "Machine %s, commit %s, model %s (sha256 %s).\n\n", s.Machine, s.Commit, s.Model, s.ModelSHA256)
+	ev := s.Suite.Evidence
+	if ev != "" {
+		ev = " (" + ev + ")"
+	}
+	fmt.Fprintf(&b, "## Device suite: %s\n\n%s%s\n\n", s.Suite.Status, s.Suite.Reason, ev)
+
+	fmt.Fprintf(&b, "## Verdict per lever\n\n")
+	var rows [][]string
+	for _, e := range s.Entries {
+		link := "-"
+		if e.Report != "" {
+			link = fmt.Sprintf("[report](%s)", e.Report)
+		}
+		rows = append(rows, []string{e.Lever, e.A + " → " + e.B, e.Backend, "**" + e.Verdict + "**", e.Line, link})
+	}
+	fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "A → B", "backend", "verdict", "verdict line / reason", "report"}, rows))
+
+	fmt.Fprintf(&b, "## Speed (tok/s, median over the interleaved rounds; B/A is the median per-round ratio)\n\n")
+	rows = nil
+	for _, e := range s.Entries {
+		if len(e.PPB) == 0 && len(e.TGB) == 0 {
+			continue
+		}
+		rows = append(rows, []string{e.Lever, num(med(e.PPA), "%.1f"), num(med(e.PPB), "%.1f"), num(float64(e.PPRatio), "%.4f"),
+			num(med(e.TGA), "%.2f"), num(med(e.TGB), "%.2f"), num(float64(e.TGRatio), "%.4f"), num(1000/med(e.TGB), "%.4f")})
+	}
+	fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "pp A", "pp B", "pp B/A", "tg A", "tg B", "tg B/A", "decode ms/token B"}, rows))
+
+	fmt.Fprintf(&b, "## Against the previous nightly (arm B now / arm B then; threshold %.1f%%)\n\n", s.Threshold*100)
+	if s.PrevNote != "" {
+		fmt.Fprintf(&b, "%s.\n\n", s.PrevNote)
+	} else {
+		fmt.Fprintf(&b, "Previous: %s.\n\n", s.Previous)
+		rows = nil
+		for _, e := range s.Entries {
+			for _, d := range e.Against {
+				v := d.Verdict
+				if v == stats.VerdictSlower {
+					v = "**REGRESSION (slower)**"
+				}
+				rows = append(rows, []string{e.Lever, d.Metric, num(float64(d.Ratio), "%.4f"), fmt.Sprintf("[%s, %s]", num(float64(d.Lo), "%.4f"), num(float64(d.Hi), "%.4f")), v})
+			}
+		}
+		fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "metric", "now / previous", "95% CI", "verdict"}, rows))
+	}
+	if len(s.Regressions) > 0 {
+		fmt.Fprintf(&b, "Regressions:\n\n")
+		for _, r := range s.Regressions {
+			fmt.Fprintf(&b, "- %s\n", r)
+		}
+		fmt.Fprintf(&b, "\n")
+	}
+	fmt.Fprintf(&b, "## Reproduce\n\n```sh\n%s\n```\n", cmdline)
+	return b.String()
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func readNightly(t *testing.T, out string) (string, *nightlySummary) {
+	t.Helper()
+	path, s := previousNightly(out)
+	if s == nil {
+		t.Fatalf("no nightly summary in %s", out)
+	}
+	return path, s
+}
+
+func entry(s *nightlySummary, lever string) *nightlyEntry {
+	for i := range s.Entries {
+		if s.Entries[i].Lever == lever {
+			return &s.Entries[i]
+		}
+	}
+	return nil
+}
+
+func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing.T) {
+	bin := fakeMinfer(t)
+	out := t.TempDir()
+	args := []string{"nightly", "--minfer", bin, "--out", out, "--levers", "MINFER_NO_FUSE_FFN,MINFER_MMQ", "--gates", "ab,suite",
+		"--rounds", "5", "--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10"}
+
+	// Night 1, forced onto the CPU: the CUDA lever is a SKIP with its reason.
+	if code := run(append(args, "--device", "cpu")); code != 0 {
+		_, s := readNightly(t, out)
+		t.Fatalf("night 1: exit %d: %+v", code, s)
+	}
+	p1, s1 := readNightly(t, out)
+	ffn, mmq := entry(s1, "MINFER_NO_FUSE_FFN"), entry(s1, "MINFER_MMQ")
+	if ffn == nil || len(ffn.TGB) != 5 || ffn.Report == "" {
+		t.Fatalf("FFN entry %+v", ffn)
+	}
+	if mmq == nil || mmq.Verdict != VerdictSkip || !strings.Contains(mmq.Line, "--device cpu") {
+		t.Fatalf("CUDA lever on the CPU: %+v", mmq)
+	}
+	md, _ := os.ReadFile(strings.TrimSuffix(p1, ".json") + ".md")
+	for _, want := range []string{"Device suite", "| MINFER_MMQ", "**SKIP**", "never counted as PASS", "no previous nightly result", ffn.Report} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("night 1 summary lacks %q:\n%s", want, md)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, ffn.Report)); err != nil {
+		t.Errorf("the summary's report link does not resolve: %v", err)
+	}
+
+	// Plant a previous night whose arm B decoded 25% faster.
+	for i := range ffn.TGB {
+		ffn.TGB[i] *= 1.25
+	}
+	s1.Date = "2000-01-01T000000"
+	b, _ := json.Marshal(s1)
+	if err := os.Remove(p1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "nightly-2000-01-01T000000.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Night 2 (device auto): the decode regression is flagged and fails the night.
+	if code := run(args); code != 1 {
+		t.Fatalf("night 2 with a planted regression: exit %d, want 1", code)
+	}
+	p2, s2 := readNightly(t, out)
+	if len(s2.Regressions) != 1 || !strings.Contains(s2.Regressions[0], "MINFER_NO_FUSE_FFN=0 tg") {
+		t.Fatalf("regressions %v (note %q)", s2.Regressions, s2.PrevNote)
+	}
+	for _, d := range entry(s2, "MINFER_NO_FUSE_FFN").Against {
+		if d.Metric == "pp" && d.Verdict != "~" {
+			t.Errorf("unchanged prefill marked %s", d.Verdict)
+		}
+	}
+	if mmq := entry(s2, "MINFER_MMQ"); !s2hasGPU() && (mmq.Verdict != VerdictSkip || !strings.Contains(mmq.Line, "no CUDA device")) {
+		t.Errorf("CUDA lever without a device: %+v", mmq)
+	}
+	md, _ = os.ReadFile(strings.TrimSuffix(p2, ".json") + ".md")
+	if !strings.Contains(string(md), "REGRESSION (slower)") || !strings.HasPrefix(string(md), "**Nightly: FAIL**") {
+		t.Errorf("night 2 summary:\n%s", md)
+	}
+}
+
+// s2hasGPU: on a machine with a device the CUDA lever really runs.
+func s2hasGPU() bool {
+	s, err := newSetup(t0ctx(), &runFlags{minfer: fakeBin, device: "auto"})
+	return err == nil && s.hasGPU
+}
+
+func t0ctx() context.Context { return context.Background() }

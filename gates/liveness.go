@@ -1,0 +1,159 @@
+package gates
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/profile"
+)
+
+// LivenessRule says what "the path this lever switches actually ran" means
+// in the backend's exit lines ({"launch_census":...}, {"cuda_graphs":...}).
+// It is data: one entry per lever in LivenessRules. A lever without an entry
+// gets a liveness SKIP with that reason, never a PASS.
+type LivenessRule struct {
+	// On is the lever value that switches the path on; an arm with any other
+	// value (an unset lever reads as its registry default) has it off.
+	On string `json:"on"`
+	// Kernels are kernel-name patterns (path.Match globs): the arm with the
+	// path on must launch at least one kernel matching each, the arm with it
+	// off none.
+	Kernels []string `json:"kernels,omitempty"`
+	// Graphs: liveness is read from the {"cuda_graphs":...} line: the arm with
+	// the path on must capture and replay graphs, the arm with it off must
+	// capture and replay none; both arms must launch the same set of kernels
+	// (graph replays are counted as launches, so the census alone cannot tell).
+	Graphs bool `json:"graphs,omitempty"`
+	// Why says what the rule defends, for the report.
+	Why string `json:"why"`
+}
+
+// LivenessRules is the liveness table, keyed by lever name. Kernel names are
+// those of cuda/kernels/*.cu (minfer_<op>_<type>).
+var LivenessRules = map[string]LivenessRule{
+	"MINFER_NO_PREFILL_GEMM": {On: "0", Kernels: []string{"minfer_gemm_*"},
+		Why: "prefill matmuls run the tiled tensor-core GEMM kernels (minfer_gemm_<type>) only with the GEMM path on; with it off they go through the per-type kernels"},
+	"MINFER_NO_CUDA_GRAPH": {On: "0", Graphs: true,
+		Why: "with graphs on, the backend captures and replays CUDA graphs (same kernels, replays counted in the census); with them off it captures and replays none"},
+}
+
+// LivenessInput is one arm's evidence.
+type LivenessInput struct {
+	Arm       Arm
+	Census    profile.Census
+	Graphs    profile.Graphs
+	HasGraphs bool // the cuda_graphs line was printed
+}
+
+func armValue(lv harness.Lever, a Arm) string {
+	if a.Value == harness.Unset {
+		return lv.Default
+	}
+	return a.Value
+}
+
+// Liveness applies the lever's rule to the two arms' evidence: PASS, FAIL,
+// or SKIP (no rule, or both arms on the same side of it) with the reason.
+func Liveness(lv harness.Lever, a, b LivenessInput) (Status, string) {
+	rule, ok := LivenessRules[lv.Name]
+	if !ok {
+		return Skip, fmt.Sprintf("no liveness rule for %s in gates.LivenessRules: which kernels it must switch is not declared, so the census difference is shown but not judged", lv.Name)
+	}
+	var on, off LivenessInput
+	switch aOn, bOn := armValue(lv, a.Arm) == rule.On, armValue(lv, b.Arm) == rule.On; {
+	case aOn && !bOn:
+		on, off = a, b
+	case bOn && !aOn:
+		on, off = b, a
+	default:
+		return Skip, fmt.Sprintf("rule needs one arm with %s=%s and one without; arms are A=%s B=%s", lv.Name, rule.On, a.Arm.Value, b.Arm.Value)
+	}
+	var fails, oks []string
+	for _, pat := range rule.Kernels {
+		onN, onK := matching(on.Census, pat)
+		offN, offK := matching(off.Census, pat)
+		if onN == 0 {
+			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path on) launched no %s", on.Arm.Name, lv.Name, on.Arm.Value, pat))
+		} else {
+			oks = append(oks, fmt.Sprintf("arm %s launched %s %d times (%s)", on.Arm.Name, pat, onN, strings.Join(onK, ", ")))
+		}
+		if offN > 0 {
+			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path off) still launched %s %d times (%s)", off.Arm.Name, lv.Name, off.Arm.Value, pat, offN, strings.Join(offK, ", ")))
+		} else {
+			oks = append(oks, fmt.Sprintf("arm %s launched none", off.Arm.Name))
+		}
+	}
+	if rule.Graphs {
+		for _, x := range []LivenessInput{on, off} {
+			if !x.HasGraphs {
+				fails = append(fails, fmt.Sprintf(`arm %s printed no {"cuda_graphs":{"captured":N,"replayed":M}} line`, x.Arm.Name))
+			}
+		}
+		if on.HasGraphs && off.HasGraphs {
+			if on.Graphs.Captured == 0 || on.Graphs.Replayed == 0 {
+				fails = append(fails, fmt.Sprintf("arm %s (graphs on) captured %d and replayed %d graphs", on.Arm.Name, on.Graphs.Captured, on.Graphs.Replayed))
+			} else {
+				oks = append(oks, fmt.Sprintf("arm %s captured %d graphs and replayed %d", on.Arm.Name, on.Graphs.Captured, on.Graphs.Replayed))
+			}
+			if off.Graphs.Captured != 0 || off.Graphs.Replayed != 0 {
+				fails = append(fails, fmt.Sprintf("arm %s (graphs off) captured %d and replayed %d graphs", off.Arm.Name, off.Graphs.Captured, off.Graphs.Replayed))
+			} else {
+				oks = append(oks, fmt.Sprintf("arm %s captured and replayed none", off.Arm.Name))
+			}
+		}
+		if only := kernelSetDiff(on.Census, off.Census); only != "" {
+			fails = append(fails, "the arms launch different kernels: "+only)
+		} else {
+			oks = append(oks, fmt.Sprintf("same %d kernels in both arms", len(launched(on.Census))))
+		}
+	}
+	if len(fails) > 0 {
+		return Fail, strings.Join(fails, "; ")
+	}
+	return Pass, strings.Join(oks, "; ")
+}
+
+// matching sums the launches of the kernels matching pat.
+func matching(c profile.Census, pat string) (int, []string) {
+	n := 0
+	var names []string
+	for k, v := range c {
+		if ok, _ := path.Match(pat, k); ok && v > 0 {
+			n += v
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	return n, names
+}
+
+func launched(c profile.Census) []string {
+	var out []string
+	for k, v := range c {
+		if v > 0 {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// kernelSetDiff describes the kernels launched by one census and not the
+// other ("" when the sets are equal).
+func kernelSetDiff(x, y profile.Census) string {
+	var parts []string
+	for _, k := range launched(x) {
+		if y[k] == 0 {
+			parts = append(parts, k+" only with the path on")
+		}
+	}
+	for _, k := range launched(y) {
+		if x[k] == 0 {
+			parts = append(parts, k+" only with the path off")
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,102 @@
+package gates
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/profile"
+)
+
+// leverCfg is an opt-in NO_* lever: A=1 (path off), B=0 (path on).
+func leverCfg(name string) Config {
+	cfg := Config{Lever: harness.Lever{Name: name, Kind: "opt-in", Default: "0", ArmA: "1", ArmB: "0", Backend: "cuda"},
+		A:  Arm{Name: "A", Value: "1", Env: map[string]string{name: "1"}},
+		B:  Arm{Name: "B", Value: "0", Env: map[string]string{name: "0"}},
+		PP: 16, TG: 4}
+	cfg.Defaults()
+	return cfg
+}
+
+func profileWithFake(t *testing.T, lever string) Result {
+	t.Helper()
+	cfg := leverCfg(lever)
+	cfg.TmpDir = t.TempDir()
+	return Profile(context.Background(), cfg, &Env{M: fake(t), HasGPU: true})
+}
+
+func TestLiveness_PrefillGemmOnArmLaunchesGemmAndPhantomFails(t *testing.T) {
+	r := profileWithFake(t, "MINFER_NO_PREFILL_GEMM")
+	if r.Status != Pass || !strings.Contains(r.Reason, "minfer_gemm_q8_0") || r.Profile.Rule == nil {
+		t.Fatalf("%s: %s", r.Status, r.Reason)
+	}
+	if r.Profile.CensusB["minfer_gemm_q8_0"] != 28 || r.Profile.CensusA["minfer_gemm_q8_0"] != 0 {
+		t.Errorf("census A %v B %v", r.Profile.CensusA, r.Profile.CensusB)
+	}
+	// The nsys fallback parsed the op_timing line of both arms.
+	if len(r.Profile.OpTiming) != 2 || r.Profile.OpTiming[1].Timing == nil || r.Profile.OpTiming[1].Timing.Kernels[0].Kernel != "minfer_mmv_q8_0" {
+		t.Errorf("op timing %+v (nsys note %q)", r.Profile.OpTiming, r.Profile.NsysNote)
+	}
+	t.Setenv("FAKEMINFER_MODE", "phantom") // the GEMM path never runs
+	r = profileWithFake(t, "MINFER_NO_PREFILL_GEMM")
+	if r.Status != Fail || !strings.Contains(r.Reason, "launched no minfer_gemm_*") {
+		t.Fatalf("phantom gain not caught: %s: %s", r.Status, r.Reason)
+	}
+}
+
+func TestLiveness_CudaGraphLeverJudgedByGraphCounts(t *testing.T) {
+	r := profileWithFake(t, "MINFER_NO_CUDA_GRAPH")
+	if r.Status != Pass || r.Profile.GraphsB == nil || r.Profile.GraphsB.Replayed != 126 || r.Profile.GraphsA.Captured != 0 {
+		t.Fatalf("%s: %s (%+v)", r.Status, r.Reason, r.Profile)
+	}
+	lv := leverCfg("MINFER_NO_CUDA_GRAPH").Lever
+	c := profile.Census{"minfer_mmv_q8_0": 10}
+	on := LivenessInput{Arm: Arm{Name: "B", Value: "0"}, Census: c, HasGraphs: true, Graphs: profile.Graphs{Captured: 2, Replayed: 40}}
+	off := LivenessInput{Arm: Arm{Name: "A", Value: "1"}, Census: c, HasGraphs: true, Graphs: profile.Graphs{Captured: 1, Replayed: 3}}
+	if st, why := Liveness(lv, off, on); st != Fail || !strings.Contains(why, "graphs off") {
+		t.Errorf("graphs replayed with graphs off: %s %s", st, why)
+	}
+	off.Graphs = profile.Graphs{}
+	off.HasGraphs = false
+	if st, why := Liveness(lv, off, on); st != Fail || !strings.Contains(why, "cuda_graphs") {
+		t.Errorf("missing cuda_graphs line: %s %s", st, why)
+	}
+	off.HasGraphs = true
+	off.Census = profile.Census{"minfer_mmv_q8_0": 10, "minfer_extra": 1}
+	if st, why := Liveness(lv, off, on); st != Fail || !strings.Contains(why, "minfer_extra") {
+		t.Errorf("different kernel sets: %s %s", st, why)
+	}
+}
+
+func TestLiveness_LeverWithoutRuleIsSkipNeverPass(t *testing.T) {
+	r := profileWithFake(t, "MINFER_NO_PINNED_READBACK")
+	if r.Status != Skip || !strings.Contains(r.Reason, "no liveness rule for MINFER_NO_PINNED_READBACK") {
+		t.Fatalf("%s: %s", r.Status, r.Reason)
+	}
+	lv := leverCfg("MINFER_NO_PREFILL_GEMM").Lever
+	same := LivenessInput{Arm: Arm{Name: "A", Value: "0"}}
+	if st, _ := Liveness(lv, same, LivenessInput{Arm: Arm{Name: "B", Value: harness.Unset}}); st != Skip {
+		t.Errorf("both arms on (B unset = default 0): %s, want SKIP", st)
+	}
+}
+
+func TestSuite_TestBinaryRunsInItsPackageDirectory(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"cuda/driver", "bin", "other/driver/testdata"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "cuda/driver/x_test.go"), []byte("package driver\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := PackageDir(root, "bin/driver.test"); got != filepath.Join(root, "cuda/driver") {
+		t.Errorf("driver.test runs in %s", got)
+	}
+	if got := PackageDir(root, "bin/nope.test"); got != root {
+		t.Errorf("unknown package: %s, want the root", got)
+	}
+}

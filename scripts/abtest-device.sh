@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# abtest-device.sh: the one-call H200 recipe for abtest's device gates.
+#
+# The GPU machine has no Go toolchain and no network: everything it runs is
+# built here (the CPU machine) and carried in bin/ (git-ignored; name it in
+# the device tool's `carry`):
+#
+#   CGO_ENABLED=0 go build -o bin/ ./cmd/minfer ./cmd/abtest
+#   CGO_ENABLED=0 go test -c -o bin/cuda.test ./cuda
+#   CGO_ENABLED=0 go test -c -o bin/driver.test ./cuda/driver
+#   # nsys's QdstrmImporter needs libdw.so.1 and libelf.so.1, which the H200
+#   # lacks (DEVICE.md): take them from Debian's packages, once:
+#   mkdir -p /tmp/debs bin/lib && cd /tmp/debs && apt-get download libdw1 libelf1 \
+#     && for d in *.deb; do dpkg -x "$d" x; done \
+#     && cp -L x/usr/lib/x86_64-linux-gnu/libdw.so.1 x/usr/lib/x86_64-linux-gnu/libelf.so.1 "$OLDPWD/bin/lib/"
+#
+# abtest puts bin/lib on LD_LIBRARY_PATH of the importer only (never of
+# minfer); without bin/lib the report says why nsys produced nothing and uses
+# the engine's MINFER_OP_TIMING instead.
+#
+# There (the device tool runs this from the repository root, with $OUT):
+#   1. scripts/build-kernels.sh -> bin/minfer-kernels.fatbin (beside minfer,
+#      where minfer and the test binaries look for it);
+#   2. bin/minfer synth writes the model (qwen2-0.5b Q8_0 by default) to
+#      $MODEL_DIR, outside $OUT (it is ~500 MB);
+#   3. abtest run --lever MINFER_NO_CUDA_GRAPH (with the device suite), then
+#      abtest run --lever MINFER_NO_PREFILL_GEMM (suite not repeated), each
+#      bounded by `timeout` (abtest then writes an INCOMPLETE report);
+#   4. packs everything under $OUT: abtest-device.log, build-kernels.log, one
+#      .md per lever and reports.tar.gz (reports with JSON and PNG plots) -
+#      the device tool returns at most 8 files.
+#
+# Settings (env), defaults chosen so the whole script fits in ~8 minutes:
+#   ROUNDS=9 PP=512 TG=128 REPS=3   A/B rounds (pre-registered PAIRS) and bench shapes
+#   WARMUP_MS=2000                  untimed warmup before round 1
+#   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
+#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"
+#   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
+#   KERNEL_TIMEOUT=120 SYNTH_TIMEOUT=60
+#   GATES=...                       abtest --gates for the first lever (later ones drop "suite")
+#
+#   device run: OUT=... scripts/abtest-device.sh      (carry: bin)
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-$root/out}"
+mkdir -p "$out"
+work="${WORK:-/tmp/abtest-device}"
+reports="$work/reports"
+mkdir -p "$reports"
+log="$out/abtest-device.log"
+: >"$log"
+
+ROUNDS="${ROUNDS:-9}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
+SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
+LEVERS="${LEVERS:-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
+LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-120}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
+GATES="${GATES:-parity,greedy,ab,suite,profile}"
+MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
+
+say() { echo "abtest-device: $*" | tee -a "$log" >&2; }
+
+pack() {
+    # Everything under $OUT, in few files: the tool returns at most 8.
+    for md in "$reports"/*/*.md; do
+        [[ -f "$md" ]] || continue
+        lever="$(basename "$(dirname "$md")")"
+        cp "$md" "$out/$lever.md"
+    done
+    if compgen -G "$reports/*" >/dev/null; then
+        tar -C "$work" -czf "$out/reports.tar.gz" reports
+    fi
+    say "done: $(ls "$out" | tr '\n' ' ')"
+}
+trap pack EXIT
+
+# The CUDA tools and the nsys of DEVICE.md.
+export PATH="$PATH:/usr/local/cuda/bin:/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64"
+
+for b in bin/minfer bin/abtest; do
+    if [[ ! -x "$b" ]]; then
+        say "no $b: build it on the CPU machine (see this script's header) and carry bin/"
+        exit 2
+    fi
+done
+say "start $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); ROUNDS=$ROUNDS PP=$PP TG=$TG REPS=$REPS WARMUP_MS=$WARMUP_MS model $SHAPE $TYPE seed $SEED"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee -a "$log"
+for t in ncu nsys cuobjdump nvcc; do say "$t: $(command -v "$t" || echo 'not found')"; done
+if [[ -f bin/lib/libdw.so.1 && -f bin/lib/libelf.so.1 ]]; then
+    say "nsys importer libraries: bin/lib (libdw.so.1, libelf.so.1)"
+else
+    say "nsys importer libraries: bin/lib/libdw.so.1 or libelf.so.1 missing: nsys will likely fall back to MINFER_OP_TIMING"
+fi
+
+# 1. Kernels.
+if ! timeout -k 10 "$KERNEL_TIMEOUT" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
+    say "build-kernels.sh failed (see build-kernels.log): $(tail -n 3 "$out/build-kernels.log" | tr '\n' ' ')"
+    exit 2
+fi
+say "kernels: $(grep -m1 'wrote' "$out/build-kernels.log" | sed 's/build-kernels: //')"
+
+# 2. Model.
+model="${MODEL:-}"
+if [[ -z "$model" ]]; then
+    mkdir -p "$MODEL_DIR"
+    model="$MODEL_DIR/$SHAPE-$TYPE-seed$SEED.gguf"
+    if [[ ! -s "$model" ]]; then
+        start=$(date +%s)
+        if ! timeout -k 5 "$SYNTH_TIMEOUT" bin/minfer synth --shape "$SHAPE" --type "$TYPE" --seed "$SEED" -o "$model.tmp" >>"$log" 2>&1; then
+            say "minfer synth failed"
+            rm -f "$model.tmp"
+            exit 2
+        fi
+        mv "$model.tmp" "$model"
+        say "synthesized $model ($(stat -c %s "$model") bytes) in $(($(date +%s) - start)) s"
+    fi
+fi
+
+# 3. The levers.
+rc=0
+gates="$GATES"
+for lever in $LEVERS; do
+    say "=== abtest run --lever $lever (gates $gates, limit ${LEVER_TIMEOUT}s)"
+    start=$(date +%s)
+    timeout -k 15 "$LEVER_TIMEOUT" bin/abtest run --lever "$lever" --device cuda --model "$model" \
+        --suite-bin 'bin/*.test' --kernels bin/minfer-kernels.fatbin --gates "$gates" \
+        --rounds "$ROUNDS" --pp "$PP" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
+        --out "$reports" >>"$log" 2>&1
+    code=$?
+    say "=== $lever: exit $code in $(($(date +%s) - start)) s (0 pass/inconclusive, 1 a gate failed or cut short, 2 could not run, 124/137 timeout)"
+    grep -h '^\*\*Verdict' "$reports/$lever"/*.md 2>/dev/null | tail -n 1 | tee -a "$log" >&2
+    [[ $code -ne 0 ]] && rc=1
+    gates="$(echo "$gates" | tr ',' '\n' | grep -vx suite | paste -sd, -)" # the suite runs once
+done
+exit $rc

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# nightly.sh: the nightly device gate run on the H200: `abtest nightly` runs
+# the device suite once, then every lever with arms (or $LEVERS), and writes
+# one summary page (verdict per lever, speed table, regressions of arm B
+# against the previous nightly summary found in the output folder).
+#
+# Build on the CPU machine and carry bin/ exactly as scripts/abtest-device.sh
+# says in its header (bin/minfer, bin/abtest, bin/*.test, bin/lib/ for nsys).
+#
+#   OUT=... scripts/nightly.sh
+#
+# Settings (env):
+#   NIGHTLY_OUT=reports/nightly   output folder; it must persist between nights (commit it,
+#                                 or keep it on the machine) or no regression can be found
+#   LEVERS=all                    or L1,L2 (NAME or NAME=B)
+#   ROUNDS=9 PP=512 TG=128 REPS=3 WARMUP_MS=2000
+#   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1 (or MODEL=path.gguf)
+#   THRESHOLD=2%                  smallest change against the previous night that counts
+#   NIGHTLY_TIMEOUT=3600          seconds for the whole abtest nightly (SIGTERM: partial reports
+#                                 are kept, each marked INCOMPLETE)
+#
+# On a machine without a device the CUDA levers are SKIP in the summary (with
+# the reason), never PASS. Exit: 0 nothing failed, 1 a gate failed, the suite
+# failed or arm B regressed, 2 could not run.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-$root/out}"
+mkdir -p "$out"
+nout="${NIGHTLY_OUT:-$root/reports/nightly}"
+mkdir -p "$nout"
+log="$out/nightly.log"
+: >"$log"
+SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
+MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
+say() { echo "nightly: $*" | tee -a "$log" >&2; }
+
+export PATH="$PATH:/usr/local/cuda/bin:/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64"
+for b in bin/minfer bin/abtest; do
+    [[ -x "$b" ]] || { say "no $b: build it on the CPU machine (scripts/abtest-device.sh header)"; exit 2; }
+done
+
+device=cpu
+if nvidia-smi >/dev/null 2>&1; then
+    device=cuda
+    if ! timeout -k 10 "${KERNEL_TIMEOUT:-120}" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
+        say "build-kernels.sh failed: $(tail -n 3 "$out/build-kernels.log" | tr '\n' ' ')"
+        exit 2
+    fi
+fi
+
+model="${MODEL:-}"
+if [[ -z "$model" ]]; then
+    mkdir -p "$MODEL_DIR"
+    model="$MODEL_DIR/$SHAPE-$TYPE-seed$SEED.gguf"
+    if [[ ! -s "$model" ]]; then
+        timeout -k 5 "${SYNTH_TIMEOUT:-60}" bin/minfer synth --shape "$SHAPE" --type "$TYPE" --seed "$SEED" -o "$model.tmp" >>"$log" 2>&1 &&
+            mv "$model.tmp" "$model" || { say "minfer synth failed"; rm -f "$model.tmp"; exit 2; }
+    fi
+fi
+
+say "abtest nightly on $device, model $model, levers ${LEVERS:-all}, out $nout"
+timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly --device "$device" --model "$model" \
+    --levers "${LEVERS:-all}" --suite-bin 'bin/*.test' --threshold "${THRESHOLD:-2%}" \
+    --rounds "${ROUNDS:-9}" --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-3}" --warmup-ms "${WARMUP_MS:-2000}" \
+    --out "$nout" >>"$log" 2>&1
+rc=$?
+say "abtest nightly: exit $rc"
+summary="$(ls "$nout"/nightly-*.md 2>/dev/null | sort | tail -n 1)"
+if [[ -n "$summary" ]]; then
+    cp "$summary" "$out/"
+    head -n 1 "$summary" | tee -a "$log" >&2
+fi
+tar -C "$(dirname "$nout")" -czf "$out/nightly-reports.tar.gz" "$(basename "$nout")" 2>>"$log"
+exit $rc
