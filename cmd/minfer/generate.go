@@ -65,7 +65,7 @@ func (m *modelFlags) path() (string, error) {
 
 // open loads the model on the chosen device with a context of nCtx cells.
 func (a *app) open(path, device string, nCtx int) (lm, error) {
-	e, err := model.Load(path, model.Options{Device: device, NCtx: nCtx, Levers: a.cfg})
+	e, err := model.Load(path, a.modelOptions(device, nCtx))
 	if err != nil {
 		return nil, err
 	}

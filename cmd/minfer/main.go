@@ -23,6 +23,7 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 // app carries what every sub-command needs: the lever config parsed once.
 type app struct {
 	cfg levers.Config
+	dev deviceState // CUDA backends opened (device.go)
 }
 
 func newRoot(a *app) *cobra.Command {
@@ -54,9 +55,12 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "minfer:", err)
 		return 2
 	}
-	root := newRoot(&app{cfg: cfg})
+	a := &app{cfg: cfg}
+	root := newRoot(a)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	err = root.Execute()
+	a.deviceReport(os.Stderr)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "minfer:", err)
 		var u usageError
 		if errors.As(err, &u) {

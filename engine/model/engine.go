@@ -18,9 +18,13 @@ import (
 
 // Options configure Load.
 type Options struct {
-	// Device is "cpu", "cuda" or "auto" ("" = auto). Only the CPU backend
-	// exists in this build: "cuda" is an error, "auto" runs on the CPU.
+	// Device is "cpu", "cuda" or "auto" ("" = auto). "cuda" needs
+	// NewDevice and fails when it fails; "auto" uses NewDevice when it
+	// answers and runs on the CPU otherwise (said once through Logf).
 	Device string
+	// NewDevice creates the device backend (the binary wires the CUDA
+	// backend in here; the engine never imports it). nil: CPU only.
+	NewDevice func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error)
 	// NCtx is the context length (KV cells); 0 = min(NCtxTrain, 4096).
 	NCtx int
 	// Threads for the CPU kernels; 0 = runtime.GOMAXPROCS.
@@ -60,7 +64,9 @@ func Load(path string, opts Options) (*Engine, error) {
 	switch opts.Device {
 	case "", "auto", "cpu":
 	case "cuda":
-		return nil, errors.New("model: no CUDA backend in this build")
+		if opts.NewDevice == nil {
+			return nil, errors.New("model: --device cuda: no CUDA backend in this build")
+		}
 	default:
 		return nil, fmt.Errorf("model: unknown device %q (cpu, cuda, auto)", opts.Device)
 	}
@@ -101,31 +107,80 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 	if e.nCtx == 0 {
 		e.nCtx = min(h.NCtxTrain, 4096)
 	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	var dev graph.Backend
+	if opts.Device == "cuda" || ((opts.Device == "" || opts.Device == "auto") && opts.NewDevice != nil) {
+		d, err := opts.NewDevice(opts.Levers, logf)
+		switch {
+		case err == nil:
+			dev = d
+		case opts.Device == "cuda":
+			return nil, fmt.Errorf("--device cuda: %w", err)
+		default:
+			logf("model: no CUDA device (%v); running on the CPU", err)
+		}
+	}
+	closeAll := func(bs ...graph.Backend) {
+		for _, b := range bs {
+			if b != nil {
+				b.Close()
+			}
+		}
+	}
 	switch ct := opts.Levers.CacheType; ct {
 	case "", "auto":
 		e.kvFormat = kv.F32 // the CPU's auto format
+		if dev != nil && h.NLayer*h.NKV() >= deviceF16KVDims {
+			e.kvFormat = kv.F16 // the device's auto format for 7B-class dims
+		}
 	default:
 		if e.kvFormat, err = kv.ParseFormat(ct); err != nil {
+			closeAll(dev)
 			return nil, fmt.Errorf("MINFER_CACHE_TYPE: %w", err)
 		}
 	}
 	c := cpu.New(cpu.Options{Threads: opts.Threads})
 	e.backends = []graph.Backend{c}
+	if dev != nil {
+		e.backends = []graph.Backend{dev, c}
+	}
 	ws, err := GraphWeights(f, h)
 	if err != nil {
-		c.Close()
+		closeAll(e.backends...)
 		return nil, err
 	}
-	if _, err := PlaceWeights(ws, e.backends, opts.Logf); err != nil {
-		c.Close()
+	at, err := PlaceWeights(ws, e.backends, logf)
+	if err != nil {
+		closeAll(e.backends...)
 		return nil, err
 	}
-	if err := c.AllocKV(graph.KVSpec{Format: e.kvFormat, NLayer: h.NLayer, NCtx: e.nCtx, RowLen: h.NKV()}); err != nil {
-		c.Close()
+	if dev != nil && at != 0 {
+		// All-or-nothing: the device refused a weight, so the whole model
+		// runs on the CPU (PlaceWeights logged which weight and why).
+		if opts.Device == "cuda" {
+			closeAll(e.backends...)
+			return nil, errors.New("model: --device cuda: the device cannot hold the model (see the log for the weight it refused)")
+		}
+		dev.Close()
+		e.backends = []graph.Backend{c}
+	}
+	if err := e.backends[0].AllocKV(graph.KVSpec{Format: e.kvFormat, NLayer: h.NLayer, NCtx: e.nCtx, RowLen: h.NKV()}); err != nil {
+		closeAll(e.backends...)
 		return nil, err
 	}
 	return e, nil
 }
+
+// deviceF16KVDims: with MINFER_CACHE_TYPE=auto a device engine stores its
+// KV cache in f16 when n_layer * n_kv_embd reaches this (the 7B class).
+const deviceF16KVDims = 8192
+
+// Backends returns the engine's backends in priority order (the device
+// first when there is one), for tests and instrumentation.
+func (e *Engine) Backends() []graph.Backend { return e.backends }
 
 // GraphParams is the topology key of a forward of nt tokens.
 func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers.Config) graph.Params {

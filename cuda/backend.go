@@ -1,0 +1,328 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
+)
+
+// Options configure a Backend.
+type Options struct {
+	// Levers are the parsed MINFER_* gates: DisableCUDA, TestCallFail,
+	// Kernels, LaunchCensus, OpTiming, NoCUDAGraph, NoPrefillCapture,
+	// NoPinnedReadback, NoPrefillGEMM.
+	Levers levers.Config
+	// Ordinal is the device index.
+	Ordinal int
+	// Logf receives setup and capture messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Backend is the CUDA graph.Backend. One instance owns one device handle
+// (a locked worker thread with the primary context current), the loaded
+// kernels and one non-blocking stream: everything it issues (copies,
+// kernels, capture, replay, syncs) goes on that stream, so two instances in
+// one process never order against each other. It is not safe for
+// concurrent use (like the engine that owns it).
+type Backend struct {
+	dev  *driver.Device
+	k    *Kernels
+	s    *driver.Stream
+	lv   levers.Config
+	logf func(string, ...any)
+	mm   MatMulOptions
+
+	pool        *pool
+	stage       staging
+	weights     map[string]*devWeight
+	weightBytes uint64
+
+	kvSpec    graph.KVSpec
+	kvK, kvV  []driver.DevicePtr // per layer
+	kvRowB    int
+	kvScratch driver.DevicePtr // KVMove's bounce buffer (one region)
+	kvStamp   uint64           // moves whenever the KV layout changes
+
+	cap    capture
+	ops    map[graph.Op]opFunc
+	closed bool
+}
+
+var _ graph.Backend = (*Backend)(nil)
+
+// New opens the device, loads the kernels fatbin, does the matmul
+// shared-memory opt-ins (before any capture window can exist) and creates
+// the backend's stream. When no device can be used (MINFER_DISABLE_CUDA, no
+// driver, no GPU) the error matches driver.ErrNoDevice.
+func New(opts Options) (*Backend, error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	dev, err := driver.Open(driver.Options{Disable: opts.Levers.DisableCUDA, Ordinal: opts.Ordinal, CallFail: opts.Levers.TestCallFail})
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		dev: dev, lv: opts.Levers, logf: logf,
+		mm:      MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM},
+		pool:    newPool(dev),
+		weights: map[string]*devWeight{},
+		ops:     opTable(),
+	}
+	b.cap = capture{
+		enabled:        !opts.Levers.NoCUDAGraph,
+		prefillCapture: !opts.Levers.NoPrefillCapture,
+		warmup:         captureWarmup,
+		keys:           map[graph.SplitKey]*captured{},
+	}
+	b.cap.stats.Disabled = opts.Levers.NoCUDAGraph
+	err = dev.Do(func() error {
+		k, err := LoadKernels(dev, KernelsOptions{Path: opts.Levers.Kernels, Census: opts.Levers.LaunchCensus, OpTiming: opts.Levers.OpTiming})
+		if err != nil {
+			return err
+		}
+		b.k = k
+		k.SetDirect(true)
+		if err := k.PrepareMatmul(); err != nil {
+			return err
+		}
+		s, err := dev.NewStream()
+		if err != nil {
+			return err
+		}
+		b.s = s
+		return nil
+	})
+	if err != nil {
+		if b.k != nil {
+			dev.Do(b.k.Close)
+		}
+		return nil, errors.Join(err, dev.Close())
+	}
+	b.stage = staging{dev: dev, s: b.s, noPinnedReadback: opts.Levers.NoPinnedReadback}
+	return b, nil
+}
+
+// Name implements graph.Backend.
+func (b *Backend) Name() string { return "cuda" }
+
+// Device returns the device's attributes.
+func (b *Backend) Device() driver.Attributes { return b.dev.Attr }
+
+// Kernels returns the loaded kernels (census, op timing).
+func (b *Backend) Kernels() *Kernels { return b.k }
+
+// SupportsFused implements graph.Backend. Fused QKV is three matmuls into
+// one output (the same kernels as unfused, so bitwise equal); the others
+// need fused kernels that come with a later issue.
+func (b *Backend) SupportsFused(k graph.FuseKind) bool { return k == graph.FuseQKV }
+
+// SupportsOp implements graph.Backend: the op has a launcher, its weights
+// are registered here and its KV layer exists. Shape invariants are checked
+// by Execute, which names the node and the values.
+func (b *Backend) SupportsOp(n *graph.Node) error {
+	if _, ok := b.ops[n.Op]; !ok {
+		return fmt.Errorf("op %s has no device kernel", n.Op)
+	}
+	names := append([]string{n.Weight, n.Bias}, n.Weights...)
+	names = append(names, n.Biases...)
+	for _, w := range names {
+		if w != "" && b.weights[w] == nil {
+			return fmt.Errorf("weight %s is not registered", w)
+		}
+	}
+	switch n.Op {
+	case graph.OpAttn, graph.OpKvcacheStore, graph.OpKvcacheLoad:
+		if b.kvK == nil || n.P.Layer < 0 || n.P.Layer >= b.kvSpec.NLayer {
+			return fmt.Errorf("no KV region for layer %d", n.P.Layer)
+		}
+	}
+	return nil
+}
+
+// RegisterWeight implements graph.Backend.
+func (b *Backend) RegisterWeight(w graph.Weight) error {
+	if b.closed {
+		return errors.New("cuda: backend is closed")
+	}
+	return b.dev.Do(func() error { return b.registerWeight(w) })
+}
+
+// Alloc implements graph.Backend.
+func (b *Backend) Alloc(n int) (graph.Buffer, error) {
+	var id graph.Buffer
+	err := b.dev.Do(func() error {
+		var err error
+		id, err = b.pool.alloc(n)
+		return err
+	})
+	return id, err
+}
+
+// Free implements graph.Backend: the memory stays in the pool.
+func (b *Backend) Free(id graph.Buffer) error { return b.pool.release(id) }
+
+// PoolGeneration is the pool generation (tests).
+func (b *Backend) PoolGeneration() uint64 { return b.pool.gen }
+
+// Write implements graph.Backend.
+func (b *Backend) Write(id graph.Buffer, off int, src []float32) error {
+	return b.write(id, off, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(src))), 4*len(src)), len(src))
+}
+
+// WriteI32 implements graph.Backend.
+func (b *Backend) WriteI32(id graph.Buffer, off int, src []int32) error {
+	return b.write(id, off, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(src))), 4*len(src)), len(src))
+}
+
+func (b *Backend) write(id graph.Buffer, off int, src []byte, n int) error {
+	if b.cap.recording {
+		return errors.New("cuda: write inside a split that is being captured")
+	}
+	ptr, err := b.pool.tensor(graph.Tensor{Buf: id, Off: off, Len: n})
+	if err != nil {
+		return fmt.Errorf("cuda: write: %w", err)
+	}
+	return b.dev.Do(func() error { return b.stage.write(ptr, src) })
+}
+
+// Read implements graph.Backend (it synchronizes the stream).
+func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
+	ptr, err := b.pool.tensor(graph.Tensor{Buf: id, Off: off, Len: len(dst)})
+	if err != nil {
+		return fmt.Errorf("cuda: read: %w", err)
+	}
+	return b.dev.Do(func() error {
+		return b.stage.read(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(dst))), 4*len(dst)), ptr)
+	})
+}
+
+// Synchronize implements graph.Backend: at a split boundary it closes a
+// pending capture (see capture.go), otherwise it waits for the stream.
+func (b *Backend) Synchronize() error {
+	if b.cap.recording {
+		return b.finishCapture()
+	}
+	return b.dev.Do(func() error {
+		if err := b.s.Synchronize(); err != nil {
+			return err
+		}
+		b.stage.synced()
+		return nil
+	})
+}
+
+// BeginSplit implements graph.Backend (capture.go).
+func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) { return b.beginSplit(key) }
+
+// EndSplit implements graph.Backend. The capture window, when there is
+// one, is opened and closed at the Synchronize that follows.
+func (b *Backend) EndSplit(graph.SplitKey) error { return nil }
+
+// AllocKV implements graph.Backend: one K and one V region per layer of
+// NCtx rows in the spec's format, zeroed.
+func (b *Backend) AllocKV(spec graph.KVSpec) error {
+	if b.kvK != nil {
+		if spec == b.kvSpec {
+			return nil
+		}
+		return fmt.Errorf("cuda: KV regions already allocated as %+v, asked for %+v", b.kvSpec, spec)
+	}
+	if spec.NLayer <= 0 || spec.NCtx <= 0 || spec.RowLen <= 0 {
+		return fmt.Errorf("cuda: alloc KV: bad spec %+v", spec)
+	}
+	rb, err := kvRowBytes("alloc_kv", spec.Format, spec.RowLen, spec.NCtx)
+	if err != nil {
+		return err
+	}
+	bytes := uint64(rb) * uint64(spec.NCtx)
+	bytes = (bytes + 3) &^ 3
+	return b.dev.Do(func() error {
+		var ks, vs []driver.DevicePtr
+		for l := range spec.NLayer {
+			for _, side := range []*[]driver.DevicePtr{&ks, &vs} {
+				p, err := b.pool.raw(bytes, fmt.Sprintf("KV layer %d (%s, %d cells of %d bytes)", l, spec.Format, spec.NCtx, rb))
+				if err != nil {
+					return err
+				}
+				if err := b.s.MemsetD8(p, 0, bytes); err != nil {
+					return err
+				}
+				*side = append(*side, p)
+			}
+		}
+		scratch, err := b.pool.raw(bytes, "KV cell-move scratch")
+		if err != nil {
+			return err
+		}
+		if err := b.s.Synchronize(); err != nil {
+			return err
+		}
+		b.stage.synced()
+		b.kvK, b.kvV, b.kvRowB, b.kvScratch, b.kvSpec = ks, vs, rb, scratch, spec
+		b.kvStamp++
+		return nil
+	})
+}
+
+// KVFormat is the format of the KV regions.
+func (b *Backend) KVFormat() kv.Format { return b.kvSpec.Format }
+
+// CopyKVCells implements graph.Backend: n cells of every layer's K and V
+// from src to dst, overlap-safe in both directions (KVMove bounces through
+// scratch), on the backend's stream.
+func (b *Backend) CopyKVCells(src, dst, n int) error {
+	if b.kvK == nil {
+		return errors.New("cuda: copy KV cells: no KV regions")
+	}
+	nCtx := b.kvSpec.NCtx
+	if n < 0 || src < 0 || dst < 0 || src > nCtx-n || dst > nCtx-n {
+		return fmt.Errorf("cuda: copy KV cells: %d cells from %d to %d outside a context of %d", n, src, dst, nCtx)
+	}
+	return b.dev.Do(func() error {
+		for l := range b.kvK {
+			for _, r := range []driver.DevicePtr{b.kvK[l], b.kvV[l]} {
+				if err := b.k.KVMove(b.s, r, b.kvScratch, b.kvSpec.Format, b.kvSpec.RowLen, nCtx, src, dst, n); err != nil {
+					return fmt.Errorf("cuda: copy KV cells of layer %d: %w", l, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// ReadKV copies one layer's K (side K) or V region bytes to the host
+// (tests: KV layouts and cell moves against the CPU's bytes).
+func (b *Backend) ReadKV(layer int, side graph.KVSide) ([]byte, error) {
+	if b.kvK == nil || layer < 0 || layer >= b.kvSpec.NLayer {
+		return nil, fmt.Errorf("cuda: no KV region for layer %d", layer)
+	}
+	r := b.kvK[layer]
+	if side == graph.SideV {
+		r = b.kvV[layer]
+	}
+	out := make([]byte, b.kvRowB*b.kvSpec.NCtx)
+	err := b.dev.Do(func() error { return b.stage.read(out, r) })
+	return out, err
+}
+
+// Close implements graph.Backend: destroys the captured graphs, frees the
+// pool (buffers, weights, KV regions) and the pinned memory, destroys the
+// stream, unloads the kernels and releases the device.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.dev.Do(func() error {
+		errs := []error{b.s.Synchronize(), b.cap.close(), b.pool.close(), b.stage.close(), b.s.Destroy(), b.k.Close()}
+		return errors.Join(errs...)
+	})
+	return errors.Join(err, b.dev.Close())
+}

@@ -1,0 +1,265 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+)
+
+// CUDA graphs. A split is keyed by graph.SplitKey (graph uid, node range).
+// Executions 1 and 2 of a key run as direct launches; the 3rd is captured
+// and every later one replays the instantiated graph (BeginSplit returns
+// replayed = true). A captured graph is valid at the pool generation and KV
+// layout it was captured at; a change of either invalidates it and the key
+// warms up again. Decode-shaped splits (nt = 1) always capture,
+// prefill-shaped ones unless MINFER_NO_PREFILL_CAPTURE; MINFER_NO_CUDA_GRAPH
+// turns graphs off.
+//
+// The capture window. cuda/driver runs all device work on one locked OS
+// thread, and a thread-local window must open and close inside one
+// Device.Do (between two Do calls another backend's work would run on the
+// same thread, inside the window). So on a capturing execution Execute
+// checks each node and records its launch as a closure instead of issuing
+// it; Synchronize (the split boundary) then opens the window, issues the
+// recorded launches, ends the capture, instantiates the graph and launches
+// it once so the step still produces its output, all inside one Do. No
+// synchronize happens inside the window. A node whose launch fails inside
+// the window aborts the capture: the window is ended, its graph discarded,
+// graphs are disabled for the rest of the session and the error (naming the
+// node) is returned. The aborted step's outputs were never produced.
+
+// captureWarmup is how many direct executions a key runs before it is
+// captured (llama.cpp warms up twice).
+const captureWarmup = 2
+
+type captured struct {
+	runs    int               // executions since the key was (re)warmed
+	nt      int               // largest token count its nodes showed (1: decode-shaped)
+	exec    *driver.GraphExec // nil until captured
+	gen     uint64            // pool generation at capture
+	kvStamp uint64            // KV layout stamp at capture
+	kernels map[string]int64  // launches the graph holds, per kernel (census)
+}
+
+// CaptureStats counts what the graph machinery did (tests and reports).
+type CaptureStats struct {
+	Captures      int  // graphs captured and instantiated
+	Replays       int  // BeginSplit calls answered by a replay
+	Invalidations int  // captured graphs dropped for a pool-generation or KV-layout change
+	Aborts        int  // capture windows aborted by a node error
+	Disabled      bool // graphs are off for this session
+}
+
+type capture struct {
+	enabled        bool // MINFER_NO_CUDA_GRAPH unset and no abort yet
+	prefillCapture bool
+	warmup         int // direct executions before a capture (tests lower it)
+
+	keys map[graph.SplitKey]*captured
+	cur  *captured // the open split's entry (nil: none, or graphs off)
+	key  graph.SplitKey
+
+	recording bool           // the open split is being recorded for capture
+	pending   []func() error // its launches, in order
+
+	stats CaptureStats
+}
+
+func (c *capture) beginKey(key graph.SplitKey) *captured {
+	e := c.keys[key]
+	if e == nil {
+		e = &captured{}
+		c.keys[key] = e
+	}
+	c.cur, c.key = e, key
+	return e
+}
+
+// beginSplit implements the state machine of graph.Backend.BeginSplit.
+func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
+	c := &b.cap
+	c.cur, c.recording, c.pending = nil, false, nil
+	if !c.enabled {
+		return false, nil
+	}
+	e := c.beginKey(key)
+	if e.exec != nil {
+		if e.gen == b.pool.gen && e.kvStamp == b.kvStamp {
+			if err := b.dev.Do(func() error { return e.exec.Launch(b.s) }); err != nil {
+				b.disableGraphs()
+				return false, fmt.Errorf("cuda: replay of split %v: %w (CUDA graphs are now disabled for this session)", key, err)
+			}
+			for name, n := range e.kernels {
+				b.k.AddCensus(name, n)
+			}
+			c.stats.Replays++
+			return true, nil
+		}
+		if err := b.dev.Do(e.exec.Destroy); err != nil {
+			return false, fmt.Errorf("cuda: drop stale graph of split %v: %w", key, err)
+		}
+		*e = captured{nt: e.nt}
+		c.stats.Invalidations++
+	}
+	e.runs++
+	if e.runs > c.warmup && (e.nt <= 1 || c.prefillCapture) {
+		c.recording = true
+	}
+	return false, nil
+}
+
+// noteNode records the token count a node shows, so the key knows whether
+// it is decode- or prefill-shaped before its capturing execution.
+func (c *capture) noteNode(n *graph.Node) {
+	if c.cur == nil {
+		return
+	}
+	nt := 0
+	switch n.Op {
+	case graph.OpGetRows, graph.OpMatMul:
+		nt = n.Shape[1]
+	case graph.OpRope:
+		nt = n.Shape[2]
+	case graph.OpAttn:
+		nt = n.Shape[1]
+	}
+	c.cur.nt = max(c.cur.nt, nt)
+}
+
+// abandon drops a recording whose node failed its host-side check: nothing
+// was launched, and graphs are disabled like any capture abort.
+func (b *Backend) abandon(err error) {
+	b.cap.recording, b.cap.pending = false, nil
+	b.cap.stats.Aborts++
+	b.disableGraphs()
+	b.logf("cuda: capture of split %v aborted (%v); CUDA graphs are disabled for this session", b.cap.key, err)
+}
+
+// disableGraphs turns graphs off for the session and destroys every
+// captured graph. Errors from destroying are logged, not returned: the
+// caller is already reporting the reason graphs went off.
+func (b *Backend) disableGraphs() {
+	c := &b.cap
+	c.enabled, c.stats.Disabled = false, true
+	c.recording, c.pending, c.cur = false, nil, nil
+	for _, e := range c.keys {
+		if e.exec != nil {
+			x := e.exec
+			if err := b.dev.Do(x.Destroy); err != nil {
+				b.logf("cuda: destroy graph exec: %v", err)
+			}
+			e.exec = nil
+		}
+	}
+}
+
+// finishCapture runs the recorded split inside one capture window, then
+// instantiates the graph, launches it once and waits for it (the split
+// boundary). A node error inside the window aborts.
+func (b *Backend) finishCapture() error {
+	c := &b.cap
+	e, key, pending := c.cur, c.key, c.pending
+	c.recording, c.pending = false, nil
+	var before map[string]int64
+	census := b.k.Census() != nil
+	if census {
+		before = b.k.Census()
+	}
+	var nodeErr error
+	err := b.dev.Do(func() error {
+		b.k.SetDirect(false)
+		defer b.k.SetDirect(true)
+		if err := b.s.BeginCapture(); err != nil {
+			return err
+		}
+		for _, launch := range pending {
+			if err := launch(); err != nil {
+				nodeErr = err
+				g, endErr := b.s.EndCapture()
+				if g != nil {
+					endErr = errors.Join(endErr, g.Destroy())
+				}
+				return errors.Join(err, endErr)
+			}
+		}
+		g, err := b.s.EndCapture()
+		if err != nil {
+			return err
+		}
+		x, err := g.Instantiate()
+		if derr := g.Destroy(); err == nil {
+			err = derr
+		}
+		if err != nil {
+			if x != nil {
+				x.Destroy()
+			}
+			return err
+		}
+		if err := x.Launch(b.s); err != nil {
+			return errors.Join(err, x.Destroy())
+		}
+		if err := b.s.Synchronize(); err != nil {
+			return errors.Join(err, x.Destroy())
+		}
+		b.stage.synced()
+		e.exec, e.gen, e.kvStamp = x, b.pool.gen, b.kvStamp
+		return nil
+	})
+	if err != nil {
+		c.stats.Aborts++
+		b.disableGraphs()
+		what := "capture"
+		if nodeErr != nil {
+			what = "a node error inside the capture window"
+		}
+		b.logf("cuda: capture of split %v aborted by %s: %v; CUDA graphs are disabled for this session", key, what, err)
+		return fmt.Errorf("cuda: capture of split %v aborted (CUDA graphs are now disabled for this session): %w", key, err)
+	}
+	c.stats.Captures++
+	if census {
+		after := b.k.Census()
+		e.kernels = map[string]int64{}
+		for name, n := range after {
+			if d := n - before[name]; d > 0 {
+				e.kernels[name] = d
+			}
+		}
+	}
+	return nil
+}
+
+// CaptureStats returns what the graph machinery has done so far.
+func (b *Backend) CaptureStats() CaptureStats { return b.cap.stats }
+
+// capturedKernels lists the kernels of a captured key (tests).
+func (b *Backend) capturedKernels(key graph.SplitKey) []string {
+	e := b.cap.keys[key]
+	if e == nil {
+		return nil
+	}
+	var out []string
+	for n := range e.kernels {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// closeGraphs destroys every captured graph. Inside dev.Do.
+func (c *capture) close() error {
+	var first error
+	for _, e := range c.keys {
+		if e.exec != nil {
+			if err := e.exec.Destroy(); err != nil && first == nil {
+				first = err
+			}
+			e.exec = nil
+		}
+	}
+	c.keys = map[graph.SplitKey]*captured{}
+	return first
+}

@@ -1,0 +1,481 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+)
+
+// opFunc checks one node on the host (shapes, weights, KV layer) and
+// returns its launches as a closure to run on the device thread (nil: the
+// node launches nothing). A failed check is an error naming the values;
+// Execute adds the node.
+type opFunc func(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error)
+
+// opTable is the dispatch table: every op the device runs. What is not
+// here (OpQkvBiasRopeStore, OpFusedFFN) is refused by SupportsOp and
+// placed on the CPU.
+func opTable() map[graph.Op]opFunc {
+	return map[graph.Op]opFunc{
+		graph.OpInput:        opNone,
+		graph.OpView:         opNone,
+		graph.OpReshape:      opNone,
+		graph.OpGetRows:      opGetRows,
+		graph.OpRmsNorm:      opRmsNorm,
+		graph.OpQkNorm:       opRmsNorm,
+		graph.OpMatMul:       opMatMul,
+		graph.OpFusedQKV:     opFusedQKV,
+		graph.OpAdd:          opAddMul,
+		graph.OpMul:          opAddMul,
+		graph.OpSilu:         opSilu,
+		graph.OpSwiGLU:       opSwiGLU,
+		graph.OpRope:         opRope,
+		graph.OpAttn:         opAttn,
+		graph.OpKvcacheStore: opKVStore,
+		graph.OpKvcacheLoad:  opKVLoad,
+		graph.OpPermute:      opPermute,
+		graph.OpScale:        opScale,
+		graph.OpSoftmax:      opSoftmax,
+	}
+}
+
+// Execute implements graph.Backend. Outside a capturing execution the
+// node's launches run now (asynchronously on the stream); in a capturing
+// one they are recorded and issued inside the window at Synchronize.
+func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) error {
+	if b.closed {
+		return fmt.Errorf("cuda: %s %s: backend is closed", n.Op, n.Name)
+	}
+	op := b.ops[n.Op]
+	if op == nil {
+		return fmt.Errorf("cuda: %s %s: op has no device kernel", n.Op, n.Name)
+	}
+	b.cap.noteNode(n)
+	launch, err := op(b, n, in, out)
+	if err != nil {
+		err = fmt.Errorf("cuda: %s %s: %w", n.Op, n.Name, err)
+		if b.cap.recording {
+			b.abandon(err)
+		}
+		return err
+	}
+	if launch == nil {
+		return nil
+	}
+	named := func() error {
+		if err := launch(); err != nil {
+			return fmt.Errorf("cuda: %s %s: %w", n.Op, n.Name, err)
+		}
+		return nil
+	}
+	if b.cap.recording {
+		b.cap.pending = append(b.cap.pending, named)
+		return nil
+	}
+	return b.dev.Do(named)
+}
+
+func opNone(*Backend, *graph.Node, []graph.Tensor, graph.Tensor) (func() error, error) {
+	return nil, nil
+}
+
+// ptrs resolves the first k inputs and the output (when wantOut).
+func (b *Backend) ptrs(in []graph.Tensor, k int, out graph.Tensor, wantOut bool) ([]driver.DevicePtr, driver.DevicePtr, error) {
+	if len(in) < k {
+		return nil, 0, fmt.Errorf("%d inputs, want %d", len(in), k)
+	}
+	ps := make([]driver.DevicePtr, k)
+	for i := range k {
+		p, err := b.pool.tensor(in[i])
+		if err != nil {
+			return nil, 0, fmt.Errorf("input %d: %w", i, err)
+		}
+		ps[i] = p
+	}
+	var o driver.DevicePtr
+	if wantOut {
+		if out.Len <= 0 {
+			return nil, 0, errors.New("node has no output tensor")
+		}
+		var err error
+		if o, err = b.pool.tensor(out); err != nil {
+			return nil, 0, fmt.Errorf("output: %w", err)
+		}
+	}
+	return ps, o, nil
+}
+
+func checkOut(n *graph.Node, out graph.Tensor) error {
+	if out.Len != n.Shape.N() {
+		return fmt.Errorf("output of %d elements, shape %s", out.Len, n.Shape)
+	}
+	return nil
+}
+
+func opGetRows(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	w, err := b.weight(n.Weight)
+	if err != nil {
+		return nil, err
+	}
+	rowLen, nt := n.Shape[0], in[0].Len
+	if w.vector || w.rowLen != rowLen || out.Len != rowLen*nt {
+		return nil, fmt.Errorf("weight %s rows of %d, output %d for %d ids", n.Weight, w.rowLen, out.Len, nt)
+	}
+	return func() error { return b.k.GetRows(b.s, o, w.ptr, w.typ, w.rows, p[0], nt, rowLen) }, nil
+}
+
+func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	dim := n.Shape[0]
+	if in[0].Len != out.Len || dim <= 0 || out.Len%dim != 0 {
+		return nil, fmt.Errorf("input of %d elements, output %d, rows of %d", in[0].Len, out.Len, dim)
+	}
+	w, err := b.vector(n.Weight, dim)
+	if err != nil {
+		return nil, err
+	}
+	if w == 0 {
+		return nil, fmt.Errorf("norm weight is missing")
+	}
+	rows, eps := out.Len/dim, n.P.Eps
+	return func() error { return b.k.RmsNorm(b.s, o, p[0], w, rows, dim, eps) }, nil
+}
+
+// matmulPlan is one weight of a (fused) matmul.
+type matmulPlan struct {
+	w    *devWeight
+	bias driver.DevicePtr
+	out  driver.DevicePtr
+}
+
+func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out driver.DevicePtr) (matmulPlan, error) {
+	w, err := b.weight(wname)
+	if err != nil {
+		return matmulPlan{}, err
+	}
+	if w.vector {
+		return matmulPlan{}, fmt.Errorf("weight %s is a vector (dims %v), not a matrix", wname, w.dims)
+	}
+	if x.Len != w.rowLen*nt {
+		return matmulPlan{}, fmt.Errorf("input of %d elements is not %d rows of k=%d (weight %s)", x.Len, nt, w.rowLen, wname)
+	}
+	if bs := w.typ.BlockSize(); w.rowLen%bs != 0 {
+		return matmulPlan{}, fmt.Errorf("weight %s (%s): k=%d is not a multiple of the block size %d", wname, w.typ, w.rowLen, bs)
+	}
+	bias, err := b.vector(bname, w.rows)
+	if err != nil {
+		return matmulPlan{}, err
+	}
+	return matmulPlan{w: w, bias: bias, out: out}, nil
+}
+
+func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
+	return b.k.MatMul(b.s, m.out, x, m.w.ptr, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
+}
+
+func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	nt := n.Shape[1] * n.Shape[2] * n.Shape[3]
+	m, err := b.planMatMul(n.Weight, n.Bias, in[0], nt, o)
+	if err != nil {
+		return nil, err
+	}
+	if m.w.rows != n.Shape[0] {
+		return nil, fmt.Errorf("weight %s has %d rows, node wants %d", n.Weight, m.w.rows, n.Shape[0])
+	}
+	return func() error { return b.runMatMul(p[0], nt, m) }, nil
+}
+
+// opFusedQKV runs the three matmuls into one output (q, then k, then v),
+// the same kernels as the unfused graph.
+func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if len(n.Weights) != 3 || len(n.Biases) != 3 {
+		return nil, fmt.Errorf("fused qkv wants 3 weights and 3 bias names")
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	w0, err := b.weight(n.Weights[0])
+	if err != nil {
+		return nil, err
+	}
+	if w0.rowLen == 0 || in[0].Len%w0.rowLen != 0 {
+		return nil, fmt.Errorf("input of %d elements is not rows of %d", in[0].Len, w0.rowLen)
+	}
+	nt := in[0].Len / w0.rowLen
+	var ms [3]matmulPlan
+	off := 0
+	for i := range ms {
+		if ms[i], err = b.planMatMul(n.Weights[i], n.Biases[i], in[0], nt, o.Add(uint64(off)*4)); err != nil {
+			return nil, err
+		}
+		off += ms[i].w.rows * nt
+	}
+	if off != out.Len {
+		return nil, fmt.Errorf("output of %d elements, the three projections give %d", out.Len, off)
+	}
+	return func() error {
+		for _, m := range ms {
+			if err := b.runMatMul(p[0], nt, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+func opAddMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 2, out, true)
+	if err != nil {
+		return nil, err
+	}
+	a, c := in[0].Len, in[1].Len
+	dim := n.Shape[0]
+	mul := n.Op == graph.OpMul
+	switch {
+	case a != out.Len:
+		return nil, fmt.Errorf("operands of %d and %d elements, output %d", a, c, out.Len)
+	case c == a:
+		if mul {
+			return func() error { return b.k.Mul(b.s, o, p[0], p[1], a) }, nil
+		}
+		return func() error { return b.k.Add(b.s, o, p[0], p[1], a) }, nil
+	case c == dim && dim > 0 && a%dim == 0:
+		rows := a / dim
+		if mul {
+			return func() error { return b.k.MulRows(b.s, o, p[0], p[1], rows, dim) }, nil
+		}
+		return func() error { return b.k.AddBias(b.s, o, p[0], p[1], rows, dim) }, nil
+	}
+	return nil, fmt.Errorf("operands of %d and %d elements, output %d", a, c, out.Len)
+}
+
+func opSilu(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if in[0].Len != out.Len {
+		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
+	}
+	return func() error { return b.k.Silu(b.s, o, p[0], out.Len) }, nil
+}
+
+func opSwiGLU(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 2, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if in[0].Len != out.Len || in[1].Len != out.Len {
+		return nil, fmt.Errorf("operands of %d and %d elements, output %d", in[0].Len, in[1].Len, out.Len)
+	}
+	return func() error { return b.k.SwiGLU(b.s, o, p[0], p[1], out.Len) }, nil
+}
+
+func opScale(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if in[0].Len != out.Len {
+		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
+	}
+	f := n.P.Scale
+	return func() error { return b.k.Scale(b.s, o, p[0], f, out.Len) }, nil
+}
+
+func opSoftmax(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if in[0].Len != out.Len {
+		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
+	}
+	dim, sc := n.Shape[0], n.P.Scale
+	rows := n.Shape.Rows()
+	return func() error { return b.k.SoftmaxRows(b.s, o, p[0], rows, dim, sc) }, nil
+}
+
+func opPermute(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if in[0].Len != out.Len {
+		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
+	}
+	shape, perm := [4]int(n.Shape), n.P.Perm
+	return func() error { return b.k.Permute(b.s, o, p[0], shape, perm) }, nil
+}
+
+func opRope(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 2, out, true)
+	if err != nil {
+		return nil, err
+	}
+	hd, nh, nt := n.Shape[0], n.Shape[1], n.Shape[2]*n.Shape[3]
+	if in[0].Len != out.Len {
+		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
+	}
+	if in[1].Len != nt {
+		return nil, fmt.Errorf("%d positions for %d tokens", in[1].Len, nt)
+	}
+	theta, neox := n.P.Theta, n.P.Rope == graph.RopeNeox
+	return func() error { return b.k.Rope(b.s, o, p[0], p[1], nt, nh, hd, hd, theta, neox) }, nil
+}
+
+// region returns a layer's K or V region.
+func (b *Backend) region(layer int, side graph.KVSide) (driver.DevicePtr, error) {
+	if b.kvK == nil || layer < 0 || layer >= b.kvSpec.NLayer {
+		return 0, fmt.Errorf("no KV region for layer %d", layer)
+	}
+	if side == graph.SideV {
+		return b.kvV[layer], nil
+	}
+	return b.kvK[layer], nil
+}
+
+func (b *Backend) kvWindow(t graph.Tensor) (driver.DevicePtr, error) {
+	if t.Len != 2 {
+		return 0, fmt.Errorf("KV window of %d values, want 2", t.Len)
+	}
+	return b.pool.tensor(t)
+}
+
+func opKVStore(b *Backend, n *graph.Node, in []graph.Tensor, _ graph.Tensor) (func() error, error) {
+	p, _, err := b.ptrs(in, 1, graph.Tensor{}, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(in) < 2 {
+		return nil, fmt.Errorf("%d inputs, want the rows and the KV window", len(in))
+	}
+	win, err := b.kvWindow(in[1])
+	if err != nil {
+		return nil, err
+	}
+	reg, err := b.region(n.P.Layer, n.P.Side)
+	if err != nil {
+		return nil, err
+	}
+	rl := b.kvSpec.RowLen
+	if in[0].Len == 0 || in[0].Len%rl != 0 {
+		return nil, fmt.Errorf("input of %d elements is not rows of %d", in[0].Len, rl)
+	}
+	nt, f, nCtx := in[0].Len/rl, b.kvSpec.Format, b.kvSpec.NCtx
+	return func() error { return b.k.KVStore(b.s, reg, f, p[0], win, nt, rl, nCtx) }, nil
+}
+
+func opKVLoad(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	if len(in) < 1 {
+		return nil, errors.New("no KV window input")
+	}
+	win, err := b.kvWindow(in[0])
+	if err != nil {
+		return nil, err
+	}
+	_, o, err := b.ptrs(in, 0, out, true)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := b.region(n.P.Layer, n.P.Side)
+	if err != nil {
+		return nil, err
+	}
+	rl, nCtx, f := b.kvSpec.RowLen, b.kvSpec.NCtx, b.kvSpec.Format
+	if out.Len != rl*nCtx {
+		return nil, fmt.Errorf("output of %d elements, want %d", out.Len, rl*nCtx)
+	}
+	return func() error { return b.k.KVLoad(b.s, o, reg, f, win, rl, nCtx) }, nil
+}
+
+func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(in) < 2 {
+		return nil, errors.New("no KV window input")
+	}
+	win, err := b.kvWindow(in[1])
+	if err != nil {
+		return nil, err
+	}
+	kr, err := b.region(n.P.Layer, graph.SideK)
+	if err != nil {
+		return nil, err
+	}
+	vr, err := b.region(n.P.Layer, graph.SideV)
+	if err != nil {
+		return nil, err
+	}
+	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale}
+	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
+	}
+	if ap.NHeadKV <= 0 || ap.NHead%ap.NHeadKV != 0 {
+		return nil, fmt.Errorf("%d query heads over %d KV heads", ap.NHead, ap.NHeadKV)
+	}
+	if ap.NHeadKV*ap.HeadDim != b.kvSpec.RowLen {
+		return nil, fmt.Errorf("%d KV heads of %d is not the KV row of %d", ap.NHeadKV, ap.HeadDim, b.kvSpec.RowLen)
+	}
+	if in[0].Len != ap.HeadDim*ap.NHead*ap.NT || out.Len != in[0].Len {
+		return nil, fmt.Errorf("q of %d elements, output %d, for %d tokens of %d heads of %d", in[0].Len, out.Len, ap.NT, ap.NHead, ap.HeadDim)
+	}
+	if _, err := ap.check(b.kvSpec.Format); err != nil {
+		return nil, err
+	}
+	f := b.kvSpec.Format
+	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+}

@@ -1,0 +1,122 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// devWeight is a registered weight: matrices keep their GGUF bytes (the
+// kernels decode the blocks), 1-D tensors (norms, biases) are expanded to
+// f32 once at registration, like the CPU backend does.
+type devWeight struct {
+	name     string
+	typ      quant.Type // the type on the device (F32 for expanded vectors)
+	srcType  quant.Type
+	srcBytes int // len(Weight.Data): the registry key with the name
+	dims     []int
+	rowLen   int // Dims[0]
+	rows     int // product of the other dims
+	ptr      driver.DevicePtr
+	vector   bool
+}
+
+// WeightTypes lists the matrix weight types the device kernels consume
+// (matmul and the embedding gather share the list).
+func WeightTypes() []quant.Type { return MatMulTypes() }
+
+func weightTypeSupported(t quant.Type) bool {
+	_, ok := matmulTable[t]
+	return ok && getRowsTypes[t]
+}
+
+// registerWeight uploads w once. Same name and size: no-op. Different size:
+// the new bytes get a new allocation and the old one is kept until Close (a
+// captured graph may still reference it); the pool generation moves so no
+// stale graph replays. Inside dev.Do.
+func (b *Backend) registerWeight(w graph.Weight) error {
+	if old := b.weights[w.Name]; old != nil && old.srcBytes == len(w.Data) && old.srcType == w.Type {
+		return nil
+	}
+	if len(w.Dims) == 0 || w.Dims[0] <= 0 {
+		return fmt.Errorf("cuda: weight %s: bad dims %v: %w", w.Name, w.Dims, graph.ErrUnsupportedWeight)
+	}
+	rows := 1
+	for _, d := range w.Dims[1:] {
+		if d <= 0 {
+			return fmt.Errorf("cuda: weight %s: bad dims %v: %w", w.Name, w.Dims, graph.ErrUnsupportedWeight)
+		}
+		rows *= d
+	}
+	rb, err := w.Type.RowBytes(w.Dims[0])
+	if err != nil {
+		return fmt.Errorf("cuda: weight %s: %v: %w", w.Name, err, graph.ErrUnsupportedWeight)
+	}
+	if len(w.Data) < rb*rows {
+		return fmt.Errorf("cuda: weight %s: %d bytes, %d rows of %d need %d", w.Name, len(w.Data), rows, rb, rb*rows)
+	}
+	dw := &devWeight{name: w.Name, srcType: w.Type, srcBytes: len(w.Data), dims: append([]int(nil), w.Dims...),
+		rowLen: w.Dims[0], rows: rows}
+	var data []byte
+	if len(w.Dims) == 1 {
+		tr, err := quant.TraitsOf(w.Type)
+		if err != nil || tr.Dequantize == nil {
+			return fmt.Errorf("cuda: weight %s: type %s has no dequantizer: %w", w.Name, w.Type, graph.ErrUnsupportedWeight)
+		}
+		f := make([]float32, w.Dims[0])
+		tr.Dequantize(w.Data[:rb], f)
+		data = unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+		dw.typ, dw.vector = quant.F32, true
+	} else {
+		if !weightTypeSupported(w.Type) {
+			return fmt.Errorf("cuda: weight %s: type %s has no device kernel (device types: %v): %w", w.Name, w.Type, WeightTypes(), graph.ErrUnsupportedWeight)
+		}
+		data = w.Data[:rb*rows]
+		dw.typ = w.Type
+	}
+	ptr, err := b.pool.raw(uint64(len(data)), "weight "+w.Name)
+	if err != nil {
+		return err
+	}
+	// A pageable copy on the backend's stream, then a sync: registration
+	// happens at load, outside any split, and never inside a window.
+	if err := b.s.CopyHtoD(ptr, data); err != nil {
+		return fmt.Errorf("cuda: upload weight %s: %w", w.Name, err)
+	}
+	if err := b.s.Synchronize(); err != nil {
+		return fmt.Errorf("cuda: upload weight %s: %w", w.Name, err)
+	}
+	b.stage.synced()
+	dw.ptr = ptr
+	b.weights[w.Name] = dw
+	b.weightBytes += uint64(len(data))
+	return nil
+}
+
+// weight looks a registered weight up by name.
+func (b *Backend) weight(name string) (*devWeight, error) {
+	w := b.weights[name]
+	if w == nil {
+		return nil, fmt.Errorf("weight %s is not registered", name)
+	}
+	return w, nil
+}
+
+// vector returns the device pointer of a 1-D f32 weight of length n; ""
+// gives 0 (no weight).
+func (b *Backend) vector(name string, n int) (driver.DevicePtr, error) {
+	if name == "" {
+		return 0, nil
+	}
+	w, err := b.weight(name)
+	if err != nil {
+		return 0, err
+	}
+	if !w.vector || w.rowLen != n {
+		return 0, fmt.Errorf("weight %s has dims %v, want a vector of %d", name, w.dims, n)
+	}
+	return w.ptr, nil
+}
