@@ -45,7 +45,8 @@ func (a *app) modelOptions(device string, nCtx int) model.Options {
 
 // deviceReport writes the instrumentation the gate runner reads, each as one
 // JSON line on w: {"launch_census":{kernel: launches}} (graph replays count
-// every captured kernel once per replay) and {"op_timing":{...}} (event
+// every captured kernel once per replay), {"cuda_graphs":{"captured":N,
+// "replayed":M,...}} with the census, and {"op_timing":{...}} (event
 // times of direct launches only: captured and replayed launches are not
 // timed).
 func (a *app) deviceReport(w io.Writer) {
@@ -63,6 +64,24 @@ func (a *app) deviceReport(w io.Writer) {
 			}
 		}
 		if line, err := json.Marshal(map[string]any{"launch_census": total}); err == nil {
+			fmt.Fprintln(w, string(line))
+		}
+		// What the graph machinery did: the liveness evidence of
+		// MINFER_NO_CUDA_GRAPH (kernels are the same either way).
+		var g cuda.CaptureStats
+		for _, b := range a.dev.backends {
+			s := b.CaptureStats()
+			g.Captures += s.Captures
+			g.Replays += s.Replays
+			g.Invalidations += s.Invalidations
+			g.Aborts += s.Aborts
+			g.Disabled = g.Disabled || s.Disabled
+		}
+		line, err := json.Marshal(map[string]any{"cuda_graphs": map[string]any{
+			"captured": g.Captures, "replayed": g.Replays, "invalidated": g.Invalidations,
+			"aborted": g.Aborts, "disabled": g.Disabled,
+		}})
+		if err == nil {
 			fmt.Fprintln(w, string(line))
 		}
 	}
