@@ -187,7 +187,7 @@ func newGenerateCmd(a *app) *cobra.Command {
 	fl.Float32Var(&f.temp, "temp", 0.8, "temperature (<= 0: greedy)")
 	fl.IntVar(&f.topK, "top-k", 40, "top-k (0: off)")
 	fl.Float32Var(&f.topP, "top-p", 0.95, "top-p (1: off)")
-	fl.Float32Var(&f.repeatPenalty, "repeat-penalty", 1.1, "repeat penalty (1: off)")
+	fl.Float32Var(&f.repeatPenalty, "repeat-penalty", 1.0, "repeat penalty (1: off, the default, as llama.cpp)")
 	fl.IntVar(&f.repeatLastN, "repeat-last-n", 64, "repeat penalty window (0: off, -1: whole context)")
 	fl.BoolVar(&f.chat, "chat", false, "wrap the prompt in the ChatML template")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object at the end instead of streaming text")
