@@ -196,3 +196,48 @@ func (p *Plan) Close() error {
 	p.slotBuf, p.stageBuf = nil, nil
 	return first
 }
+
+// RunInstrumented executes the plan node by node, without split capture or
+// replay, synchronizing after every node and handing its output to visit
+// (MINFER_GRAPH_DUMP). Buffers are reused by lifetime, so a node's output is
+// only valid inside visit. Instrumented runs are never timed runs.
+func (p *Plan) RunInstrumented(visit func(n *Node, out []float32) error) error {
+	var scratch []float32
+	for si := range p.Splits {
+		s := &p.Splits[si]
+		b := p.backends[s.Backend]
+		for i := range s.copies {
+			c := &s.copies[i]
+			if err := p.backends[c.from].Read(c.src.Buf, c.src.Off, c.scratch); err != nil {
+				return fmt.Errorf("graph: staging read for split %d: %w", si, err)
+			}
+			if err := b.Write(c.dst.Buf, c.dst.Off, c.scratch); err != nil {
+				return fmt.Errorf("graph: staging write for split %d: %w", si, err)
+			}
+		}
+		for _, id := range s.nodes {
+			n := p.G.Nodes[id]
+			if err := b.Execute(n, p.ins[id], p.tensor[id]); err != nil {
+				return fmt.Errorf("graph: %s: node %s (%s): %w", b.Name(), n.Name, n.Op, err)
+			}
+			if err := b.Synchronize(); err != nil {
+				return fmt.Errorf("graph: %s: synchronize after node %s: %w", b.Name(), n.Name, err)
+			}
+			t := p.tensor[id]
+			if t.Len == 0 {
+				continue // a node without an output (KV store)
+			}
+			if cap(scratch) < t.Len {
+				scratch = make([]float32, t.Len)
+			}
+			out := scratch[:t.Len]
+			if err := p.Read(id, out); err != nil {
+				return err
+			}
+			if err := visit(n, out); err != nil {
+				return fmt.Errorf("graph: instrumented visit of %s: %w", n.Name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,9 +1,13 @@
 package model
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/minfer-go/minfer/engine/cpu"
@@ -57,6 +61,8 @@ type Engine struct {
 
 	ids, positions []int32
 	window         [2]int32
+
+	dumps int // forwards dumped so far (MINFER_GRAPH_DUMP)
 }
 
 // Load opens a GGUF model and prepares it for Forward.
@@ -72,6 +78,9 @@ func Load(path string, opts Options) (*Engine, error) {
 	}
 	if opts.NCtx < 0 || opts.Threads < 0 {
 		return nil, fmt.Errorf("model: negative n_ctx %d or threads %d", opts.NCtx, opts.Threads)
+	}
+	if opts.Levers.GraphDump && opts.Levers.DumpDir == "" {
+		return nil, errors.New("model: MINFER_GRAPH_DUMP=1 needs MINFER_DUMP_DIR (the folder for the node outputs)")
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -308,7 +317,11 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 	if err := pl.WriteI32(g.KVWindow, e.window[:]); err != nil {
 		return nil, err
 	}
-	if err := pl.Run(); err != nil {
+	run := pl.Run
+	if e.opts.Levers.GraphDump {
+		run = func() error { return pl.RunInstrumented(e.dumpNode) }
+	}
+	if err := run(); err != nil {
 		return nil, fmt.Errorf("model: forward at position %d: %w", e.pos, err)
 	}
 	rows := 1
@@ -320,6 +333,9 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 		return nil, fmt.Errorf("model: read logits: %w", err)
 	}
 	e.pos += nt
+	if e.opts.Levers.GraphDump {
+		e.dumps++
+	}
 	e.mutate(out, nt)
 	return out, nil
 }
@@ -386,4 +402,31 @@ func (e *Engine) Close() error {
 		first = err
 	}
 	return first
+}
+
+// dumpNode writes one node output of an instrumented forward to
+// MINFER_DUMP_DIR as little-endian f32 (f<forward>-n<node>-<name>.f32) and
+// appends a line to index.tsv: forward, position, node, name, op, shape, file.
+func (e *Engine) dumpNode(n *graph.Node, out []float32) error {
+	dir := e.opts.Levers.DumpDir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	name := fmt.Sprintf("f%04d-n%04d-%s.f32", e.dumps, n.ID, strings.ReplaceAll(n.Name, "/", "_"))
+	buf := make([]byte, 4*len(out))
+	for i, v := range out {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), buf, 0o644); err != nil {
+		return err
+	}
+	idx, err := os.OpenFile(filepath.Join(dir, "index.tsv"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := fmt.Fprintf(idx, "%d\t%d\t%d\t%s\t%s\t%s\t%s\n", e.dumps, e.pos, n.ID, n.Name, n.Op, n.Shape, name)
+	if cerr := idx.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
 }
