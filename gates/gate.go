@@ -177,7 +177,7 @@ func (env *Env) Cmd(key string, e *harness.Exec) {
 	}
 	env.seen[key] = true
 	bin := env.M.R.Bin
-	if len(e.Args) > 0 && e.Args[0] != "bench" && e.Args[0] != "logits" && e.Args[0] != "generate" && e.Args[0] != "levers" {
+	if len(e.Args) > 0 && e.Args[0] != "bench" && e.Args[0] != "logits" && e.Args[0] != "generate" && e.Args[0] != "levers" && e.Args[0] != "info" {
 		bin = "" // a wrapped call holds its own program
 	}
 	env.cmds = append(env.cmds, "# "+key+"\n"+e.Command(bin))

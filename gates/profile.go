@@ -146,7 +146,29 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	nsys(ctx, cfg, env, d)
 	sass(ctx, cfg, env, d, kernels)
 	res.Evidence = fmt.Sprintf("census diff %d kernels; ncu: %s; nsys: %s; SASS: %s", len(d.Diff), short(d.NCUNote), short(d.NsysNote), short(d.SASSNote))
+	if d.Rule != nil && d.Rule.Graphs {
+		res.Evidence = "CUDA graphs " + GraphsLine(d) + "; " + res.Evidence
+	}
 	return res
+}
+
+// GraphsLine is the per-arm {"cuda_graphs"} count: "A captured 0,
+// replayed 0; B captured 2, replayed 126", or which arm printed none.
+func GraphsLine(d *ProfileDetail) string {
+	one := func(g *profile.Graphs) string {
+		if g == nil {
+			return `no {"cuda_graphs"} line`
+		}
+		s := fmt.Sprintf("captured %d, replayed %d", g.Captured, g.Replayed)
+		if g.Invalidated > 0 || g.Aborted > 0 {
+			s += fmt.Sprintf(" (invalidated %d, aborted %d)", g.Invalidated, g.Aborted)
+		}
+		if g.Disabled {
+			s += " (disabled)"
+		}
+		return s
+	}
+	return fmt.Sprintf("A %s; B %s", one(d.GraphsA), one(d.GraphsB))
 }
 
 // profiledKernels picks the kernels ncu and the SASS census look at: the
@@ -347,7 +369,7 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 			// LD_LIBRARY_PATH for the importer only, never for minfer.
 			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libDir+prefixed(os.Getenv("LD_LIBRARY_PATH")))
 		}
-		out, err := cmd.CombinedOutput()
+		out, err := profilerOutput(env, cmd, true)
 		if err != nil {
 			why := fmt.Sprintf("QdstrmImporter failed: %v: %s", err, lastLines(string(out), 3))
 			if libDir == "" {
@@ -361,7 +383,7 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 			return
 		}
 	}
-	out, err := exec.CommandContext(cctx, bin, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", nsysRep).CombinedOutput()
+	out, err := profilerOutput(env, exec.CommandContext(cctx, bin, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", nsysRep), true)
 	if err != nil {
 		fallback(fmt.Sprintf("nsys stats failed: %v: %s", err, lastLines(string(out), 3)))
 		return
@@ -373,6 +395,24 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 	}
 	d.Nsys = ks
 	d.NsysNote = fmt.Sprintf("%d kernels in cuda_gpu_kern_sum (arm B, --cuda-graph-trace=node)", len(ks))
+}
+
+// profilerOutput runs a profiler-side tool that abtest starts itself (the
+// nsys importer and stats, cuobjdump) and accounts its wall time as
+// profiler work, not harness overhead.
+func profilerOutput(env *Env, cmd *exec.Cmd, combined bool) ([]byte, error) {
+	t0 := time.Now()
+	var out []byte
+	var err error
+	if combined {
+		out, err = cmd.CombinedOutput()
+	} else {
+		out, err = cmd.Output()
+	}
+	if env.M.R != nil {
+		env.M.R.Account(harness.WorkProfilers, time.Since(t0))
+	}
+	return out, err
 }
 
 func prefixed(s string) string {
@@ -401,7 +441,7 @@ func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels [
 	}
 	cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, cu, "--dump-sass", fat).Output()
+	out, err := profilerOutput(env, exec.CommandContext(cctx, cu, "--dump-sass", fat), false)
 	if err != nil {
 		d.SASSNote = "cuobjdump failed: " + err.Error()
 		return

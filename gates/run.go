@@ -19,12 +19,21 @@ const (
 	VerdictIncomplete   = "INCOMPLETE"
 )
 
-// Overhead is the harness's own share of a run's wall time.
+// Overhead splits a run's wall time: the minfer processes of the arms, the
+// profilers running (or reading the output of) the arms (ncu, nsys, the nsys
+// importer and stats, cuobjdump), the device test binaries, and what is left:
+// abtest itself (its start-up, probes, hashing, file writing, plotting,
+// waiting). Fraction is that last share only.
 type Overhead struct {
-	Total    time.Duration `json:"total_ns"`
-	InArms   time.Duration `json:"in_arms_ns"`
-	Execs    int           `json:"execs"`
-	Fraction float64       `json:"fraction"` // (Total-InArms)/Total
+	Total          time.Duration `json:"total_ns"`
+	InArms         time.Duration `json:"in_arms_ns"` // minfer processes run directly
+	Execs          int           `json:"execs"`
+	Profilers      time.Duration `json:"profilers_ns"`
+	ProfilerExecs  int           `json:"profiler_execs"`
+	DeviceTests    time.Duration `json:"device_tests_ns"`
+	DeviceTestRuns int           `json:"device_test_runs"`
+	Harness        time.Duration `json:"harness_ns"` // Total minus the three above
+	Fraction       float64       `json:"fraction"`   // Harness/Total
 }
 
 // Record is a lever run: configuration, provenance, every gate's result and
@@ -51,7 +60,35 @@ type Record struct {
 	Overhead         Overhead            `json:"overhead"`
 	Reproduce        []string            `json:"reproduce"`
 
-	mu sync.Mutex
+	mu       sync.Mutex
+	workBase map[string]harness.WorkTime // the runner's accounts when the run started
+	baseSet  bool
+}
+
+// MarkStart sets when the run started and the runner's accounts at that
+// moment, so the overhead counts everything abtest did since (for `abtest
+// run`: its process start, before the lever registry and the environment).
+func (r *Record) MarkStart(t time.Time, work map[string]harness.WorkTime) {
+	r.Started, r.workBase, r.baseSet = t, work, true
+}
+
+// UpdateOverhead recomputes the overhead up to now from the runner's
+// accounts (the caller holds the lock).
+func (r *Record) UpdateOverhead(run *harness.Runner) {
+	now := run.Work()
+	d := func(kind string) (time.Duration, int) {
+		w, b := now[kind], r.workBase[kind]
+		return w.Wall - b.Wall, w.Execs - b.Execs
+	}
+	o := Overhead{Total: time.Since(r.Started)}
+	o.InArms, o.Execs = d(harness.WorkMinfer)
+	o.Profilers, o.ProfilerExecs = d(harness.WorkProfilers)
+	o.DeviceTests, o.DeviceTestRuns = d(harness.WorkDeviceTests)
+	o.Harness = max(o.Total-o.InArms-o.Profilers-o.DeviceTests, 0)
+	if o.Total > 0 {
+		o.Fraction = float64(o.Harness) / float64(o.Total)
+	}
+	r.Overhead = o
 }
 
 // Lock guards a record that a round is updating while it is written.
@@ -115,13 +152,12 @@ func (r *Record) ExitCode() int {
 // Run applies the selected gates in order. save is called with the record
 // after every gate and every A/B round (under the record's lock).
 func Run(ctx context.Context, cfg Config, env *Env, rec *Record, save func(*Record)) {
-	start := rec.Started // set by the caller before its environment capture, so that counts too
-	if start.IsZero() {
-		start = time.Now()
+	// MarkStart by the caller (before its environment capture, so that
+	// counts too); else the run starts now.
+	if !rec.baseSet {
+		rec.MarkStart(time.Now(), env.M.R.Work())
 	}
-	arm0, execs0 := env.M.R.ArmTime()
 	rec.Schema = 1
-	rec.Started = start
 	rec.Lever, rec.Doc, rec.Path = cfg.Lever.Name, cfg.Lever.Doc, cfg.Lever.Path
 	rec.A, rec.B, rec.Mutate = cfg.A.Value, cfg.B.Value, cfg.Mutate
 	rec.Config = cfg
@@ -133,13 +169,7 @@ func Run(ctx context.Context, cfg Config, env *Env, rec *Record, save func(*Reco
 		}
 	}
 	update := func() {
-		armT, n := env.M.R.ArmTime()
-		armT, n = armT-arm0, n-execs0
-		tot := time.Since(start)
-		rec.Overhead = Overhead{Total: tot, InArms: armT, Execs: n}
-		if tot > 0 {
-			rec.Overhead.Fraction = float64(tot-armT) / float64(tot)
-		}
+		rec.UpdateOverhead(env.M.R)
 		rec.Reproduce = env.Commands()
 		rec.Decide()
 	}

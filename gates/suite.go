@@ -73,7 +73,7 @@ func PackageDir(root, bin string) string {
 // runSuite runs each test binary serially with -test.v (never retried) in
 // its package directory and parses its output; run filters tests ("" =
 // all); kernels, when set, is passed as MINFER_KERNELS.
-func runSuite(ctx context.Context, bins []string, run, kernels string) ([]profile.TestRun, error) {
+func runSuite(ctx context.Context, r *harness.Runner, bins []string, run, kernels string) ([]profile.TestRun, error) {
 	var out []profile.TestRun
 	root, _ := os.Getwd()
 	for _, bin := range bins {
@@ -93,19 +93,23 @@ func runSuite(ctx context.Context, bins []string, run, kernels string) ([]profil
 			cmd.Env = append(cmd.Env, "MINFER_KERNELS="+kernels)
 		}
 		cmd.WaitDelay = 2 * time.Second
+		t0 := time.Now()
 		b, err := cmd.CombinedOutput()
+		if r != nil {
+			r.Account(harness.WorkDeviceTests, time.Since(t0))
+		}
 		cancel()
-		r := profile.ParseGoTestV(string(b))
-		r.Binary = bin
-		if err != nil && r.Failed == 0 {
-			r.Failed++
+		tr := profile.ParseGoTestV(string(b))
+		tr.Binary = bin
+		if err != nil && tr.Failed == 0 {
+			tr.Failed++
 			why := err.Error()
 			if cctx.Err() != nil {
 				why = "timed out after " + SuiteTimeout.String()
 			}
-			r.Failures = append(r.Failures, fmt.Sprintf("(binary %s: %s; tail: %s)", filepath.Base(bin), why, lastLines(string(b), 5)))
+			tr.Failures = append(tr.Failures, fmt.Sprintf("(binary %s: %s; tail: %s)", filepath.Base(bin), why, lastLines(string(b), 5)))
 		}
-		out = append(out, r)
+		out = append(out, tr)
 	}
 	return out, ctx.Err()
 }
@@ -144,7 +148,7 @@ func Suite(ctx context.Context, cfg Config, env *Env) Result {
 		}
 		return res
 	}
-	runs, err := runSuite(ctx, bins, "", absKernels(cfg))
+	runs, err := runSuite(ctx, env.M.R, bins, "", absKernels(cfg))
 	d := &SuiteDetail{Binaries: runs}
 	res.Suite = d
 	for _, r := range runs {

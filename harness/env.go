@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -80,6 +84,10 @@ func unitNum(s string) float64 {
 	return v
 }
 
+// ProcessStart is when the process that links the harness started (package
+// initialization): `abtest run` counts its overhead from here.
+var ProcessStart = time.Now()
+
 // Probe answers questions about the machine; its lookups are fields so tests
 // can replace them.
 type Probe struct {
@@ -130,21 +138,23 @@ type Environment struct {
 	OS           string            `json:"os"`
 	CPUModel     string            `json:"cpu_model"`
 	NumCPU       int               `json:"num_cpu"`
-	GoVersion    string            `json:"go_version"`       // abtest's toolchain
-	MinferGo     string            `json:"minfer_go"`        // from bench JSON when known
-	Commit       string            `json:"commit"`           // git HEAD of the working tree
-	Dirty        bool              `json:"dirty"`            // uncommitted changes present
-	Binary       string            `json:"binary"`           // minfer path
-	BinarySHA256 string            `json:"binary_sha256"`    //
-	Model        string            `json:"model"`            // path or the embedded default
-	ModelSize    int64             `json:"model_size"`       //
-	ModelSHA256  string            `json:"model_sha256"`     //
-	Backend      string            `json:"backend"`          // what minfer said it ran on
-	GPU          *Clocks           `json:"gpu,omitempty"`    // first reading
-	CUDA         string            `json:"cuda,omitempty"`   // from nvidia-smi's banner
-	GPUNote      string            `json:"gpu_note"`         // why there is no GPU line
-	Levers       map[string]string `json:"levers"`           // effective value of every lever, per registry default
-	Pinned       map[string]string `json:"pinned,omitempty"` // values the harness set in every process
+	GoVersion    string            `json:"go_version"`            // abtest's toolchain
+	MinferGo     string            `json:"minfer_go"`             // from bench JSON when known
+	Commit       string            `json:"commit"`                // git HEAD of the working tree, else a binary's VCS stamp
+	CommitFrom   string            `json:"commit_from"`           // where Commit was read (CommitFromGit, ...)
+	Dirty        bool              `json:"dirty"`                 // uncommitted changes present (vcs.modified for a stamp)
+	CommitNote   string            `json:"commit_note,omitempty"` // e.g. the minfer binary was built from another commit
+	Binary       string            `json:"binary"`                // minfer path
+	BinarySHA256 string            `json:"binary_sha256"`         //
+	Model        string            `json:"model"`                 // path or the embedded default
+	ModelSize    int64             `json:"model_size"`            //
+	ModelSHA256  string            `json:"model_sha256"`          //
+	Backend      string            `json:"backend"`               // what minfer said it ran on
+	GPU          *Clocks           `json:"gpu,omitempty"`         // first reading
+	CUDA         string            `json:"cuda,omitempty"`        // from nvidia-smi's banner
+	GPUNote      string            `json:"gpu_note"`              // why there is no GPU line
+	Levers       map[string]string `json:"levers"`                // effective value of every lever, per registry default
+	Pinned       map[string]string `json:"pinned,omitempty"`      // values the harness set in every process
 }
 
 // Capture fills what does not need a minfer run.
@@ -153,32 +163,132 @@ func (p Probe) Capture(ctx context.Context, bin, model string) Environment {
 		NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(), Binary: bin}
 	e.Host, _ = os.Hostname()
 	e.CPUModel = CPUModel("/proc/cpuinfo")
-	if out, err := p.Command(ctx, "git", "rev-parse", "HEAD"); err == nil {
-		e.Commit = strings.TrimSpace(out)
+	if out, err := p.Command(ctx, "git", "rev-parse", "HEAD"); err == nil && strings.TrimSpace(out) != "" {
+		e.Commit, e.CommitFrom = strings.TrimSpace(out), CommitFromGit
 		if st, err := p.Command(ctx, "git", "status", "--porcelain", "--untracked-files=no"); err == nil {
 			e.Dirty = strings.TrimSpace(st) != ""
 		}
 	}
-	if e.Commit == "" {
-		e.Commit = "unknown"
-	}
-	e.BinarySHA256, _ = FileSHA256(bin)
+	e.setCommitFromStamps(bin)
+	e.BinarySHA256, _ = FileSHA256Cached(bin)
 	if model != "" {
 		e.SetModel(model, "")
 	} else {
 		e.Model = EmbeddedModel
 	}
-	if ok, why := p.HasGPU(ctx); ok {
-		e.GPU, _ = p.ReadClocks(ctx)
+	// One nvidia-smi query answers both "is there a GPU" and the clocks.
+	if _, err := p.LookPath("nvidia-smi"); err != nil {
+		e.GPUNote = "nvidia-smi not found in PATH: no NVIDIA device on this machine"
+	} else if c, err := p.ReadClocks(ctx); err != nil {
+		e.GPUNote = "nvidia-smi present but did not answer: " + err.Error()
+	} else {
+		e.GPU = c
 		if out, err := p.Command(ctx, "nvidia-smi"); err == nil {
 			if m := cudaVersionRE.FindStringSubmatch(out); m != nil {
 				e.CUDA = m[1]
 			}
 		}
-	} else {
-		e.GPUNote = why
 	}
 	return e
+}
+
+// Where Environment.Commit was read.
+const (
+	CommitFromGit    = "git HEAD of the working tree"
+	CommitFromMinfer = "the minfer binary's build stamp"
+	CommitFromAbtest = "abtest's own build stamp"
+)
+
+// VCSStamp is the version-control stamp the Go toolchain writes into a binary
+// built inside a git work tree with -buildvcs=true (vcs.revision,
+// vcs.modified).
+type VCSStamp struct {
+	Revision string
+	Modified bool
+}
+
+// ReadVCSStamp reads the stamp of another Go binary (debug/buildinfo);
+// ok is false when the file is not a Go binary or carries no vcs.revision.
+func ReadVCSStamp(path string) (VCSStamp, bool) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return VCSStamp{}, false
+	}
+	return stampOf(bi)
+}
+
+// The stamp readers, replaced in tests.
+var (
+	readStamp = ReadVCSStamp
+	ownStamp  = OwnVCSStamp
+)
+
+// OwnVCSStamp is abtest's own stamp (runtime/debug.ReadBuildInfo).
+func OwnVCSStamp() (VCSStamp, bool) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return VCSStamp{}, false
+	}
+	return stampOf(bi)
+}
+
+func stampOf(bi *debug.BuildInfo) (VCSStamp, bool) {
+	var s VCSStamp
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			s.Revision = kv.Value
+		case "vcs.modified":
+			s.Modified = kv.Value == "true"
+		}
+	}
+	return s, s.Revision != ""
+}
+
+// setCommitFromStamps fills Commit from the binaries' VCS stamps when git
+// gave none (the device copy of the tree has no .git): the minfer binary's
+// stamp first (it is what the arms ran), then abtest's own. With a git HEAD
+// it only notes a minfer binary built from another commit.
+func (e *Environment) setCommitFromStamps(minferBin string) {
+	ms, mok := readStamp(minferBin)
+	if e.Commit != "" {
+		if mok && ms.Revision != e.Commit {
+			e.CommitNote = fmt.Sprintf("the minfer binary's build stamp says %s (modified: %v)", ms.Revision, ms.Modified)
+		}
+		return
+	}
+	if mok {
+		e.Commit, e.CommitFrom, e.Dirty = ms.Revision, CommitFromMinfer, ms.Modified
+		return
+	}
+	if as, ok := ownStamp(); ok {
+		e.Commit, e.CommitFrom, e.Dirty = as.Revision, CommitFromAbtest, as.Modified
+		e.CommitNote = "the minfer binary carries no VCS stamp"
+		return
+	}
+	e.Commit = "unknown"
+	e.CommitNote = "no git work tree here, and neither minfer nor abtest carries a VCS stamp (build them with -buildvcs=true inside the work tree)"
+}
+
+// CommitLine is the report's commit row: the revision, where it was read
+// and whether the tree was modified.
+func (e Environment) CommitLine() string {
+	line := e.Commit
+	switch e.CommitFrom {
+	case "":
+		// an older record, or unknown
+		if e.Dirty {
+			line += " (working tree has uncommitted changes)"
+		}
+	case CommitFromGit:
+		line += fmt.Sprintf(" (from the %s; uncommitted changes: %v)", e.CommitFrom, e.Dirty)
+	default:
+		line += fmt.Sprintf(" (from %s; modified: %v)", e.CommitFrom, e.Dirty)
+	}
+	if e.CommitNote != "" {
+		line += "; " + e.CommitNote
+	}
+	return line
 }
 
 // EmbeddedModel is the model line before minfer has said where its embedded
@@ -204,7 +314,7 @@ func (e *Environment) SetModel(path, reported string) {
 		return
 	}
 	e.ModelSize = st.Size()
-	if h, err := FileSHA256(path); err == nil {
+	if h, err := FileSHA256Cached(path); err == nil {
 		if reported != "" && reported != h {
 			e.Model += fmt.Sprintf(" (minfer reported sha256 %s)", reported)
 		}
@@ -249,4 +359,37 @@ func FileSHA256(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashCache remembers file hashes for the life of the process, keyed by the
+// absolute path, size and modification time: a nightly run (one environment
+// capture per lever) and the report hash the ~500 MB model once.
+var hashCache sync.Map // hashKey -> string
+
+type hashKey struct {
+	path  string
+	size  int64
+	mtime int64
+}
+
+// FileSHA256Cached is FileSHA256, computed once per file version per process.
+func FileSHA256Cached(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	k := hashKey{abs, st.Size(), st.ModTime().UnixNano()}
+	if h, ok := hashCache.Load(k); ok {
+		return h.(string), nil
+	}
+	h, err := FileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	hashCache.Store(k, h)
+	return h, nil
 }

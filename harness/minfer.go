@@ -216,6 +216,61 @@ func (m Minfer) ModelPath(ctx context.Context) (string, error) {
 	return info.Path, nil
 }
 
+// ModelInfo is the part of `minfer info --json` the harness reads.
+type ModelInfo struct {
+	Path          string         `json:"path"`
+	FileType      string         `json:"file_type,omitempty"`
+	TypeHistogram map[string]int `json:"type_histogram"`
+}
+
+// unquantized are the tensor types a device reads as they are (no
+// activation quantization on the CPU reference either).
+var unquantized = map[string]bool{"F32": true, "F16": true, "BF16": true, "F64": true, "I8": true, "I16": true, "I32": true, "I64": true}
+
+// QuantizedTypes lists the histogram's quantized tensor types with their
+// counts, sorted ("Q8_0:169"); empty for an all-float model.
+func (i ModelInfo) QuantizedTypes() []string {
+	var out []string
+	for t, n := range i.TypeHistogram {
+		if !unquantized[strings.ToUpper(t)] && n > 0 {
+			out = append(out, fmt.Sprintf("%s:%d", t, n))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Histogram renders the type histogram ("F32:121 Q8_0:169").
+func (i ModelInfo) Histogram() string {
+	var out []string
+	for t, n := range i.TypeHistogram {
+		out = append(out, fmt.Sprintf("%s:%d", t, n))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// Info runs `minfer info [MODEL] --json`.
+func (m Minfer) Info(ctx context.Context) (ModelInfo, *Exec, error) {
+	args := []string{"info"}
+	if m.Model != "" {
+		args = append(args, m.Model)
+	}
+	args = append(args, "--json")
+	e, err := m.R.Run(ctx, "info", nil, args...)
+	if err != nil {
+		return ModelInfo{}, e, err
+	}
+	var info ModelInfo
+	if err := json.Unmarshal(e.Stdout, &info); err != nil {
+		return info, e, fmt.Errorf("info json: %w", err)
+	}
+	if info.TypeHistogram == nil {
+		return info, e, fmt.Errorf("info json: no \"type_histogram\"")
+	}
+	return info, e, nil
+}
+
 // Bench runs one bench process.
 func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, pp, tg, reps int) (BenchResult, *Exec, error) {
 	args := append([]string{"bench"}, m.modelArgs("")...)

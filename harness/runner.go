@@ -16,16 +16,56 @@ import (
 // Runner executes the minfer binary as separate processes, one per call,
 // each with a clean environment: the parent's minus every MINFER_* variable,
 // plus the pinned values and the arm's own. It keeps the time spent inside
-// those processes so the harness can state its own overhead.
+// those processes (and, through Account, in profilers and device tests) so
+// the harness can state its own overhead.
 type Runner struct {
 	Bin     string            // path of the minfer binary
 	Timeout time.Duration     // per process; 0 = no limit beyond ctx
 	Pinned  map[string]string // MINFER_* values every process gets (harness pins)
 	Base    []string          // parent environment without MINFER_*; nil = os.Environ() filtered
 
-	mu      sync.Mutex
-	armTime time.Duration
-	execs   int
+	mu   sync.Mutex
+	work map[string]WorkTime
+}
+
+// Kinds of work the harness does not count as its own overhead: the minfer
+// processes of the arms, the profilers that run (or read the output of) the
+// arms, and the device test binaries.
+const (
+	WorkMinfer      = "minfer"
+	WorkProfilers   = "profilers"
+	WorkDeviceTests = "device tests"
+)
+
+// WorkTime is the wall time and the number of processes of one kind.
+type WorkTime struct {
+	Wall  time.Duration `json:"wall_ns"`
+	Execs int           `json:"execs"`
+}
+
+// Account adds one finished process of the given kind (WorkProfilers for
+// nsys stats, the importer, cuobjdump; WorkDeviceTests for the suite).
+func (r *Runner) Account(kind string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.work == nil {
+		r.work = map[string]WorkTime{}
+	}
+	w := r.work[kind]
+	w.Wall += d
+	w.Execs++
+	r.work[kind] = w
+}
+
+// Work is a snapshot of the time accounted so far, per kind.
+func (r *Runner) Work() map[string]WorkTime {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]WorkTime, len(r.work))
+	for k, v := range r.work {
+		out[k] = v
+	}
+	return out
 }
 
 // CleanEnv returns env without any MINFER_* entry.
@@ -180,10 +220,11 @@ func (r *Runner) RunCall(ctx context.Context, c Call) (*Exec, error) {
 	start := time.Now()
 	err := cmd.Run()
 	e.Wall = time.Since(start)
-	r.mu.Lock()
-	r.armTime += e.Wall
-	r.execs++
-	r.mu.Unlock()
+	kind := WorkMinfer
+	if len(c.Wrapper) > 0 {
+		kind = WorkProfilers // ncu / nsys running the arm
+	}
+	r.Account(kind, e.Wall)
 	e.Stdout = stdout.Bytes()
 	e.StderrAll = stderr.String()
 	e.Stderr = tail(e.StderrAll, StderrTailBytes)
@@ -201,11 +242,11 @@ func (r *Runner) RunCall(ctx context.Context, c Call) (*Exec, error) {
 	return e, &ArmError{Exec: e, Err: err}
 }
 
-// ArmTime is the total wall time spent inside minfer processes so far.
+// ArmTime is the total wall time spent inside minfer processes run
+// directly (not under a profiler) so far.
 func (r *Runner) ArmTime() (time.Duration, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.armTime, r.execs
+	w := r.Work()[WorkMinfer]
+	return w.Wall, w.Execs
 }
 
 func tail(s string, n int) string {

@@ -5,7 +5,12 @@
 # built here (the CPU machine) and carried in bin/ (git-ignored; name it in
 # the device tool's `carry`):
 #
-#   CGO_ENABLED=0 go build -o bin/ ./cmd/minfer ./cmd/abtest
+#   CGO_ENABLED=0 go build -buildvcs=true -o bin/ ./cmd/minfer ./cmd/abtest
+#   go version -m bin/minfer | grep vcs.revision   # the commit the report names
+#
+# -buildvcs=true matters: this machine sets GOFLAGS=-buildvcs=false, and the
+# device copy of the tree has no .git, so the report's commit is read from
+# the minfer binary's build stamp (vcs.revision, vcs.modified).
 #   CGO_ENABLED=0 go test -c -o bin/cuda.test ./cuda
 #   CGO_ENABLED=0 go test -c -o bin/driver.test ./cuda/driver
 #   # nsys's QdstrmImporter needs libdw.so.1 and libelf.so.1, which the H200

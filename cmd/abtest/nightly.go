@@ -166,7 +166,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 			sum.Entries = append(sum.Entries, e)
 			continue
 		}
-		rec, base := s.runConfig(ctx, cfg, f.out, cmdline+" # lever "+specs[i], os.Stderr)
+		rec, base := s.runConfig(ctx, cfg, f.out, cmdline+" # lever "+specs[i], os.Stderr, time.Time{})
 		e.Verdict, e.Line = rec.Verdict, rec.VerdictLine
 		if rel, err := filepath.Rel(f.out, base+".md"); err == nil {
 			e.Report = filepath.ToSlash(rel)

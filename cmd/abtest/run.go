@@ -307,7 +307,9 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 	if err != nil {
 		return nil, "", err
 	}
-	rec, base := s.runConfig(ctx, cfg, f.out, cmdline, progressTo)
+	// The run's clock starts with the abtest process: its start-up, the
+	// lever registry and the environment capture count as its overhead.
+	rec, base := s.runConfig(ctx, cfg, f.out, cmdline, progressTo, harness.ProcessStart)
 	if f.benchOut != "" {
 		bf, err := os.Create(f.benchOut)
 		if err != nil {
@@ -319,8 +321,16 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 	return rec, base, nil
 }
 
-// runConfig runs the gates of one configuration and writes its reports.
-func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline string, progressTo *os.File) (*gates.Record, string) {
+// runConfig runs the gates of one configuration and writes its reports;
+// the overhead counts from start (zero: now, with the runner's accounts so
+// far excluded).
+func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline string, progressTo *os.File, start time.Time) (*gates.Record, string) {
+	rec := &gates.Record{CommandLine: cmdline}
+	if start.IsZero() {
+		rec.MarkStart(time.Now(), s.m.R.Work())
+	} else {
+		rec.MarkStart(start, nil) // the runner was made after start
+	}
 	steps := 0
 	for _, g := range cfg.Gates {
 		switch g {
@@ -336,8 +346,7 @@ func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline st
 	}
 	prog := harness.NewProgress(progressTo, steps)
 	env := &gates.Env{M: s.m, Probe: s.probe, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why}
-	rec := &gates.Record{CommandLine: cmdline, Env: s.environment(ctx, cfg)}
-	rec.Started = time.Now()
+	rec.Env = s.environment(ctx, cfg)
 	rec.Lever, rec.Mutate = cfg.Lever.Name, cfg.Mutate
 	base := report.Paths(out, rec)
 	prog.Note("%s: A=%s B=%s, report %s.md", cfg.Lever.Name, cfg.A.Value, cfg.B.Value, base)
@@ -358,7 +367,13 @@ func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline st
 			}
 		}
 	}
-	if err := report.Write(base, rec); err != nil {
+	finish := func() { // the overhead includes the plotting
+		rec.Lock()
+		rec.Finished = time.Now()
+		rec.UpdateOverhead(s.m.R)
+		rec.Unlock()
+	}
+	if err := report.WriteFinal(base, rec, finish); err != nil {
 		prog.Note("writing the report: %v", err)
 	}
 	return rec, base

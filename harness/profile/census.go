@@ -65,8 +65,11 @@ func ParseCensus(out string) (Census, error) {
 // Graphs is the backend's CUDA graph count: graphs captured (and
 // instantiated) and graph replays.
 type Graphs struct {
-	Captured int `json:"captured"`
-	Replayed int `json:"replayed"`
+	Captured    int  `json:"captured"`
+	Replayed    int  `json:"replayed"`
+	Invalidated int  `json:"invalidated,omitempty"` // optional fields of the backend's line
+	Aborted     int  `json:"aborted,omitempty"`
+	Disabled    bool `json:"disabled,omitempty"`
 }
 
 // ParseGraphs reads the {"cuda_graphs":{"captured":N,"replayed":M}} line;
@@ -77,8 +80,11 @@ func ParseGraphs(out string) (Graphs, bool, error) {
 		return Graphs{}, false, nil
 	}
 	var g struct {
-		Captured *int `json:"captured"`
-		Replayed *int `json:"replayed"`
+		Captured    *int `json:"captured"`
+		Replayed    *int `json:"replayed"`
+		Invalidated int  `json:"invalidated"`
+		Aborted     int  `json:"aborted"`
+		Disabled    bool `json:"disabled"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
 		return Graphs{}, false, fmt.Errorf("cuda_graphs: %w", err)
@@ -86,7 +92,7 @@ func ParseGraphs(out string) (Graphs, bool, error) {
 	if g.Captured == nil || g.Replayed == nil {
 		return Graphs{}, false, fmt.Errorf(`cuda_graphs: want {"captured":N,"replayed":M}, got %s`, raw)
 	}
-	return Graphs{Captured: *g.Captured, Replayed: *g.Replayed}, true, nil
+	return Graphs{Captured: *g.Captured, Replayed: *g.Replayed, Invalidated: g.Invalidated, Aborted: g.Aborted, Disabled: g.Disabled}, true, nil
 }
 
 // OpKernel is one kernel of the engine's own event timing.

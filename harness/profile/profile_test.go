@@ -148,3 +148,12 @@ func TestParseGoTestV_CountsPassFailSkipWithNames(t *testing.T) {
 	}
 	_ = math.NaN
 }
+
+// The backend's real line carries more than captured/replayed (cmd/minfer
+// deviceReport): the extra fields are read, not rejected.
+func TestParseGraphs_BackendLineWithInvalidationsAndAborts(t *testing.T) {
+	g, ok, err := ParseGraphs(`{"cuda_graphs":{"captured":3,"replayed":120,"invalidated":1,"aborted":0,"disabled":false}}`)
+	if err != nil || !ok || g.Captured != 3 || g.Replayed != 120 || g.Invalidated != 1 || g.Disabled {
+		t.Fatalf("%+v %v %v", g, ok, err)
+	}
+}

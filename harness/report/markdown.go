@@ -11,7 +11,6 @@ import (
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
-	"github.com/minfer-go/minfer/harness/profile"
 )
 
 // Paths returns reports/<lever>/<date>-<shortcommit> (no extension) under out.
@@ -55,17 +54,28 @@ func ReadJSON(path string) (*gates.Record, error) {
 }
 
 // Write renders base.md (and the plots beside it) and base.json.
-func Write(base string, rec *gates.Record) error {
-	if err := WriteJSON(base+".json", rec); err != nil {
-		return err
-	}
+func Write(base string, rec *gates.Record) error { return WriteFinal(base, rec, nil) }
+
+// WriteFinal is Write with a hook that runs after the plots are drawn and
+// before the JSON and the markdown are rendered, so the run's overhead can
+// include the plotting.
+func WriteFinal(base string, rec *gates.Record, beforeRender func()) error {
 	var ab *gates.ABDetail
 	for _, g := range rec.Gates {
 		if g.AB != nil {
 			ab = g.AB
 		}
 	}
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return err
+	}
 	plots, perr := Plots(base, ab, rec.Config.BarPP, rec.Config.BarTG)
+	if beforeRender != nil {
+		beforeRender()
+	}
+	if err := WriteJSON(base+".json", rec); err != nil {
+		return err
+	}
 	md := Markdown(rec, plots)
 	if perr != nil {
 		md += fmt.Sprintf("\n(plots incomplete: %v)\n", perr)
@@ -104,8 +114,7 @@ func Markdown(rec *gates.Record, plots []string) string {
 		rows = append(rows, []string{g.Gate, g.Defends, string(g.Status), ev})
 	}
 	w("%s\n", Table([]string{"gate", "what it defends", "result", "evidence"}, rows))
-	w("Harness overhead: %.1f%% of %.1f s outside the %d minfer processes (%.1f s inside them).\n\n",
-		rec.Overhead.Fraction*100, rec.Overhead.Total.Seconds(), rec.Overhead.Execs, rec.Overhead.InArms.Seconds())
+	w("%s\n\n", OverheadLine(rec.Overhead))
 
 	envSection(&b, rec)
 	for _, g := range rec.Gates {
@@ -132,6 +141,12 @@ func Markdown(rec *gates.Record, plots []string) string {
 	return b.String()
 }
 
+// OverheadLine states abtest's own share of the run and where the rest went.
+func OverheadLine(o gates.Overhead) string {
+	return fmt.Sprintf("Harness overhead: %.1f%% of %.1f s (%.1f s in abtest itself: start-up, probes, hashing, file writing, plotting, waiting). Arm work: minfer processes %.1f s (%d); profilers: %.1f s (%d: ncu, nsys, nsys importer/stats, cuobjdump); device tests: %.1f s (%d).",
+		o.Fraction*100, o.Total.Seconds(), o.Harness.Seconds(), o.InArms.Seconds(), o.Execs, o.Profilers.Seconds(), o.ProfilerExecs, o.DeviceTests.Seconds(), o.DeviceTestRuns)
+}
+
 func orNone(xs []string) string {
 	if len(xs) == 0 {
 		return "**no gate (the mutation was not caught)**"
@@ -142,16 +157,12 @@ func orNone(xs []string) string {
 func envSection(b *strings.Builder, rec *gates.Record) {
 	e := rec.Env
 	fmt.Fprintf(b, "## Environment\n\n")
-	dirty := ""
-	if e.Dirty {
-		dirty = " (working tree has uncommitted changes)"
-	}
 	gpu := "none: " + e.GPUNote
 	if e.GPU != nil {
-		gpu = fmt.Sprintf("%s, driver %s, CUDA %s, %s", e.GPU.Name, e.GPU.Driver, e.CUDA, e.GPU.String())
+		gpu = fmt.Sprintf("%s, driver %s, CUDA %s, %s (read before the run; per-round readings in gate 3)", e.GPU.Name, e.GPU.Driver, e.CUDA, e.GPU.String())
 	}
 	rows := [][]string{
-		{"date", e.Date}, {"commit", e.Commit + dirty}, {"host", e.Host + " " + e.OS},
+		{"date", e.Date}, {"commit", e.CommitLine()}, {"host", e.Host + " " + e.OS},
 		{"CPU", fmt.Sprintf("%s (%d logical CPUs)", e.CPUModel, e.NumCPU)}, {"GPU", gpu},
 		{"Go", fmt.Sprintf("abtest %s, minfer %s", e.GoVersion, e.MinferGo)},
 		{"binary", e.Binary + " sha256 " + e.BinarySHA256},
@@ -200,7 +211,14 @@ func paritySection(b *strings.Builder, g gates.Result) {
 	d := g.Parity
 	fmt.Fprintf(b, "## Gate 1: parity x3 — %s\n\n%s\n\n", g.Status, g.Reason)
 	fmt.Fprintf(b, "1. Kernel parity: **%s** — %s\n", d.KernelStatus, d.Kernel)
-	fmt.Fprintf(b, "2. Whole-graph logits against the CPU reference (`--device cpu`, lever at its baseline, no mutation); bar: max|diff| <= %g and top-1 equal where the reference top-2 margin > %g.\n", d.GraphTol, d.GraphGap)
+	if len(d.Classes) == 0 {
+		fmt.Fprintf(b, "2. Whole-graph logits against the CPU reference (`--device cpu`, lever at its baseline, no mutation); bar: max|diff| <= %g and top-1 equal where the reference top-2 margin > %g.\n", d.GraphTol, d.GraphGap)
+	} else {
+		fmt.Fprintf(b, "2. Whole-graph logits against the CPU reference (`--device cpu`, lever at its baseline, no mutation), judged by a tolerance class chosen from facts (model weight types: %s):\n", d.ModelInfo)
+		for _, k := range d.Classes {
+			fmt.Fprintf(b, "   - arm %s: class **%s**: %s. Why: %s.\n", k.Arm, k.Name, k.Bar, k.Why)
+		}
+	}
 	fmt.Fprintf(b, "3. A vs B: %s.\n\n", d.Tolerance.String())
 	fmt.Fprintf(b, "n_vocab %d; token ids per nt are deterministic (`harness.DeterministicIDs`).\n\n", d.NVocab)
 	var rows [][]string
@@ -213,10 +231,14 @@ func paritySection(b *strings.Builder, g gates.Result) {
 		if !c.Pass {
 			pass = "FAIL"
 		}
-		rows = append(rows, []string{c.Label, fmt.Sprint(c.NT), g3(float64(c.MaxAbsDiff)), g3(float64(c.RelL2)),
+		class := c.Class
+		if class == "" {
+			class = d.Tolerance.Class // A vs B: the lever's declared class
+		}
+		rows = append(rows, []string{c.Label, fmt.Sprint(c.NT), class, g3(float64(c.MaxAbsDiff)), g3(float64(c.RelL2)),
 			fmt.Sprintf("%d/%d", c.Top1Agree, c.Positions), bit, pass, c.Why})
 	}
-	fmt.Fprintf(b, "%s\n", Table([]string{"comparison", "nt", "max|diff|", "rel L2", "top-1 agree", "bitwise", "result", "why"}, rows))
+	fmt.Fprintf(b, "%s\n", Table([]string{"comparison", "nt", "class", "max|diff|", "rel L2", "top-1 agree", "bitwise", "result", "why"}, rows))
 	// Per-position detail of the A vs B comparisons (first 8 positions of each).
 	var pr [][]string
 	for _, c := range append(append([]gates.Comparison{}, d.AvsB...), d.Graph...) {
@@ -386,13 +408,7 @@ func profileSection(b *strings.Builder, g gates.Result) {
 		fmt.Fprintf(b, "Liveness rule (gates.LivenessRules): path on at value %s; judged by %s. %s\n\n", d.Rule.On, what, d.Rule.Why)
 	}
 	fmt.Fprintf(b, "Liveness: **%s**\n\n", d.Liveness)
-	graphs := func(g *profile.Graphs) string {
-		if g == nil {
-			return "no cuda_graphs line"
-		}
-		return fmt.Sprintf("captured %d, replayed %d", g.Captured, g.Replayed)
-	}
-	fmt.Fprintf(b, "CUDA graphs: A %s; B %s.\n\n", graphs(d.GraphsA), graphs(d.GraphsB))
+	fmt.Fprintf(b, "CUDA graphs (the backend's `{\"cuda_graphs\"}` exit line, census runs): %s.\n\n", gates.GraphsLine(d))
 	var cr [][]string
 	for _, x := range d.Diff {
 		cr = append(cr, []string{x.Kernel, fmt.Sprint(x.A), fmt.Sprint(x.B)})

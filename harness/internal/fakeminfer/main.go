@@ -8,8 +8,10 @@
 // CUDA backend's exit lines on stderr ({"launch_census":...},
 // {"cuda_graphs":...}), with MINFER_OP_TIMING=1 the {"op_timing":...} line.
 // `synth` writes a small file and appends its arguments to
-// $FAKEMINFER_SYNTH_LOG; `info --json` and bench report a real model file
-// (the --model, else the fake's own executable as the "embedded default").
+// $FAKEMINFER_SYNTH_LOG; `info [MODEL] --json` and bench report a real model
+// file (the model given, else the fake's own executable as the "embedded
+// default"); info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
+// says otherwise.
 package main
 
 import (
@@ -100,7 +102,18 @@ func main() {
 	case "bench":
 		bench(*p, *n, *r, mut, *model)
 	case "info":
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model})
+		if fs.Arg(0) != "" {
+			*model = fs.Arg(0)
+		}
+		hist := map[string]int{"F32": 11, "Q8_0": 15}
+		if ts := os.Getenv("FAKEMINFER_TYPES"); ts != "" { // "F32:11,F16:15"
+			hist = map[string]int{}
+			for _, kv := range strings.Split(ts, ",") {
+				k, v, _ := strings.Cut(kv, ":")
+				hist[k], _ = strconv.Atoi(v)
+			}
+		}
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model, "type_histogram": hist})
 	case "synth":
 		if *shape == "" || *typ == "" || *output == "" {
 			fmt.Fprintln(os.Stderr, "minfer synth: --shape, --type and -o are required")
