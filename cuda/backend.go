@@ -15,7 +15,7 @@ import (
 type Options struct {
 	// Levers are the parsed MINFER_* gates: DisableCUDA, TestCallFail,
 	// Kernels, LaunchCensus, OpTiming, NoCUDAGraph, NoPrefillCapture,
-	// NoPinnedReadback, NoPrefillGEMM.
+	// NoPinnedReadback, NoPrefillGEMM, NoQ80MMVQ, NoQ40MMVQ, NoKQMMVQ.
 	Levers levers.Config
 	// Ordinal is the device index.
 	Ordinal int
@@ -70,7 +70,8 @@ func New(opts Options) (*Backend, error) {
 	}
 	b := &Backend{
 		dev: dev, lv: opts.Levers, logf: logf,
-		mm:      MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM},
+		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
+			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ},
 		pool:    newPool(dev),
 		weights: map[string]*devWeight{},
 		ops:     opTable(),
@@ -108,6 +109,10 @@ func New(opts Options) (*Backend, error) {
 	b.stage = staging{dev: dev, s: b.s, noPinnedReadback: opts.Levers.NoPinnedReadback}
 	return b, nil
 }
+
+// MatMulOptions returns the options the backend's matmuls run with (its
+// levers and its activation scratch), for MatMulPath / MatMulTolerance.
+func (b *Backend) MatMulOptions() MatMulOptions { return b.mm }
 
 // Name implements graph.Backend.
 func (b *Backend) Name() string { return "cuda" }

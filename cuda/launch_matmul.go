@@ -16,6 +16,63 @@ type MatMulOptions struct {
 	// the per-type mmv kernel, looped over chunks of at most 8 tokens,
 	// instead of the f16 tensor-core GEMM.
 	NoPrefillGEMM bool
+	// NoQ80MMVQ (MINFER_NO_Q80_MMVQ), NoQ40MMVQ (MINFER_NO_Q40_MMVQ) and
+	// NoKQMMVQ (MINFER_NO_KQ_MMVQ, Q4_K and Q6_K) run decode (nt = 1) of
+	// those weight types through the f32-activation mmv kernel instead of
+	// the Q8_1-activation mmvq kernel.
+	NoQ80MMVQ bool
+	NoQ40MMVQ bool
+	NoKQMMVQ  bool
+	// ActQ8 is a device scratch of ActQ8Bytes bytes (4-byte aligned) that
+	// the mmvq path quantizes the activation row into (k / 32 Q8_1 blocks of
+	// 36 bytes). The mmvq path is taken only when it is set: the Backend
+	// owns one (sized at weight registration for its largest k), callers
+	// without one (kernel-level tests) get the mmv path. A set scratch that
+	// is too small for k is an error, never a fallback.
+	ActQ8      driver.DevicePtr
+	ActQ8Bytes uint64
+}
+
+// mmvqTable names the decode kernels over Q8_1 activations
+// (cuda/kernels/mmvq.cu) of the weight types that have one.
+var mmvqTable = map[quant.Type]string{
+	quant.Q8_0: "minfer_mmvq_q8_0",
+	quant.Q4_0: "minfer_mmvq_q4_0",
+	quant.Q4_K: "minfer_mmvq_q4_k",
+	quant.Q6_K: "minfer_mmvq_q6_k",
+}
+
+// quantizeQ8_1Kernel quantizes f32 activation rows to Q8_1
+// (cuda/kernels/quantize_act.cu).
+const quantizeQ8_1Kernel = "minfer_quantize_q8_1"
+
+// q8_1BlockBytes is the size of one Q8_1 block (f16 d, f16 s, 32 int8).
+const q8_1BlockBytes = 36
+
+// ActQ8Bytes is the scratch the mmvq path needs for nt activation rows of
+// k values (k a multiple of 32; 0 otherwise).
+func ActQ8Bytes(k, nt int) uint64 {
+	if k <= 0 || nt <= 0 || k%quant.QK != 0 {
+		return 0
+	}
+	return uint64(k/quant.QK) * q8_1BlockBytes * uint64(nt)
+}
+
+// mmvqOn reports whether the mmvq kernel of wtype is enabled by opts (its
+// lever not set and a scratch given).
+func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
+	if _, ok := mmvqTable[wtype]; !ok || opts.ActQ8 == 0 {
+		return false
+	}
+	switch wtype {
+	case quant.Q8_0:
+		return !opts.NoQ80MMVQ
+	case quant.Q4_0:
+		return !opts.NoQ40MMVQ
+	case quant.Q4_K, quant.Q6_K:
+		return !opts.NoKQMMVQ
+	}
+	return false
 }
 
 // Launch geometry; these mirror the #defines of cuda/kernels/mmv.cu and
@@ -24,6 +81,11 @@ const (
 	mmvMaxNT   = 8   // MINFER_MMV_MAX_NT: the largest nt one mmv launch takes
 	mmvRows    = 4   // MINFER_MMV_ROWS: output rows (warps) per block
 	mmvThreads = 128 // MINFER_MMV_THREADS
+
+	mmvqRows    = 4   // MINFER_MMVQ_ROWS: output rows (warps) per block
+	mmvqThreads = 128 // MINFER_MMVQ_THREADS
+	qactBlocks  = 4   // MINFER_QACT_BLOCKS: Q8_1 blocks (warps) per block
+	qactThreads = 128 // MINFER_QACT_THREADS
 
 	gemmBM      = 64  // MINFER_GEMM_BM: tokens per block tile
 	gemmBN      = 128 // MINFER_GEMM_BN: weight rows per block tile
@@ -84,11 +146,15 @@ func MatMulTypes() []quant.Type {
 // MatMulPath returns the name of the kernel MatMul launches for wtype and
 // nt tokens ("" for a type without a device matmul or nt < 1). The
 // NoPrefillGEMM prefill runs that one kernel once per chunk of up to 8
-// tokens.
+// tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_K and Q6_K runs the mmvq kernel
+// (after minfer_quantize_q8_1) when its lever is off and opts.ActQ8 is set.
 func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 	ks, ok := matmulTable[wtype]
 	if !ok || nt < 1 {
 		return ""
+	}
+	if nt == 1 && mmvqOn(wtype, opts) {
+		return mmvqTable[wtype]
 	}
 	if nt <= mmvMaxNT || opts.NoPrefillGEMM {
 		return ks.mmv
@@ -100,14 +166,19 @@ func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 // against the CPU reference (GATES.md): "f32-reorder" for the mmv kernels
 // (f32 FMAs, only the accumulation order differs), "f16-weight-tile" for
 // the GEMM (each dequantized weight is rounded to f16: |err| <= 2^-11 *
-// sum_i |w_i x_i| per output).
+// sum_i |w_i x_i| per output), "activation-quantization-q8_1" for the mmvq
+// kernels (the activations are rounded to Q8_1 as the CPU's quantizer does;
+// the integer dot products are exact).
 func MatMulTolerance(wtype quant.Type, nt int, opts MatMulOptions) string {
 	ks, ok := matmulTable[wtype]
 	if !ok || nt < 1 {
 		return ""
 	}
-	if MatMulPath(wtype, nt, opts) == ks.gemm {
+	switch MatMulPath(wtype, nt, opts) {
+	case ks.gemm:
 		return "f16-weight-tile"
+	case mmvqTable[wtype]:
+		return "activation-quantization-q8_1"
 	}
 	return "f32-reorder"
 }
@@ -197,6 +268,9 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 	if name == ks.gemm {
 		return k.launchGemm(s, name, out, x, w, bias, nt, kDim, n)
 	}
+	if name == mmvqTable[wtype] {
+		return k.launchMMVQ(s, name, out, x, w, bias, kDim, n, opts)
+	}
 	block := [3]uint32{mmvThreads, 1, 1}
 	grid := [3]uint32{uint32((n + mmvRows - 1) / mmvRows), 1, 1}
 	for t0 := 0; t0 < nt; t0 += mmvMaxNT {
@@ -231,6 +305,48 @@ func (k *Kernels) launchGemm(s *driver.Stream, name string, out, x, w, bias driv
 	block := [3]uint32{gemmThreads, 1, 1}
 	if err := k.launch(s, name, grid, block, uint32(smem), out, x, w, bias, int32(kDim), int32(n), int32(nt)); err != nil {
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: %w", name, nt, kDim, n, err)
+	}
+	return nil
+}
+
+// launchMMVQ quantizes the one activation row x to Q8_1 into opts.ActQ8,
+// then runs the mmvq kernel over it (both on s, so a capture records both).
+func (k *Kernels) launchMMVQ(s *driver.Stream, name string, out, x, w, bias driver.DevicePtr, kDim, n int,
+	opts MatMulOptions) error {
+	need := ActQ8Bytes(kDim, 1)
+	if need == 0 || opts.ActQ8Bytes < need || uint64(opts.ActQ8)%4 != 0 {
+		return fmt.Errorf("matmul %s k=%d n=%d: activation scratch %v of %d bytes (needs %d bytes, 4-byte aligned)",
+			name, kDim, n, opts.ActQ8, opts.ActQ8Bytes, need)
+	}
+	if err := k.QuantizeQ8_1(s, opts.ActQ8, x, kDim, 1); err != nil {
+		return fmt.Errorf("matmul %s k=%d n=%d: %w", name, kDim, n, err)
+	}
+	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
+	block := [3]uint32{mmvqThreads, 1, 1}
+	if err := k.launch(s, name, grid, block, 0, out, opts.ActQ8, w, bias, int32(kDim), int32(n)); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// QuantizeQ8_1 writes nt rows of kDim f32 at x as Q8_1 blocks to dst
+// (ActQ8Bytes(kDim, nt) bytes, 4-byte aligned): the bytes
+// quant.Quantize(quant.Q8_1, row) gives for each row, rows back to back.
+func (k *Kernels) QuantizeQ8_1(s *driver.Stream, dst, x driver.DevicePtr, kDim, nt int) error {
+	if kDim <= 0 || nt <= 0 || kDim%quant.QK != 0 {
+		return fmt.Errorf("quantize_q8_1: k=%d nt=%d: k must be a positive multiple of %d", kDim, nt, quant.QK)
+	}
+	blocks := uint64(kDim/quant.QK) * uint64(nt)
+	if uint64(kDim)*uint64(nt) > math.MaxInt32 {
+		return fmt.Errorf("quantize_q8_1: k=%d nt=%d exceeds the kernel's int32 range", kDim, nt)
+	}
+	if dst == 0 || x == 0 || uint64(dst)%4 != 0 || uint64(x)%4 != 0 {
+		return fmt.Errorf("quantize_q8_1: null or misaligned device pointer (dst=%v x=%v; both need 4-byte alignment)", dst, x)
+	}
+	grid := [3]uint32{uint32((blocks + qactBlocks - 1) / qactBlocks), 1, 1}
+	block := [3]uint32{qactThreads, 1, 1}
+	if err := k.launch(s, quantizeQ8_1Kernel, grid, block, 0, dst, x, int32(kDim), int32(nt)); err != nil {
+		return fmt.Errorf("quantize_q8_1 k=%d nt=%d: %w", kDim, nt, err)
 	}
 	return nil
 }

@@ -36,6 +36,47 @@ func TestMatMulPath_DispatchesByTypeAndTokenCount(t *testing.T) {
 			t.Errorf("MatMulPath(%s, nt=%d, %+v) = %q, want %q", c.t, c.nt, c.opts, got, c.want)
 		}
 	}
+	// The mmvq decode path: nt = 1, a scratch given, the type's lever off.
+	sc := MatMulOptions{ActQ8: 256, ActQ8Bytes: ActQ8Bytes(4096, 1)}
+	mmvq := []struct {
+		t    quant.Type
+		nt   int
+		opts MatMulOptions
+		want string
+	}{
+		{quant.Q8_0, 1, sc, "minfer_mmvq_q8_0"},
+		{quant.Q4_0, 1, sc, "minfer_mmvq_q4_0"},
+		{quant.Q4_K, 1, sc, "minfer_mmvq_q4_k"},
+		{quant.Q6_K, 1, sc, "minfer_mmvq_q6_k"},
+		{quant.Q8_0, 1, MatMulOptions{}, "minfer_mmv_q8_0"}, // no scratch: the mmv path
+		{quant.Q8_0, 2, sc, "minfer_mmv_q8_0"},              // nt = 1 only
+		{quant.Q4_K, 9, sc, "minfer_gemm_q4_k"},
+		{quant.Q5_K, 1, sc, "minfer_mmv_q5_k"}, // no mmvq kernel
+		{quant.F16, 1, sc, "minfer_mmv_f16"},
+		{quant.Q8_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true}, "minfer_mmv_q8_0"},
+		{quant.Q4_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true}, "minfer_mmvq_q4_0"},
+		{quant.Q4_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ40MMVQ: true}, "minfer_mmv_q4_0"},
+		{quant.Q4_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmv_q4_k"},
+		{quant.Q6_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmv_q6_k"},
+		{quant.Q8_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmvq_q8_0"},
+	}
+	for _, c := range mmvq {
+		if got := MatMulPath(c.t, c.nt, c.opts); got != c.want {
+			t.Errorf("MatMulPath(%s, nt=%d, %+v) = %q, want %q", c.t, c.nt, c.opts, got, c.want)
+		}
+	}
+	if got := MatMulTolerance(quant.Q4_K, 1, sc); got != "activation-quantization-q8_1" {
+		t.Errorf("mmvq tolerance class = %q", got)
+	}
+	if got := MatMulTolerance(quant.Q4_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}); got != "f32-reorder" {
+		t.Errorf("mmv (NoKQMMVQ) tolerance class = %q", got)
+	}
+	if got := ActQ8Bytes(896, 1); got != 28*36 {
+		t.Errorf("ActQ8Bytes(896, 1) = %d, want %d", got, 28*36)
+	}
+	if got := ActQ8Bytes(100, 1); got != 0 {
+		t.Errorf("ActQ8Bytes(100, 1) = %d, want 0", got)
+	}
 	if got := MatMulTolerance(quant.Q4_K, 9, MatMulOptions{}); got != "f16-weight-tile" {
 		t.Errorf("gemm tolerance class = %q", got)
 	}
@@ -125,6 +166,25 @@ func TestMatmulGeometry_MatchesKernelSources(t *testing.T) {
 		"MINFER_GEMM_PAD": gemmPad, "MINFER_GEMM_CPAD": gemmCPad, "MINFER_GEMM_THREADS": gemmThreads} {
 		if gemm[name] != want {
 			t.Errorf("gemm.cu %s = %d, launcher has %d", name, gemm[name], want)
+		}
+	}
+	mmvq, mmvqSrc := kernelDefines(t, "kernels/mmvq.cu")
+	qact, qactSrc := kernelDefines(t, "kernels/quantize_act.cu")
+	if mmvq["MINFER_MMVQ_ROWS"] != mmvqRows || mmvqThreads != 32*mmvqRows {
+		t.Errorf("mmvq.cu MINFER_MMVQ_ROWS = %d, launcher has %d rows, %d threads", mmvq["MINFER_MMVQ_ROWS"], mmvqRows, mmvqThreads)
+	}
+	if qact["MINFER_QACT_BLOCKS"] != qactBlocks || qactThreads != 32*qactBlocks {
+		t.Errorf("quantize_act.cu MINFER_QACT_BLOCKS = %d, launcher has %d blocks, %d threads", qact["MINFER_QACT_BLOCKS"], qactBlocks, qactThreads)
+	}
+	if mmvq["MINFER_MMVQ_Q8_1_BYTES"] != q8_1BlockBytes || qact["MINFER_Q8_1_BYTES"] != q8_1BlockBytes {
+		t.Errorf("Q8_1 block bytes: mmvq.cu %d, quantize_act.cu %d, launcher %d", mmvq["MINFER_MMVQ_Q8_1_BYTES"], qact["MINFER_Q8_1_BYTES"], q8_1BlockBytes)
+	}
+	if !strings.Contains(qactSrc, quantizeQ8_1Kernel+"(") {
+		t.Errorf("quantize_act.cu has no %s", quantizeQ8_1Kernel)
+	}
+	for ty, name := range mmvqTable {
+		if m := "MINFER_MMVQ_KERNEL(" + strings.TrimPrefix(name, "minfer_mmvq_") + ","; !strings.Contains(mmvqSrc, m) {
+			t.Errorf("%s: mmvq.cu has no %s", ty, m)
 		}
 	}
 	// The kernel's smem layout, recomputed from its own constants.

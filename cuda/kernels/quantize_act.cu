@@ -1,0 +1,55 @@
+// quantize_act.cu: f32 activations -> Q8_1 blocks (the mmvq kernels' input).
+//
+// A Q8_1 block is 36 bytes: f16 d, f16 s, 32 int8 q (engine/quant q8.go):
+//   amax = max |x_i|, d = amax / 127, id = 1 / d (0 when d is 0),
+//   q_i  = round-half-away-from-zero(x_i * id) clamped to [-128, 127],
+//   s    = f16(d * sum_i q_i)   (d in f32, then one rounding to f16).
+// Every step is rounded as the Go reference rounds it (IEEE division and
+// product, roundf, round-to-nearest-even f16), so d and qs are byte-identical
+// to quant.Quantize(quant.Q8_1, x); so is s (the sum is an exact integer).
+//
+// One warp per 32-value block, lane i owns value i; MINFER_QACT_BLOCKS
+// blocks per CUDA block. x is nt rows of k f32 (k a multiple of 32, so the
+// nt rows are nt * k / 32 consecutive blocks); dst gets the Q8_1 blocks in
+// the same order (row t starts at t * (k / 32) * 36 bytes). dst must be
+// 2-byte aligned (the launcher asks for 4).
+#include "dequant.cuh"
+
+#define MINFER_QACT_BLOCKS 4
+#define MINFER_QACT_THREADS (32 * MINFER_QACT_BLOCKS)
+#define MINFER_Q8_1_BYTES 36
+
+__device__ __forceinline__ int minfer_qact_round(float v) {
+    if (!(v > -128.5f)) return -128; // also NaN, as blockRoundAway
+    if (v >= 127.5f) return 127;
+    return (int)roundf(v); // half away from zero
+}
+
+// grid (ceil(nblocks / MINFER_QACT_BLOCKS)), block (MINFER_QACT_THREADS), no smem;
+// nblocks = nt * k / 32.
+extern "C" __global__ void __launch_bounds__(MINFER_QACT_THREADS)
+    minfer_quantize_q8_1(uint8_t* dst, const float* x, int k, int nt) {
+    const int lane = threadIdx.x & 31;
+    const long long nblocks = (long long)nt * (k / MINFER_QK);
+    const long long blk = (long long)blockIdx.x * MINFER_QACT_BLOCKS + (threadIdx.x >> 5);
+    if (blk >= nblocks) return; // the whole warp leaves together
+
+    const float v = x[(size_t)blk * MINFER_QK + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const int q = minfer_qact_round(__fmul_rn(v, id));
+    int sum = q;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+
+    uint8_t* b = dst + (size_t)blk * MINFER_Q8_1_BYTES;
+    b[4 + lane] = (uint8_t)(int8_t)q;
+    if (lane == 0) {
+        unsigned short* h = reinterpret_cast<unsigned short*>(b);
+        h[0] = __half_as_ushort(__float2half_rn(d));
+        h[1] = __half_as_ushort(__float2half_rn(__fmul_rn((float)sum, d)));
+    }
+}
