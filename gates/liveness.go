@@ -36,6 +36,12 @@ type LivenessRule struct {
 var LivenessRules = map[string]LivenessRule{
 	"MINFER_NO_PREFILL_GEMM": {On: "0", Kernels: []string{"minfer_gemm_*"},
 		Why: "prefill matmuls run the tiled tensor-core GEMM kernels (minfer_gemm_<type>) only with the GEMM path on; with it off they go through the per-type kernels"},
+	"MINFER_NO_Q80_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq_q8_0"},
+		Why: "Q8_0 decode matmuls (nt = 1) run the dp4a kernel over Q8_1 activations only with the lever on; off, they run minfer_mmv_q8_0"},
+	"MINFER_NO_Q40_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq_q4_0"},
+		Why: "Q4_0 decode matmuls (nt = 1) run the dp4a kernel over Q8_1 activations only with the lever on; off, they run minfer_mmv_q4_0"},
+	"MINFER_NO_KQ_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq_q4_k", "minfer_mmvq_q6_k"},
+		Why: "Q4_K / Q6_K decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run minfer_mmv_q4_k / minfer_mmv_q6_k"},
 	"MINFER_NO_CUDA_GRAPH": {On: "0", Graphs: true,
 		Why: "with graphs on, the backend captures and replays CUDA graphs (same kernels, replays counted in the census); with them off it captures and replays none"},
 }
