@@ -22,7 +22,10 @@ type Lever struct {
 	ArmA      string   `json:"arm_a,omitempty"`
 	ArmB      string   `json:"arm_b,omitempty"`
 	Tolerance string   `json:"tolerance,omitempty"`
-	Current   *string  `json:"current,omitempty"`
+	// Reserved: the path is not built yet; the lever switches nothing and
+	// abtest refuses to run it (a run could only measure noise).
+	Reserved string  `json:"reserved,omitempty"`
+	Current  *string `json:"current,omitempty"`
 }
 
 // Unset is the arm value that leaves a lever's variable out of the

@@ -116,7 +116,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 	var specs []string
 	if leverList == "all" || leverList == "" {
 		for _, l := range s.levers {
-			if l.ABAble() {
+			if l.ABAble() && l.Reserved == "" { // a reserved lever switches nothing
 				specs = append(specs, l.Name)
 			}
 		}
@@ -127,6 +127,19 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 			}
 		}
 	}
+	// A reserved lever switches nothing: it is listed as a SKIP with its
+	// reason, never run (a run could only measure noise).
+	var reserved []nightlyEntry
+	kept := specs[:0]
+	for _, sp := range specs {
+		name, _, _ := strings.Cut(sp, "=")
+		if l, err := harness.FindLever(s.levers, name); err == nil && l.Reserved != "" {
+			reserved = append(reserved, nightlyEntry{Lever: l.Name, Backend: l.Backend, Verdict: VerdictSkip, Line: "reserved, switches nothing in this build: " + l.Reserved})
+			continue
+		}
+		kept = append(kept, sp)
+	}
+	specs = kept
 	if len(specs) == 0 {
 		return nil, "", cannotRun("--levers: no lever to run")
 	}
@@ -185,6 +198,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 		}
 		sum.Entries = append(sum.Entries, e)
 	}
+	sum.Entries = append(sum.Entries, reserved...)
 	sum.compare(prevPath, prev)
 	_ = os.MkdirAll(f.out, 0o755)
 	path := filepath.Join(f.out, "nightly-"+sum.Date)

@@ -30,7 +30,7 @@ func entry(s *nightlySummary, lever string) *nightlyEntry {
 func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing.T) {
 	bin := fakeMinfer(t)
 	out := t.TempDir()
-	args := []string{"nightly", "--minfer", bin, "--out", out, "--levers", "MINFER_NO_FUSE_FFN,MINFER_MMQ", "--gates", "ab,suite",
+	args := []string{"nightly", "--minfer", bin, "--out", out, "--levers", "MINFER_NO_FUSE_FFN,MINFER_NO_PREFILL_GEMM,MINFER_MMQ", "--gates", "ab,suite",
 		"--rounds", "5", "--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10"}
 
 	// Night 1, forced onto the CPU: the CUDA lever is a SKIP with its reason.
@@ -39,7 +39,10 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 		t.Fatalf("night 1: exit %d: %+v", code, s)
 	}
 	p1, s1 := readNightly(t, out)
-	ffn, mmq := entry(s1, "MINFER_NO_FUSE_FFN"), entry(s1, "MINFER_MMQ")
+	ffn, mmq := entry(s1, "MINFER_NO_FUSE_FFN"), entry(s1, "MINFER_NO_PREFILL_GEMM")
+	if res := entry(s1, "MINFER_MMQ"); res == nil || res.Verdict != VerdictSkip || !strings.Contains(res.Line, "reserved") {
+		t.Fatalf("a reserved lever must be a SKIP with its reason: %+v", res)
+	}
 	if ffn == nil || len(ffn.TGB) != 5 || ffn.Report == "" {
 		t.Fatalf("FFN entry %+v", ffn)
 	}
@@ -47,7 +50,7 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 		t.Fatalf("CUDA lever on the CPU: %+v", mmq)
 	}
 	md, _ := os.ReadFile(strings.TrimSuffix(p1, ".json") + ".md")
-	for _, want := range []string{"Device suite", "| MINFER_MMQ", "**SKIP**", "never counted as PASS", "no previous nightly result", ffn.Report} {
+	for _, want := range []string{"Device suite", "| MINFER_NO_PREFILL_GEMM", "| MINFER_MMQ", "**SKIP**", "never counted as PASS", "no previous nightly result", ffn.Report} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("night 1 summary lacks %q:\n%s", want, md)
 		}
@@ -82,7 +85,7 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 			t.Errorf("unchanged prefill marked %s", d.Verdict)
 		}
 	}
-	if mmq := entry(s2, "MINFER_MMQ"); !s2hasGPU() && (mmq.Verdict != VerdictSkip || !strings.Contains(mmq.Line, "no CUDA device")) {
+	if mmq := entry(s2, "MINFER_NO_PREFILL_GEMM"); !s2hasGPU() && (mmq.Verdict != VerdictSkip || !strings.Contains(mmq.Line, "no CUDA device")) {
 		t.Errorf("CUDA lever without a device: %+v", mmq)
 	}
 	md, _ = os.ReadFile(strings.TrimSuffix(p2, ".json") + ".md")

@@ -58,7 +58,9 @@ func newLeversCmd() *cobra.Command {
 			var rows [][]string
 			for _, l := range s.levers {
 				arms, gs := "-", "- (not A/B-able: instrumentation or test seam)"
-				if l.ABAble() {
+				if l.Reserved != "" {
+					gs = "none: reserved, " + l.Reserved
+				} else if l.ABAble() {
 					arms = fmt.Sprintf("A=%s B=%s", l.ArmA, l.ArmB)
 					gs = "parity, greedy, ab"
 					if l.Backend != "cpu" {

@@ -208,6 +208,9 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 	if err != nil {
 		return gates.Config{}, cannotRun("%v", err)
 	}
+	if lv.Reserved != "" {
+		return gates.Config{}, cannotRun("%s switches no path in this build (reserved: %s)", lv.Name, lv.Reserved)
+	}
 	if !hasB {
 		bval = lv.ArmB
 	}

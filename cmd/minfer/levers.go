@@ -40,8 +40,12 @@ func newLeversCmd(a *app) *cobra.Command {
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "LEVER\tKIND\tDEFAULT\tVALUES\tBACKEND\tWHAT IT SWITCHES")
 			for _, l := range all {
+				doc := l.Doc
+				if l.Reserved != "" {
+					doc += " [reserved, switches nothing yet: " + l.Reserved + "]"
+				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, dash(l.Default),
-					strings.Join(l.Values, "|"), l.Backend, l.Doc)
+					strings.Join(l.Values, "|"), l.Backend, doc)
 			}
 			return w.Flush()
 		},

@@ -52,6 +52,10 @@ type Lever struct {
 	// Tolerance names the lever's declared tolerance class for the A-vs-B
 	// parity gate; empty means bitwise.
 	Tolerance string `json:"tolerance,omitempty"`
+	// Reserved is non-empty while the path the lever names is not built:
+	// the name is kept (users know it) and parsed, but it switches nothing,
+	// and abtest refuses to run it. The text says why and where it is going.
+	Reserved string `json:"reserved,omitempty"`
 }
 
 // Mutation sites of the test seam (MINFER_TEST_MUTATE).
@@ -76,7 +80,8 @@ var registry = []Lever{
 		Doc: "1: pageable logits readback", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_MMQ", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#6",
 		Doc: "0: int8 tensor-core MMQ prefill off, f16 tensor-core GEMM instead", ArmA: "0", ArmB: "1",
-		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared",
+		Reserved:  "the int8 tensor-core MMQ prefill is issue #6; prefill runs the f16 tensor-core GEMM (the MINFER_MMQ=0 arm) today"},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
 		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0",
 		// The GEMM rounds each dequantized weight to f16 in its tiles
@@ -84,24 +89,30 @@ var registry = []Lever{
 		// read it in f32, so A and B differ at nt above the mmv limit.
 		Tolerance: "f16-weight-tile: max|diff| <= 0.5, top-1 equal at every position"},
 	{Name: "MINFER_SMALL_M_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul", Issue: "#6",
-		Doc: "1: nt 2..8 through the GEMM path instead of multi-token MMVQ", ArmA: "0", ArmB: "1"},
+		Doc: "1: nt 2..8 through the GEMM path instead of multi-token MMVQ", ArmA: "0", ArmB: "1",
+		Reserved: "issue #6: nt 2..8 run the per-type kernels; the GEMM route for them is not built"},
 	{Name: "MINFER_NO_KQ_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "K-quant decode matmul", Issue: "#6",
-		Doc: "1: K-quant decode through the f32-activation kernels (the MMVQ path is not wired into the backend yet: its first lever run failed greedy identity, reports/MINFER_NO_Q80_MMVQ; issue #6)", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: max|diff| <= 0.5, top-1 equal at every position"},
+		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
+		Tolerance: "activation-quantization: max|diff| <= 0.5, top-1 equal at every position",
+		Reserved:  "issue #6: the MMVQ kernels exist but are not wired into the backend (their first lever run failed greedy identity, reports/MINFER_NO_Q80_MMVQ/NOTE.md)"},
 	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q4_0 decode matmul", Issue: "#6",
-		Doc: "1: Q4_0 decode through the f32-activation kernels (the MMVQ path is not wired into the backend yet: its first lever run failed greedy identity, reports/MINFER_NO_Q80_MMVQ; issue #6)", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: max|diff| <= 0.5, top-1 equal at every position"},
+		Doc: "1: Q4_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
+		Tolerance: "activation-quantization: max|diff| <= 0.5, top-1 equal at every position",
+		Reserved:  "issue #6: the MMVQ kernels exist but are not wired into the backend (reports/MINFER_NO_Q80_MMVQ/NOTE.md)"},
 	{Name: "MINFER_NO_Q80_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q8_0 decode matmul", Issue: "#6",
-		Doc: "1: Q8_0 decode through the f32-activation kernels (the MMVQ path is not wired into the backend yet: its first lever run failed greedy identity, reports/MINFER_NO_Q80_MMVQ; issue #6)", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: max|diff| <= 0.5, top-1 equal at every position"},
+		Doc: "1: Q8_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
+		Tolerance: "activation-quantization: max|diff| <= 0.5, top-1 equal at every position",
+		Reserved:  "issue #6: the MMVQ kernels exist but are not wired into the backend (reports/MINFER_NO_Q80_MMVQ/NOTE.md)"},
 	{Name: "MINFER_NO_FA_PREFILL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#6",
-		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0"},
+		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0",
+		Reserved: "issue #6: prefill attention has one (plain) kernel; the tiled FlashAttention kernel is not built"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
 		Doc: "1: unfused QKV chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_W16CACHE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "f16 weight cache for MMQ-off prefill", Issue: "#6",
-		Doc: "1: no persistent f16 weight cache for the MMQ-off prefill path", ArmA: "1", ArmB: "0"},
+		Doc: "1: no persistent f16 weight cache for the MMQ-off prefill path", ArmA: "1", ArmB: "0",
+		Reserved: "issue #6: the persistent f16 weight cache is not built (the GEMM dequantizes tiles on the fly)"},
 	{Name: "MINFER_BENCH_WARMUP_MS", Kind: Int, Default: "2000", Values: []string{"<ms>"}, Backend: "any", Path: "minfer bench warmup", Issue: "#3",
 		Doc: "untimed warmup budget of minfer bench in milliseconds (at least 3 iterations)"},
 	{Name: "MINFER_OP_TIMING", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "instrumentation", Issue: "#4",
