@@ -22,6 +22,7 @@ type Kernels struct {
 
 	mu     sync.Mutex
 	fns    map[string]*driver.Function
+	optIn  map[string]int   // kernel name -> dynamic shared memory opted in to (PrepareMatmul)
 	census map[string]int64 // nil when the census is off
 
 	timing *opTiming // nil when op timing is off

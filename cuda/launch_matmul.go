@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"sync"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/quant"
@@ -218,11 +217,6 @@ func matmulAlign(wtype quant.Type) uint64 {
 	return 1
 }
 
-// matmulOptIn records, per loaded kernel function, the dynamic shared
-// memory it was opted in to by PrepareMatmul (keyed by *driver.Function,
-// which Kernels caches per module).
-var matmulOptIn sync.Map // *driver.Function -> int
-
 // PrepareMatmul does every dynamic-shared-memory opt-in the matmul kernels
 // need (the GEMM's tile exceeds the 48 KiB default). Call it once at init,
 // inside dev.Do and before any capture window can open: MatMul never sets
@@ -240,9 +234,28 @@ func (k *Kernels) PrepareMatmul() error {
 				return fmt.Errorf("matmul: prepare %s: opt-in to %d bytes of dynamic shared memory: %w", name, smem, err)
 			}
 		}
-		matmulOptIn.Store(f, smem)
+		k.setOptIn(name, smem)
 	}
 	return nil
+}
+
+// setOptIn records that kernel name was opted in to smem bytes of dynamic
+// shared memory. The record lives on the Kernels (one module), not in a
+// process-wide map, so a second device or a reloaded module starts clean.
+func (k *Kernels) setOptIn(name string, smem int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.optIn == nil {
+		k.optIn = map[string]int{}
+	}
+	k.optIn[name] = smem
+}
+
+// optedIn is the dynamic shared memory kernel name was opted in to (0: none).
+func (k *Kernels) optedIn(name string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.optIn[name]
 }
 
 // MatMul computes out[t][j] = sum_i W[j][i] * x[t][i] (+ bias[j]) on s for
@@ -290,16 +303,9 @@ func (k *Kernels) launchGemm(s *driver.Stream, name string, out, x, w, bias driv
 		return fmt.Errorf("matmul %s: nt=%d needs %d token tiles, above the grid limit %d", name, nt, gy, maxGridY)
 	}
 	smem := gemmSmemBytes()
-	f, err := k.Function(name)
-	if err != nil {
-		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: %w", name, nt, kDim, n, err)
-	}
-	if smem > defaultDynSmem {
-		v, ok := matmulOptIn.Load(f)
-		if !ok || v.(int) < smem {
-			return fmt.Errorf("matmul %s nt=%d k=%d n=%d: needs %d bytes of dynamic shared memory and was not opted in "+
-				"(call Kernels.PrepareMatmul at init, before any capture window)", name, nt, kDim, n, smem)
-		}
+	if smem > defaultDynSmem && k.optedIn(name) < smem {
+		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: needs %d bytes of dynamic shared memory and was not opted in "+
+			"(call Kernels.PrepareMatmul at init, before any capture window)", name, nt, kDim, n, smem)
 	}
 	grid := [3]uint32{uint32((n + gemmBN - 1) / gemmBN), uint32(gy), 1}
 	block := [3]uint32{gemmThreads, 1, 1}

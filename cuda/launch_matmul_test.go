@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -208,5 +209,28 @@ func TestMatmulGeometry_MatchesKernelSources(t *testing.T) {
 		if !strings.Contains(gemmSrc, gm) {
 			t.Errorf("%s: gemm.cu has no %s", ty, gm)
 		}
+	}
+}
+
+// The opt-in record lives on each Kernels (it used to be a process-wide
+// sync.Map): a Kernels that did not run PrepareMatmul refuses the GEMM
+// before touching its module, whatever another Kernels was opted in to.
+func TestMatMulGEMM_UnpreparedKernelsRefusesAndOptInIsPerKernels(t *testing.T) {
+	if gemmSmemBytes() <= defaultDynSmem {
+		t.Skip("the GEMM needs no opt-in")
+	}
+	name := matmulTable[quant.Q8_0].gemm
+	prepared, fresh := &Kernels{}, &Kernels{}
+	prepared.setOptIn(name, gemmSmemBytes())
+	if got := prepared.optedIn(name); got != gemmSmemBytes() {
+		t.Fatalf("prepared.optedIn(%s) = %d, want %d", name, got, gemmSmemBytes())
+	}
+	if got := fresh.optedIn(name); got != 0 {
+		t.Fatalf("fresh Kernels sees opt-in %d from another Kernels", got)
+	}
+	const p = driver.DevicePtr(0x1000)
+	err := fresh.MatMul(nil, p, p, p, quant.Q8_0, 0, 64, 32, 16, MatMulOptions{})
+	if err == nil || !strings.Contains(err.Error(), "not opted in") || !strings.Contains(err.Error(), name) {
+		t.Fatalf("unprepared GEMM: error %v, want a refusal naming %s and the missing opt-in", err, name)
 	}
 }

@@ -211,3 +211,30 @@ func TestShapeType_SynthesizesOnceWithSeedAndReusesTheCachedFile(t *testing.T) {
 		t.Errorf("a failed synth left %v in the cache", ms)
 	}
 }
+
+// A zero used to become the default (gates.Config.Defaults) and a negative
+// bar was run as given; each is refused with one line and exit 2 now.
+func TestRun_MeaninglessFlagValuesAreUsageExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	for _, flag := range [][]string{
+		{"--gen-n", "0"},
+		{"--warmup-ms", "-1"},
+		{"--bench-warmup-ms", "0"},
+		{"--bar-pp", "0"},
+		{"--bar-tg", "0.5"},
+		{"--bar-pp", "NaN"},
+		{"--claim-bar", "-1"},
+		{"--graph-tol", "-1"},
+		{"--arm-timeout", "-1s"},
+		{"--suite-bin", "bin/[x.test"},
+	} {
+		out := t.TempDir()
+		args := append([]string{"run", "--minfer", bin, "--lever", "MINFER_CACHE_TYPE=f16", "--out", out}, flag...)
+		if code := run(args); code != 2 {
+			t.Errorf("abtest %v: exit %d, want 2", flag, code)
+		}
+		if ms, _ := filepath.Glob(filepath.Join(out, "*", "*")); len(ms) != 0 {
+			t.Errorf("abtest %v: wrote %v before refusing", flag, ms)
+		}
+	}
+}

@@ -150,7 +150,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 			return nil, "", err
 		}
 	}
-	prevPath, prev := previousNightly(f.out)
+	prevPath, prev, prevSkipped := previousNightly(f.out)
 	sum := &nightlySummary{Date: time.Now().UTC().Format("2006-01-02T150405"), Threshold: threshold}
 	env := s.environment(ctx, cfgs[0])
 	sum.Machine, sum.Commit, sum.Model, sum.ModelSHA256 = machine(env), env.Commit, env.Model, env.ModelSHA256
@@ -200,6 +200,13 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 	}
 	sum.Entries = append(sum.Entries, reserved...)
 	sum.compare(prevPath, prev)
+	if len(prevSkipped) > 0 {
+		note := "unreadable newer nightly results skipped (" + strings.Join(prevSkipped, "; ") + ")"
+		if sum.PrevNote != "" {
+			note = sum.PrevNote + "; " + note
+		}
+		sum.PrevNote = note
+	}
 	_ = os.MkdirAll(f.out, 0o755)
 	path := filepath.Join(f.out, "nightly-"+sum.Date)
 	b, err := json.MarshalIndent(sum, "", "  ")
@@ -238,21 +245,24 @@ func machine(e harness.Environment) string {
 	return e.CPUModel
 }
 
-// previousNightly is the newest nightly-*.json in dir.
-func previousNightly(dir string) (string, *nightlySummary) {
-	ms, _ := filepath.Glob(filepath.Join(dir, "nightly-*.json"))
+// previousNightly is the newest readable nightly-*.json in dir. The newer
+// files it could not read or parse come back in skipped (name: reason), so
+// the summary says it compared against an older run instead of doing so
+// silently.
+func previousNightly(dir string) (path string, prev *nightlySummary, skipped []string) {
+	ms, _ := filepath.Glob(filepath.Join(dir, "nightly-*.json")) // the pattern is fixed: no ErrBadPattern
 	sort.Strings(ms)
 	for i := len(ms) - 1; i >= 0; i-- {
 		b, err := os.ReadFile(ms[i])
-		if err != nil {
-			continue
+		if err == nil {
+			var s nightlySummary
+			if err = json.Unmarshal(b, &s); err == nil {
+				return ms[i], &s, skipped
+			}
 		}
-		var s nightlySummary
-		if json.Unmarshal(b, &s) == nil {
-			return ms[i], &s
-		}
+		skipped = append(skipped, filepath.Base(ms[i])+": "+err.Error())
 	}
-	return "", nil
+	return "", nil, skipped
 }
 
 // compare sets each lever's arm-B change against the previous nightly and

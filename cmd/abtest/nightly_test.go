@@ -11,7 +11,10 @@ import (
 
 func readNightly(t *testing.T, out string) (string, *nightlySummary) {
 	t.Helper()
-	path, s := previousNightly(out)
+	path, s, skipped := previousNightly(out)
+	if len(skipped) > 0 {
+		t.Fatalf("unreadable nightly results in %s: %v", out, skipped)
+	}
 	if s == nil {
 		t.Fatalf("no nightly summary in %s", out)
 	}
@@ -101,3 +104,23 @@ func s2hasGPU() bool {
 }
 
 func t0ctx() context.Context { return context.Background() }
+
+// A corrupt newest result is not silently passed over for an older one: the
+// skip comes back with its reason, for the summary's note.
+func TestPreviousNightly_CorruptNewestIsReportedNotSilentlySkipped(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "nightly-2026-01-01T000000.json")
+	if err := os.WriteFile(old, []byte(`{"date":"2026-01-01T000000"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nightly-2026-01-02T000000.json"), []byte(`{"date":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path, prev, skipped := previousNightly(dir)
+	if path != old || prev == nil || prev.Date != "2026-01-01T000000" {
+		t.Fatalf("previous = %q %+v, want the readable %s", path, prev, old)
+	}
+	if len(skipped) != 1 || !strings.Contains(skipped[0], "nightly-2026-01-02T000000.json") {
+		t.Fatalf("skipped = %q, want the corrupt newest file named", skipped)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,11 +62,50 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl.StringVar(&f.minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
 	fl.StringVar(&f.kernels, "kernels", "", "kernels fatbin for the SASS census (default: *.fatbin next to minfer)")
 	fl.StringSliceVar(&f.suiteBins, "suite-bin", nil, "device test binaries (globs) for the device suite gate")
-	fl.DurationVar(&f.timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL")
+	fl.DurationVar(&f.timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL (0: no limit)")
 	fl.Float64Var(&f.barPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor; 1.25 for kernel-level timings)")
 	fl.Float64Var(&f.barTG, "bar-tg", 1.015, "not-slower bar for decode")
 	fl.Float64Var(&f.claimBar, "claim-bar", 0.015, "pre-registered improvement bar (fraction)")
 	fl.Float64Var(&f.graphTol, "graph-tol", 0.5, "whole-graph max|diff| bar against the CPU reference")
+}
+
+// check refuses flag values with no meaning. gates.Config.Defaults replaces
+// a zero with the default, so a zero is refused here rather than silently
+// run as something else; a negative or NaN bar would make a gate that
+// cannot pass (or cannot fail).
+func (f *runFlags) check() error {
+	if f.rounds < 1 || f.pp < 1 || f.tg < 1 || f.reps < 1 {
+		return cannotRun("--rounds, --pp, --tg and --reps must be positive")
+	}
+	if f.genN < 1 {
+		return cannotRun("--gen-n %d: want a positive token count", f.genN)
+	}
+	if f.warmupMS < 1 || f.benchWarm < 1 {
+		return cannotRun("--warmup-ms %d / --bench-warmup-ms %d: want a positive budget in ms", f.warmupMS, f.benchWarm)
+	}
+	for _, b := range []struct {
+		name string
+		v    float64
+	}{{"--bar-pp", f.barPP}, {"--bar-tg", f.barTG}} {
+		if !(b.v >= 1) || math.IsInf(b.v, 0) {
+			return cannotRun("%s %v: want a finite slowdown factor >= 1 (e.g. 1.015, 1.25)", b.name, b.v)
+		}
+	}
+	if !(f.claimBar > 0) || math.IsInf(f.claimBar, 0) {
+		return cannotRun("--claim-bar %v: want a finite positive fraction (e.g. 0.015)", f.claimBar)
+	}
+	if !(f.graphTol > 0) || math.IsInf(f.graphTol, 0) {
+		return cannotRun("--graph-tol %v: want a finite positive max|diff| bar", f.graphTol)
+	}
+	if f.timeout < 0 {
+		return cannotRun("--arm-timeout %v: want a positive duration (0: no limit)", f.timeout)
+	}
+	for _, g := range f.suiteBins {
+		if _, err := filepath.Glob(g); err != nil {
+			return cannotRun("--suite-bin %q: %v", g, err)
+		}
+	}
+	return nil
 }
 
 func newRunCmd() *cobra.Command {
@@ -147,7 +187,11 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 		if _, err := os.Stat(f.model); err != nil {
 			return nil, cannotRun("model: %v", err)
 		}
-		s.m.Model, _ = filepath.Abs(f.model)
+		abs, err := filepath.Abs(f.model)
+		if err != nil { // an empty Model would silently mean the embedded default
+			return nil, cannotRun("model: %v", err)
+		}
+		s.m.Model = abs
 	}
 	if f.shape != "" || f.typ != "" {
 		if f.shape == "" || f.typ == "" {
@@ -263,8 +307,8 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 		}
 		cfg.Gates = append(cfg.Gates, g)
 	}
-	if f.rounds < 1 || f.pp < 1 || f.tg < 1 || f.reps < 1 {
-		return cfg, cannotRun("--rounds, --pp, --tg and --reps must be positive")
+	if err := f.check(); err != nil {
+		return cfg, err
 	}
 	if f.prompts != "" {
 		ps, err := harness.ReadPrompts(f.prompts)

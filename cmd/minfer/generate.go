@@ -201,6 +201,11 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, prompt string) erro
 	if f.n < 0 {
 		return usagef("-n %d: want a non-negative token count", f.n)
 	}
+	sp := sample.Params{Temp: f.temp, TopK: f.topK, TopP: f.topP, RepeatPenalty: f.repeatPenalty,
+		RepeatLastN: f.repeatLastN, Seed: f.seed, Greedy: f.greedy}
+	if err := sp.Validate(); err != nil {
+		return usageError{err}
+	}
 	path, err := f.path()
 	if err != nil {
 		return err
@@ -218,8 +223,7 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, prompt string) erro
 	if len(ids) > f.ctx {
 		return fmt.Errorf("prompt of %d tokens does not fit the context of %d (--ctx)", len(ids), f.ctx)
 	}
-	smp := sample.New(sample.Params{Temp: f.temp, TopK: f.topK, TopP: f.topP, RepeatPenalty: f.repeatPenalty,
-		RepeatLastN: f.repeatLastN, Seed: f.seed, Greedy: f.greedy})
+	smp := sample.New(sp)
 
 	out := cmd.OutOrStdout()
 	stream := !f.json

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,8 +24,7 @@ func runCLI(t *testing.T, cfg levers.Config, args ...string) (stdout, stderr str
 	if err := root.Execute(); err != nil {
 		errb.WriteString("minfer: " + err.Error() + "\n")
 		code = 1
-		var u usageError
-		if errors.As(err, &u) {
+		if isUsage(err) {
 			code = 2
 		}
 	}
@@ -213,5 +211,24 @@ func TestGenerate_WithoutModelUsesTheDefaultModel(t *testing.T) {
 	}
 	if !strings.Contains(res.Model, "minfer-default-") || res.NGen == 0 {
 		t.Errorf("model %q, n_gen %d", res.Model, res.NGen)
+	}
+}
+
+// A sampler flag with no meaning is refused before the model loads, instead
+// of silently running another chain (top-p 2 used to mean "off").
+func TestGenerate_BadSamplerFlagsAreUsageErrors(t *testing.T) {
+	cfg := testConfig(t)
+	for _, c := range []struct {
+		flag, value, want string
+	}{
+		{"--top-p", "2", "top-p 2"},
+		{"--top-p", "NaN", "top-p NaN"},
+		{"--top-k", "-1", "top-k -1"},
+		{"--repeat-penalty", "-1.1", "repeat penalty -1.1"},
+		{"--repeat-last-n", "-2", "repeat window -2"},
+		{"--temp", "+Inf", "temperature +Inf"},
+	} {
+		stdout, stderr, code := runCLI(t, cfg, "generate", "--model", "/nonexistent/m.gguf", c.flag, c.value, "hi")
+		wantOneLineFailure(t, stdout, stderr, code, 2, c.want)
 	}
 }

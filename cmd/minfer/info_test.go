@@ -94,3 +94,26 @@ func TestQuantizeAndSynth_UsageErrorsExit2(t *testing.T) {
 		}
 	}
 }
+
+// Cobra's own refusals (unknown command, extra or missing positional
+// arguments) are usage errors too: exit 2 and one line.
+func TestCobraArgumentRefusals_AreUsageErrorsExit2(t *testing.T) {
+	cfg := testConfig(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope"}, `unknown command "nope"`},
+		{[]string{"levers", "extra"}, `unknown command "extra"`},
+		{[]string{"generate"}, "accepts 1 arg"},
+		{[]string{"generate", "a", "b"}, "accepts 1 arg"},
+		{[]string{"info", "a.gguf", "b.gguf"}, "accepts at most 1 arg"},
+		{[]string{"synth", "--threads", "-3", "-o", filepath.Join(t.TempDir(), "x.gguf")}, "--threads -3"},
+	} {
+		stdout, stderr, code := runCLI(t, cfg, c.args...)
+		wantOneLineFailure(t, stdout, stderr, code, 2, c.want)
+		if code := run(c.args); code != 2 {
+			t.Errorf("run(%q): exit %d, want 2", c.args, code)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -44,7 +45,35 @@ func newRoot(a *app) *cobra.Command {
 		newLogitsCmd(a),
 		newBenchCmd(a),
 	)
+	markArgsUsage(root)
 	return root
+}
+
+// markArgsUsage makes every positional-argument refusal a usage error (exit
+// 2): cobra's own validators (NoArgs, ExactArgs, ...) return plain errors.
+func markArgsUsage(c *cobra.Command) {
+	if v := c.Args; v != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			err := v(cmd, args)
+			var u usageError
+			if err != nil && !errors.As(err, &u) {
+				return usageError{err}
+			}
+			return err
+		}
+	}
+	for _, sub := range c.Commands() {
+		markArgsUsage(sub)
+	}
+}
+
+// isUsage reports whether err comes from how minfer was called. cobra's
+// "unknown command" for the root is an untyped error, so it is matched by
+// its text (setting root.Args instead would make the root runnable-less
+// path print help and exit 0).
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command ")
 }
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -62,8 +91,7 @@ func run(args []string) int {
 	a.deviceReport(os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "minfer:", err)
-		var u usageError
-		if errors.As(err, &u) {
+		if isUsage(err) {
 			return 2
 		}
 		return 1

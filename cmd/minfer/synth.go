@@ -38,6 +38,9 @@ func newSynthCmd(_ *app) *cobra.Command {
 			if out == "" {
 				return usagef("synth: -o OUT.gguf is required")
 			}
+			if workers < 0 {
+				return usagef("synth: --threads %d: want 0 (all cores) or a positive count", workers)
+			}
 			if _, err := synth.ShapeByName(shape); err != nil {
 				return usageError{err}
 			}

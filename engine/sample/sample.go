@@ -5,6 +5,7 @@ package sample
 
 import (
 	"container/heap"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -23,6 +24,30 @@ type Params struct {
 	Seed          uint64
 	Greedy        bool
 }
+
+// Validate refuses values that have no meaning, so a typo is an error and
+// not a silently different chain: a non-finite temperature, a negative
+// top-k, a top-p outside [0, 1], a negative or non-finite repeat penalty
+// (it would flip the sign of the logits it touches), a window below -1.
+// The documented "off" values (temp <= 0, top-k 0, top-p 0 or 1, penalty 0
+// or 1, window 0) stay valid.
+func (p Params) Validate() error {
+	switch {
+	case !finite(p.Temp):
+		return fmt.Errorf("temperature %v: want a finite value (<= 0: greedy)", p.Temp)
+	case p.TopK < 0:
+		return fmt.Errorf("top-k %d: want 0 (off) or a positive count", p.TopK)
+	case !(p.TopP >= 0 && p.TopP <= 1):
+		return fmt.Errorf("top-p %v: want a value in [0, 1] (1: off)", p.TopP)
+	case !finite(p.RepeatPenalty) || p.RepeatPenalty < 0:
+		return fmt.Errorf("repeat penalty %v: want a finite non-negative factor (1: off)", p.RepeatPenalty)
+	case p.RepeatLastN < -1:
+		return fmt.Errorf("repeat window %d: want -1 (whole context), 0 (off) or a positive count", p.RepeatLastN)
+	}
+	return nil
+}
+
+func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
 
 // Sampler holds its parameters, its own PRNG and scratch buffers, so one
 // Sampler is not safe for concurrent use, and two Samplers never interfere.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -257,5 +258,37 @@ func TestSample_TemperatureAppliesAfterTopP(t *testing.T) {
 	}
 	if got[0] == 0 || got[1] == 0 {
 		t.Fatalf("kept tokens not both drawn: %v", got)
+	}
+}
+
+func TestParamsValidate_RefusesMeaninglessValuesKeepsTheOffValues(t *testing.T) {
+	ok := Params{Temp: 0.8, TopK: 40, TopP: 0.95, RepeatPenalty: 1.1, RepeatLastN: 64}
+	for _, p := range []Params{ok, {}, {TopP: 1, RepeatPenalty: 1}, {Temp: -1, TopP: 1, RepeatPenalty: 1, RepeatLastN: -1}} {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%+v: %v, want valid", p, err)
+		}
+	}
+	nan := float32(math.NaN())
+	bad := []struct {
+		mutate func(*Params)
+		want   string
+	}{
+		{func(p *Params) { p.Temp = nan }, "temperature"},
+		{func(p *Params) { p.Temp = float32(math.Inf(1)) }, "temperature"},
+		{func(p *Params) { p.TopK = -1 }, "top-k -1"},
+		{func(p *Params) { p.TopP = 2 }, "top-p 2"},
+		{func(p *Params) { p.TopP = -0.5 }, "top-p -0.5"},
+		{func(p *Params) { p.TopP = nan }, "top-p"},
+		{func(p *Params) { p.RepeatPenalty = float32(math.Inf(1)) }, "repeat penalty"},
+		{func(p *Params) { p.RepeatPenalty = -1.1 }, "repeat penalty -1.1"},
+		{func(p *Params) { p.RepeatLastN = -2 }, "repeat window -2"},
+	}
+	for _, c := range bad {
+		p := ok
+		c.mutate(&p)
+		err := p.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one naming %q", p, err, c.want)
+		}
 	}
 }
