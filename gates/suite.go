@@ -27,11 +27,16 @@ type SuiteDetail struct {
 	Failures []string          `json:"failures,omitempty"`
 }
 
-func expandGlobs(globs []string) []string {
+// expandGlobs returns the files the patterns match and the patterns that
+// matched nothing (the report names them: a suite that silently shrank
+// is not the suite that was asked for).
+func expandGlobs(globs []string) (out, unmatched []string) {
 	seen := map[string]bool{}
-	var out []string
 	for _, g := range globs {
-		ms, _ := filepath.Glob(g)
+		ms, _ := filepath.Glob(g) // patterns are validated by the CLI
+		if len(ms) == 0 {
+			unmatched = append(unmatched, g)
+		}
 		for _, m := range ms {
 			if !seen[m] {
 				seen[m] = true
@@ -40,7 +45,7 @@ func expandGlobs(globs []string) []string {
 		}
 	}
 	sort.Strings(out)
-	return out
+	return out, unmatched
 }
 
 // PackageDir is where a test binary runs, as `go test` runs it (testdata
@@ -138,7 +143,7 @@ func absKernels(cfg Config) string {
 // Suite is gate 4.
 func Suite(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateSuite, Defends: Defends(GateSuite)}
-	bins := expandGlobs(cfg.SuiteBins)
+	bins, unmatched := expandGlobs(cfg.SuiteBins)
 	if len(bins) == 0 {
 		res.Status = Skip
 		if !env.HasGPU {
@@ -161,6 +166,9 @@ func Suite(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	env.step("device suite: %d binaries", len(bins))
 	res.Evidence = fmt.Sprintf("%d binaries: %d passed, %d failed, %d skipped", len(bins), d.Passed, d.Failed, d.Skipped)
+	if len(unmatched) > 0 {
+		res.Evidence += "; --suite-bin patterns that matched nothing: " + strings.Join(unmatched, " ")
+	}
 	switch {
 	case err != nil:
 		res.Status, res.Reason = Fail, "interrupted: "+err.Error()
