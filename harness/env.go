@@ -170,7 +170,12 @@ func (p Probe) Capture(ctx context.Context, bin, model string) Environment {
 		}
 	}
 	e.setCommitFromStamps(bin)
-	e.BinarySHA256, _ = FileSHA256Cached(bin)
+	if sum, err := FileSHA256Cached(bin); err != nil {
+		// Provenance that could not be read is said, never left blank.
+		e.BinarySHA256 = "unreadable: " + err.Error()
+	} else {
+		e.BinarySHA256 = sum
+	}
 	if model != "" {
 		e.SetModel(model, "")
 	} else {
