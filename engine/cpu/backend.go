@@ -66,9 +66,13 @@ type Backend struct {
 	offj offsetJob
 	mm   matmulJob
 	qj   quantJob
-	kvt  []float32 // fused qkv store: biased/roped k and v rows
-	att  attnJob
-	load loadJob
+	pj   packJob
+
+	packed []int64      // activation lanes of the multi-token matmul
+	scr    []*mmScratch // per-chunk scratch of the multi-token matmul
+	kvt    []float32    // fused qkv store: biased/roped k and v rows
+	att    attnJob
+	load   loadJob
 }
 
 var _ graph.Backend = (*Backend)(nil)
