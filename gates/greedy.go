@@ -18,8 +18,11 @@ type Divergence struct {
 	TopB    []harness.TopLogit `json:"top_b"`
 	MarginA float64            `json:"margin_a"`
 	MarginB float64            `json:"margin_b"`
-	Allowed bool               `json:"allowed"` // below the declared margin bar
-	Note    string             `json:"note,omitempty"`
+	// Measured: both arms' logits at the step were recomputed (the margins
+	// are known); a divergence whose margins are unknown is never allowed.
+	Measured bool   `json:"measured"`
+	Allowed  bool   `json:"allowed"` // A's top-2 margin at or below the declared margin bar
+	Note     string `json:"note,omitempty"`
 }
 
 // GreedyPrompt is one prompt's outcome.
@@ -46,7 +49,6 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateGreedy, Defends: Defends(GateGreedy)}
 	d := &GreedyDetail{N: cfg.GenN, MarginBar: cfg.Tol.MarginBar}
 	res.Greedy = d
-	var bad, allowed []string
 	m := env.M
 	m.Ctx = cfg.GenCtx // the long prompt plus the generated tokens must fit
 	for _, p := range cfg.Prompts {
@@ -71,40 +73,65 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		step := firstDiff(ga.IDs, gb.IDs)
 		gp.Identical = step < 0
 		if !gp.Identical {
-			div := divergence(ctx, cfg, env, ga, gb, step)
-			gp.Div = div
-			where := fmt.Sprintf("%s: step %d (A %d, B %d, margin %.4g)", p.Name, step, div.TokA, div.TokB, div.MarginA)
-			if div.Allowed {
-				allowed = append(allowed, where)
-			} else {
-				bad = append(bad, where)
-			}
+			gp.Div = divergence(ctx, cfg, env, ga, gb, step)
 		}
 		d.Prompts = append(d.Prompts, gp)
 	}
+	res.Status, res.Reason, res.Evidence = judgeGreedy(cfg.Tol, d)
+	return res
+}
+
+// divergenceAllowed: a greedy divergence is allowed only under a declared
+// class with a margin clause ("top-2 margin > M where compared"), at a step
+// whose top-2 margin (A's, as in the A-vs-B parity rows) is at or below M —
+// the same M that exempts a position from the top-1 check there. Bitwise
+// (no class) allows none.
+func divergenceAllowed(tol harness.Tolerance, marginA float64) bool {
+	return !tol.Bitwise && tol.MarginBar > 0 && marginA <= tol.MarginBar
+}
+
+// judgeGreedy decides gate 2 from the prompts' outcomes: it sets each
+// divergence's Allowed from its measured margin and the declared class.
+func judgeGreedy(tol harness.Tolerance, d *GreedyDetail) (Status, string, string) {
+	var bad, allowed []string
 	same := 0
-	for _, p := range d.Prompts {
+	for i := range d.Prompts {
+		p := &d.Prompts[i]
 		if p.Identical {
 			same++
+			continue
+		}
+		div := p.Div
+		if div == nil {
+			bad = append(bad, p.Name+": ids differ (no divergence recorded)")
+			continue
+		}
+		div.Allowed = div.Measured && divergenceAllowed(tol, div.MarginA)
+		where := fmt.Sprintf("%s: step %d (A %d, B %d, margin %.4g)", p.Name, div.Step, div.TokA, div.TokB, div.MarginA)
+		if !div.Measured {
+			where = fmt.Sprintf("%s: step %d (A %d, B %d, margin unknown: %s)", p.Name, div.Step, div.TokA, div.TokB, div.Note)
+		}
+		if div.Allowed {
+			allowed = append(allowed, where)
+		} else {
+			bad = append(bad, where)
 		}
 	}
-	res.Evidence = fmt.Sprintf("%d/%d prompts identical over %d greedy tokens", same, len(d.Prompts), cfg.GenN)
+	evidence := fmt.Sprintf("%d/%d prompts identical over %d greedy tokens", same, len(d.Prompts), d.N)
 	switch {
 	case len(bad) > 0:
-		res.Status = Fail
-		res.Reason = "greedy ids diverge: " + strings.Join(bad, "; ")
-		if d.MarginBar > 0 {
-			res.Reason += fmt.Sprintf(" (at or above the declared margin bar %.3g)", d.MarginBar)
+		reason := "greedy ids diverge: " + strings.Join(bad, "; ")
+		if !tol.Bitwise && tol.MarginBar > 0 {
+			reason += fmt.Sprintf(" (a divergence is allowed only where the top-2 margin is at or below the declared bar %.3g of %s)", tol.MarginBar, tol.String())
+		} else {
+			reason += fmt.Sprintf(" (%s allows no divergence)", tol.String())
 		}
+		return Fail, reason, evidence
 	case len(allowed) > 0:
-		res.Status = Pass
-		res.Reason = fmt.Sprintf("divergences only where the top-2 margin is below the declared bar %.3g (%s): %s",
-			d.MarginBar, cfg.Tol.Class, strings.Join(allowed, "; "))
-	default:
-		res.Status = Pass
-		res.Reason = "token ids identical on every prompt"
+		return Pass, fmt.Sprintf("divergences only where the top-2 margin is at or below the declared bar %.3g (%s): %s",
+			tol.MarginBar, tol.String(), strings.Join(allowed, "; ")), evidence
 	}
-	return res
+	return Pass, "token ids identical on every prompt", evidence
 }
 
 func firstDiff(a, b []int32) int {
@@ -147,6 +174,6 @@ func divergence(ctx context.Context, cfg Config, env *Env, ga, gb harness.Genera
 		return div
 	}
 	div.Note = "logits recomputed by one prefill of the common prefix"
-	div.Allowed = cfg.Tol.MarginBar > 0 && div.MarginA < cfg.Tol.MarginBar
+	div.Measured = true
 	return div
 }

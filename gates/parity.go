@@ -35,13 +35,17 @@ type Comparison struct {
 	Pass       bool         `json:"pass"`
 	Why        string       `json:"why"`
 	Class      string       `json:"class,omitempty"` // whole-graph comparisons: the GraphClass that judged it
+	// MarginBar: a top-1 flip is exempt where ref's top-2 margin is at or
+	// below it (0: none exempt).
+	MarginBar float64 `json:"margin_bar,omitempty"`
 }
 
 // CompareLogits compares x to ref, both len(positions)*nVocab rows; a
 // position is exempt from the top-1 check when ref's top-2 margin is at or
-// below exemptMargin (0: none exempt).
+// below exemptMargin (0: none exempt). RelL2 is sqrt(sum (x-ref)^2 / sum
+// ref^2) over every position (+Inf when ref is all zero and x is not).
 func CompareLogits(label string, ref, x []float32, nVocab int, exemptMargin float64) Comparison {
-	c := Comparison{Label: label, Bitwise: true}
+	c := Comparison{Label: label, Bitwise: true, MarginBar: exemptMargin}
 	if nVocab <= 0 || len(ref) != len(x) || len(ref)%nVocab != 0 {
 		c.Why = fmt.Sprintf("shape mismatch: %d vs %d values of vocab %d", len(ref), len(x), nVocab)
 		c.Bitwise = false
@@ -72,7 +76,7 @@ func CompareLogits(label string, ref, x []float32, nVocab int, exemptMargin floa
 		rt, margin := top2(r)
 		xt, _ := top2(y)
 		pc := PosCompare{Pos: p, RefTop1: rt, Top1: xt, RefMargin: harness.Num(margin), MaxAbsDiff: harness.Num(pm), Agree: rt == xt}
-		pc.Exempt = !pc.Agree && margin <= exemptMargin
+		pc.Exempt = !pc.Agree && exemptMargin > 0 && margin <= exemptMargin
 		if pc.Agree {
 			c.Top1Agree++
 		}
@@ -82,8 +86,11 @@ func CompareLogits(label string, ref, x []float32, nVocab int, exemptMargin floa
 	if c.NaNs > 0 {
 		c.MaxAbsDiff = harness.Num(math.Inf(1))
 	}
-	if den > 0 {
+	switch {
+	case den > 0:
 		c.RelL2 = harness.Num(math.Sqrt(num / den))
+	case num > 0:
+		c.RelL2 = harness.Num(math.Inf(1))
 	}
 	return c
 }
@@ -109,18 +116,39 @@ func top2(row []float32) (int32, float64) {
 // judge sets Pass/Why of a comparison against a max|diff| bound and the
 // top-1 rule.
 func (c *Comparison) judge(bitwise bool, bounded bool, bound float64, top1 bool) {
-	c.judgeBar(bitwise, bounded, bound, 0, top1, "")
+	c.judgeBar(bitwise, bounded, bound, false, 0, top1, "")
+}
+
+// judgeTol judges an A-vs-B comparison by the lever's declared class: every
+// clause it declares must hold (max|diff|, rel L2, top-1 outside the
+// positions the margin clause exempts; CompareLogits must have been given
+// t.MarginBar). The bitwise class demands identical bits.
+func (c *Comparison) judgeTol(t harness.Tolerance) {
+	class := ""
+	if !t.Bitwise {
+		class = t.String()
+	}
+	c.judgeBar(t.Bitwise, t.Bounded, t.MaxAbsDiff, t.RelBounded, t.RelL2, t.Top1Equal || t.Bitwise, class)
+}
+
+// CompareAvsB compares arm B's logits to arm A's and judges them by the
+// lever's declared class: A is the reference (its top-2 margin decides the
+// positions the margin clause exempts, as in the greedy gate).
+func CompareAvsB(a, b []float32, nVocab int, tol harness.Tolerance) Comparison {
+	c := CompareLogits("A vs B", a, b, nVocab, tol.MarginBar)
+	c.judgeTol(tol)
+	return c
 }
 
 // judgeClass judges a whole-graph comparison by its tolerance class.
 func (c *Comparison) judgeClass(k GraphClass) {
 	c.Class = k.Name
-	c.judgeBar(false, k.MaxAbsDiff > 0, k.MaxAbsDiff, k.RelL2, true, k.Name)
+	c.judgeBar(false, k.MaxAbsDiff > 0, k.MaxAbsDiff, k.RelL2 > 0, k.RelL2, true, k.Name)
 }
 
 // judgeBar: bitwise equality, or max|diff| <= bound (bounded), rel L2 <=
-// relBound (> 0), and top-1 equality outside the exempt positions.
-func (c *Comparison) judgeBar(bitwise, bounded bool, bound, relBound float64, top1 bool, class string) {
+// relBound (relBounded), and top-1 equality outside the exempt positions.
+func (c *Comparison) judgeBar(bitwise, bounded bool, bound float64, relBounded bool, relBound float64, top1 bool, class string) {
 	if c.Why != "" {
 		return
 	}
@@ -133,7 +161,7 @@ func (c *Comparison) judgeBar(bitwise, bounded bool, bound, relBound float64, to
 	case bounded && float64(c.MaxAbsDiff) > bound:
 		bad = append(bad, fmt.Sprintf("max|diff| %.3g > %.3g", float64(c.MaxAbsDiff), bound))
 	}
-	if c.NaNs == 0 && relBound > 0 && !(float64(c.RelL2) <= relBound) {
+	if c.NaNs == 0 && !bitwise && relBounded && !(float64(c.RelL2) <= relBound) {
 		bad = append(bad, fmt.Sprintf("rel L2 %.3g > %.3g (max|diff| %.3g)", float64(c.RelL2), relBound, float64(c.MaxAbsDiff)))
 	}
 	if top1 {
@@ -155,10 +183,16 @@ func (c *Comparison) judgeBar(bitwise, bounded bool, bound, relBound float64, to
 		switch {
 		case c.Bitwise:
 			c.Why = "bitwise equal"
-		case relBound > 0:
-			c.Why = fmt.Sprintf("within %s: rel L2 %.3g <= %.3g, top-1 %d/%d (max|diff| %.3g)", class, float64(c.RelL2), relBound, c.Top1Agree, c.Positions, float64(c.MaxAbsDiff))
+		case relBounded:
+			c.Why = fmt.Sprintf("within %s: rel L2 %.3g <= %.3g, top-1 %d/%d%s (max|diff| %.3g", class, float64(c.RelL2), relBound, c.Top1Agree, c.Positions, c.exemptNote(), float64(c.MaxAbsDiff))
+			if bounded {
+				c.Why += fmt.Sprintf(" <= %.3g", bound)
+			}
+			c.Why += ")"
+		case class != "" && bounded:
+			c.Why = fmt.Sprintf("within %s: max|diff| %.3g <= %.3g, top-1 %d/%d%s", class, float64(c.MaxAbsDiff), bound, c.Top1Agree, c.Positions, c.exemptNote())
 		default:
-			c.Why = fmt.Sprintf("within bar: max|diff| %.3g, top-1 %d/%d", float64(c.MaxAbsDiff), c.Top1Agree, c.Positions)
+			c.Why = fmt.Sprintf("within bar: max|diff| %.3g, top-1 %d/%d%s", float64(c.MaxAbsDiff), c.Top1Agree, c.Positions, c.exemptNote())
 		}
 		return
 	}
@@ -166,6 +200,20 @@ func (c *Comparison) judgeBar(bitwise, bounded bool, bound, relBound float64, to
 	if class != "" {
 		c.Why += " (" + class + ")"
 	}
+}
+
+// exemptNote says how many top-1 disagreements the margin clause exempted.
+func (c *Comparison) exemptNote() string {
+	n := 0
+	for _, p := range c.PerPos {
+		if p.Exempt {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d top-1 flip(s) exempt where the ref's top-2 margin <= %.3g", n, c.MarginBar)
 }
 
 // Whole-graph tolerance classes against the CPU reference.
@@ -332,10 +380,8 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 			failed = failed || !c.Pass
 			d.Graph = append(d.Graph, c)
 		}
-		gap := cfg.Tol.MarginBar
-		c := CompareLogits("A vs B", a.Rows, b.Rows, a.NVocab, gap)
+		c := CompareAvsB(a.Rows, b.Rows, a.NVocab, cfg.Tol)
 		c.NT = nt
-		c.judge(cfg.Tol.Bitwise, cfg.Tol.Bounded, cfg.Tol.MaxAbsDiff, cfg.Tol.Top1Equal || cfg.Tol.Bitwise)
 		failed = failed || !c.Pass
 		d.AvsB = append(d.AvsB, c)
 		trimPerPos(d)

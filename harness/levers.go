@@ -116,17 +116,24 @@ func (l Lever) Validate(v string) error {
 }
 
 // Tolerance is a lever's declared tolerance class for the A-vs-B parity gate,
-// parsed from "name: max|diff| <= X, top-1 equal at every position, top-2
-// margin > M where compared". The zero class (Bitwise) demands identical bits.
+// parsed from "name: clause, clause, ..." with the clauses "max|diff| <= X",
+// "rel L2 <= X", "top-1 equal at every position" and "top-2 margin > M where
+// compared". A class may bound max|diff|, rel L2 or both (both must hold).
+// The zero class (Bitwise) demands identical bits.
 type Tolerance struct {
 	Raw        string  `json:"raw"`
 	Class      string  `json:"class"`
 	Bitwise    bool    `json:"bitwise"`
 	Bounded    bool    `json:"bounded"`      // the class bounds max|diff|
 	MaxAbsDiff float64 `json:"max_abs_diff"` // the bound when Bounded
+	// RelBounded: the class bounds the relative L2 distance of B's logits
+	// from A's (sqrt(sum (b-a)^2 / sum a^2), gates.CompareLogits) by RelL2.
+	RelBounded bool    `json:"rel_bounded"`
+	RelL2      float64 `json:"rel_l2"`
 	Top1Equal  bool    `json:"top1_equal"`
-	// MarginBar: positions whose top-2 margin is at or below it are exempt from
-	// the top-1 check, and a greedy divergence there is allowed. 0: no exemption.
+	// MarginBar: positions whose top-2 margin (A's) is at or below it are
+	// exempt from the top-1 check, and a greedy divergence at a step whose
+	// top-2 margin is at or below it is allowed. 0: no exemption.
 	MarginBar float64 `json:"margin_bar"`
 }
 
@@ -152,6 +159,15 @@ func ParseTolerance(s string) (Tolerance, error) {
 				return t, fmt.Errorf("tolerance %q: %w", s, err)
 			}
 			t.MaxAbsDiff, t.Bounded = v, true
+		case strings.HasPrefix(c, "rel L2"):
+			v, err := numberAfter(c, "<=")
+			if err != nil {
+				return t, fmt.Errorf("tolerance %q: %w", s, err)
+			}
+			if v < 0 {
+				return t, fmt.Errorf("tolerance %q: clause %q: a negative bound", s, c)
+			}
+			t.RelL2, t.RelBounded = v, true
 		case strings.HasPrefix(c, "top-1 equal"):
 			t.Top1Equal = true
 		case strings.HasPrefix(c, "top-2 margin"):
@@ -163,6 +179,9 @@ func ParseTolerance(s string) (Tolerance, error) {
 		default:
 			return t, fmt.Errorf("tolerance %q: unknown clause %q", s, c)
 		}
+	}
+	if !t.Bounded && !t.RelBounded {
+		return t, fmt.Errorf("tolerance %q: a class bounds max|diff| or rel L2 (or both)", s)
 	}
 	return t, nil
 }

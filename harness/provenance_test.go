@@ -89,7 +89,7 @@ func TestParseTolerance_AcceptsEveryRegistryDeclaration(t *testing.T) {
 			continue
 		}
 		tol, err := ParseTolerance(l.Tolerance)
-		if err != nil || tol.Bitwise || !tol.Bounded || !tol.Top1Equal || tol.String() != l.Tolerance {
+		if err != nil || tol.Bitwise || !(tol.Bounded || tol.RelBounded) || !tol.Top1Equal || tol.String() != l.Tolerance {
 			t.Errorf("%s: %q: %+v %v", l.Name, l.Tolerance, tol, err)
 		}
 		seen[l.Name] = true
@@ -98,6 +98,12 @@ func TestParseTolerance_AcceptsEveryRegistryDeclaration(t *testing.T) {
 	tol, _ := ParseTolerance(l.Tolerance)
 	if tol.Class != "f16-weight-tile" || tol.MaxAbsDiff != 0.5 || tol.MarginBar != 0 {
 		t.Errorf("MINFER_NO_PREFILL_GEMM declares %+v", tol)
+	}
+	for _, name := range []string{"MINFER_NO_Q80_MMVQ", "MINFER_NO_Q40_MMVQ", "MINFER_NO_KQ_MMVQ"} {
+		l, _ := levers.Lookup(name)
+		if tol, _ := ParseTolerance(l.Tolerance); tol.Class != "activation-quantization" || !tol.RelBounded || tol.RelL2 != 0.05 || tol.Bounded || tol.MarginBar != 0.2 {
+			t.Errorf("%s declares %+v", name, tol)
+		}
 	}
 	if !seen["MINFER_MMQ"] {
 		t.Error("MINFER_MMQ's class is gone")

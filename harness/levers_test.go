@@ -1,0 +1,46 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+)
+
+const actQuantClass = "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"
+
+func TestParseTolerance_RelL2ClauseSetsEveryField(t *testing.T) {
+	tol, err := ParseTolerance(actQuantClass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tolerance{Raw: actQuantClass, Class: "activation-quantization", RelBounded: true, RelL2: 0.05, Top1Equal: true, MarginBar: 0.2}
+	if tol != want {
+		t.Fatalf("got %+v\nwant %+v", tol, want)
+	}
+	if !strings.Contains(tol.String(), "rel L2 <= 0.05") {
+		t.Errorf("the report phrase hides the rel L2 clause: %q", tol.String())
+	}
+
+	both, err := ParseTolerance("x: max|diff| <= 0.5, rel L2 <= 0.03, top-1 equal at every position")
+	if err != nil || !both.Bounded || both.MaxAbsDiff != 0.5 || !both.RelBounded || both.RelL2 != 0.03 || both.MarginBar != 0 {
+		t.Errorf("both bounds: %+v %v", both, err)
+	}
+	abs, err := ParseTolerance("x: max|diff| <= 0.5, top-1 equal at every position")
+	if err != nil || !abs.Bounded || abs.RelBounded || abs.RelL2 != 0 {
+		t.Errorf("max|diff| only: %+v %v", abs, err)
+	}
+}
+
+func TestParseTolerance_UnknownMalformedOrUnboundedClassErrors(t *testing.T) {
+	for _, s := range []string{
+		"x: rel L2 <= 0.05, wobble",
+		"x: rel L2 < 0.05",
+		"x: rel L2 <= abc",
+		"x: rel L2 <= -1",
+		"x: top-1 equal at every position, top-2 margin > 0.2 where compared",
+		"no colon rel L2 <= 0.05",
+	} {
+		if tol, err := ParseTolerance(s); err == nil {
+			t.Errorf("%q accepted: %+v", s, tol)
+		}
+	}
+}
