@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -65,6 +66,7 @@ func MSPerToken(tokS []float64) []float64 {
 // decodePlot draws the decode time per token of A and B in every round.
 func decodePlot(path string, m gates.Metric) error {
 	p := plot.New()
+	p.Y.Tick.Marker = preciseTicks{}
 	p.Title.Text = fmt.Sprintf("%s: decode time per token, per round", m.Name)
 	p.X.Label.Text = "round"
 	p.Y.Label.Text = "ms / token (lower is better)"
@@ -101,6 +103,7 @@ func decodePlot(path string, m gates.Metric) error {
 
 func ratioPlot(path string, m gates.Metric, bar float64) error {
 	p := plot.New()
+	p.Y.Tick.Marker = preciseTicks{}
 	p.Title.Text = fmt.Sprintf("%s: per-round ratio B/A", m.Name)
 	p.X.Label.Text = "round"
 	p.Y.Label.Text = "B / A (tok/s, higher is better)"
@@ -122,18 +125,46 @@ func ratioPlot(path string, m gates.Metric, bar float64) error {
 		if err != nil {
 			return err
 		}
-		if h.y != 1 {
+		switch {
+		case h.y < 1: // the not-slower bar: dashed
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		case h.y > 1: // the claim bar: dotted
+			l.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
 		}
 		p.Add(l)
 		p.Legend.Add(h.name, l)
 	}
-	p.Legend.Top = true
+	// The legend goes on the side away from the points, so it never hides
+	// a round: below them for a speed-up, above them for a slow-down.
+	p.Legend.Top = m.Median < 1
+	p.Legend.XOffs = -vg.Points(4)
+	// Room between the points and the 1.0 line for the legend.
+	lo, hi := 1/bar, 1+m.Claim.Bar
+	for _, r := range m.Ratios {
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	pad := (hi - lo) * 0.25
+	p.Y.Min, p.Y.Max = lo-pad, hi+pad
 	return p.Save(6*vg.Inch, 4*vg.Inch, path)
+}
+
+// preciseTicks are gonum's default ticks labelled with four significant
+// digits: the default labels can round 1.04 to "1", which misreads a ratio.
+type preciseTicks struct{}
+
+func (preciseTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'g', 4, 64)
+		}
+	}
+	return ts
 }
 
 func boxPlot(path string, ms []gates.Metric) error {
 	p := plot.New()
+	p.Y.Tick.Marker = preciseTicks{}
 	p.Title.Text = "A vs B per metric (normalised to the median of A)"
 	p.Y.Label.Text = "tok/s / median(A)"
 	var labels []string
