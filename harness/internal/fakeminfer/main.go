@@ -10,7 +10,8 @@
 // `synth` writes a small file and appends its arguments to
 // $FAKEMINFER_SYNTH_LOG; `info [MODEL] --json` and bench report a real model
 // file (the model given, else the fake's own executable as the "embedded
-// default"); info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
+// default"); FAKEMINFER_RATES=PP,TG makes bench report exactly those tok/s;
+// info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
 // says otherwise.
 package main
 
@@ -262,6 +263,12 @@ func bench(p, n, r int, mut, model string) {
 		return 1 + (float64(seed>>40)/float64(1<<24)-0.5)*0.004
 	}
 	pp, tg := 4000.0, 400.0
+	if rs := os.Getenv("FAKEMINFER_RATES"); rs != "" { // "PP,TG": exact rates, no noise
+		a, b, _ := strings.Cut(rs, ",")
+		pp, _ = strconv.ParseFloat(a, 64)
+		tg, _ = strconv.ParseFloat(b, 64)
+		noise = func() float64 { return 1 }
+	}
 	if mut == "slow_prefill" {
 		pp *= 0.8
 	}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/synth"
+	"github.com/minfer-go/minfer/harness"
+)
+
+// perfCache is a synth cache holding real tiny GGUFs under the names of two
+// issue-6 rows (qwen2-tiny Q8_0 as qwen2-0.5b:Q8_0, 1,402,128 weight bytes
+// per token; qwen3-tiny Q8_0 as qwen3-0.6b:Q8_0, 2,235,664: hand-counted in
+// harness/perf_test.go), so the bytes-per-token arithmetic runs on real
+// tensor tables while the fake minfer benches in milliseconds.
+func perfCache(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, c := range []struct{ shape, as string }{{"qwen2-tiny", "qwen2-0.5b"}, {"qwen3-tiny", "qwen3-0.6b"}} {
+		ty, mix, err := synth.ParseType("Q8_0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := synth.Write(filepath.Join(dir, c.as+"-Q8_0-seed1.gguf"), synth.Options{Shape: c.shape, Type: ty, Mix: mix, Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// runPerfCmd runs `abtest perf` in-process and returns the exit code, the
+// record and the markdown.
+func runPerfCmd(t *testing.T, bin, cache string, extra ...string) (int, *harness.PerfRecord, string) {
+	t.Helper()
+	out := t.TempDir()
+	args := append([]string{"perf", "--minfer", bin, "--device", "cpu", "--out", out, "--synth-dir", cache,
+		"--reps", "3", "--bench-warmup-ms", "10"}, extra...)
+	code := run(args)
+	js, _ := filepath.Glob(filepath.Join(out, "*.json"))
+	if len(js) != 1 {
+		t.Fatalf("abtest %v: exit %d, %d result files", args, code, len(js))
+	}
+	b, err := os.ReadFile(js[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec harness.PerfRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(strings.TrimSuffix(js[0], ".json") + ".md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(md), "**Perf: "+rec.Verdict+"**") {
+		t.Errorf("report does not open with the verdict:\n%.200s", md)
+	}
+	return code, &rec, flat(string(md))
+}
+
+var cellPad = regexp.MustCompile(` *\| *`)
+
+// flat undoes the table's column padding: "| a   | b |" -> "| a | b |".
+func flat(md string) string { return cellPad.ReplaceAllString(md, " | ") }
+
+func near(a harness.Num, b float64) bool {
+	return math.Abs(float64(a)-b) <= 1e-9*math.Max(1, math.Abs(b))
+}
+
+func TestPerf_TwoRowsTableRatiosAndGBsByHandMissedTargetExits1(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1000")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0,qwen3-0.6b:Q8_0")
+	if code != 1 || rec.Verdict != harness.PerfMissed {
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	q2, q3 := rec.Rows[0], rec.Rows[1]
+	// qwen2-0.5b:Q8_0: pp 60,000 / 59,841 met (>= 60,000); tg 1,000 / 901.8
+	// missed >= 1,150 by 150 (13.0%); 1,402,128 B x 1,000 tok/s = 1.402128 GB/s.
+	if !near(q2.PP.Ratio, 60000.0/59841) || !*q2.PP.Met || !near(q2.TG.Ratio, 1000/901.8) || *q2.TG.Met || !near(q2.TG.Short, 150) {
+		t.Errorf("qwen2 ratios: pp %+v tg %+v", q2.PP, q2.TG)
+	}
+	if q2.Weights.PerToken != 1402128 || !near(q2.Decode.GBs, 1.402128) || !near(q2.Decode.HBMShare, 1.402128/4300) || !near(q2.Decode.FloorTokS, 4.3e12/1402128) {
+		t.Errorf("qwen2 decode: %+v %+v", q2.Weights, q2.Decode)
+	}
+	// qwen3-0.6b:Q8_0: pp 60,000 / 51,235, tg 1,000 / 737.3, both met; 2.235664 GB/s.
+	if !near(q3.PP.Ratio, 60000.0/51235) || !near(q3.TG.Ratio, 1000/737.3) || !q3.MetAll() || !near(q3.Decode.GBs, 2.235664) {
+		t.Errorf("qwen3: pp %+v tg %+v decode %+v", q3.PP, q3.TG, q3.Decode)
+	}
+	for _, want := range []string{
+		"| qwen2-0.5b:Q8_0 | 60,000 | 59,841 | 1.003 | met (>= 60,000) | 1,000.0 | 901.8 | 1.109 | **MISSED** >= 1,150 by 150.0 (13.0%) | 1.4 | 0.033% | 3,066,767 |",
+		"| qwen3-0.6b:Q8_0 | 60,000 | 51,235 | 1.171 | met (>= 52,000) | 1,000.0 | 737.3 | 1.356 | met (>= 950) | 2.24 | 0.052% |",
+		"missed: qwen2-0.5b:Q8_0", "Not like-for-like", "MINFER_BENCH_WARMUP_MS=10", "bench --model", "# qwen3-0.6b:Q8_0", "cached",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestPerf_AllRowsMetExits0(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200")
+	code, rec, _ := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0,qwen3-0.6b:Q8_0")
+	if code != 0 || rec.Verdict != harness.PerfMet {
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+}
+
+func TestPerf_FailingRowsReportedWithStderrNeverZeroExit1(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200")
+	// A synth failure next to a row that met its targets.
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0,qwen2-tiny:Q9_9")
+	if code != 1 || rec.Verdict != harness.PerfFailed {
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	bad := rec.Rows[1]
+	if !bad.Failed || bad.Stage != "synth" || !strings.Contains(bad.StderrTail, "unknown type Q9_9") || bad.PP != nil || bad.TG != nil {
+		t.Fatalf("failed row: %+v", bad)
+	}
+	if !strings.Contains(md, "| qwen2-tiny:Q9_9 | FAILED (synth) | - | - | - | FAILED (synth) |") ||
+		!strings.Contains(md, "### qwen2-tiny:Q9_9: FAILED at synth") || !strings.Contains(md, "minfer synth: unknown type Q9_9") {
+		t.Errorf("report:\n%s", md)
+	}
+	// A crashing bench (the model is cached, so only bench runs).
+	t.Setenv("FAKEMINFER_MODE", "crash")
+	code, rec, md = runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0")
+	if code != 1 || !rec.Rows[0].Failed || rec.Rows[0].Stage != "bench" || !strings.Contains(rec.Rows[0].StderrTail, "panic: runtime error") {
+		t.Fatalf("exit %d: %+v", code, rec.Rows[0])
+	}
+	if !strings.Contains(md, "FAILED (bench)") || strings.Contains(md, "| 0 |") {
+		t.Errorf("report:\n%s", md)
+	}
+}
+
+func TestPerf_AdHocTinyRowHasNoReferenceAndSynthesizesOnce(t *testing.T) {
+	bin := fakeMinfer(t)
+	log := filepath.Join(t.TempDir(), "synth.log")
+	t.Setenv("FAKEMINFER_SYNTH_LOG", log)
+	t.Setenv("FAKEMINFER_RATES", "4000,400")
+	cache := t.TempDir()
+	for i := 0; i < 2; i++ {
+		code, rec, md := runPerfCmd(t, bin, cache, "--rows", "qwen2-tiny:Q8_0")
+		if code != 0 || rec.Verdict != harness.PerfNoTargets {
+			t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+		}
+		if !strings.Contains(md, "| qwen2-tiny:Q8_0 | 4,000 | - | - | - | 400.0 | - | - | - |") {
+			t.Errorf("ad-hoc row:\n%s", md)
+		}
+	}
+	if b, _ := os.ReadFile(log); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("synth ran %q, want once (cached after)", b)
+	}
+}
+
+func TestPerf_BadFlagsCannotRunExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	for _, args := range [][]string{
+		{"perf", "--minfer", bin, "--device", "cpu", "--rows", "qwen2-0.5b"},
+		{"perf", "--minfer", bin, "--device", "tpu"},
+		{"perf", "--minfer", bin, "--device", "cpu", "--reps", "0"},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}

@@ -1,0 +1,359 @@
+package harness
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/minfer-go/minfer/engine/gguf"
+)
+
+// HBMCopyGBs is the HBM copy bandwidth measured on the lent H200
+// (DEVICE.md, "Ceilings to compare against": ~4.3 TB/s, bytes read +
+// written). Batch-1 decode reads every weight once per token, so
+// bytes-per-token / HBMCopyGBs is the physical floor of a decode step.
+const HBMCopyGBs = 4300.0
+
+// PerfReference is the provenance of the reference numbers in PerfRows,
+// copied from issue 6.
+const PerfReference = "llama.cpp built for sm_90 from its 2026-08 source, measured on the lent H200 on 2026-11-29 with " +
+	"llama-bench -p 512 -n 128 -r 5 -ngl 99, flash attention on auto, batch 1, same GGUF shape and weight type; " +
+	"medians of 5 repetitions (the first pp512 repetition ran 10-20% slower while the clock ramped) (issue 6)"
+
+// The test shapes of the reference: a run with other --pp/--tg is not
+// compared against it.
+const (
+	PerfRefPP = 512
+	PerfRefTG = 128
+)
+
+// PerfRow is one row of issue 6's target table: a synthesized model (shape
+// and weight type) with the reference engine's tok/s and our targets. A row
+// without reference numbers (RefTG == 0) is an ad-hoc row (e.g. the CPU
+// smoke row qwen2-tiny:Q8_0): measured, never judged.
+type PerfRow struct {
+	Shape    string  `json:"shape"`
+	Type     string  `json:"type"`
+	RefTG    float64 `json:"ref_tg128,omitempty"`
+	RefPP    float64 `json:"ref_pp512,omitempty"`
+	TargetTG float64 `json:"target_tg128,omitempty"`
+	TargetPP float64 `json:"target_pp512,omitempty"`
+}
+
+// PerfRows is issue 6's target table, in its order.
+var PerfRows = []PerfRow{
+	{Shape: "qwen2-0.5b", Type: "Q4_K_M", RefTG: 863.3, RefPP: 52503, TargetTG: 1100, TargetPP: 55000},
+	{Shape: "qwen2-0.5b", Type: "Q8_0", RefTG: 901.8, RefPP: 59841, TargetTG: 1150, TargetPP: 60000},
+	{Shape: "qwen3-0.6b", Type: "Q8_0", RefTG: 737.3, RefPP: 51235, TargetTG: 950, TargetPP: 52000},
+	{Shape: "qwen2-7b", Type: "Q4_K_M", RefTG: 267.4, RefPP: 9906, TargetTG: 330, TargetPP: 11000},
+	{Shape: "qwen2-7b", Type: "Q8_0", RefTG: 259.1, RefPP: 11870, TargetTG: 400, TargetPP: 12500},
+}
+
+// Name is "shape:type".
+func (r PerfRow) Name() string { return r.Shape + ":" + r.Type }
+
+// HasRef reports whether the row carries reference numbers.
+func (r PerfRow) HasRef() bool { return r.RefTG > 0 && r.RefPP > 0 }
+
+// ParsePerfRows reads --rows: "all" (issue 6's table) or a comma-separated
+// list of SHAPE:TYPE. A name of the table (any case) takes the table's row;
+// any other SHAPE:TYPE is an ad-hoc row without reference numbers (minfer
+// synth decides whether the shape and type exist).
+func ParsePerfRows(spec string) ([]PerfRow, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" || spec == "all" {
+		return append([]PerfRow(nil), PerfRows...), nil
+	}
+	var out []PerfRow
+	seen := map[string]bool{}
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		shape, typ, ok := strings.Cut(item, ":")
+		shape, typ = strings.TrimSpace(shape), strings.TrimSpace(typ)
+		if !ok || shape == "" || typ == "" {
+			return nil, fmt.Errorf("--rows %q: want all or SHAPE:TYPE[,SHAPE:TYPE...] (e.g. qwen2-0.5b:Q4_K_M)", item)
+		}
+		for _, p := range []string{shape, typ} {
+			if strings.ContainsAny(p, "/\\ :") || p == "." || p == ".." {
+				return nil, fmt.Errorf("--rows %q: %q is not a plain name", item, p)
+			}
+		}
+		row := PerfRow{Shape: shape, Type: typ}
+		for _, r := range PerfRows {
+			if strings.EqualFold(r.Shape, shape) && strings.EqualFold(r.Type, typ) {
+				row = r
+			}
+		}
+		if seen[row.Name()] {
+			return nil, fmt.Errorf("--rows: %s twice", row.Name())
+		}
+		seen[row.Name()] = true
+		out = append(out, row)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--rows %q: no row", spec)
+	}
+	return out, nil
+}
+
+// WeightBytes is the number of bytes one batch-1 decode step reads from the
+// model's weights, and how it was obtained.
+type WeightBytes struct {
+	PerToken int64  `json:"per_token"`
+	FileSize int64  `json:"file_size"`
+	Method   string `json:"method"`
+	// KVPerPos is the K and V elements one cached position holds over all
+	// layers (2 x n_layer x n_head_kv x head_dim; 0: unknown): what a decode
+	// step reads per attended position, on top of the weights.
+	KVPerPos int64 `json:"kv_elems_per_pos,omitempty"`
+}
+
+// KVReadPerToken is the mean KV-cache bytes a decode step of the tgN test
+// reads (one prompt token, then tgN steps: the step i attends 1+i
+// positions, 1+(tgN+1)/2 on average) in the bench's kv_format; NaN when
+// the shape or the format is unknown. It is not in the GB/s (the floor is
+// the weights'); the report states it beside them.
+func (w WeightBytes) KVReadPerToken(kvFormat string, tgN int) Num {
+	per := map[string]float64{"f32": 4, "f16": 2, "q8_0": 34.0 / 32}[strings.ToLower(kvFormat)]
+	if w.KVPerPos <= 0 || per == 0 || tgN < 1 {
+		return Num(math.NaN())
+	}
+	return Num(float64(w.KVPerPos) * per * (1 + float64(tgN+1)/2))
+}
+
+// WeightBytesPerToken reads the GGUF tensor table of path and sums the bytes
+// one decode step reads: every tensor in full (the matmul weights, the norms
+// and biases), except the token embedding, of which a step reads one row -
+// unless the output is tied to it (no output.weight), when the logits matmul
+// reads it in full as well. The KV cache and activations are not counted
+// (at tg128 from an empty cache they are well under 1% of the weights).
+//
+// When the file is not a readable GGUF, the whole file size stands in (an
+// upper bound that also counts the header and the unread embedding rows);
+// Method says which was used.
+func WeightBytesPerToken(path string) (WeightBytes, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return WeightBytes{}, err
+	}
+	w := WeightBytes{FileSize: st.Size()}
+	f, err := gguf.Open(path)
+	if err != nil {
+		w.PerToken = st.Size()
+		w.Method = "whole file size (GGUF tensor table unreadable: " + err.Error() + "): an upper bound"
+		return w, nil
+	}
+	defer f.Close()
+	var sum, embRow uint64
+	var emb *gguf.TensorInfo
+	_, hasOutput := f.Tensor("output.weight")
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if t.Name == "token_embd.weight" {
+			emb = t
+			continue
+		}
+		sum += t.Size
+	}
+	if emb == nil {
+		return w, fmt.Errorf("%s: no token_embd.weight", path)
+	}
+	if rows := emb.Rows(); rows > 0 {
+		embRow = emb.Size / rows
+	}
+	sum += embRow
+	if hasOutput {
+		w.Method = fmt.Sprintf("GGUF tensor table: all %d tensors in full, token_embd one row (%d of its %d bytes; output.weight is separate)",
+			len(f.Tensors), embRow, emb.Size)
+	} else {
+		sum += emb.Size
+		w.Method = fmt.Sprintf("GGUF tensor table: all %d tensors in full, token_embd in full as the tied output (%d bytes) plus one row for the embedding",
+			len(f.Tensors), emb.Size)
+	}
+	w.PerToken = int64(sum)
+	if arch, err := f.String("general.architecture"); err == nil {
+		nl, e1 := f.Uint(arch + ".block_count")
+		nkv, e2 := f.Uint(arch + ".attention.head_count_kv")
+		ne, e3 := f.Uint(arch + ".embedding_length")
+		nh, e4 := f.Uint(arch + ".attention.head_count")
+		hd, e5 := f.Uint(arch + ".attention.key_length")
+		if e5 != nil && e3 == nil && e4 == nil && nh > 0 {
+			hd, e5 = ne/nh, nil
+		}
+		if e1 == nil && e2 == nil && e5 == nil {
+			w.KVPerPos = int64(2 * nl * nkv * hd)
+		}
+	}
+	return w, nil
+}
+
+// PerfMetric is one test (pp or tg) of one row.
+type PerfMetric struct {
+	Test    string  `json:"test"`     // pp512, tg128
+	TokS    Num     `json:"tok_s"`    // median of the repetitions (what the reference reports)
+	Mean    Num     `json:"mean"`     // mean of the repetitions
+	Stddev  Num     `json:"stddev"`   // sample standard deviation
+	Samples []Num   `json:"samples"`  // tok/s of every repetition
+	Ref     Num     `json:"ref"`      // reference tok/s (NaN: none)
+	Ratio   Num     `json:"ratio"`    // TokS / Ref
+	Target  Num     `json:"target"`   // ours must be >= Target
+	Met     *bool   `json:"met"`      // nil: not judged
+	Short   Num     `json:"short"`    // Target - TokS when missed
+	ShortBy float64 `json:"short_by"` // (Target - TokS) / Target when missed
+}
+
+// NewPerfMetric compares one bench test with the reference and the target
+// (ref or target <= 0: not compared, not judged).
+func NewPerfMetric(t BenchTest, ref, target float64) PerfMetric {
+	nan := Num(math.NaN())
+	m := PerfMetric{Test: t.Name, TokS: Num(t.Value()), Mean: Num(t.MeanTokS), Stddev: Num(t.StddevTokS), Samples: Nums(t.TokS),
+		Ref: nan, Ratio: nan, Target: nan, Short: nan}
+	if ref > 0 {
+		m.Ref, m.Ratio = Num(ref), Num(t.Value()/ref)
+	}
+	if target > 0 {
+		met := t.Value() >= target
+		m.Target, m.Met = Num(target), &met
+		if !met {
+			m.Short = Num(target - t.Value())
+			m.ShortBy = (target - t.Value()) / target
+		}
+	}
+	return m
+}
+
+// Decode is the bandwidth view of a decode rate: the weight bytes read per
+// second, its share of the HBM floor, and the floor itself in tok/s.
+type Decode struct {
+	GBs       Num `json:"gb_s"`        // bytes/token x tok/s / 1e9
+	HBMShare  Num `json:"hbm_share"`   // GBs / HBMCopyGBs
+	FloorTokS Num `json:"floor_tok_s"` // HBMCopyGBs*1e9 / bytes/token
+}
+
+// DecodeBandwidth computes the Decode view of tokS at bytesPerToken.
+func DecodeBandwidth(bytesPerToken int64, tokS float64) Decode {
+	if bytesPerToken <= 0 || !(tokS > 0) {
+		nan := Num(math.NaN())
+		return Decode{nan, nan, nan}
+	}
+	gbs := float64(bytesPerToken) * tokS / 1e9
+	return Decode{GBs: Num(gbs), HBMShare: Num(gbs / HBMCopyGBs), FloorTokS: Num(HBMCopyGBs * 1e9 / float64(bytesPerToken))}
+}
+
+// PerfResult is one row of a perf run: measured, or failed with the stage
+// and the stderr tail (a failed row has no numbers, never zeros).
+type PerfResult struct {
+	Row          PerfRow     `json:"row"`
+	Model        string      `json:"model,omitempty"`
+	ModelSHA256  string      `json:"model_sha256,omitempty"`
+	Weights      WeightBytes `json:"weight_bytes"`
+	Backend      string      `json:"backend,omitempty"`
+	KVFormat     string      `json:"kv_format,omitempty"`
+	Clocks       *Clocks     `json:"clocks_before,omitempty"`
+	ClocksNote   string      `json:"clocks_note,omitempty"`
+	Synth        string      `json:"synth"` // "cached" or how long it took
+	SynthCommand string      `json:"synth_command,omitempty"`
+	BenchCommand string      `json:"bench_command,omitempty"`
+	BenchWall    float64     `json:"bench_wall_s,omitempty"`
+	Warmup       BenchWarmup `json:"warmup"`
+	PP           *PerfMetric `json:"pp,omitempty"`
+	TG           *PerfMetric `json:"tg,omitempty"`
+	Decode       Decode      `json:"decode"`
+	RefDecode    Decode      `json:"ref_decode"` // the reference's tg at our bytes/token
+	Failed       bool        `json:"failed,omitempty"`
+	Stage        string      `json:"stage,omitempty"` // synth, bench, parse, interrupted
+	Error        string      `json:"error,omitempty"`
+	StderrTail   string      `json:"stderr_tail,omitempty"`
+}
+
+// Judged reports whether the row's targets were judged (reference row, the
+// reference's test shapes, measured).
+func (r PerfResult) Judged() bool {
+	return !r.Failed && r.PP != nil && r.TG != nil && r.PP.Met != nil && r.TG.Met != nil
+}
+
+// MetAll reports whether both targets were judged and met.
+func (r PerfResult) MetAll() bool { return r.Judged() && *r.PP.Met && *r.TG.Met }
+
+// Perf verdicts.
+const (
+	PerfMet       = "MET"
+	PerfMissed    = "MISSED"
+	PerfFailed    = "FAILED"
+	PerfNoTargets = "NO TARGETS"
+)
+
+// PerfRecord is one `abtest perf` run.
+type PerfRecord struct {
+	Started       time.Time    `json:"started"`
+	Verdict       string       `json:"verdict"`
+	VerdictLine   string       `json:"verdict_line"`
+	Command       string       `json:"command"`
+	Device        string       `json:"device"`
+	PP            int          `json:"pp"`
+	TG            int          `json:"tg"`
+	Reps          int          `json:"reps"`
+	BenchWarmupMS int          `json:"bench_warmup_ms"`
+	Reference     string       `json:"reference"`
+	HBMCopyGBs    float64      `json:"hbm_copy_gb_s"`
+	Comparable    string       `json:"comparable_note,omitempty"` // why ratios are not like-for-like
+	Env           Environment  `json:"environment"`
+	Rows          []PerfResult `json:"rows"`
+}
+
+// Decide sets Verdict and VerdictLine: FAILED when a row failed, else
+// MISSED when a judged row missed a target, else MET when at least one row
+// was judged, else NO TARGETS.
+func (p *PerfRecord) Decide() {
+	var met, missed, failed, unjudged int
+	var missList, failList []string
+	for _, r := range p.Rows {
+		switch {
+		case r.Failed:
+			failed++
+			failList = append(failList, r.Row.Name()+" ("+r.Stage+")")
+		case !r.Judged():
+			unjudged++
+		case r.MetAll():
+			met++
+		default:
+			missed++
+			missList = append(missList, r.Row.Name())
+		}
+	}
+	switch {
+	case failed > 0:
+		p.Verdict = PerfFailed
+	case missed > 0:
+		p.Verdict = PerfMissed
+	case met > 0:
+		p.Verdict = PerfMet
+	default:
+		p.Verdict = PerfNoTargets
+	}
+	line := fmt.Sprintf("%d row(s): %d met both targets, %d missed a target, %d failed (no numbers; never counted as zero), %d not judged (no reference or other test shapes)",
+		len(p.Rows), met, missed, failed, unjudged)
+	if len(missList) > 0 {
+		line += "; missed: " + strings.Join(missList, ", ")
+	}
+	if len(failList) > 0 {
+		line += "; failed: " + strings.Join(failList, ", ")
+	}
+	if p.Comparable != "" {
+		line += "; " + p.Comparable
+	}
+	p.VerdictLine = line
+}
+
+// ExitCode is 0 when no row failed and no judged target was missed, else 1.
+func (p *PerfRecord) ExitCode() int {
+	if p.Verdict == PerfFailed || p.Verdict == PerfMissed {
+		return 1
+	}
+	return 0
+}
