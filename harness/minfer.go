@@ -219,8 +219,15 @@ func (m Minfer) ModelPath(ctx context.Context) (string, error) {
 // ModelInfo is the part of `minfer info --json` the harness reads.
 type ModelInfo struct {
 	Path          string         `json:"path"`
+	FileSize      int64          `json:"file_size"`
 	FileType      string         `json:"file_type,omitempty"`
 	TypeHistogram map[string]int `json:"type_histogram"`
+	// DecodeRead: what one decode step reads, as the engine counts it.
+	DecodeRead struct {
+		WeightBytes   int64  `json:"weight_bytes_per_token"`
+		Method        string `json:"method"`
+		KVElemsPerPos int64  `json:"kv_elems_per_pos"`
+	} `json:"decode_read"`
 }
 
 // unquantized are the tensor types a device reads as they are (no

@@ -3,11 +3,8 @@ package harness
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"time"
-
-	"github.com/minfer-go/minfer/engine/gguf"
 )
 
 // HBMCopyGBs is the HBM copy bandwidth measured on the lent H200
@@ -126,70 +123,15 @@ func (w WeightBytes) KVReadPerToken(kvFormat string, tgN int) Num {
 	return Num(float64(w.KVPerPos) * per * (1 + float64(tgN+1)/2))
 }
 
-// WeightBytesPerToken reads the GGUF tensor table of path and sums the bytes
-// one decode step reads: every tensor in full (the matmul weights, the norms
-// and biases), except the token embedding, of which a step reads one row -
-// unless the output is tied to it (no output.weight), when the logits matmul
-// reads it in full as well. The KV cache and activations are not counted
-// (at tg128 from an empty cache they are well under 1% of the weights).
-//
-// When the file is not a readable GGUF, the whole file size stands in (an
-// upper bound that also counts the header and the unread embedding rows);
-// Method says which was used.
-func WeightBytesPerToken(path string) (WeightBytes, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return WeightBytes{}, err
+// WeightBytesFromInfo takes the decode read from `minfer info --json` (the
+// engine counts it from the model's tensor table: model.DecodeReadOf): the
+// harness never reads model files itself.
+func WeightBytesFromInfo(info ModelInfo) (WeightBytes, error) {
+	d := info.DecodeRead
+	if d.WeightBytes <= 0 {
+		return WeightBytes{FileSize: info.FileSize}, fmt.Errorf("minfer info --json of %s has no decode_read.weight_bytes_per_token", info.Path)
 	}
-	w := WeightBytes{FileSize: st.Size()}
-	f, err := gguf.Open(path)
-	if err != nil {
-		w.PerToken = st.Size()
-		w.Method = "whole file size (GGUF tensor table unreadable: " + err.Error() + "): an upper bound"
-		return w, nil
-	}
-	defer f.Close()
-	var sum, embRow uint64
-	var emb *gguf.TensorInfo
-	_, hasOutput := f.Tensor("output.weight")
-	for i := range f.Tensors {
-		t := &f.Tensors[i]
-		if t.Name == "token_embd.weight" {
-			emb = t
-			continue
-		}
-		sum += t.Size
-	}
-	if emb == nil {
-		return w, fmt.Errorf("%s: no token_embd.weight", path)
-	}
-	if rows := emb.Rows(); rows > 0 {
-		embRow = emb.Size / rows
-	}
-	sum += embRow
-	if hasOutput {
-		w.Method = fmt.Sprintf("GGUF tensor table: all %d tensors in full, token_embd one row (%d of its %d bytes; output.weight is separate)",
-			len(f.Tensors), embRow, emb.Size)
-	} else {
-		sum += emb.Size
-		w.Method = fmt.Sprintf("GGUF tensor table: all %d tensors in full, token_embd in full as the tied output (%d bytes) plus one row for the embedding",
-			len(f.Tensors), emb.Size)
-	}
-	w.PerToken = int64(sum)
-	if arch, err := f.String("general.architecture"); err == nil {
-		nl, e1 := f.Uint(arch + ".block_count")
-		nkv, e2 := f.Uint(arch + ".attention.head_count_kv")
-		ne, e3 := f.Uint(arch + ".embedding_length")
-		nh, e4 := f.Uint(arch + ".attention.head_count")
-		hd, e5 := f.Uint(arch + ".attention.key_length")
-		if e5 != nil && e3 == nil && e4 == nil && nh > 0 {
-			hd, e5 = ne/nh, nil
-		}
-		if e1 == nil && e2 == nil && e5 == nil {
-			w.KVPerPos = int64(2 * nl * nkv * hd)
-		}
-	}
-	return w, nil
+	return WeightBytes{PerToken: d.WeightBytes, FileSize: info.FileSize, Method: "minfer info: " + d.Method, KVPerPos: d.KVElemsPerPos}, nil
 }
 
 // PerfMetric is one test (pp or tg) of one row.

@@ -191,8 +191,10 @@ func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness
 		res.Synth = fmt.Sprintf("written in %.1f s", time.Since(t0).Seconds())
 	}
 	res.SynthCommand = strings.Replace(res.SynthCommand, "-o PATH", "-o "+harness.ShellQuote(path), 1)
-	if w, err := harness.WeightBytesPerToken(path); err != nil {
+	if info, _, err := (harness.Minfer{R: r, Model: path}).Info(ctx); err != nil {
 		res.Weights = harness.WeightBytes{Method: "unknown: " + err.Error()}
+	} else if w, err := harness.WeightBytesFromInfo(info); err != nil {
+		res.Weights = harness.WeightBytes{FileSize: w.FileSize, Method: "unknown: " + err.Error()}
 	} else {
 		res.Weights = w
 	}

@@ -16,8 +16,8 @@ import (
 // perfCache is a synth cache holding real tiny GGUFs under the names of two
 // issue-6 rows (qwen2-tiny Q8_0 as qwen2-0.5b:Q8_0, 1,402,128 weight bytes
 // per token; qwen3-tiny Q8_0 as qwen3-0.6b:Q8_0, 2,235,664: hand-counted in
-// harness/perf_test.go), so the bytes-per-token arithmetic runs on real
-// tensor tables while the fake minfer benches in milliseconds.
+// engine/model), so the cache holds real files while the fake minfer
+// benches in milliseconds.
 func perfCache(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -75,6 +75,9 @@ func near(a harness.Num, b float64) bool {
 func TestPerf_TwoRowsTableRatiosAndGBsByHandMissedTargetExits1(t *testing.T) {
 	bin := fakeMinfer(t)
 	t.Setenv("FAKEMINFER_RATES", "60000,1000")
+	// The fake minfer's info answers the engine's own hand-counted decode
+	// reads of these two files (engine/model TestDecodeRead_*).
+	t.Setenv("FAKEMINFER_WBYTES", "qwen2-0.5b:1402128,qwen3-0.6b:2235664")
 	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0,qwen3-0.6b:Q8_0")
 	if code != 1 || rec.Verdict != harness.PerfMissed {
 		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)

@@ -28,6 +28,8 @@ type modelInfo struct {
 	Tensors      int            `json:"tensors"`
 	TypeCounts   map[string]int `json:"type_histogram"`
 	Tokenizer    tokenizerInfo  `json:"tokenizer"`
+	// DecodeRead is what one decode step reads (abtest perf's GB/s).
+	DecodeRead model.DecodeRead `json:"decode_read"`
 }
 
 type tokenizerInfo struct {
@@ -91,6 +93,9 @@ func readInfo(path string) (*modelInfo, error) {
 	for _, ti := range f.Tensors {
 		info.TypeCounts[ti.Type.String()]++
 		info.Params += ti.NElements
+	}
+	if info.DecodeRead, err = model.DecodeReadOf(f, hp); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	tok, err := tokenizer.FromGGUF(f)
 	if err != nil {

@@ -114,7 +114,16 @@ func main() {
 				hist[k], _ = strconv.Atoi(v)
 			}
 		}
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model, "type_histogram": hist})
+		// decode_read: FAKEMINFER_WBYTES="qwen2:1402128,qwen3:2235664" picks
+		// the weight bytes by a substring of the model path (default 1000).
+		wb := 1000
+		for _, kv := range strings.Split(os.Getenv("FAKEMINFER_WBYTES"), ",") {
+			if k, v, ok := strings.Cut(kv, ":"); ok && strings.Contains(*model, k) {
+				wb, _ = strconv.Atoi(v)
+			}
+		}
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model, "type_histogram": hist,
+			"decode_read": map[string]any{"weight_bytes_per_token": wb, "method": "fake", "kv_elems_per_pos": 512}})
 	case "synth":
 		if *shape == "" || *typ == "" || *output == "" {
 			fmt.Fprintln(os.Stderr, "minfer synth: --shape, --type and -o are required")
