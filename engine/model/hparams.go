@@ -105,6 +105,8 @@ func ReadHParams(f *gguf.File) (HParams, error) {
 	}
 	if vl, err := f.Uint(p + "attention.value_length"); err == nil && int(vl) != h.HeadDim {
 		return h, fmt.Errorf("model: %sattention.value_length %d differs from key_length %d (unsupported)", p, vl, h.HeadDim)
+	} else if err != nil && !errors.Is(err, gguf.ErrNotFound) {
+		return h, fmt.Errorf("model: %sattention.value_length: %w", p, err) // present but not a count
 	}
 
 	h.RopeTheta = 10000

@@ -178,6 +178,7 @@ func TestReadHParams_BadInputNamesTheCause(t *testing.T) {
 		{"quantized norm", q2.editTensor("blk.0.ffn_norm.weight", func(ts *tensor) bool { ts.typ = quant.Q8_0; return true }), "blk.0.ffn_norm.weight is 1-D"},
 		{"qwen3 without q norm", q3.editTensor("blk.0.attn_q_norm.weight", func(*tensor) bool { return false }), "attn_q_norm"},
 		{"value_length differs", q3.setKV("qwen3.attention.value_length", gguf.Uint32Value(64)), "value_length 64"},
+		{"value_length not a count", q3.setKV("qwen3.attention.value_length", gguf.StringValue("128")), "attention.value_length"},
 		{"qwen3 key_length mismatch", q3.dropKV("qwen3.attention.value_length").setKV("qwen3.attention.key_length", gguf.Uint32Value(64)), "has shape"},
 	}
 	for _, c := range cases {
