@@ -63,6 +63,10 @@ type Engine struct {
 	window         [2]int32
 
 	dumps int // forwards dumped so far (MINFER_GRAPH_DUMP)
+
+	// sleep is how the slow_* test seams wait (time.Sleep; tests record it
+	// instead of timing the forward, which would be a timed assertion).
+	sleep func(time.Duration)
 }
 
 // Load opens a GGUF model and prepares it for Forward.
@@ -103,7 +107,7 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{f: f, h: h, tok: tok, opts: opts, plans: map[graph.Params]*graph.Plan{}}
+	e := &Engine{f: f, h: h, tok: tok, opts: opts, plans: map[graph.Params]*graph.Plan{}, sleep: time.Sleep}
 	switch h.Arch {
 	case Qwen2:
 		e.build = qwen2.Build
@@ -357,9 +361,9 @@ func (e *Engine) mutate(out []float32, nt int) {
 			perturbRow(out[r : r+n])
 		}
 	case lv.Mutated(levers.MutateSlowDecode) && nt == 1:
-		time.Sleep(2 * time.Millisecond)
+		e.sleep(2 * time.Millisecond)
 	case lv.Mutated(levers.MutateSlowPrefill) && nt > 1:
-		time.Sleep(time.Duration(nt) * time.Millisecond)
+		e.sleep(time.Duration(nt) * time.Millisecond)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -391,36 +392,36 @@ func TestMutatePerturbLogit_FlipsGreedy(t *testing.T) {
 	}
 }
 
-func timeForwards(t *testing.T, e *Engine, toks []int32, n int) time.Duration {
+// sleeps records what the slow_* seams ask to wait, per forward.
+func sleeps(t *testing.T, e *Engine, toks ...[]int32) []time.Duration {
 	t.Helper()
-	best := time.Duration(math.MaxInt64)
-	for i := 0; i < n; i++ {
+	var got []time.Duration
+	e.sleep = func(d time.Duration) { got = append(got, d) }
+	for _, x := range toks {
 		e.Reset()
-		start := time.Now()
-		if _, err := e.Forward(toks, false); err != nil {
+		if _, err := e.Forward(x, false); err != nil {
 			t.Fatal(err)
 		}
-		best = min(best, time.Since(start))
 	}
-	return best
+	return got
 }
 
-// slow_decode adds 2 ms to a one-token forward.
-func TestMutateSlowDecode_AddsTwoMilliseconds(t *testing.T) {
-	fast := timeForwards(t, loadTiny(t, tinyQwen2, levers.Default()), []int32{1}, 5)
-	slow := timeForwards(t, loadTiny(t, tinyQwen2, mustEnv(t, "MINFER_TEST_MUTATE=slow_decode")), []int32{1}, 5)
-	if slow < fast+1500*time.Microsecond {
-		t.Fatalf("slow_decode %v vs %v", slow, fast)
+// slow_decode adds 2 ms to a one-token forward, and nothing to a prefill.
+func TestMutateSlowDecode_AddsTwoMillisecondsToDecodeOnly(t *testing.T) {
+	e := loadTiny(t, tinyQwen2, mustEnv(t, "MINFER_TEST_MUTATE=slow_decode"))
+	if got := sleeps(t, e, []int32{1}, make([]int32, 8)); !slices.Equal(got, []time.Duration{2 * time.Millisecond}) {
+		t.Fatalf("slow_decode waits %v, want [2ms] (decode only)", got)
+	}
+	if got := sleeps(t, loadTiny(t, tinyQwen2, levers.Default()), []int32{1}); len(got) != 0 {
+		t.Fatalf("unmutated engine waits %v", got)
 	}
 }
 
-// slow_prefill adds nt ms to a prefill of nt tokens.
-func TestMutateSlowPrefill_AddsTimeProportionalToNT(t *testing.T) {
-	toks := make([]int32, 8)
-	fast := timeForwards(t, loadTiny(t, tinyQwen2, levers.Default()), toks, 3)
-	slow := timeForwards(t, loadTiny(t, tinyQwen2, mustEnv(t, "MINFER_TEST_MUTATE=slow_prefill")), toks, 3)
-	if slow < fast+6*time.Millisecond {
-		t.Fatalf("slow_prefill %v vs %v", slow, fast)
+// slow_prefill adds nt ms to a prefill of nt tokens, and nothing to decode.
+func TestMutateSlowPrefill_AddsNTMillisecondsToPrefillOnly(t *testing.T) {
+	e := loadTiny(t, tinyQwen2, mustEnv(t, "MINFER_TEST_MUTATE=slow_prefill"))
+	if got := sleeps(t, e, make([]int32, 8), []int32{1}); !slices.Equal(got, []time.Duration{8 * time.Millisecond}) {
+		t.Fatalf("slow_prefill waits %v, want [8ms] (prefill only)", got)
 	}
 }
 
