@@ -344,7 +344,10 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 		return
 	}
 	dir := filepath.Join(cfg.TmpDir, "nsys")
-	_ = os.MkdirAll(dir, 0o755)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fallback("nsys output folder: " + err.Error())
+		return
+	}
 	rep := filepath.Join(dir, "b")
 	cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
 	defer cancel()

@@ -314,7 +314,7 @@ func (m Minfer) Logits(ctx context.Context, label, device string, env map[string
 		if err != nil {
 			return l, e, err
 		}
-		_ = os.Remove(rowsFile)
+		_ = os.Remove(rowsFile) // a temp file already read; a leftover is harmless
 		if len(rows) != len(ids)*l.NVocab {
 			return l, e, fmt.Errorf("%s: --out holds %d values, want %d x %d", label, len(rows), len(ids), l.NVocab)
 		}

@@ -207,7 +207,9 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 		}
 		sum.PrevNote = note
 	}
-	_ = os.MkdirAll(f.out, 0o755)
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return nil, "", exitError{2, fmt.Errorf("nightly: --out: %w", err)}
+	}
 	path := filepath.Join(f.out, "nightly-"+sum.Date)
 	b, err := json.MarshalIndent(sum, "", "  ")
 	if err != nil {
