@@ -106,6 +106,11 @@ var registry = []Lever{
 	{Name: "MINFER_NO_FA_PREFILL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#6",
 		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0",
 		Reserved: "issue #6: prefill attention has one (plain) kernel; the tiled FlashAttention kernel is not built"},
+	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
+		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
+		// The split-K kernel sums scores, exponentials and V in another
+		// order (per-warp partials merged with rescaling): f32 rounding only.
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -201,6 +206,7 @@ type Config struct {
 	NoQ40MMVQ        bool
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
+	NoSplitKAttn     bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -282,6 +288,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
+	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")
