@@ -26,6 +26,7 @@ type Kernels struct {
 	census map[string]int64 // nil when the census is off
 
 	timing *opTiming // nil when op timing is off
+	pdl    bool      // launch with programmatic dependent launch (MINFER_NO_PDL unset)
 }
 
 // KernelsOptions selects the instrumentation.
@@ -33,6 +34,11 @@ type KernelsOptions struct {
 	Path     string // explicit fatbin path (MINFER_KERNELS); "" = next to the executable
 	Census   bool
 	OpTiming bool
+	// PDL launches every kernel with programmatic dependent launch allowed
+	// (driver.Function.LaunchPDL): each kernel starts with
+	// MINFER_KERNEL_ENTRY (griddepcontrol.wait), so the next kernel's launch
+	// overlaps the tail of the previous one without reading its outputs early.
+	PDL bool
 }
 
 // LoadKernels loads the fatbin on dev. Call it inside dev.Do.
@@ -41,7 +47,7 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}}
+	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}, pdl: opts.PDL}
 	if opts.Census {
 		k.census = map[string]int64{}
 	}
@@ -72,10 +78,14 @@ func (k *Kernels) launch(s *driver.Stream, name string, grid, block [3]uint32, s
 	if err != nil {
 		return err
 	}
-	if k.timing != nil && k.timing.direct {
-		return k.timing.timed(k.dev, s, name, func() error { return k.count(name, f.Launch(s, grid, block, smem, args...)) })
+	run := f.Launch
+	if k.pdl {
+		run = f.LaunchPDL
 	}
-	return k.count(name, f.Launch(s, grid, block, smem, args...))
+	if k.timing != nil && k.timing.direct {
+		return k.timing.timed(k.dev, s, name, func() error { return k.count(name, run(s, grid, block, smem, args...)) })
+	}
+	return k.count(name, run(s, grid, block, smem, args...))
 }
 
 func (k *Kernels) count(name string, err error) error {

@@ -56,6 +56,7 @@ const (
 	symGraphDestroy
 	symProfilerStart
 	symProfilerStop
+	symLaunchKernelEx
 	numSyms
 )
 
@@ -107,10 +108,11 @@ var symNames = [numSyms][]string{
 	symGraphDestroy:       {"cuGraphDestroy"},
 	symProfilerStart:      {"cuProfilerStart"},
 	symProfilerStop:       {"cuProfilerStop"},
+	symLaunchKernelEx:     {"cuLaunchKernelEx"},
 }
 
 // optionalSym marks entry points whose absence does not refuse the driver.
-var optionalSym = [numSyms]bool{symProfilerStart: true, symProfilerStop: true}
+var optionalSym = [numSyms]bool{symProfilerStart: true, symProfilerStop: true, symLaunchKernelEx: true}
 
 // symByName finds the entry point one of whose names is name.
 func symByName(name string) (sym, bool) {

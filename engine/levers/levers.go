@@ -113,6 +113,9 @@ var registry = []Lever{
 		// The split-K kernel sums scores, exponentials and V in another
 		// order (per-warp partials merged with rescaling): f32 rounding only.
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+	{Name: "MINFER_NO_PDL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "kernel launch (programmatic dependent launch)", Issue: "#6",
+		Doc: "1: plain launches; unset: every kernel is launched with programmatic dependent launch (each waits for its predecessor with griddepcontrol.wait)", ArmA: "1", ArmB: "0",
+		Reserved: "issue #6: the kernels do not all begin with MINFER_KERNEL_ENTRY yet"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -209,6 +212,7 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
+	NoPDL            bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -291,6 +295,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
+	c.NoPDL = on("MINFER_NO_PDL")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")
