@@ -15,7 +15,8 @@ import (
 type Options struct {
 	// Levers are the parsed MINFER_* gates: DisableCUDA, TestCallFail,
 	// Kernels, LaunchCensus, OpTiming, NoCUDAGraph, NoPrefillCapture,
-	// NoPinnedReadback, NoPrefillGEMM, NoQ80MMVQ, NoQ40MMVQ, NoKQMMVQ.
+	// NoPinnedReadback, NoPrefillGEMM, NoQ80MMVQ, NoQ40MMVQ, NoKQMMVQ,
+	// NoSplitKAttn.
 	Levers levers.Config
 	// Ordinal is the device index.
 	Ordinal int
@@ -48,9 +49,17 @@ type Backend struct {
 	kvScratch driver.DevicePtr // KVMove's bounce buffer (one region)
 	kvStamp   uint64           // moves whenever the KV layout changes
 
+	attnScratch map[attnScratchKey]attnScratchBuf // split-K decode attention scratch per shape (launch_attn.go)
+
 	cap    capture
 	ops    map[graph.Op]opFunc
 	closed bool
+
+	// ffnUp is the fused FFN's up-projection scratch for the paths that
+	// run gate and up as two matmuls (ffnUpLen f32 values; grown by
+	// opFusedFFN at plan time, outside any capture window, never shrunk).
+	ffnUp    driver.DevicePtr
+	ffnUpLen int
 }
 
 var _ graph.Backend = (*Backend)(nil)
@@ -71,7 +80,10 @@ func New(opts Options) (*Backend, error) {
 	b := &Backend{
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
-			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ},
+			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
+			// In-kernel Q8_1 quantization for decode mmvq (bitwise the
+			// two-launch form; MINFER_MMVQ_INLINE_Q8=1).
+			InlineQ8: opts.Levers.MMVQInlineQ8},
 		pool:    newPool(dev),
 		weights: map[string]*devWeight{},
 		ops:     opTable(),
@@ -84,13 +96,17 @@ func New(opts Options) (*Backend, error) {
 	}
 	b.cap.stats.Disabled = opts.Levers.NoCUDAGraph
 	err = dev.Do(func() error {
-		k, err := LoadKernels(dev, KernelsOptions{Path: opts.Levers.Kernels, Census: opts.Levers.LaunchCensus, OpTiming: opts.Levers.OpTiming})
+		k, err := LoadKernels(dev, KernelsOptions{Path: opts.Levers.Kernels, Census: opts.Levers.LaunchCensus, OpTiming: opts.Levers.OpTiming,
+			PDL: opts.Levers.PDL})
 		if err != nil {
 			return err
 		}
 		b.k = k
 		k.SetDirect(true)
 		if err := k.PrepareMatmul(); err != nil {
+			return err
+		}
+		if err := k.PrepareAttnPrefill(); err != nil {
 			return err
 		}
 		s, err := dev.NewStream()
@@ -123,10 +139,19 @@ func (b *Backend) Device() driver.Attributes { return b.dev.Attr }
 // Kernels returns the loaded kernels (census, op timing).
 func (b *Backend) Kernels() *Kernels { return b.k }
 
-// SupportsFused implements graph.Backend. Fused QKV is three matmuls into
-// one output (the same kernels as unfused, so bitwise equal); the others
-// need fused kernels that come with a later issue.
-func (b *Backend) SupportsFused(k graph.FuseKind) bool { return k == graph.FuseQKV }
+// SupportsFused implements graph.Backend. Fused QKV is the three matmuls
+// of one input into one output; fused FFN is gate and up of one input and
+// their SwiGLU (exec.go opFusedQKV / opFusedFFN: at decode one mmvq launch
+// each, bitwise the unfused mmvq kernels; otherwise the unfused kernels);
+// bias + rope + KV store is one minfer_qkv_rope_store launch
+// (exec_rope_store.go), bitwise the unfused chain.
+func (b *Backend) SupportsFused(k graph.FuseKind) bool {
+	switch k {
+	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore:
+		return true
+	}
+	return false
+}
 
 // SupportsOp implements graph.Backend: the op has a launcher, its weights
 // are registered here and its KV layer exists. Shape invariants are checked
@@ -143,7 +168,7 @@ func (b *Backend) SupportsOp(n *graph.Node) error {
 		}
 	}
 	switch n.Op {
-	case graph.OpAttn, graph.OpKvcacheStore, graph.OpKvcacheLoad:
+	case graph.OpAttn, graph.OpKvcacheStore, graph.OpKvcacheLoad, graph.OpQkvBiasRopeStore:
 		if b.kvK == nil || n.P.Layer < 0 || n.P.Layer >= b.kvSpec.NLayer {
 			return fmt.Errorf("no KV region for layer %d", n.P.Layer)
 		}

@@ -313,7 +313,7 @@ func TestDeviceOps_GetRowsEveryTypeMatchesCPUWithin1e6(t *testing.T) {
 // element relative to sum_i |w_i x_i| + |bias|: the mmv path (nt <= 8) is an
 // f32 reorder (bar 1e-5), the GEMM path (nt >= 9) rounds each dequantized
 // weight to f16 (bar 2^-10), the decode mmvq path (nt = 1, Q8_0 / Q4_0 /
-// Q4_K / Q6_K) rounds the activations to Q8_1 (bar 1e-2). Against the CPU backend the bar is the
+// Q4_1 / Q5_0 / Q5_1 / Q4_K / Q6_K) rounds the activations to Q8_1 (bar 1e-2). Against the CPU backend the bar is the
 // activation-quant class (1e-2): the CPU rounds activations to Q8_0/Q8_K
 // for quantized weights, the device reads them in f32 (ARCHITECTURE rule 3).
 func TestDeviceOps_MatMulEveryTypeMatchesReferenceWithinItsClass(t *testing.T) {
@@ -918,15 +918,22 @@ func TestTwoEngines_ConcurrentBitwiseEqualToEachAlone(t *testing.T) {
 	dsBitwise(t, "engine B concurrent vs alone", gb, aloneB)
 }
 
-// TestForward_NT3BitwiseEqualsThreeNT1: nt = 3 goes through the same mmv
-// kernels (nt <= 8) and the same attention kernel, so a 3-token forward
-// gives bitwise the logits of three 1-token forwards (all-logits rows).
+// dsNoMMVQ turns the decode mmvq path off (every type back to the f32
+// mmv kernels that nt 2..8 run).
+var dsNoMMVQ = []string{"MINFER_NO_Q80_MMVQ=1", "MINFER_NO_Q40_MMVQ=1", "MINFER_NO_KQ_MMVQ=1"}
+
+// TestForward_NT3BitwiseEqualsThreeNT1: with the mmvq levers set, nt = 1
+// and nt = 3 go through the same mmv kernels (nt <= 8) and the same
+// attention kernel, so a 3-token forward gives bitwise the logits of three
+// 1-token forwards (all-logits rows). (With mmvq on, nt = 1 rounds the
+// activations to Q8_1: TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass
+// holds that path to its class.)
 func TestForward_NT3BitwiseEqualsThreeNT1(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{{"qwen2-tiny", "Q8_0"}, {"qwen3-tiny", "Q4_K_M"}} {
 		path := dsSynth(t, m.shape, m.typ)
-		e3 := dsEngine(t, path, "cuda", 64)
-		e1 := dsEngine(t, path, "cuda", 64)
+		e3 := dsEngine(t, path, "cuda", 64, dsNoMMVQ...)
+		e1 := dsEngine(t, path, "cuda", 64, dsNoMMVQ...)
 		toks := []int32{17, 29, 31}
 		all, err := e3.Forward(toks, true)
 		if err != nil {

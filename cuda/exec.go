@@ -15,29 +15,30 @@ import (
 type opFunc func(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error)
 
 // opTable is the dispatch table: every op the device runs. What is not
-// here (OpQkvBiasRopeStore, OpFusedFFN) is refused by SupportsOp and
-// placed on the CPU.
+// here is refused by SupportsOp and placed on the CPU.
 func opTable() map[graph.Op]opFunc {
 	return map[graph.Op]opFunc{
-		graph.OpInput:        opNone,
-		graph.OpView:         opNone,
-		graph.OpReshape:      opNone,
-		graph.OpGetRows:      opGetRows,
-		graph.OpRmsNorm:      opRmsNorm,
-		graph.OpQkNorm:       opRmsNorm,
-		graph.OpMatMul:       opMatMul,
-		graph.OpFusedQKV:     opFusedQKV,
-		graph.OpAdd:          opAddMul,
-		graph.OpMul:          opAddMul,
-		graph.OpSilu:         opSilu,
-		graph.OpSwiGLU:       opSwiGLU,
-		graph.OpRope:         opRope,
-		graph.OpAttn:         opAttn,
-		graph.OpKvcacheStore: opKVStore,
-		graph.OpKvcacheLoad:  opKVLoad,
-		graph.OpPermute:      opPermute,
-		graph.OpScale:        opScale,
-		graph.OpSoftmax:      opSoftmax,
+		graph.OpInput:            opNone,
+		graph.OpView:             opNone,
+		graph.OpReshape:          opNone,
+		graph.OpGetRows:          opGetRows,
+		graph.OpRmsNorm:          opRmsNorm,
+		graph.OpQkNorm:           opRmsNorm,
+		graph.OpMatMul:           opMatMul,
+		graph.OpFusedQKV:         opFusedQKV,
+		graph.OpFusedFFN:         opFusedFFN,
+		graph.OpAdd:              opAddMul,
+		graph.OpMul:              opAddMul,
+		graph.OpSilu:             opSilu,
+		graph.OpSwiGLU:           opSwiGLU,
+		graph.OpRope:             opRope,
+		graph.OpAttn:             opAttn,
+		graph.OpKvcacheStore:     opKVStore,
+		graph.OpKvcacheLoad:      opKVLoad,
+		graph.OpPermute:          opPermute,
+		graph.OpScale:            opScale,
+		graph.OpSoftmax:          opSoftmax,
+		graph.OpQkvBiasRopeStore: opQkvBiasRopeStore,
 	}
 }
 
@@ -181,6 +182,9 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 	if err != nil {
 		return matmulPlan{}, err
 	}
+	if err := b.ensureMMQScratch(w.typ, nt, w.rowLen, w.rows); err != nil {
+		return matmulPlan{}, fmt.Errorf("weight %s: %w", wname, err)
+	}
 	return matmulPlan{w: w, bias: bias, out: out}, nil
 }
 
@@ -207,8 +211,37 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	return func() error { return b.runMatMul(p[0], nt, m) }, nil
 }
 
-// opFusedQKV runs the three matmuls into one output (q, then k, then v),
-// the same kernels as the unfused graph.
+// mmvqDecode reports whether a matmul of w over nt tokens takes the decode
+// mmvq path (nt = 1, the type has a kernel, its lever is off, the backend
+// has the Q8_1 scratch).
+func (b *Backend) mmvqDecode(w *devWeight, nt int) bool { return nt == 1 && mmvqOn(w.typ, b.mm) }
+
+// quantizeAct quantizes the one activation row x (k values) into the
+// backend's Q8_1 scratch: the shared first half of the mmvq matmuls of x.
+func (b *Backend) quantizeAct(x driver.DevicePtr, k int) error {
+	if need := ActQ8Bytes(k, 1); need == 0 || b.mm.ActQ8Bytes < need {
+		return fmt.Errorf("Q8_1 activation scratch of %d bytes, k=%d needs %d", b.mm.ActQ8Bytes, k, need)
+	}
+	return b.k.QuantizeQ8_1(b.s, b.mm.ActQ8, x, k, 1)
+}
+
+// runFromQ8 runs one matmul of a decode step whose activation is already in
+// the Q8_1 scratch: the mmvq kernel when m's type takes it, else the f32
+// path (which leaves the scratch alone).
+func (b *Backend) runFromQ8(x driver.DevicePtr, m matmulPlan) error {
+	if b.mmvqDecode(m.w, 1) {
+		return b.k.MatMulQ8_1(b.s, m.out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.ptr, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
+	}
+	return b.runMatMul(x, 1, m)
+}
+
+// opFusedQKV runs the three matmuls of one input into one output (q, then
+// k, then v). Decode with mmvq types and in-kernel quantization
+// (MatMulOptions.InlineQ8, shape taken by MMVQInline): one minfer_mmvqx_qkv
+// launch when the three share a type, else MatMul per weight. Without it,
+// the input is quantized once: one fused minfer_mmvq_qkv launch when the
+// three share a type and take mmvq, else each weight's own kernel from the
+// one Q8_1 row. Every other case is the unfused graph's kernels.
 func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if len(n.Weights) != 3 || len(n.Biases) != 3 {
 		return nil, fmt.Errorf("fused qkv wants 3 weights and 3 bias names")
@@ -226,24 +259,210 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	nt := in[0].Len / w0.rowLen
 	var ms [3]matmulPlan
-	off := 0
+	off, anyQ8, allQ8 := 0, false, true
 	for i := range ms {
 		if ms[i], err = b.planMatMul(n.Weights[i], n.Biases[i], in[0], nt, o.Add(uint64(off)*4)); err != nil {
 			return nil, err
 		}
 		off += ms[i].w.rows * nt
+		q8 := b.mmvqDecode(ms[i].w, nt)
+		anyQ8, allQ8 = anyQ8 || q8, allQ8 && q8 && ms[i].w.typ == ms[0].w.typ
 	}
 	if off != out.Len {
 		return nil, fmt.Errorf("output of %d elements, the three projections give %d", out.Len, off)
 	}
+	x, k := p[0], w0.rowLen
+	switch {
+	case b.mmqAll(nt, ms[:]...):
+		// Prefill, all three MMQ: quantize x once, then each weight's MMQ.
+		return func() error {
+			if err := b.quantizeMMQ(x, k, nt); err != nil {
+				return err
+			}
+			for _, m := range ms {
+				if err := b.runPreQ8(nt, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil
+	case allQ8 && b.k.MMVQInline(k, off, b.mm):
+		// One launch: the kernel quantizes x itself (minfer_mmvqx_qkv).
+		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
+		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
+		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
+		typ := ms[0].w.typ
+		return func() error { return b.k.mmvqxQKV(b.s, o, x, w, typ, bias, k, rows, 0) }, nil
+	case anyQ8 && b.mm.InlineQ8:
+		// Mixed types with in-kernel quantization: each weight's own
+		// kernel from x (MatMul picks mmvqx, two-launch mmvq or mmv).
+		return func() error {
+			for _, m := range ms {
+				if err := b.runMatMul(x, 1, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil
+	case allQ8:
+		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
+		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
+		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
+		typ := ms[0].w.typ
+		return func() error {
+			if err := b.quantizeAct(x, k); err != nil {
+				return err
+			}
+			return b.k.MatMulQ8_1QKV(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, w, typ, bias, k, rows)
+		}, nil
+	case anyQ8:
+		return func() error {
+			if err := b.quantizeAct(x, k); err != nil {
+				return err
+			}
+			for _, m := range ms {
+				if err := b.runFromQ8(x, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil
+	}
 	return func() error {
 		for _, m := range ms {
-			if err := b.runMatMul(p[0], nt, m); err != nil {
+			if err := b.runMatMul(x, nt, m); err != nil {
 				return err
 			}
 		}
 		return nil
 	}, nil
+}
+
+// opFusedFFN computes silu(x*gate) * (x*up) (graph.OpFusedFFN, Weights =
+// {gate, up}, output [n_ff, nt]) as engine/cpu does. Decode with gate and
+// up of one mmvq type: the input quantized once and one minfer_mmvq_ffn
+// launch. Otherwise gate into the output, up into the backend's ffnUp
+// scratch (decode mmvq types from one quantized row), then SwiGLU in place:
+// the unfused graph's kernels, so bitwise its values.
+func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	if len(n.Weights) != 2 {
+		return nil, fmt.Errorf("fused ffn wants 2 weights (gate, up), has %d", len(n.Weights))
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	nff := n.Shape[0]
+	if nff <= 0 || out.Len%nff != 0 {
+		return nil, fmt.Errorf("output of %d elements is not rows of n_ff=%d", out.Len, nff)
+	}
+	nt := out.Len / nff
+	g, err := b.planMatMul(n.Weights[0], "", in[0], nt, o)
+	if err != nil {
+		return nil, err
+	}
+	u, err := b.planMatMul(n.Weights[1], "", in[0], nt, 0)
+	if err != nil {
+		return nil, err
+	}
+	if g.w.rows != nff || u.w.rows != nff {
+		return nil, fmt.Errorf("gate %s has %d rows, up %s %d, node wants n_ff=%d", n.Weights[0], g.w.rows, n.Weights[1], u.w.rows, nff)
+	}
+	x, k := p[0], g.w.rowLen
+	gq, uq := b.mmvqDecode(g.w, nt), b.mmvqDecode(u.w, nt)
+	if gq && uq && g.w.typ == u.w.typ && b.k.MMVQInline(k, nff, b.mm) {
+		// One launch: the kernel quantizes x itself (minfer_mmvqx_ffn).
+		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
+		return func() error { return b.k.mmvqxFFN(b.s, o, x, wg, wu, typ, k, nff, 0) }, nil
+	}
+	if gq && uq && g.w.typ == u.w.typ {
+		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
+		return func() error {
+			if err := b.quantizeAct(x, k); err != nil {
+				return err
+			}
+			return b.k.FFNQ8_1(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
+		}, nil
+	}
+	if err := b.ensureFFNUp(out.Len); err != nil {
+		return nil, err
+	}
+	u.out = b.ffnUp
+	n0 := out.Len
+	if b.mmqAll(nt, g, u) {
+		// Prefill, gate and up MMQ: quantize x once for both.
+		return func() error {
+			if err := b.quantizeMMQ(x, k, nt); err != nil {
+				return err
+			}
+			if err := b.runPreQ8(nt, g); err != nil {
+				return err
+			}
+			if err := b.runPreQ8(nt, u); err != nil {
+				return err
+			}
+			return b.k.SwiGLU(b.s, o, o, u.out, n0)
+		}, nil
+	}
+	if (gq || uq) && b.mm.InlineQ8 {
+		// Mixed types with in-kernel quantization: MatMul per weight.
+		return func() error {
+			if err := b.runMatMul(x, 1, g); err != nil {
+				return err
+			}
+			if err := b.runMatMul(x, 1, u); err != nil {
+				return err
+			}
+			return b.k.SwiGLU(b.s, o, o, u.out, n0)
+		}, nil
+	}
+	if gq || uq {
+		return func() error {
+			if err := b.quantizeAct(x, k); err != nil {
+				return err
+			}
+			if err := b.runFromQ8(x, g); err != nil {
+				return err
+			}
+			if err := b.runFromQ8(x, u); err != nil {
+				return err
+			}
+			return b.k.SwiGLU(b.s, o, o, u.out, n0)
+		}, nil
+	}
+	return func() error {
+		if err := b.runMatMul(x, nt, g); err != nil {
+			return err
+		}
+		if err := b.runMatMul(x, nt, u); err != nil {
+			return err
+		}
+		return b.k.SwiGLU(b.s, o, o, u.out, n0)
+	}, nil
+}
+
+// ensureFFNUp grows the fused FFN's up scratch to n f32 values. It runs at
+// plan time (Execute's host half, never inside a capture window); a new
+// allocation moves the pool generation, so no graph captured with the old
+// pointer replays, and the old one stays allocated until Close.
+func (b *Backend) ensureFFNUp(n int) error {
+	if n <= b.ffnUpLen {
+		return nil
+	}
+	// Doubling: every prompt length would otherwise grow it (and each growth
+	// moves the pool generation, so captured graphs re-warm).
+	n = max(n, 2*b.ffnUpLen)
+	return b.dev.Do(func() error {
+		ptr, err := b.pool.raw(uint64(n)*4, fmt.Sprintf("fused FFN up scratch (%d values)", n))
+		if err != nil {
+			return err
+		}
+		b.ffnUp, b.ffnUpLen = ptr, n
+		return nil
+	})
 }
 
 func opAddMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
@@ -477,5 +696,17 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		return nil, err
 	}
 	f := b.kvSpec.Format
+	switch {
+	case ap.NT >= AttnPrefillMinNT && !b.lv.NoFAPrefill:
+		// Prefill: the tiled kernel (MINFER_NO_FA_PREFILL=1: the plain one).
+		return func() error { return b.k.AttentionPrefill(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+	case ap.NT <= AttnDecodeMaxNT && !b.lv.NoSplitKAttn:
+		// Decode: the split-K kernel (MINFER_NO_SPLITK_ATTN=1: the plain one).
+		scr, scrBytes, err := b.attnDecodeScratch(ap)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return b.k.AttentionDecode(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
+	}
 	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 }

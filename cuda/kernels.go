@@ -26,7 +26,8 @@ type Kernels struct {
 	census map[string]int64 // nil when the census is off
 
 	timing *opTiming // nil when op timing is off
-	pdl    bool      // launch with programmatic dependent launch (MINFER_NO_PDL unset)
+	pdl    bool      // launch with programmatic dependent launch (MINFER_PDL=1)
+	pdlN   int64     // launches issued with the PDL attribute (liveness evidence)
 }
 
 // KernelsOptions selects the instrumentation.
@@ -85,7 +86,22 @@ func (k *Kernels) launch(s *driver.Stream, name string, grid, block [3]uint32, s
 	if k.timing != nil && k.timing.direct {
 		return k.timing.timed(k.dev, s, name, func() error { return k.count(name, run(s, grid, block, smem, args...)) })
 	}
-	return k.count(name, run(s, grid, block, smem, args...))
+	err = k.count(name, run(s, grid, block, smem, args...))
+	if err == nil && k.pdl {
+		k.mu.Lock()
+		k.pdlN++
+		k.mu.Unlock()
+	}
+	return err
+}
+
+// PDLLaunches is how many launches went out with programmatic dependent
+// launch allowed (a captured graph's launches count once, at capture): the
+// evidence that MINFER_PDL switched something.
+func (k *Kernels) PDLLaunches() int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.pdlN
 }
 
 func (k *Kernels) count(name string, err error) error {

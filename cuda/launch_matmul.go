@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/quant"
@@ -15,10 +16,11 @@ type MatMulOptions struct {
 	// the per-type mmv kernel, looped over chunks of at most 8 tokens,
 	// instead of the f16 tensor-core GEMM.
 	NoPrefillGEMM bool
-	// NoQ80MMVQ (MINFER_NO_Q80_MMVQ), NoQ40MMVQ (MINFER_NO_Q40_MMVQ) and
-	// NoKQMMVQ (MINFER_NO_KQ_MMVQ, Q4_K and Q6_K) run decode (nt = 1) of
-	// those weight types through the f32-activation mmv kernel instead of
-	// the Q8_1-activation mmvq kernel.
+	// NoQ80MMVQ (MINFER_NO_Q80_MMVQ: Q8_0), NoQ40MMVQ (MINFER_NO_Q40_MMVQ:
+	// the legacy 32-value formats Q4_0, Q4_1, Q5_0 and Q5_1) and NoKQMMVQ
+	// (MINFER_NO_KQ_MMVQ: Q4_K and Q6_K) run decode (nt = 1) of those weight
+	// types through the f32-activation mmv kernel instead of the
+	// Q8_1-activation mmvq kernel (and its fused q/k/v and FFN forms).
 	NoQ80MMVQ bool
 	NoQ40MMVQ bool
 	NoKQMMVQ  bool
@@ -30,6 +32,22 @@ type MatMulOptions struct {
 	// is too small for k is an error, never a fallback.
 	ActQ8      driver.DevicePtr
 	ActQ8Bytes uint64
+	// InlineQ8 runs the decode mmvq path in its in-kernel form where the
+	// shape allows it (Kernels.MMVQInline): the minfer_mmvqx_* kernels
+	// quantize the f32 activation row into shared memory themselves, so
+	// there is no minfer_quantize_q8_1 launch and no scratch; the results
+	// are bitwise the two-launch form's. Off (the zero value, and the
+	// shapes it does not take), decode mmvq is minfer_quantize_q8_1 into
+	// ActQ8 and then the mmvq kernel. With InlineQ8 set the mmvq path runs
+	// without ActQ8 for the shapes the in-kernel form takes.
+	InlineQ8 bool
+	// MMQ (MINFER_MMQ, default on) runs prefill (nt >= 9) of the types in
+	// mmqTable through the int8 tensor-core kernel over Q8_1 activations
+	// (launch_mmq.go) in MMQAct (MMQActBytes >= ActQ8Bytes(k, nt), grown by
+	// the Backend; a missing or small one is an error, not a fallback).
+	MMQ         bool
+	MMQAct      driver.DevicePtr
+	MMQActBytes uint64
 }
 
 // mmvqTable names the decode kernels over Q8_1 activations
@@ -37,8 +55,21 @@ type MatMulOptions struct {
 var mmvqTable = map[quant.Type]string{
 	quant.Q8_0: "minfer_mmvq_q8_0",
 	quant.Q4_0: "minfer_mmvq_q4_0",
+	quant.Q4_1: "minfer_mmvq_q4_1",
+	quant.Q5_0: "minfer_mmvq_q5_0",
+	quant.Q5_1: "minfer_mmvq_q5_1",
 	quant.Q4_K: "minfer_mmvq_q4_k",
 	quant.Q6_K: "minfer_mmvq_q6_k",
+}
+
+// mmvqFusedKernel names the fused form ("qkv" or "ffn") of a type's mmvq
+// kernel (cuda/kernels/mmvq.cu instantiates all three per type).
+func mmvqFusedKernel(wtype quant.Type, form string) string {
+	name, ok := mmvqTable[wtype]
+	if !ok {
+		return ""
+	}
+	return "minfer_mmvq_" + form + "_" + strings.TrimPrefix(name, "minfer_mmvq_")
 }
 
 // quantizeQ8_1Kernel quantizes f32 activation rows to Q8_1
@@ -60,13 +91,13 @@ func ActQ8Bytes(k, nt int) uint64 {
 // mmvqOn reports whether the mmvq kernel of wtype is enabled by opts (its
 // lever not set and a scratch given).
 func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
-	if _, ok := mmvqTable[wtype]; !ok || opts.ActQ8 == 0 {
+	if _, ok := mmvqTable[wtype]; !ok || (opts.ActQ8 == 0 && !opts.InlineQ8) {
 		return false
 	}
 	switch wtype {
 	case quant.Q8_0:
 		return !opts.NoQ80MMVQ
-	case quant.Q4_0:
+	case quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1:
 		return !opts.NoQ40MMVQ
 	case quant.Q4_K, quant.Q6_K:
 		return !opts.NoKQMMVQ
@@ -145,8 +176,11 @@ func MatMulTypes() []quant.Type {
 // MatMulPath returns the name of the kernel MatMul launches for wtype and
 // nt tokens ("" for a type without a device matmul or nt < 1). The
 // NoPrefillGEMM prefill runs that one kernel once per chunk of up to 8
-// tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_K and Q6_K runs the mmvq kernel
-// (after minfer_quantize_q8_1) when its lever is off and opts.ActQ8 is set.
+// tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K
+// runs the mmvq kernel (after minfer_quantize_q8_1) when its lever is off
+// and opts.ActQ8 is set. Prefill (nt >= 9) of the mmqTable types runs
+// minfer_mmq_<type> (after minfer_quantize_q8_1) when opts.MMQ is set and
+// NoPrefillGEMM is not; F32, F16 and BF16 keep the f16 GEMM.
 func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 	ks, ok := matmulTable[wtype]
 	if !ok || nt < 1 {
@@ -157,6 +191,9 @@ func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 	}
 	if nt <= mmvMaxNT || opts.NoPrefillGEMM {
 		return ks.mmv
+	}
+	if mmqOn(wtype, nt, opts) {
+		return mmqTable[wtype]
 	}
 	return ks.gemm
 }
@@ -176,7 +213,7 @@ func MatMulTolerance(wtype quant.Type, nt int, opts MatMulOptions) string {
 	switch MatMulPath(wtype, nt, opts) {
 	case ks.gemm:
 		return "f16-weight-tile"
-	case mmvqTable[wtype]:
+	case mmvqTable[wtype], mmqTable[wtype]:
 		return "activation-quantization-q8_1"
 	}
 	return "f32-reorder"
@@ -281,8 +318,14 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 	if name == ks.gemm {
 		return k.launchGemm(s, name, out, x, w, bias, nt, kDim, n)
 	}
+	if name == mmqTable[wtype] {
+		return k.launchMMQ(s, name, out, x, w, wtype, bias, nt, kDim, n, opts)
+	}
 	if name == mmvqTable[wtype] {
-		return k.launchMMVQ(s, name, out, x, w, bias, kDim, n, opts)
+		if k.MMVQInline(kDim, n, opts) {
+			return k.mmvqxPlain(s, out, x, w, wtype, bias, kDim, n, 0)
+		}
+		return k.launchMMVQ(s, wtype, out, x, w, bias, kDim, n, opts)
 	}
 	block := [3]uint32{mmvThreads, 1, 1}
 	grid := [3]uint32{uint32((n + mmvRows - 1) / mmvRows), 1, 1}
@@ -317,8 +360,9 @@ func (k *Kernels) launchGemm(s *driver.Stream, name string, out, x, w, bias driv
 
 // launchMMVQ quantizes the one activation row x to Q8_1 into opts.ActQ8,
 // then runs the mmvq kernel over it (both on s, so a capture records both).
-func (k *Kernels) launchMMVQ(s *driver.Stream, name string, out, x, w, bias driver.DevicePtr, kDim, n int,
+func (k *Kernels) launchMMVQ(s *driver.Stream, wtype quant.Type, out, x, w, bias driver.DevicePtr, kDim, n int,
 	opts MatMulOptions) error {
+	name := mmvqTable[wtype]
 	need := ActQ8Bytes(kDim, 1)
 	if need == 0 || opts.ActQ8Bytes < need || uint64(opts.ActQ8)%4 != 0 {
 		return fmt.Errorf("matmul %s k=%d n=%d: activation scratch %v of %d bytes (needs %d bytes, 4-byte aligned)",
@@ -327,10 +371,108 @@ func (k *Kernels) launchMMVQ(s *driver.Stream, name string, out, x, w, bias driv
 	if err := k.QuantizeQ8_1(s, opts.ActQ8, x, kDim, 1); err != nil {
 		return fmt.Errorf("matmul %s k=%d n=%d: %w", name, kDim, n, err)
 	}
+	return k.MatMulQ8_1(s, out, opts.ActQ8, opts.ActQ8Bytes, w, wtype, bias, kDim, n)
+}
+
+// mmvqAlign is the weight base alignment the mmvq kernels read with: the
+// Q4_K quants are loaded 16 bytes at a time, every other type's fields 2 or
+// 4 (cuda/kernels/mmvq.cu); device allocations are 256-byte aligned.
+func mmvqAlign(wtype quant.Type) uint64 {
+	if wtype == quant.Q4_K {
+		return 16
+	}
+	return 4
+}
+
+// checkMMVQ validates one mmvq weight and the quantized activation xq
+// (xqBytes bytes) for a row length kDim.
+func checkMMVQ(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type, kDim, n int) error {
+	if _, ok := mmvqTable[wtype]; !ok {
+		return fmt.Errorf("%s: weight type %s has no mmvq kernel", op, wtype)
+	}
+	if err := validateMatMul(wtype, 1, kDim, n); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	need := ActQ8Bytes(kDim, 1)
+	if need == 0 || xq == 0 || xqBytes < need || uint64(xq)%4 != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: Q8_1 activation %v of %d bytes (needs %d bytes, 4-byte aligned)",
+			op, wtype, kDim, n, xq, xqBytes, need)
+	}
+	if a := mmvqAlign(wtype); w == 0 || uint64(w)%a != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: weight pointer %v is null or not %d-byte aligned", op, wtype, kDim, n, w, a)
+	}
+	return nil
+}
+
+// MatMulQ8_1 is the second half of the decode mmvq path: out[j] = W[j] . a
+// (+ bias[j]) for an activation row a already quantized to Q8_1 at xq
+// (xqBytes bytes, QuantizeQ8_1 of kDim values). Several matmuls of one input
+// (q/k/v, gate/up) quantize it once and call this for each weight.
+func (k *Kernels) MatMulQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type,
+	bias driver.DevicePtr, kDim, n int) error {
+	if err := checkMMVQ("matmul_q8_1", xq, xqBytes, w, wtype, kDim, n); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("matmul_q8_1 %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
+	}
+	name := mmvqTable[wtype]
 	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
 	block := [3]uint32{mmvqThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, opts.ActQ8, w, bias, int32(kDim), int32(n)); err != nil {
+	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n)); err != nil {
 		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// MatMulQ8_1QKV runs the q, k and v projections of one Q8_1 activation row
+// in one launch (minfer_mmvq_qkv_<type>): out holds n[0] + n[1] + n[2]
+// values, q then k then v, each row bitwise what MatMulQ8_1 gives for it.
+// The three weights share wtype and kDim; a bias may be 0.
+func (k *Kernels) MatMulQ8_1QKV(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
+	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
+	total := 0
+	for i := range w {
+		if err := checkMMVQ("matmul_q8_1_qkv", xq, xqBytes, w[i], wtype, kDim, n[i]); err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+		if uint64(bias[i])%4 != 0 {
+			return fmt.Errorf("matmul_q8_1_qkv: bias %d %v is misaligned", i, bias[i])
+		}
+		total += n[i]
+	}
+	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
+		return fmt.Errorf("matmul_q8_1_qkv %s k=%d n=%v: null or misaligned output %v, or too many rows", wtype, kDim, n, out)
+	}
+	name := mmvqFusedKernel(wtype, "qkv")
+	grid := [3]uint32{uint32((total + mmvqRows - 1) / mmvqRows), 1, 1}
+	block := [3]uint32{mmvqThreads, 1, 1}
+	if err := k.launch(s, name, grid, block, 0, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
+		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// FFNQ8_1 is the fused SwiGLU FFN of one Q8_1 activation row in one launch
+// (minfer_mmvq_ffn_<type>): out[j] = silu(Wg[j] . a) * (Wu[j] . a) for j < n,
+// the gate and up dot products bitwise MatMulQ8_1's and silu and the
+// product as minfer_swiglu_f32 computes them. Gate and up share wtype.
+func (k *Kernels) FFNQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
+	wtype quant.Type, kDim, n int) error {
+	for i, w := range []driver.DevicePtr{wg, wu} {
+		if err := checkMMVQ("ffn_q8_1", xq, xqBytes, w, wtype, kDim, n); err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+	}
+	if out == 0 || uint64(out)%4 != 0 {
+		return fmt.Errorf("ffn_q8_1 %s k=%d n=%d: null or misaligned output %v", wtype, kDim, n, out)
+	}
+	name := mmvqFusedKernel(wtype, "ffn")
+	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
+	block := [3]uint32{mmvqThreads, 1, 1}
+	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
+		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
 	}
 	return nil
 }
@@ -353,6 +495,187 @@ func (k *Kernels) QuantizeQ8_1(s *driver.Stream, dst, x driver.DevicePtr, kDim, 
 	block := [3]uint32{qactThreads, 1, 1}
 	if err := k.launch(s, quantizeQ8_1Kernel, grid, block, 0, dst, x, int32(kDim), int32(nt)); err != nil {
 		return fmt.Errorf("quantize_q8_1 k=%d nt=%d: %w", kDim, nt, err)
+	}
+	return nil
+}
+
+// In-kernel quantization (minfer_mmvqx_*: cuda/kernels/mmvq.cu). Each block
+// quantizes the f32 row into shared memory and then runs one row per warp,
+// striding over the rows, so the geometry trades the separate launch
+// (~1.2 us plus a ~1 us graph-node gap) against every block re-reading
+// the f32 row (4k bytes) from L2 before its first weight load.
+const (
+	mmvqxMaxWarps = 16 // MINFER_MMVQX_MAX_THREADS / 32
+	mmvqxMinWarps = 4
+	// mmvqxWarpsPerSM is the residency the grid cap assumes (64 warps, the
+	// sm_90 maximum): blocks beyond it would only re-quantize.
+	mmvqxWarpsPerSM = 64
+	// mmvqxPrologueBudget bounds the f32 activation bytes the resident
+	// blocks of one SM re-read: about 0.5 us of one SM's L2 bandwidth, well
+	// under the launch it replaces. Shapes above it (7B's ffn_down, k =
+	// 18944: 448 blocks x 74 KiB over 132 SMs = 257 KiB per SM) keep the
+	// two-launch form.
+	mmvqxPrologueBudget = 64 << 10
+)
+
+// mmvqxSmem is the dynamic shared memory of the mmvqx kernels for row
+// length k: k int8 quants and k / 32 f32 scales (MINFER_MMVQX_SMEM).
+func mmvqxSmem(kDim int) int { return kDim + 4*(kDim/quant.QK) }
+
+// mmvqxForms are the kernel-name infixes of the three forms.
+var mmvqxForms = map[string]string{"": "minfer_mmvqx_", "qkv": "minfer_mmvqx_qkv_", "ffn": "minfer_mmvqx_ffn_"}
+
+// mmvqxKernel names the in-kernel-quantization form ("", "qkv" or "ffn")
+// of a type's mmvq kernel ("" for a type without one).
+func mmvqxKernel(wtype quant.Type, form string) string {
+	name, ok := mmvqTable[wtype]
+	prefix, okf := mmvqxForms[form]
+	if !ok || !okf {
+		return ""
+	}
+	return prefix + strings.TrimPrefix(name, "minfer_mmvq_")
+}
+
+// mmvqxGeom is the launch of an mmvqx kernel over rows output rows of
+// length kDim on a device of sms SMs: warps (rows) per block, blocks, and
+// whether the in-kernel form takes the shape at all. Blocks are the
+// largest warp count (16, 8, 4) that still gives two blocks per SM, capped
+// at one residency's worth; the shape is taken when the smem fits the
+// default 48 KiB (no opt-in: every k of qwen2 up to 72B does, 7B's 18944
+// needs 21 KiB) and the re-read f32 bytes per SM stay in the budget.
+func mmvqxGeom(kDim, rows, sms int) (warps, blocks int, ok bool) {
+	if kDim <= 0 || kDim%quant.QK != 0 || rows <= 0 || sms <= 0 {
+		return 0, 0, false
+	}
+	warps = mmvqxMinWarps
+	for w := mmvqxMaxWarps; w > mmvqxMinWarps; w /= 2 {
+		if (rows+w-1)/w >= 2*sms {
+			warps = w
+			break
+		}
+	}
+	blocks = min((rows+warps-1)/warps, sms*(mmvqxWarpsPerSM/warps))
+	if mmvqxSmem(kDim) > defaultDynSmem {
+		return warps, blocks, false
+	}
+	return warps, blocks, uint64(blocks)*uint64(kDim)*4 <= uint64(sms)*mmvqxPrologueBudget
+}
+
+// MMVQInline reports whether a decode mmvq matmul (or fused form) of rows
+// output rows of length kDim runs in-kernel quantization (minfer_mmvqx_*)
+// under opts on this device, rather than minfer_quantize_q8_1 + mmvq.
+func (k *Kernels) MMVQInline(kDim, rows int, opts MatMulOptions) bool {
+	if !opts.InlineQ8 || k.dev == nil {
+		return false
+	}
+	_, _, ok := mmvqxGeom(kDim, rows, k.dev.Attr.SMCount)
+	return ok
+}
+
+// mmvqxLaunch checks the common arguments of the three mmvqx forms and
+// returns the geometry. xq (tests) receives block 0's Q8_1 row when set.
+func (k *Kernels) mmvqxLaunch(op string, x, xq driver.DevicePtr, kDim, rows int) (grid, block [3]uint32, smem uint32, err error) {
+	if x == 0 || uint64(x)%4 != 0 || uint64(xq)%4 != 0 {
+		return grid, block, 0, fmt.Errorf("%s k=%d rows=%d: null or misaligned activation %v (or Q8_1 dump %v)", op, kDim, rows, x, xq)
+	}
+	sms := 0
+	if k.dev != nil {
+		sms = k.dev.Attr.SMCount
+	}
+	warps, blocks, ok := mmvqxGeom(kDim, rows, sms)
+	if !ok && (warps == 0 || mmvqxSmem(kDim) > defaultDynSmem) {
+		return grid, block, 0, fmt.Errorf("%s: k=%d rows=%d on %d SMs: the in-kernel form needs %d bytes of shared memory "+
+			"(at most %d; larger k takes minfer_quantize_q8_1 + mmvq)", op, kDim, rows, sms, mmvqxSmem(kDim), defaultDynSmem)
+	}
+	// Over the prologue budget is only slower, so a direct call may still
+	// run it (the tests do); MatMul and the backend ask MMVQInline first.
+	return [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(32 * warps), 1, 1}, uint32(mmvqxSmem(kDim)), nil
+}
+
+// mmvqxPlain is MatMulQ8_1 of the f32 row x with the quantization in the
+// kernel (minfer_mmvqx_<type>): out bitwise what QuantizeQ8_1 + MatMulQ8_1
+// give.
+func (k *Kernels) mmvqxPlain(s *driver.Stream, out, x, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
+	kDim, n int, xq driver.DevicePtr) error {
+	if err := checkMMVQWeight("matmul_x", w, wtype, kDim, n); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("matmul_x %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
+	}
+	grid, block, smem, err := k.mmvqxLaunch("matmul_x", x, xq, kDim, n)
+	if err != nil {
+		return err
+	}
+	name := mmvqxKernel(wtype, "")
+	if err := k.launch(s, name, grid, block, smem, out, x, w, bias, int32(kDim), int32(n), xq); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// mmvqxQKV is MatMulQ8_1QKV of the f32 row x with the quantization in the
+// kernel (minfer_mmvqx_qkv_<type>).
+func (k *Kernels) mmvqxQKV(s *driver.Stream, out, x driver.DevicePtr, w [3]driver.DevicePtr, wtype quant.Type,
+	bias [3]driver.DevicePtr, kDim int, n [3]int, xq driver.DevicePtr) error {
+	total := 0
+	for i := range w {
+		if err := checkMMVQWeight("matmul_x_qkv", w[i], wtype, kDim, n[i]); err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+		if uint64(bias[i])%4 != 0 {
+			return fmt.Errorf("matmul_x_qkv: bias %d %v is misaligned", i, bias[i])
+		}
+		total += n[i]
+	}
+	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
+		return fmt.Errorf("matmul_x_qkv %s k=%d n=%v: null or misaligned output %v, or too many rows", wtype, kDim, n, out)
+	}
+	grid, block, smem, err := k.mmvqxLaunch("matmul_x_qkv", x, xq, kDim, total)
+	if err != nil {
+		return err
+	}
+	name := mmvqxKernel(wtype, "qkv")
+	if err := k.launch(s, name, grid, block, smem, out, x, w[0], w[1], w[2], bias[0], bias[1], bias[2],
+		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2]), xq); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// mmvqxFFN is FFNQ8_1 of the f32 row x with the quantization in the kernel
+// (minfer_mmvqx_ffn_<type>).
+func (k *Kernels) mmvqxFFN(s *driver.Stream, out, x, wg, wu driver.DevicePtr, wtype quant.Type, kDim, n int,
+	xq driver.DevicePtr) error {
+	for i, w := range []driver.DevicePtr{wg, wu} {
+		if err := checkMMVQWeight("ffn_x", w, wtype, kDim, n); err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+	}
+	if out == 0 || uint64(out)%4 != 0 {
+		return fmt.Errorf("ffn_x %s k=%d n=%d: null or misaligned output %v", wtype, kDim, n, out)
+	}
+	grid, block, smem, err := k.mmvqxLaunch("ffn_x", x, xq, kDim, n)
+	if err != nil {
+		return err
+	}
+	name := mmvqxKernel(wtype, "ffn")
+	if err := k.launch(s, name, grid, block, smem, out, x, wg, wu, int32(kDim), int32(n), xq); err != nil {
+		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// checkMMVQWeight validates one mmvq weight (type, shape, alignment).
+func checkMMVQWeight(op string, w driver.DevicePtr, wtype quant.Type, kDim, n int) error {
+	if _, ok := mmvqTable[wtype]; !ok {
+		return fmt.Errorf("%s: weight type %s has no mmvq kernel", op, wtype)
+	}
+	if err := validateMatMul(wtype, 1, kDim, n); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if a := mmvqAlign(wtype); w == 0 || uint64(w)%a != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: weight pointer %v is null or not %d-byte aligned", op, wtype, kDim, n, w, a)
 	}
 	return nil
 }

@@ -47,6 +47,9 @@ func TestMatMulPath_DispatchesByTypeAndTokenCount(t *testing.T) {
 	}{
 		{quant.Q8_0, 1, sc, "minfer_mmvq_q8_0"},
 		{quant.Q4_0, 1, sc, "minfer_mmvq_q4_0"},
+		{quant.Q4_1, 1, sc, "minfer_mmvq_q4_1"},
+		{quant.Q5_0, 1, sc, "minfer_mmvq_q5_0"},
+		{quant.Q5_1, 1, sc, "minfer_mmvq_q5_1"},
 		{quant.Q4_K, 1, sc, "minfer_mmvq_q4_k"},
 		{quant.Q6_K, 1, sc, "minfer_mmvq_q6_k"},
 		{quant.Q8_0, 1, MatMulOptions{}, "minfer_mmv_q8_0"}, // no scratch: the mmv path
@@ -57,6 +60,11 @@ func TestMatMulPath_DispatchesByTypeAndTokenCount(t *testing.T) {
 		{quant.Q8_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true}, "minfer_mmv_q8_0"},
 		{quant.Q4_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true}, "minfer_mmvq_q4_0"},
 		{quant.Q4_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ40MMVQ: true}, "minfer_mmv_q4_0"},
+		// The legacy 32-value formats all sit under MINFER_NO_Q40_MMVQ.
+		{quant.Q4_1, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ40MMVQ: true}, "minfer_mmv_q4_1"},
+		{quant.Q5_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ40MMVQ: true}, "minfer_mmv_q5_0"},
+		{quant.Q5_1, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ40MMVQ: true}, "minfer_mmv_q5_1"},
+		{quant.Q5_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true, NoKQMMVQ: true}, "minfer_mmvq_q5_0"},
 		{quant.Q4_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmv_q4_k"},
 		{quant.Q6_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmv_q6_k"},
 		{quant.Q8_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmvq_q8_0"},
@@ -187,6 +195,18 @@ func TestMatmulGeometry_MatchesKernelSources(t *testing.T) {
 		if m := "MINFER_MMVQ_KERNEL(" + strings.TrimPrefix(name, "minfer_mmvq_") + ","; !strings.Contains(mmvqSrc, m) {
 			t.Errorf("%s: mmvq.cu has no %s", ty, m)
 		}
+		// The macro instantiates the fused forms under these names.
+		for _, form := range []string{"qkv", "ffn"} {
+			if got, want := mmvqFusedKernel(ty, form), "minfer_mmvq_"+form+"_"+strings.TrimPrefix(name, "minfer_mmvq_"); got != want {
+				t.Errorf("%s: mmvqFusedKernel(%s) = %q, want %q", ty, form, got, want)
+			}
+			if m := "minfer_mmvq_" + form + "_##name("; !strings.Contains(mmvqSrc, m) {
+				t.Errorf("mmvq.cu's MINFER_MMVQ_KERNEL has no %s", m)
+			}
+		}
+	}
+	if got := mmvqFusedKernel(quant.Q5_K, "ffn"); got != "" {
+		t.Errorf("mmvqFusedKernel(Q5_K) = %q, want none", got)
 	}
 	// The kernel's smem layout, recomputed from its own constants.
 	ldk := gemm["MINFER_GEMM_BK"] + gemm["MINFER_GEMM_PAD"]

@@ -28,8 +28,8 @@ const (
 	AttnMaxHeadDim = 128
 	attnThreads    = 128 // mops::ATTN_THREADS in attention.cu
 	maxInt32       = math.MaxInt32
-	// ropeMaxHeadDim keeps the rope table (4*n_rot bytes of dynamic smem)
-	// far below the 48 KiB that needs no opt-in.
+	// ropeMaxHeadDim bounds head_dim (and so the fused K staging row,
+	// launch_rope_store.go) well inside 32-bit index arithmetic.
 	ropeMaxHeadDim = 4096
 )
 
@@ -239,12 +239,33 @@ func (k *Kernels) Rope(s *driver.Stream, out, x, pos driver.DevicePtr, nt, nHead
 	if !(theta > 0) || math.IsInf(float64(theta), 0) {
 		return opsBad("rope", "theta %g: must be positive and finite", theta)
 	}
-	var nx int32
-	if neox {
-		nx = 1
+	hpb, block := ropeGeometry(nHeads, nRot)
+	groups := (nHeads + hpb - 1) / hpb
+	if groups > opsGridYMax {
+		return opsBad("rope", "%d heads: more than %d head groups", nHeads, opsGridYMax)
 	}
-	return opsErr("rope", k.launch(s, "minfer_rope_f32", [3]uint32{uint32(nt), 1, 1}, opsBlock, uint32(4*nRot),
-		out, x, pos, int32(nHeads), int32(headDim), int32(nRot), theta, nx))
+	return opsErr("rope", k.launch(s, "minfer_rope_f32", [3]uint32{uint32(nt), uint32(groups), 1}, block, 0,
+		out, x, pos, int32(nHeads), int32(headDim), int32(nRot), theta, boolI32(neox), int32(hpb)))
+}
+
+// boolI32 is a kernel int flag (C has no bool kernel parameter here).
+func boolI32(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ropeGeometry is minfer_rope_f32's block (rope.cu): hpb heads of nRot/2
+// pairs each, one pair per thread, at most opsThreads threads; a head of
+// more pairs gets a block of opsThreads that loops.
+func ropeGeometry(nHeads, nRot int) (hpb int, block [3]uint32) {
+	half := nRot / 2
+	if half >= opsThreads {
+		return 1, opsBlock
+	}
+	hpb = min(nHeads, opsThreads/half)
+	return hpb, [3]uint32{uint32(hpb * half), 1, 1}
 }
 
 // getRowsTypes are the weight types the gather decodes (dequant.cuh).

@@ -16,7 +16,7 @@ import (
 // minfer_mmvq_<type>); they skip with a message when no device answers.
 
 // mmvqTypes are the weight types with an mmvq kernel, in a fixed order.
-var mmvqTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+var mmvqTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q6_K}
 
 // mmvqKs are the row lengths tested per type: 256, 896 (qwen2-0.5b's width)
 // and 4864 (its FFN width) for the 32-value formats; a K-quant needs whole
@@ -200,7 +200,7 @@ func TestMMVQDevice_Q8_1ActivationBytesEqualCPUQuantizerExactly(t *testing.T) {
 }
 
 // TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative: for every
-// mmvq type and k (n = 147, bias on the Q4_0 k=896 case), (a) the scratch
+// mmvq type and k (n = 147, bias on the Q4_0 / Q5_0 k=896 cases), (a) the scratch
 // holds quant.Quantize(quant.Q8_1, x) byte for byte, (b) every output is
 // within 1e-4 * sum_i |w_i a_i| (+1e-6) of the float64 dot of the CPU-
 // dequantized weight and the dequantized Q8_1 activation, and (c) within
@@ -215,7 +215,7 @@ func TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 			wb, deq := mmtWeights(t, rng, wt, n, k, float32(1/math.Sqrt(float64(k))))
 			x := mmvqActivation(rng, k, false)
 			var bias []float32
-			if wt == quant.Q4_0 && k == 896 {
+			if (wt == quant.Q4_0 || wt == quant.Q5_0) && k == 896 {
 				bias = make([]float32, n)
 				for i := range bias {
 					bias[i] = 2*rng.Float32() - 1
@@ -282,7 +282,8 @@ func TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 }
 
 // TestMMVQDevice_LeverSwitchesToMMVKernel: with each type's lever set
-// (NoQ80MMVQ / NoQ40MMVQ / NoKQMMVQ) and a scratch given, MatMulPath names
+// (NoQ80MMVQ / NoQ40MMVQ for Q4_0, Q4_1, Q5_0, Q5_1 / NoKQMMVQ) and a
+// scratch given, MatMulPath names
 // the mmv kernel and the launch census shows exactly that kernel ran (and
 // no quantize); with the lever off it shows quantize + mmvq. The lever-on
 // output is bitwise the scratch-less mmv output. A too-small scratch is an
@@ -302,7 +303,8 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 	}
 	defer func() { _ = ms.dev.Do(kc.Close) }()
 	levered := map[quant.Type]MatMulOptions{
-		quant.Q8_0: {NoQ80MMVQ: true}, quant.Q4_0: {NoQ40MMVQ: true},
+		quant.Q8_0: {NoQ80MMVQ: true}, quant.Q4_0: {NoQ40MMVQ: true}, quant.Q4_1: {NoQ40MMVQ: true},
+		quant.Q5_0: {NoQ40MMVQ: true}, quant.Q5_1: {NoQ40MMVQ: true},
 		quant.Q4_K: {NoKQMMVQ: true}, quant.Q6_K: {NoKQMMVQ: true},
 	}
 	const k, n = 256, 37

@@ -93,6 +93,29 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	dw.ptr = ptr
 	b.weights[w.Name] = dw
 	b.weightBytes += uint64(len(data))
+	if !dw.vector {
+		return b.ensureActQ8(dw.rowLen)
+	}
+	return nil
+}
+
+// ensureActQ8 grows the Q8_1 activation scratch of the decode mmvq path
+// (b.mm.ActQ8) to hold one row of k values, so the largest k of the
+// registered matrices fits: it is allocated here, at registration (outside
+// any split and capture window), never by a matmul. With it set, decode of
+// every type in mmvqTable takes mmvq unless its lever is set. A replaced
+// scratch stays allocated until Close (a captured graph may reference it;
+// pool.raw moves the generation). Inside dev.Do.
+func (b *Backend) ensureActQ8(k int) error {
+	need := ActQ8Bytes(k, 1)
+	if need == 0 || need <= b.mm.ActQ8Bytes {
+		return nil
+	}
+	ptr, err := b.pool.raw(need, fmt.Sprintf("Q8_1 activation scratch (k=%d)", k))
+	if err != nil {
+		return err
+	}
+	b.mm.ActQ8, b.mm.ActQ8Bytes = ptr, need
 	return nil
 }
 

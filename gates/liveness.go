@@ -27,6 +27,9 @@ type LivenessRule struct {
 	// capture and replay none; both arms must launch the same set of kernels
 	// (graph replays are counted as launches, so the census alone cannot tell).
 	Graphs bool `json:"graphs,omitempty"`
+	// PDL: liveness is the pdl_launches count of the {"cuda_graphs":...}
+	// line: positive with the path on, zero with it off, same kernels.
+	PDL bool `json:"pdl,omitempty"`
 	// Why says what the rule defends, for the report.
 	Why string `json:"why"`
 }
@@ -36,14 +39,28 @@ type LivenessRule struct {
 var LivenessRules = map[string]LivenessRule{
 	"MINFER_NO_PREFILL_GEMM": {On: "0", Kernels: []string{"minfer_gemm_*"},
 		Why: "prefill matmuls run the tiled tensor-core GEMM kernels (minfer_gemm_<type>) only with the GEMM path on; with it off they go through the per-type kernels"},
-	"MINFER_NO_Q80_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq_q8_0"},
-		Why: "Q8_0 decode matmuls (nt = 1) run the dp4a kernel over Q8_1 activations only with the lever on; off, they run minfer_mmv_q8_0"},
-	"MINFER_NO_Q40_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq_q4_0"},
-		Why: "Q4_0 decode matmuls (nt = 1) run the dp4a kernel over Q8_1 activations only with the lever on; off, they run minfer_mmv_q4_0"},
-	"MINFER_NO_KQ_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq_q4_k", "minfer_mmvq_q6_k"},
-		Why: "Q4_K / Q6_K decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run minfer_mmv_q4_k / minfer_mmv_q6_k"},
+	"MINFER_MMQ": {On: "1", Kernels: []string{"minfer_mmq_*"},
+		Why: "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM"},
+	"MINFER_NO_Q80_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq*_q8_0"},
+		Why: "Q8_0 decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations (plain, fused qkv/ffn, in-kernel quantize) only with the lever on; off, they run minfer_mmv_q8_0"},
+	"MINFER_NO_Q40_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq*_q[45]_[01]"},
+		Why: "Q4_0 / Q4_1 / Q5_0 / Q5_1 decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run the minfer_mmv_<type> kernels"},
+	"MINFER_NO_KQ_MMVQ": {On: "0", Kernels: []string{"minfer_mmvq*_q[456]_k"},
+		Why: "K-quant decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run minfer_mmv_<type>"},
+	"MINFER_MMVQ_INLINE_Q8": {On: "1", Kernels: []string{"minfer_mmvqx_*"},
+		Why: "decode MMVQ quantizes its activation in the kernel (minfer_mmvqx_*) only with the lever on; off, a separate minfer_quantize_q8_1 launch feeds minfer_mmvq_*"},
+	"MINFER_NO_SPLITK_ATTN": {On: "0", Kernels: []string{"minfer_attn_decode_*"},
+		Why: "decode attention (nt <= 8) runs the split-K kernels only with the lever on; off, it runs the plain minfer_attn_f32"},
+	"MINFER_NO_FA_PREFILL": {On: "0", Kernels: []string{"minfer_attn_prefill_*"},
+		Why: "prefill attention (nt >= 9) runs the tiled kernels only with the lever on; off, the plain minfer_attn_f32"},
+	"MINFER_NO_FUSE_FFN": {On: "0", Kernels: []string{"minfer_mmvq*_ffn_*"},
+		Why: "with FFN fusion on, decode runs gate, up and SwiGLU as one fused MMVQ kernel; off, two matmuls and minfer_swiglu_f32"},
+	"MINFER_NO_FUSE_QKV": {On: "0", Kernels: []string{"minfer_qkv_rope_store", "minfer_mmvq*_qkv_*"},
+		Why: "with QKV fusion on, decode runs q/k/v as one fused MMVQ launch and bias + rope + KV store as one kernel; off, three matmuls, two ropes and two KV stores"},
 	"MINFER_NO_CUDA_GRAPH": {On: "0", Graphs: true,
 		Why: "with graphs on, the backend captures and replays CUDA graphs (same kernels, replays counted in the census); with them off it captures and replays none"},
+	"MINFER_PDL": {On: "1", PDL: true,
+		Why: "with PDL on, every launch carries the programmatic-dependent-launch attribute (pdl_launches > 0 on the cuda_graphs line) and the kernels are the same; off, none does"},
 }
 
 // LivenessInput is one arm's evidence.
@@ -108,6 +125,30 @@ func Liveness(lv harness.Lever, a, b LivenessInput) (Status, string) {
 				fails = append(fails, fmt.Sprintf("arm %s (graphs off) captured %d and replayed %d graphs", off.Arm.Name, off.Graphs.Captured, off.Graphs.Replayed))
 			} else {
 				oks = append(oks, fmt.Sprintf("arm %s captured and replayed none", off.Arm.Name))
+			}
+		}
+		if only := kernelSetDiff(on.Census, off.Census); only != "" {
+			fails = append(fails, "the arms launch different kernels: "+only)
+		} else {
+			oks = append(oks, fmt.Sprintf("same %d kernels in both arms", len(launched(on.Census))))
+		}
+	}
+	if rule.PDL {
+		for _, x := range []LivenessInput{on, off} {
+			if !x.HasGraphs {
+				fails = append(fails, fmt.Sprintf(`arm %s printed no {"cuda_graphs":{...,"pdl_launches":N}} line`, x.Arm.Name))
+			}
+		}
+		if on.HasGraphs && off.HasGraphs {
+			if on.Graphs.PDLLaunches == 0 {
+				fails = append(fails, fmt.Sprintf("arm %s (PDL on) issued no PDL launch", on.Arm.Name))
+			} else {
+				oks = append(oks, fmt.Sprintf("arm %s issued %d PDL launches", on.Arm.Name, on.Graphs.PDLLaunches))
+			}
+			if off.Graphs.PDLLaunches != 0 {
+				fails = append(fails, fmt.Sprintf("arm %s (PDL off) issued %d PDL launches", off.Arm.Name, off.Graphs.PDLLaunches))
+			} else {
+				oks = append(oks, fmt.Sprintf("arm %s issued none", off.Arm.Name))
 			}
 		}
 		if only := kernelSetDiff(on.Census, off.Census); only != "" {

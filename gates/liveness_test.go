@@ -3,6 +3,7 @@ package gates
 import (
 	"context"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,5 +99,59 @@ func TestSuite_TestBinaryRunsInItsPackageDirectory(t *testing.T) {
 	}
 	if got := PackageDir(root, "bin/nope.test"); got != root {
 		t.Errorf("unknown package: %s, want the root", got)
+	}
+}
+
+func TestLiveness_PDLLeverJudgedByPDLLaunchCount(t *testing.T) {
+	lv := leverCfg("MINFER_PDL").Lever
+	c := profile.Census{"minfer_mmvqx_q8_0": 10}
+	on := LivenessInput{Arm: Arm{Name: "B", Value: "1"}, Census: c, HasGraphs: true, Graphs: profile.Graphs{PDLLaunches: 412}}
+	off := LivenessInput{Arm: Arm{Name: "A", Value: "0"}, Census: c, HasGraphs: true}
+	if st, why := Liveness(lv, off, on); st != Pass || !strings.Contains(why, "412 PDL launches") {
+		t.Fatalf("%s: %s", st, why)
+	}
+	on.Graphs.PDLLaunches = 0 // the attribute never reached a launch
+	if st, why := Liveness(lv, off, on); st != Fail || !strings.Contains(why, "no PDL launch") {
+		t.Errorf("phantom PDL not caught: %s %s", st, why)
+	}
+	on.Graphs.PDLLaunches, off.Graphs.PDLLaunches = 412, 3 // the off arm still used it
+	if st, why := Liveness(lv, off, on); st != Fail || !strings.Contains(why, "PDL off") {
+		t.Errorf("PDL launches with the lever set: %s %s", st, why)
+	}
+}
+
+// Every live CUDA lever whose path is a set of kernels has a rule, and each
+// rule's patterns are valid globs that match the kernel names the sources
+// define (a typo would make the rule fail every run, or pass vacuously).
+func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
+	for _, name := range []string{"MINFER_MMQ", "MINFER_NO_Q80_MMVQ", "MINFER_NO_Q40_MMVQ", "MINFER_NO_KQ_MMVQ",
+		"MINFER_MMVQ_INLINE_Q8", "MINFER_NO_SPLITK_ATTN", "MINFER_NO_FA_PREFILL", "MINFER_NO_FUSE_FFN",
+		"MINFER_NO_FUSE_QKV", "MINFER_NO_CUDA_GRAPH", "MINFER_PDL", "MINFER_NO_PREFILL_GEMM"} {
+		if _, ok := LivenessRules[name]; !ok {
+			t.Errorf("%s has no liveness rule", name)
+		}
+	}
+	examples := map[string]string{
+		"minfer_mmq_*": "minfer_mmq_q5_0", "minfer_mmvq*_q8_0": "minfer_mmvqx_ffn_q8_0",
+		"minfer_mmvq*_q[45]_[01]": "minfer_mmvqx_qkv_q5_0", "minfer_mmvq*_q[456]_k": "minfer_mmvq_q6_k",
+		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode_*": "minfer_attn_decode_hd64_g8_f32",
+		"minfer_attn_prefill_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
+		"minfer_qkv_rope_store": "minfer_qkv_rope_store", "minfer_mmvq*_qkv_*": "minfer_mmvq_qkv_q8_0",
+		"minfer_gemm_*": "minfer_gemm_q8_0",
+	}
+	for name, r := range LivenessRules {
+		for _, pat := range r.Kernels {
+			ex, ok := examples[pat]
+			if !ok {
+				t.Errorf("%s: pattern %q has no example kernel name in this test", name, pat)
+				continue
+			}
+			if m, err := path.Match(pat, ex); err != nil || !m {
+				t.Errorf("%s: pattern %q does not match %q (%v)", name, pat, ex, err)
+			}
+		}
+	}
+	if m, _ := path.Match("minfer_mmvq*_q[45]_[01]", "minfer_mmvq_q8_0"); m {
+		t.Error("the legacy-quant pattern matches Q8_0")
 	}
 }

@@ -69,7 +69,9 @@ func (a *app) deviceReport(w io.Writer) {
 		// What the graph machinery did: the liveness evidence of
 		// MINFER_NO_CUDA_GRAPH (kernels are the same either way).
 		var g cuda.CaptureStats
+		var pdl int64
 		for _, b := range a.dev.backends {
+			pdl += b.Kernels().PDLLaunches()
 			s := b.CaptureStats()
 			g.Captures += s.Captures
 			g.Replays += s.Replays
@@ -79,7 +81,7 @@ func (a *app) deviceReport(w io.Writer) {
 		}
 		line, err := json.Marshal(map[string]any{"cuda_graphs": map[string]any{
 			"captured": g.Captures, "replayed": g.Replays, "invalidated": g.Invalidations,
-			"aborted": g.Aborts, "disabled": g.Disabled,
+			"aborted": g.Aborts, "disabled": g.Disabled, "pdl_launches": pdl,
 		}})
 		if err == nil {
 			fmt.Fprintln(w, string(line))

@@ -205,7 +205,7 @@ func (f *Function) LaunchPDL(s *Stream, grid, block [3]uint32, smem uint32, args
 		return &Error{Code: codeInjected, Name: staticErrorName(codeInjected), Injected: true, Call: call()}
 	}
 	if c.lib.fn[symLaunchKernelEx] == 0 {
-		return fmt.Errorf("cuda: %s: the driver has no cuLaunchKernelEx (set MINFER_NO_PDL=1 for plain launches)", call())
+		return fmt.Errorf("cuda: %s: the driver has no cuLaunchKernelEx (unset MINFER_PDL for plain launches)", call())
 	}
 	buf, err := packArgs(args)
 	if err != nil {

@@ -5,6 +5,8 @@
 // InputKVWindow) is read from device memory inside the kernels, so a
 // captured graph replays with the current step's cells.
 #include "common.cuh"
+#include "kvput.cuh"
+#include "pdl.cuh"
 
 // minfer_kv_store writes nt rows of src [row_len, nt] into cells
 // win[0] .. win[0]+nt-1. Grid (nt, ceil(row_len/blockDim)); blockDim a
@@ -13,20 +15,14 @@
 // cannot see the window; the CPU would refuse it).
 extern "C" __global__ void minfer_kv_store(uint8_t* region, int format, const float* src, const int* win, int row_len,
                                            long long row_bytes, int n_ctx) {
+    MINFER_KERNEL_ENTRY();
     const int t = blockIdx.x;
     const long long cell = (long long)win[0] + t;
     if (cell < 0 || cell >= n_ctx) return;
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= row_len) return; // q8_0: row_len % 32 == 0, so whole warps leave together
     const float v = src[(long long)t * row_len + i];
-    uint8_t* row = mops::kv_row(region, cell, row_bytes);
-    if (format == mops::KV_F32) {
-        reinterpret_cast<float*>(row)[i] = v;
-    } else if (format == mops::KV_F16) {
-        reinterpret_cast<uint16_t*>(row)[i] = mops::float_to_half_bits(v);
-    } else {
-        mops::q8_0_store_warp(row + (i / mops::Q8_0_LEN) * mops::Q8_0_BYTES, v, i % mops::Q8_0_LEN);
-    }
+    mops::kv_put(format, mops::kv_row(region, cell, row_bytes), i, v);
 }
 
 // minfer_kv_load expands cells [0, win[1]) of a region to f32 out [row_len,
@@ -34,6 +30,7 @@ extern "C" __global__ void minfer_kv_store(uint8_t* region, int format, const fl
 // ceil(row_len/blockDim)).
 extern "C" __global__ void minfer_kv_load(float* out, const uint8_t* region, int format, const int* win, int row_len,
                                           long long row_bytes, int n_ctx) {
+    MINFER_KERNEL_ENTRY();
     const long long cell = blockIdx.x;
     const int kv_len = win[1];
     if (cell >= kv_len || cell >= n_ctx) return;

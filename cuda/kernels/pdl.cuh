@@ -1,5 +1,5 @@
 // pdl.cuh: the entry every kernel begins with. Kernels are launched with
-// programmatic dependent launch (cuda/driver LaunchPDL, lever MINFER_NO_PDL):
+// programmatic dependent launch (cuda/driver LaunchPDL, lever MINFER_PDL=1):
 // the next kernel on the stream may be scheduled while this one still runs.
 // griddepcontrol.wait returns once the preceding kernel has completed and
 // its writes are visible, so nothing is read early; launch_dependents, issued

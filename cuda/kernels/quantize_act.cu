@@ -14,21 +14,18 @@
 // the same order (row t starts at t * (k / 32) * 36 bytes). dst must be
 // 2-byte aligned (the launcher asks for 4).
 #include "dequant.cuh"
+#include "pdl.cuh"
+#include "q8_1.cuh"
 
 #define MINFER_QACT_BLOCKS 4
 #define MINFER_QACT_THREADS (32 * MINFER_QACT_BLOCKS)
 #define MINFER_Q8_1_BYTES 36
 
-__device__ __forceinline__ int minfer_qact_round(float v) {
-    if (!(v > -128.5f)) return -128; // also NaN, as blockRoundAway
-    if (v >= 127.5f) return 127;
-    return (int)roundf(v); // half away from zero
-}
-
 // grid (ceil(nblocks / MINFER_QACT_BLOCKS)), block (MINFER_QACT_THREADS), no smem;
 // nblocks = nt * k / 32.
 extern "C" __global__ void __launch_bounds__(MINFER_QACT_THREADS)
     minfer_quantize_q8_1(uint8_t* dst, const float* x, int k, int nt) {
+    MINFER_KERNEL_ENTRY();
     const int lane = threadIdx.x & 31;
     const long long nblocks = (long long)nt * (k / MINFER_QK);
     const long long blk = (long long)blockIdx.x * MINFER_QACT_BLOCKS + (threadIdx.x >> 5);
@@ -38,9 +35,9 @@ extern "C" __global__ void __launch_bounds__(MINFER_QACT_THREADS)
     float amax = fabsf(v);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    const int q = minfer_qact_round(__fmul_rn(v, id));
+    float id;
+    const float d = minfer_q8_1_scale(amax, &id);
+    const int q = minfer_q8_1_quant(v, id);
     int sum = q;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -49,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(MINFER_QACT_THREADS)
     b[4 + lane] = (uint8_t)(int8_t)q;
     if (lane == 0) {
         unsigned short* h = reinterpret_cast<unsigned short*>(b);
-        h[0] = __half_as_ushort(__float2half_rn(d));
-        h[1] = __half_as_ushort(__float2half_rn(__fmul_rn((float)sum, d)));
+        h[0] = minfer_q8_1_dbits(d);
+        h[1] = minfer_q8_1_sbits(sum, d);
     }
 }

@@ -95,27 +95,27 @@ var registry = []Lever{
 		Reserved: "issue #6: nt 2..8 run the per-type kernels; the GEMM route for them is not built"},
 	{Name: "MINFER_NO_KQ_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "K-quant decode matmul", Issue: "#6",
 		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared",
-		Reserved:  "issue #6: the MMVQ kernels exist but are not wired into the backend (their first lever run failed greedy identity, reports/MINFER_NO_Q80_MMVQ/NOTE.md)"},
-	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q4_0 decode matmul", Issue: "#6",
-		Doc: "1: Q4_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared",
-		Reserved:  "issue #6: the MMVQ kernels exist but are not wired into the backend (reports/MINFER_NO_Q80_MMVQ/NOTE.md)"},
+		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "legacy 32-value quants decode matmul (Q4_0, Q4_1, Q5_0, Q5_1)", Issue: "#6",
+		Doc: "1: Q4_0 / Q4_1 / Q5_0 / Q5_1 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
+		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_Q80_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q8_0 decode matmul", Issue: "#6",
 		Doc: "1: Q8_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared",
-		Reserved:  "issue #6: the MMVQ kernels exist but are not wired into the backend (reports/MINFER_NO_Q80_MMVQ/NOTE.md)"},
+		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_FA_PREFILL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#6",
 		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0",
-		Reserved: "issue #6: prefill attention has one (plain) kernel; the tiled FlashAttention kernel is not built"},
+		// The tiled kernel sums in f32 in another order (online softmax per
+		// 64-cell tile, expf): f32 rounding only.
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
 		// order (per-warp partials merged with rescaling): f32 rounding only.
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
-	{Name: "MINFER_NO_PDL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "kernel launch (programmatic dependent launch)", Issue: "#6",
-		Doc: "1: plain launches; unset: every kernel is launched with programmatic dependent launch (each waits for its predecessor with griddepcontrol.wait)", ArmA: "1", ArmB: "0",
-		Reserved: "issue #6: the kernels do not all begin with MINFER_KERNEL_ENTRY yet"},
+	{Name: "MINFER_PDL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "kernel launch (programmatic dependent launch)", Issue: "#6",
+		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_MMVQ_INLINE_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul activation quantization", Issue: "#6",
+		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -212,7 +212,8 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
-	NoPDL            bool
+	PDL              bool
+	MMVQInlineQ8     bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -295,7 +296,8 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
-	c.NoPDL = on("MINFER_NO_PDL")
+	c.PDL = on("MINFER_PDL")
+	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")

@@ -1,0 +1,713 @@
+package cuda
+
+// Device tests of the split-K decode attention (attn_decode.cu,
+// launch_attn.go): the kernel against a port of engine/cpu's attention for
+// every KV format and the shapes decode meets, the backend path against the
+// engine/cpu backend across graph replays, and the lever's liveness.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/cpu"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
+)
+
+// adRef is engine/cpu's attnJob (engine/cpu/attn.go) over f32 K/V rows
+// (kv.LoadRow of the region bytes), step for step: f32 dot in d order,
+// scale, max-subtracted exp in double rounded to f32, sum in cell order,
+// p = e / sum, out += p * v in cell order.
+func adRef(q, kf, vf []float32, rl, hd, nh, nkv, nt, start, window int, scale float32) []float32 {
+	y := make([]float32, len(q))
+	group := nh / nkv
+	var wg sync.WaitGroup
+	for task := range nt * nh { // tasks are independent, as in the CPU's pool
+		wg.Go(func() { adRefTask(q, kf, vf, y, task, rl, hd, nh, group, start, window, scale) })
+	}
+	wg.Wait()
+	return y
+}
+
+// adRefTask is one (token, head) of adRef.
+func adRefTask(q, kf, vf, y []float32, task, rl, hd, nh, group, start, window int, scale float32) {
+	t, h := task/nh, task%nh
+	kvh := h / group
+	cell := start + t
+	first := 0
+	if window > 0 {
+		first = max(0, cell-window+1)
+	}
+	qq := q[task*hd : (task+1)*hd]
+	sc := make([]float32, cell+1-first)
+	mx := float32(math.Inf(-1))
+	for i := range sc {
+		o := (first+i)*rl + kvh*hd
+		var s float32
+		for d, qv := range qq {
+			s += float32(qv * kf[o+d])
+		}
+		s *= scale
+		sc[i] = s
+		mx = max(mx, s)
+	}
+	var sum float32
+	for i, s := range sc {
+		e := float32(math.Exp(float64(s - mx)))
+		sc[i] = e
+		sum += e
+	}
+	inv := 1 / sum
+	out := y[task*hd : (task+1)*hd]
+	for i, e := range sc {
+		p := e * inv
+		o := (first+i)*rl + kvh*hd
+		for d := range out {
+			out[d] += float32(p * vf[o+d])
+		}
+	}
+}
+
+// adWorst returns the largest |got - want| / max(1, |want|) and where; a
+// NaN on one side only is infinitely bad.
+func adWorst(got, want []float32) (float64, int) {
+	worst, at := 0.0, -1
+	for i := range got {
+		g, w := float64(got[i]), float64(want[i])
+		var d float64
+		switch {
+		case math.IsNaN(g) && math.IsNaN(w):
+			continue
+		case math.IsNaN(g) || math.IsNaN(w):
+			d = math.Inf(1)
+		default:
+			d = math.Abs(g-w) / math.Max(1, math.Abs(w))
+		}
+		if d > worst || at < 0 {
+			worst, at = d, i
+		}
+	}
+	return worst, at
+}
+
+// adRegion is one KV side: the region bytes and their f32 expansion.
+type adRegion struct {
+	bytes []byte
+	f32   []float32
+	dev   driver.DevicePtr
+}
+
+func adFill(r *rand.Rand, f kv.Format, nCtx, rl int) adRegion {
+	rb := kv.RowBytes(f, rl)
+	reg := adRegion{bytes: make([]byte, rb*nCtx), f32: make([]float32, rl*nCtx)}
+	row := make([]float32, rl)
+	for c := range nCtx {
+		for i := range row {
+			row[i] = float32(r.NormFloat64())
+		}
+		kv.StoreRow(f, reg.bytes[c*rb:(c+1)*rb], row)
+		kv.LoadRow(f, reg.bytes[c*rb:(c+1)*rb], reg.f32[c*rl:(c+1)*rl])
+	}
+	return reg
+}
+
+// adShape is one kernel-level shape with its device buffers.
+type adShape struct {
+	ms          *mmtSession
+	f           kv.Format
+	k, v        adRegion
+	p           AttnParams // NT set per call
+	rl          int
+	scratch     driver.DevicePtr
+	scratchB    int
+	q, out, win driver.DevicePtr
+}
+
+func adOpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
+	t.Helper()
+	sh := &adShape{ms: ms, f: f, k: k, v: v, rl: nkv * hd,
+		p: AttnParams{NT: 1, NHead: nh, NHeadKV: nkv, HeadDim: hd, NCtx: nCtx}}
+	sb, err := AttnDecodeScratchBytes(sh.p, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.scratchB = sb
+	err = ms.dev.Do(func() error {
+		var err error
+		if sh.scratch, err = ms.upload(make([]byte, sb)); err != nil { // zeroed, as the backend does
+			return err
+		}
+		if sh.q, err = ms.upload(make([]byte, 4*hd*nh*AttnDecodeMaxNT)); err != nil {
+			return err
+		}
+		if sh.out, err = ms.upload(make([]byte, 4*hd*nh*AttnDecodeMaxNT)); err != nil {
+			return err
+		}
+		sh.win, err = ms.upload(make([]byte, 8))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+// run launches the split-K kernel for nt tokens at start (window w) with
+// query q and returns the output; the output buffer is NaN-filled first so
+// an unwritten row fails.
+func (sh *adShape) run(t *testing.T, q []float32, nt, start, w int) []float32 {
+	t.Helper()
+	p := sh.p
+	p.NT, p.Window = nt, w
+	out := make([]byte, 4*len(q))
+	winb := make([]byte, 8)
+	binary.LittleEndian.PutUint32(winb, uint32(int32(start)))
+	binary.LittleEndian.PutUint32(winb[4:], uint32(int32(start+nt)))
+	ms := sh.ms
+	err := ms.dev.Do(func() error {
+		if err := ms.s.CopyHtoD(sh.q, driver.Float32Bytes(q)); err != nil {
+			return err
+		}
+		if err := ms.s.CopyHtoD(sh.win, winb); err != nil {
+			return err
+		}
+		if err := ms.s.MemsetD8(sh.out, 0xff, uint64(len(out))); err != nil {
+			return err
+		}
+		if err := ms.k.AttentionDecode(ms.s, sh.out, sh.q, sh.k.dev, sh.v.dev, sh.f, sh.win, sh.scratch, sh.scratchB, p); err != nil {
+			return err
+		}
+		if err := ms.s.CopyDtoH(out, sh.out); err != nil {
+			return err
+		}
+		return ms.s.Synchronize()
+	})
+	if err != nil {
+		t.Fatalf("attn_decode %+v start %d: %v", p, start, err)
+	}
+	return mmtFloats(out)
+}
+
+// counters reads the scratch's counter section (every launch must leave it 0).
+func (sh *adShape) counters(t *testing.T) []int32 {
+	t.Helper()
+	geo := attnDecodeGeometry(AttnParams{NT: AttnDecodeMaxNT, NHead: sh.p.NHead, NHeadKV: sh.p.NHeadKV, HeadDim: sh.p.HeadDim, NCtx: sh.p.NCtx}, sh.f)
+	b := make([]byte, geo.mlOff)
+	err := sh.ms.dev.Do(func() error {
+		if err := sh.ms.s.CopyDtoH(b, sh.scratch); err != nil {
+			return err
+		}
+		return sh.ms.s.Synchronize()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := make([]int32, len(b)/4)
+	for i := range c {
+		c[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return c
+}
+
+// check runs one case and compares it to adRef.
+func (sh *adShape) check(t *testing.T, r *rand.Rand, nt, start, w int, qScale float64, worst *float64, worstAt *string) {
+	t.Helper()
+	p := sh.p
+	q := dsRand(r, p.HeadDim*p.NHead*nt, qScale)
+	got := sh.run(t, q, nt, start, w)
+	want := adRef(q, sh.k.f32, sh.v.f32, sh.rl, p.HeadDim, p.NHead, p.NHeadKV, nt, start, w, attnScale(p))
+	d, at := adWorst(got, want)
+	name := fmt.Sprintf("%s hd%d %d/%d heads nt%d start%d window%d", sh.f, p.HeadDim, p.NHead, p.NHeadKV, nt, start, w)
+	if d > 1e-3 {
+		task, e := at/p.HeadDim, at%p.HeadDim
+		t.Errorf("%s: max|diff| %g at token %d head %d elem %d (got %v, cpu %v)", name, d, task/p.NHead, task%p.NHead, e, got[at], want[at])
+	}
+	if d > *worst {
+		*worst, *worstAt = d, name
+	}
+}
+
+// TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3: the split-K
+// kernel against engine/cpu's attention for every KV format, head_dim 64
+// and 128, GQA ratios 1/4/7/8, nt 1..8, no window and sliding windows, KV
+// lengths 1 .. n_ctx (4096+) and starts at the end of the region: one split
+// (up to 256 cells, one and two tiles per warp), 2 .. 31 active splits and
+// all 32 (the case list is checked to cover them). One scratch per shape
+// serves every case without re-zeroing (as in a replayed graph), its
+// counters are read back as zero, a case run twice with different windows
+// on the same buffers gives both answers, and the same launch repeated is
+// bitwise equal (the combine order does not depend on which block is last).
+func TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(61, 62))
+	const nkv, nCtx = 2, 4160
+	lengths := []int{1, 2, 63, 64, 65, 129, 256, 257, 600, 1000, 4096 + 37, nCtx}
+	windows := []int{0, 100, 300}
+	nsplit := attnDecodeGeometry(AttnParams{NT: 1, NHead: nkv, NHeadKV: nkv, HeadDim: 64, NCtx: nCtx}, kv.F16).nsplit
+	covered := map[int]bool{}
+	for _, w := range windows {
+		for _, L := range lengths {
+			n := L
+			if w > 0 {
+				n = min(L, w)
+			}
+			_, nact := attnDecodeSplitPlan(n, nsplit)
+			covered[nact] = true
+		}
+	}
+	if !covered[1] || !covered[attnDecodeMaxSplits] || len(covered) < 4 {
+		t.Fatalf("the cases cover active split counts %v of %d splits: want 1, several between and %d", covered, nsplit, attnDecodeMaxSplits)
+	}
+	worst, worstAt := 0.0, ""
+	for _, f := range kv.Formats() {
+		for _, hd := range []int{64, 128} {
+			rl := nkv * hd
+			k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
+			err := ms.dev.Do(func() error {
+				var err error
+				if k.dev, err = ms.upload(k.bytes); err != nil {
+					return err
+				}
+				v.dev, err = ms.upload(v.bytes)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range []int{1, 4, 7, 8} {
+				sh := adOpenShape(t, ms, f, k, v, g*nkv, nkv, hd, nCtx)
+				for _, w := range windows {
+					for _, L := range lengths {
+						sh.check(t, r, 1, L-1, w, 1+2*r.Float64(), &worst, &worstAt)
+					}
+					for nt := 2; nt <= AttnDecodeMaxNT; nt++ {
+						for _, start := range []int{0, 62, 999, nCtx - nt} {
+							sh.check(t, r, nt, start, w, 1+2*r.Float64(), &worst, &worstAt)
+						}
+					}
+				}
+				// Replay-like: the same buffers, only the window changes; each
+				// launch repeated gives the same bits.
+				q := dsRand(r, hd*g*nkv, 2)
+				for _, start := range []int{700, 3000, 5, 4000} {
+					got := sh.run(t, q, 1, start, 0)
+					want := adRef(q, k.f32, v.f32, rl, hd, g*nkv, nkv, 1, start, 0, attnScale(sh.p))
+					if d, at := adWorst(got, want); d > 1e-3 {
+						t.Errorf("%s hd%d G%d: rerun at start %d: max|diff| %g at %d", f, hd, g, start, d, at)
+					}
+					again := sh.run(t, q, 1, start, 0)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(again[i]) {
+							t.Errorf("%s hd%d G%d start %d: a repeated launch differs at %d: %v then %v", f, hd, g, start, i, got[i], again[i])
+							break
+						}
+					}
+				}
+				for i, c := range sh.counters(t) {
+					if c != 0 {
+						t.Fatalf("%s hd%d G%d: completion counter %d is %d after the launches, want 0", f, hd, g, i, c)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
+}
+
+// TestAttnDecodeDevice_OddShapesMatchCPUWithin1e3: head_dims without a
+// compile-time kernel (the pair-load path), a GQA ratio above 8 (query
+// heads split into sub-groups), and tiny contexts; the last cells of each
+// context (300 .. 500 cells) take 3 or 4 splits.
+func TestAttnDecodeDevice_OddShapesMatchCPUWithin1e3(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(63, 64))
+	worst, worstAt := 0.0, ""
+	for _, c := range []struct {
+		f                 kv.Format
+		hd, nh, nkv, nCtx int
+	}{
+		{kv.F16, 80, 10, 2, 300},
+		{kv.F32, 96, 12, 1, 300},
+		{kv.Q8_0, 96, 6, 2, 300},  // rows of 192 values: six q8_0 blocks, heads straddle blocks
+		{kv.F16, 128, 20, 2, 500}, // G = 10: two sub-groups of 5
+		{kv.Q8_0, 64, 34, 2, 500}, // G = 17: three sub-groups of 6, 6, 5
+		{kv.F32, 16, 4, 4, 400},   // G = 1, four splits of 128, 128, 128, 16 cells at the end
+		{kv.F16, 2, 8, 1, 9},      // the smallest head
+	} {
+		rl := c.nkv * c.hd
+		k, v := adFill(r, c.f, c.nCtx, rl), adFill(r, c.f, c.nCtx, rl)
+		err := ms.dev.Do(func() error {
+			var err error
+			if k.dev, err = ms.upload(k.bytes); err != nil {
+				return err
+			}
+			v.dev, err = ms.upload(v.bytes)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh := adOpenShape(t, ms, c.f, k, v, c.nh, c.nkv, c.hd, c.nCtx)
+		for _, w := range []int{0, 7} {
+			for _, start := range []int{0, 1, 33, c.nCtx - 9, c.nCtx - 1} {
+				for _, nt := range []int{1, 3, 8} {
+					if start+nt <= c.nCtx && nt <= c.nCtx {
+						sh.check(t, r, nt, start, w, 2, &worst, &worstAt)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
+}
+
+// TestAttnDecodeDevice_StartOutsideTheRegionGivesNaNRows: a negative start
+// gives NaN everywhere; tokens past the region give NaN rows while the
+// earlier tokens are still right; the next launch is unaffected.
+func TestAttnDecodeDevice_StartOutsideTheRegionGivesNaNRows(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(65, 66))
+	const f, hd, nh, nkv, nCtx = kv.F16, 128, 28, 4, 600
+	rl := nkv * hd
+	k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
+	err := ms.dev.Do(func() error {
+		var err error
+		if k.dev, err = ms.upload(k.bytes); err != nil {
+			return err
+		}
+		v.dev, err = ms.upload(v.bytes)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := adOpenShape(t, ms, f, k, v, nh, nkv, hd, nCtx)
+	q := dsRand(r, hd*nh*4, 1)
+	for i, x := range sh.run(t, q, 4, -1, 0) {
+		if !math.IsNaN(float64(x)) {
+			t.Fatalf("start -1: out[%d] = %v, want NaN", i, x)
+		}
+	}
+	// Cells 598, 599 exist, 600 and 601 do not.
+	got := sh.run(t, q, 4, nCtx-2, 0)
+	row := hd * nh
+	want := adRef(q[:2*row], k.f32, v.f32, rl, hd, nh, nkv, 2, nCtx-2, 0, attnScale(sh.p))
+	if d, at := adWorst(got[:2*row], want); d > 1e-3 {
+		t.Errorf("tokens inside the region: max|diff| %g at %d", d, at)
+	}
+	for i, x := range got[2*row:] {
+		if !math.IsNaN(float64(x)) {
+			t.Fatalf("token past the region: out[%d] = %v, want NaN", 2*row+i, x)
+		}
+	}
+	var worst float64
+	var worstAt string
+	sh.check(t, r, 1, 450, 0, 2, &worst, &worstAt)
+	for i, c := range sh.counters(t) {
+		if c != 0 {
+			t.Fatalf("completion counter %d is %d, want 0", i, c)
+		}
+	}
+}
+
+// adGraph is one compiled attention graph on one backend: the decode step
+// (store nt rows of k and v, attend) or the fill (store nt rows).
+type adGraph struct {
+	pl  *graph.Plan
+	g   *graph.Graph
+	nt  int
+	out int
+}
+
+// adBuild compiles a graph over the q/k/v weights (rows picked by the
+// token ids): fill = store only (output: the K region), else store and
+// attend (output: attention).
+func adBuild(t *testing.T, be graph.Backend, name string, nt, nCtx, hd, nh, nkv, window int, fill bool) *adGraph {
+	t.Helper()
+	rl := nkv * hd
+	b := graph.NewBuilder(graph.Params{Arch: "test:" + name, NT: nt, NCtx: nCtx})
+	ids := b.Input(graph.InputTokens, "ids")
+	b.Input(graph.InputPositions, "pos")
+	kvw := b.Input(graph.InputKVWindow, "kvw")
+	sk := b.KvcacheStore("sk", b.GetRows("k", "k", rl, ids), kvw, 0, graph.SideK)
+	sv := b.KvcacheStore("sv", b.GetRows("v", "v", rl, ids), kvw, 0, graph.SideV)
+	if fill {
+		b.Output(b.KvcacheLoad("y", kvw, 0, graph.SideK, rl, sk, sv))
+	} else {
+		qq := b.Reshape("q3", b.GetRows("q", "q", hd*nh, ids), graph.Sh(hd, nh, nt))
+		b.Output(b.Attn("y", qq, kvw, 0, nkv, window, sk, sv))
+	}
+	g, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := graph.Compile(g, []graph.Backend{be})
+	if err != nil {
+		t.Fatalf("%s on %s: %v", name, be.Name(), err)
+	}
+	t.Cleanup(func() { pl.Close() })
+	return &adGraph{pl: pl, g: g, nt: nt, out: g.Output}
+}
+
+// step runs the graph with token ids id0.. at KV start and returns its output.
+func (a *adGraph) step(t *testing.T, id0, start int) []float32 {
+	t.Helper()
+	ids, pos := make([]int32, a.nt), make([]int32, a.nt)
+	for i := range ids {
+		ids[i], pos[i] = int32(id0+i), int32(start+i)
+	}
+	for _, w := range []struct {
+		id int
+		v  []int32
+	}{{a.g.Tokens, ids}, {a.g.Positions, pos}, {a.g.KVWindow, []int32{int32(start), int32(start + a.nt)}}} {
+		if w.id < 0 {
+			continue
+		}
+		if err := a.pl.WriteI32(w.id, w.v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.pl.Run(); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float32, a.g.Nodes[a.out].Shape.N())
+	if err := a.pl.Read(a.out, y); err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+// adBackendRun fills cells [0, filled) of a 0.5b-shaped attention layer and
+// then decodes: nt = 1 steps and nt = 4 steps, each at the next cells, on
+// the CUDA backend (levers cfg) and the engine/cpu backend, and returns the
+// worst difference and the CUDA backend.
+func adBackendRun(t *testing.T, cfg levers.Config, f kv.Format, window int) (float64, *Backend) {
+	t.Helper()
+	const hd, nh, nkv, nCtx, filled, steps = 64, 14, 2, 700, 640, 6
+	rl := nkv * hd
+	r := rand.New(rand.NewPCG(67, uint64(f)))
+	ws := []graph.Weight{
+		dsF32Weight("q", dsRand(r, hd*nh*nCtx, 2), hd*nh, nCtx),
+		dsF32Weight("k", dsRand(r, rl*nCtx, 1), rl, nCtx),
+		dsF32Weight("v", dsRand(r, rl*nCtx, 1), rl, nCtx),
+	}
+	dev := dsBackend(t, cfg)
+	host := cpu.New(cpu.Options{Threads: 2})
+	t.Cleanup(func() { host.Close() })
+	spec := graph.KVSpec{Format: f, NLayer: 1, NCtx: nCtx, RowLen: rl}
+	for _, be := range []graph.Backend{dev, host} {
+		for _, w := range ws {
+			if err := be.RegisterWeight(w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := be.AllocKV(spec); err != nil {
+			t.Fatal(err)
+		}
+		adBuild(t, be, "ad-fill", filled, nCtx, hd, nh, nkv, window, true).step(t, 0, 0)
+	}
+	worst := 0.0
+	for _, nt := range []int{1, 4} {
+		gd := adBuild(t, dev, fmt.Sprintf("ad-decode-%d", nt), nt, nCtx, hd, nh, nkv, window, false)
+		gh := adBuild(t, host, fmt.Sprintf("ad-decode-%d", nt), nt, nCtx, hd, nh, nkv, window, false)
+		for i := range steps { // runs 1, 2 direct, 3 captured, then replays
+			start := filled + (nt-1)*steps + i*nt
+			if nt == 1 {
+				start = filled + i
+			}
+			got, want := gd.step(t, start, start), gh.step(t, start, start)
+			d, at := adWorst(got, want)
+			if d > 1e-3 {
+				t.Errorf("%s nt%d window %d step %d (cell %d): max|diff| %g at %d (got %v, cpu %v)", f, nt, window, i, start, d, at, got[at], want[at])
+			}
+			worst = max(worst, d)
+		}
+	}
+	return worst, dev
+}
+
+// TestAttnDecode_BackendMatchesCPUBackendAcrossReplays: the backend's
+// decode path (opAttn, the scratch it allocates, CUDA graph capture and
+// replay with a new window each step) against the engine/cpu backend, every
+// KV format, no window and a sliding window.
+func TestAttnDecode_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
+	dsNeedDevice(t)
+	worst := 0.0
+	for _, f := range kv.Formats() {
+		for _, w := range []int{0, 64} {
+			d, b := adBackendRun(t, dsLevers(t), f, w)
+			worst = max(worst, d)
+			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
+				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
+			}
+		}
+	}
+	t.Logf("worst max|diff| %g", worst)
+}
+
+// TestAttnDecode_LeverSwitchesTheKernel: with the census on and
+// MINFER_NO_SPLITK_ATTN unset the decode steps launch a split-K kernel and
+// no plain attention kernel; with MINFER_NO_SPLITK_ATTN=1 the reverse.
+func TestAttnDecode_LeverSwitchesTheKernel(t *testing.T) {
+	dsNeedDevice(t)
+	for _, off := range []bool{false, true} {
+		extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0"}
+		if off {
+			extra[1] = "MINFER_NO_SPLITK_ATTN=1"
+		}
+		_, b := adBackendRun(t, dsLevers(t, extra...), kv.F16, 0)
+		var splitK, plain int64
+		for name, n := range b.Kernels().Census() {
+			if strings.HasPrefix(name, "minfer_attn_decode_") {
+				splitK += n
+			}
+			if name == "minfer_attn_f32" {
+				plain += n
+			}
+		}
+		if !off && (splitK == 0 || plain != 0) {
+			t.Errorf("lever unset: %d split-K launches (want > 0), %d plain (want 0); census %v", splitK, plain, b.Kernels().Census())
+		}
+		if off && (splitK != 0 || plain == 0) {
+			t.Errorf("MINFER_NO_SPLITK_ATTN=1: %d split-K launches (want 0), %d plain (want > 0); census %v", splitK, plain, b.Kernels().Census())
+		}
+	}
+}
+
+// TestAttnDecodeLauncher_RefusesBadCallsAndLaysScratchOutForEveryNT (no
+// device): the launcher refuses nt > 8 and a short scratch before
+// launching; for every shape each sub-group of query heads is non-empty
+// and at most 8 wide, and one scratch (sized for the shape) holds the
+// counters and partials of every nt without overlap.
+func TestAttnDecodeLauncher_RefusesBadCallsAndLaysScratchOutForEveryNT(t *testing.T) {
+	k := &Kernels{}
+	const p0 = driver.DevicePtr(0x1000)
+	good := AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 640}
+	need, err := AttnDecodeScratchBytes(good, kv.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nine := good
+	nine.NT = 9
+	for _, c := range []struct {
+		name, want string
+		err        error
+	}{
+		{"nine tokens", "at most 8", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, nine)},
+		{"short scratch", "needs", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, p0, need-1, good)},
+		{"no scratch", "needs", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, 0, need, good)},
+		{"bad head_dim", "head_dim 130", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, AttnParams{NT: 1, NHead: 2, NHeadKV: 1, HeadDim: 130, NCtx: 64})},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || !strings.Contains(c.err.Error(), "attn") {
+			t.Errorf("%s: error %v, want one naming attn and %q", c.name, c.err, c.want)
+		}
+	}
+	for _, f := range kv.Formats() {
+		for _, hd := range []int{2, 64, 80, 128} {
+			for _, nkv := range []int{1, 2, 4, 8} {
+				for _, g := range []int{1, 2, 3, 4, 5, 7, 8, 9, 10, 16, 17, 71} {
+					for _, nCtx := range []int{8, 33, 640, 4160, 131072} {
+						p := AttnParams{NT: 1, NHead: g * nkv, NHeadKV: nkv, HeadDim: hd, NCtx: nCtx}
+						sb, err := AttnDecodeScratchBytes(p, f)
+						if f == kv.Q8_0 && (nkv*hd)%32 != 0 {
+							if err == nil {
+								t.Errorf("%+v q8_0: no refusal of a row that is not whole blocks", p)
+							}
+							continue
+						}
+						if err != nil {
+							t.Fatalf("%+v %s: %v", p, f, err)
+						}
+						for nt := 1; nt <= min(AttnDecodeMaxNT, nCtx); nt++ {
+							p.NT = nt
+							geo := attnDecodeGeometry(p, f)
+							if geo.hps < 1 || geo.hps > attnDecodeMaxHeads || (geo.nsub-1)*geo.hps >= g || geo.nsub*geo.hps < g {
+								t.Fatalf("%+v: %d sub-groups of %d heads for a group of %d", p, geo.nsub, geo.hps, g)
+							}
+							if geo.nsplit < 1 || geo.nsplit > attnDecodeMaxSplits {
+								t.Fatalf("%+v: %d splits", p, geo.nsplit)
+							}
+							if uint64(4*geo.gridX) > geo.mlOff || geo.bytes != uint64(sb) {
+								t.Fatalf("%+v: %d counters before offset %d; %d bytes, the shape's scratch is %d", p, geo.gridX, geo.mlOff, geo.bytes, sb)
+							}
+							if !strings.HasPrefix(geo.name, "minfer_attn_decode_") || !strings.HasSuffix(geo.name, "_"+f.String()) {
+								t.Fatalf("%+v %s: kernel %q", p, f, geo.name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttnDecodeLauncher_EveryKernelNameIsDefined (no device): each name
+// the launcher can pick is an extern "C" kernel of attn_decode.cu.
+func TestAttnDecodeLauncher_EveryKernelNameIsDefined(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("kernels", "attn_decode.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range attnDecodeNames {
+		for _, b := range a {
+			for _, name := range b {
+				if !strings.Contains(string(src), " "+name+"(MINFER_ADEC_PARAMS) {") {
+					t.Errorf("kernel %s is not defined in attn_decode.cu", name)
+				}
+			}
+		}
+	}
+}
+
+// TestAttnDecodeGeometry_GoConstantsAndSplitRuleMatchTheKernel (no device):
+// the launcher's geometry constants are the kernel's, attnDecodeSplitPlan is
+// the rule the kernel source states, and for every n_ctx and every attended
+// length n <= n_ctx the rule's active splits fit the grid the launcher
+// sizes (nact <= nsplit), cover the n cells exactly once, take one split
+// (no combine) up to attnDecodeSingleCells cells, and otherwise give every
+// split but the last at least one tile per warp.
+func TestAttnDecodeGeometry_GoConstantsAndSplitRuleMatchTheKernel(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("kernels", "attn_decode.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	for name, want := range map[string]int{
+		"THREADS": attnDecodeThreads, "MAXS": attnDecodeMaxSplits, "SPLIT": attnDecodeSplitCells,
+		"SINGLE": attnDecodeSingleCells, "GMAX": attnDecodeMaxHeads,
+	} {
+		if decl := fmt.Sprintf("constexpr int %s = %d;", name, want); !strings.Contains(src, decl) {
+			t.Errorf("attn_decode.cu does not declare %q (the Go launcher's value)", decl)
+		}
+	}
+	const rule = "const int chunk = n <= SINGLE ? n : max((n + nsplit - 1) / nsplit, SPLIT);"
+	if !strings.Contains(src, rule) || !strings.Contains(src, "const int nact = (n + chunk - 1) / chunk;") {
+		t.Errorf("attn_decode.cu no longer states the split rule attnDecodeSplitPlan mirrors: %q", rule)
+	}
+	for _, nCtx := range []int{1, 9, 128, 129, 256, 257, 384, 385, 640, 700, 4160, 8192, 32768, 131072} {
+		nsplit := attnDecodeGeometry(AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: nCtx}, kv.F32).nsplit
+		step := max(1, nCtx/20000)
+		for n := 1; n <= nCtx; n += step {
+			chunk, nact := attnDecodeSplitPlan(n, nsplit)
+			switch {
+			case nact < 1 || nact > nsplit:
+				t.Fatalf("n_ctx %d, n %d: %d active splits of a grid of %d", nCtx, n, nact, nsplit)
+			case (nact-1)*chunk >= n || nact*chunk < n:
+				t.Fatalf("n_ctx %d, n %d: %d splits of %d cells do not cover the cells exactly", nCtx, n, nact, chunk)
+			case (nact == 1) != (n <= attnDecodeSingleCells):
+				t.Fatalf("n_ctx %d, n %d: %d active splits; want one exactly up to %d cells", nCtx, n, nact, attnDecodeSingleCells)
+			case nact > 1 && chunk < attnDecodeSplitCells:
+				t.Fatalf("n_ctx %d, n %d: splits of %d cells, fewer than a tile per warp (%d)", nCtx, n, chunk, attnDecodeSplitCells)
+			}
+		}
+	}
+}

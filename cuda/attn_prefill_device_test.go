@@ -1,0 +1,451 @@
+package cuda
+
+// Tests of the tiled prefill attention (launch_attn_prefill.go,
+// kernels/attn_prefill.cu; lever MINFER_NO_FA_PREFILL). The device tests
+// skip with a message when no device answers; the host tests pin the
+// launcher's variant choice and shared-memory formula.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/cpu"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/model"
+)
+
+// fapCase is one prefill attention shape: nt queries at cells start ..
+// start+nt-1 of a region of nCtx cells, over a prefix of start cells
+// stored by an earlier forward.
+type fapCase struct {
+	nt, hd, nh, nkv, window, start, nCtx int
+}
+
+func (c fapCase) String() string {
+	return fmt.Sprintf("nt%d/hd%d/heads%d-%d/win%d/start%d/ctx%d", c.nt, c.hd, c.nh, c.nkv, c.window, c.start, c.nCtx)
+}
+
+// fapCases: nt 9, 64, 65, 512, 1000, 4096; head_dim 64 and 128 (and 80, 48:
+// the zero-padded variants); GQA ratios 1, 2, 3, 4, 7, 8; window 0 and a
+// sliding window below nt; start 0, start > 0 (prefill after a cached
+// prefix) and a chunk ending at the last cell of the region.
+var fapCases = []fapCase{
+	{nt: 9, hd: 64, nh: 14, nkv: 2, nCtx: 64},
+	{nt: 64, hd: 128, nh: 16, nkv: 8, nCtx: 128},
+	{nt: 65, hd: 64, nh: 8, nkv: 1, start: 5, nCtx: 128},
+	{nt: 512, hd: 64, nh: 14, nkv: 2, nCtx: 512},
+	{nt: 512, hd: 128, nh: 28, nkv: 4, nCtx: 1024},
+	{nt: 1000, hd: 128, nh: 2, nkv: 2, nCtx: 1024},
+	{nt: 1000, hd: 64, nh: 14, nkv: 2, start: 24, nCtx: 1024},
+	{nt: 100, hd: 64, nh: 14, nkv: 2, window: 37, nCtx: 128},
+	{nt: 300, hd: 128, nh: 16, nkv: 8, window: 100, start: 200, nCtx: 512},
+	{nt: 65, hd: 128, nh: 8, nkv: 1, start: 700, nCtx: 1024},
+	{nt: 64, hd: 64, nh: 4, nkv: 2, start: 1000 - 64, nCtx: 1000},
+	{nt: 9, hd: 128, nh: 7, nkv: 1, window: 5, start: 3, nCtx: 64},
+	{nt: 70, hd: 80, nh: 8, nkv: 2, start: 10, nCtx: 128},
+	{nt: 33, hd: 48, nh: 6, nkv: 2, window: 20, nCtx: 64},
+	{nt: 4096, hd: 64, nh: 2, nkv: 1, nCtx: 4096},
+}
+
+// fapData is one case's operands: the prefix rows, the chunk's q, k, v.
+type fapData struct {
+	pk, pv, q, k, v []float32
+}
+
+func fapMake(r *rand.Rand, c fapCase) fapData {
+	rl := c.nkv * c.hd
+	return fapData{
+		pk: dsRand(r, rl*c.start, 1), pv: dsRand(r, rl*c.start, 1),
+		q: dsRand(r, c.hd*c.nh*c.nt, 1.5), k: dsRand(r, rl*c.nt, 1), v: dsRand(r, rl*c.nt, 1),
+	}
+}
+
+// fapGraphs runs the case on one backend: a first forward stores the
+// prefix (cells 0 .. start-1), the second stores the chunk and attends.
+func fapGraphs(t *testing.T, be graph.Backend, f kv.Format, c fapCase, d fapData) ([]float32, error) {
+	t.Helper()
+	rl := c.nkv * c.hd
+	spec := &graph.KVSpec{Format: f, NLayer: 1, NCtx: c.nCtx, RowLen: rl}
+	if c.start > 0 {
+		pre := dsCase{name: "prefix", nt: c.start, nCtx: c.nCtx, kv: spec,
+			weights: []graph.Weight{dsF32Weight("pk", d.pk, rl, c.start), dsF32Weight("pv", d.pv, rl, c.start)}}
+		pre.build = func(b *graph.Builder, ids, pos, kvw int) int {
+			sk := b.KvcacheStore("sk", b.GetRows("pk", "pk", rl, ids), kvw, 0, graph.SideK)
+			sv := b.KvcacheStore("sv", b.GetRows("pv", "pv", rl, ids), kvw, 0, graph.SideV)
+			return b.KvcacheLoad("ld", kvw, 0, graph.SideK, rl, sk, sv)
+		}
+		if _, err := dsRun(t, pre, be); err != nil {
+			return nil, fmt.Errorf("prefix: %w", err)
+		}
+		spec = nil // allocated by the prefix forward
+	}
+	main := dsCase{name: "chunk", nt: c.nt, nCtx: c.nCtx, kv: spec, start: c.start,
+		weights: []graph.Weight{dsF32Weight("q", d.q, c.hd*c.nh, c.nt), dsF32Weight("k", d.k, rl, c.nt), dsF32Weight("v", d.v, rl, c.nt)}}
+	main.build = func(b *graph.Builder, ids, pos, kvw int) int {
+		sk := b.KvcacheStore("sk", b.GetRows("k", "k", rl, ids), kvw, 0, graph.SideK)
+		sv := b.KvcacheStore("sv", b.GetRows("v", "v", rl, ids), kvw, 0, graph.SideV)
+		qq := b.Reshape("q3", b.GetRows("q", "q", c.hd*c.nh, ids), graph.Sh(c.hd, c.nh, c.nt))
+		return b.Attn("y", qq, kvw, 0, c.nkv, c.window, sk, sv)
+	}
+	return dsRun(t, main, be)
+}
+
+// fapWorst is the largest |got - want| and where it is (NaN placement must
+// agree).
+type fapWorst struct {
+	diff        float64
+	t, h, d     int
+	got, want   float32
+	nanMismatch int
+}
+
+func (w fapWorst) String() string {
+	return fmt.Sprintf("max|diff| %.3g at token %d head %d dim %d (got %v, want %v)", w.diff, w.t, w.h, w.d, w.got, w.want)
+}
+
+func fapCompare(got, want []float32, hd, nh int) fapWorst {
+	var w fapWorst
+	for i := range want {
+		g, x := got[i], want[i]
+		gn, xn := math.IsNaN(float64(g)), math.IsNaN(float64(x))
+		if gn != xn {
+			w.nanMismatch++
+			continue
+		}
+		if gn {
+			continue
+		}
+		if d := math.Abs(float64(g) - float64(x)); d > w.diff || math.IsInf(d, 0) {
+			w.diff, w.got, w.want = d, g, x
+			w.t, w.h, w.d = i/(hd*nh), i/hd%nh, i%hd
+		}
+	}
+	return w
+}
+
+// TestAttnPrefillDevice_EveryKVFormatMatchesCPUWithin1e3: the tiled prefill
+// kernel (lever off) against engine/cpu's attention, every KV format and
+// every fapCases shape, max |diff| <= 1e-3; the census shows the chosen
+// variant ran and the plain kernel did not.
+func TestAttnPrefillDevice_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
+	dsNeedDevice(t)
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, f := range kv.Formats() {
+		for _, c := range fapCases {
+			d := fapMake(r, c)
+			t.Run(fmt.Sprintf("%s/%s", f, c), func(t *testing.T) {
+				host := cpu.New(cpu.Options{Threads: runtime.NumCPU()})
+				defer host.Close()
+				want, err := fapGraphs(t, host, f, c, d)
+				if err != nil {
+					t.Fatalf("cpu: %v", err)
+				}
+				dev := dsBackend(t, dsLevers(t, "MINFER_NO_FA_PREFILL=0", "MINFER_LAUNCH_CENSUS=1"))
+				got, err := fapGraphs(t, dev, f, c, d)
+				if err != nil {
+					t.Fatalf("cuda: %v", err)
+				}
+				w := fapCompare(got, want, c.hd, c.nh)
+				kname := AttnPrefillKernel(AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd}, dev.Device().SMCount)
+				t.Logf("%s: %s", kname, w)
+				if w.nanMismatch > 0 || w.diff > 1e-3 {
+					t.Errorf("%d NaN placements differ; %s > 1e-3", w.nanMismatch, w)
+				}
+				census := dev.Kernels().Census()
+				if census[kname] < 1 || census["minfer_attn_f32"] != 0 {
+					t.Errorf("census: %s ran %d times, minfer_attn_f32 %d (want >= 1 and 0)", kname, census[kname], census["minfer_attn_f32"])
+				}
+			})
+		}
+	}
+}
+
+// fapDirect is one direct-launch session: random K / V regions of nCtx
+// cells in format, a q of nt tokens and the window buffer.
+type fapDirect struct {
+	ms             *mmtSession
+	kr, vr, q, win driver.DevicePtr
+	p              AttnParams
+	f              kv.Format
+}
+
+func fapDirectOpen(t *testing.T, r *rand.Rand, f kv.Format, p AttnParams) *fapDirect {
+	t.Helper()
+	ms := mmtOpen(t)
+	rl := p.NHeadKV * p.HeadDim
+	rb := kv.RowBytes(f, rl)
+	region := func() []byte {
+		b := make([]byte, rb*p.NCtx)
+		for c := range p.NCtx {
+			kv.StoreRow(f, b[c*rb:(c+1)*rb], dsRand(r, rl, 1))
+		}
+		return b
+	}
+	fd := &fapDirect{ms: ms, p: p, f: f}
+	err := ms.dev.Do(func() error {
+		if err := ms.k.PrepareAttnPrefill(); err != nil {
+			return err
+		}
+		var err error
+		if fd.kr, err = ms.upload(region()); err != nil {
+			return err
+		}
+		if fd.vr, err = ms.upload(region()); err != nil {
+			return err
+		}
+		if fd.q, err = ms.upload(driver.Float32Bytes(dsRand(r, p.HeadDim*p.NHead*p.NT, 1.5))); err != nil {
+			return err
+		}
+		fd.win, err = ms.upload(make([]byte, 8))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// run sets the window start and returns the plain kernel's output and the
+// tiled kernel's with 32 and 64 rows per block.
+func (fd *fapDirect) run(t *testing.T, start int) (plain, bm32, bm64 []float32) {
+	t.Helper()
+	n := fd.p.HeadDim * fd.p.NHead * fd.p.NT
+	outs := make([][]byte, 3)
+	err := fd.ms.dev.Do(func() error {
+		w := make([]byte, 8)
+		binary.LittleEndian.PutUint32(w, uint32(int32(start)))
+		binary.LittleEndian.PutUint32(w[4:], uint32(int32(start+fd.p.NT)))
+		if err := fd.ms.s.CopyHtoD(fd.win, w); err != nil {
+			return err
+		}
+		for i := range outs {
+			o, err := fd.ms.upload(make([]byte, 4*n))
+			if err != nil {
+				return err
+			}
+			switch i {
+			case 0:
+				err = fd.ms.k.Attention(fd.ms.s, o, fd.q, fd.kr, fd.vr, fd.f, fd.win, fd.p)
+			case 1:
+				err = fd.ms.k.attentionPrefillBM(fd.ms.s, o, fd.q, fd.kr, fd.vr, fd.f, fd.win, fd.p, 32)
+			case 2:
+				err = fd.ms.k.attentionPrefillBM(fd.ms.s, o, fd.q, fd.kr, fd.vr, fd.f, fd.win, fd.p, 64)
+			}
+			if err != nil {
+				return err
+			}
+			if err := fd.ms.s.Synchronize(); err != nil {
+				return err
+			}
+			outs[i] = make([]byte, 4*n)
+			if err := fd.ms.s.CopyDtoH(outs[i], o); err != nil {
+				return err
+			}
+		}
+		return fd.ms.s.Synchronize()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mmtFloats(outs[0]), mmtFloats(outs[1]), mmtFloats(outs[2])
+}
+
+// TestAttnPrefillDevice_NaNRowsAndVariantsAgreeWithPlainKernel: on the same
+// device buffers, the tiled kernel against the plain one (the lever-on
+// path): NaN rows exactly where the plain kernel has them (a negative start;
+// cells at or beyond n_ctx), the other rows within 1e-3, and the BM 32 and
+// BM 64 variants bitwise equal (tiles are aligned to absolute cells, so
+// the SM-count-dependent choice never changes a value).
+func TestAttnPrefillDevice_NaNRowsAndVariantsAgreeWithPlainKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	for _, f := range kv.Formats() {
+		for _, c := range []struct {
+			p      AttnParams
+			starts []int
+		}{
+			{AttnParams{NT: 100, NHead: 14, NHeadKV: 2, HeadDim: 128, NCtx: 256}, []int{0, 100, 200, -1}},
+			{AttnParams{NT: 130, NHead: 16, NHeadKV: 8, HeadDim: 64, NCtx: 256, Window: 50}, []int{0, 126, 180, -5}},
+			{AttnParams{NT: 77, NHead: 7, NHeadKV: 7, HeadDim: 64, NCtx: 300, Scale: 0.3}, []int{223, 250}},
+		} {
+			fd := fapDirectOpen(t, r, f, c.p)
+			for _, start := range c.starts {
+				name := fmt.Sprintf("%s/nt%d/hd%d/heads%d-%d/win%d/start%d/ctx%d", f, c.p.NT, c.p.HeadDim, c.p.NHead, c.p.NHeadKV,
+					c.p.Window, start, c.p.NCtx)
+				plain, b32, b64 := fd.run(t, start)
+				w := fapCompare(b32, plain, c.p.HeadDim, c.p.NHead)
+				nans := 0
+				for _, v := range plain {
+					if math.IsNaN(float64(v)) {
+						nans++
+					}
+				}
+				t.Logf("%s: %d NaN values in the plain output; bm32 vs plain %s", name, nans, w)
+				if w.nanMismatch > 0 || w.diff > 1e-3 {
+					t.Errorf("%s: %d NaN placements differ; %s > 1e-3", name, w.nanMismatch, w)
+				}
+				wantNaN := 0
+				for tok := range c.p.NT {
+					if start < 0 || start+tok >= c.p.NCtx {
+						wantNaN += c.p.HeadDim * c.p.NHead
+					}
+				}
+				if nans != wantNaN {
+					t.Errorf("%s: plain kernel has %d NaN values, want %d", name, nans, wantNaN)
+				}
+				for i := range b32 {
+					if math.Float32bits(b32[i]) != math.Float32bits(b64[i]) &&
+						!(math.IsNaN(float64(b32[i])) && math.IsNaN(float64(b64[i]))) {
+						t.Errorf("%s: bm32 and bm64 differ at %d: %v vs %v", name, i, b32[i], b64[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff: a prefill forward
+// (24 tokens) with the backend's census on runs the tiled kernel for every
+// layer's attention and never the plain one; with MINFER_NO_FA_PREFILL=1
+// it is the other way round. The two forwards' logits agree within 1e-3
+// of the largest logit, and the lever-off one matches the CPU as well.
+func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
+	dsNeedDevice(t)
+	prompt := make([]int32, 24)
+	for i := range prompt {
+		prompt[i] = int32(7 + 13*i%400)
+	}
+	for _, m := range []struct{ shape, typ string }{{"qwen2-tiny", "F32"}, {"qwen3-tiny", "F16"}} {
+		t.Run(m.shape, func(t *testing.T) {
+			path := dsSynth(t, m.shape, m.typ)
+			logits := map[string][]float32{}
+			for _, lever := range []string{"0", "1"} {
+				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FA_PREFILL="+lever)
+				y, err := e.Forward(prompt, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				logits[lever] = y
+				census := dsDeviceBackend(t, e).Kernels().Census()
+				fa := int64(0)
+				for name, n := range census {
+					if strings.HasPrefix(name, "minfer_attn_prefill_") {
+						fa += n
+					}
+				}
+				plain := census["minfer_attn_f32"]
+				t.Logf("MINFER_NO_FA_PREFILL=%s: tiled prefill launches %d, plain %d", lever, fa, plain)
+				if lever == "0" && (fa < 1 || plain != 0) {
+					t.Errorf("lever off: tiled launches %d, plain %d (want >= 1 and 0)", fa, plain)
+				}
+				if lever == "1" && (fa != 0 || plain < 1) {
+					t.Errorf("lever on: tiled launches %d, plain %d (want 0 and >= 1)", fa, plain)
+				}
+			}
+			host := dsEngine(t, path, "cpu", 128)
+			want, err := host.Forward(prompt, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dFA, dPlain, dCPU := dsLogitDiff(logits["0"], logits["1"]), dsLogitDiff(logits["1"], want), dsLogitDiff(logits["0"], want)
+			t.Logf("relative logit diff: tiled vs plain %.3g, plain vs cpu %.3g, tiled vs cpu %.3g", dFA, dPlain, dCPU)
+			if dFA > 1e-3 || dCPU > 1e-3 {
+				t.Errorf("relative logit diff tiled vs plain %.3g, tiled vs cpu %.3g: above 1e-3", dFA, dCPU)
+			}
+		})
+	}
+}
+
+// TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts:
+// five 24-token chunks forwarded one after another after a 5-token prefix,
+// so the chunk split is captured at its 3rd run and replayed with the window
+// start read from the device (5, 29, 53, ...): bitwise the direct launches'.
+// (One shape throughout: a new activation shape grows the exact-size pool,
+// and a pool growth invalidates the captured graphs, cuda/capture.go.)
+func TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
+	dsNeedDevice(t)
+	path := dsSynth(t, "qwen2-tiny", "F32")
+	run := func(e *model.Engine) [][]float32 {
+		if _, err := e.Forward(dsPrompt[:5], false); err != nil {
+			t.Fatal(err)
+		}
+		var out [][]float32
+		for i := range 5 {
+			chunk := make([]int32, 24)
+			for j := range chunk {
+				chunk[j] = int32(300 + 5*j + 11*i)
+			}
+			l, err := e.Forward(chunk, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+		return out
+	}
+	direct := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1", "MINFER_NO_FA_PREFILL=0"))
+	e := dsEngine(t, path, "cuda", 128, "MINFER_NO_FA_PREFILL=0", "MINFER_LAUNCH_CENSUS=1")
+	graphs := run(e)
+	b := dsDeviceBackend(t, e)
+	st := b.CaptureStats()
+	t.Logf("capture stats: %+v", st)
+	if st.Captures < 1 || st.Replays < 2 {
+		t.Errorf("captures %d, replays %d: want the 24-token chunk captured and replayed twice", st.Captures, st.Replays)
+	}
+	fa := int64(0)
+	for k, n := range b.Kernels().Census() {
+		if strings.HasPrefix(k, "minfer_attn_prefill_") {
+			fa += n
+		}
+	}
+	if fa == 0 {
+		t.Error("no tiled prefill attention launch: the chunks did not take the path under test")
+	}
+	dsBitwise(t, "tiled prefill graphs vs direct", graphs, direct)
+}
+
+// TestAttnPrefillKernel_VariantAndSharedMemory: head_dim <= 64 takes the
+// HD 64 kernels, larger the HD 128 ones; 32 rows per block only when 64
+// would leave SMs idle; every variant's shared memory fits the H100/H200
+// opt-in limit (227 KiB) and the formula matches the kernel's layout.
+func TestAttnPrefillKernel_VariantAndSharedMemory(t *testing.T) {
+	for _, c := range []struct {
+		p    AttnParams
+		sms  int
+		want string
+	}{
+		{AttnParams{NT: 512, NHead: 14, NHeadKV: 2, HeadDim: 64}, 132, "minfer_attn_prefill_hd64_bm32"},
+		{AttnParams{NT: 4096, NHead: 14, NHeadKV: 2, HeadDim: 64}, 132, "minfer_attn_prefill_hd64_bm64"},
+		{AttnParams{NT: 512, NHead: 28, NHeadKV: 4, HeadDim: 128}, 132, "minfer_attn_prefill_hd128_bm64"},
+		{AttnParams{NT: 512, NHead: 16, NHeadKV: 8, HeadDim: 128}, 132, "minfer_attn_prefill_hd128_bm32"},
+		{AttnParams{NT: 64, NHead: 8, NHeadKV: 2, HeadDim: 80}, 132, "minfer_attn_prefill_hd128_bm32"},
+		{AttnParams{NT: 33, NHead: 6, NHeadKV: 2, HeadDim: 48}, 1, "minfer_attn_prefill_hd64_bm64"},
+	} {
+		if got := AttnPrefillKernel(c.p, c.sms); got != c.want {
+			t.Errorf("%+v on %d SMs: %s, want %s", c.p, c.sms, got, c.want)
+		}
+	}
+	// (BM + BN) rows of HD+4 floats (Q, the K/V tile) + BN rows of BM+4 (P).
+	want := map[string]int{
+		"minfer_attn_prefill_hd64_bm32": 35328, "minfer_attn_prefill_hd64_bm64": 52224,
+		"minfer_attn_prefill_hd128_bm32": 59904, "minfer_attn_prefill_hd128_bm64": 84992,
+	}
+	for _, hd := range attnPrefillHDs {
+		for _, bm := range attnPrefillBMs {
+			name, smem := attnPrefillName(hd, bm), attnPrefillSmem(hd, bm)
+			if smem != want[name] || smem > 227<<10 {
+				t.Errorf("%s: %d bytes of shared memory, want %d (at most 227 KiB)", name, smem, want[name])
+			}
+			if th := attnPrefillThreads(bm); th != 2*bm || th%32 != 0 {
+				t.Errorf("%s: %d threads", name, th)
+			}
+		}
+	}
+}

@@ -1,0 +1,496 @@
+// mmq.cu: prefill matmul (nt >= 9) over Q8_1-quantized activations as an
+// int8 tensor-core GEMM (mma.sync m16n8k32 / m16n8k16 .s8.s8.s32, sm_80+).
+//
+//   out[t][j] = sum_i W[j][i] * a[t][i] (+ bias[j])
+//
+// a is nt activation rows already quantized to Q8_1 by minfer_quantize_q8_1
+// (row t at t * (k / 32) * 36 bytes; block = f16 d, f16 s, 32 int8 q; 4-byte
+// aligned). W is n rows of k values in their GGUF block format.
+//
+// Block tile: MINFER_MMQ_ROWS weight rows x MINFER_MMQ_TOKS tokens, k in
+// stages of MINFER_MMQ_KB values (four 32-value blocks; a K-quant
+// super-block is two stages). Per stage the block
+//   - unpacks its weight tile to int8 in shared memory (one thread per
+//     (row, 32-block) unit) with each block's f32 scale, and the min term's
+//     f32 factor for the types that have one. Every integer offset is
+//     applied exactly in int8: Q4_0 q - 8, Q5_0 q - 16, Q6_K q - 32;
+//   - copies its activation tile's int8 quants to shared memory with d and
+//     the block's exact quant sum (sum_i q_i, by __dp4a; the f16 s of the
+//     Q8_1 block is not used, its rounding would be the largest error here);
+//   - runs, per 32-block, one m16n8k32 MMA per 16x8 fragment (two m16n8k16
+//     for Q6_K, whose scales are per 16 values: the two int32 halves are
+//     combined with the int8 scales exactly in int32) and folds the int32
+//     tile into f32 accumulators:
+//         acc += float(c) * (d_w * d_a)            (+ m_w * d_a * sum q_a)
+//     float(c) is exact (|c| < 2^22 for every type but Q6_K, converted with
+//     the 1.5 * 2^23 magic add; Q6_K's |c| <= 2^24 with cvt.rn, also exact),
+//     so the only roundings are d_w * d_a and the f32 accumulation.
+//   Q8_0 / Q4_0 / Q5_0: d_w = d;           no min term
+//   Q4_1 / Q5_1:        d_w = d;           m_w = m
+//   Q4_K / Q5_K:        d_w = d * sc;      m_w = -dmin * m   (per 32-sub-block)
+//   Q6_K:               d_w = d;           int32 c = sc_lo * c_lo + sc_hi * c_hi
+// Eight warps in a 4 (rows) x 2 (tokens) grid each own a 32 x 32 output
+// tile: 2 (m16 rows) x 4 (n8 tokens) MMA fragments. Shared memory rows are
+// padded to 144 bytes (36 words), so the fragment loads (row g, word tig)
+// hit 32 distinct banks.
+// Edges: rows >= n, tokens >= nt and 32-blocks >= k / 32 load as zeros
+// (scale 0), so any n, nt and any k that is a multiple of the type's block
+// work. Static shared memory (MINFER_MMQ_SMEM_BYTES < 48 KiB): no opt-in.
+//
+// Alignment: the 32-bit weight loads need 4-byte aligned rows for Q4_1,
+// Q5_1, Q4_K and Q5_K (block sizes 20, 24, 144, 176), 2-byte for Q8_0,
+// Q4_0, Q5_0 and Q6_K (34, 18, 22, 210); the launcher checks.
+//
+// Kernel names: minfer_mmq_<type>.
+#include "dequant.cuh"
+
+#define MINFER_MMQ_ROWS 128      // weight rows per block tile, big variant (4 x 2 warps)
+#define MINFER_MMQ_ROWS_SMALL 64 // weight rows per block tile, _r64 variant (2 x 2 warps)
+#define MINFER_MMQ_TOKS 64
+#define MINFER_MMQ_KB 128
+#define MINFER_MMQ_NB (MINFER_MMQ_KB / MINFER_QK) // 32-blocks per stage
+#define MINFER_MMQ_THREADS 256       // big variant
+#define MINFER_MMQ_THREADS_SMALL 128 // _r64 variant
+#define MINFER_MMQ_LD (MINFER_MMQ_KB + 16) // bytes per shared row
+#define MINFER_MMQ_Q8_1_BYTES 36
+#define MINFER_MMQ_REDUCE_THREADS 256
+
+// Shared memory bytes of a ROWS x TOKS tile (cuda/launch_mmq.go:
+// mmqSmemBytes carries the same sum).
+#define MINFER_MMQ_SMEM_BYTES(R, M) (((R) + (M)) * MINFER_MMQ_LD + 3 * (R) * MINFER_MMQ_NB * 4 + 2 * (M) * MINFER_MMQ_NB * 4)
+
+template <int R, int M> struct MinferMmqSmem {
+    int8_t wq[R * MINFER_MMQ_LD];
+    int8_t xq[M * MINFER_MMQ_LD];
+    float wd[R * MINFER_MMQ_NB];  // weight scale per (row, block)
+    float wm[R * MINFER_MMQ_NB];  // min-term factor per (row, block)
+    int wsc[R * MINFER_MMQ_NB];   // Q6_K: the two int8 scales, packed
+    float xd[M * MINFER_MMQ_NB];  // activation d per (token, block)
+    float xs[M * MINFER_MMQ_NB];  // d * sum q per (token, block)
+};
+static_assert(sizeof(MinferMmqSmem<MINFER_MMQ_ROWS, MINFER_MMQ_TOKS>) ==
+                  MINFER_MMQ_SMEM_BYTES(MINFER_MMQ_ROWS, MINFER_MMQ_TOKS),
+              "mmq smem layout");
+static_assert(sizeof(MinferMmqSmem<MINFER_MMQ_ROWS_SMALL, MINFER_MMQ_TOKS>) ==
+                  MINFER_MMQ_SMEM_BYTES(MINFER_MMQ_ROWS_SMALL, MINFER_MMQ_TOKS),
+              "mmq smem layout");
+
+// One unpacked weight unit: 32 int8 values (8 words) and the scales.
+struct MinferMmqUnit {
+    uint32_t q[8];
+    float d, m;
+    int sc;
+};
+
+__device__ __forceinline__ uint32_t minfer_mmq_u16(const uint8_t* p) {
+    return *reinterpret_cast<const unsigned short*>(p);
+}
+
+// 32-bit word at a 2-byte aligned address.
+__device__ __forceinline__ uint32_t minfer_mmq_w2(const uint8_t* p) {
+    return minfer_mmq_u16(p) | (minfer_mmq_u16(p + 2) << 16);
+}
+
+__device__ __forceinline__ uint32_t minfer_mmq_w4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Bit e (0..3) of h -> bit 8e + 4: the fifth bit of four packed values.
+__device__ __forceinline__ uint32_t minfer_mmq_spread4(uint32_t h) {
+    return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
+}
+
+// ---------------------------------------------------------------- per type
+//
+// unit(row, kb, u): decodes 32-block kb of the row (kb counts 32-value
+// blocks along the row; for K-quants sub-block kb % 8 of super-block kb / 8).
+
+template <int T> struct MinferMmqW;
+
+template <> struct MinferMmqW<MINFER_T_Q8_0> {
+    static constexpr int bs = MINFER_QK, bb = MINFER_Q8_0_BYTES, align = 2;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)kb * bb;
+        u.d = minfer_h2f(minfer_mmq_u16(b));
+        u.m = 0.0f;
+        u.sc = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.q[i] = minfer_mmq_w2(b + 2 + 4 * i);
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q4_0> {
+    static constexpr int bs = MINFER_QK, bb = MINFER_Q4_0_BYTES, align = 2;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)kb * bb;
+        u.d = minfer_h2f(minfer_mmq_u16(b));
+        u.m = 0.0f;
+        u.sc = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t v = minfer_mmq_w2(b + 2 + 4 * i);
+            u.q[i] = __vsub4(v & 0x0F0F0F0Fu, 0x08080808u);
+            u.q[4 + i] = __vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        }
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q5_0> {
+    static constexpr int bs = MINFER_QK, bb = MINFER_Q5_0_BYTES, align = 2;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)kb * bb;
+        u.d = minfer_h2f(minfer_mmq_u16(b));
+        u.m = 0.0f;
+        u.sc = 0;
+        const uint32_t qh = minfer_mmq_w2(b + 2);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t v = minfer_mmq_w2(b + 6 + 4 * i);
+            const uint32_t lo = (v & 0x0F0F0F0Fu) | minfer_mmq_spread4((qh >> (4 * i)) & 15u);
+            const uint32_t hi = ((v >> 4) & 0x0F0F0F0Fu) | minfer_mmq_spread4((qh >> (16 + 4 * i)) & 15u);
+            u.q[i] = __vsub4(lo, 0x10101010u);
+            u.q[4 + i] = __vsub4(hi, 0x10101010u);
+        }
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q4_1> {
+    static constexpr int bs = MINFER_QK, bb = MINFER_Q4_1_BYTES, align = 4;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)kb * bb;
+        const uint32_t dm = minfer_mmq_w4(b);
+        u.d = minfer_h2f(dm & 0xFFFFu);
+        u.m = minfer_h2f(dm >> 16);
+        u.sc = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t v = minfer_mmq_w4(b + 4 + 4 * i);
+            u.q[i] = v & 0x0F0F0F0Fu;
+            u.q[4 + i] = (v >> 4) & 0x0F0F0F0Fu;
+        }
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q5_1> {
+    static constexpr int bs = MINFER_QK, bb = MINFER_Q5_1_BYTES, align = 4;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)kb * bb;
+        const uint32_t dm = minfer_mmq_w4(b);
+        u.d = minfer_h2f(dm & 0xFFFFu);
+        u.m = minfer_h2f(dm >> 16);
+        u.sc = 0;
+        const uint32_t qh = minfer_mmq_w4(b + 4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t v = minfer_mmq_w4(b + 8 + 4 * i);
+            u.q[i] = (v & 0x0F0F0F0Fu) | minfer_mmq_spread4((qh >> (4 * i)) & 15u);
+            u.q[4 + i] = ((v >> 4) & 0x0F0F0F0Fu) | minfer_mmq_spread4((qh >> (16 + 4 * i)) & 15u);
+        }
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q4_K> {
+    static constexpr int bs = MINFER_QKK, bb = MINFER_Q4_K_BYTES, align = 4;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)(kb >> 3) * bb;
+        const int j = kb & 7;
+        int sc, mn;
+        minfer_kscale_min(b + 4, j, &sc, &mn);
+        const uint32_t dm = minfer_mmq_w4(b);
+        u.d = __fmul_rn(minfer_h2f(dm & 0xFFFFu), (float)sc);
+        u.m = -__fmul_rn(minfer_h2f(dm >> 16), (float)mn);
+        u.sc = 0;
+        const uint8_t* qs = b + 16 + 32 * (j >> 1);
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) u.q[i] = (minfer_mmq_w4(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q5_K> {
+    static constexpr int bs = MINFER_QKK, bb = MINFER_Q5_K_BYTES, align = 4;
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)(kb >> 3) * bb;
+        const int j = kb & 7;
+        int sc, mn;
+        minfer_kscale_min(b + 4, j, &sc, &mn);
+        const uint32_t dm = minfer_mmq_w4(b);
+        u.d = __fmul_rn(minfer_h2f(dm & 0xFFFFu), (float)sc);
+        u.m = -__fmul_rn(minfer_h2f(dm >> 16), (float)mn);
+        u.sc = 0;
+        const uint8_t* qs = b + 48 + 32 * (j >> 1);
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t lo = (minfer_mmq_w4(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((minfer_mmq_w4(b + 16 + 4 * i) >> j) & 0x01010101u) << 4;
+            u.q[i] = lo | hi;
+        }
+    }
+};
+
+template <> struct MinferMmqW<MINFER_T_Q6_K> {
+    static constexpr int bs = MINFER_QKK, bb = MINFER_Q6_K_BYTES, align = 2;
+    // Sub-block j = 4 hh + quarter: value l from the low (quarter < 2) or
+    // high nibble of ql[64 hh + 32 (quarter & 1) + l] and bits 2 quarter of
+    // qh[32 hh + l]; scales[8 hh + 2 quarter + (l >= 16)].
+    static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = row + (size_t)(kb >> 3) * bb;
+        const int j = kb & 7, hh = j >> 2, quarter = j & 3;
+        const uint8_t* ql = b + 64 * hh + 32 * (quarter & 1);
+        const uint8_t* qh = b + 128 + 32 * hh;
+        const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t lo = (minfer_mmq_w2(ql + 4 * i) >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((minfer_mmq_w2(qh + 4 * i) >> hshift) & 0x03030303u) << 4;
+            u.q[i] = __vsub4(lo | hi, 0x20202020u);
+        }
+        u.sc = (int)minfer_mmq_u16(b + 192 + 8 * hh + 2 * quarter); // two int8, low = values 0..15
+        u.d = minfer_h2f(minfer_mmq_u16(b + 208));
+        u.m = 0.0f;
+    }
+};
+
+// ---------------------------------------------------------------- MMA
+
+__device__ __forceinline__ void minfer_mmq_mma_k32(int c[4], const int a[4], int b0, int b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+__device__ __forceinline__ void minfer_mmq_mma_k16(int c[4], int a0, int a1, int b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+// Exact int32 -> f32 for |c| < 2^22: add the bits of 1.5 * 2^23, subtract
+// it in f32 (two full-rate ops instead of one quarter-rate I2F).
+__device__ __forceinline__ float minfer_mmq_i2f(int c) {
+    return __fsub_rn(__int_as_float(c + 0x4B400000), 12582912.0f);
+}
+
+// WR x WT warps, each a 32 x 32 output tile: the block tile is 32 WR
+// weight rows x 32 WT tokens. blockIdx.z is the split-K index: split z
+// runs stages [z * sps, min((z + 1) * sps, stages)) with sps =
+// ceil(stages / gridDim.z) and writes its partial sums to out + z * nt * n
+// (the launcher passes bias only when gridDim.z is 1; minfer_mmq_reduce adds
+// the partials in z order, then the bias).
+template <int T, int WR, int WT>
+__device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const uint8_t* __restrict__ a,
+                                                const uint8_t* __restrict__ w, const float* __restrict__ bias,
+                                                int k, int n, int nt) {
+    using W = MinferMmqW<T>;
+    constexpr int ROWS = 32 * WR, TOKS = 32 * WT, THREADS = 32 * WR * WT;
+    constexpr bool kQ6K = T == MINFER_T_Q6_K;
+    constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;
+    static_assert(ROWS * MINFER_MMQ_NB % THREADS == 0 && TOKS * MINFER_MMQ_NB % THREADS == 0, "mmq tile split");
+    __shared__ __align__(16) MinferMmqSmem<ROWS, TOKS> sm;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tig = lane & 3;
+    const int wr = warp % WR; // rows 32 wr ..
+    const int wt = warp / WR; // tokens 32 wt ..
+    const int n0 = blockIdx.x * ROWS;
+    const int m0 = blockIdx.y * TOKS;
+    const int kblocks = k / MINFER_QK;
+    const int stages = (kblocks + MINFER_MMQ_NB - 1) / MINFER_MMQ_NB;
+    const int sps = (stages + (int)gridDim.z - 1) / (int)gridDim.z;
+    const int kbBegin = (int)blockIdx.z * sps * MINFER_MMQ_NB;
+    const int kbEnd = min(kblocks, kbBegin + sps * MINFER_MMQ_NB);
+    out += (size_t)blockIdx.z * (size_t)nt * (size_t)n;
+    const size_t rowBytes = (size_t)(k / W::bs) * W::bb;
+    const size_t actRow = (size_t)kblocks * MINFER_MMQ_Q8_1_BYTES;
+
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    for (int k0 = kbBegin; k0 < kbEnd; k0 += MINFER_MMQ_NB) {
+        // Weight tile: ROWS x NB units; four adjacent threads take the four
+        // blocks of one row (contiguous bytes).
+#pragma unroll
+        for (int r = 0; r < ROWS * MINFER_MMQ_NB / THREADS; r++) {
+            const int job = tid + r * THREADS;
+            const int lr = job / MINFER_MMQ_NB, bi = job % MINFER_MMQ_NB;
+            const int row = n0 + lr, kb = k0 + bi;
+            MinferMmqUnit u;
+            if (row < n && kb < kbEnd) {
+                W::unit(w + (size_t)row * rowBytes, kb, u);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) u.q[i] = 0;
+                u.d = 0.0f;
+                u.m = 0.0f;
+                u.sc = 0;
+            }
+            uint4* dst = reinterpret_cast<uint4*>(sm.wq + lr * MINFER_MMQ_LD + MINFER_QK * bi);
+            dst[0] = make_uint4(u.q[0], u.q[1], u.q[2], u.q[3]);
+            dst[1] = make_uint4(u.q[4], u.q[5], u.q[6], u.q[7]);
+            sm.wd[lr * MINFER_MMQ_NB + bi] = u.d;
+            if (kMin) sm.wm[lr * MINFER_MMQ_NB + bi] = u.m;
+            if (kQ6K) sm.wsc[lr * MINFER_MMQ_NB + bi] = u.sc;
+        }
+        // Activation tile: TOKS x NB Q8_1 blocks.
+#pragma unroll
+        for (int r = 0; r < TOKS * MINFER_MMQ_NB / THREADS; r++) {
+            const int job = tid + r * THREADS;
+            const int lt = job / MINFER_MMQ_NB, bi = job % MINFER_MMQ_NB;
+            const int tok = m0 + lt, kb = k0 + bi;
+            uint32_t q[8];
+            float d = 0.0f;
+            int sum = 0;
+            if (tok < nt && kb < kbEnd) {
+                const uint8_t* ab = a + (size_t)tok * actRow + (size_t)kb * MINFER_MMQ_Q8_1_BYTES;
+                const uint32_t* aw = reinterpret_cast<const uint32_t*>(ab);
+                d = minfer_h2f(aw[0] & 0xFFFFu);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    q[i] = aw[1 + i];
+                    sum = __dp4a((int)q[i], 0x01010101, sum);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) q[i] = 0;
+            }
+            uint4* dst = reinterpret_cast<uint4*>(sm.xq + lt * MINFER_MMQ_LD + MINFER_QK * bi);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            sm.xd[lt * MINFER_MMQ_NB + bi] = d;
+            if (kMin) sm.xs[lt * MINFER_MMQ_NB + bi] = __fmul_rn(d, (float)sum);
+        }
+        __syncthreads();
+
+#pragma unroll
+        for (int bi = 0; bi < MINFER_MMQ_NB; bi++) {
+            int af[2][4];
+            float dw[2][2], mw[2][2];
+            int scw[2][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const int lr = 32 * wr + 16 * mi + g;
+                const int8_t* p = sm.wq + lr * MINFER_MMQ_LD + MINFER_QK * bi + 4 * tig;
+                af[mi][0] = *reinterpret_cast<const int*>(p);
+                af[mi][1] = *reinterpret_cast<const int*>(p + 8 * MINFER_MMQ_LD);
+                af[mi][2] = *reinterpret_cast<const int*>(p + 16);
+                af[mi][3] = *reinterpret_cast<const int*>(p + 8 * MINFER_MMQ_LD + 16);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int s = (lr + 8 * h) * MINFER_MMQ_NB + bi;
+                    dw[mi][h] = sm.wd[s];
+                    mw[mi][h] = kMin ? sm.wm[s] : 0.0f;
+                    scw[mi][h] = kQ6K ? sm.wsc[s] : 0;
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int lt = 32 * wt + 8 * ni;
+                const int8_t* p = sm.xq + (lt + g) * MINFER_MMQ_LD + MINFER_QK * bi + 4 * tig;
+                const int b0 = *reinterpret_cast<const int*>(p);
+                const int b1 = *reinterpret_cast<const int*>(p + 16);
+                float dx[2], sx[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int s = (lt + 2 * tig + e) * MINFER_MMQ_NB + bi;
+                    dx[e] = sm.xd[s];
+                    sx[e] = kMin ? sm.xs[s] : 0.0f;
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    int c[4];
+                    if (kQ6K) {
+                        int lo[4], hi[4];
+                        minfer_mmq_mma_k16(lo, af[mi][0], af[mi][1], b0);
+                        minfer_mmq_mma_k16(hi, af[mi][2], af[mi][3], b1);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int sw = scw[mi][e >> 1];
+                            const int slo = (int)(int8_t)(sw & 0xFF), shi = (int)(int8_t)((sw >> 8) & 0xFF);
+                            c[e] = slo * lo[e] + shi * hi[e];
+                        }
+                    } else {
+                        minfer_mmq_mma_k32(c, af[mi], b0, b1);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int h = e >> 1, x = e & 1; // c0,c1: row g; c2,c3: row g+8; tokens 2 tig + x
+                        const float cf = kQ6K ? __int2float_rn(c[e]) : minfer_mmq_i2f(c[e]);
+                        acc[mi][ni][e] = __fmaf_rn(cf, __fmul_rn(dw[mi][h], dx[x]), acc[mi][ni][e]);
+                        if (kMin) acc[mi][ni][e] = __fmaf_rn(mw[mi][h], sx[x], acc[mi][ni][e]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = n0 + 32 * wr + 16 * mi + g + 8 * h;
+            if (row >= n) continue;
+            const float bv = bias != nullptr ? bias[row] : 0.0f;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int x = 0; x < 2; x++) {
+                    const int tok = m0 + 32 * wt + 8 * ni + 2 * tig + x;
+                    if (tok < nt) out[(size_t)tok * n + row] = acc[mi][ni][2 * h + x] + bv;
+                }
+        }
+}
+
+// minfer_mmq_<type>: grid (ceil(n / MINFER_MMQ_ROWS), ceil(nt /
+// MINFER_MMQ_TOKS), splits), block (MINFER_MMQ_THREADS). _r64: the 64-row
+// tile (grid ceil(n / MINFER_MMQ_ROWS_SMALL) wide, block
+// MINFER_MMQ_THREADS_SMALL), twice the blocks for shapes whose 128-row grid
+// leaves SMs idle. Static smem. a: nt Q8_1 rows (4-byte aligned). The
+// launcher (cuda/launch_mmq.go mmqPlanFor) picks the variant and splits.
+#define MINFER_MMQ_KERNEL(name, T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                      \
+        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
+                          int nt) {                                                                         \
+        MINFER_KERNEL_ENTRY();                                                                               \
+        minfer_mmq_body<T, 4, 2>(out, a, w, bias, k, n, nt);                                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                \
+        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,    \
+                                int n, int nt) {                                                            \
+        MINFER_KERNEL_ENTRY();                                                                               \
+        minfer_mmq_body<T, 2, 2>(out, a, w, bias, k, n, nt);                                                \
+    }
+
+MINFER_MMQ_KERNEL(q8_0, MINFER_T_Q8_0)
+MINFER_MMQ_KERNEL(q4_0, MINFER_T_Q4_0)
+MINFER_MMQ_KERNEL(q4_1, MINFER_T_Q4_1)
+MINFER_MMQ_KERNEL(q5_0, MINFER_T_Q5_0)
+MINFER_MMQ_KERNEL(q5_1, MINFER_T_Q5_1)
+MINFER_MMQ_KERNEL(q4_k, MINFER_T_Q4_K)
+MINFER_MMQ_KERNEL(q5_k, MINFER_T_Q5_K)
+MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
+
+#undef MINFER_MMQ_KERNEL
+
+// Split-K reduction: out[i] = ((part[0][i] + part[1][i]) + ...) + bias[i %
+// n] over total = nt * n outputs, the splits added in index order (one
+// fixed order: deterministic, and a replayed graph gives the same bits).
+// grid ceil(total / MINFER_MMQ_REDUCE_THREADS), block
+// MINFER_MMQ_REDUCE_THREADS.
+extern "C" __global__ void __launch_bounds__(MINFER_MMQ_REDUCE_THREADS)
+    minfer_mmq_reduce(float* __restrict__ out, const float* __restrict__ part, const float* __restrict__ bias,
+                      int n, int total, int splits) {
+    MINFER_KERNEL_ENTRY();
+    const int i = blockIdx.x * MINFER_MMQ_REDUCE_THREADS + threadIdx.x;
+    if (i >= total) return;
+    float v = part[i];
+    for (int z = 1; z < splits; z++) v = __fadd_rn(v, part[(size_t)z * (size_t)total + i]);
+    if (bias != nullptr) v = __fadd_rn(v, bias[i % n]);
+    out[i] = v;
+}

@@ -1,0 +1,109 @@
+package cuda
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/kv"
+)
+
+// TestQkvRopeStoreLauncher_RefusesBadArgumentsNamingTheOp: every refusal
+// happens on the host, before the module is touched (a Kernels without one).
+func TestQkvRopeStoreLauncher_RefusesBadArgumentsNamingTheOp(t *testing.T) {
+	k := &Kernels{}
+	var s *driver.Stream
+	good := QkvRopeStoreParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NRot: 64, Theta: 1e6, Neox: true, Format: kv.Q8_0, NCtx: 128}
+	with := func(f func(*QkvRopeStoreParams)) QkvRopeStoreParams { p := good; f(&p); return p }
+	for _, c := range []struct {
+		name, want string
+		p          QkvRopeStoreParams
+	}{
+		{"no tokens", "0 tokens for 128 cells", with(func(p *QkvRopeStoreParams) { p.NT = 0 })},
+		{"more tokens than cells", "129 tokens", with(func(p *QkvRopeStoreParams) { p.NT = 129 })},
+		{"odd head_dim", "head_dim 63", with(func(p *QkvRopeStoreParams) { p.HeadDim, p.NRot = 63, 62 })},
+		{"n_rot above head_dim", "n_rot 66", with(func(p *QkvRopeStoreParams) { p.NRot = 66 })},
+		{"odd n_rot", "n_rot 31", with(func(p *QkvRopeStoreParams) { p.NRot = 31 })},
+		{"no kv heads", "over 0 KV heads", with(func(p *QkvRopeStoreParams) { p.NHeadKV = 0 })},
+		{"bad theta", "theta", with(func(p *QkvRopeStoreParams) { p.Theta = 0 })},
+		{"q8_0 row not whole blocks", "multiple of 32", with(func(p *QkvRopeStoreParams) { p.NHeadKV, p.HeadDim, p.NRot = 1, 48, 48 })},
+		{"bad format", "KV format", with(func(p *QkvRopeStoreParams) { p.Format = kv.Format(9) })},
+		{"K row beyond shared memory", "shared memory", with(func(p *QkvRopeStoreParams) { p.NHeadKV, p.HeadDim, p.NRot = 128, 128, 128 })},
+	} {
+		err := k.QkvBiasRopeStore(s, QkvRopeStoreBuffers{}, c.p)
+		if err == nil || !strings.HasPrefix(err.Error(), "cuda: qkv_rope_store: ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to name qkv_rope_store and say %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestQkvRopeStoreGeometry_OnePairPerThreadAndKVBlocksFirst: blocks 0 and 1
+// are the K and V rows; the q heads are grouped so that a block of 256
+// threads holds one rotation pair per thread.
+func TestQkvRopeStoreGeometry_OnePairPerThreadAndKVBlocksFirst(t *testing.T) {
+	for _, c := range []struct {
+		nt, nh, nkv, hd, nRot int
+		grid                  [3]uint32
+		qhpb                  int
+		smem                  uint32
+	}{
+		{1, 14, 2, 64, 64, [3]uint32{1, 2 + 2, 1}, 8, 4 * 128},     // qwen2-0.5b decode: 4 blocks
+		{64, 28, 4, 128, 128, [3]uint32{64, 2 + 7, 1}, 4, 4 * 512}, // qwen2-7b prefill
+		{3, 4, 2, 128, 64, [3]uint32{3, 2 + 1, 1}, 4, 4 * 256},     // partial rotation: 32 pairs a head
+		{1, 2, 1, 1024, 1024, [3]uint32{1, 2 + 2, 1}, 1, 4 * 1024}, // 512 pairs a head: one head a block, looping
+	} {
+		p := QkvRopeStoreParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd, NRot: c.nRot, Theta: 1e4, Format: kv.F32, NCtx: 1024}
+		grid, qhpb, smem, rb, err := qkvRopeStoreGeometry(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grid != c.grid || qhpb != c.qhpb || smem != c.smem || rb != 4*c.nkv*c.hd {
+			t.Errorf("%+v: grid %v, %d heads a block, smem %d, row bytes %d; want %v, %d, %d, %d",
+				c, grid, qhpb, smem, rb, c.grid, c.qhpb, c.smem, 4*c.nkv*c.hd)
+		}
+	}
+	for _, c := range []struct {
+		nh, nRot, hpb int
+		block         uint32
+	}{{14, 64, 8, 256}, {2, 64, 2, 64}, {28, 128, 4, 256}, {3, 6, 3, 9}, {1, 1024, 1, 256}} {
+		hpb, block := ropeGeometry(c.nh, c.nRot)
+		if hpb != c.hpb || block[0] != c.block {
+			t.Errorf("rope geometry of %d heads, n_rot %d: %d heads of %d threads, want %d of %d", c.nh, c.nRot, hpb, block[0], c.hpb, c.block)
+		}
+	}
+}
+
+// TestQkvRopeStoreSources_ShareTheRopeAndStoreHelpers: the bitwise claim
+// rests on the fused kernel and the unfused kernels using the same rope
+// (rope.cuh) and KV store (kvput.cuh) code, and every kernel of these files
+// beginning with the PDL entry.
+func TestQkvRopeStoreSources_ShareTheRopeAndStoreHelpers(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("kernels", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	fused, rope, kvs := read("qkv_rope_store.cu"), read("rope.cu"), read("kv.cu")
+	for _, c := range []struct{ src, file, want string }{
+		{fused, "qkv_rope_store.cu", "rope_angle("}, {fused, "qkv_rope_store.cu", "rope_rotate("},
+		{fused, "qkv_rope_store.cu", "kv_put("}, {rope, "rope.cu", "rope_angle("},
+		{rope, "rope.cu", "rope_rotate("}, {kvs, "kv.cu", "kv_put("},
+	} {
+		if !strings.Contains(c.src, c.want) {
+			t.Errorf("%s does not call %s", c.file, c.want)
+		}
+	}
+	entry := regexp.MustCompile(`extern "C" __global__[^{]*\{\s*(\S+)`)
+	for _, f := range []string{"qkv_rope_store.cu", "rope.cu", "kv.cu", "norm.cu"} {
+		for _, m := range entry.FindAllStringSubmatch(read(f), -1) {
+			if m[1] != "MINFER_KERNEL_ENTRY();" {
+				t.Errorf("%s: a kernel begins with %q, want MINFER_KERNEL_ENTRY();", f, m[1])
+			}
+		}
+	}
+}
