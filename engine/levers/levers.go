@@ -82,8 +82,7 @@ var registry = []Lever{
 		Doc: "0: int8 tensor-core MMQ prefill off, f16 tensor-core GEMM instead", ArmA: "0", ArmB: "1",
 		// MMQ quantizes the activations to Q8_1 (int8 per 32 values) where
 		// the GEMM carries them to ~22 bits: the class of the MMVQ levers.
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared",
-		Reserved:  "the int8 tensor-core MMQ prefill is issue #6; prefill runs the f16 tensor-core GEMM (the MINFER_MMQ=0 arm) today"},
+		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
 		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0",
 		// The GEMM rounds each dequantized weight to f16 in its tiles
