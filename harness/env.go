@@ -252,13 +252,17 @@ func stampOf(bi *debug.BuildInfo) (VCSStamp, bool) {
 
 // setCommitFromStamps fills Commit from the binaries' VCS stamps when git
 // gave none (the device copy of the tree has no .git): the minfer binary's
-// stamp first (it is what the arms ran), then abtest's own. With a git HEAD
-// it only notes a minfer binary built from another commit.
+// stamp first (it is what the arms ran), then abtest's own. When git gave a
+// HEAD and the minfer binary was built from another commit, the binary wins
+// (a stale copy of a work tree would otherwise name the record, as happened
+// on the device machine) and the HEAD goes into the note.
 func (e *Environment) setCommitFromStamps(minferBin string) {
 	ms, mok := readStamp(minferBin)
 	if e.Commit != "" {
 		if mok && ms.Revision != e.Commit {
-			e.CommitNote = fmt.Sprintf("the minfer binary's build stamp says %s (modified: %v)", ms.Revision, ms.Modified)
+			e.CommitNote = fmt.Sprintf("the work tree here is at git HEAD %s (uncommitted changes: %v), not the commit the minfer binary was built from",
+				e.Commit, e.Dirty)
+			e.Commit, e.CommitFrom, e.Dirty = ms.Revision, CommitFromMinfer, ms.Modified
 		}
 		return
 	}

@@ -53,6 +53,28 @@ func TestCommit_WithoutGitComesFromTheMinferBuildStamp(t *testing.T) {
 	}
 }
 
+// A git HEAD that is not the commit minfer was built from (the device's
+// copy of the work tree carried a stale .git) must not name the record: the
+// binary is what ran.
+func TestCommit_MinferStampWinsOverAStaleGitHead(t *testing.T) {
+	defer func(r func(string) (VCSStamp, bool)) { readStamp = r }(readStamp)
+	readStamp = func(string) (VCSStamp, bool) { return VCSStamp{Revision: "de97add14b07", Modified: false}, true }
+	e := Environment{Commit: "091eec67fe43", CommitFrom: CommitFromGit, Dirty: true}
+	e.setCommitFromStamps("/nonexistent/minfer")
+	if e.ShortCommit() != "de97add14" || e.CommitFrom != CommitFromMinfer || e.Dirty {
+		t.Fatalf("commit %q from %q dirty %v", e.Commit, e.CommitFrom, e.Dirty)
+	}
+	if !strings.Contains(e.CommitLine(), "git HEAD 091eec67fe43 (uncommitted changes: true)") {
+		t.Errorf("the stale HEAD is not named: %q", e.CommitLine())
+	}
+	// The same commit: git stays the source, no note.
+	e = Environment{Commit: "de97add14b07", CommitFrom: CommitFromGit}
+	e.setCommitFromStamps("/nonexistent/minfer")
+	if e.CommitFrom != CommitFromGit || e.CommitNote != "" {
+		t.Errorf("same commit: from %q note %q", e.CommitFrom, e.CommitNote)
+	}
+}
+
 // TestReadVCSStamp_BinaryBuiltWithBuildvcsCarriesRevision builds a small
 // main package of this module as scripts/abtest-device.sh builds minfer
 // (-buildvcs=true, overriding GOFLAGS=-buildvcs=false) and reads the stamp
