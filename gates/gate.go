@@ -5,6 +5,7 @@ package gates
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -75,31 +76,37 @@ type Arm struct {
 
 // Config is everything a lever run decides before it starts.
 type Config struct {
-	Lever     harness.Lever     `json:"lever"`
-	A         Arm               `json:"a"`
-	B         Arm               `json:"b"`
-	Tol       harness.Tolerance `json:"tolerance"`
-	Mutate    string            `json:"mutate,omitempty"`
-	Device    string            `json:"device"`
-	Model     string            `json:"model,omitempty"`
-	Gates     []string          `json:"gates"`
-	Rounds    int               `json:"rounds"`
-	PP        int               `json:"pp"`
-	TG        int               `json:"tg"`
-	Reps      int               `json:"reps"`
-	WarmupMS  int               `json:"warmup_ms"`       // untimed process warmup budget before round 1
-	BenchWarm int               `json:"bench_warmup_ms"` // in-process warmup of each timed bench
-	BarPP     float64           `json:"bar_pp"`          // not-slower bar (slowdown factor)
-	BarTG     float64           `json:"bar_tg"`
-	ClaimBar  float64           `json:"claim_bar"` // pre-registered improvement bar (fraction)
-	ParityNT  []int             `json:"parity_nt"`
-	GraphTol  float64           `json:"graph_tol"`    // whole-graph max|diff| bar against the CPU reference
-	GraphGap  float64           `json:"graph_margin"` // positions with a reference top-2 margin at or below it are exempt from top-1
-	Prompts   []harness.Prompt  `json:"prompts"`
-	GenN      int               `json:"gen_n"`
-	GenCtx    int               `json:"gen_ctx"`
-	SuiteBins []string          `json:"suite_bins,omitempty"`
-	Kernels   string            `json:"kernels,omitempty"` // fatbin for the SASS census
+	Lever  harness.Lever     `json:"lever"`
+	A      Arm               `json:"a"`
+	B      Arm               `json:"b"`
+	Tol    harness.Tolerance `json:"tolerance"`
+	Mutate string            `json:"mutate,omitempty"`
+	Device string            `json:"device"`
+	Model  string            `json:"model,omitempty"`
+	// CorrectnessModel, when set, is the GGUF the parity and greedy gates
+	// run on (a trained model), while the A/B, suite and profile gates keep
+	// Model (the real-shape model whose speed is claimed): a random-weight
+	// model's top-2 margins are small enough to flip under any rounding
+	// change, so it is a poor instrument for top-1 and greedy identity.
+	CorrectnessModel string           `json:"correctness_model,omitempty"`
+	Gates            []string         `json:"gates"`
+	Rounds           int              `json:"rounds"`
+	PP               int              `json:"pp"`
+	TG               int              `json:"tg"`
+	Reps             int              `json:"reps"`
+	WarmupMS         int              `json:"warmup_ms"`       // untimed process warmup budget before round 1
+	BenchWarm        int              `json:"bench_warmup_ms"` // in-process warmup of each timed bench
+	BarPP            float64          `json:"bar_pp"`          // not-slower bar (slowdown factor)
+	BarTG            float64          `json:"bar_tg"`
+	ClaimBar         float64          `json:"claim_bar"` // pre-registered improvement bar (fraction)
+	ParityNT         []int            `json:"parity_nt"`
+	GraphTol         float64          `json:"graph_tol"`    // whole-graph max|diff| bar against the CPU reference
+	GraphGap         float64          `json:"graph_margin"` // positions with a reference top-2 margin at or below it are exempt from top-1
+	Prompts          []harness.Prompt `json:"prompts"`
+	GenN             int              `json:"gen_n"`
+	GenCtx           int              `json:"gen_ctx"`
+	SuiteBins        []string         `json:"suite_bins,omitempty"`
+	Kernels          string           `json:"kernels,omitempty"` // fatbin for the SASS census
 	// NsysLibDir holds libdw.so.1/libelf.so.1 for QdstrmImporter (default:
 	// lib/ beside minfer); it goes on LD_LIBRARY_PATH of the importer only.
 	NsysLibDir string `json:"nsys_lib_dir,omitempty"`
@@ -197,6 +204,29 @@ func (env *Env) publish(r Result) {
 }
 
 func (env *Env) step(format string, a ...any) { env.Progress.Step(format, a...) }
+
+// correctness is the minfer client of the parity and greedy gates: env.M on
+// cfg.CorrectnessModel when one is given.
+func correctness(cfg Config, env *Env) harness.Minfer {
+	m := env.M
+	if cfg.CorrectnessModel != "" {
+		m.Model = cfg.CorrectnessModel
+	}
+	return m
+}
+
+// instrumentNote says which model a correctness gate ran on, when it is not
+// the run's model.
+func instrumentNote(cfg Config) string {
+	if cfg.CorrectnessModel == "" {
+		return ""
+	}
+	h, err := harness.FileSHA256Cached(cfg.CorrectnessModel)
+	if err != nil {
+		h = "unreadable: " + err.Error()
+	}
+	return fmt.Sprintf(" [instrument: the correctness model %s, sha256 %s]", cfg.CorrectnessModel, h)
+}
 
 // refEnv is the reference's environment: arm A's lever value without the
 // mutation seam.

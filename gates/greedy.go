@@ -49,7 +49,7 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateGreedy, Defends: Defends(GateGreedy)}
 	d := &GreedyDetail{N: cfg.GenN, MarginBar: cfg.Tol.MarginBar}
 	res.Greedy = d
-	m := env.M
+	m := correctness(cfg, env)
 	m.Ctx = cfg.GenCtx // the long prompt plus the generated tokens must fit
 	for _, p := range cfg.Prompts {
 		if canceled(ctx) {
@@ -158,7 +158,7 @@ func divergence(ctx context.Context, cfg Config, env *Env, ga, gb harness.Genera
 	}
 	prefix := append(append([]int32{}, ga.PromptIDs...), ga.IDs[:step]...)
 	last := func(arm Arm) ([]harness.TopLogit, float64, error) {
-		l, e, err := env.M.Logits(ctx, "greedy divergence "+arm.Name, "", arm.Env, prefix, 5, "")
+		l, e, err := correctness(cfg, env).Logits(ctx, "greedy divergence "+arm.Name, "", arm.Env, prefix, 5, "")
 		env.Cmd("greedy: logits at the divergence", e)
 		if err != nil {
 			return nil, 0, err

@@ -315,7 +315,8 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 
 	// The facts the whole-graph class is chosen from: the model's weight
 	// types (minfer info --json); the arms' backends come from each process.
-	info, ie, infoErr := env.M.Info(ctx)
+	m := correctness(cfg, env)
+	info, ie, infoErr := m.Info(ctx)
 	env.Cmd("parity: model weight types", ie)
 	quantized := info.QuantizedTypes()
 	d.ModelInfo = info.Histogram()
@@ -340,20 +341,20 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 		ids := harness.DeterministicIDs(nt, vocab, uint64(nt))
 		d.IDs[nt] = ids
 		tmp := func(arm string) string { return filepath.Join(cfg.TmpDir, fmt.Sprintf("logits-%s-%d.f32", arm, nt)) }
-		ref, e, err := env.M.Logits(ctx, fmt.Sprintf("parity ref nt=%d", nt), "cpu", refEnv(cfg), ids, 2, tmp("ref"))
+		ref, e, err := m.Logits(ctx, fmt.Sprintf("parity ref nt=%d", nt), "cpu", refEnv(cfg), ids, 2, tmp("ref"))
 		env.Cmd("parity: CPU reference logits", e)
 		if err != nil {
 			armErr = err
 			break
 		}
 		d.NVocab = ref.NVocab
-		a, ea, err := env.M.Logits(ctx, fmt.Sprintf("parity A nt=%d", nt), "", cfg.A.Env, ids, 2, tmp("A"))
+		a, ea, err := m.Logits(ctx, fmt.Sprintf("parity A nt=%d", nt), "", cfg.A.Env, ids, 2, tmp("A"))
 		env.Cmd("parity: arm A logits", ea)
 		if err != nil {
 			armErr = err
 			break
 		}
-		b, eb, err := env.M.Logits(ctx, fmt.Sprintf("parity B nt=%d", nt), "", cfg.B.Env, ids, 2, tmp("B"))
+		b, eb, err := m.Logits(ctx, fmt.Sprintf("parity B nt=%d", nt), "", cfg.B.Env, ids, 2, tmp("B"))
 		env.Cmd("parity: arm B logits", eb)
 		if err != nil {
 			armErr = err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -171,5 +173,54 @@ func TestParity_DeviceArmsOnQuantizedModelReportTheirClass(t *testing.T) {
 	r = Parity(context.Background(), cfg, &Env{M: fake(t), HasGPU: true})
 	if d := r.Parity; d == nil || len(d.Classes) == 0 || d.Classes[0].Name != ClassAbsolute || !strings.Contains(d.Classes[0].Why, "no quantized weights") {
 		t.Fatalf("all-float model: %+v", r.Parity)
+	}
+}
+
+// TestCorrectnessModel_ParityAndGreedyRunOnItABKeepsTheRunModel: with
+// --correctness-model the parity and greedy commands name that file (the
+// reproducing commands are what the report prints), the A/B bench keeps the
+// run's model, and the gates' reasons name the instrument with its sha256.
+func TestCorrectnessModel_ParityAndGreedyRunOnItABKeepsTheRunModel(t *testing.T) {
+	dir := t.TempDir()
+	run, trained := filepath.Join(dir, "real-shape.gguf"), filepath.Join(dir, "trained.gguf")
+	for _, p := range []string{run, trained} {
+		if err := os.WriteFile(p, []byte("GGUF fake "+p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := fake(t)
+	m.Model = run
+	cfg := leverCfg("MINFER_NO_PREFILL_GEMM")
+	cfg.Tol = harness.Tolerance{Bitwise: true, Bounded: true, Top1Equal: true, Class: "bitwise"}
+	cfg.TmpDir = t.TempDir()
+	cfg.Model, cfg.CorrectnessModel = run, trained
+	cfg.Gates = []string{GateParity, GateGreedy, GateAB}
+	cfg.Rounds, cfg.WarmupMS, cfg.BenchWarm = 3, 1, 1
+	cfg.Prompts = cfg.Prompts[:1]
+	env := &Env{M: m, GPUWhy: "test"}
+	rec := &Record{}
+	Run(context.Background(), cfg, env, rec, func(*Record) {})
+	var parityCmd, greedyCmd, abCmd string
+	for _, c := range env.Commands() {
+		switch {
+		case strings.HasPrefix(c, "# parity: arm A"):
+			parityCmd = c
+		case strings.HasPrefix(c, "# greedy: arm A"):
+			greedyCmd = c
+		case strings.HasPrefix(c, "# ab: timed round, arm A"):
+			abCmd = c
+		}
+	}
+	if !strings.Contains(parityCmd, trained) || !strings.Contains(greedyCmd, trained) {
+		t.Errorf("parity/greedy not on the correctness model:\n%s\n%s", parityCmd, greedyCmd)
+	}
+	if !strings.Contains(abCmd, run) || strings.Contains(abCmd, trained) {
+		t.Errorf("A/B not on the run's model:\n%s", abCmd)
+	}
+	for _, g := range rec.Gates {
+		named := strings.Contains(g.Reason, "instrument: the correctness model "+trained+", sha256 ")
+		if (g.Gate == GateParity || g.Gate == GateGreedy) != named {
+			t.Errorf("%s reason %q: instrument named %v", g.Gate, g.Reason, named)
+		}
 	}
 }

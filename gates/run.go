@@ -200,8 +200,10 @@ func Run(ctx context.Context, cfg Config, env *Env, rec *Record, save func(*Reco
 		switch g {
 		case GateParity:
 			r = Parity(ctx, cfg, env)
+			r.Reason += instrumentNote(cfg)
 		case GateGreedy:
 			r = Greedy(ctx, cfg, env)
+			r.Reason += instrumentNote(cfg)
 		case GateAB:
 			r = AB(ctx, cfg, env)
 		case GateSuite:

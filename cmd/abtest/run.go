@@ -22,6 +22,7 @@ import (
 // runFlags are the flags of `abtest run` (and the per-lever part of nightly).
 type runFlags struct {
 	lever, baseline, model, shape, typ, device string
+	correctnessModel                           string
 	rounds, pp, tg, reps, warmupMS, benchWarm  int
 	genN                                       int
 	prompts, gatesCSV, out, mutate, minfer     string
@@ -44,6 +45,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 		fl.StringVar(&f.benchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
 	}
 	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
+	fl.StringVar(&f.correctnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model")
 	fl.StringVar(&f.shape, "shape", "", "synthesize a model of this shape with `minfer synth` (with --type)")
 	fl.StringVar(&f.typ, "type", "", "weight type or mix of the synthesized model (F16, Q8_0, Q4_K_M, ...: see minfer synth --help)")
 	fl.Uint64Var(&f.seed, "seed", 1, "weight seed of the synthesized model (--shape)")
@@ -203,6 +205,16 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 		}
 		s.m.Model = path
 	}
+	if f.correctnessModel != "" {
+		if _, err := os.Stat(f.correctnessModel); err != nil {
+			return nil, cannotRun("correctness model: %v", err)
+		}
+		abs, err := filepath.Abs(f.correctnessModel)
+		if err != nil {
+			return nil, cannotRun("correctness model: %v", err)
+		}
+		f.correctnessModel = abs
+	}
 	s.levers, err = s.m.Levers(ctx)
 	if err != nil {
 		return nil, cannotRun("reading the lever registry (minfer levers --json): %v", err)
@@ -277,7 +289,7 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 	if err != nil {
 		return gates.Config{}, cannotRun("%s: %v", lv.Name, err)
 	}
-	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.mutate, Device: f.device, Model: s.m.Model,
+	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.mutate, Device: f.device, Model: s.m.Model, CorrectnessModel: f.correctnessModel,
 		A:      gates.Arm{Name: "A", Value: aval, Env: map[string]string{lv.Name: aval}},
 		B:      gates.Arm{Name: "B", Value: bval, Env: map[string]string{lv.Name: bval}},
 		Rounds: f.rounds, PP: f.pp, TG: f.tg, Reps: f.reps, WarmupMS: f.warmupMS, BenchWarm: f.benchWarm,
