@@ -88,6 +88,12 @@ trap pack EXIT
 # The CUDA tools and the nsys of DEVICE.md.
 export PATH="$PATH:/usr/local/cuda/bin:/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64"
 
+# A bundle from scripts/device-bundle.sh (stripped binaries, maybe a trained
+# model for --correctness-model) is unpacked in place.
+if [[ -f bin/bundle.tgz ]]; then
+    tar -xzf bin/bundle.tgz -C bin && say "unpacked bin/bundle.tgz: $(tar -tzf bin/bundle.tgz | grep -v '/$' | tr '\n' ' ')"
+fi
+
 for b in bin/minfer bin/abtest; do
     if [[ ! -x "$b" ]]; then
         say "no $b: build it on the CPU machine (see this script's header) and carry bin/"

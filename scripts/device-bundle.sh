@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# device-bundle.sh (run HERE, on the CPU machine): pack what an H200 run needs
+# into bin/bundle.tgz, small enough to carry (a device call carries at most
+# 64 MiB): stripped CGO_ENABLED=0 minfer, abtest and cuda.test (build info
+# and so the VCS stamp are kept), the nsys importer libraries of bin/lib, and
+# optionally the trained tiny-code model quantized for the parity and greedy
+# gates (abtest --correctness-model), which alone does not fit next to
+# unstripped binaries. scripts/abtest-device.sh unpacks it into bin/ first.
+#
+#   TINY=Q8_0 scripts/device-bundle.sh      # + bin/tiny-code-Q8_0.gguf inside
+#   then carry ["bin"] and on the device:
+#   CORRECTNESS_MODEL=bin/tiny-code-Q8_0.gguf LEVERS=... scripts/abtest-device.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest
+CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda
+if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
+if [[ -n "${TINY:-}" ]]; then
+    src="${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}"
+    "$stage/minfer" quantize "$src" "$stage/tiny-code-$TINY.gguf" "$TINY" >/dev/null
+fi
+mkdir -p bin
+tar -C "$stage" -czf bin/bundle.tgz .
+size=$(stat -c %s bin/bundle.tgz)
+echo "device-bundle: bin/bundle.tgz $((size / 1048576)) MiB: $(tar -tzf bin/bundle.tgz | grep -v '/$' | tr '\n' ' ')"
+# Everything else under bin/ travels too: say what the carry will weigh.
+total=$(du -sb bin | cut -f1)
+if ((total > 64 * 1048576)); then
+    echo "device-bundle: bin/ holds $((total / 1048576)) MiB in all (over the 64 MiB a call carries): move the unbundled binaries out of bin/" >&2
+    exit 1
+fi
