@@ -54,14 +54,22 @@ func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 		return fmt.Errorf("cuda: %s %s: op has no device kernel", n.Op, n.Name)
 	}
 	b.cap.noteNode(n)
+	// The Q8_1 scratch record (MINFER_NORM_Q8, norm_q8.go) is plan-time
+	// state: the op functions run here in node order and their closures run
+	// in the same order (now, or recorded for capture and issued at
+	// Synchronize), so what a node plans from the record is what the scratch
+	// holds when its closure runs, also in every replay of a capture.
+	b.q8Before(n, in, out)
 	launch, err := op(b, n, in, out)
 	if err != nil {
+		b.q8 = actQ8Record{}
 		err = fmt.Errorf("cuda: %s %s: %w", n.Op, n.Name, err)
 		if b.cap.recording {
 			b.abandon(err)
 		}
 		return err
 	}
+	b.q8After(n, in, out)
 	if launch == nil {
 		return nil
 	}
@@ -154,6 +162,13 @@ func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (
 		return nil, fmt.Errorf("norm weight is missing")
 	}
 	rows, eps := out.Len/dim, n.P.Eps
+	if b.normQ8(n.Op, rows, dim) {
+		// Decode: also write o's Q8_1 blocks into the scratch, so the MMVQ
+		// matmuls reading o skip their quantize launch (MINFER_NORM_Q8).
+		q, qBytes := b.mm.ActQ8, b.mm.ActQ8Bytes
+		b.q8 = actQ8Record{scratch: q, x: o, k: dim}
+		return func() error { return b.k.RmsNormQ8_1(b.s, o, q, p[0], w, qBytes, rows, dim, eps) }, nil
+	}
 	return func() error { return b.k.RmsNorm(b.s, o, p[0], w, rows, dim, eps) }, nil
 }
 
@@ -208,6 +223,11 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	if m.w.rows != n.Shape[0] {
 		return nil, fmt.Errorf("weight %s has %d rows, node wants %d", n.Weight, m.w.rows, n.Shape[0])
 	}
+	if !b.planMatMulQ8(p[0], nt, m) {
+		// The scratch already holds p[0]'s Q8_1 row (MINFER_NORM_Q8): the
+		// mmvq kernel alone, as MatMul would run it after its quantize.
+		return func() error { return b.runFromQ8(p[0], m) }, nil
+	}
 	return func() error { return b.runMatMul(p[0], nt, m) }, nil
 }
 
@@ -218,9 +238,14 @@ func (b *Backend) mmvqDecode(w *devWeight, nt int) bool { return nt == 1 && mmvq
 
 // quantizeAct quantizes the one activation row x (k values) into the
 // backend's Q8_1 scratch: the shared first half of the mmvq matmuls of x.
-func (b *Backend) quantizeAct(x driver.DevicePtr, k int) error {
+// launch is planActQ8's plan-time answer: false when the scratch already
+// holds x's quantization (MINFER_NORM_Q8), and then nothing is launched.
+func (b *Backend) quantizeAct(launch bool, x driver.DevicePtr, k int) error {
 	if need := ActQ8Bytes(k, 1); need == 0 || b.mm.ActQ8Bytes < need {
 		return fmt.Errorf("Q8_1 activation scratch of %d bytes, k=%d needs %d", b.mm.ActQ8Bytes, k, need)
+	}
+	if !launch {
+		return nil
 	}
 	return b.k.QuantizeQ8_1(b.s, b.mm.ActQ8, x, k, 1)
 }
@@ -309,15 +334,17 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
 		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
 		typ := ms[0].w.typ
+		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
 		return func() error {
-			if err := b.quantizeAct(x, k); err != nil {
+			if err := b.quantizeAct(q8, x, k); err != nil {
 				return err
 			}
 			return b.k.MatMulQ8_1QKV(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, w, typ, bias, k, rows)
 		}, nil
 	case anyQ8:
+		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
 		return func() error {
-			if err := b.quantizeAct(x, k); err != nil {
+			if err := b.quantizeAct(q8, x, k); err != nil {
 				return err
 			}
 			for _, m := range ms {
@@ -380,8 +407,9 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	if gq && uq && g.w.typ == u.w.typ {
 		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
+		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
 		return func() error {
-			if err := b.quantizeAct(x, k); err != nil {
+			if err := b.quantizeAct(q8, x, k); err != nil {
 				return err
 			}
 			return b.k.FFNQ8_1(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
@@ -420,8 +448,9 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		}, nil
 	}
 	if gq || uq {
+		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
 		return func() error {
-			if err := b.quantizeAct(x, k); err != nil {
+			if err := b.quantizeAct(q8, x, k); err != nil {
 				return err
 			}
 			if err := b.runFromQ8(x, g); err != nil {

@@ -222,6 +222,34 @@ func (k *Kernels) RmsNorm(s *driver.Stream, out, x, w driver.DevicePtr, rows, n 
 	return opsErr("rms_norm", k.launch(s, "minfer_rms_norm_f32", [3]uint32{uint32(rows), 1, 1}, opsRowBlock(n), 0, out, x, w, int32(n), eps))
 }
 
+// rmsNormQ8Kernel is RmsNorm that also writes its output's Q8_1 blocks
+// (cuda/kernels/norm.cu).
+const rmsNormQ8Kernel = "minfer_rms_norm_q8_1"
+
+// RmsNormQ8_1 is RmsNorm (bitwise the same out, same geometry) that also
+// writes the Q8_1 blocks of each output row to q: the bytes QuantizeQ8_1 of
+// out gives, rows back to back. q holds qBytes bytes, at least
+// ActQ8Bytes(n, rows), 4-byte aligned. n must be a multiple of 32 (a Q8_1
+// block is one warp's values): other n are an error, the caller's shape
+// choice is RmsNorm then QuantizeQ8_1.
+func (k *Kernels) RmsNormQ8_1(s *driver.Stream, out, q, x, w driver.DevicePtr, qBytes uint64, rows, n int, eps float32) error {
+	const op = "rms_norm_q8_1"
+	if err := opsCheckRows(op, rows, n); err != nil {
+		return err
+	}
+	if !(eps >= 0) {
+		return opsBad(op, "eps %g: must be >= 0", eps)
+	}
+	need := ActQ8Bytes(n, rows)
+	if need == 0 {
+		return opsBad(op, "%d rows of %d: n must be a multiple of %d", rows, n, quant.QK)
+	}
+	if q == 0 || qBytes < need || uint64(q)%4 != 0 {
+		return opsBad(op, "Q8_1 destination %v of %d bytes for %d rows of %d (needs %d bytes, 4-byte aligned)", q, qBytes, rows, n, need)
+	}
+	return opsErr(op, k.launch(s, rmsNormQ8Kernel, [3]uint32{uint32(rows), 1, 1}, opsRowBlock(n), 0, out, q, x, w, int32(n), eps))
+}
+
 // Rope rotates x [headDim, nHeads, nt] into out (may be x) at the positions
 // pos (i32 device array of nt, read by the kernel). The first nRot dims of
 // each head rotate (nRot == headDim is engine/cpu's op); neox pairs (i,

@@ -49,6 +49,8 @@ var LivenessRules = map[string]LivenessRule{
 		Why: "K-quant decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run minfer_mmv_<type>"},
 	"MINFER_MMVQ_INLINE_Q8": {On: "1", Kernels: []string{"minfer_mmvqx_*"},
 		Why: "decode MMVQ quantizes its activation in the kernel (minfer_mmvqx_*) only with the lever on; off, a separate minfer_quantize_q8_1 launch feeds minfer_mmvq_*"},
+	"MINFER_NORM_Q8": {On: "1", Kernels: []string{"minfer_rms_norm_q8_1"},
+		Why: "decode rms_norm writes the Q8_1 activation of the MMVQ matmuls that read it (minfer_rms_norm_q8_1, one minfer_quantize_q8_1 fewer per fused QKV / FFN) only with the lever on; off, minfer_rms_norm_f32 and a separate quantize launch"},
 	"MINFER_NO_SPLITK_ATTN": {On: "0", Kernels: []string{"minfer_attn_decode_*"},
 		Why: "decode attention (nt <= 8) runs the split-K kernels only with the lever on; off, it runs the plain minfer_attn_f32"},
 	"MINFER_NO_FA_PREFILL": {On: "0", Kernels: []string{"minfer_attn_prefill_*"},

@@ -115,6 +115,8 @@ var registry = []Lever{
 		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_MMVQ_INLINE_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul activation quantization", Issue: "#6",
 		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode rms_norm Q8_1 activation", Issue: "#6",
+		Doc: "1: decode rms_norm also writes the Q8_1 activation of the MMVQ matmuls that read it (no quantize launch)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -213,6 +215,7 @@ type Config struct {
 	NoSplitKAttn     bool
 	PDL              bool
 	MMVQInlineQ8     bool
+	NormQ8           bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -297,6 +300,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.PDL = on("MINFER_PDL")
 	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
+	c.NormQ8 = on("MINFER_NORM_Q8")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")
