@@ -42,6 +42,7 @@ type Backend struct {
 	stage       staging
 	weights     map[string]*devWeight
 	weightBytes uint64
+	repackBytes uint64 // the repacked copies (MINFER_MMVQ_REPACK), not in weightBytes
 
 	kvSpec    graph.KVSpec
 	kvK, kvV  []driver.DevicePtr // per layer

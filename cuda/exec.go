@@ -204,6 +204,14 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 }
 
 func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
+	if b.mmvqR(m.w, nt) {
+		// Repacked copy (MINFER_MMVQ_REPACK): quantize x, then minfer_mmvqr
+		// (this takes precedence over the in-kernel form).
+		if err := b.quantizeAct(true, x, m.w.rowLen); err != nil {
+			return err
+		}
+		return b.runFromQ8R(m)
+	}
 	return b.k.MatMul(b.s, m.out, x, m.w.ptr, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
 }
 
@@ -254,6 +262,9 @@ func (b *Backend) quantizeAct(launch bool, x driver.DevicePtr, k int) error {
 // the Q8_1 scratch: the mmvq kernel when m's type takes it, else the f32
 // path (which leaves the scratch alone).
 func (b *Backend) runFromQ8(x driver.DevicePtr, m matmulPlan) error {
+	if b.mmvqR(m.w, 1) {
+		return b.runFromQ8R(m)
+	}
 	if b.mmvqDecode(m.w, 1) {
 		return b.k.MatMulQ8_1(b.s, m.out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.ptr, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
 	}
@@ -284,7 +295,7 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	nt := in[0].Len / w0.rowLen
 	var ms [3]matmulPlan
-	off, anyQ8, allQ8 := 0, false, true
+	off, anyQ8, allQ8, allR := 0, false, true, true
 	for i := range ms {
 		if ms[i], err = b.planMatMul(n.Weights[i], n.Biases[i], in[0], nt, o.Add(uint64(off)*4)); err != nil {
 			return nil, err
@@ -292,6 +303,7 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		off += ms[i].w.rows * nt
 		q8 := b.mmvqDecode(ms[i].w, nt)
 		anyQ8, allQ8 = anyQ8 || q8, allQ8 && q8 && ms[i].w.typ == ms[0].w.typ
+		allR = allR && b.mmvqR(ms[i].w, nt)
 	}
 	if off != out.Len {
 		return nil, fmt.Errorf("output of %d elements, the three projections give %d", out.Len, off)
@@ -310,6 +322,20 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 				}
 			}
 			return nil
+		}, nil
+	case allQ8 && allR:
+		// All three repacked (MINFER_MMVQ_REPACK): one minfer_mmvqr_qkv
+		// launch over the quantized row (before the in-kernel form).
+		w := [3]driver.DevicePtr{ms[0].w.rp, ms[1].w.rp, ms[2].w.rp}
+		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
+		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
+		typ := ms[0].w.typ
+		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
+		return func() error {
+			if err := b.quantizeAct(q8, x, k); err != nil {
+				return err
+			}
+			return b.k.MatMulQ8_1QKVR(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, w, typ, bias, k, rows)
 		}, nil
 	case allQ8 && b.k.MMVQInline(k, off, b.mm):
 		// One launch: the kernel quantizes x itself (minfer_mmvqx_qkv).
@@ -400,6 +426,18 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	x, k := p[0], g.w.rowLen
 	gq, uq := b.mmvqDecode(g.w, nt), b.mmvqDecode(u.w, nt)
+	if gq && uq && g.w.typ == u.w.typ && b.mmvqR(g.w, nt) && b.mmvqR(u.w, nt) {
+		// Both repacked (MINFER_MMVQ_REPACK): one minfer_mmvqr_ffn launch
+		// over the quantized row (before the in-kernel form).
+		typ, wg, wu := g.w.typ, g.w.rp, u.w.rp
+		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
+		return func() error {
+			if err := b.quantizeAct(q8, x, k); err != nil {
+				return err
+			}
+			return b.k.FFNQ8_1R(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
+		}, nil
+	}
 	if gq && uq && g.w.typ == u.w.typ && b.k.MMVQInline(k, nff, b.mm) {
 		// One launch: the kernel quantizes x itself (minfer_mmvqx_ffn).
 		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
@@ -729,6 +767,13 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	case ap.NT >= AttnPrefillMinNT && !b.lv.NoFAPrefill:
 		// Prefill: the tiled kernel (MINFER_NO_FA_PREFILL=1: the plain one).
 		return func() error { return b.k.AttentionPrefill(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+	case ap.NT <= AttnDecodeMaxNT && b.lv.AttnDecodeV2:
+		// Decode: the lean split-K kernel (MINFER_ATTN_DECODE_V2=1).
+		scr, scrBytes, err := b.attnDecode2Scratch(ap)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return b.k.AttentionDecode2(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
 	case ap.NT <= AttnDecodeMaxNT && !b.lv.NoSplitKAttn:
 		// Decode: the split-K kernel (MINFER_NO_SPLITK_ATTN=1: the plain one).
 		scr, scrBytes, err := b.attnDecodeScratch(ap)

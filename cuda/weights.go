@@ -22,6 +22,9 @@ type devWeight struct {
 	rows     int // product of the other dims
 	ptr      driver.DevicePtr
 	vector   bool
+	// rp is the 16-byte-aligned repacked copy the decode mmvqr kernels read
+	// (MINFER_MMVQ_REPACK, launch_repack.go); 0 when there is none.
+	rp driver.DevicePtr
 }
 
 // WeightTypes lists the matrix weight types the device kernels consume
@@ -94,6 +97,11 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	b.weights[w.Name] = dw
 	b.weightBytes += uint64(len(data))
 	if !dw.vector {
+		if b.repackWanted(dw.typ) {
+			if err := b.repackWeight(dw); err != nil {
+				return err
+			}
+		}
 		return b.ensureActQ8(dw.rowLen)
 	}
 	return nil

@@ -115,8 +115,15 @@ var registry = []Lever{
 		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_MMVQ_INLINE_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul activation quantization", Issue: "#6",
 		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_MMVQ_REPACK", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
+		Doc: "1: Q8_0 / Q6_K weights get a 16-byte-aligned copy at registration that the decode MMVQ kernels read with 16-byte loads", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode rms_norm Q8_1 activation", Issue: "#6",
 		Doc: "1: decode rms_norm also writes the Q8_1 activation of the MMVQ matmuls that read it (no quantize launch)", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_ATTN_DECODE_V2", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (lean split-K)", Issue: "#6",
+		Doc: "1: decode attention through the lean split-K kernels (q in registers, lanes over the head dimension)", ArmA: "0", ArmB: "1",
+		// Per-lane partial dots reduced by a shuffle tree, per-slot online
+		// softmax merged with rescaling: f32 rounding only.
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -216,6 +223,8 @@ type Config struct {
 	PDL              bool
 	MMVQInlineQ8     bool
 	NormQ8           bool
+	AttnDecodeV2     bool
+	MMVQRepack       bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -301,6 +310,8 @@ func Parse(environ []string) (Config, error) {
 	c.PDL = on("MINFER_PDL")
 	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
 	c.NormQ8 = on("MINFER_NORM_Q8")
+	c.AttnDecodeV2 = on("MINFER_ATTN_DECODE_V2")
+	c.MMVQRepack = on("MINFER_MMVQ_REPACK")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")

@@ -1,0 +1,547 @@
+package cuda
+
+// Tests of the lean split-K decode attention (attn_decode2.cu,
+// launch_attn2.go, lever MINFER_ATTN_DECODE_V2): the kernel against the
+// port of engine/cpu's attention (adRef, attn_device_test.go) for every KV
+// format and the decode shapes, the backend path across graph replays, the
+// whole model lever on vs off, and the lever's census. Device tests skip
+// without a device; the launcher tests are host-only.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/kv"
+)
+
+// ad2Shape is adShape with the lean kernel's scratch.
+type ad2Shape struct {
+	*adShape
+	scratch2  driver.DevicePtr
+	scratch2B int
+}
+
+func ad2OpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *ad2Shape {
+	t.Helper()
+	sh := &ad2Shape{adShape: adOpenShape(t, ms, f, k, v, nh, nkv, hd, nCtx)}
+	sb, err := AttnDecode2ScratchBytes(sh.p, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.scratch2B = sb
+	err = ms.dev.Do(func() error {
+		var err error
+		sh.scratch2, err = ms.upload(make([]byte, sb)) // zeroed, as the backend does
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+// ad2Upload puts both regions on the device.
+func ad2Upload(t *testing.T, ms *mmtSession, k, v *adRegion) {
+	t.Helper()
+	err := ms.dev.Do(func() error {
+		var err error
+		if k.dev, err = ms.upload(k.bytes); err != nil {
+			return err
+		}
+		v.dev, err = ms.upload(v.bytes)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run2 launches the lean kernel for nt tokens at start (window w) with query
+// q and returns the output (NaN-filled first: an unwritten row fails).
+func (sh *ad2Shape) run2(t *testing.T, q []float32, nt, start, w int) []float32 {
+	t.Helper()
+	p := sh.p
+	p.NT, p.Window = nt, w
+	out := make([]byte, 4*len(q))
+	winb := make([]byte, 8)
+	binary.LittleEndian.PutUint32(winb, uint32(int32(start)))
+	binary.LittleEndian.PutUint32(winb[4:], uint32(int32(start+nt)))
+	ms := sh.ms
+	err := ms.dev.Do(func() error {
+		if err := ms.s.CopyHtoD(sh.q, driver.Float32Bytes(q)); err != nil {
+			return err
+		}
+		if err := ms.s.CopyHtoD(sh.win, winb); err != nil {
+			return err
+		}
+		if err := ms.s.MemsetD8(sh.out, 0xff, uint64(len(out))); err != nil {
+			return err
+		}
+		if err := ms.k.AttentionDecode2(ms.s, sh.out, sh.q, sh.k.dev, sh.v.dev, sh.f, sh.win, sh.scratch2, sh.scratch2B, p); err != nil {
+			return err
+		}
+		if err := ms.s.CopyDtoH(out, sh.out); err != nil {
+			return err
+		}
+		return ms.s.Synchronize()
+	})
+	if err != nil {
+		t.Fatalf("attn_decode2 %+v start %d: %v", p, start, err)
+	}
+	return mmtFloats(out)
+}
+
+// counters2 reads the scratch's counter section (every launch must leave it 0).
+func (sh *ad2Shape) counters2(t *testing.T) []int32 {
+	t.Helper()
+	geo := attnDecode2Geometry(AttnParams{NT: AttnDecodeMaxNT, NHead: sh.p.NHead, NHeadKV: sh.p.NHeadKV, HeadDim: sh.p.HeadDim, NCtx: sh.p.NCtx}, sh.f)
+	b := make([]byte, geo.mlOff)
+	err := sh.ms.dev.Do(func() error {
+		if err := sh.ms.s.CopyDtoH(b, sh.scratch2); err != nil {
+			return err
+		}
+		return sh.ms.s.Synchronize()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := make([]int32, len(b)/4)
+	for i := range c {
+		c[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return c
+}
+
+// check2 runs one case and compares it to adRef.
+func (sh *ad2Shape) check2(t *testing.T, r *rand.Rand, nt, start, w int, qScale float64, worst *float64, worstAt *string) {
+	t.Helper()
+	p := sh.p
+	q := dsRand(r, p.HeadDim*p.NHead*nt, qScale)
+	got := sh.run2(t, q, nt, start, w)
+	want := adRef(q, sh.k.f32, sh.v.f32, sh.rl, p.HeadDim, p.NHead, p.NHeadKV, nt, start, w, attnScale(p))
+	d, at := adWorst(got, want)
+	name := fmt.Sprintf("%s hd%d %d/%d heads nt%d start%d window%d", sh.f, p.HeadDim, p.NHead, p.NHeadKV, nt, start, w)
+	if d > 1e-3 {
+		task, e := at/p.HeadDim, at%p.HeadDim
+		t.Errorf("%s: max|diff| %g at token %d head %d elem %d (got %v, cpu %v)", name, d, task/p.NHead, task%p.NHead, e, got[at], want[at])
+	}
+	if d > *worst {
+		*worst, *worstAt = d, name
+	}
+}
+
+func (sh *ad2Shape) zeroCounters(t *testing.T, what string) {
+	t.Helper()
+	for i, c := range sh.counters2(t) {
+		if c != 0 {
+			t.Fatalf("%s: completion counter %d is %d after the launches, want 0", what, i, c)
+		}
+	}
+}
+
+// TestAttnDecode2Device_EveryFormatShapeWindowMatchesCPUWithin1e3: the lean
+// kernel against engine/cpu's attention for every KV format, head_dim 64
+// and 128, GQA ratios 1/4/7/8, nt 1..8, no window and sliding windows, KV
+// lengths 1 .. n_ctx (4096+): one split (up to 64 cells), 2 .. 63 active
+// splits and all 64 (the case list is checked to cover them). One scratch
+// per shape serves every case without re-zeroing (as in a replayed graph),
+// its counters are read back as zero, the same buffers rerun with other
+// windows give each answer, and a repeated launch is bitwise equal (the
+// combine does not depend on which block is last).
+func TestAttnDecode2Device_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(71, 72))
+	const nkv, nCtx = 2, 4160
+	lengths := []int{1, 2, 31, 33, 63, 64, 65, 97, 129, 256, 257, 600, 1000, 2047, 4096 + 37, nCtx}
+	windows := []int{0, 100, 300}
+	nsplit := attnDecode2Geometry(AttnParams{NT: 1, NHead: nkv, NHeadKV: nkv, HeadDim: 64, NCtx: nCtx}, kv.F16).nsplit
+	covered := map[int]bool{}
+	for _, w := range windows {
+		for _, L := range lengths {
+			n := L
+			if w > 0 {
+				n = min(L, w)
+			}
+			_, nact := attnDecode2SplitPlan(n, nsplit)
+			covered[nact] = true
+		}
+	}
+	if !covered[1] || !covered[attnDecode2MaxSplits] || len(covered) < 6 {
+		t.Fatalf("the cases cover active split counts %v of %d splits: want 1, several between and %d", covered, nsplit, attnDecode2MaxSplits)
+	}
+	worst, worstAt := 0.0, ""
+	for _, f := range kv.Formats() {
+		for _, hd := range []int{64, 128} {
+			rl := nkv * hd
+			k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
+			ad2Upload(t, ms, &k, &v)
+			for _, g := range []int{1, 4, 7, 8} {
+				sh := ad2OpenShape(t, ms, f, k, v, g*nkv, nkv, hd, nCtx)
+				for _, w := range windows {
+					for _, L := range lengths {
+						sh.check2(t, r, 1, L-1, w, 1+2*r.Float64(), &worst, &worstAt)
+					}
+					for nt := 2; nt <= AttnDecodeMaxNT; nt++ {
+						for _, start := range []int{0, 62, 999, nCtx - nt} {
+							sh.check2(t, r, nt, start, w, 1+2*r.Float64(), &worst, &worstAt)
+						}
+					}
+				}
+				q := dsRand(r, hd*g*nkv, 2)
+				for _, start := range []int{700, 3000, 5, 4000} {
+					got := sh.run2(t, q, 1, start, 0)
+					want := adRef(q, k.f32, v.f32, rl, hd, g*nkv, nkv, 1, start, 0, attnScale(sh.p))
+					if d, at := adWorst(got, want); d > 1e-3 {
+						t.Errorf("%s hd%d G%d: rerun at start %d: max|diff| %g at %d", f, hd, g, start, d, at)
+					}
+					again := sh.run2(t, q, 1, start, 0)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(again[i]) {
+							t.Errorf("%s hd%d G%d start %d: a repeated launch differs at %d: %v then %v", f, hd, g, start, i, got[i], again[i])
+							break
+						}
+					}
+				}
+				sh.zeroCounters(t, fmt.Sprintf("%s hd%d G%d", f, hd, g))
+			}
+		}
+	}
+	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
+}
+
+// TestAttnDecode2Device_NT3BitwiseEqualsThreeNT1: each (token, head) is
+// computed the same way whatever nt is: a 3-token launch gives bitwise the
+// rows of three 1-token launches, at lengths of one split, a few and many.
+func TestAttnDecode2Device_NT3BitwiseEqualsThreeNT1(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(73, 74))
+	const nkv, nCtx = 2, 1200
+	for _, c := range []struct {
+		f       kv.Format
+		hd, g   int
+		starts  []int
+		windows []int
+	}{
+		{kv.F32, 64, 7, []int{10, 62, 140, 597, 1190}, []int{0, 64}},
+		{kv.F16, 128, 7, []int{10, 62, 140, 597, 1190}, []int{0, 100}},
+		{kv.Q8_0, 64, 4, []int{30, 600}, []int{0}},
+	} {
+		rl := nkv * c.hd
+		k, v := adFill(r, c.f, nCtx, rl), adFill(r, c.f, nCtx, rl)
+		ad2Upload(t, ms, &k, &v)
+		sh := ad2OpenShape(t, ms, c.f, k, v, c.g*nkv, nkv, c.hd, nCtx)
+		row := c.hd * c.g * nkv
+		for _, w := range c.windows {
+			for _, start := range c.starts {
+				q := dsRand(r, 3*row, 2)
+				all := sh.run2(t, q, 3, start, w)
+				for i := range 3 {
+					one := sh.run2(t, q[i*row:(i+1)*row], 1, start+i, w)
+					for j := range one {
+						if math.Float32bits(one[j]) != math.Float32bits(all[i*row+j]) {
+							t.Fatalf("%s hd%d start %d window %d token %d elem %d: nt=1 %v, nt=3 %v (bitwise)", c.f, c.hd, start, w, i, j, one[j], all[i*row+j])
+						}
+					}
+				}
+			}
+		}
+		sh.zeroCounters(t, c.f.String())
+	}
+}
+
+// TestAttnDecode2Device_OddShapesMatchCPUWithin1e3: head_dims without a
+// compile-time kernel (the pair-load path), GQA ratios above 8, tiny
+// contexts; the last cells of each context take several splits.
+func TestAttnDecode2Device_OddShapesMatchCPUWithin1e3(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(75, 76))
+	worst, worstAt := 0.0, ""
+	for _, c := range []struct {
+		f                 kv.Format
+		hd, nh, nkv, nCtx int
+	}{
+		{kv.F16, 80, 10, 2, 300},
+		{kv.F32, 96, 12, 1, 300},
+		{kv.Q8_0, 96, 6, 2, 300}, // rows of 192 values: six q8_0 blocks, heads straddle blocks
+		{kv.F16, 128, 20, 2, 500},
+		{kv.Q8_0, 64, 34, 2, 500},
+		{kv.F32, 16, 4, 4, 400},
+		{kv.F16, 2, 8, 1, 9}, // the smallest head
+	} {
+		rl := c.nkv * c.hd
+		k, v := adFill(r, c.f, c.nCtx, rl), adFill(r, c.f, c.nCtx, rl)
+		ad2Upload(t, ms, &k, &v)
+		sh := ad2OpenShape(t, ms, c.f, k, v, c.nh, c.nkv, c.hd, c.nCtx)
+		for _, w := range []int{0, 7} {
+			for _, start := range []int{0, 1, 33, c.nCtx - 9, c.nCtx - 1} {
+				for _, nt := range []int{1, 3, 8} {
+					if start >= 0 && start+nt <= c.nCtx && nt <= c.nCtx {
+						sh.check2(t, r, nt, start, w, 2, &worst, &worstAt)
+					}
+				}
+			}
+		}
+		sh.zeroCounters(t, fmt.Sprintf("%s hd%d", c.f, c.hd))
+	}
+	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
+}
+
+// TestAttnDecode2Device_StartOutsideTheRegionGivesNaNRows: a negative start
+// gives NaN everywhere; tokens past the region give NaN rows while the
+// earlier tokens are still right; the next launch is unaffected.
+func TestAttnDecode2Device_StartOutsideTheRegionGivesNaNRows(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(77, 78))
+	const f, hd, nh, nkv, nCtx = kv.F16, 128, 28, 4, 600
+	rl := nkv * hd
+	k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
+	ad2Upload(t, ms, &k, &v)
+	sh := ad2OpenShape(t, ms, f, k, v, nh, nkv, hd, nCtx)
+	q := dsRand(r, hd*nh*4, 1)
+	for i, x := range sh.run2(t, q, 4, -1, 0) {
+		if !math.IsNaN(float64(x)) {
+			t.Fatalf("start -1: out[%d] = %v, want NaN", i, x)
+		}
+	}
+	got := sh.run2(t, q, 4, nCtx-2, 0) // cells 598, 599 exist, 600 and 601 do not
+	row := hd * nh
+	want := adRef(q[:2*row], k.f32, v.f32, rl, hd, nh, nkv, 2, nCtx-2, 0, attnScale(sh.p))
+	if d, at := adWorst(got[:2*row], want); d > 1e-3 {
+		t.Errorf("tokens inside the region: max|diff| %g at %d", d, at)
+	}
+	for i, x := range got[2*row:] {
+		if !math.IsNaN(float64(x)) {
+			t.Fatalf("token past the region: out[%d] = %v, want NaN", 2*row+i, x)
+		}
+	}
+	var worst float64
+	var worstAt string
+	sh.check2(t, r, 1, 450, 0, 2, &worst, &worstAt)
+	sh.zeroCounters(t, "after NaN rows")
+}
+
+// ad2Census sums the census launches of kernels with the prefix.
+func ad2Census(b *Backend, prefix string) int64 {
+	var n int64
+	for name, c := range b.Kernels().Census() {
+		if strings.HasPrefix(name, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays: with the lever on,
+// the backend's decode path (opAttn, its scratch, CUDA graph capture and
+// replay with a new window each step) against the engine/cpu backend, every
+// KV format, no window and a sliding window; the census shows the lean
+// kernels ran.
+func TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
+	dsNeedDevice(t)
+	worst := 0.0
+	for _, f := range kv.Formats() {
+		for _, w := range []int{0, 64} {
+			d, b := adBackendRun(t, dsLevers(t, "MINFER_ATTN_DECODE_V2=1", "MINFER_LAUNCH_CENSUS=1"), f, w)
+			worst = max(worst, d)
+			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
+				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
+			}
+			if n := ad2Census(b, "minfer_attn_decode2_"); n == 0 {
+				t.Errorf("%s window %d: no minfer_attn_decode2_* launch; census %v", f, w, b.Kernels().Census())
+			}
+		}
+	}
+	t.Logf("worst max|diff| %g", worst)
+}
+
+// TestAttnDecode2_LeverSwitchesTheKernel (census): MINFER_ATTN_DECODE_V2=1
+// launches the lean kernels and neither the split-K nor the plain one for
+// decode; =0 the split-K kernels and no lean one.
+func TestAttnDecode2_LeverSwitchesTheKernel(t *testing.T) {
+	dsNeedDevice(t)
+	for _, on := range []bool{true, false} {
+		val := "0"
+		if on {
+			val = "1"
+		}
+		_, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_V2="+val), kv.F16, 0)
+		lean, splitK, plain := ad2Census(b, "minfer_attn_decode2_"), ad2Census(b, "minfer_attn_decode_"), ad2Census(b, "minfer_attn_f32")
+		if on && (lean == 0 || splitK != 0 || plain != 0) {
+			t.Errorf("lever on: %d lean launches (want > 0), %d split-K, %d plain (want 0); census %v", lean, splitK, plain, b.Kernels().Census())
+		}
+		if !on && (lean != 0 || splitK == 0) {
+			t.Errorf("lever off: %d lean launches (want 0), %d split-K (want > 0); census %v", lean, splitK, b.Kernels().Census())
+		}
+	}
+}
+
+// ad2LongSteps forwards a 100-token prompt and then n decode steps (so the
+// decode attention takes several splits) and returns every step's logits.
+func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32 {
+	t.Helper()
+	e := dsEngine(t, path, "cuda", 256, extra...)
+	prompt := make([]int32, 100)
+	for i := range prompt {
+		prompt[i] = int32(11 + 13*i%487) // ids below the tiny vocabulary (512)
+	}
+	l, err := e.Forward(prompt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := [][]float32{l}
+	for i := range n {
+		if l, err = e.Forward([]int32{int32(100 + 7*i)}, false); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3: a synthetic model
+// (qwen2-tiny and the qwen2-0.5b shape, Q8_0) decoding at 100+ cells with
+// the lever on and off: every step's logits within 1e-3 of the largest
+// logit (the accumulation-order class) and the same argmax; with the lever
+// on, CUDA graph replays give bitwise the logits of direct launches.
+func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
+	dsNeedDevice(t)
+	for _, shape := range []string{"qwen2-tiny", "qwen2-0.5b"} {
+		path := dsSynth(t, shape, "Q8_0")
+		off := ad2LongSteps(t, path, 8, "MINFER_ATTN_DECODE_V2=0")
+		on := ad2LongSteps(t, path, 8, "MINFER_ATTN_DECODE_V2=1")
+		direct := ad2LongSteps(t, path, 8, "MINFER_ATTN_DECODE_V2=1", "MINFER_NO_CUDA_GRAPH=1")
+		worst := 0.0
+		for i := range off {
+			d := dsLogitDiff(on[i], off[i])
+			worst = max(worst, d)
+			if d > 1e-3 {
+				t.Errorf("%s step %d: relative logit diff lever on vs off %.3g > 1e-3", shape, i, d)
+			}
+			if a, b := dsArgmax(on[i]), dsArgmax(off[i]); a != b {
+				t.Errorf("%s step %d: argmax %d with the lever on, %d off", shape, i, a, b)
+			}
+		}
+		dsBitwise(t, shape+" lever on: graphs vs direct", on, direct)
+		t.Logf("%s: worst relative logit diff lever on vs off %.3g", shape, worst)
+	}
+}
+
+// TestAttnDecode2Launcher_RefusesBadCallsAndLaysScratchOutForEveryNT (no
+// device): the launcher refuses nt > 8 and a short scratch before
+// launching; for every shape the counters sit before the partials and the
+// scratch of the shape serves every nt.
+func TestAttnDecode2Launcher_RefusesBadCallsAndLaysScratchOutForEveryNT(t *testing.T) {
+	k := &Kernels{}
+	const p0 = driver.DevicePtr(0x1000)
+	good := AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 640}
+	need, err := AttnDecode2ScratchBytes(good, kv.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nine := good
+	nine.NT = 9
+	for _, c := range []struct {
+		name, want string
+		err        error
+	}{
+		{"nine tokens", "at most 8", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, nine)},
+		{"short scratch", "needs", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, p0, need-1, good)},
+		{"no scratch", "needs", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, 0, need, good)},
+		{"bad head_dim", "head_dim 130", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, AttnParams{NT: 1, NHead: 2, NHeadKV: 1, HeadDim: 130, NCtx: 64})},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || !strings.Contains(c.err.Error(), "attn_decode2") {
+			t.Errorf("%s: error %v, want one naming attn_decode2 and %q", c.name, c.err, c.want)
+		}
+	}
+	for _, f := range kv.Formats() {
+		for _, hd := range []int{2, 64, 80, 128} {
+			for _, nkv := range []int{1, 2, 4} {
+				for _, g := range []int{1, 7, 8, 17} {
+					for _, nCtx := range []int{8, 33, 640, 4160, 131072} {
+						p := AttnParams{NT: 1, NHead: g * nkv, NHeadKV: nkv, HeadDim: hd, NCtx: nCtx}
+						sb, err := AttnDecode2ScratchBytes(p, f)
+						if f == kv.Q8_0 && (nkv*hd)%32 != 0 {
+							if err == nil {
+								t.Errorf("%+v q8_0: no refusal of a row that is not whole blocks", p)
+							}
+							continue
+						}
+						if err != nil {
+							t.Fatalf("%+v %s: %v", p, f, err)
+						}
+						for nt := 1; nt <= min(AttnDecodeMaxNT, nCtx); nt++ {
+							p.NT = nt
+							geo := attnDecode2Geometry(p, f)
+							if geo.nsplit < 1 || geo.nsplit > attnDecode2MaxSplits || geo.gridX != nt*g*nkv {
+								t.Fatalf("%+v: grid %d x %d", p, geo.gridX, geo.nsplit)
+							}
+							if uint64(4*geo.gridX) > geo.mlOff || geo.bytes != uint64(sb) {
+								t.Fatalf("%+v: %d counters before offset %d; %d bytes, the shape's scratch is %d", p, geo.gridX, geo.mlOff, geo.bytes, sb)
+							}
+							if !strings.HasPrefix(geo.name, "minfer_attn_decode2_") || !strings.HasSuffix(geo.name, "_"+f.String()) {
+								t.Fatalf("%+v %s: kernel %q", p, f, geo.name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource (no
+// device): every name the launcher can pick is an extern "C" kernel of
+// attn_decode2.cu, the Go constants are the kernel's, attnDecode2SplitPlan
+// is the rule the source states, and for every n_ctx and attended length
+// n <= n_ctx the active splits fit the grid, cover the cells exactly once,
+// take one split exactly up to attnDecode2SingleCells cells and otherwise
+// at least attnDecode2SplitCells cells each (but the last).
+func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("kernels", "attn_decode2.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	for _, a := range attnDecode2Names {
+		for _, name := range a {
+			if !strings.Contains(src, " "+name+"(MINFER_ADEC2_PARAMS) {") {
+				t.Errorf("kernel %s is not defined in attn_decode2.cu", name)
+			}
+		}
+	}
+	for name, want := range map[string]int{
+		"THREADS": attnDecode2Threads, "MAXS": attnDecode2MaxSplits, "SPLIT": attnDecode2SplitCells, "SINGLE": attnDecode2SingleCells,
+	} {
+		if decl := fmt.Sprintf("constexpr int %s = %d;", name, want); !strings.Contains(src, decl) {
+			t.Errorf("attn_decode2.cu does not declare %q (the Go launcher's value)", decl)
+		}
+	}
+	const rule = "const int chunk = n <= SINGLE ? n : max((n + nsplit - 1) / nsplit, SPLIT);"
+	if !strings.Contains(src, rule) || !strings.Contains(src, "const int nact = (n + chunk - 1) / chunk;") {
+		t.Errorf("attn_decode2.cu no longer states the split rule attnDecode2SplitPlan mirrors: %q", rule)
+	}
+	for _, nCtx := range []int{1, 9, 32, 33, 64, 65, 100, 640, 700, 2048, 2049, 4160, 8192, 32768, 131072} {
+		nsplit := attnDecode2Geometry(AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: nCtx}, kv.F32).nsplit
+		step := max(1, nCtx/20000)
+		for n := 1; n <= nCtx; n += step {
+			chunk, nact := attnDecode2SplitPlan(n, nsplit)
+			switch {
+			case nact < 1 || nact > nsplit:
+				t.Fatalf("n_ctx %d, n %d: %d active splits of a grid of %d", nCtx, n, nact, nsplit)
+			case (nact-1)*chunk >= n || nact*chunk < n:
+				t.Fatalf("n_ctx %d, n %d: %d splits of %d cells do not cover the cells exactly", nCtx, n, nact, chunk)
+			case (nact == 1) != (n <= attnDecode2SingleCells):
+				t.Fatalf("n_ctx %d, n %d: %d active splits; want one exactly up to %d cells", nCtx, n, nact, attnDecode2SingleCells)
+			case nact > 1 && chunk < attnDecode2SplitCells:
+				t.Fatalf("n_ctx %d, n %d: splits of %d cells, fewer than %d", nCtx, n, chunk, attnDecode2SplitCells)
+			}
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package cuda
+
+// launch_attn2.go: the lean split-K decode attention
+// (cuda/kernels/attn_decode2.cu) and its scratch. opAttn takes this path for
+// nt <= AttnDecodeMaxNT when MINFER_ATTN_DECODE_V2=1
+// (levers.Config.AttnDecodeV2), ahead of the split-K kernel.
+//
+// As for the split-K kernel, the grid depends on the shapes and n_ctx only:
+// the kernel reads the window from device memory and picks its active
+// splits at run time (attnDecode2SplitPlan), so a captured graph replays.
+
+import (
+	"fmt"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/kv"
+)
+
+const (
+	attnDecode2Threads     = 32 // adec2::THREADS: one warp per block
+	attnDecode2MaxSplits   = 64 // adec2::MAXS
+	attnDecode2SplitCells  = 32 // adec2::SPLIT: fewest cells per active split once the range is split
+	attnDecode2SingleCells = 64 // adec2::SINGLE: ranges up to this many cells take one split, no combine
+)
+
+// attnDecode2SplitPlan is the kernel's run-time split rule (adec2::decode):
+// for n attended cells over nsplit splits, the chunk of cells per split and
+// the number of active splits (the first nact of the grid's nsplit).
+func attnDecode2SplitPlan(n, nsplit int) (chunk, nact int) {
+	chunk = n
+	if n > attnDecode2SingleCells {
+		chunk = max((n+nsplit-1)/nsplit, attnDecode2SplitCells)
+	}
+	return chunk, (n + chunk - 1) / chunk
+}
+
+// attnDecode2Names[hd class][format]: hd 64, 128, any even head_dim;
+// kv.F32, F16, Q8_0.
+var attnDecode2Names = func() (n [3][3]string) {
+	for i, hd := range []string{"hd64", "hd128", "any"} {
+		for k, f := range []string{"f32", "f16", "q8_0"} {
+			n[i][k] = fmt.Sprintf("minfer_attn_decode2_%s_%s", hd, f)
+		}
+	}
+	return n
+}()
+
+// attnDecode2Geom is the launch geometry of one call.
+type attnDecode2Geom struct {
+	nsplit int // splits of the cells (grid.y)
+	gridX  int // nt * n_head
+	name   string
+
+	// scratch sections (byte offsets and the total)
+	mlOff, accOff, bytes uint64
+}
+
+// attnDecode2Geometry derives the geometry from the shape (p.check passed).
+func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
+	geo := attnDecode2Geom{gridX: p.NT * p.NHead,
+		nsplit: min(attnDecode2MaxSplits, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
+	hdClass := 2
+	switch p.HeadDim {
+	case 64:
+		hdClass = 0
+	case 128:
+		hdClass = 1
+	}
+	fc := 0
+	switch format {
+	case kv.F16:
+		fc = 1
+	case kv.Q8_0:
+		fc = 2
+	}
+	geo.name = attnDecode2Names[hdClass][fc]
+	align := func(n uint64) uint64 { return (n + attnDecodeAlign - 1) / attnDecodeAlign * attnDecodeAlign }
+	// Sized for AttnDecodeMaxNT tokens whatever p.NT is, so one scratch
+	// serves every nt (a short launch never writes over a longer one's
+	// counters).
+	maxX := uint64(AttnDecodeMaxNT * p.NHead)
+	parts := maxX * uint64(geo.nsplit)
+	geo.mlOff = align(4 * maxX)
+	geo.accOff = geo.mlOff + align(8*parts)
+	geo.bytes = geo.accOff + 4*parts*uint64(p.HeadDim)
+	return geo
+}
+
+// AttnDecode2ScratchBytes is the scratch AttentionDecode2 needs for the
+// shape of p (heads, head_dim, n_ctx; any NT up to AttnDecodeMaxNT): the
+// per-(token, head) completion counters (zero between launches) and the
+// per-split partials. A scratch belongs to one shape.
+func AttnDecode2ScratchBytes(p AttnParams, format kv.Format) (int, error) {
+	p.NT = 1
+	if _, err := p.checkDecode(format); err != nil {
+		return 0, err
+	}
+	return int(attnDecode2Geometry(p, format).bytes), nil
+}
+
+// AttentionDecode2 is AttentionDecode (same operands, same semantics, NaN
+// rows for a start the region cannot hold) by the lean split-K kernel.
+// scratch is scratchBytes (AttnDecode2ScratchBytes) of device memory, zeroed
+// when allocated and used for this shape only; every launch leaves its
+// counters zero again. Launches on one scratch must be stream-ordered.
+func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win,
+	scratch driver.DevicePtr, scratchBytes int, p AttnParams) error {
+	rb, err := p.checkDecode(format)
+	if err != nil {
+		return fmt.Errorf("attn_decode2: %w", err)
+	}
+	geo := attnDecode2Geometry(p, format)
+	if scratch == 0 || uint64(scratchBytes) < geo.bytes {
+		return opsBad("attn_decode2", "scratch of %d bytes at %#x, the shape needs %d", scratchBytes, uint64(scratch), geo.bytes)
+	}
+	return opsErr("attn_decode2", k.launch(s, geo.name, [3]uint32{uint32(geo.gridX), uint32(geo.nsplit), 1},
+		[3]uint32{attnDecode2Threads, 1, 1}, 0,
+		out, q, kRegion, vRegion, win, scratch.Add(geo.mlOff), scratch.Add(geo.accOff), scratch,
+		int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p),
+		int32(geo.nsplit)))
+}
+
+// attnDecode2Scratch returns the backend's scratch of the lean kernel for
+// the shape of p, allocating and zeroing it the first time the shape asks
+// (see attnDecodeScratch: a direct execution, before any capture). It
+// shares the backend's scratch map with the split-K kernel under a key with
+// the head count negated, so the two layouts never meet.
+func (b *Backend) attnDecode2Scratch(p AttnParams) (driver.DevicePtr, int, error) {
+	key := attnScratchKey{nHead: -p.NHead, nHeadKV: p.NHeadKV, headDim: p.HeadDim, nCtx: p.NCtx}
+	if sb, ok := b.attnScratch[key]; ok {
+		return sb.ptr, sb.bytes, nil
+	}
+	need, err := AttnDecode2ScratchBytes(p, b.kvSpec.Format)
+	if err != nil {
+		return 0, 0, err
+	}
+	err = b.dev.Do(func() error {
+		ptr, err := b.pool.raw(uint64(need), fmt.Sprintf("lean decode attention scratch (%d heads over %d KV heads of %d, %d cells)",
+			p.NHead, p.NHeadKV, p.HeadDim, p.NCtx))
+		if err != nil {
+			return err
+		}
+		if err := b.s.MemsetD8(ptr, 0, uint64(need)); err != nil {
+			return fmt.Errorf("cuda: zero the lean decode attention scratch: %w", err)
+		}
+		if b.attnScratch == nil {
+			b.attnScratch = map[attnScratchKey]attnScratchBuf{}
+		}
+		b.attnScratch[key] = attnScratchBuf{ptr, need}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return b.attnScratch[key].ptr, need, nil
+}
