@@ -115,6 +115,11 @@ func New(opts Options) (*Backend, error) {
 		if err := k.PrepareAttnPrefill(); err != nil {
 			return err
 		}
+		if opts.Levers.FAPrefillV2 {
+			if err := k.PrepareAttnPrefill2(); err != nil {
+				return err
+			}
+		}
 		s, err := dev.NewStream()
 		if err != nil {
 			return err

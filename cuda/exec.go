@@ -764,6 +764,9 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	}
 	f := b.kvSpec.Format
 	switch {
+	case ap.NT >= AttnPrefillMinNT && b.lv.FAPrefillV2:
+		// Prefill: the v2 tiled kernels (MINFER_FA_PREFILL_V2=1).
+		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case ap.NT >= AttnPrefillMinNT && !b.lv.NoFAPrefill:
 		// Prefill: the tiled kernel (MINFER_NO_FA_PREFILL=1: the plain one).
 		return func() error { return b.k.AttentionPrefill(b.s, o, p[0], kr, vr, f, win, ap) }, nil

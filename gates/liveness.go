@@ -59,6 +59,8 @@ var LivenessRules = map[string]LivenessRule{
 		Why: "decode attention (nt <= 8) runs the lean split-K kernels (minfer_attn_decode2_*) only with the lever on; off, the split-K minfer_attn_decode_*"},
 	"MINFER_NO_FA_PREFILL": {On: "0", Kernels: []string{"minfer_attn_prefill_*"},
 		Why: "prefill attention (nt >= 9) runs the tiled kernels only with the lever on; off, the plain minfer_attn_f32"},
+	"MINFER_FA_PREFILL_V2": {On: "1", Kernels: []string{"minfer_attn_prefill2_*"},
+		Why: "prefill attention (nt >= 9) runs the v2 tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the v1 minfer_attn_prefill_*"},
 	"MINFER_NO_FUSE_FFN": {On: "0", Kernels: []string{"minfer_mmvq*_ffn_*"},
 		Why: "with FFN fusion on, decode runs gate, up and SwiGLU as one fused MMVQ kernel; off, two matmuls and minfer_swiglu_f32"},
 	"MINFER_NO_FUSE_QKV": {On: "0", Kernels: []string{"minfer_qkv_rope_store", "minfer_mmvq*_qkv_*"},

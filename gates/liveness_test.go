@@ -127,7 +127,7 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 	for _, name := range []string{"MINFER_MMQ", "MINFER_NO_Q80_MMVQ", "MINFER_NO_Q40_MMVQ", "MINFER_NO_KQ_MMVQ",
 		"MINFER_MMVQ_INLINE_Q8", "MINFER_NO_SPLITK_ATTN", "MINFER_NO_FA_PREFILL", "MINFER_NO_FUSE_FFN",
 		"MINFER_NO_FUSE_QKV", "MINFER_NO_CUDA_GRAPH", "MINFER_PDL", "MINFER_NO_PREFILL_GEMM",
-		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2"} {
+		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2", "MINFER_FA_PREFILL_V2"} {
 		if _, ok := LivenessRules[name]; !ok {
 			t.Errorf("%s has no liveness rule", name)
 		}
@@ -138,10 +138,11 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode_*": "minfer_attn_decode_hd64_g8_f32",
 		"minfer_attn_prefill_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
 		"minfer_qkv_rope_store": "minfer_qkv_rope_store", "minfer_mmvq*_qkv_*": "minfer_mmvq_qkv_q8_0",
-		"minfer_gemm_*":         "minfer_gemm_q8_0",
-		"minfer_rms_norm_q8_1":  "minfer_rms_norm_q8_1",
-		"minfer_attn_decode2_*": "minfer_attn_decode2_hd64_f32",
-		"minfer_mmvqr_*":        "minfer_mmvqr_ffn_q6_k",
+		"minfer_gemm_*":          "minfer_gemm_q8_0",
+		"minfer_rms_norm_q8_1":   "minfer_rms_norm_q8_1",
+		"minfer_attn_decode2_*":  "minfer_attn_decode2_hd64_f32",
+		"minfer_attn_prefill2_*": "minfer_attn_prefill2_hd64_bm16",
+		"minfer_mmvqr_*":         "minfer_mmvqr_ffn_q6_k",
 	}
 	for name, r := range LivenessRules {
 		for _, pat := range r.Kernels {

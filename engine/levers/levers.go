@@ -124,6 +124,11 @@ var registry = []Lever{
 		// Per-lane partial dots reduced by a shuffle tree, per-slot online
 		// softmax merged with rescaling: f32 rounding only.
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+	{Name: "MINFER_FA_PREFILL_V2", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tiled v2)", Issue: "#6",
+		Doc: "1: prefill attention through the v2 tiled kernels (more blocks in flight)", ArmA: "0", ArmB: "1",
+		// Same per-row algorithm as the tiled v1 kernel with 16-lane (not
+		// 8-lane) max / sum trees: f32 rounding only.
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -224,6 +229,7 @@ type Config struct {
 	MMVQInlineQ8     bool
 	NormQ8           bool
 	AttnDecodeV2     bool
+	FAPrefillV2      bool
 	MMVQRepack       bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
@@ -311,6 +317,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
 	c.NormQ8 = on("MINFER_NORM_Q8")
 	c.AttnDecodeV2 = on("MINFER_ATTN_DECODE_V2")
+	c.FAPrefillV2 = on("MINFER_FA_PREFILL_V2")
 	c.MMVQRepack = on("MINFER_MMVQ_REPACK")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")

@@ -1,0 +1,313 @@
+// attn_prefill2.cu: the v2 tiled prefill attention (lever
+// MINFER_FA_PREFILL_V2=1), the semantics of minfer_attn_f32 and of
+// attn_prefill.cu: the query of token t sits at cell win[0] + t and attends
+// to cells [max(0, cell - window + 1), cell] (window 0: from cell 0); query
+// head h reads KV head h / G; score = dot(q, k) * scale; out = softmax . V;
+// a start < 0 or a cell >= n_ctx gives a NaN row.
+//
+// Why a v2: the v1 kernel is latency-bound (2*BM threads, 168 registers,
+// about one block and 2-4 warps per SM; each tile is loaded in 8 dependent
+// global round trips, K then V). Here:
+//   - 8*BM threads per block (128 / 256 / 512), each thread 2 rows x 4
+//     score columns and 2 rows x HD/16 output columns: a quarter of v1's
+//     per-thread work per tile and about half its registers, so several
+//     blocks (and 12-16+ warps) per SM hide each other's latency;
+//   - K and V have their own shared buffers and are loaded together, all of
+//     a thread's loads in flight at once (1-2 round trips per tile, not 8);
+//   - a BM 16 variant (head_dim <= 64) for grids that would leave SMs idle.
+// Rows (R = t * G + g: the G query heads of a KV head share every K / V
+// tile), online softmax, absolute 64-cell tile alignment (a masked cell is
+// an exact no-op) are v1's, so the BM variants of v2 are bitwise equal to
+// each other for a row.
+//
+// Numerics (accumulation-order class): dot products in f32 FMA in d order,
+// expf, per-row max / sum over 16 lanes by a fixed xor tree, V sums in cell
+// order on unnormalised probabilities rescaled per tile, normalised at the
+// end. (The 16-lane tree differs from v1's 8-lane one: v2 and v1 agree to
+// rounding, not bitwise.)
+//
+// The KV window is read from device memory (graph replay): the grid depends
+// on nt and the heads only, and each block finds its cells at run time.
+#include "common.cuh"
+#include "pdl.cuh"
+
+namespace fap2 {
+constexpr int BN = 64; // KV cells per tile
+constexpr int RM = 2;  // query rows per thread
+constexpr int CG = 16; // threads per row group
+constexpr int CN = BN / CG; // score columns per thread: cg + CG*j
+
+// Shared memory floats: Q [BM][HD+4], K [BN][HD+4], V [BN][HD+4],
+// P [BN][BM+4] (column-major: cell, row). The +4 pads keep the float4
+// reads 16-byte aligned and free of bank conflicts within a quarter warp.
+__host__ __device__ constexpr int smem_floats(int hd, int bm) { return (bm + 2 * BN) * (hd + 4) + BN * (bm + 4); }
+
+// load_pair2 reads elements i, i+1 (i even, same q8_0 block) of a KV row.
+__device__ __forceinline__ float2 load_pair2(int format, const uint8_t* __restrict__ row, int i) {
+    if (format == mops::KV_F32) return __ldg(reinterpret_cast<const float2*>(row) + (i >> 1));
+    if (format == mops::KV_F16) {
+        const __half2 h = __ldg(reinterpret_cast<const __half2*>(row) + (i >> 1));
+        return __half22float2(h);
+    }
+    const uint8_t* blk = row + (i / mops::Q8_0_LEN) * mops::Q8_0_BYTES;
+    const float d = mops::half_bits_to_float(*reinterpret_cast<const uint16_t*>(blk));
+    const int o = 2 + (i % mops::Q8_0_LEN);
+    return make_float2(__fmul_rn(d, (float)(int8_t)blk[o]), __fmul_rn(d, (float)(int8_t)blk[o + 1]));
+}
+
+// load_kv stages cells c0 .. c0+BN-1 (head offset off) of both regions
+// into k_s and v_s [BN][HD+4] as f32; cells outside [lo, hi] and columns
+// >= hd are zero (no cell at or beyond n_ctx is touched). Each round issues
+// 2*LD loads per thread before the first store.
+template <int HD, int NT>
+__device__ __forceinline__ void load_kv(float* k_s, float* v_s, const uint8_t* __restrict__ kreg,
+                                        const uint8_t* __restrict__ vreg, int format, long long row_bytes, int off,
+                                        int hd, int c0, int lo, int hi) {
+    constexpr int PAIRS = BN * HD / 2;
+    constexpr int PER = PAIRS / NT;
+    constexpr int LD = PER < 4 ? PER : 4; // 2*LD loads in flight: registers stay low
+    static_assert(PAIRS % (NT * LD) == 0, "tile pairs split evenly");
+    const int tid = threadIdx.x;
+#pragma unroll 1
+    for (int base = 0; base < PAIRS; base += NT * LD) {
+        float2 kv[LD], vv[LD];
+#pragma unroll
+        for (int u = 0; u < LD; u++) {
+            const int idx = base + u * NT + tid;
+            const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+            const int c = c0 + j;
+            kv[u] = make_float2(0.0f, 0.0f);
+            vv[u] = make_float2(0.0f, 0.0f);
+            if (d < hd && c >= lo && c <= hi) {
+                kv[u] = load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
+                vv[u] = load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < LD; u++) {
+            const int idx = base + u * NT + tid;
+            const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+            *reinterpret_cast<float2*>(k_s + j * (HD + 4) + d) = kv[u];
+            *reinterpret_cast<float2*>(v_s + j * (HD + 4) + d) = vv[u];
+        }
+    }
+}
+
+template <int HD, int BM>
+__device__ __forceinline__ void attn_prefill2(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
+                                              const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
+                                              int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
+                                              int window, float scale) {
+    constexpr int NT = BM / RM * CG;
+    constexpr int QS = HD + 4;  // row stride of Q, K, V in smem
+    constexpr int PS = BM + 4;  // row stride of P
+    constexpr int DJ = HD / 64; // float4 groups of output columns per thread: cg*4 + 64*jj
+    static_assert(HD % 64 == 0 && BM % (2 * RM) == 0, "geometry");
+    extern __shared__ float4 fap2_smem4[];
+    float* q_s = reinterpret_cast<float*>(fap2_smem4);
+    float* k_s = q_s + BM * QS;
+    float* v_s = k_s + BN * QS;
+    float* p_s = v_s + BN * QS;
+
+    const int tid = threadIdx.x, rg = tid / CG, cg = tid % CG;
+    const int G = n_head / n_head_kv;
+    const long long nrows = (long long)nt * G;
+    const int ntiles = (int)((nrows + BM - 1) / BM);
+    // Heaviest row tiles (latest tokens: the most cells) first, KV heads
+    // innermost, so the long blocks start in the first wave.
+    const int kvh = blockIdx.x % n_head_kv;
+    const int rt = ntiles - 1 - blockIdx.x / n_head_kv;
+    const long long r0 = (long long)rt * BM;
+    const int start = win[0];
+
+    int first[RM], last[RM];
+    long long qrow[RM];
+    bool live[RM], nan_row[RM];
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        const long long R = r0 + rg * RM + i;
+        live[i] = R < nrows;
+        const long long t = live[i] ? R / G : 0;
+        const int h = kvh * G + (int)(live[i] ? R % G : 0);
+        qrow[i] = (t * n_head + h) * hd;
+        const long long cell64 = (long long)start + t; // no int overflow for a wild start
+        nan_row[i] = live[i] && (start < 0 || cell64 >= n_ctx);
+        const int cell = (int)min(cell64, (long long)n_ctx);
+        first[i] = 1;
+        last[i] = 0;
+        if (live[i] && !nan_row[i]) {
+            last[i] = cell;
+            first[i] = window > 0 ? max(0, cell - window + 1) : 0;
+        }
+    }
+    if (start < 0) { // uniform over the block: every row is NaN
+#pragma unroll
+        for (int i = 0; i < RM; i++)
+            if (live[i])
+                for (int d = cg; d < hd; d += CG) out[qrow[i] + d] = __int_as_float(0x7fc00000);
+        return;
+    }
+
+    // The block's cells: the first row's first cell to the last row's cell,
+    // clipped to the region; tiles start at multiples of BN.
+    // (Cells fit int: the launcher bounds n_ctx + nt by INT_MAX.)
+    const long long t_lo = r0 / G, t_hi = (min(r0 + BM, nrows) - 1) / G;
+    const int lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
+    const int hi = (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+
+    for (int idx = tid; idx < BM * HD; idx += NT) {
+        const int r = idx / HD, d = idx % HD;
+        const long long R = r0 + r;
+        float v = 0.0f;
+        if (R < nrows && d < hd) {
+            const long long t = R / G;
+            const int h = kvh * G + (int)(R % G);
+            v = q[(t * n_head + h) * hd + d];
+        }
+        q_s[r * QS + d] = v;
+    }
+
+    float m[RM], l[RM], acc[RM][4 * DJ];
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4 * DJ; e++) acc[i][e] = 0.0f;
+    }
+
+    const int off = kvh * hd;
+    const int c_begin = lo - lo % BN;
+    for (int c0 = c_begin; c0 <= hi; c0 += BN) {
+        __syncthreads(); // the previous tile's readers are done with k_s, v_s, p_s (and Q is staged)
+        load_kv<HD, NT>(k_s, v_s, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
+        __syncthreads();
+
+        // S = Q K^T for rows 2rg+i, columns cg+16j, in d order.
+        float s[RM][CN];
+#pragma unroll
+        for (int i = 0; i < RM; i++)
+#pragma unroll
+            for (int j = 0; j < CN; j++) s[i][j] = 0.0f;
+#pragma unroll 2
+        for (int d = 0; d < HD; d += 4) {
+            float4 qv[RM], kv[CN];
+#pragma unroll
+            for (int i = 0; i < RM; i++) qv[i] = *reinterpret_cast<const float4*>(q_s + (rg * RM + i) * QS + d);
+#pragma unroll
+            for (int j = 0; j < CN; j++) kv[j] = *reinterpret_cast<const float4*>(k_s + (cg + CG * j) * QS + d);
+#pragma unroll
+            for (int i = 0; i < RM; i++)
+#pragma unroll
+                for (int j = 0; j < CN; j++) {
+                    float a = s[i][j];
+                    a = fmaf(qv[i].x, kv[j].x, a);
+                    a = fmaf(qv[i].y, kv[j].y, a);
+                    a = fmaf(qv[i].z, kv[j].z, a);
+                    a = fmaf(qv[i].w, kv[j].w, a);
+                    s[i][j] = a;
+                }
+        }
+
+        // Mask, scale, online softmax; P to shared memory.
+#pragma unroll
+        for (int i = 0; i < RM; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < CN; j++) {
+                const int c = c0 + cg + CG * j;
+                const bool ok = c >= first[i] && c <= last[i];
+                s[i][j] = ok ? __fmul_rn(s[i][j], scale) : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+#pragma unroll
+            for (int o = 1; o < CG; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mn = fmaxf(m[i], mx);
+            // mn == -inf: no cell of this row yet (p = 0, nothing to rescale).
+            const float corr = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < CN; j++) {
+                const float p = mn == -INFINITY ? 0.0f : expf(s[i][j] - mn);
+                s[i][j] = p;
+                sum += p;
+            }
+#pragma unroll
+            for (int o = 1; o < CG; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            m[i] = mn;
+            l[i] = fmaf(l[i], corr, sum);
+#pragma unroll
+            for (int e = 0; e < 4 * DJ; e++) acc[i][e] *= corr;
+        }
+#pragma unroll
+        for (int j = 0; j < CN; j++)
+            *reinterpret_cast<float2*>(p_s + (cg + CG * j) * PS + rg * RM) = make_float2(s[0][j], s[1][j]);
+        __syncthreads(); // P is staged
+
+        // O += P V in cell order.
+#pragma unroll 4
+        for (int j = 0; j < BN; j++) {
+            const float2 p = *reinterpret_cast<const float2*>(p_s + j * PS + rg * RM);
+#pragma unroll
+            for (int jj = 0; jj < DJ; jj++) {
+                const float4 v = *reinterpret_cast<const float4*>(v_s + j * QS + cg * 4 + 64 * jj);
+                acc[0][4 * jj + 0] = fmaf(p.x, v.x, acc[0][4 * jj + 0]);
+                acc[0][4 * jj + 1] = fmaf(p.x, v.y, acc[0][4 * jj + 1]);
+                acc[0][4 * jj + 2] = fmaf(p.x, v.z, acc[0][4 * jj + 2]);
+                acc[0][4 * jj + 3] = fmaf(p.x, v.w, acc[0][4 * jj + 3]);
+                acc[1][4 * jj + 0] = fmaf(p.y, v.x, acc[1][4 * jj + 0]);
+                acc[1][4 * jj + 1] = fmaf(p.y, v.y, acc[1][4 * jj + 1]);
+                acc[1][4 * jj + 2] = fmaf(p.y, v.z, acc[1][4 * jj + 2]);
+                acc[1][4 * jj + 3] = fmaf(p.y, v.w, acc[1][4 * jj + 3]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        if (!live[i]) continue;
+        float* y = out + qrow[i];
+        const float inv = __fdiv_rn(1.0f, l[i]);
+#pragma unroll
+        for (int jj = 0; jj < DJ; jj++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int d = cg * 4 + 64 * jj + e;
+                if (d < hd) y[d] = nan_row[i] ? __int_as_float(0x7fc00000) : __fmul_rn(acc[i][4 * jj + e], inv);
+            }
+    }
+}
+} // namespace fap2
+
+// Grid (ceil(nt * G / BM) * n_head_kv), block 8*BM threads, dynamic shared
+// memory fap2::smem_floats(HD, BM) * 4 bytes. q and out are [hd, n_head, nt];
+// hd even, at most HD (the hd64 variants take hd <= 64).
+#define MINFER_FAP2_PARAMS                                                                                             \
+    float *out, const float *q, const uint8_t *kreg, const uint8_t *vreg, int format, const int *win, int nt,         \
+        int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx, int window, float scale
+#define MINFER_FAP2_ARGS out, q, kreg, vreg, format, win, nt, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale
+
+// The second __launch_bounds__ argument (blocks per SM) caps the registers
+// at what the variant's shared memory lets reside anyway.
+extern "C" __global__ void __launch_bounds__(128, 5) minfer_attn_prefill2_hd64_bm16(MINFER_FAP2_PARAMS) {
+    MINFER_KERNEL_ENTRY();
+    fap2::attn_prefill2<64, 16>(MINFER_FAP2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd64_bm32(MINFER_FAP2_PARAMS) {
+    MINFER_KERNEL_ENTRY();
+    fap2::attn_prefill2<64, 32>(MINFER_FAP2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd64_bm64(MINFER_FAP2_PARAMS) {
+    MINFER_KERNEL_ENTRY();
+    fap2::attn_prefill2<64, 64>(MINFER_FAP2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd128_bm32(MINFER_FAP2_PARAMS) {
+    MINFER_KERNEL_ENTRY();
+    fap2::attn_prefill2<128, 32>(MINFER_FAP2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_bm64(MINFER_FAP2_PARAMS) {
+    MINFER_KERNEL_ENTRY();
+    fap2::attn_prefill2<128, 64>(MINFER_FAP2_ARGS);
+}
+#undef MINFER_FAP2_PARAMS
+#undef MINFER_FAP2_ARGS

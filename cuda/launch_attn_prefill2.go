@@ -1,0 +1,132 @@
+package cuda
+
+// launch_attn_prefill2.go: the launcher of the v2 tiled prefill attention
+// kernels (cuda/kernels/attn_prefill2.cu), opAttn's path for nt >= 9 when
+// MINFER_FA_PREFILL_V2=1. Five instantiations: head_dim padded to 64 (BM
+// 16, 32, 64 query rows per block) or 128 (BM 32, 64); 8*BM threads per
+// block. The BM variants are bitwise equal for a row (tiles are aligned to
+// absolute cells, the per-row reductions do not depend on BM), so the BM
+// choice is speed only.
+
+import (
+	"fmt"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/kv"
+)
+
+const attnPrefill2BN = 64 // fap2::BN: KV cells per tile
+
+// attnPrefill2Variants lists the instantiated (HD, BM) pairs.
+var attnPrefill2Variants = [][2]int{{64, 16}, {64, 32}, {64, 64}, {128, 32}, {128, 64}}
+
+// attnPrefill2Name is the kernel of one variant.
+func attnPrefill2Name(hd, bm int) string {
+	return fmt.Sprintf("minfer_attn_prefill2_hd%d_bm%d", hd, bm)
+}
+
+// attnPrefill2Smem is fap2::smem_floats(HD, BM) * 4: Q [BM][HD+4], K and V
+// tiles [BN][HD+4] each, P [BN][BM+4].
+func attnPrefill2Smem(hd, bm int) int {
+	return 4 * ((bm+2*attnPrefill2BN)*(hd+4) + attnPrefill2BN*(bm+4))
+}
+
+// attnPrefill2Threads is the block size of a BM variant (BM/2 row groups x 16).
+func attnPrefill2Threads(bm int) int { return bm * 8 }
+
+// attnPrefill2BM picks the rows per block: the largest BM (most reuse of
+// each K / V tile) whose grid still gives every SM about three blocks, so
+// the causal tail (the first rows' blocks are short) and each block's
+// load latency are covered by other blocks; the smallest variant otherwise.
+func attnPrefill2BM(p AttnParams, smCount int) int {
+	hd := attnPrefillHD(p.HeadDim)
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	small := 16
+	if hd > 64 {
+		small = 32
+	}
+	for _, bm := range []int{64, 32} {
+		if bm < small {
+			break
+		}
+		if (rows+bm-1)/bm*p.NHeadKV >= 3*smCount {
+			return bm
+		}
+	}
+	return small
+}
+
+// PrepareAttnPrefill2 opts the v2 kernels into their dynamic shared memory
+// (above the 48 KiB default for four of the five). Call it once at init,
+// inside dev.Do and before any capture window can open; AttentionPrefill2
+// never sets an attribute and refuses an un-opted kernel.
+func (k *Kernels) PrepareAttnPrefill2() error {
+	for _, v := range attnPrefill2Variants {
+		name, smem := attnPrefill2Name(v[0], v[1]), attnPrefill2Smem(v[0], v[1])
+		f, err := k.Function(name)
+		if err != nil {
+			return fmt.Errorf("attn_prefill2: prepare: %w", err)
+		}
+		if smem > defaultDynSmem {
+			if err := f.SetMaxDynamicSmem(smem); err != nil {
+				return fmt.Errorf("attn_prefill2: prepare %s: opt-in to %d bytes of dynamic shared memory: %w", name, smem, err)
+			}
+		}
+		k.setOptIn(name, smem)
+	}
+	return nil
+}
+
+// AttnPrefill2Kernel names the kernel AttentionPrefill2 runs for p on a
+// device of smCount SMs (for tests and reports).
+func AttnPrefill2Kernel(p AttnParams, smCount int) string {
+	return attnPrefill2Name(attnPrefillHD(p.HeadDim), attnPrefill2BM(p, smCount))
+}
+
+// AttentionPrefill2 is Kernels.AttentionPrefill (same contract and
+// semantics: causal GQA attention of q [HeadDim, NHead, NT] over one
+// layer's K and V regions, the window read from win on the device, NaN rows
+// for cells the region cannot hold) through the v2 kernels.
+func (k *Kernels) AttentionPrefill2(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams) error {
+	if _, err := p.check(format); err != nil {
+		return err
+	}
+	return k.attentionPrefill2BM(s, out, q, kRegion, vRegion, format, win, p, attnPrefill2BM(p, k.dev.Attr.SMCount))
+}
+
+// attentionPrefill2BM launches the bm variant (tests force each one).
+func (k *Kernels) attentionPrefill2BM(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams, bm int) error {
+	const op = "attn_prefill2"
+	rb, err := p.check(format)
+	if err != nil {
+		return err
+	}
+	hd := attnPrefillHD(p.HeadDim)
+	known := false
+	for _, v := range attnPrefill2Variants {
+		known = known || (v[0] == hd && v[1] == bm)
+	}
+	if !known {
+		return opsBad(op, "%d rows per block at head_dim %d: no such variant", bm, p.HeadDim)
+	}
+	// The kernel keeps cells in int: start + nt and n_ctx must fit.
+	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
+		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
+	}
+	name, smem := attnPrefill2Name(hd, bm), attnPrefill2Smem(hd, bm)
+	if smem > defaultDynSmem && k.optedIn(name) < smem {
+		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
+			"(call Kernels.PrepareAttnPrefill2 at init, before any capture window)", name, smem)
+	}
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	blocks := (rows + bm - 1) / bm * p.NHeadKV
+	if blocks > maxInt32 {
+		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
+	}
+	if err := k.launch(s, name, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(attnPrefill2Threads(bm)), 1, 1}, uint32(smem),
+		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
+		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)); err != nil {
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, err)
+	}
+	return nil
+}
