@@ -25,6 +25,8 @@ export PATH="$PATH:/usr/local/cuda/bin"
 nsys=/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys
 importer=/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter
 
+# A bundle from scripts/device-bundle.sh is unpacked in place first.
+[[ -f bin/bundle.tgz ]] && tar -xzf bin/bundle.tgz -C bin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee -a "$log"
 if ! timeout 120 scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$work/build-kernels.log" 2>&1; then
     say "build-kernels failed:"; tail -n 30 "$work/build-kernels.log" | tee -a "$log"; exit 2

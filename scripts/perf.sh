@@ -48,6 +48,8 @@ log="$out/perf.log"
 say() { echo "perf: $*" | tee -a "$log" >&2; }
 
 export PATH="$PATH:/usr/local/cuda/bin"
+# A bundle from scripts/device-bundle.sh is unpacked in place first.
+[[ -f bin/bundle.tgz ]] && tar -xzf bin/bundle.tgz -C bin
 for b in bin/minfer bin/abtest; do
     [[ -x "$b" ]] || { say "no $b: build it on the CPU machine (header of this script)"; exit 2; }
 done
