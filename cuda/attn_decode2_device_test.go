@@ -8,7 +8,6 @@ package cuda
 // without a device; the launcher tests are host-only.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -21,129 +20,16 @@ import (
 	"github.com/minfer-go/minfer/engine/kv"
 )
 
-// ad2Shape is adShape with the lean kernel's scratch.
-type ad2Shape struct {
-	*adShape
-	scratch2  driver.DevicePtr
-	scratch2B int
-}
+// adLean is the lean kernel (attn_decode2.cu) for the shared adShape helpers.
+var adLean = adKernel{name: "attn_decode2", scratchBytes: AttnDecode2ScratchBytes,
+	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+		return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, p)
+	},
+	counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecode2Geometry(p, f).mlOff }}
 
-func ad2OpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *ad2Shape {
+func ad2OpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
 	t.Helper()
-	sh := &ad2Shape{adShape: adOpenShape(t, ms, f, k, v, nh, nkv, hd, nCtx)}
-	sb, err := AttnDecode2ScratchBytes(sh.p, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh.scratch2B = sb
-	err = ms.dev.Do(func() error {
-		var err error
-		sh.scratch2, err = ms.upload(make([]byte, sb)) // zeroed, as the backend does
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sh
-}
-
-// ad2Upload puts both regions on the device.
-func ad2Upload(t *testing.T, ms *mmtSession, k, v *adRegion) {
-	t.Helper()
-	err := ms.dev.Do(func() error {
-		var err error
-		if k.dev, err = ms.upload(k.bytes); err != nil {
-			return err
-		}
-		v.dev, err = ms.upload(v.bytes)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// run2 launches the lean kernel for nt tokens at start (window w) with query
-// q and returns the output (NaN-filled first: an unwritten row fails).
-func (sh *ad2Shape) run2(t *testing.T, q []float32, nt, start, w int) []float32 {
-	t.Helper()
-	p := sh.p
-	p.NT, p.Window = nt, w
-	out := make([]byte, 4*len(q))
-	winb := make([]byte, 8)
-	binary.LittleEndian.PutUint32(winb, uint32(int32(start)))
-	binary.LittleEndian.PutUint32(winb[4:], uint32(int32(start+nt)))
-	ms := sh.ms
-	err := ms.dev.Do(func() error {
-		if err := ms.s.CopyHtoD(sh.q, driver.Float32Bytes(q)); err != nil {
-			return err
-		}
-		if err := ms.s.CopyHtoD(sh.win, winb); err != nil {
-			return err
-		}
-		if err := ms.s.MemsetD8(sh.out, 0xff, uint64(len(out))); err != nil {
-			return err
-		}
-		if err := ms.k.AttentionDecode2(ms.s, sh.out, sh.q, sh.k.dev, sh.v.dev, sh.f, sh.win, sh.scratch2, sh.scratch2B, p); err != nil {
-			return err
-		}
-		if err := ms.s.CopyDtoH(out, sh.out); err != nil {
-			return err
-		}
-		return ms.s.Synchronize()
-	})
-	if err != nil {
-		t.Fatalf("attn_decode2 %+v start %d: %v", p, start, err)
-	}
-	return mmtFloats(out)
-}
-
-// counters2 reads the scratch's counter section (every launch must leave it 0).
-func (sh *ad2Shape) counters2(t *testing.T) []int32 {
-	t.Helper()
-	geo := attnDecode2Geometry(AttnParams{NT: AttnDecodeMaxNT, NHead: sh.p.NHead, NHeadKV: sh.p.NHeadKV, HeadDim: sh.p.HeadDim, NCtx: sh.p.NCtx}, sh.f)
-	b := make([]byte, geo.mlOff)
-	err := sh.ms.dev.Do(func() error {
-		if err := sh.ms.s.CopyDtoH(b, sh.scratch2); err != nil {
-			return err
-		}
-		return sh.ms.s.Synchronize()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := make([]int32, len(b)/4)
-	for i := range c {
-		c[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return c
-}
-
-// check2 runs one case and compares it to adRef.
-func (sh *ad2Shape) check2(t *testing.T, r *rand.Rand, nt, start, w int, qScale float64, worst *float64, worstAt *string) {
-	t.Helper()
-	p := sh.p
-	q := dsRand(r, p.HeadDim*p.NHead*nt, qScale)
-	got := sh.run2(t, q, nt, start, w)
-	want := adRef(q, sh.k.f32, sh.v.f32, sh.rl, p.HeadDim, p.NHead, p.NHeadKV, nt, start, w, attnScale(p))
-	d, at := adWorst(got, want)
-	name := fmt.Sprintf("%s hd%d %d/%d heads nt%d start%d window%d", sh.f, p.HeadDim, p.NHead, p.NHeadKV, nt, start, w)
-	if d > 1e-3 {
-		task, e := at/p.HeadDim, at%p.HeadDim
-		t.Errorf("%s: max|diff| %g at token %d head %d elem %d (got %v, cpu %v)", name, d, task/p.NHead, task%p.NHead, e, got[at], want[at])
-	}
-	if d > *worst {
-		*worst, *worstAt = d, name
-	}
-}
-
-func (sh *ad2Shape) zeroCounters(t *testing.T, what string) {
-	t.Helper()
-	for i, c := range sh.counters2(t) {
-		if c != 0 {
-			t.Fatalf("%s: completion counter %d is %d after the launches, want 0", what, i, c)
-		}
-	}
+	return adOpenKernelShape(t, ms, adLean, f, k, v, nh, nkv, hd, nCtx)
 }
 
 // TestAttnDecode2Device_EveryFormatShapeWindowMatchesCPUWithin1e3: the lean
@@ -176,44 +62,7 @@ func TestAttnDecode2Device_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testing.
 	if !covered[1] || !covered[attnDecode2MaxSplits] || len(covered) < 6 {
 		t.Fatalf("the cases cover active split counts %v of %d splits: want 1, several between and %d", covered, nsplit, attnDecode2MaxSplits)
 	}
-	worst, worstAt := 0.0, ""
-	for _, f := range kv.Formats() {
-		for _, hd := range []int{64, 128} {
-			rl := nkv * hd
-			k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
-			ad2Upload(t, ms, &k, &v)
-			for _, g := range []int{1, 4, 7, 8} {
-				sh := ad2OpenShape(t, ms, f, k, v, g*nkv, nkv, hd, nCtx)
-				for _, w := range windows {
-					for _, L := range lengths {
-						sh.check2(t, r, 1, L-1, w, 1+2*r.Float64(), &worst, &worstAt)
-					}
-					for nt := 2; nt <= AttnDecodeMaxNT; nt++ {
-						for _, start := range []int{0, 62, 999, nCtx - nt} {
-							sh.check2(t, r, nt, start, w, 1+2*r.Float64(), &worst, &worstAt)
-						}
-					}
-				}
-				q := dsRand(r, hd*g*nkv, 2)
-				for _, start := range []int{700, 3000, 5, 4000} {
-					got := sh.run2(t, q, 1, start, 0)
-					want := adRef(q, k.f32, v.f32, rl, hd, g*nkv, nkv, 1, start, 0, attnScale(sh.p))
-					if d, at := adWorst(got, want); d > 1e-3 {
-						t.Errorf("%s hd%d G%d: rerun at start %d: max|diff| %g at %d", f, hd, g, start, d, at)
-					}
-					again := sh.run2(t, q, 1, start, 0)
-					for i := range got {
-						if math.Float32bits(got[i]) != math.Float32bits(again[i]) {
-							t.Errorf("%s hd%d G%d start %d: a repeated launch differs at %d: %v then %v", f, hd, g, start, i, got[i], again[i])
-							break
-						}
-					}
-				}
-				sh.zeroCounters(t, fmt.Sprintf("%s hd%d G%d", f, hd, g))
-			}
-		}
-	}
-	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
+	adSweepFormats(t, ms, r, adLean, nkv, nCtx, lengths, windows)
 }
 
 // TestAttnDecode2Device_NT3BitwiseEqualsThreeNT1: each (token, head) is
@@ -235,15 +84,15 @@ func TestAttnDecode2Device_NT3BitwiseEqualsThreeNT1(t *testing.T) {
 	} {
 		rl := nkv * c.hd
 		k, v := adFill(r, c.f, nCtx, rl), adFill(r, c.f, nCtx, rl)
-		ad2Upload(t, ms, &k, &v)
+		adUpload(t, ms, &k, &v)
 		sh := ad2OpenShape(t, ms, c.f, k, v, c.g*nkv, nkv, c.hd, nCtx)
 		row := c.hd * c.g * nkv
 		for _, w := range c.windows {
 			for _, start := range c.starts {
 				q := dsRand(r, 3*row, 2)
-				all := sh.run2(t, q, 3, start, w)
+				all := sh.run(t, q, 3, start, w)
 				for i := range 3 {
-					one := sh.run2(t, q[i*row:(i+1)*row], 1, start+i, w)
+					one := sh.run(t, q[i*row:(i+1)*row], 1, start+i, w)
 					for j := range one {
 						if math.Float32bits(one[j]) != math.Float32bits(all[i*row+j]) {
 							t.Fatalf("%s hd%d start %d window %d token %d elem %d: nt=1 %v, nt=3 %v (bitwise)", c.f, c.hd, start, w, i, j, one[j], all[i*row+j])
@@ -277,13 +126,13 @@ func TestAttnDecode2Device_OddShapesMatchCPUWithin1e3(t *testing.T) {
 	} {
 		rl := c.nkv * c.hd
 		k, v := adFill(r, c.f, c.nCtx, rl), adFill(r, c.f, c.nCtx, rl)
-		ad2Upload(t, ms, &k, &v)
+		adUpload(t, ms, &k, &v)
 		sh := ad2OpenShape(t, ms, c.f, k, v, c.nh, c.nkv, c.hd, c.nCtx)
 		for _, w := range []int{0, 7} {
 			for _, start := range []int{0, 1, 33, c.nCtx - 9, c.nCtx - 1} {
 				for _, nt := range []int{1, 3, 8} {
 					if start >= 0 && start+nt <= c.nCtx && nt <= c.nCtx {
-						sh.check2(t, r, nt, start, w, 2, &worst, &worstAt)
+						sh.check(t, r, nt, start, w, 2, &worst, &worstAt)
 					}
 				}
 			}
@@ -302,15 +151,15 @@ func TestAttnDecode2Device_StartOutsideTheRegionGivesNaNRows(t *testing.T) {
 	const f, hd, nh, nkv, nCtx = kv.F16, 128, 28, 4, 600
 	rl := nkv * hd
 	k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
-	ad2Upload(t, ms, &k, &v)
+	adUpload(t, ms, &k, &v)
 	sh := ad2OpenShape(t, ms, f, k, v, nh, nkv, hd, nCtx)
 	q := dsRand(r, hd*nh*4, 1)
-	for i, x := range sh.run2(t, q, 4, -1, 0) {
+	for i, x := range sh.run(t, q, 4, -1, 0) {
 		if !math.IsNaN(float64(x)) {
 			t.Fatalf("start -1: out[%d] = %v, want NaN", i, x)
 		}
 	}
-	got := sh.run2(t, q, 4, nCtx-2, 0) // cells 598, 599 exist, 600 and 601 do not
+	got := sh.run(t, q, 4, nCtx-2, 0) // cells 598, 599 exist, 600 and 601 do not
 	row := hd * nh
 	want := adRef(q[:2*row], k.f32, v.f32, rl, hd, nh, nkv, 2, nCtx-2, 0, attnScale(sh.p))
 	if d, at := adWorst(got[:2*row], want); d > 1e-3 {
@@ -323,7 +172,7 @@ func TestAttnDecode2Device_StartOutsideTheRegionGivesNaNRows(t *testing.T) {
 	}
 	var worst float64
 	var worstAt string
-	sh.check2(t, r, 1, 450, 0, 2, &worst, &worstAt)
+	sh.check(t, r, 1, 450, 0, 2, &worst, &worstAt)
 	sh.zeroCounters(t, "after NaN rows")
 }
 

@@ -120,9 +120,26 @@ func adFill(r *rand.Rand, f kv.Format, nCtx, rl int) adRegion {
 	return reg
 }
 
+// adKernel is one decode attention kernel family under test: its scratch
+// size, its launcher and the size of its completion-counter section.
+type adKernel struct {
+	name         string
+	scratchBytes func(AttnParams, kv.Format) (int, error)
+	launch       func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error
+	counterBytes func(AttnParams, kv.Format) uint64
+}
+
+// adSplitK is the split-K kernel (attn_decode.cu).
+var adSplitK = adKernel{name: "attn_decode", scratchBytes: AttnDecodeScratchBytes,
+	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+		return k.AttentionDecode(s, out, q, kr, vr, f, win, scr, scrB, p)
+	},
+	counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecodeGeometry(p, f).mlOff }}
+
 // adShape is one kernel-level shape with its device buffers.
 type adShape struct {
 	ms          *mmtSession
+	kern        adKernel
 	f           kv.Format
 	k, v        adRegion
 	p           AttnParams // NT set per call
@@ -134,9 +151,14 @@ type adShape struct {
 
 func adOpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
 	t.Helper()
-	sh := &adShape{ms: ms, f: f, k: k, v: v, rl: nkv * hd,
+	return adOpenKernelShape(t, ms, adSplitK, f, k, v, nh, nkv, hd, nCtx)
+}
+
+func adOpenKernelShape(t *testing.T, ms *mmtSession, kern adKernel, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
+	t.Helper()
+	sh := &adShape{ms: ms, kern: kern, f: f, k: k, v: v, rl: nkv * hd,
 		p: AttnParams{NT: 1, NHead: nh, NHeadKV: nkv, HeadDim: hd, NCtx: nCtx}}
-	sb, err := AttnDecodeScratchBytes(sh.p, f)
+	sb, err := kern.scratchBytes(sh.p, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +183,7 @@ func adOpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, n
 	return sh
 }
 
-// run launches the split-K kernel for nt tokens at start (window w) with
+// run launches the shape's kernel for nt tokens at start (window w) with
 // query q and returns the output; the output buffer is NaN-filled first so
 // an unwritten row fails.
 func (sh *adShape) run(t *testing.T, q []float32, nt, start, w int) []float32 {
@@ -183,7 +205,7 @@ func (sh *adShape) run(t *testing.T, q []float32, nt, start, w int) []float32 {
 		if err := ms.s.MemsetD8(sh.out, 0xff, uint64(len(out))); err != nil {
 			return err
 		}
-		if err := ms.k.AttentionDecode(ms.s, sh.out, sh.q, sh.k.dev, sh.v.dev, sh.f, sh.win, sh.scratch, sh.scratchB, p); err != nil {
+		if err := sh.kern.launch(ms.k, ms.s, sh.out, sh.q, sh.k.dev, sh.v.dev, sh.f, sh.win, sh.scratch, sh.scratchB, p); err != nil {
 			return err
 		}
 		if err := ms.s.CopyDtoH(out, sh.out); err != nil {
@@ -192,7 +214,7 @@ func (sh *adShape) run(t *testing.T, q []float32, nt, start, w int) []float32 {
 		return ms.s.Synchronize()
 	})
 	if err != nil {
-		t.Fatalf("attn_decode %+v start %d: %v", p, start, err)
+		t.Fatalf("%s %+v start %d: %v", sh.kern.name, p, start, err)
 	}
 	return mmtFloats(out)
 }
@@ -200,8 +222,7 @@ func (sh *adShape) run(t *testing.T, q []float32, nt, start, w int) []float32 {
 // counters reads the scratch's counter section (every launch must leave it 0).
 func (sh *adShape) counters(t *testing.T) []int32 {
 	t.Helper()
-	geo := attnDecodeGeometry(AttnParams{NT: AttnDecodeMaxNT, NHead: sh.p.NHead, NHeadKV: sh.p.NHeadKV, HeadDim: sh.p.HeadDim, NCtx: sh.p.NCtx}, sh.f)
-	b := make([]byte, geo.mlOff)
+	b := make([]byte, sh.kern.counterBytes(AttnParams{NT: AttnDecodeMaxNT, NHead: sh.p.NHead, NHeadKV: sh.p.NHeadKV, HeadDim: sh.p.HeadDim, NCtx: sh.p.NCtx}, sh.f))
 	err := sh.ms.dev.Do(func() error {
 		if err := sh.ms.s.CopyDtoH(b, sh.scratch); err != nil {
 			return err
@@ -236,6 +257,16 @@ func (sh *adShape) check(t *testing.T, r *rand.Rand, nt, start, w int, qScale fl
 	}
 }
 
+// zeroCounters fails the test unless every completion counter is back at 0.
+func (sh *adShape) zeroCounters(t *testing.T, what string) {
+	t.Helper()
+	for i, c := range sh.counters(t) {
+		if c != 0 {
+			t.Fatalf("%s: completion counter %d is %d after the launches, want 0", what, i, c)
+		}
+	}
+}
+
 // TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3: the split-K
 // kernel against engine/cpu's attention for every KV format, head_dim 64
 // and 128, GQA ratios 1/4/7/8, nt 1..8, no window and sliding windows, KV
@@ -267,24 +298,24 @@ func TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testing.T
 	if !covered[1] || !covered[attnDecodeMaxSplits] || len(covered) < 4 {
 		t.Fatalf("the cases cover active split counts %v of %d splits: want 1, several between and %d", covered, nsplit, attnDecodeMaxSplits)
 	}
+	adSweepFormats(t, ms, r, adSplitK, nkv, nCtx, lengths, windows)
+}
+
+// adSweepFormats checks kern against adRef for every KV format, head_dim 64
+// and 128, GQA groups 1/4/7/8 of nkv KV heads, each window, nt = 1 at every
+// length and nt 2..8 at four starts; then reruns one query at other starts
+// on the same buffers (replay-like), requires a repeated launch to give the
+// same bits, and the completion counters to be back at 0.
+func adSweepFormats(t *testing.T, ms *mmtSession, r *rand.Rand, kern adKernel, nkv, nCtx int, lengths, windows []int) {
+	t.Helper()
 	worst, worstAt := 0.0, ""
 	for _, f := range kv.Formats() {
 		for _, hd := range []int{64, 128} {
 			rl := nkv * hd
 			k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
-			err := ms.dev.Do(func() error {
-				var err error
-				if k.dev, err = ms.upload(k.bytes); err != nil {
-					return err
-				}
-				v.dev, err = ms.upload(v.bytes)
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			adUpload(t, ms, &k, &v)
 			for _, g := range []int{1, 4, 7, 8} {
-				sh := adOpenShape(t, ms, f, k, v, g*nkv, nkv, hd, nCtx)
+				sh := adOpenKernelShape(t, ms, kern, f, k, v, g*nkv, nkv, hd, nCtx)
 				for _, w := range windows {
 					for _, L := range lengths {
 						sh.check(t, r, 1, L-1, w, 1+2*r.Float64(), &worst, &worstAt)
@@ -312,15 +343,27 @@ func TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testing.T
 						}
 					}
 				}
-				for i, c := range sh.counters(t) {
-					if c != 0 {
-						t.Fatalf("%s hd%d G%d: completion counter %d is %d after the launches, want 0", f, hd, g, i, c)
-					}
-				}
+				sh.zeroCounters(t, fmt.Sprintf("%s hd%d G%d", f, hd, g))
 			}
 		}
 	}
 	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
+}
+
+// adUpload puts both regions on the device.
+func adUpload(t *testing.T, ms *mmtSession, k, v *adRegion) {
+	t.Helper()
+	err := ms.dev.Do(func() error {
+		var err error
+		if k.dev, err = ms.upload(k.bytes); err != nil {
+			return err
+		}
+		v.dev, err = ms.upload(v.bytes)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestAttnDecodeDevice_OddShapesMatchCPUWithin1e3: head_dims without a
@@ -412,11 +455,7 @@ func TestAttnDecodeDevice_StartOutsideTheRegionGivesNaNRows(t *testing.T) {
 	var worst float64
 	var worstAt string
 	sh.check(t, r, 1, 450, 0, 2, &worst, &worstAt)
-	for i, c := range sh.counters(t) {
-		if c != 0 {
-			t.Fatalf("completion counter %d is %d, want 0", i, c)
-		}
-	}
+	sh.zeroCounters(t, "after NaN rows")
 }
 
 // adGraph is one compiled attention graph on one backend: the decode step

@@ -12,25 +12,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/kv"
-	"github.com/minfer-go/minfer/engine/model"
 )
-
-// fap2Census sums the launches of the kernels whose names start with prefix.
-func fap2Census(census map[string]int64, prefix string) int64 {
-	n := int64(0)
-	for name, c := range census {
-		if strings.HasPrefix(name, prefix) {
-			n += c
-		}
-	}
-	return n
-}
 
 // TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3: the v2 kernel
 // (lever on) against engine/cpu's attention, every KV format and every
@@ -62,7 +49,7 @@ func TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 					t.Errorf("%d NaN placements differ; %s > 1e-3", w.nanMismatch, w)
 				}
 				census := dev.Kernels().Census()
-				v1 := fap2Census(census, "minfer_attn_prefill_")
+				v1 := fapCensus(census, "minfer_attn_prefill_")
 				if census[kname] < 1 || census["minfer_attn_f32"] != 0 || v1 != 0 {
 					t.Errorf("census: %s ran %d times, minfer_attn_f32 %d, v1 tiled %d (want >= 1, 0, 0)",
 						kname, census[kname], census["minfer_attn_f32"], v1)
@@ -223,7 +210,7 @@ func TestAttnPrefill2Device_CensusNamesKernelOnlyWithLeverOn(t *testing.T) {
 				}
 				logits[lever] = y
 				census := dsDeviceBackend(t, e).Kernels().Census()
-				v2, v1, plain := fap2Census(census, "minfer_attn_prefill2_"), fap2Census(census, "minfer_attn_prefill_"), census["minfer_attn_f32"]
+				v2, v1, plain := fapCensus(census, "minfer_attn_prefill2_"), fapCensus(census, "minfer_attn_prefill_"), census["minfer_attn_f32"]
 				t.Logf("MINFER_FA_PREFILL_V2=%s: v2 launches %d, v1 %d, plain %d", lever, v2, v1, plain)
 				if lever == "1" && (v2 < 1 || v1 != 0 || plain != 0) {
 					t.Errorf("lever on: v2 %d, v1 %d, plain %d (want >= 1, 0, 0)", v2, v1, plain)
@@ -251,39 +238,7 @@ func TestAttnPrefill2Device_CensusNamesKernelOnlyWithLeverOn(t *testing.T) {
 // the v1 test), captured at the 3rd run and replayed with the window start
 // read from the device: bitwise the direct launches', lever on.
 func TestAttnPrefill2Device_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
-	dsNeedDevice(t)
-	path := dsSynth(t, "qwen2-tiny", "F32")
-	run := func(e *model.Engine) [][]float32 {
-		if _, err := e.Forward(dsPrompt[:5], false); err != nil {
-			t.Fatal(err)
-		}
-		var out [][]float32
-		for i := range 5 {
-			chunk := make([]int32, 24)
-			for j := range chunk {
-				chunk[j] = int32(300 + 5*j + 11*i)
-			}
-			l, err := e.Forward(chunk, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, l)
-		}
-		return out
-	}
-	direct := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1", "MINFER_FA_PREFILL_V2=1"))
-	e := dsEngine(t, path, "cuda", 128, "MINFER_FA_PREFILL_V2=1", "MINFER_LAUNCH_CENSUS=1")
-	graphs := run(e)
-	b := dsDeviceBackend(t, e)
-	st := b.CaptureStats()
-	t.Logf("capture stats: %+v", st)
-	if st.Captures < 1 || st.Replays < 2 {
-		t.Errorf("captures %d, replays %d: want the 24-token chunk captured and replayed twice", st.Captures, st.Replays)
-	}
-	if fap2Census(b.Kernels().Census(), "minfer_attn_prefill2_") == 0 {
-		t.Error("no v2 prefill attention launch: the chunks did not take the path under test")
-	}
-	dsBitwise(t, "v2 prefill graphs vs direct", graphs, direct)
+	fapCaptureReplayAtMovingStarts(t, "MINFER_FA_PREFILL_V2=1", "minfer_attn_prefill2_")
 }
 
 // TestAttnPrefill2Kernel_VariantAndSharedMemory: head_dim <= 64 takes the

@@ -370,6 +370,14 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 // (One shape throughout: a new activation shape grows the exact-size pool,
 // and a pool growth invalidates the captured graphs, cuda/capture.go.)
 func TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
+	fapCaptureReplayAtMovingStarts(t, "MINFER_NO_FA_PREFILL=0", "minfer_attn_prefill_")
+}
+
+// fapCaptureReplayAtMovingStarts runs the chunks with the prefill kernel
+// the lever setting selects (its launches named by prefix), direct and with
+// graphs, and requires captures, replays, launches of that kernel and
+// bitwise equal logits.
+func fapCaptureReplayAtMovingStarts(t *testing.T, lever, prefix string) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "F32")
 	run := func(e *model.Engine) [][]float32 {
@@ -390,25 +398,19 @@ func TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *tes
 		}
 		return out
 	}
-	direct := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1", "MINFER_NO_FA_PREFILL=0"))
-	e := dsEngine(t, path, "cuda", 128, "MINFER_NO_FA_PREFILL=0", "MINFER_LAUNCH_CENSUS=1")
+	direct := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1", lever))
+	e := dsEngine(t, path, "cuda", 128, lever, "MINFER_LAUNCH_CENSUS=1")
 	graphs := run(e)
 	b := dsDeviceBackend(t, e)
 	st := b.CaptureStats()
-	t.Logf("capture stats: %+v", st)
+	t.Logf("%s: capture stats: %+v", lever, st)
 	if st.Captures < 1 || st.Replays < 2 {
 		t.Errorf("captures %d, replays %d: want the 24-token chunk captured and replayed twice", st.Captures, st.Replays)
 	}
-	fa := int64(0)
-	for k, n := range b.Kernels().Census() {
-		if strings.HasPrefix(k, "minfer_attn_prefill_") {
-			fa += n
-		}
+	if fapCensus(b.Kernels().Census(), prefix) == 0 {
+		t.Errorf("no %s* launch: the chunks did not take the path under test", prefix)
 	}
-	if fa == 0 {
-		t.Error("no tiled prefill attention launch: the chunks did not take the path under test")
-	}
-	dsBitwise(t, "tiled prefill graphs vs direct", graphs, direct)
+	dsBitwise(t, lever+": prefill graphs vs direct", graphs, direct)
 }
 
 // TestAttnPrefillKernel_VariantAndSharedMemory: head_dim <= 64 takes the
@@ -448,4 +450,15 @@ func TestAttnPrefillKernel_VariantAndSharedMemory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fapCensus sums the launches of the kernels whose names start with prefix.
+func fapCensus(census map[string]int64, prefix string) int64 {
+	n := int64(0)
+	for name, c := range census {
+		if strings.HasPrefix(name, prefix) {
+			n += c
+		}
+	}
+	return n
 }
