@@ -458,53 +458,31 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	u.out = b.ffnUp
 	n0 := out.Len
-	if b.mmqAll(nt, g, u) {
+	// Gate into the output, up into the scratch, then SwiGLU in place; what
+	// differs per path is the shared quantization of x (prep) and how each
+	// of the two matmuls runs (one).
+	prep := func() error { return nil }
+	one := func(m matmulPlan) error { return b.runMatMul(x, nt, m) }
+	switch {
+	case b.mmqAll(nt, g, u):
 		// Prefill, gate and up MMQ: quantize x once for both.
-		return func() error {
-			if err := b.quantizeMMQ(x, k, nt); err != nil {
-				return err
-			}
-			if err := b.runPreQ8(nt, g); err != nil {
-				return err
-			}
-			if err := b.runPreQ8(nt, u); err != nil {
-				return err
-			}
-			return b.k.SwiGLU(b.s, o, o, u.out, n0)
-		}, nil
-	}
-	if (gq || uq) && b.mm.InlineQ8 {
+		prep = func() error { return b.quantizeMMQ(x, k, nt) }
+		one = func(m matmulPlan) error { return b.runPreQ8(nt, m) }
+	case (gq || uq) && b.mm.InlineQ8:
 		// Mixed types with in-kernel quantization: MatMul per weight.
-		return func() error {
-			if err := b.runMatMul(x, 1, g); err != nil {
-				return err
-			}
-			if err := b.runMatMul(x, 1, u); err != nil {
-				return err
-			}
-			return b.k.SwiGLU(b.s, o, o, u.out, n0)
-		}, nil
-	}
-	if gq || uq {
+	case gq || uq:
 		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
-		return func() error {
-			if err := b.quantizeAct(q8, x, k); err != nil {
-				return err
-			}
-			if err := b.runFromQ8(x, g); err != nil {
-				return err
-			}
-			if err := b.runFromQ8(x, u); err != nil {
-				return err
-			}
-			return b.k.SwiGLU(b.s, o, o, u.out, n0)
-		}, nil
+		prep = func() error { return b.quantizeAct(q8, x, k) }
+		one = func(m matmulPlan) error { return b.runFromQ8(x, m) }
 	}
 	return func() error {
-		if err := b.runMatMul(x, nt, g); err != nil {
+		if err := prep(); err != nil {
 			return err
 		}
-		if err := b.runMatMul(x, nt, u); err != nil {
+		if err := one(g); err != nil {
+			return err
+		}
+		if err := one(u); err != nil {
 			return err
 		}
 		return b.k.SwiGLU(b.s, o, o, u.out, n0)
