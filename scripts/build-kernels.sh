@@ -46,15 +46,27 @@ unit="$tmp/minfer-kernels.cu"
     for s in "${srcs[@]}"; do echo "#include \"$s\""; done
 } >"$unit"
 
-flags=(-fatbin -O3 -lineinfo -std=c++17
+# --threads 0: the two -gencode targets compile in parallel.
+flags=(-fatbin -O3 -lineinfo -std=c++17 --threads 0
     -gencode arch=compute_90a,code=sm_90a
     -gencode arch=compute_90,code=compute_90
     -I "$root/cuda/kernels")
 
 echo "build-kernels: $("$nvcc" --version | tail -n 2 | head -n 1)"
 echo "build-kernels: sources: ${srcs[*]#$root/}"
+# A fatbin already built from the same sources, headers, flags and nvcc is
+# reused from the cache (git-ignored .kcache/, kept between device calls
+# while the machine stays warm): the build is ~70 s of every call otherwise.
+key="$( { "$nvcc" --version; echo "${flags[*]}"; cat "$root"/cuda/kernels/*.cu "$root"/cuda/kernels/*.cuh 2>/dev/null; } | sha256sum | cut -c1-16)"
+cache="${MINFER_KCACHE:-$root/.kcache}/$key.fatbin"
 start=$(date +%s%N)
-"$nvcc" "${flags[@]}" -o "$out.tmp" "$unit"
+if [[ -f "$cache" ]]; then
+    cp "$cache" "$out.tmp"
+    echo "build-kernels: cache hit $cache"
+else
+    "$nvcc" "${flags[@]}" -o "$out.tmp" "$unit"
+    mkdir -p "$(dirname "$cache")" && cp "$out.tmp" "$cache" || true
+fi
 mv "$out.tmp" "$out"
 end=$(date +%s%N)
 printf 'build-kernels: wrote %s (%d bytes) in %d ms: %s %s\n' \
