@@ -692,14 +692,24 @@ func TestWholeModel_SynthLogitsMatchCPUWithinTheirClass(t *testing.T) {
 
 func dsTinyCode(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("TINY_CODE_GGUF")
-	if p == "" {
-		p = filepath.Join("..", "..", "shared", "models", "tiny-code-f16.gguf")
+	if p := os.Getenv("TINY_CODE_GGUF"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("TINY_CODE_GGUF: %v", err)
+		}
+		return p
 	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("tiny-code model absent (%v); set TINY_CODE_GGUF", err)
+	// ../shared beside the checkout here; on the device the bundle's Q8_0
+	// copy in bin/ (scripts/device-bundle.sh TINY=Q8_0).
+	for _, p := range []string{
+		filepath.Join("..", "..", "shared", "models", "tiny-code-f16.gguf"),
+		filepath.Join("..", "bin", "tiny-code-Q8_0.gguf"),
+	} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
-	return p
+	t.Skip("tiny-code model absent (no ../shared/models/tiny-code-f16.gguf, no bin/tiny-code-Q8_0.gguf); set TINY_CODE_GGUF")
+	return ""
 }
 
 func dsGreedy(t *testing.T, e *model.Engine, prompt []int32, n int) []int32 {
