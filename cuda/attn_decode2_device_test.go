@@ -257,7 +257,8 @@ func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32
 // TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3: the synthetic
 // qwen2-tiny and the trained tiny-code model decoding at 100+ cells (several
 // splits) with the lever on and off: every step's logits within 1e-3 of the
-// largest logit (the accumulation-order class) and the same argmax. The
+// largest logit and the same argmax wherever the top-2 margin is above 0.1
+// (the accumulation-order class; the greedy gate saw a swap at 0.014). The
 // random-weight qwen2-0.5b shape amplifies any rounding change through 24
 // layers (rel ~0.02 measured for this kernel, as for every other
 // accumulation-order change), so it is held to the whole-model class bar
@@ -286,8 +287,8 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 			if d > m.bar {
 				t.Errorf("%s step %d: relative logit diff lever on vs off %.3g > %g", m.name, i, d, m.bar)
 			}
-			if a, b := dsArgmax(on[i]), dsArgmax(off[i]); m.argmax && a != b {
-				t.Errorf("%s step %d: argmax %d with the lever on, %d off", m.name, i, a, b)
+			if a, b := dsArgmax(on[i]), dsArgmax(off[i]); m.argmax && a != b && dsTop2Margin(off[i]) > 0.1 {
+				t.Errorf("%s step %d: argmax %d with the lever on, %d off, at top-2 margin %.3g > 0.1", m.name, i, a, b, dsTop2Margin(off[i]))
 			}
 		}
 		dsBitwise(t, m.name+" lever on: graphs vs direct", on, direct)

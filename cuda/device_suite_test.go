@@ -629,6 +629,22 @@ func dsArgmax(v []float32) int {
 	return best
 }
 
+// dsTop2Margin is the gap between the largest and the second largest logit
+// of v: an accumulation-order change may swap a top-1 only where it is
+// small (the class's margin bar, 0.1).
+func dsTop2Margin(v []float32) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, x := range v {
+		switch f := float64(x); {
+		case f > a:
+			a, b = f, a
+		case f > b:
+			b = f
+		}
+	}
+	return a - b
+}
+
 // dsLogitDiff is max |diff| / max |cpu logit|.
 func dsLogitDiff(got, want []float32) float64 {
 	worst, scale := 0.0, 1e-9

@@ -5,6 +5,9 @@ import (
 	"strings"
 )
 
+// failureLogLines bounds the log kept per failed test.
+const failureLogLines = 12
+
 // TestRun is the tally of one `go test -v` output.
 type TestRun struct {
 	Binary   string   `json:"binary"`
@@ -12,30 +15,50 @@ type TestRun struct {
 	Failed   int      `json:"failed"`
 	Skipped  int      `json:"skipped"`
 	Failures []string `json:"failures,omitempty"`
-	Skips    []string `json:"skips,omitempty"`
-	Panicked bool     `json:"panicked,omitempty"`
+	// FailureLogs holds, per failed test, its last log lines (what it
+	// said before failing): a suite verdict must say why, not only who.
+	FailureLogs map[string][]string `json:"failure_logs,omitempty"`
+	Skips       []string            `json:"skips,omitempty"`
+	Panicked    bool                `json:"panicked,omitempty"`
 }
 
 // ParseGoTestV counts the "--- PASS/FAIL/SKIP: Name (..)" lines of `go test
 // -v` (subtests included) and notes a panic; a panic with no FAIL line is
-// recorded as a failure of the test that was running.
+// recorded as a failure of the test that was running. The log lines printed
+// while a test ran (its t.Log/t.Error output, indented) are kept for the
+// tests that fail, the last failureLogLines of them.
 func ParseGoTestV(out string) TestRun {
 	var r TestRun
 	running := ""
+	var logs []string // lines since the last === RUN
+	keep := func(name string) {
+		if r.FailureLogs == nil {
+			r.FailureLogs = map[string][]string{}
+		}
+		if len(logs) > failureLogLines {
+			logs = logs[len(logs)-failureLogLines:]
+		}
+		r.FailureLogs[name] = append([]string(nil), logs...)
+	}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if rest, ok := strings.CutPrefix(line, "=== RUN"); ok {
 			running = strings.TrimSpace(rest)
+			logs = logs[:0]
 			continue
 		}
 		if strings.HasPrefix(line, "panic:") {
 			r.Panicked = true
+			logs = append(logs, line)
 			continue
 		}
 		rest, ok := strings.CutPrefix(line, "--- ")
 		if !ok {
+			if line != "" && !strings.HasPrefix(line, "=== ") && line != "FAIL" && line != "PASS" {
+				logs = append(logs, line)
+			}
 			continue
 		}
 		status, name, ok := strings.Cut(rest, ":")
@@ -52,6 +75,7 @@ func ParseGoTestV(out string) TestRun {
 		case "FAIL":
 			r.Failed++
 			r.Failures = append(r.Failures, name)
+			keep(name)
 		case "SKIP":
 			r.Skipped++
 			r.Skips = append(r.Skips, name)
@@ -63,6 +87,7 @@ func ParseGoTestV(out string) TestRun {
 			running = "(panic outside a test)"
 		}
 		r.Failures = append(r.Failures, running+" (panic)")
+		keep(running + " (panic)")
 	}
 	return r
 }

@@ -142,9 +142,18 @@ func TestParseGoTestV_CountsPassFailSkipWithNames(t *testing.T) {
 	if r.Failures[0] != "TestCaptureReplay_Bitwise" || r.Skips[0] != "TestPinnedReadback" {
 		t.Errorf("names %+v", r)
 	}
-	p := ParseGoTestV("=== RUN   TestX\npanic: boom\n")
+	if got := r.FailureLogs["TestCaptureReplay_Bitwise"]; len(got) != 1 || got[0] != "capture_test.go:41: replay differs at 17: 0.5 vs 0.25" {
+		t.Errorf("the failed test's log: %q", got)
+	}
+	if len(r.FailureLogs) != 1 {
+		t.Errorf("logs kept for passing or skipped tests: %v", r.FailureLogs)
+	}
+	p := ParseGoTestV("=== RUN   TestX\n    x_test.go:3: before\npanic: boom\n")
 	if p.Failed != 1 || p.Failures[0] != "TestX (panic)" {
 		t.Errorf("panic: %+v", p)
+	}
+	if got := p.FailureLogs["TestX (panic)"]; len(got) != 2 || got[1] != "panic: boom" {
+		t.Errorf("the panicking test's log: %q", got)
 	}
 	_ = math.NaN
 }

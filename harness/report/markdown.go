@@ -392,6 +392,13 @@ func suiteSection(b *strings.Builder, g gates.Result) {
 		rows = append(rows, []string{r.Binary, fmt.Sprint(r.Passed), fmt.Sprint(r.Failed), fmt.Sprint(r.Skipped), strings.Join(r.Failures, ", ")})
 	}
 	fmt.Fprintf(b, "%s\n", Table([]string{"binary", "passed", "failed", "skipped", "failures"}, rows))
+	for _, r := range d.Binaries {
+		for _, name := range r.Failures {
+			if lines := r.FailureLogs[name]; len(lines) > 0 {
+				fmt.Fprintf(b, "%s %s said (last %d lines):\n\n```\n%s\n```\n\n", r.Binary, name, len(lines), strings.Join(lines, "\n"))
+			}
+		}
+	}
 }
 
 func profileSection(b *strings.Builder, g gates.Result) {

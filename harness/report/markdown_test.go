@@ -9,6 +9,7 @@ import (
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/profile"
 )
 
 func abRecord() *gates.Record {
@@ -72,5 +73,18 @@ func TestModelLine_RealSizeNeverZeroBytes(t *testing.T) {
 	}
 	if l := modelLine(harness.Environment{Model: harness.EmbeddedModel}); strings.Contains(l, "0 bytes") || !strings.Contains(l, "size unknown") {
 		t.Errorf("unknown size rendered as %q", l)
+	}
+}
+
+// A failed suite names why: the failing test's own log lines are in the
+// report, under its name.
+func TestSuiteSection_QuotesTheFailedTestsLog(t *testing.T) {
+	g := gates.Result{Gate: gates.GateSuite, Status: gates.Fail, Reason: "failures: cuda.test: TestX",
+		Suite: &gates.SuiteDetail{Binaries: []profile.TestRun{{Binary: "bin/cuda.test", Passed: 3, Failed: 1,
+			Failures: []string{"TestX"}, FailureLogs: map[string][]string{"TestX": {"x_test.go:9: diff 0.02 > 1e-3"}}}}}}
+	var b strings.Builder
+	suiteSection(&b, g)
+	if !strings.Contains(b.String(), "bin/cuda.test TestX said") || !strings.Contains(b.String(), "x_test.go:9: diff 0.02 > 1e-3") {
+		t.Errorf("the failed test's log is not in the section:\n%s", b.String())
 	}
 }
