@@ -583,7 +583,7 @@ func TestAttnDecode_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 	worst := 0.0
 	for _, f := range kv.Formats() {
 		for _, w := range []int{0, 64} {
-			d, b := adBackendRun(t, dsLevers(t), f, w)
+			d, b := adBackendRun(t, dsLevers(t, "MINFER_ATTN_DECODE_V2=0"), f, w)
 			worst = max(worst, d)
 			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
 				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
@@ -599,7 +599,7 @@ func TestAttnDecode_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 func TestAttnDecode_LeverSwitchesTheKernel(t *testing.T) {
 	dsNeedDevice(t)
 	for _, off := range []bool{false, true} {
-		extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0"}
+		extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_V2=0"}
 		if off {
 			extra[1] = "MINFER_NO_SPLITK_ATTN=1"
 		}

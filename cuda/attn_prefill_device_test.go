@@ -147,7 +147,7 @@ func TestAttnPrefillDevice_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 				if err != nil {
 					t.Fatalf("cpu: %v", err)
 				}
-				dev := dsBackend(t, dsLevers(t, "MINFER_NO_FA_PREFILL=0", "MINFER_LAUNCH_CENSUS=1"))
+				dev := dsBackend(t, dsLevers(t, "MINFER_NO_FA_PREFILL=0", "MINFER_FA_PREFILL_V2=0", "MINFER_LAUNCH_CENSUS=1"))
 				got, err := fapGraphs(t, dev, f, c, d)
 				if err != nil {
 					t.Fatalf("cuda: %v", err)
@@ -327,7 +327,7 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			logits := map[string][]float32{}
 			for _, lever := range []string{"0", "1"} {
-				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FA_PREFILL="+lever)
+				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_FA_PREFILL_V2=0", "MINFER_NO_FA_PREFILL="+lever)
 				y, err := e.Forward(prompt, false)
 				if err != nil {
 					t.Fatal(err)
@@ -370,7 +370,7 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 // (One shape throughout: a new activation shape grows the exact-size pool,
 // and a pool growth invalidates the captured graphs, cuda/capture.go.)
 func TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
-	fapCaptureReplayAtMovingStarts(t, "MINFER_NO_FA_PREFILL=0", "minfer_attn_prefill_")
+	fapCaptureReplayAtMovingStarts(t, "MINFER_FA_PREFILL_V2=0", "minfer_attn_prefill_")
 }
 
 // fapCaptureReplayAtMovingStarts runs the chunks with the prefill kernel

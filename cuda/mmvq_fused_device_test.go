@@ -505,10 +505,11 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 					case k == quantizeQ8_1Kernel:
 						q += n
 					case strings.HasPrefix(k, "minfer_mmvq_qkv_"), strings.HasPrefix(k, "minfer_mmvq_ffn_"),
-						strings.HasPrefix(k, "minfer_mmvqx_qkv_"), strings.HasPrefix(k, "minfer_mmvqx_ffn_"):
+						strings.HasPrefix(k, "minfer_mmvqx_qkv_"), strings.HasPrefix(k, "minfer_mmvqx_ffn_"),
+						strings.HasPrefix(k, "minfer_mmvqr_qkv_"), strings.HasPrefix(k, "minfer_mmvqr_ffn_"):
 						fused += n
 						mm += n
-					case strings.HasPrefix(k, "minfer_mmvq_"), strings.HasPrefix(k, "minfer_mmvqx_"):
+					case strings.HasPrefix(k, "minfer_mmvq_"), strings.HasPrefix(k, "minfer_mmvqx_"), strings.HasPrefix(k, "minfer_mmvqr_"):
 						mm += n
 					}
 				}

@@ -135,8 +135,8 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 	examples := map[string]string{
 		"minfer_mmq_*": "minfer_mmq_q5_0", "minfer_mmvq*_q8_0": "minfer_mmvqx_ffn_q8_0",
 		"minfer_mmvq*_q[45]_[01]": "minfer_mmvqx_qkv_q5_0", "minfer_mmvq*_q[456]_k": "minfer_mmvq_q6_k",
-		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode_*": "minfer_attn_decode_hd64_g8_f32",
-		"minfer_attn_prefill_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
+		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode*_*": "minfer_attn_decode_hd64_g8_f32",
+		"minfer_attn_prefill*_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
 		"minfer_qkv_rope_store": "minfer_qkv_rope_store", "minfer_mmvq*_qkv_*": "minfer_mmvq_qkv_q8_0",
 		"minfer_gemm_*":          "minfer_gemm_q8_0",
 		"minfer_rms_norm_q8_1":   "minfer_rms_norm_q8_1",
@@ -154,6 +154,21 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 			if m, err := path.Match(pat, ex); err != nil || !m {
 				t.Errorf("%s: pattern %q does not match %q (%v)", name, pat, ex, err)
 			}
+		}
+	}
+	// The split-K and tiled rules hold for v1 and v2 alike (v2 is the
+	// default), and neither matches the plain attention kernel.
+	for pat, names := range map[string][]string{
+		"minfer_attn_decode*_*":  {"minfer_attn_decode_hd64_g8_f32", "minfer_attn_decode2_hd128_q8_0"},
+		"minfer_attn_prefill*_*": {"minfer_attn_prefill_hd64_bm32", "minfer_attn_prefill2_hd64_bm16"},
+	} {
+		for _, n := range names {
+			if m, _ := path.Match(pat, n); !m {
+				t.Errorf("%q does not match %q", pat, n)
+			}
+		}
+		if m, _ := path.Match(pat, "minfer_attn_f32"); m {
+			t.Errorf("%q matches the plain attention kernel", pat)
 		}
 	}
 	if m, _ := path.Match("minfer_mmvq*_q[45]_[01]", "minfer_mmvq_q8_0"); m {

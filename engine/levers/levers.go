@@ -115,17 +115,17 @@ var registry = []Lever{
 		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_MMVQ_INLINE_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul activation quantization", Issue: "#6",
 		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1"},
-	{Name: "MINFER_MMVQ_REPACK", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
-		Doc: "1: Q8_0 / Q6_K weights get a 16-byte-aligned copy at registration that the decode MMVQ kernels read with 16-byte loads", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
+		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode rms_norm Q8_1 activation", Issue: "#6",
 		Doc: "1: decode rms_norm also writes the Q8_1 activation of the MMVQ matmuls that read it (no quantize launch)", ArmA: "0", ArmB: "1"},
-	{Name: "MINFER_ATTN_DECODE_V2", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (lean split-K)", Issue: "#6",
-		Doc: "1: decode attention through the lean split-K kernels (q in registers, lanes over the head dimension)", ArmA: "0", ArmB: "1",
+	{Name: "MINFER_ATTN_DECODE_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (lean split-K)", Issue: "#6",
+		Doc: "0: decode attention through the v1 split-K kernels instead of the lean ones (q in registers, lanes over the head dimension; on by default since reports/MINFER_ATTN_DECODE_V2: tg128 +5.9%)", ArmA: "0", ArmB: "1",
 		// Per-lane partial dots reduced by a shuffle tree, per-slot online
 		// softmax merged with rescaling: f32 rounding only.
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
-	{Name: "MINFER_FA_PREFILL_V2", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tiled v2)", Issue: "#6",
-		Doc: "1: prefill attention through the v2 tiled kernels (more blocks in flight)", ArmA: "0", ArmB: "1",
+	{Name: "MINFER_FA_PREFILL_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tiled v2)", Issue: "#6",
+		Doc: "0: prefill attention through the v1 tiled kernels instead of v2 (more blocks in flight; on by default since reports/MINFER_FA_PREFILL_V2: pp512 +14.1%)", ArmA: "0", ArmB: "1",
 		// Same per-row algorithm as the tiled v1 kernel with 16-lane (not
 		// 8-lane) max / sum trees: f32 rounding only.
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
@@ -316,9 +316,9 @@ func Parse(environ []string) (Config, error) {
 	c.PDL = on("MINFER_PDL")
 	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
 	c.NormQ8 = on("MINFER_NORM_Q8")
-	c.AttnDecodeV2 = on("MINFER_ATTN_DECODE_V2")
-	c.FAPrefillV2 = on("MINFER_FA_PREFILL_V2")
-	c.MMVQRepack = on("MINFER_MMVQ_REPACK")
+	c.AttnDecodeV2 = optOut("MINFER_ATTN_DECODE_V2")
+	c.FAPrefillV2 = optOut("MINFER_FA_PREFILL_V2")
+	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")
