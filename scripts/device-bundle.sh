@@ -10,13 +10,28 @@
 #   TINY=Q8_0 scripts/device-bundle.sh      # + bin/tiny-code-Q8_0.gguf inside
 #   then carry ["bin"] and on the device:
 #   CORRECTNESS_MODEL=bin/tiny-code-Q8_0.gguf LEVERS=... scripts/abtest-device.sh
+#
+# SNAPSHOT=1 builds from a clean `git worktree` of HEAD instead of the work
+# tree (helpers may be editing it) and adds src.tgz, HEAD's files without
+# reports/: on the device, extract it and run the scripts from there, so the
+# kernels compiled are HEAD's too:
+#   mkdir -p /tmp/snap && tar -xzf bin/bundle.tgz -C bin && tar -xzf bin/src.tgz -C /tmp/snap \
+#     && cp -r bin /tmp/snap/ && cd /tmp/snap && OUT=$OUT scripts/perf.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 stage="$(mktemp -d)"
-trap 'rm -rf "$stage"' EXIT
-CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest
-CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda
+src="$root"
+if [[ "${SNAPSHOT:-0}" == 1 ]]; then
+    src="$(mktemp -d)/wt"
+    git worktree add --detach "$src" HEAD >/dev/null 2>&1
+    trap 'rm -rf "$stage"; git -C "$root" worktree remove --force "$src"' EXIT
+    git archive HEAD -- . ':!reports' | gzip >"$stage/src.tgz"
+else
+    trap 'rm -rf "$stage"' EXIT
+fi
+(cd "$src" && CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest \
+    && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
 if [[ -n "${TINY:-}" ]]; then
     src="${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}"
