@@ -21,16 +21,16 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 stage="$(mktemp -d)"
-src="$root"
+tree="$root"
 if [[ "${SNAPSHOT:-0}" == 1 ]]; then
-    src="$(mktemp -d)/wt"
-    git worktree add --detach "$src" HEAD >/dev/null 2>&1
-    trap 'rm -rf "$stage"; git -C "$root" worktree remove --force "$src"' EXIT
+    tree="$(mktemp -d)/wt"
+    git worktree add --detach "$tree" HEAD >/dev/null 2>&1
+    trap 'rm -rf "$stage"; git -C "$root" worktree remove --force "$tree"' EXIT
     git archive HEAD -- . ':!reports' | gzip >"$stage/src.tgz"
 else
     trap 'rm -rf "$stage"' EXIT
 fi
-(cd "$src" && CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest \
+(cd "$tree" && CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest \
     && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
 if [[ -n "${TINY:-}" ]]; then
