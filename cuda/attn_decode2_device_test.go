@@ -280,10 +280,14 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 		off := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=0")
 		on := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1")
 		direct := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1", "MINFER_NO_CUDA_GRAPH=1")
+		// The plain one-block attention kernel is the third opinion: when
+		// v1 and v2 disagree, the log says which one left it.
+		plain := ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=1")
 		worst := 0.0
 		for i := range off {
 			d := dsLogitDiff(on[i], off[i])
 			worst = max(worst, d)
+			t.Logf("%s step %d: v2 vs v1 %.3g, v2 vs plain %.3g, v1 vs plain %.3g", m.name, i, d, dsLogitDiff(on[i], plain[i]), dsLogitDiff(off[i], plain[i]))
 			if d > m.bar {
 				t.Errorf("%s step %d: relative logit diff lever on vs off %.3g > %g", m.name, i, d, m.bar)
 			}

@@ -190,7 +190,9 @@ func TestMMVQInlineDevice_BitwiseEqualTwoLaunch(t *testing.T) {
 // backend's MatMulOptions.InlineQ8 before the engine plans anything.
 func mxEngine(t *testing.T, path string, inline bool) (*model.Engine, *Backend) {
 	t.Helper()
-	cfg := dsLevers(t, "MINFER_LAUNCH_CENSUS=1")
+	// The repacked Q8_0 / Q6_K path (on by default) takes precedence over
+	// the in-kernel form: pin it off, this test is about mmvqx.
+	cfg := dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_MMVQ_REPACK=0")
 	var be *Backend
 	opts := model.Options{Device: "cuda", NCtx: 256, Levers: cfg, Logf: t.Logf,
 		NewDevice: func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
