@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -30,13 +31,21 @@ const (
 // and weight type) with the reference engine's tok/s and our targets. A row
 // without reference numbers (RefTG == 0) is an ad-hoc row (e.g. the CPU
 // smoke row qwen2-tiny:Q8_0): measured, never judged.
+//
+// A row with Depth > 0 is a long-context row: only tg runs, after Depth
+// tokens of KV (minfer bench -p 0 -d Depth), and it is judged against the
+// same invocation's tg at depth 0 on the same model: ours at depth >=
+// TargetTGRatio x ours at depth 0 (no reference engine number: the bar is
+// relative). Without TargetTGRatio it is measured, never judged.
 type PerfRow struct {
-	Shape    string  `json:"shape"`
-	Type     string  `json:"type"`
-	RefTG    float64 `json:"ref_tg128,omitempty"`
-	RefPP    float64 `json:"ref_pp512,omitempty"`
-	TargetTG float64 `json:"target_tg128,omitempty"`
-	TargetPP float64 `json:"target_pp512,omitempty"`
+	Shape         string  `json:"shape"`
+	Type          string  `json:"type"`
+	RefTG         float64 `json:"ref_tg128,omitempty"`
+	RefPP         float64 `json:"ref_pp512,omitempty"`
+	TargetTG      float64 `json:"target_tg128,omitempty"`
+	TargetPP      float64 `json:"target_pp512,omitempty"`
+	Depth         int     `json:"depth,omitempty"`
+	TargetTGRatio float64 `json:"target_tg_ratio,omitempty"`
 }
 
 // PerfRows is issue 6's target table, in its order.
@@ -48,20 +57,36 @@ var PerfRows = []PerfRow{
 	{Shape: "qwen2-7b", Type: "Q8_0", RefTG: 259.1, RefPP: 11870, TargetTG: 400, TargetPP: 12500},
 }
 
-// Name is "shape:type".
-func (r PerfRow) Name() string { return r.Shape + ":" + r.Type }
+// PerfLongContextRows is issue 6's long-context bar: "tg128 after a
+// 4K-token prompt within 15% of tg128 at empty KV on 7B Q4_K_M". --rows all
+// runs it after the table.
+var PerfLongContextRows = []PerfRow{
+	{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 4096, TargetTGRatio: 0.85},
+}
+
+// Name is "shape:type", with "@d<depth>" for a long-context row.
+func (r PerfRow) Name() string {
+	if r.Depth > 0 {
+		return r.BaseName() + "@d" + strconv.Itoa(r.Depth)
+	}
+	return r.BaseName()
+}
+
+// BaseName is "shape:type": the depth-0 row of the same model.
+func (r PerfRow) BaseName() string { return r.Shape + ":" + r.Type }
 
 // HasRef reports whether the row carries reference numbers.
 func (r PerfRow) HasRef() bool { return r.RefTG > 0 && r.RefPP > 0 }
 
-// ParsePerfRows reads --rows: "all" (issue 6's table) or a comma-separated
-// list of SHAPE:TYPE. A name of the table (any case) takes the table's row;
-// any other SHAPE:TYPE is an ad-hoc row without reference numbers (minfer
-// synth decides whether the shape and type exist).
+// ParsePerfRows reads --rows: "all" (issue 6's table, then its
+// long-context row) or a comma-separated list of SHAPE:TYPE[@dDEPTH]. A
+// name of the table (any case) takes the table's row; any other name is an
+// ad-hoc row without reference numbers or targets (minfer synth decides
+// whether the shape and type exist).
 func ParsePerfRows(spec string) ([]PerfRow, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" || spec == "all" {
-		return append([]PerfRow(nil), PerfRows...), nil
+		return append(append([]PerfRow(nil), PerfRows...), PerfLongContextRows...), nil
 	}
 	var out []PerfRow
 	seen := map[string]bool{}
@@ -72,17 +97,29 @@ func ParsePerfRows(spec string) ([]PerfRow, error) {
 		}
 		shape, typ, ok := strings.Cut(item, ":")
 		shape, typ = strings.TrimSpace(shape), strings.TrimSpace(typ)
+		depth := 0
+		if t, d, at := strings.Cut(typ, "@"); at {
+			n, err := strconv.Atoi(strings.TrimPrefix(d, "d"))
+			if !strings.HasPrefix(d, "d") || err != nil || n < 1 {
+				return nil, fmt.Errorf("--rows %q: %q is not a depth (want @d<tokens>, e.g. @d4096)", item, "@"+d)
+			}
+			typ, depth = strings.TrimSpace(t), n
+		}
 		if !ok || shape == "" || typ == "" {
-			return nil, fmt.Errorf("--rows %q: want all or SHAPE:TYPE[,SHAPE:TYPE...] (e.g. qwen2-0.5b:Q4_K_M)", item)
+			return nil, fmt.Errorf("--rows %q: want all or SHAPE:TYPE[@dDEPTH][,...] (e.g. qwen2-0.5b:Q4_K_M, qwen2-7b:Q4_K_M@d4096)", item)
 		}
 		for _, p := range []string{shape, typ} {
-			if strings.ContainsAny(p, "/\\ :") || p == "." || p == ".." {
+			if strings.ContainsAny(p, "/\\ :@") || p == "." || p == ".." {
 				return nil, fmt.Errorf("--rows %q: %q is not a plain name", item, p)
 			}
 		}
-		row := PerfRow{Shape: shape, Type: typ}
-		for _, r := range PerfRows {
-			if strings.EqualFold(r.Shape, shape) && strings.EqualFold(r.Type, typ) {
+		row := PerfRow{Shape: shape, Type: typ, Depth: depth}
+		table := PerfRows
+		if depth > 0 {
+			table = PerfLongContextRows
+		}
+		for _, r := range table {
+			if strings.EqualFold(r.Shape, shape) && strings.EqualFold(r.Type, typ) && r.Depth == depth {
 				row = r
 			}
 		}
@@ -111,16 +148,16 @@ type WeightBytes struct {
 }
 
 // KVReadPerToken is the mean KV-cache bytes a decode step of the tgN test
-// reads (one prompt token, then tgN steps: the step i attends 1+i
-// positions, 1+(tgN+1)/2 on average) in the bench's kv_format; NaN when
-// the shape or the format is unknown. It is not in the GB/s (the floor is
-// the weights'); the report states it beside them.
-func (w WeightBytes) KVReadPerToken(kvFormat string, tgN int) Num {
+// at depth reads (depth fill tokens, one prompt token, then tgN steps: the
+// step i attends depth+1+i positions, depth+1+(tgN+1)/2 on average) in the
+// bench's kv_format; NaN when the shape or the format is unknown. It is not
+// in the GB/s (the floor is the weights'); the report states it beside them.
+func (w WeightBytes) KVReadPerToken(kvFormat string, depth, tgN int) Num {
 	per := map[string]float64{"f32": 4, "f16": 2, "q8_0": 34.0 / 32}[strings.ToLower(kvFormat)]
-	if w.KVPerPos <= 0 || per == 0 || tgN < 1 {
+	if w.KVPerPos <= 0 || per == 0 || tgN < 1 || depth < 0 {
 		return Num(math.NaN())
 	}
-	return Num(float64(w.KVPerPos) * per * (1 + float64(tgN+1)/2))
+	return Num(float64(w.KVPerPos) * per * (float64(depth) + 1 + float64(tgN+1)/2))
 }
 
 // WeightBytesFromInfo takes the decode read from `minfer info --json` (the
@@ -169,6 +206,34 @@ func NewPerfMetric(t BenchTest, ref, target float64) PerfMetric {
 	return m
 }
 
+// LongContext is the judgement of a long-context row: its tg at depth
+// against the same invocation's tg at depth 0 on the same model.
+type LongContext struct {
+	Depth      int        `json:"depth"`
+	TG0        PerfMetric `json:"tg_depth0"`                   // tg at empty KV (median of its repetitions)
+	TG0From    string     `json:"tg_depth0_from"`              // which bench measured TG0
+	TG0Command string     `json:"tg_depth0_command,omitempty"` // when the row ran it itself
+	Ratio      Num        `json:"ratio"`                       // tg at depth / TG0
+	MinRatio   float64    `json:"min_ratio,omitempty"`         // the target: Ratio >= MinRatio (0: not judged)
+}
+
+// NewLongContext compares tgDepth (the row's tg at depth) with tg0 (the
+// same run's tg at depth 0): the returned metric is tgDepth judged against
+// minRatio x tg0 (minRatio <= 0: not judged), so "missed by X%" reads as for
+// every other target. There is no reference engine number.
+func NewLongContext(depth int, tgDepth BenchTest, tg0 PerfMetric, tg0From string, minRatio float64) (PerfMetric, LongContext) {
+	target := 0.0
+	if minRatio > 0 {
+		target = minRatio * float64(tg0.TokS)
+	}
+	m := NewPerfMetric(tgDepth, 0, target)
+	lc := LongContext{Depth: depth, TG0: tg0, TG0From: tg0From, Ratio: Num(tgDepth.Value() / float64(tg0.TokS))}
+	if minRatio > 0 {
+		lc.MinRatio = minRatio
+	}
+	return m, lc
+}
+
 // Decode is the bandwidth view of a decode rate: the weight bytes read per
 // second, its share of the HBM floor, and the floor itself in tok/s.
 type Decode struct {
@@ -190,37 +255,48 @@ func DecodeBandwidth(bytesPerToken int64, tokS float64) Decode {
 // PerfResult is one row of a perf run: measured, or failed with the stage
 // and the stderr tail (a failed row has no numbers, never zeros).
 type PerfResult struct {
-	Row          PerfRow     `json:"row"`
-	Model        string      `json:"model,omitempty"`
-	ModelSHA256  string      `json:"model_sha256,omitempty"`
-	Weights      WeightBytes `json:"weight_bytes"`
-	Backend      string      `json:"backend,omitempty"`
-	KVFormat     string      `json:"kv_format,omitempty"`
-	Clocks       *Clocks     `json:"clocks_before,omitempty"`
-	ClocksNote   string      `json:"clocks_note,omitempty"`
-	Synth        string      `json:"synth"` // "cached" or how long it took
-	SynthCommand string      `json:"synth_command,omitempty"`
-	BenchCommand string      `json:"bench_command,omitempty"`
-	BenchWall    float64     `json:"bench_wall_s,omitempty"`
-	Warmup       BenchWarmup `json:"warmup"`
-	PP           *PerfMetric `json:"pp,omitempty"`
-	TG           *PerfMetric `json:"tg,omitempty"`
-	Decode       Decode      `json:"decode"`
-	RefDecode    Decode      `json:"ref_decode"` // the reference's tg at our bytes/token
-	Failed       bool        `json:"failed,omitempty"`
-	Stage        string      `json:"stage,omitempty"` // synth, bench, parse, interrupted
-	Error        string      `json:"error,omitempty"`
-	StderrTail   string      `json:"stderr_tail,omitempty"`
+	Row          PerfRow      `json:"row"`
+	Model        string       `json:"model,omitempty"`
+	ModelSHA256  string       `json:"model_sha256,omitempty"`
+	Weights      WeightBytes  `json:"weight_bytes"`
+	Backend      string       `json:"backend,omitempty"`
+	KVFormat     string       `json:"kv_format,omitempty"`
+	Clocks       *Clocks      `json:"clocks_before,omitempty"`
+	ClocksNote   string       `json:"clocks_note,omitempty"`
+	Synth        string       `json:"synth"` // "cached" or how long it took
+	SynthCommand string       `json:"synth_command,omitempty"`
+	BenchCommand string       `json:"bench_command,omitempty"`
+	BenchWall    float64      `json:"bench_wall_s,omitempty"`
+	Warmup       BenchWarmup  `json:"warmup"`
+	PP           *PerfMetric  `json:"pp,omitempty"`
+	TG           *PerfMetric  `json:"tg,omitempty"`
+	Long         *LongContext `json:"long_context,omitempty"` // a long-context row's comparison
+	Decode       Decode       `json:"decode"`
+	RefDecode    Decode       `json:"ref_decode"` // the reference's tg at our bytes/token
+	Failed       bool         `json:"failed,omitempty"`
+	Stage        string       `json:"stage,omitempty"` // synth, bench, parse, interrupted
+	Error        string       `json:"error,omitempty"`
+	StderrTail   string       `json:"stderr_tail,omitempty"`
 }
 
 // Judged reports whether the row's targets were judged (reference row, the
-// reference's test shapes, measured).
+// reference's test shapes, measured; a long-context row: its tg against the
+// same run's tg at depth 0).
 func (r PerfResult) Judged() bool {
+	if r.Row.Depth > 0 {
+		return !r.Failed && r.Long != nil && r.TG != nil && r.TG.Met != nil
+	}
 	return !r.Failed && r.PP != nil && r.TG != nil && r.PP.Met != nil && r.TG.Met != nil
 }
 
-// MetAll reports whether both targets were judged and met.
-func (r PerfResult) MetAll() bool { return r.Judged() && *r.PP.Met && *r.TG.Met }
+// MetAll reports whether the row's targets (both, or a long-context row's
+// one) were judged and met.
+func (r PerfResult) MetAll() bool {
+	if r.Row.Depth > 0 {
+		return r.Judged() && *r.TG.Met
+	}
+	return r.Judged() && *r.PP.Met && *r.TG.Met
+}
 
 // Perf verdicts.
 const (
@@ -278,7 +354,7 @@ func (p *PerfRecord) Decide() {
 	default:
 		p.Verdict = PerfNoTargets
 	}
-	line := fmt.Sprintf("%d row(s): %d met both targets, %d missed a target, %d failed (no numbers; never counted as zero), %d not judged (no reference or other test shapes)",
+	line := fmt.Sprintf("%d row(s): %d met their targets, %d missed a target, %d failed (no numbers; never counted as zero), %d not judged (no reference or other test shapes)",
 		len(p.Rows), met, missed, failed, unjudged)
 	if len(missList) > 0 {
 		line += "; missed: " + strings.Join(missList, ", ")

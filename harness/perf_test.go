@@ -49,7 +49,7 @@ func TestPerfRows_MatchIssue6TableExactly(t *testing.T) {
 
 func TestParsePerfRows_AllTableNamesAndAdHocRows(t *testing.T) {
 	all, err := ParsePerfRows("all")
-	if err != nil || len(all) != 5 {
+	if err != nil || len(all) != 6 || all[5] != PerfLongContextRows[0] {
 		t.Fatalf("%v %v", all, err)
 	}
 	rs, err := ParsePerfRows("qwen2-7b:q8_0, qwen2-tiny:Q8_0")
@@ -62,7 +62,7 @@ func TestParsePerfRows_AllTableNamesAndAdHocRows(t *testing.T) {
 	if rs[1].HasRef() || rs[1].Name() != "qwen2-tiny:Q8_0" {
 		t.Errorf("ad-hoc row: %+v", rs[1])
 	}
-	for _, bad := range []string{"qwen2-0.5b", "a/b:Q8_0", "x:Q8_0,x:Q8_0", ":Q8_0", ","} {
+	for _, bad := range []string{"qwen2-0.5b", "a/b:Q8_0", "x:Q8_0,x:Q8_0", ":Q8_0", ",", "x:Q8_0@4096", "x:Q8_0@d0", "x:Q8_0@d-1", "x:Q8_0@dx", "x:@d16", "x:Q8_0@d16@d16"} {
 		if _, err := ParsePerfRows(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -90,10 +90,14 @@ func TestWeightBytesFromInfo_TakesTheEnginesCountAndRefusesAMissingOne(t *testin
 func TestKVReadPerToken_MeanPositionOfTheTGTestByHand(t *testing.T) {
 	w := WeightBytes{KVPerPos: 2 * 24 * 2 * 64} // qwen2-0.5b: 24 layers, 2 KV heads of 64
 	// tg128 after one prompt token: 1 + 129/2 = 65.5 positions on average, f16.
-	if got := w.KVReadPerToken("f16", 128); float64(got) != 6144*2*65.5 {
+	if got := w.KVReadPerToken("f16", 0, 128); float64(got) != 6144*2*65.5 {
 		t.Fatalf("%v", got)
 	}
-	if got := w.KVReadPerToken("auto", 128); !math.IsNaN(float64(got)) {
+	// tg128 after a 4096-token fill: 4096 + 65.5 positions on average.
+	if got := w.KVReadPerToken("f16", 4096, 128); float64(got) != 6144*2*4161.5 {
+		t.Fatalf("%v", got)
+	}
+	if got := w.KVReadPerToken("auto", 0, 128); !math.IsNaN(float64(got)) {
 		t.Fatalf("unknown format must be NaN: %v", got)
 	}
 }
@@ -135,6 +139,8 @@ func TestPerfRecordDecide_FailedBeatsMissedBeatsMet(t *testing.T) {
 	missed := PerfResult{Row: PerfRows[1], PP: &PerfMetric{Met: &yes}, TG: &PerfMetric{Met: &no}}
 	failed := PerfResult{Row: PerfRows[2], Failed: true, Stage: "bench"}
 	adhoc := PerfResult{Row: PerfRow{Shape: "qwen2-tiny", Type: "Q8_0"}, PP: &PerfMetric{}, TG: &PerfMetric{}}
+	longMissed := PerfResult{Row: PerfLongContextRows[0], TG: &PerfMetric{Met: &no}, Long: &LongContext{}}
+	longMet := PerfResult{Row: PerfLongContextRows[0], TG: &PerfMetric{Met: &yes}, Long: &LongContext{}}
 	for _, c := range []struct {
 		rows    []PerfResult
 		verdict string
@@ -144,6 +150,8 @@ func TestPerfRecordDecide_FailedBeatsMissedBeatsMet(t *testing.T) {
 		{[]PerfResult{met, missed}, PerfMissed, 1},
 		{[]PerfResult{met, missed, failed}, PerfFailed, 1},
 		{[]PerfResult{adhoc}, PerfNoTargets, 0},
+		{[]PerfResult{met, longMet}, PerfMet, 0},
+		{[]PerfResult{met, longMissed}, PerfMissed, 1},
 	} {
 		p := &PerfRecord{Rows: c.rows}
 		p.Decide()
@@ -152,3 +160,53 @@ func TestPerfRecordDecide_FailedBeatsMissedBeatsMet(t *testing.T) {
 		}
 	}
 }
+
+func TestPerfLongContextRow_Issue6BarSelectedByNameAlone(t *testing.T) {
+	// Issue 6: "tg128 after a 4K-token prompt within 15% of tg128 at empty KV on 7B Q4_K_M".
+	want := PerfRow{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 4096, TargetTGRatio: 0.85}
+	if len(PerfLongContextRows) != 1 || PerfLongContextRows[0] != want {
+		t.Fatalf("%+v, want %+v", PerfLongContextRows, want)
+	}
+	rs, err := ParsePerfRows("qwen2-7b:q4_k_m@d4096")
+	if err != nil || len(rs) != 1 || rs[0] != want || rs[0].Name() != "qwen2-7b:Q4_K_M@d4096" || rs[0].BaseName() != "qwen2-7b:Q4_K_M" {
+		t.Fatalf("%+v %v", rs, err)
+	}
+	if rs[0].HasRef() {
+		t.Error("the long-context row has no reference engine number")
+	}
+	// The depth-0 row and the long row are two rows; another depth is ad hoc.
+	rs, err = ParsePerfRows("qwen2-7b:Q4_K_M,qwen2-7b:Q4_K_M@d4096,qwen2-tiny:Q8_0@d64")
+	if err != nil || len(rs) != 3 || rs[0] != PerfRows[3] || rs[1] != want || rs[2] != (PerfRow{Shape: "qwen2-tiny", Type: "Q8_0", Depth: 64}) {
+		t.Fatalf("%+v %v", rs, err)
+	}
+}
+
+func TestNewLongContext_MetAtRatio09MissedAt08(t *testing.T) {
+	tg0 := NewPerfMetric(BenchTest{Name: "tg128", TokS: []float64{300, 300, 300}}, 267.4, 330)
+	cases := []struct {
+		atDepth float64
+		met     bool
+	}{{270, true}, {255, true}, {240, false}} // ratios 0.9, 0.85 (the bar itself), 0.8
+	for _, c := range cases {
+		m, lc := NewLongContext(4096, BenchTest{Name: "tg128@d4096", TokS: []float64{c.atDepth}}, tg0, "row qwen2-7b:Q4_K_M", 0.85)
+		if m.Met == nil || *m.Met != c.met || !near(float64(lc.Ratio), c.atDepth/300) || lc.MinRatio != 0.85 || lc.Depth != 4096 || lc.TG0.TokS != 300 {
+			t.Errorf("%v tok/s at depth vs 300: met %v ratio %v, want met %v: %+v %+v", c.atDepth, m.Met, lc.Ratio, c.met, m, lc)
+		}
+		if !math.IsNaN(float64(m.Ref)) || !near(float64(m.Target), 255) {
+			t.Errorf("no reference engine number, target 0.85 x 300: %+v", m)
+		}
+		r := PerfResult{Row: PerfLongContextRows[0], TG: &m, Long: &lc}
+		if !r.Judged() || r.MetAll() != c.met {
+			t.Errorf("%v: judged %v met %v", c.atDepth, r.Judged(), r.MetAll())
+		}
+		if !c.met && !near(m.ShortBy, (255-c.atDepth)/255) {
+			t.Errorf("short by %v", m.ShortBy)
+		}
+	}
+	m, lc := NewLongContext(64, BenchTest{Name: "tg128@d64", TokS: []float64{100}}, tg0, "own", 0)
+	if r := (PerfResult{Row: PerfRow{Shape: "x", Type: "y", Depth: 64}, TG: &m, Long: &lc}); r.Judged() || !near(float64(lc.Ratio), 1.0/3) {
+		t.Errorf("an ad-hoc depth row is measured, never judged: %+v %+v", m, lc)
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }

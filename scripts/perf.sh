@@ -26,8 +26,18 @@
 # small rows and the 7B rows in separate calls with ROWS=. A row that does
 # not finish is reported FAILED (timeout) with its stderr, never as zero.
 #
+# Long context: "all" ends with issue 6's long-context row
+# qwen2-7b:Q4_K_M@d4096 (ROWS=qwen2-7b:Q4_K_M@d4096 runs it alone): one
+# `minfer bench -p 0 -n 128 -d 4096 -r 5 -o json`, judged met when its tg128
+# is >= 0.85 x the same run's tg128 at depth 0 of qwen2-7b:Q4_K_M (the
+# depth-0 row's number; run alone, the row benches depth 0 itself first). No
+# llama.cpp number: the report's "Long context" section gives both tok/s and
+# the ratio. Time: the 7B Q4_K_M file is already synthesized by its depth-0
+# row; the 4096-token fill (~6k tok/s, < 1 s) is re-done untimed before every
+# repetition and warmup iteration; 5 x tg128 is ~3 s: about 10 s in all.
+#
 # Settings (env):
-#   ROWS=all                  or SHAPE:TYPE,... (issue 6's names; others run without reference)
+#   ROWS=all                  or SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)
 #   DEVICE=cuda PP=512 TG=128 REPS=5 WARMUP_MS=2000 (MINFER_BENCH_WARMUP_MS of every bench)
 #   MODEL_DIR=/tmp/abtest-models    synth cache, shared with nightly.sh
 #   ROW_TIMEOUT=15m           limit of each minfer process (synth, bench)

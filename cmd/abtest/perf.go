@@ -36,7 +36,10 @@ func newPerfCmd() *cobra.Command {
 			"process (in-process warmup of --bench-warmup-ms first), and write reports/perf/<date>-<commit>.md/.json:\n" +
 			"ours, the reference, the ratio and whether the target is met, for pp512 and tg128, plus the decode\n" +
 			"GB/s (weight bytes read per token x tg tok/s) and its share of the 4.3 TB/s HBM floor.\n" +
-			"Exit 0: every judged row met both targets; 1: a row missed a target or failed; 2: could not run.",
+			"The long-context row qwen2-7b:Q4_K_M@d4096 (in --rows all) runs `minfer bench -p 0 -d 4096` and is judged\n" +
+			"against the same invocation's tg at depth 0 of qwen2-7b:Q4_K_M (>= 0.85 x; measured by the row itself when\n" +
+			"that row is not run).\n" +
+			"Exit 0: every judged row met its targets; 1: a row missed a target or failed; 2: could not run.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rec, base, err := runPerf(cmd.Context(), &f, strings.Join(os.Args, " "), os.Stderr)
@@ -51,7 +54,7 @@ func newPerfCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.rows, "rows", "all", "all (issue 6's table) or SHAPE:TYPE,... (a pair outside the table runs without reference numbers)")
+	fl.StringVar(&f.rows, "rows", "all", "all (issue 6's table and its long-context row) or SHAPE:TYPE[@dDEPTH],... (a pair outside the table runs without reference numbers or targets)")
 	fl.StringVar(&f.device, "device", "cuda", "cuda, cpu or auto (the reference ran on the H200: only cuda is like-for-like)")
 	fl.IntVar(&f.pp, "pp", harness.PerfRefPP, "prefill tokens (the reference is pp512: other sizes are not compared)")
 	fl.IntVar(&f.tg, "tg", harness.PerfRefTG, "decode tokens (the reference is tg128: other sizes are not compared)")
@@ -124,15 +127,24 @@ func runPerf(ctx context.Context, f *perfFlags, cmdline string, progress io.Writ
 	}
 	rec.Comparable = strings.Join(notes, "; ")
 
-	for i, row := range rows {
+	// Depth-0 rows run first, so a long-context row compares with its base
+	// row's tg from this invocation; the report keeps the order asked for.
+	rec.Rows = make([]harness.PerfResult, len(rows))
+	tg0 := map[string]*harness.PerfMetric{} // by lower-case "shape:type"
+	for i, idx := range perfOrder(rows) {
+		row := rows[idx]
 		fmt.Fprintf(progress, "perf: row %d/%d %s\n", i+1, len(rows), row.Name())
-		res := perfRow(ctx, f, r, probe, hasGPU && f.device != "cpu", row, sameShape)
-		if res.Failed {
+		res := perfRow(ctx, f, r, probe, hasGPU && f.device != "cpu", row, sameShape, tg0[strings.ToLower(row.BaseName())])
+		switch {
+		case res.Failed:
 			fmt.Fprintf(progress, "perf: %s FAILED at %s: %s\n", row.Name(), res.Stage, res.Error)
-		} else {
+		case res.Long != nil:
+			fmt.Fprintf(progress, "perf: %s tg %.2f tok/s at depth %d, %.2f at depth 0: ratio %.3f\n", row.Name(), float64(res.TG.TokS), res.Long.Depth, float64(res.Long.TG0.TokS), float64(res.Long.Ratio))
+		default:
 			fmt.Fprintf(progress, "perf: %s pp %.1f tok/s, tg %.2f tok/s, decode %s GB/s (%s of the HBM floor)\n", row.Name(), float64(res.PP.TokS), float64(res.TG.TokS), gbs(float64(res.Decode.GBs)), pct(float64(res.Decode.HBMShare)))
+			tg0[strings.ToLower(row.Name())] = res.TG
 		}
-		rec.Rows = append(rec.Rows, res)
+		rec.Rows[idx] = res
 	}
 	rec.Decide()
 	base := filepath.Join(f.out, rec.Started.UTC().Format("2006-01-02T150405")+"-"+rec.Env.ShortCommit())
@@ -152,8 +164,24 @@ func runPerf(ctx context.Context, f *perfFlags, cmdline string, progress io.Writ
 	return rec, base, nil
 }
 
-// perfRow synthesizes (or reuses) one row's model and benches it.
-func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness.Probe, readClocks bool, row harness.PerfRow, sameShape bool) harness.PerfResult {
+// perfOrder is the order rows run in: every depth-0 row, then the
+// long-context rows, each group in the order given.
+func perfOrder(rows []harness.PerfRow) []int {
+	var out, long []int
+	for i, r := range rows {
+		if r.Depth > 0 {
+			long = append(long, i)
+		} else {
+			out = append(out, i)
+		}
+	}
+	return append(out, long...)
+}
+
+// perfRow synthesizes (or reuses) one row's model and benches it. tg0 is
+// the tg at depth 0 of the row's model measured earlier in this invocation
+// (nil: none), what a long-context row is compared with.
+func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness.Probe, readClocks bool, row harness.PerfRow, sameShape bool, tg0 *harness.PerfMetric) harness.PerfResult {
 	res := harness.PerfResult{Row: row, Synth: "not run"}
 	nan := harness.Num(math.NaN())
 	res.Decode = harness.Decode{GBs: nan, HBMShare: nan, FloorTokS: nan}
@@ -207,6 +235,9 @@ func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness
 	} else {
 		res.ClocksNote = "no GPU clocks (no device, or --device cpu)"
 	}
+	if row.Depth > 0 {
+		return perfLongRow(ctx, f, r, row, &res, path, tg0, fail)
+	}
 	args := []string{"bench", "--model", path, "--device", f.device, "-p", strconv.Itoa(f.pp), "-n", strconv.Itoa(f.tg),
 		"-r", strconv.Itoa(f.reps), "-o", "json"}
 	e, err := r.Run(ctx, "bench "+row.Name(), nil, args...)
@@ -240,6 +271,78 @@ func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness
 		res.RefDecode = harness.DecodeBandwidth(res.Weights.PerToken, refTG)
 	}
 	return res
+}
+
+// perfLongRow benches a long-context row: `minfer bench -p 0 -n TG -d DEPTH`
+// on the row's model, judged against tg0 (the same invocation's depth-0 tg
+// of that model) or, when none was measured, against a depth-0 bench it
+// runs itself right after: never a number from another run. res is
+// perfRow's result so far, the one fail records a failure on.
+func perfLongRow(ctx context.Context, f *perfFlags, r *harness.Runner, row harness.PerfRow, res *harness.PerfResult, path string,
+	tg0 *harness.PerfMetric, fail func(string, error) harness.PerfResult) harness.PerfResult {
+	bench := func(label string, depth int) (harness.BenchTest, harness.BenchResult, *harness.Exec, string, error) {
+		args := []string{"bench", "--model", path, "--device", f.device, "-p", "0", "-n", strconv.Itoa(f.tg)}
+		if depth > 0 {
+			args = append(args, "-d", strconv.Itoa(depth))
+		}
+		args = append(args, "-r", strconv.Itoa(f.reps), "-o", "json")
+		e, err := r.Run(ctx, label, nil, args...)
+		if err != nil {
+			return harness.BenchTest{}, harness.BenchResult{}, e, "bench", err
+		}
+		b, err := harness.ParseBench(e.Stdout)
+		if err != nil {
+			return harness.BenchTest{}, b, e, "parse", err
+		}
+		// The name proves minfer ran at that depth (one that ignored -d
+		// would answer a plain tgN).
+		want := fmt.Sprintf("tg%d", f.tg)
+		if depth > 0 {
+			want += fmt.Sprintf("@d%d", depth)
+		}
+		t, ok := b.Test("tg")
+		if !ok || t.Name != want {
+			return t, b, e, "parse", fmt.Errorf("bench json has tests %v, want %s", testNames(b), want)
+		}
+		return t, b, e, "", nil
+	}
+	td, b, e, stage, err := bench("bench "+row.Name(), row.Depth)
+	if e != nil {
+		res.BenchCommand = e.Command(r.Bin)
+		res.BenchWall = e.Wall.Seconds()
+		if stage == "parse" {
+			res.StderrTail = strings.TrimSpace(e.Stderr)
+		}
+	}
+	if err != nil {
+		return fail(stage, err)
+	}
+	res.ModelSHA256, res.Backend, res.KVFormat, res.Warmup = b.ModelSHA256, b.Backend, b.KVFormat, b.Warmup
+	from, cmd0 := "row "+row.BaseName()+" of this run", ""
+	if tg0 == nil {
+		t0, _, e0, stage, err := bench("bench "+row.BaseName()+" at depth 0 for "+row.Name(), 0)
+		if e0 != nil {
+			cmd0 = e0.Command(r.Bin)
+			if stage == "parse" {
+				res.StderrTail = strings.TrimSpace(e0.Stderr)
+			}
+		}
+		if err != nil {
+			return fail(stage+" at depth 0", err)
+		}
+		m0 := harness.NewPerfMetric(t0, 0, 0)
+		tg0 = &m0
+		from = "this row's own depth-0 bench (" + row.BaseName() + " was not run in this invocation)"
+	}
+	minRatio := row.TargetTGRatio
+	if f.tg != harness.PerfRefTG {
+		minRatio = 0 // the bar is tg128's
+	}
+	tm, lc := harness.NewLongContext(row.Depth, td, *tg0, from, minRatio)
+	lc.TG0Command = cmd0
+	res.TG, res.Long = &tm, &lc
+	res.Decode = harness.DecodeBandwidth(res.Weights.PerToken, td.Value())
+	return *res
 }
 
 // stderrTailOf extracts the "stderr tail: ..." part of an ArmError message.
@@ -318,6 +421,19 @@ func targetCell(m *harness.PerfMetric, decimals int) string {
 	return fmt.Sprintf("**MISSED** >= %s by %s (%.1f%%)", thousands(float64(m.Target), 0), thousands(float64(m.Short), decimals), 100*m.ShortBy)
 }
 
+// longTargetCell is a long-context row's target: a share of the same run's
+// tg at depth 0, met or missed by how much.
+func longTargetCell(r harness.PerfResult) string {
+	if r.Long == nil || r.TG == nil || r.TG.Met == nil {
+		return "-"
+	}
+	t := fmt.Sprintf(">= %.2f x d0 = %s", r.Long.MinRatio, thousands(float64(r.TG.Target), 1))
+	if *r.TG.Met {
+		return "met (" + t + ")"
+	}
+	return fmt.Sprintf("**MISSED** %s by %s (%.1f%%)", t, thousands(float64(r.TG.Short), 1), 100*r.TG.ShortBy)
+}
+
 func ratioCell(m *harness.PerfMetric) string {
 	if m == nil {
 		return "-"
@@ -334,7 +450,10 @@ func perfMarkdown(p *harness.PerfRecord) string {
 		"after an untimed in-process warmup of MINFER_BENCH_WARMUP_MS=%d (at least 3 iterations; on the H200 the GPU idles near 375 MHz and ramps under load). "+
 		"A cell is the **median** of the %d repetitions, as the reference's (mean ± sd in the details). "+
 		"Decode GB/s = weight bytes read per token × tg tok/s; share of the HBM floor = GB/s / %.0f (DEVICE.md's measured HBM copy, ~4.3 TB/s), "+
-		"which is also tg tok/s / floor tok/s.\n\n", p.PP, p.TG, p.Reps, p.BenchWarmupMS, p.Reps, p.HBMCopyGBs)
+		"which is also tg tok/s / floor tok/s. "+
+		"A long-context row (SHAPE:TYPE@dDEPTH) runs `minfer bench -p 0 -n %d -d DEPTH` (an untimed fill of DEPTH tokens before every repetition) "+
+		"and has no reference engine number: it is judged against the same run's tg at depth 0 of that model (section \"Long context\").\n\n",
+		p.PP, p.TG, p.Reps, p.BenchWarmupMS, p.Reps, p.HBMCopyGBs, p.TG)
 	if p.Comparable != "" {
 		fmt.Fprintf(&b, "**Not like-for-like:** %s.\n\n", p.Comparable)
 	}
@@ -346,6 +465,12 @@ func perfMarkdown(p *harness.PerfRecord) string {
 			rows = append(rows, []string{r.Row.Name(), f, thousandsRef(r.Row.RefPP, 0), "-", "-", f, thousandsRef(r.Row.RefTG, 1), "-", "-", "-", "-", "-"})
 			continue
 		}
+		if r.Long != nil {
+			rows = append(rows, []string{r.Row.Name(), "-", "-", "-", "-",
+				thousands(float64(r.TG.TokS), 1), "-", fnum(float64(r.Long.Ratio), "%.3f") + " of d0", longTargetCell(r),
+				gbs(float64(r.Decode.GBs)), pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0)})
+			continue
+		}
 		rows = append(rows, []string{r.Row.Name(),
 			thousands(float64(r.PP.TokS), 0), thousandsRef(r.Row.RefPP, 0), ratioCell(r.PP), targetCell(r.PP, 0),
 			thousands(float64(r.TG.TokS), 1), thousandsRef(r.Row.RefTG, 1), ratioCell(r.TG), targetCell(r.TG, 1),
@@ -353,6 +478,21 @@ func perfMarkdown(p *harness.PerfRecord) string {
 	}
 	fmt.Fprintf(&b, "%s\n", report.Table([]string{"row", "ours " + pp, "ref pp512", pp + " ratio", pp + " target",
 		"ours " + tg, "ref tg128", tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s"}, rows))
+
+	rows = nil
+	for _, r := range p.Rows {
+		if r.Long == nil {
+			continue
+		}
+		rows = append(rows, []string{r.Row.Name(), thousands(float64(r.Long.TG0.TokS), 1), thousands(float64(r.TG.TokS), 1),
+			fnum(float64(r.Long.Ratio), "%.3f"), longTargetCell(r), r.Long.TG0From})
+	}
+	if len(rows) > 0 {
+		fmt.Fprintf(&b, "## Long context\n\n"+
+			"Issue 6: \"tg128 after a 4K-token prompt within 15%% of tg128 at empty KV on 7B Q4_K_M\": ours at depth >= 0.85 x ours at depth 0, "+
+			"both measured in this run (no llama.cpp number for this bar). Medians of %d repetitions each.\n\n", p.Reps)
+		fmt.Fprintf(&b, "%s\n", report.Table([]string{"row", tg + " at depth 0 (tok/s)", tg + " at depth (tok/s)", "ratio", "target", "depth-0 number from"}, rows))
+	}
 
 	fmt.Fprintf(&b, "## Rows in detail\n\n")
 	rows = nil
@@ -364,8 +504,11 @@ func perfMarkdown(p *harness.PerfRecord) string {
 		if r.Clocks != nil {
 			clk = r.Clocks.String()
 		}
-		rows = append(rows, []string{r.Row.Name(), r.Backend + " / KV " + r.KVFormat,
-			fmt.Sprintf("%s ± %s", thousands(float64(r.PP.Mean), 0), thousands(float64(r.PP.Stddev), 0)),
+		ppCell := "-"
+		if r.PP != nil {
+			ppCell = fmt.Sprintf("%s ± %s", thousands(float64(r.PP.Mean), 0), thousands(float64(r.PP.Stddev), 0))
+		}
+		rows = append(rows, []string{r.Row.Name(), r.Backend + " / KV " + r.KVFormat, ppCell,
 			fmt.Sprintf("%s ± %s", thousands(float64(r.TG.Mean), 1), thousands(float64(r.TG.Stddev), 1)),
 			thousands(float64(r.Weights.PerToken), 0), kvCell(r, p.TG), gbs(float64(r.RefDecode.GBs)) + " (" + pct(float64(r.RefDecode.HBMShare)) + ")",
 			fmt.Sprintf("%d it, %.0f ms", r.Warmup.Iterations, r.Warmup.ElapsedMS), fmt.Sprintf("%.1f s", r.BenchWall), r.Synth, clk})
@@ -402,7 +545,7 @@ func perfMarkdown(p *harness.PerfRecord) string {
 	fmt.Fprintf(&b, "## Weight bytes per token (the approximation)\n\n"+
 		"Read from each model's GGUF tensor table: a batch-1 decode step reads every tensor in full (all matmul weights, norms, biases) "+
 		"and one row of token_embd; when the output is tied to the embedding (no output.weight: qwen2-0.5b, qwen3-0.6b), the logits matmul reads token_embd in full as well. "+
-		"Not counted: activations, and the KV cache, whose mean read per step of %s (one prompt token, then the decode steps) is in the details column \"KV read/token\" in the bench's kv_format. "+
+		"Not counted: activations, and the KV cache, whose mean read per step of %s (one prompt token, then the decode steps; on a long-context row after the depth fill as well) is in the details column \"KV read/token\" in the bench's kv_format. "+
 		"Issue 6 quotes the 7B floors from the whole file size (7B Q8_0 ~531, Q4_K_M ~920 tok/s); "+
 		"leaving out the untied 7B embedding table's unread rows puts the floor here somewhat higher.\n\n", tg)
 
@@ -428,6 +571,9 @@ func perfMarkdown(p *harness.PerfRecord) string {
 		if r.BenchCommand != "" {
 			fmt.Fprintf(&b, "%s\n", r.BenchCommand)
 		}
+		if r.Long != nil && r.Long.TG0Command != "" {
+			fmt.Fprintf(&b, "%s   # depth 0, for the ratio\n", r.Long.TG0Command)
+		}
 	}
 	b.WriteString("```\n")
 	return b.String()
@@ -436,7 +582,7 @@ func perfMarkdown(p *harness.PerfRecord) string {
 // kvCell is the mean KV-cache read of a decode step and its size next to
 // the weights'.
 func kvCell(r harness.PerfResult, tgN int) string {
-	kv := float64(r.Weights.KVReadPerToken(r.KVFormat, tgN))
+	kv := float64(r.Weights.KVReadPerToken(r.KVFormat, r.Row.Depth, tgN))
 	if math.IsNaN(kv) || r.Weights.PerToken <= 0 {
 		return "-"
 	}

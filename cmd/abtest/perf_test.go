@@ -174,3 +174,100 @@ func TestPerf_BadFlagsCannotRunExit2(t *testing.T) {
 		}
 	}
 }
+
+// longRow returns the long-context row of a record.
+func longRow(t *testing.T, rec *harness.PerfRecord) harness.PerfResult {
+	t.Helper()
+	for _, r := range rec.Rows {
+		if r.Row.Depth > 0 {
+			return r
+		}
+	}
+	t.Fatalf("no long-context row in %v", rec.Rows)
+	return harness.PerfResult{}
+}
+
+func TestPerf_RowsAllIncludeTheLongContextRowJudgedAgainstTheSameRunsDepth0(t *testing.T) {
+	bin := fakeMinfer(t)
+	// tg 1,200 at depth 0 and 1,080 at depth 4096: ratio 0.9 >= 0.85.
+	t.Setenv("FAKEMINFER_RATES", "60000,1200,1080")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "all")
+	if code != 0 || rec.Verdict != harness.PerfMet || len(rec.Rows) != 6 {
+		t.Fatalf("exit %d verdict %s, %d rows: %s", code, rec.Verdict, len(rec.Rows), rec.VerdictLine)
+	}
+	lr := rec.Rows[5]
+	if lr.Row.Name() != "qwen2-7b:Q4_K_M@d4096" || lr.Long == nil || lr.PP != nil {
+		t.Fatalf("last row: %+v", lr)
+	}
+	if !strings.Contains(lr.BenchCommand, " bench ") || !strings.Contains(lr.BenchCommand, "-p 0 -n 128 -d 4096 -r 3 -o json") {
+		t.Errorf("bench command %q lacks -p 0 -n 128 -d 4096", lr.BenchCommand)
+	}
+	if lr.Long.TG0From != "row qwen2-7b:Q4_K_M of this run" || lr.Long.TG0Command != "" || !near(lr.Long.TG0.TokS, 1200) {
+		t.Errorf("depth 0 from %q (%q): %+v", lr.Long.TG0From, lr.Long.TG0Command, lr.Long.TG0)
+	}
+	if !near(lr.TG.TokS, 1080) || !near(lr.Long.Ratio, 0.9) || lr.Long.MinRatio != 0.85 || !*lr.TG.Met || !near(lr.TG.Target, 1020) || !math.IsNaN(float64(lr.TG.Ref)) {
+		t.Errorf("judgement: tg %+v long %+v", lr.TG, lr.Long)
+	}
+	for _, want := range []string{
+		"| qwen2-7b:Q4_K_M@d4096 | - | - | - | - | 1,080.0 | - | 0.900 of d0 | met (>= 0.85 x d0 = 1,020.0) |",
+		"## Long context",
+		"| qwen2-7b:Q4_K_M@d4096 | 1,200.0 | 1,080.0 | 0.900 | met (>= 0.85 x d0 = 1,020.0) | row qwen2-7b:Q4_K_M of this run |",
+		"# qwen2-7b:Q4_K_M@d4096",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestPerf_LongContextRowMissedAtRatio08Exits1(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200,960") // ratio 0.8 < 0.85
+	// Asked for before its base row: it still compares with the base row's tg.
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-7b:Q4_K_M@d4096,qwen2-7b:Q4_K_M")
+	if code != 1 || rec.Verdict != harness.PerfMissed || !strings.Contains(rec.VerdictLine, "missed: qwen2-7b:Q4_K_M@d4096") {
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	lr := rec.Rows[0]
+	if lr.Row.Depth != 4096 || rec.Rows[1].Row.Depth != 0 {
+		t.Fatalf("report order changed: %s, %s", lr.Row.Name(), rec.Rows[1].Row.Name())
+	}
+	if *lr.TG.Met || !near(lr.Long.Ratio, 0.8) || lr.Long.TG0Command != "" || !near(lr.TG.Short, 60) {
+		t.Errorf("tg %+v long %+v", lr.TG, lr.Long)
+	}
+	if !strings.Contains(md, "**MISSED** >= 0.85 x d0 = 1,020.0 by 60.0 (5.9%)") {
+		t.Errorf("report:\n%s", md)
+	}
+}
+
+func TestPerf_LongContextRowAloneMeasuresItsOwnDepth0(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200,1080")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-7b:Q4_K_M@d4096")
+	if code != 0 || rec.Verdict != harness.PerfMet || len(rec.Rows) != 1 {
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	lr := longRow(t, rec)
+	if !strings.Contains(lr.Long.TG0From, "own depth-0 bench") || !strings.Contains(lr.Long.TG0Command, "-p 0 -n 128 -r 3 -o json") ||
+		strings.Contains(lr.Long.TG0Command, "-d ") || !near(lr.Long.TG0.TokS, 1200) || !near(lr.Long.Ratio, 0.9) || !*lr.TG.Met {
+		t.Errorf("long %+v tg %+v", lr.Long, lr.TG)
+	}
+	if !strings.Contains(md, "depth 0, for the ratio") {
+		t.Errorf("report lacks the depth-0 command:\n%s", md)
+	}
+	// Another tg size is measured, not judged (the bar is tg128's).
+	code, rec, _ = runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-7b:Q4_K_M@d4096", "--tg", "64")
+	if lr := longRow(t, rec); code != 0 || rec.Verdict != harness.PerfNoTargets || lr.TG.Met != nil || !near(lr.Long.Ratio, 0.9) {
+		t.Errorf("--tg 64: exit %d verdict %s: %+v", code, rec.Verdict, lr.Long)
+	}
+}
+
+func TestPerf_LongContextRowFailsWhenMinferIgnoresDepth(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200,1080")
+	t.Setenv("FAKEMINFER_MODE", "nodepth")
+	code, rec, _ := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-7b:Q4_K_M@d4096")
+	if lr := longRow(t, rec); code != 1 || !lr.Failed || lr.Stage != "parse" || !strings.Contains(lr.Error, "want tg128@d4096") {
+		t.Fatalf("exit %d: %+v", code, lr)
+	}
+}

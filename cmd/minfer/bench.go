@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/model"
 )
 
 // benchResult is the --output json document of minfer bench; the gate
@@ -23,13 +26,13 @@ import (
 //
 //	{
 //	  "model": "path", "model_sha256": "hex", "backend": "cpu|cuda", "kv_format": "f32|f16|q8_0|auto",
-//	  "threads": 2, "n_prompt": 512, "n_gen": 128, "reps": 5,
+//	  "threads": 2, "n_prompt": 512, "n_gen": 128, "depth": 4096 (only when -d > 0), "reps": 5,
 //	  "warmup": {"budget_ms": 2000, "iterations": 3, "elapsed_ms": 2345.6},
 //	  "tests": [
 //	    {"name": "pp512", "n_tokens": 512, "samples_ms": [..reps..], "tok_s": [..reps..],
 //	     "mean_tok_s": 1.0, "stddev_tok_s": 0.1},
 //	    {"name": "tg128", "n_tokens": 128, ...}
-//	  ],
+//	  ],   (at depth D > 0 the names are "pp512@dD", "tg128@dD")
 //	  "levers": {"MINFER_...": "value"}, "go_version": "go1.26", "date": "RFC 3339, UTC"
 //	}
 //
@@ -37,6 +40,13 @@ import (
 // single-token decode steps after a one-token prefill (the prefill is not
 // timed). A test whose size is 0 is left out. stddev is the sample standard
 // deviation (n-1), 0 for a single sample.
+//
+// With --depth D > 0 (llama-bench's -d) every test starts from a KV cache
+// that already holds D tokens, filled by an untimed prefill: pp<P>@d<D>
+// times the prefill at positions D..D+P-1, tg<N>@d<D> the N decode steps
+// after the fill and the one-token prefill (positions D+1..D+N). "depth" is
+// in the document only when D > 0, so -d 0 prints exactly what it did before
+// the flag existed.
 type benchResult struct {
 	Model       string            `json:"model"`
 	ModelSHA256 string            `json:"model_sha256"`
@@ -45,6 +55,7 @@ type benchResult struct {
 	Threads     int               `json:"threads"`
 	NPrompt     int               `json:"n_prompt"`
 	NGen        int               `json:"n_gen"`
+	Depth       int               `json:"depth,omitempty"`
 	Reps        int               `json:"reps"`
 	Warmup      benchWarmup       `json:"warmup"`
 	Tests       []benchTest       `json:"tests"`
@@ -74,6 +85,7 @@ const minWarmupIterations = 3
 type benchFlags struct {
 	modelFlags
 	p, n, reps int
+	depth      int
 	output     string
 }
 
@@ -92,6 +104,7 @@ func newBenchCmd(a *app) *cobra.Command {
 	fl.IntVarP(&f.p, "n-prompt", "p", 512, "prefill test size in tokens (0: no pp test)")
 	fl.IntVarP(&f.n, "n-gen", "n", 128, "decode test size in tokens (0: no tg test)")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions per test")
+	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the KV cache before each test (untimed fill; 0: empty KV)")
 	fl.StringVarP(&f.output, "output", "o", "md", "output format: md, json or csv")
 	return cmd
 }
@@ -152,18 +165,37 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	if f.reps < 1 {
 		return usagef("-r %d: want at least one repetition", f.reps)
 	}
+	if f.depth < 0 {
+		return usagef("-d %d: want a non-negative depth (tokens in the KV cache before each test)", f.depth)
+	}
+	// The context holds the fill and the larger test after it: D+P, D+1+N.
+	need := f.depth + max(f.p, 1+f.n)
+	if f.n == 0 {
+		need = f.depth + f.p
+	}
 	if f.ctx == 0 {
-		f.ctx = max(f.p, 1+f.n, 16)
+		f.ctx = max(need, 16)
 	}
 	if err := f.check(); err != nil {
 		return err
 	}
-	if f.p > f.ctx || 1+f.n > f.ctx {
-		return fmt.Errorf("pp%d / tg%d do not fit the context of %d (--ctx)", f.p, f.n, f.ctx)
+	if need > f.ctx {
+		return fmt.Errorf("pp%d / tg%d%s do not fit the context of %d (--ctx)", f.p, f.n, depthSuffix(f.depth), f.ctx)
 	}
 	path, err := f.path()
 	if err != nil {
 		return err
+	}
+	if f.depth > 0 {
+		// Checked before the KV cache is allocated: a depth past what the
+		// model was trained for is refused, not run with nonsense positions.
+		limit, err := modelContextLimit(path)
+		if err != nil {
+			return err
+		}
+		if limit > 0 && need > limit {
+			return fmt.Errorf("-d %d: the fill and the test need %d positions, more than the model's maximum context of %d (context_length)", f.depth, need, limit)
+		}
 	}
 	sum, err := fileSHA256(path)
 	if err != nil {
@@ -174,37 +206,15 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	defer e.Close()
-	nVocab := e.HParams().NVocab
-	pp := benchTokens(f.p, nVocab, 1)
-	tg := benchTokens(1+f.n, nVocab, 2)
-
-	runPP := func() (time.Duration, error) {
-		e.Reset()
-		t := time.Now()
-		if _, err := e.Forward(pp, false); err != nil {
-			return 0, fmt.Errorf("pp%d: %w", f.p, err)
-		}
-		return time.Since(t), nil
-	}
-	runTG := func(steps int) (time.Duration, error) {
-		e.Reset()
-		if _, err := e.Forward(tg[:1], false); err != nil {
-			return 0, fmt.Errorf("tg%d prefill: %w", f.n, err)
-		}
-		t := time.Now()
-		for i := 1; i <= steps; i++ {
-			if _, err := e.Forward(tg[i:i+1], false); err != nil {
-				return 0, fmt.Errorf("tg%d step %d: %w", f.n, i, err)
-			}
-		}
-		return time.Since(t), nil
-	}
+	br := newBenchRunner(e, f.p, f.n, f.depth)
+	ppName, tgName := br.ppName(), br.tgName()
+	runPP, runTG := br.runPP, br.runTG
 
 	// Untimed warmup: one iteration is the pp shape and one decode step,
 	// repeated until the budget is spent and at least 3 have run.
 	res := benchResult{
 		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
-		Threads: threads(e), NPrompt: f.p, NGen: f.n, Reps: f.reps, Levers: a.cfg.Set(),
+		Threads: threads(e), NPrompt: f.p, NGen: f.n, Depth: f.depth, Reps: f.reps, Levers: a.cfg.Set(),
 		GoVersion: runtime.Version(),
 	}
 	res.Warmup.BudgetMS = a.cfg.BenchWarmupMS
@@ -240,12 +250,12 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return nil
 	}
 	if f.p > 0 {
-		if err := measure("pp"+strconv.Itoa(f.p), f.p, runPP); err != nil {
+		if err := measure(ppName, f.p, runPP); err != nil {
 			return err
 		}
 	}
 	if f.n > 0 {
-		if err := measure("tg"+strconv.Itoa(f.n), f.n, func() (time.Duration, error) { return runTG(f.n) }); err != nil {
+		if err := measure(tgName, f.n, func() (time.Duration, error) { return runTG(f.n) }); err != nil {
 			return err
 		}
 	}
@@ -259,6 +269,97 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return writeBenchCSV(out, &res)
 	}
 	return writeBenchMD(out, &res)
+}
+
+// benchRunner runs one repetition of the pp and tg tests on an engine: the
+// token sequences are fixed per process, so every repetition does the same
+// work.
+type benchRunner struct {
+	e               lm
+	p, n, depth     int
+	pps, tgs, fills []int32
+}
+
+func newBenchRunner(e lm, p, n, depth int) *benchRunner {
+	nVocab := e.HParams().NVocab
+	return &benchRunner{e: e, p: p, n: n, depth: depth,
+		pps: benchTokens(p, nVocab, 1), tgs: benchTokens(1+n, nVocab, 2), fills: benchTokens(depth, nVocab, 3)}
+}
+
+func (b *benchRunner) ppName() string { return "pp" + strconv.Itoa(b.p) + depthSuffix(b.depth) }
+func (b *benchRunner) tgName() string { return "tg" + strconv.Itoa(b.n) + depthSuffix(b.depth) }
+
+// fill empties the KV cache and prefills the depth tokens, untimed. The
+// engine can only empty its cache (Reset), not cut it back to D tokens, so
+// every repetition (and warmup iteration) re-fills: correct whatever the
+// previous test wrote, at the cost of an untimed prefill of D tokens per
+// repetition. Chunks of benchFillChunk bound the activations and share
+// pp512's compiled graph.
+func (b *benchRunner) fill(what string) error {
+	b.e.Reset()
+	for i := 0; i < len(b.fills); i += benchFillChunk {
+		if _, err := b.e.Forward(b.fills[i:min(i+benchFillChunk, len(b.fills))], false); err != nil {
+			return fmt.Errorf("%s: depth fill at %d: %w", what, i, err)
+		}
+	}
+	return nil
+}
+
+// runPP times one prefill of p tokens after the fill.
+func (b *benchRunner) runPP() (time.Duration, error) {
+	if err := b.fill(b.ppName()); err != nil {
+		return 0, err
+	}
+	t := time.Now()
+	if _, err := b.e.Forward(b.pps, false); err != nil {
+		return 0, fmt.Errorf("%s: %w", b.ppName(), err)
+	}
+	return time.Since(t), nil
+}
+
+// runTG times steps single-token decodes after the fill and an untimed
+// one-token prefill.
+func (b *benchRunner) runTG(steps int) (time.Duration, error) {
+	if err := b.fill(b.tgName()); err != nil {
+		return 0, err
+	}
+	if _, err := b.e.Forward(b.tgs[:1], false); err != nil {
+		return 0, fmt.Errorf("%s prefill: %w", b.tgName(), err)
+	}
+	t := time.Now()
+	for i := 1; i <= steps; i++ {
+		if _, err := b.e.Forward(b.tgs[i:i+1], false); err != nil {
+			return 0, fmt.Errorf("%s step %d: %w", b.tgName(), i, err)
+		}
+	}
+	return time.Since(t), nil
+}
+
+// benchFillChunk is the largest forward of the untimed depth fill.
+const benchFillChunk = 512
+
+// depthSuffix is what a test name carries at depth d: "@d4096", or nothing
+// at depth 0 (llama-bench's naming).
+func depthSuffix(d int) string {
+	if d == 0 {
+		return ""
+	}
+	return "@d" + strconv.Itoa(d)
+}
+
+// modelContextLimit reads the model's trained context length from the GGUF
+// header (0: the file does not say) without loading the weights.
+func modelContextLimit(path string) (int, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("depth check: %w", err)
+	}
+	defer f.Close()
+	hp, err := model.ReadHParams(f)
+	if err != nil {
+		return 0, fmt.Errorf("depth check: %s: %w", path, err)
+	}
+	return hp.NCtxTrain, nil
 }
 
 // threads is the engine's worker count when it says, else GOMAXPROCS.

@@ -3,9 +3,14 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/engine/tokenizer"
 )
 
 // The JSON schema of minfer bench, as the gate runner reads it: every key
@@ -109,6 +114,8 @@ func TestBench_BadArgumentsFailWithOneLine(t *testing.T) {
 		{[]string{"bench", "-p", "0", "-n", "0"}, 2, "not both 0"},
 		{[]string{"bench", "--device", "tpu", "--model", "x.gguf"}, 2, "--device"},
 		{[]string{"bench", "-p", "64", "--ctx", "32", "--model", "x.gguf"}, 1, "do not fit the context"},
+		{[]string{"bench", "-d", "-1"}, 2, "-d -1"},
+		{[]string{"bench", "-p", "8", "-n", "4", "-d", "16", "--ctx", "23", "--model", "x.gguf"}, 1, "pp8 / tg4@d16 do not fit the context of 23"},
 		{[]string{"bench", "--model", "/nonexistent/m.gguf"}, 1, "m.gguf"},
 	}
 	for _, c := range cases {
@@ -127,5 +134,155 @@ func TestMeanStddev_MatchesKnownValues(t *testing.T) {
 	}
 	if m, s := meanStddev(nil); m != 0 || s != 0 {
 		t.Errorf("empty: %g %g", m, s)
+	}
+}
+
+// benchDoc runs bench with -o json and returns the document as a generic
+// map (its exact key set) and typed.
+func benchDoc(t *testing.T, args ...string) (map[string]any, benchResult) {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, testConfig(t), append([]string{"bench", "--device", "cpu", "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("bench %v: exit %d: %s", args, code, stderr)
+	}
+	var doc map[string]any
+	var res benchResult
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, stdout)
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	return doc, res
+}
+
+func testNamesOf(r benchResult) []string {
+	var out []string
+	for _, t := range r.Tests {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func TestBench_DepthZeroIsTodaysOutputExactly(t *testing.T) {
+	m := synthModel(t)
+	for _, args := range [][]string{
+		{"--model", m, "-p", "8", "-n", "4", "-r", "1"},
+		{"--model", m, "-p", "8", "-n", "4", "-r", "1", "-d", "0"},
+	} {
+		doc, res := benchDoc(t, args...)
+		keys := make([]string, 0, len(doc))
+		for k := range doc {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		want := slices.Sorted(slices.Values(benchKeys))
+		if !slices.Equal(keys, want) {
+			t.Errorf("%v: keys %v, want exactly %v (no \"depth\" at depth 0)", args, keys, want)
+		}
+		if got := testNamesOf(res); !slices.Equal(got, []string{"pp8", "tg4"}) {
+			t.Errorf("%v: tests %v, want [pp8 tg4]", args, got)
+		}
+	}
+	cfg := testConfig(t)
+	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "2", "-r", "1", "-d", "0", "-o", "csv")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(rows) != 3 || rows[1][5] != "pp8" || rows[2][5] != "tg2" {
+		t.Fatalf("csv %v (%v)", rows, err)
+	}
+}
+
+func TestBench_DepthNamesTestsAndRecordsDepthInEveryFormat(t *testing.T) {
+	m := synthModel(t)
+	// --ctx 24 is exactly the 16 + 8 positions pp8@d16 needs: the fill and
+	// the test fit with nothing to spare.
+	doc, res := benchDoc(t, "--model", m, "-p", "8", "-n", "4", "-r", "2", "-d", "16", "--ctx", "24")
+	if d, _ := doc["depth"].(float64); d != 16 || res.Depth != 16 {
+		t.Errorf("depth %v, want 16", doc["depth"])
+	}
+	if got := testNamesOf(res); !slices.Equal(got, []string{"pp8@d16", "tg4@d16"}) {
+		t.Fatalf("tests %v, want [pp8@d16 tg4@d16]", got)
+	}
+	for _, tt := range res.Tests {
+		if len(tt.TokS) != 2 || !(tt.MeanTokS > 0) {
+			t.Errorf("%s: %+v", tt.Name, tt)
+		}
+	}
+	if res.NPrompt != 8 || res.NGen != 4 || res.Tests[0].NTokens != 8 || res.Tests[1].NTokens != 4 {
+		t.Errorf("sizes: %+v", res)
+	}
+	cfg := testConfig(t)
+	md, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "1", "-d", "16")
+	if code != 0 || !strings.Contains(md, "pp8@d16") || !strings.Contains(md, "tg4@d16") {
+		t.Errorf("exit %d (%s), markdown:\n%s", code, stderr, md)
+	}
+	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "0", "-n", "4", "-r", "1", "-d", "16", "-o", "csv")
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if code != 0 || err != nil || len(rows) != 2 || rows[1][5] != "tg4@d16" {
+		t.Errorf("exit %d (%s), csv %v (%v)", code, stderr, rows, err)
+	}
+}
+
+func TestBench_DepthBeyondTheModelsContextIsOneError(t *testing.T) {
+	m := synthModel(t) // qwen2-tiny: context_length 4096
+	stdout, stderr, code := runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "4", "-d", "4096")
+	wantOneLineFailure(t, stdout, stderr, code, 1, "maximum context of 4096")
+	// One past the limit: 4089 + pp8 = 4097 positions (tg4 needs 4089+5).
+	stdout, stderr, code = runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "0", "-d", "4089")
+	wantOneLineFailure(t, stdout, stderr, code, 1, "need 4097 positions, more than the model's maximum context of 4096")
+	// (A run at exactly the limit is TestBench_DepthNamesTestsAndRecordsDepthInEveryFormat's
+	// --ctx 24: a 4K fill on the CPU takes tens of seconds.)
+}
+
+// recordingLM is an lm that records every Reset and Forward (the position
+// it starts at and its length), to check what the bench runs untimed.
+type recordingLM struct {
+	pos int
+	log []string
+}
+
+func (r *recordingLM) Forward(tokens []int32, _ bool) ([]float32, error) {
+	r.log = append(r.log, fmt.Sprintf("%d+%d", r.pos, len(tokens)))
+	r.pos += len(tokens)
+	return make([]float32, 4), nil
+}
+func (r *recordingLM) HParams() model.HParams          { return model.HParams{NVocab: 100} }
+func (r *recordingLM) Tokenizer() *tokenizer.Tokenizer { return nil }
+func (r *recordingLM) Reset()                          { r.pos = 0; r.log = append(r.log, "reset") }
+func (r *recordingLM) Close() error                    { return nil }
+
+func TestBenchRunner_DepthRefillsTheKVBeforeEveryRepetition(t *testing.T) {
+	e := &recordingLM{}
+	br := newBenchRunner(e, 8, 3, 600)
+	for rep := 0; rep < 2; rep++ {
+		if _, err := br.runPP(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each repetition: empty, fill 600 in chunks of 512, then the timed pp8 at 600.
+	want := []string{"reset", "0+512", "512+88", "600+8", "reset", "0+512", "512+88", "600+8"}
+	if !slices.Equal(e.log, want) {
+		t.Errorf("pp8@d600 ran %v, want %v", e.log, want)
+	}
+	e.log = nil
+	if _, err := br.runTG(3); err != nil {
+		t.Fatal(err)
+	}
+	// tg3@d600: the fill, the untimed one-token prefill at 600, steps at 601..603.
+	want = []string{"reset", "0+512", "512+88", "600+1", "601+1", "602+1", "603+1"}
+	if !slices.Equal(e.log, want) {
+		t.Errorf("tg3@d600 ran %v, want %v", e.log, want)
+	}
+	// Depth 0 is today's bench: no fill.
+	e = &recordingLM{}
+	br = newBenchRunner(e, 8, 2, 0)
+	br.runPP()
+	br.runTG(2)
+	want = []string{"reset", "0+8", "reset", "0+1", "1+1", "2+1"}
+	if !slices.Equal(e.log, want) || br.ppName() != "pp8" || br.tgName() != "tg2" {
+		t.Errorf("depth 0 ran %v (%s, %s), want %v", e.log, br.ppName(), br.tgName(), want)
 	}
 }

@@ -3,14 +3,16 @@
 // logits of a 256-token byte vocabulary, and honours MINFER_CACHE_TYPE and
 // the MINFER_TEST_MUTATE seam, so the harness and gates can be tested end to
 // end in milliseconds. FAKEMINFER_MODE=crash|hang|error plants process
-// failures; FAKEMINFER_MODE=phantom makes the prefill GEMM never launch
+// failures (nodepth: bench ignores -d); FAKEMINFER_MODE=phantom makes the prefill GEMM never launch
 // (a lever that switches nothing). With MINFER_LAUNCH_CENSUS=1 it prints the
 // CUDA backend's exit lines on stderr ({"launch_census":...},
 // {"cuda_graphs":...}), with MINFER_OP_TIMING=1 the {"op_timing":...} line.
 // `synth` writes a small file and appends its arguments to
 // $FAKEMINFER_SYNTH_LOG; `info [MODEL] --json` and bench report a real model
 // file (the model given, else the fake's own executable as the "embedded
-// default"); FAKEMINFER_RATES=PP,TG makes bench report exactly those tok/s;
+// default"); FAKEMINFER_RATES=PP,TG[,TGDEPTH] makes bench report exactly
+// those tok/s (TGDEPTH: tg under -d > 0, default TG); bench -d N names its
+// tests pp<P>@dN / tg<T>@dN and leaves out a test of size 0, as minfer does;
 // info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
 // says otherwise.
 package main
@@ -72,6 +74,9 @@ func main() {
 			time.Sleep(time.Hour)
 		}
 	}
+	// FAKEMINFER_MODE=nodepth: a minfer from before bench --depth, which
+	// accepts -d and ignores it.
+	ignoreDepth := os.Getenv("FAKEMINFER_MODE") == "nodepth"
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	model := fs.String("model", "", "")
 	fs.String("device", "auto", "")
@@ -82,6 +87,7 @@ func main() {
 	p := fs.Int("p", 512, "")
 	n := fs.Int("n", 128, "")
 	r := fs.Int("r", 3, "")
+	depth := fs.Int("d", 0, "")
 	fs.Int("ctx", 4096, "")
 	fs.Bool("greedy", false, "")
 	fs.Float64("repeat-penalty", 1.1, "")
@@ -101,7 +107,10 @@ func main() {
 	case "levers":
 		os.Stdout.Write(leversJSON)
 	case "bench":
-		bench(*p, *n, *r, mut, *model)
+		if ignoreDepth {
+			*depth = 0
+		}
+		bench(*p, *n, *r, *depth, mut, *model)
 	case "info":
 		if fs.Arg(0) != "" {
 			*model = fs.Arg(0)
@@ -265,7 +274,7 @@ func deviceLines() {
 	}
 }
 
-func bench(p, n, r int, mut, model string) {
+func bench(p, n, r, depth int, mut, model string) {
 	seed := uint64(time.Now().UnixNano())
 	noise := func() float64 {
 		seed = seed*6364136223846793005 + 1442695040888963407
@@ -274,8 +283,12 @@ func bench(p, n, r int, mut, model string) {
 	pp, tg := 4000.0, 400.0
 	if rs := os.Getenv("FAKEMINFER_RATES"); rs != "" { // "PP,TG": exact rates, no noise
 		a, b, _ := strings.Cut(rs, ",")
+		b, c, hasDepthRate := strings.Cut(b, ",")
 		pp, _ = strconv.ParseFloat(a, 64)
 		tg, _ = strconv.ParseFloat(b, 64)
+		if hasDepthRate && depth > 0 {
+			tg, _ = strconv.ParseFloat(c, 64)
+		}
 		noise = func() float64 { return 1 }
 	}
 	if mut == "slow_prefill" {
@@ -301,7 +314,22 @@ func bench(p, n, r int, mut, model string) {
 		h := sha256.Sum256(b)
 		sum = hex.EncodeToString(h[:])
 	}
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"model": model, "model_sha256": sum, "backend": "cpu", "kv_format": "f32",
+	suffix := ""
+	if depth > 0 {
+		suffix = fmt.Sprintf("@d%d", depth)
+	}
+	var tests []any
+	if p > 0 {
+		tests = append(tests, test(fmt.Sprintf("pp%d%s", p, suffix), p, pp))
+	}
+	if n > 0 {
+		tests = append(tests, test(fmt.Sprintf("tg%d%s", n, suffix), n, tg))
+	}
+	doc := map[string]any{"model": model, "model_sha256": sum, "backend": "cpu", "kv_format": "f32",
 		"threads": 2, "n_prompt": p, "n_gen": n, "reps": r, "warmup": map[string]any{"budget_ms": w, "iterations": 3, "elapsed_ms": 1},
-		"tests": []any{test(fmt.Sprintf("pp%d", p), p, pp), test(fmt.Sprintf("tg%d", n), n, tg)}, "go_version": "go-fake", "date": "now"})
+		"tests": tests, "go_version": "go-fake", "date": "now"}
+	if depth > 0 {
+		doc["depth"] = depth
+	}
+	json.NewEncoder(os.Stdout).Encode(doc)
 }
