@@ -66,6 +66,10 @@ type Backend struct {
 	// norm_q8.go): set by the decode rms_norm that writes it, cleared by
 	// any node, split boundary or host write that could make it stale.
 	q8 actQ8Record
+
+	// resid is the decode matmul planned but not yet launched, waiting
+	// for its residual add (MINFER_FUSE_RESIDUAL, fuse_resid.go).
+	resid *residPending
 }
 
 var _ graph.Backend = (*Backend)(nil)
@@ -87,6 +91,7 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
+			MMQV2: opts.Levers.MMQV2,
 			// In-kernel Q8_1 quantization for decode mmvq (bitwise the
 			// two-launch form; MINFER_MMVQ_INLINE_Q8=1).
 			InlineQ8: opts.Levers.MMVQInlineQ8},
@@ -223,6 +228,9 @@ func (b *Backend) WriteI32(id graph.Buffer, off int, src []int32) error {
 }
 
 func (b *Backend) write(id graph.Buffer, off int, src []byte, n int) error {
+	if err := b.flushResid(); err != nil {
+		return err
+	}
 	b.q8 = actQ8Record{} // the host may overwrite the recorded row
 	if b.cap.recording {
 		return errors.New("cuda: write inside a split that is being captured")
@@ -236,6 +244,9 @@ func (b *Backend) write(id graph.Buffer, off int, src []byte, n int) error {
 
 // Read implements graph.Backend (it synchronizes the stream).
 func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
+	if err := b.flushResid(); err != nil {
+		return err
+	}
 	ptr, err := b.pool.tensor(graph.Tensor{Buf: id, Off: off, Len: len(dst)})
 	if err != nil {
 		return fmt.Errorf("cuda: read: %w", err)
@@ -248,6 +259,9 @@ func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
 // Synchronize implements graph.Backend: at a split boundary it closes a
 // pending capture (see capture.go), otherwise it waits for the stream.
 func (b *Backend) Synchronize() error {
+	if err := b.flushResid(); err != nil { // a pending matmul never crosses it either
+		return err
+	}
 	b.q8 = actQ8Record{} // a record never crosses a split boundary
 	if b.cap.recording {
 		return b.finishCapture()
@@ -263,6 +277,9 @@ func (b *Backend) Synchronize() error {
 
 // BeginSplit implements graph.Backend (capture.go).
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
+	if err := b.flushResid(); err != nil {
+		return false, err
+	}
 	b.q8 = actQ8Record{} // a split never inherits a record (norm_q8.go)
 	return b.beginSplit(key)
 }
@@ -366,6 +383,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.resid = nil // never launched: nothing reads it after Close
 	err := b.dev.Do(func() error {
 		errs := []error{b.s.Synchronize(), b.cap.close(), b.pool.close(), b.stage.close(), b.s.Destroy(), b.k.Close()}
 		return errors.Join(errs...)

@@ -53,6 +53,13 @@ func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 	if op == nil {
 		return fmt.Errorf("cuda: %s %s: op has no device kernel", n.Op, n.Name)
 	}
+	if b.resid != nil {
+		// A deferred decode matmul (MINFER_FUSE_RESIDUAL, fuse_resid.go):
+		// n is its residual add (one fused launch) or it launches first.
+		if fused, err := b.residTake(n, in, out); fused || err != nil {
+			return err
+		}
+	}
 	b.cap.noteNode(n)
 	// The Q8_1 scratch record (MINFER_NORM_Q8, norm_q8.go) is plan-time
 	// state: the op functions run here in node order and their closures run
@@ -73,6 +80,11 @@ func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 	if launch == nil {
 		return nil
 	}
+	return b.issue(n, launch)
+}
+
+// issue runs node n's launches now, or records them for the capture.
+func (b *Backend) issue(n *graph.Node, launch func() error) error {
 	named := func() error {
 		if err := launch(); err != nil {
 			return fmt.Errorf("cuda: %s %s: %w", n.Op, n.Name, err)
@@ -231,12 +243,17 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	if m.w.rows != n.Shape[0] {
 		return nil, fmt.Errorf("weight %s has %d rows, node wants %d", n.Weight, m.w.rows, n.Shape[0])
 	}
-	if !b.planMatMulQ8(p[0], nt, m) {
+	launch := func() error { return b.runMatMul(p[0], nt, m) }
+	q8 := b.planMatMulQ8(p[0], nt, m)
+	if !q8 {
 		// The scratch already holds p[0]'s Q8_1 row (MINFER_NORM_Q8): the
 		// mmvq kernel alone, as MatMul would run it after its quantize.
-		return func() error { return b.runFromQ8(p[0], m) }, nil
+		launch = func() error { return b.runFromQ8(p[0], m) }
 	}
-	return func() error { return b.runMatMul(p[0], nt, m) }, nil
+	if b.residDefer(n, nt, out, p[0], q8, m, launch) {
+		return nil, nil // pending: its add fuses it (MINFER_FUSE_RESIDUAL)
+	}
+	return launch, nil
 }
 
 // mmvqDecode reports whether a matmul of w over nt tokens takes the decode

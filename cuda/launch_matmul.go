@@ -48,6 +48,10 @@ type MatMulOptions struct {
 	MMQ         bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
+	// MMQV2 (MINFER_MMQ_V2) runs those prefill matmuls through the
+	// software-pipelined minfer_mmq2_<type> kernels (launch_mmq2.go): same
+	// plan, scratch and reduce, bitwise the same outputs.
+	MMQV2 bool
 }
 
 // mmvqTable names the decode kernels over Q8_1 activations
@@ -193,7 +197,7 @@ func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 		return ks.mmv
 	}
 	if mmqOn(wtype, nt, opts) {
-		return mmqTable[wtype]
+		return mmqPathName(wtype, opts)
 	}
 	return ks.gemm
 }
@@ -213,7 +217,7 @@ func MatMulTolerance(wtype quant.Type, nt int, opts MatMulOptions) string {
 	switch MatMulPath(wtype, nt, opts) {
 	case ks.gemm:
 		return "f16-weight-tile"
-	case mmvqTable[wtype], mmqTable[wtype]:
+	case mmvqTable[wtype], mmqTable[wtype], mmq2Table[wtype]:
 		return "activation-quantization-q8_1"
 	}
 	return "f32-reorder"
@@ -273,7 +277,8 @@ func (k *Kernels) PrepareMatmul() error {
 		}
 		k.setOptIn(name, smem)
 	}
-	return nil
+	// The MMQ v2 kernels' two-stage tiles (MINFER_MMQ_V2).
+	return k.PrepareMMQ2()
 }
 
 // setOptIn records that kernel name was opted in to smem bytes of dynamic
@@ -318,7 +323,7 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 	if name == ks.gemm {
 		return k.launchGemm(s, name, out, x, w, bias, nt, kDim, n)
 	}
-	if name == mmqTable[wtype] {
+	if name == mmqPathName(wtype, opts) {
 		return k.launchMMQ(s, name, out, x, w, wtype, bias, nt, kDim, n, opts)
 	}
 	if name == mmvqTable[wtype] {

@@ -382,6 +382,9 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					if rows := map[bool]int{true: g.m, false: 3 * g.m}[ffn]; dev.Kernels().MMVQInline(g.k, rows, dev.MatMulOptions()) {
 						fk = mmvqxKernel(mx.ts[0], form) // the in-kernel-quantization form
 					}
+					if dev.repackWanted(mx.ts[0]) {
+						fk = mmvqrKernel(mx.ts[0], form) // the repacked form takes precedence
+					}
 					wantFused := nt == 1 && !lever && same && fk != ""
 					if got := census[fk] > 0; fk != "" && got != wantFused {
 						t.Errorf("%s: census %s = %d, want launches %v", name, fk, census[fk], wantFused)

@@ -127,13 +127,15 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 	for _, name := range []string{"MINFER_MMQ", "MINFER_NO_Q80_MMVQ", "MINFER_NO_Q40_MMVQ", "MINFER_NO_KQ_MMVQ",
 		"MINFER_MMVQ_INLINE_Q8", "MINFER_NO_SPLITK_ATTN", "MINFER_NO_FA_PREFILL", "MINFER_NO_FUSE_FFN",
 		"MINFER_NO_FUSE_QKV", "MINFER_NO_CUDA_GRAPH", "MINFER_PDL", "MINFER_NO_PREFILL_GEMM",
-		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2", "MINFER_FA_PREFILL_V2"} {
+		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2", "MINFER_FA_PREFILL_V2",
+		"MINFER_MMQ_V2", "MINFER_FUSE_RESIDUAL"} {
 		if _, ok := LivenessRules[name]; !ok {
 			t.Errorf("%s has no liveness rule", name)
 		}
 	}
 	examples := map[string]string{
-		"minfer_mmq_*": "minfer_mmq_q5_0", "minfer_mmvq*_q8_0": "minfer_mmvqx_ffn_q8_0",
+		"minfer_mmq*_q*": "minfer_mmq2_q5_0", "minfer_mmq2_*": "minfer_mmq2_q4_k_r64",
+		"minfer_mmvq*_res_*": "minfer_mmvqr_res_q8_0", "minfer_mmvq*_q8_0": "minfer_mmvqx_ffn_q8_0",
 		"minfer_mmvq*_q[45]_[01]": "minfer_mmvqx_qkv_q5_0", "minfer_mmvq*_q[456]_k": "minfer_mmvq_q6_k",
 		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode*_*": "minfer_attn_decode_hd64_g8_f32",
 		"minfer_attn_prefill*_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
@@ -169,6 +171,16 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		}
 		if m, _ := path.Match(pat, "minfer_attn_f32"); m {
 			t.Errorf("%q matches the plain attention kernel", pat)
+		}
+	}
+	for _, n := range []string{"minfer_mmq_q8_0", "minfer_mmq_q6_k_r64", "minfer_mmq2_q4_0"} {
+		if m, _ := path.Match("minfer_mmq*_q*", n); !m {
+			t.Errorf("the MMQ pattern misses %s", n)
+		}
+	}
+	for _, n := range []string{"minfer_mmq_reduce", "minfer_mmvq_q8_0", "minfer_gemm_q8_0"} {
+		if m, _ := path.Match("minfer_mmq*_q*", n); m {
+			t.Errorf("the MMQ pattern matches %s", n)
 		}
 	}
 	if m, _ := path.Match("minfer_mmvq*_q[45]_[01]", "minfer_mmvq_q8_0"); m {

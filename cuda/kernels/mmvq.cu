@@ -7,6 +7,9 @@
 //                       j < nq of Wq, then nk of Wk, then nv of Wv, into one
 //                       output (q, then k, then v), each with its bias
 //   minfer_mmvq_ffn_<t> out[j] = silu(Wg[j] . a) * (Wu[j] . a) (SwiGLU FFN)
+//   minfer_mmvq_res_<t> out[j] = res[j] + (W[j] . a (+ bias[j])): the plain
+//                       form with the graph's residual add folded in
+//                       (MINFER_FUSE_RESIDUAL; res may be out)
 //
 // a is the activation row already quantized to Q8_1 by minfer_quantize_q8_1
 // (quantize_act.cu): k / 32 blocks of 36 bytes (f16 d, f16 s, 32 int8 q),
@@ -311,14 +314,34 @@ __device__ __forceinline__ float minfer_mmvq_silu(float x) {
 
 // The three forms, one output row each (row < rows, warp-uniform); the
 // kernels below pick the rows.
-template <class Q, class A>
-__device__ __forceinline__ void minfer_mmvq_plain_row(float* __restrict__ out, const A& a, const uint8_t* __restrict__ w,
-                                                      const float* __restrict__ bias, int k, int row, size_t rowBytes) {
+//
+// RES (MINFER_FUSE_RESIDUAL, the minfer_mmvq_res_<t> kernels): out[row] =
+// res[row] + (dot + bias), the residual add of the graph done by the lane
+// that writes the row, after the dot is complete and in the same f32
+// operations as the separate minfer_add_f32 (one __fadd_rn; the add is
+// commutative, so operand order does not matter): bitwise the unfused
+// chain. res may be out itself (an in-place add): the one lane reads its
+// element before writing it, so neither pointer is __restrict__.
+template <class Q, bool RES, class A>
+__device__ __forceinline__ void minfer_mmvq_plain_row(float* out, const A& a, const uint8_t* __restrict__ w,
+                                                      const float* __restrict__ bias, const float* res, int k, int row,
+                                                      size_t rowBytes) {
     float acc = minfer_mmvq_row<Q>(w + (size_t)row * rowBytes, a, k);
     if ((threadIdx.x & 31) == 0) {
         if (bias != nullptr) acc = __fadd_rn(acc, bias[row]);
+        if (RES) acc = __fadd_rn(res[row], acc);
         out[row] = acc;
     }
+}
+
+// The body of minfer_mmvq_<t> (RES false) and minfer_mmvq_res_<t> (RES
+// true): one row per warp.
+template <class Q, bool RES>
+__device__ __forceinline__ void minfer_mmvq_plain(float* out, const uint8_t* a, const uint8_t* w, const float* bias,
+                                                  const float* res, int k, int n, size_t rowBytes) {
+    const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);
+    if (row >= n) return; // the whole warp leaves together
+    minfer_mmvq_plain_row<Q, RES>(out, MinferMmvqActG{a}, w, bias, res, k, row, rowBytes);
 }
 
 // Fused q/k/v: global row j of nq + nk + nv picks its weight, bias and
@@ -471,9 +494,13 @@ __device__ __forceinline__ MinferMmvqActS minfer_mmvqx_quantize(const float* __r
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
         minfer_mmvq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {    \
         MINFER_KERNEL_ENTRY();                                                                                \
-        const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);                                   \
-        if (row >= n) return; /* the whole warp leaves together */                                           \
-        minfer_mmvq_plain_row<Q>(out, MinferMmvqActG{a}, w, bias, k, row, (size_t)(k / (BS)) * (BB));          \
+        minfer_mmvq_plain<Q, false>(out, a, w, bias, nullptr, k, n, (size_t)(k / (BS)) * (BB));                \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
+        minfer_mmvq_res_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
+                               const float* res) {                                                             \
+        MINFER_KERNEL_ENTRY();                                                                                \
+        minfer_mmvq_plain<Q, true>(out, a, w, bias, res, k, n, (size_t)(k / (BS)) * (BB));                     \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
         minfer_mmvq_qkv_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,              \
@@ -497,7 +524,8 @@ __device__ __forceinline__ MinferMmvqActS minfer_mmvqx_quantize(const float* __r
                             uint8_t* xq) {                                                                     \
         MINFER_KERNEL_ENTRY();                                                                                \
         const MinferMmvqActS a = minfer_mmvqx_quantize(x, k, xq);                                             \
-        MINFER_MMVQX_ROWS_LOOP(n, minfer_mmvq_plain_row<Q>(out, a, w, bias, k, row, (size_t)(k / (BS)) * (BB))) \
+        MINFER_MMVQX_ROWS_LOOP(n, (minfer_mmvq_plain_row<Q, false>(out, a, w, bias, nullptr, k, row,             \
+                                                                   (size_t)(k / (BS)) * (BB))))               \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQX_MAX_THREADS)                                    \
         minfer_mmvqx_qkv_##name(float* out, const float* x, const uint8_t* wq, const uint8_t* wk,               \

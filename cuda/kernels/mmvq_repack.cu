@@ -196,17 +196,35 @@ __device__ __forceinline__ float minfer_mmvqr_ffn(const typename Q::Row& wg, con
 // activation row (k / 32 blocks of 36 bytes, 4-byte aligned); w*: repacked
 // copies (16-byte aligned); n* the rows of each weight (the scales follow
 // all the quants, so a row's pointers need its weight's row count).
+//
+// minfer_mmvqr_res_<t> (MINFER_FUSE_RESIDUAL) is the plain kernel with the
+// graph's residual add folded in: out[row] = res[row] + (dot + bias), one
+// __fadd_rn as minfer_add_f32 does it, so bitwise the unfused chain (res
+// may be out: the writing lane reads its element first).
+template <class Q, bool RES>
+__device__ __forceinline__ void minfer_mmvqr_plain(float* out, const uint8_t* a, const uint8_t* w, const float* bias,
+                                                   const float* res, int k, int n) {
+    const int row = blockIdx.x * MINFER_MMVQR_ROWS + (threadIdx.x >> 5);
+    if (row >= n) return; // the whole warp leaves together
+    float acc = minfer_mmvqr_row<Q>(Q::row(w, n, k, row), MinferMmvqActG{a}, k);
+    if ((threadIdx.x & 31) == 0) {
+        if (bias != nullptr) acc = __fadd_rn(acc, bias[row]);
+        if (RES) acc = __fadd_rn(res[row], acc);
+        out[row] = acc;
+    }
+}
+
 #define MINFER_MMVQR_KERNEL(name, Q)                                                                          \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS, MINFER_MMVQR_MIN_BLOCKS)               \
         minfer_mmvqr_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {  \
         MINFER_KERNEL_ENTRY();                                                                               \
-        const int row = blockIdx.x * MINFER_MMVQR_ROWS + (threadIdx.x >> 5);                                 \
-        if (row >= n) return; /* the whole warp leaves together */                                          \
-        float acc = minfer_mmvqr_row<Q>(Q::row(w, n, k, row), MinferMmvqActG{a}, k);                         \
-        if ((threadIdx.x & 31) == 0) {                                                                       \
-            if (bias != nullptr) acc = __fadd_rn(acc, bias[row]);                                            \
-            out[row] = acc;                                                                                  \
-        }                                                                                                    \
+        minfer_mmvqr_plain<Q, false>(out, a, w, bias, nullptr, k, n);                                        \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS, MINFER_MMVQR_MIN_BLOCKS)               \
+        minfer_mmvqr_res_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
+                                const float* res) {                                                           \
+        MINFER_KERNEL_ENTRY();                                                                               \
+        minfer_mmvqr_plain<Q, true>(out, a, w, bias, res, k, n);                                             \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS)                                        \
         minfer_mmvqr_qkv_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,             \

@@ -34,8 +34,12 @@ func Alloc(g *Graph) (*Layout, error) {
 		last[i] = -1
 	}
 	for _, n := range g.Nodes {
+		n.Readers = 0
+	}
+	for _, n := range g.Nodes {
 		for _, in := range n.Inputs {
 			r, _ := g.root(g.Nodes[in])
+			r.Readers++
 			if n.ID > last[r.ID] {
 				last[r.ID] = n.ID
 			}
@@ -43,6 +47,7 @@ func Alloc(g *Graph) (*Layout, error) {
 	}
 	if g.Output >= 0 {
 		r, _ := g.root(g.Nodes[g.Output])
+		r.Readers++
 		last[r.ID] = len(g.Nodes) // never freed
 	}
 	l := &Layout{}

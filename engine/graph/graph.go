@@ -78,6 +78,12 @@ type Node struct {
 	Slot    int // buffer slot (alloc); -1: none (alias, no output)
 	Alias   int // alias ops: the node whose buffer this one reads, else -1
 	Offset  int // alias ops: element offset into Alias's buffer
+	// Readers (alloc) counts the reads of this node's buffer: each input
+	// slot of a node that names it or a view of it (the view itself counts
+	// too), plus one when it is the graph output. A backend may fold a
+	// node into its only reader (cuda: MINFER_FUSE_RESIDUAL); 0 for nodes
+	// that are views or were never allocated.
+	Readers int
 
 	dead bool
 }
