@@ -11,7 +11,7 @@
 #   then carry ["bin"] and on the device:
 #   CORRECTNESS_MODEL=bin/tiny-code-Q8_0.gguf LEVERS=... scripts/abtest-device.sh
 #
-# SNAPSHOT=1 builds from a clean `git worktree` of HEAD instead of the work
+# SNAPSHOT=1 builds from a clean local clone of HEAD instead of the work
 # tree (helpers may be editing it) and adds src.tgz, HEAD's files without
 # reports/: on the device, extract it and run the scripts from there, so the
 # kernels compiled are HEAD's too:
@@ -23,9 +23,12 @@ cd "$root"
 stage="$(mktemp -d)"
 tree="$root"
 if [[ "${SNAPSHOT:-0}" == 1 ]]; then
+    # A local clone, not `git worktree`: Go stamps vcs.revision only where
+    # .git is a directory (a worktree's .git is a file: no stamp, and the
+    # device's reports would name no commit).
     tree="$(mktemp -d)/wt"
-    git worktree add --detach "$tree" HEAD >/dev/null 2>&1
-    trap 'rm -rf "$stage"; git -C "$root" worktree remove --force "$tree"' EXIT
+    git clone -q "$root" "$tree" && git -C "$tree" checkout -q --detach "$(git rev-parse HEAD)"
+    trap 'rm -rf "$stage" "$(dirname "$tree")"' EXIT
     git archive HEAD -- . ':!reports' | gzip >"$stage/src.tgz"
 else
     trap 'rm -rf "$stage"' EXIT
