@@ -254,49 +254,56 @@ func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32
 	return out
 }
 
-// TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3: the synthetic
-// qwen2-tiny and the trained tiny-code model decoding at 100+ cells (several
-// splits) with the lever on and off: every step's logits within 1e-3 of the
-// largest logit and the same argmax wherever the top-2 margin is above 0.1
-// (the accumulation-order class; the greedy gate saw a swap at 0.014). The
-// random-weight qwen2-0.5b shape amplifies any rounding change through 24
-// layers (rel ~0.02 measured for this kernel, as for every other
-// accumulation-order change), so it is held to the whole-model class bar
-// 5e-2 and no argmax. With the lever on, CUDA graph replays give bitwise the
-// logits of direct launches.
+// TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3: whole models decoding
+// at 100+ cells (several splits) with the lean kernel, the v1 split-K kernel
+// and the plain one-block kernel. With f32 activations (qwen2-tiny F32) the
+// three agree within 1e-3 of the largest logit (the accumulation-order
+// class) and on top-1 wherever the top-2 margin is above 0.1. With Q8_0
+// weights the matmuls quantize their activations to int8: a last-bit
+// difference in an attention output flips an int8 rounding now and then,
+// and the logits then move by ~1% at once (H200, 2026-11-29: v1 vs v2
+// bitwise equal for the first steps, then rel 0.010-0.016 on tiny-code and
+// the 0.5b shape). Those models are held to the activation-quantization
+// class instead: rel 5e-2, top-1 equal where the margin is above 0.2. With
+// the lever on, CUDA graph replays give bitwise the direct launches.
 func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
 	models := []struct {
-		name   string
-		path   string
-		bar    float64
-		argmax bool
+		name        string
+		path        string
+		bar, margin float64
 	}{
-		{"qwen2-tiny", dsSynth(t, "qwen2-tiny", "Q8_0"), 1e-3, true},
-		{"tiny-code", dsTinyCode(t), 1e-3, true},
-		{"qwen2-0.5b", dsSynth(t, "qwen2-0.5b", "Q8_0"), 5e-2, false},
+		{"qwen2-tiny F32", dsSynth(t, "qwen2-tiny", "F32"), 1e-3, 0.1},
+		{"qwen2-tiny Q8_0", dsSynth(t, "qwen2-tiny", "Q8_0"), 5e-2, 0.2},
+		{"tiny-code", dsTinyCode(t), 5e-2, 0.2},
+		{"qwen2-0.5b Q8_0", dsSynth(t, "qwen2-0.5b", "Q8_0"), 5e-2, 0.2},
 	}
 	for _, m := range models {
-		off := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=0")
-		on := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1")
+		v2 := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1")
 		direct := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1", "MINFER_NO_CUDA_GRAPH=1")
-		// The plain one-block attention kernel is the third opinion: when
-		// v1 and v2 disagree, the log says which one left it.
-		plain := ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=1")
+		arms := map[string][][]float32{
+			"v1":    ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=0"),
+			"plain": ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=1"),
+		}
 		worst := 0.0
-		for i := range off {
-			d := dsLogitDiff(on[i], off[i])
-			worst = max(worst, d)
-			t.Logf("%s step %d: v2 vs v1 %.3g, v2 vs plain %.3g, v1 vs plain %.3g", m.name, i, d, dsLogitDiff(on[i], plain[i]), dsLogitDiff(off[i], plain[i]))
-			if d > m.bar {
-				t.Errorf("%s step %d: relative logit diff lever on vs off %.3g > %g", m.name, i, d, m.bar)
-			}
-			if a, b := dsArgmax(on[i]), dsArgmax(off[i]); m.argmax && a != b && dsTop2Margin(off[i]) > 0.1 {
-				t.Errorf("%s step %d: argmax %d with the lever on, %d off, at top-2 margin %.3g > 0.1", m.name, i, a, b, dsTop2Margin(off[i]))
+		for _, ref := range []string{"v1", "plain"} {
+			for i, want := range arms[ref] {
+				d := dsLogitDiff(v2[i], want)
+				worst = max(worst, d)
+				if d > m.bar {
+					t.Errorf("%s step %d: relative logit diff v2 vs %s %.3g > %g", m.name, i, ref, d, m.bar)
+				}
+				if a, b := dsArgmax(v2[i]), dsArgmax(want); a != b && dsTop2Margin(want) > m.margin {
+					t.Errorf("%s step %d: argmax %d with v2, %d with %s, at top-2 margin %.3g > %g", m.name, i, a, b, ref, dsTop2Margin(want), m.margin)
+				}
 			}
 		}
-		dsBitwise(t, m.name+" lever on: graphs vs direct", on, direct)
-		t.Logf("%s: worst relative logit diff lever on vs off %.3g", m.name, worst)
+		for i := range v2 {
+			t.Logf("%s step %d: v2 vs v1 %.3g, v2 vs plain %.3g, v1 vs plain %.3g", m.name, i,
+				dsLogitDiff(v2[i], arms["v1"][i]), dsLogitDiff(v2[i], arms["plain"][i]), dsLogitDiff(arms["v1"][i], arms["plain"][i]))
+		}
+		dsBitwise(t, m.name+" lever on: graphs vs direct", v2, direct)
+		t.Logf("%s: worst relative logit diff of v2 vs v1 and plain %.3g", m.name, worst)
 	}
 }
 

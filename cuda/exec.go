@@ -6,6 +6,7 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // opFunc checks one node on the host (shapes, weights, KV layer) and
@@ -254,6 +255,36 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 		return nil, nil // pending: its add fuses it (MINFER_FUSE_RESIDUAL)
 	}
 	return launch, nil
+}
+
+// The attention kernel families attnFamily chooses from.
+const (
+	attnPlain    = "plain"    // minfer_attn_f32, one block per (token, head)
+	attnPrefill1 = "prefill"  // minfer_attn_prefill_*
+	attnPrefill2 = "prefill2" // minfer_attn_prefill2_*
+	attnDecode1  = "decode"   // minfer_attn_decode_*
+	attnDecode2  = "decode2"  // minfer_attn_decode2_*
+)
+
+// attnFamily is the attention kernel of an nt-token call. The switch-off
+// levers win over the version levers: MINFER_NO_FA_PREFILL=1 and
+// MINFER_NO_SPLITK_ATTN=1 mean the plain kernel whatever MINFER_FA_PREFILL_V2
+// and MINFER_ATTN_DECODE_V2 say (the v2 kernels are tiled and split-K too;
+// with v2 on by default, the other order made those two levers no-ops).
+func attnFamily(nt int, lv levers.Config) string {
+	switch {
+	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
+		if lv.FAPrefillV2 {
+			return attnPrefill2
+		}
+		return attnPrefill1
+	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
+		if lv.AttnDecodeV2 {
+			return attnDecode2
+		}
+		return attnDecode1
+	}
+	return attnPlain
 }
 
 // mmvqDecode reports whether a matmul of w over nt tokens takes the decode
@@ -758,22 +789,22 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		return nil, err
 	}
 	f := b.kvSpec.Format
-	switch {
-	case ap.NT >= AttnPrefillMinNT && b.lv.FAPrefillV2:
-		// Prefill: the v2 tiled kernels (MINFER_FA_PREFILL_V2=1).
+	switch attnFamily(ap.NT, b.lv) {
+	case attnPrefill2:
+		// Prefill: the v2 tiled kernels (MINFER_FA_PREFILL_V2, default on).
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
-	case ap.NT >= AttnPrefillMinNT && !b.lv.NoFAPrefill:
-		// Prefill: the tiled kernel (MINFER_NO_FA_PREFILL=1: the plain one).
+	case attnPrefill1:
+		// Prefill: the v1 tiled kernel (MINFER_FA_PREFILL_V2=0).
 		return func() error { return b.k.AttentionPrefill(b.s, o, p[0], kr, vr, f, win, ap) }, nil
-	case ap.NT <= AttnDecodeMaxNT && b.lv.AttnDecodeV2:
-		// Decode: the lean split-K kernel (MINFER_ATTN_DECODE_V2=1).
+	case attnDecode2:
+		// Decode: the lean split-K kernel (MINFER_ATTN_DECODE_V2, default on).
 		scr, scrBytes, err := b.attnDecode2Scratch(ap)
 		if err != nil {
 			return nil, err
 		}
 		return func() error { return b.k.AttentionDecode2(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
-	case ap.NT <= AttnDecodeMaxNT && !b.lv.NoSplitKAttn:
-		// Decode: the split-K kernel (MINFER_NO_SPLITK_ATTN=1: the plain one).
+	case attnDecode1:
+		// Decode: the v1 split-K kernel (MINFER_ATTN_DECODE_V2=0).
 		scr, scrBytes, err := b.attnDecodeScratch(ap)
 		if err != nil {
 			return nil, err
