@@ -133,6 +133,9 @@ var registry = []Lever{
 		Doc: "1: prefill MMQ through the software-pipelined kernels (the next k stage is loaded while the current one multiplies; same per-element arithmetic order, so bitwise the v1 MMQ)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul + residual add", Issue: "#6",
 		Doc: "1: a decode matmul whose only consumer is the residual add writes x + W a itself (no add launch)", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_MMVQ_NT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
+		Doc: "1: matmuls of 2..8 tokens through multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel) instead of the f32-activation per-type kernels", ArmA: "0", ArmB: "1",
+		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -237,6 +240,7 @@ type Config struct {
 	MMVQRepack       bool
 	MMQV2            bool
 	FuseResidual     bool
+	MMVQNT           bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -327,6 +331,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.MMQV2 = on("MINFER_MMQ_V2")
 	c.FuseResidual = on("MINFER_FUSE_RESIDUAL")
+	c.MMVQNT = on("MINFER_MMVQ_NT")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")
