@@ -94,7 +94,9 @@ func New(opts Options) (*Backend, error) {
 			MMQV2: opts.Levers.MMQV2,
 			// In-kernel Q8_1 quantization for decode mmvq (bitwise the
 			// two-launch form; MINFER_MMVQ_INLINE_Q8=1).
-			InlineQ8: opts.Levers.MMVQInlineQ8},
+			InlineQ8: opts.Levers.MMVQInlineQ8,
+			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
+			MMVQNT: opts.Levers.MMVQNT},
 		pool:    newPool(dev),
 		weights: map[string]*devWeight{},
 		ops:     opTable(),
@@ -108,7 +110,7 @@ func New(opts Options) (*Backend, error) {
 	b.cap.stats.Disabled = opts.Levers.NoCUDAGraph
 	err = dev.Do(func() error {
 		k, err := LoadKernels(dev, KernelsOptions{Path: opts.Levers.Kernels, Census: opts.Levers.LaunchCensus, OpTiming: opts.Levers.OpTiming,
-			PDL: opts.Levers.PDL})
+			PDL: opts.Levers.PDL, QuantizeX4: opts.Levers.QuantizeX4})
 		if err != nil {
 			return err
 		}

@@ -371,6 +371,20 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 			}
 			return nil
 		}, nil
+	case b.mmvqNTAll(nt, ms[:]...):
+		// 2..8 tokens, all three multi-token mmvq (MINFER_MMVQ_NT): quantize
+		// x's nt rows once, then each weight's minfer_mmvq_nt_<t>.
+		return func() error {
+			if err := b.quantizeActNT(x, k, nt); err != nil {
+				return err
+			}
+			for _, m := range ms {
+				if err := b.runFromQ8NT(nt, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil
 	case allQ8 && allR:
 		// All three repacked (MINFER_MMVQ_REPACK): one minfer_mmvqr_qkv
 		// launch over the quantized row (before the in-kernel form).
@@ -516,6 +530,11 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		// Prefill, gate and up MMQ: quantize x once for both.
 		prep = func() error { return b.quantizeMMQ(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runPreQ8(nt, m) }
+	case b.mmvqNTAll(nt, g, u):
+		// 2..8 tokens, gate and up multi-token mmvq (MINFER_MMVQ_NT):
+		// quantize x's nt rows once for both.
+		prep = func() error { return b.quantizeActNT(x, k, nt) }
+		one = func(m matmulPlan) error { return b.runFromQ8NT(nt, m) }
 	case (gq || uq) && b.mm.InlineQ8:
 		// Mixed types with in-kernel quantization: MatMul per weight.
 	case gq || uq:

@@ -27,6 +27,7 @@ type Kernels struct {
 
 	timing *opTiming // nil when op timing is off
 	pdl    bool      // launch with programmatic dependent launch (MINFER_PDL=1)
+	qx4    bool      // activation quantize through minfer_quantize_q8_1_x4 (MINFER_QUANTIZE_X4=1)
 	pdlN   int64     // launches issued with the PDL attribute (liveness evidence)
 }
 
@@ -40,6 +41,9 @@ type KernelsOptions struct {
 	// MINFER_KERNEL_ENTRY (griddepcontrol.wait), so the next kernel's launch
 	// overlaps the tail of the previous one without reading its outputs early.
 	PDL bool
+	// QuantizeX4 runs QuantizeQ8_1 as minfer_quantize_q8_1_x4 (four Q8_1
+	// blocks per warp, the same bytes).
+	QuantizeX4 bool
 }
 
 // LoadKernels loads the fatbin on dev. Call it inside dev.Do.
@@ -48,7 +52,7 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}, pdl: opts.PDL}
+	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}, pdl: opts.PDL, qx4: opts.QuantizeX4}
 	if opts.Census {
 		k.census = map[string]int64{}
 	}

@@ -52,6 +52,11 @@ type MatMulOptions struct {
 	// software-pipelined minfer_mmq2_<type> kernels (launch_mmq2.go): same
 	// plan, scratch and reduce, bitwise the same outputs.
 	MMQV2 bool
+	// MMVQNT (MINFER_MMVQ_NT, opt-in) runs matmuls of 2..8 tokens of the
+	// mmvq types (their mmvq lever off) as minfer_quantize_q8_1 of the nt
+	// rows into ActQ8 (ActQ8Bytes(k, nt)) + minfer_mmvq_nt_<t>
+	// (launch_mmvqnt.go) instead of the f32-activation mmv kernel.
+	MMVQNT bool
 }
 
 // mmvqTable names the decode kernels over Q8_1 activations
@@ -182,7 +187,9 @@ func MatMulTypes() []quant.Type {
 // NoPrefillGEMM prefill runs that one kernel once per chunk of up to 8
 // tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K
 // runs the mmvq kernel (after minfer_quantize_q8_1) when its lever is off
-// and opts.ActQ8 is set. Prefill (nt >= 9) of the mmqTable types runs
+// and opts.ActQ8 is set; 2..8 tokens of those types run minfer_mmvq_nt_<t>
+// (after minfer_quantize_q8_1 of the nt rows) when opts.MMVQNT is set too.
+// Prefill (nt >= 9) of the mmqTable types runs
 // minfer_mmq_<type> (after minfer_quantize_q8_1) when opts.MMQ is set and
 // NoPrefillGEMM is not; F32, F16 and BF16 keep the f16 GEMM.
 func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
@@ -192,6 +199,9 @@ func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 	}
 	if nt == 1 && mmvqOn(wtype, opts) {
 		return mmvqTable[wtype]
+	}
+	if mmvqNTOn(wtype, nt, opts) {
+		return mmvqNTKernel(wtype)
 	}
 	if nt <= mmvMaxNT || opts.NoPrefillGEMM {
 		return ks.mmv
@@ -217,7 +227,7 @@ func MatMulTolerance(wtype quant.Type, nt int, opts MatMulOptions) string {
 	switch MatMulPath(wtype, nt, opts) {
 	case ks.gemm:
 		return "f16-weight-tile"
-	case mmvqTable[wtype], mmqTable[wtype], mmq2Table[wtype]:
+	case mmvqTable[wtype], mmqTable[wtype], mmq2Table[wtype], mmvqNTKernel(wtype):
 		return "activation-quantization-q8_1"
 	}
 	return "f32-reorder"
@@ -325,6 +335,9 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 	}
 	if name == mmqPathName(wtype, opts) {
 		return k.launchMMQ(s, name, out, x, w, wtype, bias, nt, kDim, n, opts)
+	}
+	if name != "" && name == mmvqNTKernel(wtype) {
+		return k.launchMMVQNT(s, wtype, out, x, w, bias, nt, kDim, n, opts)
 	}
 	if name == mmvqTable[wtype] {
 		if k.MMVQInline(kDim, n, opts) {
@@ -495,6 +508,9 @@ func (k *Kernels) QuantizeQ8_1(s *driver.Stream, dst, x driver.DevicePtr, kDim, 
 	}
 	if dst == 0 || x == 0 || uint64(dst)%4 != 0 || uint64(x)%4 != 0 {
 		return fmt.Errorf("quantize_q8_1: null or misaligned device pointer (dst=%v x=%v; both need 4-byte alignment)", dst, x)
+	}
+	if k.qx4 {
+		return k.quantizeQ8_1X4(s, dst, x, kDim, nt, blocks)
 	}
 	grid := [3]uint32{uint32((blocks + qactBlocks - 1) / qactBlocks), 1, 1}
 	block := [3]uint32{qactThreads, 1, 1}

@@ -108,18 +108,20 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 }
 
 // ensureActQ8 grows the Q8_1 activation scratch of the decode mmvq path
-// (b.mm.ActQ8) to hold one row of k values, so the largest k of the
+// (b.mm.ActQ8) to hold one row of k values (8 rows with MINFER_MMVQ_NT), so the largest k of the
 // registered matrices fits: it is allocated here, at registration (outside
 // any split and capture window), never by a matmul. With it set, decode of
 // every type in mmvqTable takes mmvq unless its lever is set. A replaced
 // scratch stays allocated until Close (a captured graph may reference it;
 // pool.raw moves the generation). Inside dev.Do.
 func (b *Backend) ensureActQ8(k int) error {
-	need := ActQ8Bytes(k, 1)
+	// MINFER_MMVQ_NT quantizes up to 8 rows into it (actQ8Rows).
+	rows := actQ8Rows(b.mm)
+	need := ActQ8Bytes(k, rows)
 	if need == 0 || need <= b.mm.ActQ8Bytes {
 		return nil
 	}
-	ptr, err := b.pool.raw(need, fmt.Sprintf("Q8_1 activation scratch (k=%d)", k))
+	ptr, err := b.pool.raw(need, fmt.Sprintf("Q8_1 activation scratch (k=%d, %d rows)", k, rows))
 	if err != nil {
 		return err
 	}

@@ -136,6 +136,8 @@ var registry = []Lever{
 	{Name: "MINFER_MMVQ_NT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "1: matmuls of 2..8 tokens through multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel) instead of the f32-activation per-type kernels", ArmA: "0", ArmB: "1",
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+	{Name: "MINFER_QUANTIZE_X4", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "activation Q8_1 quantize", Issue: "#6",
+		Doc: "1: the Q8_1 activation quantize runs four blocks per warp with float4 loads (minfer_quantize_q8_1_x4: the same bytes, a quarter of the instructions)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -241,6 +243,7 @@ type Config struct {
 	MMQV2            bool
 	FuseResidual     bool
 	MMVQNT           bool
+	QuantizeX4       bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -332,6 +335,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMQV2 = on("MINFER_MMQ_V2")
 	c.FuseResidual = on("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = on("MINFER_MMVQ_NT")
+	c.QuantizeX4 = on("MINFER_QUANTIZE_X4")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")
