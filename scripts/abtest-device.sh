@@ -39,7 +39,8 @@
 #   ROUNDS=9 PP=512 TG=128 REPS=3   A/B rounds (pre-registered PAIRS) and bench shapes
 #   WARMUP_MS=2000                  untimed warmup before round 1
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
-#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"
+#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN]
+#                                   (@ppN: that lever's prefill size, e.g. MINFER_MMVQ_NT=1@pp5)
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
@@ -136,8 +137,12 @@ fi
 # 3. The levers.
 rc=0
 gates="$GATES"
-for lever in $LEVERS; do
-    say "=== abtest run --lever $lever (gates $gates${CORRECTNESS_MODEL:+, correctness model $CORRECTNESS_MODEL})"
+for spec in $LEVERS; do
+    # NAME[=VALUE][@ppN]: @ppN gives this lever its own prefill size (a
+    # 2..8-token path such as MINFER_MMVQ_NT never runs at pp512).
+    lever="${spec%%@pp*}" pp="$PP"
+    [[ "$spec" == *@pp* ]] && pp="${spec##*@pp}"
+    say "=== abtest run --lever $lever --pp $pp (gates $gates${CORRECTNESS_MODEL:+, correctness model $CORRECTNESS_MODEL})"
     start=$(date +%s)
     limit="$LEVER_TIMEOUT"
     # The first lever also runs the device suite (~80 s on the H200): a limit
@@ -147,11 +152,11 @@ for lever in $LEVERS; do
     [[ -n "$CORRECTNESS_MODEL" ]] && cm=(--correctness-model "$CORRECTNESS_MODEL")
     timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" \
         --suite-bin 'bin/*.test' --kernels bin/minfer-kernels.fatbin --gates "$gates" \
-        --rounds "$ROUNDS" --pp "$PP" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
+        --rounds "$ROUNDS" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1
     code=$?
     say "=== $lever: exit $code in $(($(date +%s) - start)) s (0 pass/inconclusive, 1 a gate failed or cut short, 2 could not run, 124/137 timeout)"
-    grep -h '^\*\*Verdict' "$reports/$lever"/*.md 2>/dev/null | tail -n 1 | tee -a "$log" >&2
+    grep -h '^\*\*Verdict' "$reports/${lever%%=*}"/*.md 2>/dev/null | tail -n 1 | tee -a "$log" >&2
     [[ $code -ne 0 ]] && rc=1
     gates="$(echo "$gates" | tr ',' '\n' | grep -vx suite | paste -sd, -)" # the suite runs once
 done
