@@ -74,6 +74,44 @@ type ABDetail struct {
 	Warmup  []WarmupRun `json:"warmup"`
 	Metrics []Metric    `json:"metrics"`
 	PP, TG  int         `json:"-"`
+	// Decode is the bandwidth view of the tg medians (issue 6: every decode
+	// number states its GB/s and its share of the HBM floor).
+	Decode *ABDecode `json:"decode,omitempty"`
+}
+
+// ABDecode is the weight bytes a decode step reads (from `minfer info
+// --json` of the A/B model) and what the arms' median tg rates make of them.
+type ABDecode struct {
+	BytesPerToken int64          `json:"bytes_per_token"`
+	Method        string         `json:"method,omitempty"`
+	A             harness.Decode `json:"a"`
+	B             harness.Decode `json:"b"`
+	// Why says why there are no numbers (minfer info failed, no tg medians).
+	Why string `json:"why,omitempty"`
+}
+
+// abDecode computes the decode bandwidth of both arms' median tg rates.
+func abDecode(ctx context.Context, env *Env, d *ABDetail) *ABDecode {
+	var ma, mb float64
+	for _, m := range d.Metrics {
+		if m.Key == "tg" {
+			ma, mb = m.SummaryA.Median, m.SummaryB.Median
+		}
+	}
+	if !(ma > 0) || !(mb > 0) {
+		return &ABDecode{Why: "no tg medians"}
+	}
+	info, e, err := env.M.Info(ctx)
+	env.Cmd("ab: decode bytes per token", e)
+	if err != nil {
+		return &ABDecode{Why: "minfer info: " + err.Error()}
+	}
+	w, err := harness.WeightBytesFromInfo(info)
+	if err != nil {
+		return &ABDecode{Why: err.Error()}
+	}
+	return &ABDecode{BytesPerToken: w.PerToken, Method: w.Method,
+		A: harness.DecodeBandwidth(w.PerToken, ma), B: harness.DecodeBandwidth(w.PerToken, mb)}
 }
 
 // AB is gate 3: warmup, PAIRS interleaved rounds, paired sign tests.
@@ -153,6 +191,7 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 		env.publish(res)
 	}
 	finishAB(&res, cfg)
+	d.Decode = abDecode(ctx, env, d)
 	return res
 }
 

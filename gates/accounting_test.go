@@ -3,6 +3,7 @@ package gates
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -64,5 +65,38 @@ func TestProfile_CudaGraphEvidenceShowsCapturedReplayedPerArm(t *testing.T) {
 	}
 	if got := GraphsLine(&ProfileDetail{}); got != `A no {"cuda_graphs"} line; B no {"cuda_graphs"} line` {
 		t.Errorf("absent lines: %q", got)
+	}
+}
+
+// TestAB_DecodeBandwidthFromTheModelsBytesAndTheMedians: the A/B gate states
+// each arm's decode GB/s and its share of the HBM floor from `minfer info`'s
+// weight bytes per token and the arm's median tg (issue 6); a failing info
+// leaves the reason, never zeros.
+func TestAB_DecodeBandwidthFromTheModelsBytesAndTheMedians(t *testing.T) {
+	cfg := leverCfg("MINFER_NO_FUSE_FFN")
+	cfg.Rounds, cfg.WarmupMS, cfg.BenchWarm = 3, 1, 1
+	r := AB(context.Background(), cfg, &Env{M: fake(t)})
+	d := r.AB
+	if d == nil || d.Decode == nil || d.Decode.Why != "" {
+		t.Fatalf("%s: %s; decode %+v", r.Status, r.Reason, d.Decode)
+	}
+	var ma, mb float64
+	for _, m := range d.Metrics {
+		if m.Key == "tg" {
+			ma, mb = m.SummaryA.Median, m.SummaryB.Median
+		}
+	}
+	dd := d.Decode
+	if dd.BytesPerToken != 1000 || math.Abs(float64(dd.A.GBs)-1000*ma/1e9) > 1e-12 || math.Abs(float64(dd.B.GBs)-1000*mb/1e9) > 1e-12 {
+		t.Errorf("bytes %d, GB/s A %v (median %v), B %v (median %v)", dd.BytesPerToken, dd.A.GBs, ma, dd.B.GBs, mb)
+	}
+	if math.Abs(float64(dd.A.HBMShare)-float64(dd.A.GBs)/harness.HBMCopyGBs) > 1e-15 {
+		t.Errorf("share %v of %v GB/s", dd.A.HBMShare, dd.A.GBs)
+	}
+	m := fake(t)
+	m.R = &harness.Runner{Bin: "/nonexistent/minfer"}
+	env := &Env{M: m}
+	if got := abDecode(context.Background(), env, d); got.Why == "" || got.BytesPerToken != 0 {
+		t.Errorf("minfer info failing: %+v, want a reason and no numbers", got)
 	}
 }

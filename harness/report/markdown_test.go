@@ -88,3 +88,23 @@ func TestSuiteSection_QuotesTheFailedTestsLog(t *testing.T) {
 		t.Errorf("the failed test's log is not in the section:\n%s", b.String())
 	}
 }
+
+// The A/B section states each arm's decode GB/s and share of the HBM floor
+// when the gate computed them, and why not when it could not.
+func TestABSection_DecodeBandwidthLine(t *testing.T) {
+	rec := abRecord()
+	g := rec.Gates[0]
+	g.AB.Decode = &gates.ABDecode{BytesPerToken: 500_000_000, Method: "minfer info: test",
+		A: harness.DecodeBandwidth(500_000_000, 400), B: harness.DecodeBandwidth(500_000_000, 420)}
+	var b strings.Builder
+	abSection(&b, g, rec, nil)
+	if !strings.Contains(b.String(), "A 200.0 GB/s (4.7% of the floor), B 210.0 GB/s (4.9%)") {
+		t.Errorf("no decode bandwidth line in:\n%s", b.String())
+	}
+	g.AB.Decode = &gates.ABDecode{Why: "minfer info: boom"}
+	b.Reset()
+	abSection(&b, g, rec, nil)
+	if !strings.Contains(b.String(), "Decode bandwidth: not computed (minfer info: boom)") {
+		t.Errorf("no reason line in:\n%s", b.String())
+	}
+}
