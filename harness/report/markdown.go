@@ -349,7 +349,7 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 		if dd.Why != "" {
 			fmt.Fprintf(b, "Decode bandwidth: not computed (%s).\n\n", dd.Why)
 		} else {
-			fmt.Fprintf(b, "Decode bandwidth (weight bytes per token %d, %s; HBM floor %.0f GB/s): A %.1f GB/s (%.1f%% of the floor), B %.1f GB/s (%.1f%%); the floor is %.0f tok/s.\n\n",
+			fmt.Fprintf(b, "Decode bandwidth (weight bytes per token %d, %s; the H200 HBM floor %.0f GB/s): A %.1f GB/s (%.1f%% of the floor), B %.1f GB/s (%.1f%%); the floor is %.0f tok/s.\n\n",
 				dd.BytesPerToken, dd.Method, harness.HBMCopyGBs, float64(dd.A.GBs), float64(dd.A.HBMShare)*100, float64(dd.B.GBs), float64(dd.B.HBMShare)*100, float64(dd.A.FloorTokS))
 		}
 	}
