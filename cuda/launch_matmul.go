@@ -48,10 +48,6 @@ type MatMulOptions struct {
 	MMQ         bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
-	// MMQV2 (MINFER_MMQ_V2) runs those prefill matmuls through the
-	// software-pipelined minfer_mmq2_<type> kernels (launch_mmq2.go): same
-	// plan, scratch and reduce, bitwise the same outputs.
-	MMQV2 bool
 	// MMVQNT (MINFER_MMVQ_NT, opt-in) runs matmuls of 2..8 tokens of the
 	// mmvq types (their mmvq lever off) as minfer_quantize_q8_1 of the nt
 	// rows into ActQ8 (ActQ8Bytes(k, nt)) + minfer_mmvq_nt_<t>
@@ -207,7 +203,7 @@ func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 		return ks.mmv
 	}
 	if mmqOn(wtype, nt, opts) {
-		return mmqPathName(wtype, opts)
+		return mmqTable[wtype]
 	}
 	return ks.gemm
 }
@@ -227,7 +223,7 @@ func MatMulTolerance(wtype quant.Type, nt int, opts MatMulOptions) string {
 	switch MatMulPath(wtype, nt, opts) {
 	case ks.gemm:
 		return "f16-weight-tile"
-	case mmvqTable[wtype], mmqTable[wtype], mmq2Table[wtype], mmvqNTKernel(wtype):
+	case mmvqTable[wtype], mmqTable[wtype], mmvqNTKernel(wtype):
 		return "activation-quantization-q8_1"
 	}
 	return "f32-reorder"
@@ -287,8 +283,7 @@ func (k *Kernels) PrepareMatmul() error {
 		}
 		k.setOptIn(name, smem)
 	}
-	// The MMQ v2 kernels' two-stage tiles (MINFER_MMQ_V2).
-	return k.PrepareMMQ2()
+	return nil
 }
 
 // setOptIn records that kernel name was opted in to smem bytes of dynamic
@@ -333,7 +328,7 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 	if name == ks.gemm {
 		return k.launchGemm(s, name, out, x, w, bias, nt, kDim, n)
 	}
-	if name == mmqPathName(wtype, opts) {
+	if name == mmqTable[wtype] {
 		return k.launchMMQ(s, name, out, x, w, wtype, bias, nt, kDim, n, opts)
 	}
 	if name != "" && name == mmvqNTKernel(wtype) {

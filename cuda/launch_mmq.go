@@ -189,10 +189,7 @@ func (k *Kernels) checkMMQ(name string, w driver.DevicePtr, wtype quant.Type, nt
 func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
 	nt, kDim, n int, opts MatMulOptions) error {
 	p := mmqPlanFor(n, nt, kDim, k.dev.Attr.SMCount)
-	name, smem, err := k.mmqLaunchKernel(p, wtype, opts)
-	if err != nil {
-		return fmt.Errorf("matmul nt=%d k=%d n=%d: %w", nt, kDim, n, err)
-	}
+	name := p.kernel(wtype)
 	threads := uint32(mmqThreads)
 	if p.rows == mmqRowsSmall {
 		threads = mmqThreadsSmall
@@ -203,7 +200,7 @@ func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.
 	if p.splits > 1 {
 		dst, kb = opts.MMQAct.Add(mmqPartOffset(kDim, nt)), 0
 	}
-	if err := k.launch(s, name, grid, block, smem, dst, opts.MMQAct, w, kb, int32(kDim), int32(n), int32(nt)); err != nil {
+	if err := k.launch(s, name, grid, block, 0, dst, opts.MMQAct, w, kb, int32(kDim), int32(n), int32(nt)); err != nil {
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d splits=%d: %w", name, nt, kDim, n, p.splits, err)
 	}
 	if p.splits == 1 {

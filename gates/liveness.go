@@ -39,10 +39,8 @@ type LivenessRule struct {
 var LivenessRules = map[string]LivenessRule{
 	"MINFER_NO_PREFILL_GEMM": {On: "0", Kernels: []string{"minfer_gemm_*"},
 		Why: "prefill matmuls run the tiled tensor-core GEMM kernels (minfer_gemm_<type>) only with the GEMM path on; with it off they go through the per-type kernels"},
-	"MINFER_MMQ": {On: "1", Kernels: []string{"minfer_mmq*_q*"},
-		Why: "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>, or minfer_mmq2_<type> with MINFER_MMQ_V2=1) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM"},
-	"MINFER_MMQ_V2": {On: "1", Kernels: []string{"minfer_mmq2_*"},
-		Why: "prefill MMQ runs the software-pipelined minfer_mmq2_<type> kernels only with the lever on; off, the v1 minfer_mmq_<type>"},
+	"MINFER_MMQ": {On: "1", Kernels: []string{"minfer_mmq_q*"},
+		Why: "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM"},
 	"MINFER_MMVQ_NT": {On: "1", Kernels: []string{"minfer_mmvq_nt_*"},
 		Why: "matmuls of 2..8 tokens of the MMVQ types run minfer_mmvq_nt_<type> over Q8_1 rows only with the lever on; off, the f32-activation minfer_mmv_<type> (the workload must contain such a matmul: a 2..8-token prompt, e.g. abtest --pp 5)"},
 	"MINFER_QUANTIZE_X4": {On: "1", Kernels: []string{"minfer_quantize_q8_1_x4"},

@@ -128,13 +128,13 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		"MINFER_MMVQ_INLINE_Q8", "MINFER_NO_SPLITK_ATTN", "MINFER_NO_FA_PREFILL", "MINFER_NO_FUSE_FFN",
 		"MINFER_NO_FUSE_QKV", "MINFER_NO_CUDA_GRAPH", "MINFER_PDL", "MINFER_NO_PREFILL_GEMM",
 		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2", "MINFER_FA_PREFILL_V2",
-		"MINFER_MMQ_V2", "MINFER_FUSE_RESIDUAL", "MINFER_QUANTIZE_X4", "MINFER_MMVQ_NT"} {
+		"MINFER_FUSE_RESIDUAL", "MINFER_QUANTIZE_X4", "MINFER_MMVQ_NT"} {
 		if _, ok := LivenessRules[name]; !ok {
 			t.Errorf("%s has no liveness rule", name)
 		}
 	}
 	examples := map[string]string{
-		"minfer_mmq*_q*": "minfer_mmq2_q5_0", "minfer_mmq2_*": "minfer_mmq2_q4_k_r64",
+		"minfer_mmq_q*":      "minfer_mmq_q5_0_r64",
 		"minfer_mmvq*_res_*": "minfer_mmvqr_res_q8_0", "minfer_quantize_q8_1_x4": "minfer_quantize_q8_1_x4",
 		"minfer_mmvq_nt_*": "minfer_mmvq_nt_q4_k", "minfer_mmvq*_q8_0": "minfer_mmvqx_ffn_q8_0",
 		"minfer_mmvq*_q[45]_[01]": "minfer_mmvqx_qkv_q5_0", "minfer_mmvq*_q[456]_k": "minfer_mmvq_q6_k",
@@ -174,13 +174,13 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 			t.Errorf("%q matches the plain attention kernel", pat)
 		}
 	}
-	for _, n := range []string{"minfer_mmq_q8_0", "minfer_mmq_q6_k_r64", "minfer_mmq2_q4_0"} {
-		if m, _ := path.Match("minfer_mmq*_q*", n); !m {
+	for _, n := range []string{"minfer_mmq_q8_0", "minfer_mmq_q6_k_r64", "minfer_mmq_q4_0"} {
+		if m, _ := path.Match("minfer_mmq_q*", n); !m {
 			t.Errorf("the MMQ pattern misses %s", n)
 		}
 	}
 	for _, n := range []string{"minfer_mmq_reduce", "minfer_mmvq_q8_0", "minfer_gemm_q8_0"} {
-		if m, _ := path.Match("minfer_mmq*_q*", n); m {
+		if m, _ := path.Match("minfer_mmq_q*", n); m {
 			t.Errorf("the MMQ pattern matches %s", n)
 		}
 	}

@@ -129,8 +129,6 @@ var registry = []Lever{
 		// Same per-row algorithm as the tiled v1 kernel with 16-lane (not
 		// 8-lane) max / sum trees: f32 rounding only.
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
-	{Name: "MINFER_MMQ_V2", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul (pipelined MMQ)", Issue: "#6",
-		Doc: "1: prefill MMQ through the software-pipelined kernels (the next k stage is loaded while the current one multiplies; same per-element arithmetic order, so bitwise the v1 MMQ)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul + residual add", Issue: "#6",
 		Doc: "1: a decode matmul whose only consumer is the residual add writes x + W a itself (no add launch)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_MMVQ_NT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
@@ -240,7 +238,6 @@ type Config struct {
 	AttnDecodeV2     bool
 	FAPrefillV2      bool
 	MMVQRepack       bool
-	MMQV2            bool
 	FuseResidual     bool
 	MMVQNT           bool
 	QuantizeX4       bool
@@ -332,7 +329,6 @@ func Parse(environ []string) (Config, error) {
 	c.AttnDecodeV2 = optOut("MINFER_ATTN_DECODE_V2")
 	c.FAPrefillV2 = optOut("MINFER_FA_PREFILL_V2")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
-	c.MMQV2 = on("MINFER_MMQ_V2")
 	c.FuseResidual = on("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = on("MINFER_MMVQ_NT")
 	c.QuantizeX4 = on("MINFER_QUANTIZE_X4")
