@@ -46,8 +46,7 @@ unit="$tmp/minfer-kernels.cu"
     for s in "${srcs[@]}"; do echo "#include \"$s\""; done
 } >"$unit"
 
-# --threads 0: the two -gencode targets compile in parallel.
-flags=(-fatbin -O3 -lineinfo -std=c++17 --threads 0
+flags=(-fatbin -O3 -lineinfo -std=c++17
     -gencode arch=compute_90a,code=sm_90a
     -gencode arch=compute_90,code=compute_90
     -I "$root/cuda/kernels")
