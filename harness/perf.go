@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -252,6 +254,104 @@ func DecodeBandwidth(bytesPerToken int64, tokS float64) Decode {
 	return Decode{GBs: Num(gbs), HBMShare: Num(gbs / HBMCopyGBs), FloorTokS: Num(HBMCopyGBs * 1e9 / float64(bytesPerToken))}
 }
 
+// Census run of a depth-0 perf row: one short decode-only bench with the
+// launch census on and no warmup budget (its speed is perturbed by the
+// census and never used).
+const (
+	CensusTG   = 32 // decode steps of the census run
+	TopKernels = 5  // kernels listed per row, most launches per token first
+)
+
+// CensusBenchArgs is the census run's minfer command line (after the binary).
+func CensusBenchArgs(model, device string) []string {
+	return []string{"bench", "--model", model, "--device", device, "-p", "0", "-n", strconv.Itoa(CensusTG), "-r", "1", "-o", "json"}
+}
+
+// CensusBenchEnv is the census run's environment on top of the pinned one.
+var CensusBenchEnv = map[string]string{"MINFER_LAUNCH_CENSUS": "1", "MINFER_BENCH_WARMUP_MS": "0"}
+
+// KernelRate is one kernel's launches per decoded token.
+type KernelRate struct {
+	Kernel   string  `json:"kernel"`
+	PerToken float64 `json:"per_token"`
+}
+
+// DecodeLaunches is the launch-bound view of a row's decode: kernels and
+// graph replays per token from the census run, and the time per token and
+// per launch from the row's timed bench (which ran without the census).
+// When the census run failed, Error says why and every number is NaN.
+type DecodeLaunches struct {
+	Command              string       `json:"command,omitempty"`
+	Test                 string       `json:"test,omitempty"`          // the census run's test (tg32)
+	LaunchesPerToken     Num          `json:"launches_per_token"`      // kernel launches per decode step (a replayed graph counts each kernel it holds)
+	GraphReplaysPerToken Num          `json:"graph_replays_per_token"` // CUDA graph replays per decode step
+	TopKernels           []KernelRate `json:"top_kernels,omitempty"`   // most launches per token first
+	MSPerToken           Num          `json:"ms_per_token"`            // 1000 / median tg tok/s of the timed bench
+	USPerLaunch          Num          `json:"us_per_launch"`           // MSPerToken x 1000 / LaunchesPerToken
+	Error                string       `json:"error,omitempty"`         // the census run failed: no launch numbers
+	StderrTail           string       `json:"stderr_tail,omitempty"`   // of a failed census run
+}
+
+// censusTest is the census part of a bench test (minfer bench with
+// MINFER_LAUNCH_CENSUS=1 and a CUDA backend).
+type censusTest struct {
+	Name                 string             `json:"name"`
+	NTokens              int                `json:"n_tokens"`
+	LaunchesPerToken     *float64           `json:"launches_per_token"`
+	GraphReplaysPerToken *float64           `json:"graph_replays_per_token"`
+	KernelsPerToken      map[string]float64 `json:"kernels_per_token"`
+}
+
+// NewDecodeLaunches reads the census run's bench JSON and combines it with
+// timedTG, the row's timed tg (median tok/s) from the run without the
+// census: the census run gives counts only, never times. An error means
+// the census run has no usable counts; the caller states it in the row.
+func NewDecodeLaunches(censusJSON []byte, timedTG float64) (DecodeLaunches, error) {
+	nan := Num(math.NaN())
+	d := DecodeLaunches{LaunchesPerToken: nan, GraphReplaysPerToken: nan, MSPerToken: nan, USPerLaunch: nan}
+	if timedTG > 0 && !math.IsInf(timedTG, 0) {
+		d.MSPerToken = Num(1000 / timedTG)
+	}
+	var doc struct {
+		Tests []censusTest `json:"tests"`
+	}
+	if err := json.Unmarshal(censusJSON, &doc); err != nil {
+		return d, fmt.Errorf("census bench json: %w", err)
+	}
+	var tg *censusTest
+	for i := range doc.Tests {
+		if strings.HasPrefix(doc.Tests[i].Name, "tg") {
+			tg = &doc.Tests[i]
+		}
+	}
+	if tg == nil {
+		return d, fmt.Errorf("census bench json has no tg test")
+	}
+	d.Test = tg.Name
+	if tg.LaunchesPerToken == nil || tg.GraphReplaysPerToken == nil {
+		return d, fmt.Errorf("census bench json: %s has no launches_per_token (no CUDA backend opened, or the census is off)", tg.Name)
+	}
+	if l := *tg.LaunchesPerToken; !(l > 0) || math.IsInf(l, 0) {
+		return d, fmt.Errorf("census bench json: %s has launches_per_token %v", tg.Name, l)
+	}
+	d.LaunchesPerToken, d.GraphReplaysPerToken = Num(*tg.LaunchesPerToken), Num(*tg.GraphReplaysPerToken)
+	d.USPerLaunch = Num(float64(d.MSPerToken) * 1000 / *tg.LaunchesPerToken)
+	for k, v := range tg.KernelsPerToken {
+		d.TopKernels = append(d.TopKernels, KernelRate{Kernel: k, PerToken: v})
+	}
+	sort.Slice(d.TopKernels, func(i, j int) bool {
+		a, b := d.TopKernels[i], d.TopKernels[j]
+		if a.PerToken != b.PerToken {
+			return a.PerToken > b.PerToken
+		}
+		return a.Kernel < b.Kernel
+	})
+	if len(d.TopKernels) > TopKernels {
+		d.TopKernels = d.TopKernels[:TopKernels]
+	}
+	return d, nil
+}
+
 // PerfResult is one row of a perf run: measured, or failed with the stage
 // and the stderr tail (a failed row has no numbers, never zeros).
 type PerfResult struct {
@@ -273,10 +373,13 @@ type PerfResult struct {
 	Long         *LongContext `json:"long_context,omitempty"` // a long-context row's comparison
 	Decode       Decode       `json:"decode"`
 	RefDecode    Decode       `json:"ref_decode"` // the reference's tg at our bytes/token
-	Failed       bool         `json:"failed,omitempty"`
-	Stage        string       `json:"stage,omitempty"` // synth, bench, parse, interrupted
-	Error        string       `json:"error,omitempty"`
-	StderrTail   string       `json:"stderr_tail,omitempty"`
+	// Launches is the decode launch count of a depth-0 row, from its one
+	// extra census run (nil: not run, e.g. a long-context or failed row).
+	Launches   *DecodeLaunches `json:"decode_launches,omitempty"`
+	Failed     bool            `json:"failed,omitempty"`
+	Stage      string          `json:"stage,omitempty"` // synth, bench, parse, interrupted
+	Error      string          `json:"error,omitempty"`
+	StderrTail string          `json:"stderr_tail,omitempty"`
 }
 
 // Judged reports whether the row's targets were judged (reference row, the

@@ -210,3 +210,43 @@ func TestNewLongContext_MetAtRatio09MissedAt08(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(1, math.Abs(b)) }
+
+func TestNewDecodeLaunches_CountsFromTheCensusTimeFromTheTimedTG(t *testing.T) {
+	census := []byte(`{"tests":[{"name":"tg32","n_tokens":32,"tok_s":[100],"launches_per_token":400,"graph_replays_per_token":0.5,
+		"kernels_per_token":{"a":10,"b":200,"c":50,"d":50,"e":40,"f":30,"g":20}}]}`)
+	// Timed tg 500 tok/s: 2 ms per token, 2000 µs / 400 launches = 5 µs per
+	// launch (the census run's own 100 tok/s would say 25).
+	d, err := NewDecodeLaunches(census, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Test != "tg32" || d.LaunchesPerToken != 400 || d.GraphReplaysPerToken != 0.5 || d.MSPerToken != 2 || d.USPerLaunch != 5 {
+		t.Fatalf("%+v", d)
+	}
+	want := []KernelRate{{"b", 200}, {"c", 50}, {"d", 50}, {"e", 40}, {"f", 30}}
+	if len(d.TopKernels) != TopKernels {
+		t.Fatalf("top %v, want %v", d.TopKernels, want)
+	}
+	for i := range want {
+		if d.TopKernels[i] != want[i] {
+			t.Errorf("top %d: %v, want %v", i, d.TopKernels[i], want[i])
+		}
+	}
+	for _, bad := range []string{
+		`not json`,
+		`{"tests":[{"name":"pp8","launches_per_token":4,"graph_replays_per_token":0}]}`,
+		`{"tests":[{"name":"tg32","tok_s":[100]}]}`, // a CPU run: no census fields
+		`{"tests":[{"name":"tg32","launches_per_token":0,"graph_replays_per_token":0}]}`,
+	} {
+		d, err := NewDecodeLaunches([]byte(bad), 500)
+		if err == nil || !math.IsNaN(float64(d.LaunchesPerToken)) || !math.IsNaN(float64(d.USPerLaunch)) || d.MSPerToken != 2 {
+			t.Errorf("%s: %+v %v, want an error, NaN counts and the timed 2 ms per token", bad, d, err)
+		}
+	}
+	if args := strings.Join(CensusBenchArgs("m.gguf", "cuda"), " "); args != "bench --model m.gguf --device cuda -p 0 -n 32 -r 1 -o json" {
+		t.Errorf("census args %q", args)
+	}
+	if CensusBenchEnv["MINFER_LAUNCH_CENSUS"] != "1" || CensusBenchEnv["MINFER_BENCH_WARMUP_MS"] != "0" || len(CensusBenchEnv) != 2 {
+		t.Errorf("census env %v", CensusBenchEnv)
+	}
+}

@@ -36,6 +36,8 @@ func newPerfCmd() *cobra.Command {
 			"process (in-process warmup of --bench-warmup-ms first), and write reports/perf/<date>-<commit>.md/.json:\n" +
 			"ours, the reference, the ratio and whether the target is met, for pp512 and tg128, plus the decode\n" +
 			"GB/s (weight bytes read per token x tg tok/s) and its share of the 4.3 TB/s HBM floor.\n" +
+			"After each depth-0 row's timed bench, one short census process (MINFER_LAUNCH_CENSUS=1 minfer bench -p 0 -n 32 -r 1)\n" +
+			"counts kernels and graph replays per decoded token; ms per token and µs per launch come from the timed bench.\n" +
 			"The long-context row qwen2-7b:Q4_K_M@d4096 (in --rows all) runs `minfer bench -p 0 -d 4096` and is judged\n" +
 			"against the same invocation's tg at depth 0 of qwen2-7b:Q4_K_M (>= 0.85 x; measured by the row itself when\n" +
 			"that row is not run).\n" +
@@ -143,6 +145,11 @@ func runPerf(ctx context.Context, f *perfFlags, cmdline string, progress io.Writ
 		default:
 			fmt.Fprintf(progress, "perf: %s pp %.1f tok/s, tg %.2f tok/s, decode %s GB/s (%s of the HBM floor)\n", row.Name(), float64(res.PP.TokS), float64(res.TG.TokS), gbs(float64(res.Decode.GBs)), pct(float64(res.Decode.HBMShare)))
 			tg0[strings.ToLower(row.Name())] = res.TG
+			if l := res.Launches; l != nil && l.Error != "" {
+				fmt.Fprintf(progress, "perf: %s launch census FAILED (speed numbers stand): %s\n", row.Name(), l.Error)
+			} else if l != nil {
+				fmt.Fprintf(progress, "perf: %s %.1f kernels and %.2f graph replays per token, %s µs per launch\n", row.Name(), float64(l.LaunchesPerToken), float64(l.GraphReplaysPerToken), fnum(float64(l.USPerLaunch), "%.2f"))
+			}
 		}
 		rec.Rows[idx] = res
 	}
@@ -270,7 +277,33 @@ func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness
 	if refTG > 0 {
 		res.RefDecode = harness.DecodeBandwidth(res.Weights.PerToken, refTG)
 	}
+	l := perfCensus(ctx, f, r, row, path, tg.Value())
+	res.Launches = &l
 	return res
+}
+
+// perfCensus runs the row's one extra census process (a short decode with
+// MINFER_LAUNCH_CENSUS=1) after its timed bench and derives the time per
+// token and per launch from timedTG, the timed bench's median tg tok/s: the
+// census run is perturbed by the census and gives counts only. A failure
+// is stated in the result (Error, NaN counts), never the row's failure.
+func perfCensus(ctx context.Context, f *perfFlags, r *harness.Runner, row harness.PerfRow, path string, timedTG float64) harness.DecodeLaunches {
+	e, err := r.Run(ctx, "census "+row.Name(), harness.CensusBenchEnv, harness.CensusBenchArgs(path, f.device)...)
+	if err == nil {
+		l, perr := harness.NewDecodeLaunches(e.Stdout, timedTG)
+		if perr == nil {
+			l.Command = e.Command(r.Bin)
+			return l
+		}
+		err = perr
+	}
+	l, _ := harness.NewDecodeLaunches(nil, timedTG) // the time per token stands; the counts are NaN
+	l.Error = err.Error()
+	if e != nil {
+		l.Command = e.Command(r.Bin)
+		l.StderrTail = strings.TrimSpace(e.Stderr)
+	}
+	return l
 }
 
 // perfLongRow benches a long-context row: `minfer bench -p 0 -n TG -d DEPTH`
@@ -494,6 +527,8 @@ func perfMarkdown(p *harness.PerfRecord) string {
 		fmt.Fprintf(&b, "%s\n", report.Table([]string{"row", tg + " at depth 0 (tok/s)", tg + " at depth (tok/s)", "ratio", "target", "depth-0 number from"}, rows))
 	}
 
+	b.WriteString(launchesSection(p))
+
 	fmt.Fprintf(&b, "## Rows in detail\n\n")
 	rows = nil
 	for _, r := range p.Rows {
@@ -574,8 +609,56 @@ func perfMarkdown(p *harness.PerfRecord) string {
 		if r.Long != nil && r.Long.TG0Command != "" {
 			fmt.Fprintf(&b, "%s   # depth 0, for the ratio\n", r.Long.TG0Command)
 		}
+		if r.Launches != nil && r.Launches.Command != "" {
+			fmt.Fprintf(&b, "%s   # launch census (counts only, not timed)\n", r.Launches.Command)
+		}
 	}
 	b.WriteString("```\n")
+	return b.String()
+}
+
+// launchesSection is the "Decode launches (per token)" section: the census
+// counts of every depth-0 row with the time per token of its timed bench
+// ("" when no row has a census result).
+func launchesSection(p *harness.PerfRecord) string {
+	var rows [][]string
+	var failed []harness.PerfResult
+	for _, r := range p.Rows {
+		l := r.Launches
+		if r.Failed || l == nil {
+			continue
+		}
+		if l.Error != "" {
+			failed = append(failed, r)
+			f := "census run FAILED"
+			rows = append(rows, []string{r.Row.Name(), f, f, fnum(float64(l.MSPerToken), "%.3f"), "-", "-"})
+			continue
+		}
+		var top []string
+		for _, k := range l.TopKernels {
+			top = append(top, fmt.Sprintf("%s %.4g", k.Kernel, k.PerToken))
+		}
+		rows = append(rows, []string{r.Row.Name(), fnum(float64(l.LaunchesPerToken), "%.1f"), fnum(float64(l.GraphReplaysPerToken), "%.2f"),
+			fnum(float64(l.MSPerToken), "%.3f"), fnum(float64(l.USPerLaunch), "%.2f"), orDash(strings.Join(top, ", "))})
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Decode launches (per token)\n\n"+
+		"Counted by one extra `MINFER_LAUNCH_CENSUS=1 MINFER_BENCH_WARMUP_MS=0 minfer bench -p 0 -n %d -r 1` process per depth-0 row, run after its timed bench: "+
+		"kernel launches and CUDA graph replays of the %d decode steps, per token (a replayed graph counts every kernel it holds; the warmup and the one-token prefill are not counted). "+
+		"The census perturbs the speed, so the times come from the row's timed bench, which ran without it: ms per token = 1000 / its median tg tok/s, "+
+		"µs per launch = ms per token × 1000 / kernels per token (the mean time per kernel, its launch gap included).\n\n", harness.CensusTG, harness.CensusTG)
+	fmt.Fprintf(&b, "%s\n", report.Table([]string{"row", "kernels per token", "graph replays per token", "ms per token (median tg)", "µs per launch",
+		fmt.Sprintf("top %d kernels (launches per token)", harness.TopKernels)}, rows))
+	for _, r := range failed {
+		tail := r.Launches.StderrTail
+		if tail == "" {
+			tail = "(no stderr)"
+		}
+		fmt.Fprintf(&b, "- %s: the census run failed (the row's speed numbers above stand): %s; stderr tail:\n\n```\n%s\n```\n\n", r.Row.Name(), r.Launches.Error, tail)
+	}
 	return b.String()
 }
 

@@ -271,3 +271,105 @@ func TestPerf_LongContextRowFailsWhenMinferIgnoresDepth(t *testing.T) {
 		t.Fatalf("exit %d: %+v", code, lr)
 	}
 }
+
+func TestPerf_DecodeLaunchesTakeCountsFromTheCensusRunAndTimesFromTheTimedBench(t *testing.T) {
+	bin := fakeMinfer(t)
+	// The timed bench decodes at 1,000 tok/s; the census run (perturbed by
+	// the census) at 250: ms per token must be 1.000, not 4.000.
+	t.Setenv("FAKEMINFER_RATES", "60000,1000")
+	t.Setenv("FAKEMINFER_CENSUS_TG", "250")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0")
+	if code != 1 || rec.Verdict != harness.PerfMissed { // tg 1,000 < 1,150: the census run's numbers change nothing
+		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	r := rec.Rows[0]
+	if r.Failed || !near(r.TG.TokS, 1000) || !near(r.Decode.GBs, float64(r.Weights.PerToken)*1000/1e9) {
+		t.Fatalf("the row's speed numbers moved: %+v %+v", r.TG, r.Decode)
+	}
+	l := r.Launches
+	if l == nil || l.Error != "" {
+		t.Fatalf("launches: %+v", l)
+	}
+	// 338 launches per token; 1 ms per token / 338 = 2.9586 µs per launch.
+	if l.Test != "tg32" || !near(l.LaunchesPerToken, 338) || !near(l.GraphReplaysPerToken, 1) || !near(l.MSPerToken, 1) || !near(l.USPerLaunch, 1000.0/338) {
+		t.Errorf("launches: %+v", l)
+	}
+	want := []harness.KernelRate{{Kernel: "minfer_mmv_q8_0", PerToken: 168}, {Kernel: "minfer_rms_norm_f32", PerToken: 49}, {Kernel: "minfer_add_f32", PerToken: 48}, {Kernel: "minfer_rope_f32", PerToken: 48}, {Kernel: "minfer_attn_decode_f32", PerToken: 24}}
+	if len(l.TopKernels) != len(want) {
+		t.Fatalf("top kernels %v, want %v", l.TopKernels, want)
+	}
+	for i := range want {
+		if l.TopKernels[i] != want[i] {
+			t.Errorf("top kernel %d: %v, want %v", i, l.TopKernels[i], want[i])
+		}
+	}
+	for _, c := range []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_BENCH_WARMUP_MS=0", " bench --model ", "-p 0 -n 32 -r 1 -o json"} {
+		if !strings.Contains(l.Command, c) {
+			t.Errorf("census command %q lacks %q", l.Command, c)
+		}
+	}
+	for _, s := range []string{
+		"## Decode launches (per token)",
+		"| qwen2-0.5b:Q8_0 | 338.0 | 1.00 | 1.000 | 2.96 | minfer_mmv_q8_0 168, minfer_rms_norm_f32 49, minfer_add_f32 48, minfer_rope_f32 48, minfer_attn_decode_f32 24 |",
+		"ran without it",
+		"# launch census (counts only, not timed)",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("report lacks %q:\n%s", s, md)
+		}
+	}
+	if strings.Contains(md, "minfer_argmax_f32") || strings.Contains(md, "| 4.000 |") {
+		t.Errorf("report shows a sixth kernel or the census run's time:\n%s", md)
+	}
+}
+
+func TestPerf_FailedCensusRunIsStatedAndTheRowKeepsItsSpeedNumbers(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200")
+	for _, c := range []struct{ mode, why string }{
+		{"fail", "exit"},
+		{"none", "no launches_per_token"},
+	} {
+		t.Setenv("FAKEMINFER_CENSUS", c.mode)
+		code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0")
+		if code != 0 || rec.Verdict != harness.PerfMet {
+			t.Fatalf("%s: exit %d verdict %s: %s (a census failure is not the row's)", c.mode, code, rec.Verdict, rec.VerdictLine)
+		}
+		r := rec.Rows[0]
+		if r.Failed || !near(r.PP.TokS, 60000) || !near(r.TG.TokS, 1200) || !*r.TG.Met {
+			t.Fatalf("%s: the row lost its speed numbers: %+v", c.mode, r)
+		}
+		l := r.Launches
+		if l == nil || !strings.Contains(l.Error, c.why) || !math.IsNaN(float64(l.LaunchesPerToken)) || !math.IsNaN(float64(l.USPerLaunch)) ||
+			!near(l.MSPerToken, 1000.0/1200) || l.Command == "" {
+			t.Fatalf("%s: launches %+v, want the error %q and NaN counts", c.mode, l, c.why)
+		}
+		if c.mode == "fail" && !strings.Contains(l.StderrTail, "launch census: out of memory") {
+			t.Errorf("stderr tail %q", l.StderrTail)
+		}
+		for _, s := range []string{
+			"| qwen2-0.5b:Q8_0 | census run FAILED | census run FAILED | 0.833 | - | - |",
+			"qwen2-0.5b:Q8_0: the census run failed (the row's speed numbers above stand)",
+			"| qwen2-0.5b:Q8_0 | 60,000 | 59,841 | 1.003 | met (>= 60,000) | 1,200.0 |",
+		} {
+			if !strings.Contains(md, s) {
+				t.Errorf("%s: report lacks %q:\n%s", c.mode, s, md)
+			}
+		}
+		if strings.Contains(md, "| 0.0 |") {
+			t.Errorf("%s: a failed census is written as a zero:\n%s", c.mode, md)
+		}
+	}
+}
+
+func TestPerf_LongContextRowRunsNoCensus(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200,1080")
+	_, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-7b:Q4_K_M@d4096")
+	if lr := longRow(t, rec); lr.Launches != nil {
+		t.Errorf("long-context row has a census: %+v", lr.Launches)
+	}
+	if strings.Contains(md, "## Decode launches") || strings.Contains(md, "launch census") {
+		t.Errorf("report has a launches section without a depth-0 row:\n%s", md)
+	}
+}

@@ -31,7 +31,9 @@ import (
 //	  "tests": [
 //	    {"name": "pp512", "n_tokens": 512, "samples_ms": [..reps..], "tok_s": [..reps..],
 //	     "mean_tok_s": 1.0, "stddev_tok_s": 0.1},
-//	    {"name": "tg128", "n_tokens": 128, ...}
+//	    {"name": "tg128", "n_tokens": 128, ...,
+//	     "launches_per_token": 338.0, "graph_replays_per_token": 1.0,
+//	     "kernels_per_token": {"minfer_...": 168.0, ...}}   (census only)
 //	  ],   (at depth D > 0 the names are "pp512@dD", "tg128@dD")
 //	  "levers": {"MINFER_...": "value"}, "go_version": "go1.26", "date": "RFC 3339, UTC"
 //	}
@@ -47,6 +49,15 @@ import (
 // after the fill and the one-token prefill (positions D+1..D+N). "depth" is
 // in the document only when D > 0, so -d 0 prints exactly what it did before
 // the flag existed.
+//
+// With the launch census on (MINFER_LAUNCH_CENSUS=1) and a CUDA backend
+// open, every test also carries what its timed windows launched, over all
+// its repetitions: launches_per_token (kernel launches / (reps x n_tokens);
+// a graph replay counts every kernel it holds), graph_replays_per_token and
+// kernels_per_token (the same per kernel). The census is read right before
+// and right after each timed window, so the warmup, the depth fill and tg's
+// one-token prefill are not counted. Without the census the three fields
+// are absent and the document is what it was before they existed.
 type benchResult struct {
 	Model       string            `json:"model"`
 	ModelSHA256 string            `json:"model_sha256"`
@@ -77,6 +88,12 @@ type benchTest struct {
 	TokS       []float64 `json:"tok_s"`
 	MeanTokS   float64   `json:"mean_tok_s"`
 	StddevTokS float64   `json:"stddev_tok_s"`
+
+	// Launch census of the timed windows (nil/absent without the census);
+	// pointers so that a measured 0 (no graph replays) is still written.
+	LaunchesPerToken     *float64           `json:"launches_per_token,omitempty"`
+	GraphReplaysPerToken *float64           `json:"graph_replays_per_token,omitempty"`
+	KernelsPerToken      map[string]float64 `json:"kernels_per_token,omitempty"`
 }
 
 // minWarmupIterations is the warmup floor whatever the time budget.
@@ -207,6 +224,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	defer e.Close()
 	br := newBenchRunner(e, f.p, f.n, f.depth)
+	br.census = a.censusReader()
 	ppName, tgName := br.ppName(), br.tgName()
 	runPP, runTG := br.runPP, br.runTG
 
@@ -235,29 +253,19 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	res.Warmup.ElapsedMS = ms(time.Since(w0))
 
-	measure := func(name string, n int, run func() (time.Duration, error)) error {
-		t := benchTest{Name: name, NTokens: n}
-		for r := 0; r < f.reps; r++ {
-			d, err := run()
-			if err != nil {
-				return err
-			}
-			t.SamplesMS = append(t.SamplesMS, ms(d))
-			t.TokS = append(t.TokS, rate(n, d))
-		}
-		t.MeanTokS, t.StddevTokS = meanStddev(t.TokS)
-		res.Tests = append(res.Tests, t)
-		return nil
-	}
 	if f.p > 0 {
-		if err := measure(ppName, f.p, runPP); err != nil {
+		t, err := br.measure(ppName, f.p, f.reps, runPP)
+		if err != nil {
 			return err
 		}
+		res.Tests = append(res.Tests, t)
 	}
 	if f.n > 0 {
-		if err := measure(tgName, f.n, func() (time.Duration, error) { return runTG(f.n) }); err != nil {
+		t, err := br.measure(tgName, f.n, f.reps, func() (time.Duration, error) { return runTG(f.n) })
+		if err != nil {
 			return err
 		}
+		res.Tests = append(res.Tests, t)
 	}
 	res.Date = time.Now().UTC().Format(time.RFC3339)
 
@@ -278,6 +286,43 @@ type benchRunner struct {
 	e               lm
 	p, n, depth     int
 	pps, tgs, fills []int32
+
+	// census reads the launch census (nil: off); timed sums its deltas
+	// over the timed windows of the test being measured.
+	census func() censusCount
+	timed  censusCount
+}
+
+// measure runs reps timed repetitions of one test of n tokens. With the
+// census on, the test carries the launches of its timed windows per token.
+func (b *benchRunner) measure(name string, n, reps int, run func() (time.Duration, error)) (benchTest, error) {
+	t := benchTest{Name: name, NTokens: n}
+	b.timed = censusCount{}
+	for r := 0; r < reps; r++ {
+		d, err := run()
+		if err != nil {
+			return t, err
+		}
+		t.SamplesMS = append(t.SamplesMS, ms(d))
+		t.TokS = append(t.TokS, rate(n, d))
+	}
+	t.MeanTokS, t.StddevTokS = meanStddev(t.TokS)
+	if b.census != nil {
+		t.LaunchesPerToken, t.GraphReplaysPerToken, t.KernelsPerToken = censusPerToken(b.timed, reps*n)
+	}
+	return t, nil
+}
+
+// timedWindow brackets one timed window: it reads the census before (the
+// returned func reads it after and adds the difference to b.timed), so
+// only what the window launched is counted. The reads sit outside the
+// timer.
+func (b *benchRunner) timedWindow() (done func()) {
+	if b.census == nil {
+		return func() {}
+	}
+	before := b.census()
+	return func() { b.timed.add(b.census().sub(before)) }
 }
 
 func newBenchRunner(e lm, p, n, depth int) *benchRunner {
@@ -310,11 +355,14 @@ func (b *benchRunner) runPP() (time.Duration, error) {
 	if err := b.fill(b.ppName()); err != nil {
 		return 0, err
 	}
+	done := b.timedWindow()
 	t := time.Now()
 	if _, err := b.e.Forward(b.pps, false); err != nil {
 		return 0, fmt.Errorf("%s: %w", b.ppName(), err)
 	}
-	return time.Since(t), nil
+	d := time.Since(t)
+	done()
+	return d, nil
 }
 
 // runTG times steps single-token decodes after the fill and an untimed
@@ -326,13 +374,82 @@ func (b *benchRunner) runTG(steps int) (time.Duration, error) {
 	if _, err := b.e.Forward(b.tgs[:1], false); err != nil {
 		return 0, fmt.Errorf("%s prefill: %w", b.tgName(), err)
 	}
+	done := b.timedWindow()
 	t := time.Now()
 	for i := 1; i <= steps; i++ {
 		if _, err := b.e.Forward(b.tgs[i:i+1], false); err != nil {
 			return 0, fmt.Errorf("%s step %d: %w", b.tgName(), i, err)
 		}
 	}
-	return time.Since(t), nil
+	d := time.Since(t)
+	done()
+	return d, nil
+}
+
+// censusCount is what the launch census has counted: launches per kernel
+// (a graph replay adds every kernel it holds) and graph replays.
+type censusCount struct {
+	kernels map[string]int64
+	replays int64
+}
+
+// sub is c minus an earlier reading base.
+func (c censusCount) sub(base censusCount) censusCount {
+	d := censusCount{kernels: map[string]int64{}, replays: c.replays - base.replays}
+	for k, n := range c.kernels {
+		if n -= base.kernels[k]; n != 0 {
+			d.kernels[k] = n
+		}
+	}
+	return d
+}
+
+// add adds the counts of d to c.
+func (c *censusCount) add(d censusCount) {
+	if c.kernels == nil {
+		c.kernels = map[string]int64{}
+	}
+	for k, n := range d.kernels {
+		c.kernels[k] += n
+	}
+	c.replays += d.replays
+}
+
+// censusPerToken divides the census of a test's timed windows by the
+// tokens they ran (reps x n_tokens): total launches, graph replays and
+// launches per kernel, each per token.
+func censusPerToken(timed censusCount, tokens int) (launches, replays *float64, kernels map[string]float64) {
+	if tokens <= 0 {
+		return nil, nil, nil
+	}
+	var total int64
+	kernels = map[string]float64{}
+	for k, n := range timed.kernels {
+		total += n
+		kernels[k] = float64(n) / float64(tokens)
+	}
+	l, r := float64(total)/float64(tokens), float64(timed.replays)/float64(tokens)
+	return &l, &r, kernels
+}
+
+// censusReader reads the launch census over every CUDA backend the process
+// opened (nil: the census is off, or no CUDA backend is open, e.g. on the
+// CPU: the bench then writes no census fields).
+func (a *app) censusReader() func() censusCount {
+	if !a.cfg.LaunchCensus || len(a.dev.backends) == 0 {
+		return nil
+	}
+	backends := a.dev.backends
+	return func() censusCount {
+		c := censusCount{kernels: map[string]int64{}}
+		for _, b := range backends {
+			for k, n := range b.Kernels().Census() {
+				c.kernels[k] += n
+			}
+			c.replays += int64(b.CaptureStats().Replays)
+		}
+		return c
+	}
 }
 
 // benchFillChunk is the largest forward of the untimed depth fill.

@@ -4,11 +4,14 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/model"
 	"github.com/minfer-go/minfer/engine/tokenizer"
 )
@@ -284,5 +287,119 @@ func TestBenchRunner_DepthRefillsTheKVBeforeEveryRepetition(t *testing.T) {
 	want = []string{"reset", "0+8", "reset", "0+1", "1+1", "2+1"}
 	if !slices.Equal(e.log, want) || br.ppName() != "pp8" || br.tgName() != "tg2" {
 		t.Errorf("depth 0 ran %v (%s, %s), want %v", e.log, br.ppName(), br.tgName(), want)
+	}
+}
+
+// censusLM is an lm that counts launches as a CUDA backend's census would:
+// every Forward launches 10 "step" kernels, one "tok" kernel per token and
+// one graph replay, so any untimed Forward counted shows in the numbers.
+type censusLM struct {
+	recordingLM
+	c censusCount
+}
+
+func (l *censusLM) Forward(tokens []int32, all bool) ([]float32, error) {
+	l.c.add(censusCount{kernels: map[string]int64{"step": 10, "tok": int64(len(tokens))}, replays: 1})
+	return l.recordingLM.Forward(tokens, all)
+}
+
+// read is the census reader: a copy, as Kernels.Census returns.
+func (l *censusLM) read() censusCount {
+	var c censusCount
+	c.add(l.c)
+	return c
+}
+
+func TestCensusPerToken_DeltaOverRepsTimesTokens(t *testing.T) {
+	// The process has counted a warmup of 500 launches and 3 replays before
+	// the timed reps; 2 reps of tg4 then launch 8 x (30 mmv + 10 norm) and
+	// replay 8 graphs.
+	before := censusCount{kernels: map[string]int64{"mmv": 300, "norm": 200}, replays: 3}
+	after := censusCount{kernels: map[string]int64{"mmv": 300 + 240, "norm": 200 + 80, "gemm": 0}, replays: 3 + 8}
+	var timed censusCount
+	timed.add(after.sub(before))
+	l, r, k := censusPerToken(timed, 2*4)
+	if l == nil || r == nil || *l != 40 || *r != 1 || len(k) != 2 || k["mmv"] != 30 || k["norm"] != 10 {
+		t.Fatalf("launches %v replays %v kernels %v, want 40, 1, {mmv:30 norm:10}", deref(l), deref(r), k)
+	}
+	// Counting from the process start (warmup included) would say 102.5.
+	var all censusCount
+	all.add(after)
+	if l, _, _ := censusPerToken(all, 8); *l == 40 {
+		t.Fatal("the warmup-inclusive census gives the same number: the case proves nothing")
+	}
+	if l, r, k := censusPerToken(timed, 0); l != nil || r != nil || k != nil {
+		t.Fatal("no tokens must give no numbers, never a division by zero")
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func TestBenchRunner_CensusCountsOnlyTheTimedWindows(t *testing.T) {
+	e := &censusLM{}
+	br := newBenchRunner(e, 8, 3, 600)
+	br.census = e.read
+	// Warmup as the bench does it: a pp and a one-step tg, three times.
+	for i := 0; i < minWarmupIterations; i++ {
+		if _, err := br.runPP(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := br.runTG(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tg, err := br.measure("tg3@d600", 3, 2, func() (time.Duration, error) { return br.runTG(3) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Timed: 2 reps x 3 steps, each 10 "step" + 1 "tok" launches and one
+	// replay. Counting the fill (2 forwards of 512+88 tokens per rep), the
+	// one-token prefill or the warmup would change every number.
+	if tg.LaunchesPerToken == nil || *tg.LaunchesPerToken != 11 || *tg.GraphReplaysPerToken != 1 ||
+		tg.KernelsPerToken["step"] != 10 || tg.KernelsPerToken["tok"] != 1 {
+		t.Fatalf("tg3@d600: launches %v replays %v kernels %v, want 11, 1, {step:10 tok:1}",
+			deref(tg.LaunchesPerToken), deref(tg.GraphReplaysPerToken), tg.KernelsPerToken)
+	}
+	pp, err := br.measure("pp8@d600", 8, 2, br.runPP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Timed: 2 forwards of 8 tokens: (10 + 8) launches and 1 replay each, per 16 tokens.
+	if *pp.LaunchesPerToken != 36.0/16 || *pp.GraphReplaysPerToken != 2.0/16 || pp.KernelsPerToken["tok"] != 1 {
+		t.Fatalf("pp8@d600: launches %v replays %v kernels %v", deref(pp.LaunchesPerToken), deref(pp.GraphReplaysPerToken), pp.KernelsPerToken)
+	}
+	// Without a census reader the fields stay empty.
+	br.census = nil
+	if tg, _ := br.measure("tg3@d600", 3, 1, func() (time.Duration, error) { return br.runTG(3) }); tg.LaunchesPerToken != nil || tg.KernelsPerToken != nil {
+		t.Fatalf("census off: %+v", tg)
+	}
+}
+
+func TestBench_CPUWritesNoCensusFieldsEvenWithTheCensusOn(t *testing.T) {
+	m := synthModel(t)
+	for _, env := range [][]string{{"MINFER_BENCH_WARMUP_MS=0"}, {"MINFER_BENCH_WARMUP_MS=0", "MINFER_LAUNCH_CENSUS=1"}} {
+		cfg, err := levers.Parse(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "-o", "json")
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", env, code, stderr)
+		}
+		var doc struct{ Tests []map[string]any }
+		if err := json.Unmarshal([]byte(stdout), &doc); err != nil || len(doc.Tests) != 2 {
+			t.Fatalf("%v: %v\n%s", env, err, stdout)
+		}
+		for _, tt := range doc.Tests {
+			keys := slices.Sorted(maps.Keys(tt))
+			if want := slices.Sorted(slices.Values(benchTestKeys)); !slices.Equal(keys, want) {
+				t.Errorf("%v: %v has keys %v, want exactly %v (no census without a CUDA backend)", env, tt["name"], keys, want)
+			}
+		}
 	}
 }

@@ -14,7 +14,12 @@
 // those tok/s (TGDEPTH: tg under -d > 0, default TG); bench -d N names its
 // tests pp<P>@dN / tg<T>@dN and leaves out a test of size 0, as minfer does;
 // info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
-// says otherwise.
+// says otherwise. With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
+// census fields (launches_per_token 338 over six kernels, 1 graph replay
+// per token, 0 under MINFER_NO_CUDA_GRAPH), and FAKEMINFER_CENSUS_TG=X
+// makes its tg report X tok/s (the census perturbs the speed);
+// FAKEMINFER_CENSUS=fail makes a census bench exit 1, =none leaves the
+// fields out (a CPU run).
 package main
 
 import (
@@ -297,6 +302,26 @@ func bench(p, n, r, depth int, mut, model string) {
 	if mut == "slow_decode" {
 		tg *= 0.8
 	}
+	censusOn := os.Getenv("MINFER_LAUNCH_CENSUS") == "1"
+	if censusOn && os.Getenv("FAKEMINFER_CENSUS") == "fail" {
+		fmt.Fprintln(os.Stderr, "minfer: cuda: launch census: out of memory")
+		os.Exit(1)
+	}
+	if ct := os.Getenv("FAKEMINFER_CENSUS_TG"); censusOn && ct != "" {
+		tg, _ = strconv.ParseFloat(ct, 64)
+	}
+	census := func(m map[string]any) {
+		if !censusOn || os.Getenv("FAKEMINFER_CENSUS") == "none" {
+			return
+		}
+		k := map[string]float64{"minfer_mmv_q8_0": 168, "minfer_rms_norm_f32": 49, "minfer_add_f32": 48,
+			"minfer_rope_f32": 48, "minfer_attn_decode_f32": 24, "minfer_argmax_f32": 1}
+		replays := 1.0
+		if os.Getenv("MINFER_NO_CUDA_GRAPH") == "1" {
+			replays = 0
+		}
+		m["launches_per_token"], m["graph_replays_per_token"], m["kernels_per_token"] = 338.0, replays, k
+	}
 	test := func(name string, nt int, rate float64) map[string]any {
 		var ms, ts []float64
 		var sum float64
@@ -306,7 +331,9 @@ func bench(p, n, r, depth int, mut, model string) {
 			ms = append(ms, float64(nt)/t*1000)
 			sum += t
 		}
-		return map[string]any{"name": name, "n_tokens": nt, "samples_ms": ms, "tok_s": ts, "mean_tok_s": sum / float64(r), "stddev_tok_s": 0}
+		m := map[string]any{"name": name, "n_tokens": nt, "samples_ms": ms, "tok_s": ts, "mean_tok_s": sum / float64(r), "stddev_tok_s": 0}
+		census(m)
+		return m
 	}
 	w, _ := strconv.Atoi(os.Getenv("MINFER_BENCH_WARMUP_MS"))
 	sum := ""
