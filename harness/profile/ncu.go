@@ -20,7 +20,19 @@ type NCUMetric struct {
 	Values []float64 `json:"-"`
 	// Missing counts launches that reported "n/a": kept as missing, never 0.
 	Missing int `json:"missing"`
+	// Geometry counts this metric's launches per grid and block, read from
+	// the "Grid Size" / "Block Size" columns of per-launch output (nil when
+	// the CSV has none).
+	Geometry map[NCUGeometry]int `json:"-"`
 }
+
+// NCUGeometry is one launch shape as ncu prints it: "(32, 14, 1)".
+type NCUGeometry struct {
+	Grid, Block string
+}
+
+// Launches is how many profiled launches reported this metric, n/a included.
+func (m NCUMetric) Launches() int { return len(m.Values) + m.Missing }
 
 // Mean of the present values (NaN when none).
 func (m NCUMetric) Mean() float64 {
@@ -37,7 +49,9 @@ func (m NCUMetric) Mean() float64 {
 // ParseNCUCSV parses `ncu --csv` (run with LC_ALL=C) output: any lines before
 // the header ("==PROF==" chatter, program output) are skipped; numbers lose
 // their thousands separators; "n/a" is counted as missing. Rows come back
-// sorted by kernel then metric.
+// sorted by kernel then metric. Kernel names may hold commas and
+// parentheses (CSV quoting); per-launch output's "Grid Size" and "Block Size"
+// columns are counted in Geometry.
 func ParseNCUCSV(out string) ([]NCUMetric, error) {
 	lines := strings.Split(out, "\n")
 	start := -1
@@ -84,6 +98,14 @@ func ParseNCUCSV(out string) ([]NCUMetric, error) {
 				m.Unit = rec[c]
 			}
 			byKey[k] = m
+		}
+		if gc, ok := col["Grid Size"]; ok {
+			if bc, ok := col["Block Size"]; ok {
+				if m.Geometry == nil {
+					m.Geometry = map[NCUGeometry]int{}
+				}
+				m.Geometry[NCUGeometry{Grid: rec[gc], Block: rec[bc]}]++
+			}
 		}
 		v, ok := ParseNumber(rec[col["Metric Value"]])
 		if !ok {
