@@ -264,7 +264,8 @@ func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32
 // and the logits then move by ~1% at once (H200, 2026-11-29: v1 vs v2
 // bitwise equal for the first steps, then rel 0.010-0.016 on tiny-code and
 // the 0.5b shape). Those models are held to the activation-quantization
-// class instead: rel 5e-2, top-1 equal where the margin is above 0.2. With
+// class instead: rel 5e-2, top-1 equal where the margin is above what that
+// bar can close (dsClassFlipMargin: 0.2 at least). With
 // the lever on, CUDA graph replays give bitwise the direct launches.
 func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
@@ -293,8 +294,12 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 				if d > m.bar {
 					t.Errorf("%s step %d: relative logit diff v2 vs %s %.3g > %g", m.name, i, ref, d, m.bar)
 				}
-				if a, b := dsArgmax(v2[i]), dsArgmax(want); a != b && dsTop2Margin(want) > m.margin {
-					t.Errorf("%s step %d: argmax %d with v2, %d with %s, at top-2 margin %.3g > %g", m.name, i, a, b, ref, dsTop2Margin(want), m.margin)
+				fm := m.margin
+				if m.bar >= 5e-2 {
+					fm = dsClassFlipMargin(want, m.bar)
+				}
+				if a, b := dsArgmax(v2[i]), dsArgmax(want); a != b && dsTop2Margin(want) > fm {
+					t.Errorf("%s step %d: argmax %d with v2, %d with %s, at top-2 margin %.3g > %.3g", m.name, i, a, b, ref, dsTop2Margin(want), fm)
 				}
 			}
 		}
