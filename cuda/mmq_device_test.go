@@ -371,6 +371,7 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s MMQ=%v: %v", wt, on, err)
 			}
+			census = qactMerged(census)
 			want := map[string]int64{matmulTable[wt].gemm: 1}
 			if on {
 				want = map[string]int64{quantizeQ8_1Kernel: 1}
@@ -485,9 +486,9 @@ func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 				name := fmt.Sprintf("ffn=%v/%s/nt%d/m%d/k%d %v", ffn, mx.name, sh.nt, sh.m, sh.k,
 					MMQKernels(mx.ts[0], sh.nt, sh.k, sh.m, unfusedDev.dev.Attr.SMCount))
 				var unfused, fused []float32
-				cu := mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
+				cu := qactMerged(mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) }))
 				dev := dsBackend(t, mmqLevers(t, extra...))
-				cf := mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
+				cf := qactMerged(mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) }))
 				bad := 0
 				for i := range fused {
 					if math.Float32bits(fused[i]) != math.Float32bits(unfused[i]) {

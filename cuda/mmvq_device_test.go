@@ -362,6 +362,7 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s lever=%v: %v", wt, lever, err)
 			}
+			census = qactMerged(census)
 			path := MatMulPath(wt, 1, opts)
 			want := map[string]int64{matmulTable[wt].mmv: 1}
 			if !lever {

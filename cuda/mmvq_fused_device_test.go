@@ -349,7 +349,7 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					unfused := mfRun(t, g, dsBackend(t, dsLevers(t, extra...)), false)
 					dev := dsBackend(t, dsLevers(t, extra...))
 					var fused []float32
-					census := mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
+					census := qactMerged(mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) }))
 					host := cpu.New(cpu.Options{Threads: 2})
 					want := mfRun(t, g, host, true)
 					host.Close()
@@ -505,7 +505,7 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 			mmvqLaunches := func(c map[string]int64) (q, mm, fused int64) {
 				for k, n := range c {
 					switch {
-					case k == quantizeQ8_1Kernel:
+					case k == quantizeQ8_1Kernel, k == quantizeQ8_1X4Kernel:
 						q += n
 					case strings.HasPrefix(k, "minfer_mmvq_qkv_"), strings.HasPrefix(k, "minfer_mmvq_ffn_"),
 						strings.HasPrefix(k, "minfer_mmvqx_qkv_"), strings.HasPrefix(k, "minfer_mmvqx_ffn_"),

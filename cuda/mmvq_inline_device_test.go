@@ -257,7 +257,7 @@ func TestMMVQInlineDevice_DecodeLaunchesNoQuantize(t *testing.T) {
 				for k, n := range c {
 					total += n
 					switch {
-					case k == quantizeQ8_1Kernel:
+					case k == quantizeQ8_1Kernel, k == quantizeQ8_1X4Kernel:
 						quantize += n
 					case strings.HasPrefix(k, "minfer_mmvqx_qkv_"), strings.HasPrefix(k, "minfer_mmvqx_ffn_"):
 						mx += n

@@ -210,7 +210,7 @@ func TestNormQ8Device_LogitsBitwiseAndFewerQuantizeLaunches(t *testing.T) {
 				}
 				return n
 			}
-			qOff, qOn := cOff[quantizeQ8_1Kernel], cOn[quantizeQ8_1Kernel]
+			qOff, qOn := qactMerged(cOff)[quantizeQ8_1Kernel], qactMerged(cOn)[quantizeQ8_1Kernel]
 			nOff, nOn := cOff["minfer_rms_norm_f32"], cOn["minfer_rms_norm_f32"]
 			q8Off, q8On := cOff[rmsNormQ8Kernel], cOn[rmsNormQ8Kernel]
 			t.Logf("per decode step: lever off %.1f launches (%.1f quantize, %.1f rms_norm_f32, %.1f rms_norm_q8_1); on %.1f launches (%.1f quantize, %.1f rms_norm_f32, %.1f rms_norm_q8_1); %d layers; capture stats %+v",

@@ -118,6 +118,21 @@ func TestQuantizeX4Device_BytesEqualCPUQuantizerAndScalarKernel(t *testing.T) {
 }
 
 // TestQuantizeX4Device_WholeModelBitwiseAndCensus: synthetic qwen2-tiny and
+// qactMerged is c with the launches of minfer_quantize_q8_1_x4 counted as
+// minfer_quantize_q8_1: tests of other paths count activation quantizes,
+// whichever of the two kernels MINFER_QUANTIZE_X4 (default on) selected.
+// The x4 kernel's own liveness is judged above, on the raw census.
+func qactMerged(c map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(c))
+	for k, n := range c {
+		if k == quantizeQ8_1X4Kernel {
+			k = quantizeQ8_1Kernel
+		}
+		out[k] += n
+	}
+	return out
+}
+
 // qwen2-0.5b (Q8_0) prefill and decode with MINFER_QUANTIZE_X4=1 give
 // bitwise the logits of =0; the census names only the x4 quantize with the
 // lever on and only the scalar one off.
