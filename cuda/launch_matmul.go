@@ -48,7 +48,7 @@ type MatMulOptions struct {
 	MMQ         bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
-	// MMVQNT (MINFER_MMVQ_NT, opt-in) runs matmuls of 2..8 tokens of the
+	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the
 	// mmvq types (their mmvq lever off) as minfer_quantize_q8_1 of the nt
 	// rows into ActQ8 (ActQ8Bytes(k, nt)) + minfer_mmvq_nt_<t>
 	// (launch_mmvqnt.go) instead of the f32-activation mmv kernel.

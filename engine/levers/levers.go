@@ -131,8 +131,8 @@ var registry = []Lever{
 		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul + residual add", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1"},
-	{Name: "MINFER_MMVQ_NT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
-		Doc: "1: matmuls of 2..8 tokens through multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel) instead of the f32-activation per-type kernels", ArmA: "0", ArmB: "1",
+	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
+		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_QUANTIZE_X4", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "activation Q8_1 quantize", Issue: "#6",
 		Doc: "0: the Q8_1 activation quantize runs one block per warp (minfer_quantize_q8_1) instead of four per warp with float4 loads (the same bytes; on by default since reports/MINFER_QUANTIZE_X4: pp512 +7.0%)", ArmA: "0", ArmB: "1"},
@@ -330,7 +330,7 @@ func Parse(environ []string) (Config, error) {
 	c.FAPrefillV2 = optOut("MINFER_FA_PREFILL_V2")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
-	c.MMVQNT = on("MINFER_MMVQ_NT")
+	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
