@@ -230,9 +230,12 @@ func ClassifyBound(k NCUKernelSummary) Bound {
 // prints base units; the scaled ones are read in case --print-units auto was
 // used.
 var (
-	timeUnits = map[string]float64{"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+	// ncu 2025.3 with --print-units base writes "ns" and "byte/block"
+	// (H200, 2026-11-29); older ones "nsecond".
+	timeUnits = map[string]float64{"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+		"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
 	byteUnits = map[string]float64{"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
-		"Kibyte": 1 << 10, "Mibyte": 1 << 20, "Gibyte": 1 << 30}
+		"Kibyte": 1 << 10, "Mibyte": 1 << 20, "Gibyte": 1 << 30, "byte/block": 1}
 )
 
 func sum(v []float64) float64 {

@@ -197,3 +197,25 @@ func TestNCUTitle_ReadsTheScriptsFileNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSummarizeNCU_ReadsTheH200sBaseUnits: one launch as ncu 2025.3 wrote it
+// on the H200 with --print-units base ("ns", "byte/block"); before the fix the
+// durations, GB/s and shares of every table were "-".
+func TestSummarizeNCU_ReadsTheH200sBaseUnits(t *testing.T) {
+	ms, err := ParseNCUCSV(fixture(t, "ncu-h200-2025.3-one-launch.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	win, err := SummarizeNCU(ms, 4300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(win.Kernels) != 1 || len(win.Notes) != 0 {
+		t.Fatalf("kernels %+v notes %q", win.Kernels, win.Notes)
+	}
+	k := win.Kernels[0]
+	// 144,299,520 read + 2,479,360 written bytes in 39,680 ns.
+	if k.MeanNS != 39680 || k.BytesPerLaunch != 146778880 || math.Abs(k.GBs-146778880.0/39680) > 1e-9 {
+		t.Errorf("mean %v ns, bytes %v, GB/s %v", k.MeanNS, k.BytesPerLaunch, k.GBs)
+	}
+}
