@@ -95,7 +95,9 @@ func New(opts Options) (*Backend, error) {
 			// two-launch form; MINFER_MMVQ_INLINE_Q8=1).
 			InlineQ8: opts.Levers.MMVQInlineQ8,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
-			MMVQNT: opts.Levers.MMVQNT},
+			MMVQNT: opts.Levers.MMVQNT,
+			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).
+			MMVQSplit: opts.Levers.MMVQSplit},
 		pool:    newPool(dev),
 		weights: map[string]*devWeight{},
 		ops:     opTable(),
@@ -161,11 +163,15 @@ func (b *Backend) Kernels() *Kernels { return b.k }
 // their SwiGLU (exec.go opFusedQKV / opFusedFFN: at decode one mmvq launch
 // each, bitwise the unfused mmvq kernels; otherwise the unfused kernels);
 // bias + rope + KV store is one minfer_qkv_rope_store launch
-// (exec_rope_store.go), bitwise the unfused chain.
+// (exec_rope_store.go), bitwise the unfused chain; so is qwen3's variant
+// with the q/k norms (minfer_qkv_norm_rope_store), offered only with
+// MINFER_FUSE_QKNORM=1.
 func (b *Backend) SupportsFused(k graph.FuseKind) bool {
 	switch k {
 	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore:
 		return true
+	case graph.FuseQkNormRopeStore:
+		return b.lv.FuseQKNorm
 	}
 	return false
 }

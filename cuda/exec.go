@@ -314,7 +314,7 @@ func (b *Backend) runFromQ8(x driver.DevicePtr, m matmulPlan) error {
 		return b.runFromQ8R(m)
 	}
 	if b.mmvqDecode(m.w, 1) {
-		return b.k.MatMulQ8_1(b.s, m.out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.ptr, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
+		return b.mmvqFromQ8(m, m.out, 0)
 	}
 	return b.runMatMul(x, 1, m)
 }
@@ -397,7 +397,7 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 			if err := b.quantizeAct(q8, x, k); err != nil {
 				return err
 			}
-			return b.k.MatMulQ8_1QKVR(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, w, typ, bias, k, rows)
+			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, true)
 		}, nil
 	case allQ8 && b.k.MMVQInline(k, off, b.mm):
 		// One launch: the kernel quantizes x itself (minfer_mmvqx_qkv).
@@ -427,7 +427,7 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 			if err := b.quantizeAct(q8, x, k); err != nil {
 				return err
 			}
-			return b.k.MatMulQ8_1QKV(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, w, typ, bias, k, rows)
+			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, false)
 		}, nil
 	case anyQ8:
 		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered

@@ -8,7 +8,8 @@ import (
 
 // opQkvBiasRopeStore runs graph.OpQkvBiasRopeStore (in = q, k, v, positions,
 // KV window; Biases = q, k, v bias names, possibly empty) as one
-// minfer_qkv_rope_store launch. It writes the layer's K and V cells like two
+// minfer_qkv_rope_store launch, or with Weights = {q norm, k norm} one
+// minfer_qkv_norm_rope_store launch. It writes the layer's K and V cells like two
 // kvcache_store nodes: same regions, same window input read on the device,
 // so capture needs nothing more (the KV layout stamp already guards the
 // region pointers a captured graph holds).
@@ -64,10 +65,34 @@ func opQkvBiasRopeStore(b *Backend, n *graph.Node, in []graph.Tensor, out graph.
 	}
 	prm := QkvRopeStoreParams{NT: nt, NHead: nh, NHeadKV: nkv, HeadDim: hd, NRot: hd, Theta: n.P.Theta,
 		Neox: n.P.Rope == graph.RopeNeox, Format: b.kvSpec.Format, NCtx: b.kvSpec.NCtx}
+	bufs := QkvRopeStoreBuffers{Out: o, Q: p[0], K: p[1], V: p[2], BQ: bq, BK: bk, BV: bv, Pos: p[3], Win: win,
+		KRegion: kr, VRegion: vr}
+	switch len(n.Weights) {
+	case 0:
+	case 2:
+		// qwen3: the q/k norms ride along (FuseQkNormRopeStore, MINFER_FUSE_QKNORM).
+		nq, err := b.vector(n.Weights[0], hd)
+		if err != nil {
+			return nil, err
+		}
+		nk, err := b.vector(n.Weights[1], hd)
+		if err != nil {
+			return nil, err
+		}
+		if nq == 0 || nk == 0 {
+			return nil, fmt.Errorf("q/k norm weights %q: both are required", n.Weights)
+		}
+		if _, _, _, err := qkNormRopeStoreGeometry(prm, n.P.Eps); err != nil {
+			return nil, err
+		}
+		nb := QkNormRopeStoreBuffers{QkvRopeStoreBuffers: bufs, NormQ: nq, NormK: nk}
+		eps := n.P.Eps
+		return func() error { return b.k.QkNormRopeStore(b.s, nb, prm, eps) }, nil
+	default:
+		return nil, fmt.Errorf("%d norm weight names, want none or 2 (q norm, k norm)", len(n.Weights))
+	}
 	if _, _, _, _, err := qkvRopeStoreGeometry(prm); err != nil {
 		return nil, err
 	}
-	bufs := QkvRopeStoreBuffers{Out: o, Q: p[0], K: p[1], V: p[2], BQ: bq, BK: bk, BV: bv, Pos: p[3], Win: win,
-		KRegion: kr, VRegion: vr}
 	return func() error { return b.k.QkvBiasRopeStore(b.s, bufs, prm) }, nil
 }

@@ -140,10 +140,11 @@ func (b *Backend) runMatMulRes(p *residPending, res, out driver.DevicePtr) error
 	if err := b.quantizeAct(p.q8, p.x, m.w.rowLen); err != nil {
 		return err
 	}
-	if b.mmvqR(m.w, 1) {
-		return b.k.MatMulQ8_1RRes(b.s, out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.rp, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
+	if res == 0 {
+		return fmt.Errorf("fused residual matmul %s: null residual", m.w.name)
 	}
-	return b.k.MatMulQ8_1Res(b.s, out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.ptr, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
+	// The repacked or GGUF _res_ kernel, one-warp or split (MINFER_MMVQ_SPLIT).
+	return b.mmvqFromQ8(m, out, res)
 }
 
 // mmvqResKernel names the residual form of a type's mmvq kernel.

@@ -53,6 +53,10 @@ type MatMulOptions struct {
 	// rows into ActQ8 (ActQ8Bytes(k, nt)) + minfer_mmvq_nt_<t>
 	// (launch_mmvqnt.go) instead of the f32-activation mmv kernel.
 	MMVQNT bool
+	// MMVQSplit (MINFER_MMVQ_SPLIT) runs decode mmvq matmuls (plain, _res_
+	// and fused q/k/v, GGUF and repacked) of few rows in the split form,
+	// several warps per row (launch_mmvqsplit.go: Kernels.MMVQSplit).
+	MMVQSplit bool
 }
 
 // mmvqTable names the decode kernels over Q8_1 activations
@@ -187,7 +191,10 @@ func MatMulTypes() []quant.Type {
 // (after minfer_quantize_q8_1 of the nt rows) when opts.MMVQNT is set too.
 // Prefill (nt >= 9) of the mmqTable types runs
 // minfer_mmq_<type> (after minfer_quantize_q8_1) when opts.MMQ is set and
-// NoPrefillGEMM is not; F32, F16 and BF16 keep the f16 GEMM.
+// NoPrefillGEMM is not; F32, F16 and BF16 keep the f16 GEMM. With
+// opts.MMVQSplit the decode mmvq kernel named here runs in its split form
+// (minfer_mmvq_s_<t>) for the row counts Kernels.MMVQSplit picks; the name
+// stays the family's, and the tolerance class too.
 func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
 	ks, ok := matmulTable[wtype]
 	if !ok || nt < 1 {
@@ -383,6 +390,9 @@ func (k *Kernels) launchMMVQ(s *driver.Stream, wtype quant.Type, out, x, w, bias
 	}
 	if err := k.QuantizeQ8_1(s, opts.ActQ8, x, kDim, 1); err != nil {
 		return fmt.Errorf("matmul %s k=%d n=%d: %w", name, kDim, n, err)
+	}
+	if k.MMVQSplit(n, opts) {
+		return k.MatMulQ8_1S(s, out, opts.ActQ8, opts.ActQ8Bytes, w, wtype, bias, 0, kDim, n)
 	}
 	return k.MatMulQ8_1(s, out, opts.ActQ8, opts.ActQ8Bytes, w, wtype, bias, kDim, n)
 }

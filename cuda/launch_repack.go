@@ -273,5 +273,5 @@ func (b *Backend) mmvqR(w *devWeight, nt int) bool { return w.rp != 0 && b.mmvqD
 // runFromQ8R runs one decode matmul of a repacked weight over the Q8_1 row
 // already in the scratch.
 func (b *Backend) runFromQ8R(m matmulPlan) error {
-	return b.k.MatMulQ8_1R(b.s, m.out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.rp, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
+	return b.mmvqFromQ8(m, m.out, 0) // MatMulQ8_1R, or its split form (MINFER_MMVQ_SPLIT)
 }

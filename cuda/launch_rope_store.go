@@ -95,3 +95,74 @@ func (k *Kernels) QkvBiasRopeStore(s *driver.Stream, b QkvRopeStoreBuffers, p Qk
 		int64(rb), int32(p.NCtx), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NRot), p.Theta,
 		boolI32(p.Neox), int32(qhpb)))
 }
+
+const (
+	// qkNormRopeStoreKernel is the q/k-norm variant (MINFER_FUSE_QKNORM).
+	qkNormRopeStoreKernel = "minfer_qkv_norm_rope_store"
+	// qnrsThreads is mops::QNRS_THREADS: a block holds qnrsThreads/HeadDim
+	// heads, one value per thread.
+	qnrsThreads = 256
+)
+
+// QkNormRopeStoreBuffers are the operands of the q/k-norm variant: the
+// fused op's plus the per-head norm weights of q and k (HeadDim f32 each,
+// never 0).
+type QkNormRopeStoreBuffers struct {
+	QkvRopeStoreBuffers
+	NormQ, NormK driver.DevicePtr
+}
+
+// qkNormRopeStoreGeometry is the grid of minfer_qkv_norm_rope_store and
+// gkv, the number of K blocks (as many V blocks follow, then the q
+// blocks), or an argument error. The norm is minfer_rms_norm_f32's
+// arithmetic only where that kernel runs one value per thread in a block of
+// head_dim threads, so head_dim is 64 or 128.
+func qkNormRopeStoreGeometry(p QkvRopeStoreParams, eps float32) (grid [3]uint32, gkv int, rowBytes int, err error) {
+	const op = "qkv_norm_rope_store"
+	if p.NT <= 0 || p.NT > p.NCtx {
+		return grid, 0, 0, opsBad(op, "%d tokens for %d cells", p.NT, p.NCtx)
+	}
+	if p.HeadDim != 64 && p.HeadDim != 128 {
+		return grid, 0, 0, opsBad(op, "head_dim %d: the fused q/k norm supports head_dim 64 and 128 only", p.HeadDim)
+	}
+	if p.NRot <= 0 || p.NRot%2 != 0 || p.NRot > p.HeadDim {
+		return grid, 0, 0, opsBad(op, "n_rot %d: must be even, positive and at most head_dim %d", p.NRot, p.HeadDim)
+	}
+	if p.NHead <= 0 || p.NHeadKV <= 0 || p.NHead > maxInt32/p.HeadDim || p.NHead*p.HeadDim > maxInt32/p.NT {
+		return grid, 0, 0, opsBad(op, "%d heads over %d KV heads of %d for %d tokens", p.NHead, p.NHeadKV, p.HeadDim, p.NT)
+	}
+	if !(p.Theta > 0) || math.IsInf(float64(p.Theta), 0) {
+		return grid, 0, 0, opsBad(op, "theta %g: must be positive and finite", p.Theta)
+	}
+	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
+		return grid, 0, 0, opsBad(op, "eps %g: must be >= 0 and finite", eps)
+	}
+	if rowBytes, err = kvRowBytes(op, p.Format, p.NHeadKV*p.HeadDim, p.NCtx); err != nil {
+		return grid, 0, 0, err
+	}
+	hpb := qnrsThreads / p.HeadDim
+	gkv = (p.NHeadKV + hpb - 1) / hpb
+	gq := (p.NHead + hpb - 1) / hpb
+	if 2*gkv+gq > opsGridYMax {
+		return grid, 0, 0, opsBad(op, "%d query and %d KV heads: more than %d blocks a token", p.NHead, p.NHeadKV, opsGridYMax)
+	}
+	return [3]uint32{uint32(p.NT), uint32(2*gkv + gq), 1}, gkv, rowBytes, nil
+}
+
+// QkNormRopeStore is QkvBiasRopeStore with qwen3's per-head RMS norms of q
+// and k (weights b.NormQ, b.NormK, eps) between the bias add and rope: the
+// values of AddBias + RmsNorm (per head row) + Rope + KVStore, bitwise
+// (norm.cu's reduction, rope.cuh, kvput.cuh), in one launch.
+func (k *Kernels) QkNormRopeStore(s *driver.Stream, b QkNormRopeStoreBuffers, p QkvRopeStoreParams, eps float32) error {
+	grid, gkv, rb, err := qkNormRopeStoreGeometry(p, eps)
+	if err != nil {
+		return err
+	}
+	if b.NormQ == 0 || b.NormK == 0 {
+		return opsBad("qkv_norm_rope_store", "the q and k norm weights are required (q %v, k %v)", b.NormQ, b.NormK)
+	}
+	return opsErr("qkv_norm_rope_store", k.launch(s, qkNormRopeStoreKernel, grid, [3]uint32{qnrsThreads, 1, 1}, 0,
+		b.Out, b.Q, b.K, b.V, b.BQ, b.BK, b.BV, b.NormQ, b.NormK, b.Pos, b.Win, b.KRegion, b.VRegion, int32(p.Format),
+		int64(rb), int32(p.NCtx), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NRot), p.Theta,
+		boolI32(p.Neox), eps, int32(gkv)))
+}

@@ -128,7 +128,7 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		"MINFER_MMVQ_INLINE_Q8", "MINFER_NO_SPLITK_ATTN", "MINFER_NO_FA_PREFILL", "MINFER_NO_FUSE_FFN",
 		"MINFER_NO_FUSE_QKV", "MINFER_NO_CUDA_GRAPH", "MINFER_PDL", "MINFER_NO_PREFILL_GEMM",
 		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2", "MINFER_FA_PREFILL_V2",
-		"MINFER_FUSE_RESIDUAL", "MINFER_QUANTIZE_X4", "MINFER_MMVQ_NT"} {
+		"MINFER_FUSE_RESIDUAL", "MINFER_QUANTIZE_X4", "MINFER_MMVQ_NT", "MINFER_FUSE_QKNORM"} {
 		if _, ok := LivenessRules[name]; !ok {
 			t.Errorf("%s has no liveness rule", name)
 		}
@@ -141,11 +141,13 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode*_*": "minfer_attn_decode_hd64_g8_f32",
 		"minfer_attn_prefill*_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
 		"minfer_qkv_rope_store": "minfer_qkv_rope_store", "minfer_mmvq*_qkv_*": "minfer_mmvq_qkv_q8_0",
-		"minfer_gemm_*":          "minfer_gemm_q8_0",
-		"minfer_rms_norm_q8_1":   "minfer_rms_norm_q8_1",
-		"minfer_attn_decode2_*":  "minfer_attn_decode2_hd64_f32",
-		"minfer_attn_prefill2_*": "minfer_attn_prefill2_hd64_bm16",
-		"minfer_mmvqr_*":         "minfer_mmvqr_ffn_q6_k",
+		"minfer_gemm_*":              "minfer_gemm_q8_0",
+		"minfer_rms_norm_q8_1":       "minfer_rms_norm_q8_1",
+		"minfer_attn_decode2_*":      "minfer_attn_decode2_hd64_f32",
+		"minfer_attn_prefill2_*":     "minfer_attn_prefill2_hd64_bm16",
+		"minfer_mmvqr_*":             "minfer_mmvqr_ffn_q6_k",
+		"minfer_mmvq*_s_*":           "minfer_mmvqr_res_s_q8_0",
+		"minfer_qkv_norm_rope_store": "minfer_qkv_norm_rope_store",
 	}
 	for name, r := range LivenessRules {
 		for _, pat := range r.Kernels {
@@ -186,5 +188,14 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 	}
 	if m, _ := path.Match("minfer_mmvq*_q[45]_[01]", "minfer_mmvq_q8_0"); m {
 		t.Error("the legacy-quant pattern matches Q8_0")
+	}
+	// MINFER_MMVQ_SPLIT: every split name matches, no one-warp MMVQ name does.
+	for n, want := range map[string]bool{"minfer_mmvq_s_q4_k": true, "minfer_mmvq_res_s_q6_k": true,
+		"minfer_mmvq_qkv_s_q5_0": true, "minfer_mmvqr_s_q6_k": true, "minfer_mmvqr_qkv_s_q8_0": true,
+		"minfer_mmvq_q8_0": false, "minfer_mmvqr_res_q6_k": false, "minfer_mmvq_nt_q4_k": false,
+		"minfer_mmvqx_qkv_q5_1": false, "minfer_mmvq_ffn_q4_0": false, "minfer_mmvqr_ffn_q8_0": false} {
+		if m, _ := path.Match("minfer_mmvq*_s_*", n); m != want {
+			t.Errorf("the MMVQ split pattern on %s: match %v, want %v", n, m, want)
+		}
 	}
 }

@@ -292,14 +292,22 @@ struct MinferMmvqQ6_K {
     }
 };
 
+// minfer_mmvq_part is one thread's share of a row's dot product: units
+// first, first + STRIDE, ... summed in order (no reduction). The one-warp
+// row takes (lane, 32); the split kernels (mmvq_split.cu) (32 w + lane, 32 W).
+template <class Q, int STRIDE, class A>
+__device__ __forceinline__ float minfer_mmvq_part(const uint8_t* __restrict__ wr, const A& a, int k, int first) {
+    float acc = 0.0f;
+    const int nu = Q::units(k);
+    for (int u = first; u < nu; u += STRIDE) acc = __fadd_rn(acc, Q::unit(wr, a, u));
+    return acc;
+}
+
 // minfer_mmvq_row is one row's dot product, every lane of the warp gets it:
 // lane l sums units l, l + 32, ... in order, then a butterfly.
 template <class Q, class A>
 __device__ __forceinline__ float minfer_mmvq_row(const uint8_t* __restrict__ wr, const A& a, int k) {
-    const int lane = threadIdx.x & 31;
-    float acc = 0.0f;
-    const int nu = Q::units(k);
-    for (int u = lane; u < nu; u += 32) acc = __fadd_rn(acc, Q::unit(wr, a, u));
+    float acc = minfer_mmvq_part<Q, 32>(wr, a, k, threadIdx.x & 31);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, off));
     return acc;

@@ -134,25 +134,35 @@ struct MinferMmvqrQ6_K {
     }
 };
 
+// minfer_mmvqr_part is one thread's share of a row's dot product: units
+// first, first + STRIDE, ... summed in order, the loads of
+// MINFER_MMVQR_UNITS units issued before the first is used (no reduction).
+// The one-warp row takes (lane, 32); the split kernels (mmvq_split.cu)
+// (32 w + lane, 32 W).
+template <class Q, int STRIDE, class A>
+__device__ __forceinline__ float minfer_mmvqr_part(const typename Q::Row& w, const A& a, int k, int first) {
+    const int nu = Q::units(k);
+    float acc = 0.0f;
+    for (int u0 = first; u0 < nu; u0 += STRIDE * MINFER_MMVQR_UNITS) {
+        typename Q::Raw raw[MINFER_MMVQR_UNITS];
+#pragma unroll
+        for (int j = 0; j < MINFER_MMVQR_UNITS; j++) {
+            if (u0 + STRIDE * j < nu) raw[j] = Q::load(w, u0 + STRIDE * j);
+        }
+#pragma unroll
+        for (int j = 0; j < MINFER_MMVQR_UNITS; j++) {
+            if (u0 + STRIDE * j < nu) acc = __fadd_rn(acc, Q::dot(raw[j], a, u0 + STRIDE * j));
+        }
+    }
+    return acc;
+}
+
 // minfer_mmvqr_row is one row's dot product (every lane gets it): lane l
 // sums units l, l + 32, ... in order, as minfer_mmvq_row does, with the
 // loads of MINFER_MMVQR_UNITS units issued before the first is used.
 template <class Q, class A>
 __device__ __forceinline__ float minfer_mmvqr_row(const typename Q::Row& w, const A& a, int k) {
-    const int lane = threadIdx.x & 31;
-    const int nu = Q::units(k);
-    float acc = 0.0f;
-    for (int u0 = lane; u0 < nu; u0 += 32 * MINFER_MMVQR_UNITS) {
-        typename Q::Raw raw[MINFER_MMVQR_UNITS];
-#pragma unroll
-        for (int j = 0; j < MINFER_MMVQR_UNITS; j++) {
-            if (u0 + 32 * j < nu) raw[j] = Q::load(w, u0 + 32 * j);
-        }
-#pragma unroll
-        for (int j = 0; j < MINFER_MMVQR_UNITS; j++) {
-            if (u0 + 32 * j < nu) acc = __fadd_rn(acc, Q::dot(raw[j], a, u0 + 32 * j));
-        }
-    }
+    float acc = minfer_mmvqr_part<Q, 32>(w, a, k, threadIdx.x & 31);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, off));
     return acc;

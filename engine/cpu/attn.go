@@ -133,6 +133,9 @@ func (b *Backend) qkvBiasRopeStore(n *graph.Node, xs [][]float32, y []float32) e
 	if len(xs) != 5 || len(n.Biases) != 3 {
 		return fmt.Errorf("wants q, k, v, positions, KV window and 3 bias names")
 	}
+	if len(n.Weights) != 0 {
+		return fmt.Errorf("q/k norm weights %v: the CPU runs the q/k norms unfused (it does not offer %s)", n.Weights, graph.FuseQkNormRopeStore)
+	}
 	q, k, v, pos, w := xs[0], xs[1], xs[2], i32(xs[3]), i32(xs[4])
 	hd, nh, nkv := n.P.HeadDim, n.P.NHead, n.P.NHeadKV
 	nt := len(pos)

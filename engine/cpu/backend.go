@@ -93,8 +93,10 @@ func (b *Backend) Threads() int { return b.threads }
 func (b *Backend) Name() string { return "cpu" }
 
 // SupportsFused implements graph.Backend: the CPU runs every fused kind (it
-// is where fused == unfused is proven).
-func (b *Backend) SupportsFused(graph.FuseKind) bool { return true }
+// is where fused == unfused is proven) except the q/k-norm variant of the
+// QKV tail: it keeps running qwen3's unfused q/k norm + rope + KV store as
+// the reference the device's fused kernel is checked against.
+func (b *Backend) SupportsFused(k graph.FuseKind) bool { return k != graph.FuseQkNormRopeStore }
 
 // SupportsOp implements graph.Backend: every op, provided its weights are
 // registered and its KV layer exists.

@@ -44,6 +44,12 @@ func only(cons [][]int, id, c int) bool { return len(cons[id]) == 1 && cons[id][
 // fuseQkvBiasRopeStore: Attn(Rope(Reshape(MatMul q)), KvStore K(Rope(Reshape(
 // MatMul k))), KvStore V(MatMul v)) -> the matmuls lose their biases and one
 // QkvBiasRopeStore node adds them, ropes q and k and stores k and v.
+//
+// With qwen3's per-head norms between the reshapes and the ropes,
+// Rope(QkNorm(Reshape(MatMul q))) and Rope(QkNorm(Reshape(MatMul k))), the
+// same node also norms q and k (Weights = {q norm, k norm}, P.Eps): only
+// when both norms are there with one eps and one head size, each read by
+// its rope alone, and the backend offers FuseQkNormRopeStore.
 func fuseQkvBiasRopeStore(g *Graph, supports supportsFn) int {
 	cons := g.consumers()
 	count := 0
@@ -61,6 +67,14 @@ func fuseQkvBiasRopeStore(g *Graph, supports supportsFn) int {
 			continue
 		}
 		xq, xk, xv := g.node(rq.Inputs[0]), g.node(rk.Inputs[0]), g.node(sv.Inputs[0])
+		nq, nk, ok := qkNormPair(g, cons, rq, rk, a.P.HeadDim)
+		if !ok {
+			continue
+		}
+		kind := FuseQkvBiasRopeStore
+		if nq != nil {
+			kind, xq, xk = FuseQkNormRopeStore, g.node(nq.Inputs[0]), g.node(nk.Inputs[0])
+		}
 		mq, mk, mv := matmulUnder(g, xq), matmulUnder(g, xk), matmulUnder(g, xv)
 		if mq == nil || mk == nil || mv == nil || sk.Inputs[1] != kvw || sv.Inputs[1] != kvw {
 			continue
@@ -68,13 +82,22 @@ func fuseQkvBiasRopeStore(g *Graph, supports supportsFn) int {
 		if !only(cons, rq.ID, a.ID) || !only(cons, rk.ID, sk.ID) || !only(cons, sk.ID, a.ID) || !only(cons, sv.ID, a.ID) {
 			continue
 		}
-		if !supports(FuseQkvBiasRopeStore, a, rq, rk, sk, sv, mq, mk, mv) {
+		chain := []*Node{a, rq, rk, sk, sv, mq, mk, mv}
+		if nq != nil {
+			chain = append(chain, nq, nk)
+		}
+		if !supports(kind, chain...) {
 			continue
 		}
 		f := &Node{ID: len(g.Nodes), Op: OpQkvBiasRopeStore, Inputs: []int{xq.ID, xk.ID, xv.ID, rq.Inputs[1], kvw},
 			Shape: rq.Shape, Biases: []string{mq.Bias, mk.Bias, mv.Bias}, Name: strings.TrimSuffix(a.Name, "attn") + "qkv_bias_rope_store",
 			P:       OpParams{Theta: rq.P.Theta, Rope: rq.P.Rope, Layer: a.P.Layer, NHead: a.P.NHead, NHeadKV: a.P.NHeadKV, HeadDim: a.P.HeadDim},
 			Backend: a.Backend, Slot: -1, Alias: -1}
+		if nq != nil {
+			f.Weights, f.P.Eps = []string{nq.Weight, nk.Weight}, nq.P.Eps
+			f.Name = strings.TrimSuffix(a.Name, "attn") + "qkv_norm_rope_store"
+			nq.dead, nk.dead = true, true
+		}
 		g.Nodes = append(g.Nodes, f)
 		mq.Bias, mk.Bias, mv.Bias = "", "", ""
 		a.Inputs = []int{f.ID, kvw}
@@ -82,6 +105,25 @@ func fuseQkvBiasRopeStore(g *Graph, supports supportsFn) int {
 		count++
 	}
 	return count
+}
+
+// qkNormPair returns the QkNorm nodes the ropes rq and rk read, both nil
+// when neither reads one, and ok false when the pair cannot fuse: one norm
+// without the other, eps or head size differing (from each other or from
+// hd), a missing weight, or a norm output with another reader.
+func qkNormPair(g *Graph, cons [][]int, rq, rk *Node, hd int) (nq, nk *Node, ok bool) {
+	nq, nk = g.node(rq.Inputs[0]), g.node(rk.Inputs[0])
+	isq, isk := nq.Op == OpQkNorm, nk.Op == OpQkNorm
+	if !isq && !isk {
+		return nil, nil, true
+	}
+	if !isq || !isk || nq.P.Eps != nk.P.Eps || nq.Shape[0] != hd || nk.Shape[0] != hd || nq.Weight == "" || nk.Weight == "" {
+		return nil, nil, false
+	}
+	if !only(cons, nq.ID, rq.ID) || !only(cons, nk.ID, rk.ID) {
+		return nil, nil, false
+	}
+	return nq, nk, true
 }
 
 // matmulUnder returns the MatMul n is or reshapes, or nil.

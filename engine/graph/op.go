@@ -63,7 +63,9 @@ const (
 	OpFusedQKV
 	// OpQkvBiasRopeStore: in = q, k, v (bias-less matmul outputs), positions,
 	// KV window; adds Biases[0..2], ropes q and k, stores k and v in the
-	// layer's KV regions; the output is the roped q [hd, nh, nt].
+	// layer's KV regions; the output is the roped q [hd, nh, nt]. With
+	// Weights = {q norm, k norm} (qwen3, FuseQkNormRopeStore) q and k are
+	// also RMS-normed per head (eps P.Eps) after the bias, before rope.
 	OpQkvBiasRopeStore
 	// OpFusedFFN: silu(x*gate) * (x*up) with Weights = {gate, up} -> [nff, nt].
 	OpFusedFFN
@@ -125,6 +127,9 @@ const (
 	FuseQKV              FuseKind = iota // three matmuls of one input -> OpFusedQKV
 	FuseQkvBiasRopeStore                 // bias + rope + KV store -> OpQkvBiasRopeStore
 	FuseFFN                              // gate, up, swiglu -> OpFusedFFN
+	// FuseQkNormRopeStore: bias + per-head q/k RMS norm + rope + KV store
+	// -> OpQkvBiasRopeStore with the norm weights in Weights (qwen3).
+	FuseQkNormRopeStore
 )
 
 func (k FuseKind) String() string {
@@ -135,6 +140,8 @@ func (k FuseKind) String() string {
 		return "qkv_bias_rope_store"
 	case FuseFFN:
 		return "fused_ffn"
+	case FuseQkNormRopeStore:
+		return "qkv_norm_rope_store"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }
@@ -143,7 +150,7 @@ func (k FuseKind) String() string {
 // comment names.
 type OpParams struct {
 	Input   InputKind // OpInput
-	Eps     float32   // RmsNorm, QkNorm
+	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights
 	Theta   float32   // Rope, QkvBiasRopeStore
 	Rope    RopeStyle // Rope, QkvBiasRopeStore
 	Layer   int       // Attn, KvcacheStore, KvcacheLoad, QkvBiasRopeStore

@@ -134,8 +134,15 @@ var registry = []Lever{
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+	{Name: "MINFER_MMVQ_SPLIT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul (few rows, long K)", Issue: "#6",
+		Doc: "1: decode MMVQ matmuls with few rows (ceil(rows / 4) < 12 x SMs: 7B o-proj, ffn_down, q/k/v) run 4 warps per output row (minfer_mmvq*_s_*) instead of one, for more loads in flight", ArmA: "0", ArmB: "1",
+		// The row's units are summed by 4 warps and the 4 partials added in
+		// a fixed order: f32 rounding only.
+		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
 	{Name: "MINFER_QUANTIZE_X4", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "activation Q8_1 quantize", Issue: "#6",
 		Doc: "0: the Q8_1 activation quantize runs one block per warp (minfer_quantize_q8_1) instead of four per warp with float4 loads (the same bytes; on by default since reports/MINFER_QUANTIZE_X4: pp512 +7.0%)", ArmA: "0", ArmB: "1"},
+	{Name: "MINFER_FUSE_QKNORM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "qwen3 q/k norm + rope + KV store", Issue: "#6",
+		Doc: "1: qwen3's per-head q/k RMS norms, both ropes and both KV stores of a layer run as one minfer_qkv_norm_rope_store launch (bitwise the unfused rms_norm + rope + kv_store kernels) instead of six", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -240,7 +247,9 @@ type Config struct {
 	MMVQRepack       bool
 	FuseResidual     bool
 	MMVQNT           bool
+	MMVQSplit        bool
 	QuantizeX4       bool
+	FuseQKNorm       bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
 	NoW16Cache       bool
@@ -331,7 +340,9 @@ func Parse(environ []string) (Config, error) {
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
+	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")
+	c.FuseQKNorm = on("MINFER_FUSE_QKNORM")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
 	c.NoW16Cache = on("MINFER_NO_W16CACHE")

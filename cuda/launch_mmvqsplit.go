@@ -1,0 +1,223 @@
+package cuda
+
+// launch_mmvqsplit.go: MINFER_MMVQ_SPLIT. Decode (nt = 1) MMVQ matmuls of
+// matrices with few rows run MINFER_MMVQS_WARPS warps per output row
+// (minfer_mmvq*_s_*: cuda/kernels/mmvq_split.cu) instead of one.
+//
+// The rule, with the H200 ncu evidence (reports/perf/ncu-2026-11-29-3eb617d):
+// the one-warp kernels launch ceil(rows / 4) blocks of 4 warps. 7B Q8_0's
+// o-proj and ffn_down (3,584 rows: 896 blocks, 27 warps per SM, 42% achieved
+// occupancy) ran at 52% of the HBM floor and its fused q/k/v (4,608 rows:
+// 1,152 blocks) at 36%, while the fused gate/up (4,736 blocks) reached 86%
+// and the lm_head (9,504 blocks) the floor: below about a dozen one-warp
+// blocks per SM the rows have too few loads in flight (latency-bound). So a
+// decode matmul whose one-warp grid would be under MMVQSplitMaxBlocksPerSM
+// blocks per SM (1,584 on the 132-SM H200) launches the split form; a
+// taller one (gate/up, lm_head) keeps the one-warp kernel. The split form
+// sums the same per-unit values in another f32 order (tolerance class:
+// accumulation order). The in-kernel-quantization path (minfer_mmvqx_*,
+// MINFER_MMVQ_INLINE_Q8) and the fused FFN keep their kernels.
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// Geometry of cuda/kernels/mmvq_split.cu (TestMMVQSplitGeometry_MatchesKernelSource
+// pins these to its #defines): one output row per block.
+const (
+	mmvqsWarps   = 4   // MINFER_MMVQS_WARPS: warps per output row (and per block)
+	mmvqsThreads = 128 // MINFER_MMVQS_THREADS
+
+	// MMVQSplitMaxBlocksPerSM: a decode matmul whose one-warp grid
+	// (ceil(rows / 4) blocks) is below this many blocks per SM splits.
+	MMVQSplitMaxBlocksPerSM = 12
+)
+
+// mmvqSplitPick is the rule on its own: rows output rows on a device of
+// sms SMs split when the one-warp grid would have fewer than
+// MMVQSplitMaxBlocksPerSM blocks per SM.
+func mmvqSplitPick(rows, sms int) bool {
+	return rows > 0 && sms > 0 && (rows+mmvqRows-1)/mmvqRows < MMVQSplitMaxBlocksPerSM*sms
+}
+
+// MMVQSplit reports whether a decode MMVQ matmul (or fused q/k/v) of rows
+// output rows runs the split form under opts on this device.
+func (k *Kernels) MMVQSplit(rows int, opts MatMulOptions) bool {
+	return opts.MMVQSplit && k.dev != nil && mmvqSplitPick(rows, k.dev.Attr.SMCount)
+}
+
+// mmvqSplitKernel names the split kernel of form "" (plain), "res" or
+// "qkv" for wtype, over the repacked copy or the GGUF blocks ("" when the
+// type has none).
+func mmvqSplitKernel(wtype quant.Type, form string, repacked bool) string {
+	prefix, sfx := "minfer_mmvq_", ""
+	if repacked {
+		s, ok := mmvqrTypes[wtype]
+		if !ok {
+			return ""
+		}
+		prefix, sfx = "minfer_mmvqr_", s
+	} else {
+		name, ok := mmvqTable[wtype]
+		if !ok {
+			return ""
+		}
+		sfx = strings.TrimPrefix(name, "minfer_mmvq_")
+	}
+	switch form {
+	case "":
+		return prefix + "s_" + sfx
+	case "res", "qkv":
+		return prefix + form + "_s_" + sfx
+	}
+	return ""
+}
+
+// mmvqsLaunch launches one split kernel of rows output rows (one block
+// each) with args.
+func (k *Kernels) mmvqsLaunch(s *driver.Stream, name string, rows int, args ...any) error {
+	if name == "" || rows < 1 || rows > math.MaxInt32 {
+		return fmt.Errorf("mmvq split: no kernel %q or bad row count %d", name, rows)
+	}
+	grid := [3]uint32{uint32(rows), 1, 1}
+	block := [3]uint32{mmvqsThreads, 1, 1}
+	return k.launch(s, name, grid, block, 0, args...)
+}
+
+// MatMulQ8_1S is MatMulQ8_1 (res = 0) or MatMulQ8_1Res (res the residual,
+// possibly out itself) in the split form (minfer_mmvq_s_<type> /
+// minfer_mmvq_res_s_<type>): the same per-unit values summed by 4 warps.
+func (k *Kernels) MatMulQ8_1S(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
+	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
+	const op = "matmul_q8_1_split"
+	if err := checkMMVQ(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
+	}
+	form := ""
+	args := []any{out, xq, w, bias, int32(kDim), int32(n)}
+	if res != 0 {
+		if err := checkRes(op, wtype, out, res, kDim, n); err != nil {
+			return err
+		}
+		form, args = "res", append(args, res)
+	}
+	name := mmvqSplitKernel(wtype, form, false)
+	if err := k.mmvqsLaunch(s, name, n, args...); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// MatMulQ8_1RS is MatMulQ8_1R (res = 0) or MatMulQ8_1RRes over the repacked
+// copy w in the split form (minfer_mmvqr_s_<type> / minfer_mmvqr_res_s_<type>).
+func (k *Kernels) MatMulQ8_1RS(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
+	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
+	const op = "matmul_q8_1r_split"
+	if err := checkMMVQR(op, w, wtype, kDim, n); err != nil {
+		return err
+	}
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
+	}
+	form := ""
+	args := []any{out, xq, w, bias, int32(kDim), int32(n)}
+	if res != 0 {
+		if err := checkRes(op, wtype, out, res, kDim, n); err != nil {
+			return err
+		}
+		form, args = "res", append(args, res)
+	}
+	name := mmvqSplitKernel(wtype, form, true)
+	if err := k.mmvqsLaunch(s, name, n, args...); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// MatMulQ8_1QKVS is MatMulQ8_1QKV (repacked false) or MatMulQ8_1QKVR
+// (repacked true: w are the repacked copies) in the split form
+// (minfer_mmvq[r]_qkv_s_<type>).
+func (k *Kernels) MatMulQ8_1QKVS(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
+	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int, repacked bool) error {
+	const op = "matmul_q8_1_qkv_split"
+	total := 0
+	for i := range w {
+		var err error
+		if repacked {
+			err = checkMMVQR(op, w[i], wtype, kDim, n[i])
+		} else {
+			err = checkMMVQ(op, xq, xqBytes, w[i], wtype, kDim, n[i])
+		}
+		if err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+		if uint64(bias[i])%4 != 0 {
+			return fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
+		}
+		total += n[i]
+	}
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
+		return fmt.Errorf("%s %s k=%d n=%v: null or misaligned output %v, or too many rows", op, wtype, kDim, n, out)
+	}
+	name := mmvqSplitKernel(wtype, "qkv", repacked)
+	if err := k.mmvqsLaunch(s, name, total, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
+		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// mmvqFromQ8 runs the decode MMVQ matmul m over the Q8_1 row already in
+// the backend's scratch, writing out (with res folded in when res != 0):
+// over the repacked copy when m's weight has one, in the split form when
+// the rule picks it, else the one-warp kernels. Nothing falls back: an
+// error of the chosen launch is returned.
+func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
+	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
+	w, rp := m.w.ptr, b.mmvqR(m.w, 1)
+	if rp {
+		w = m.w.rp
+	}
+	switch split := b.k.MMVQSplit(m.w.rows, b.mm); {
+	case split && rp:
+		return b.k.MatMulQ8_1RS(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
+	case split:
+		return b.k.MatMulQ8_1S(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
+	case rp && res != 0:
+		return b.k.MatMulQ8_1RRes(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
+	case rp:
+		return b.k.MatMulQ8_1R(b.s, out, q, qb, w, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
+	case res != 0:
+		return b.k.MatMulQ8_1Res(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
+	}
+	return b.k.MatMulQ8_1(b.s, out, q, qb, w, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
+}
+
+// mmvqQKVFromQ8 runs a fused decode q/k/v over the Q8_1 row in the
+// scratch: the split form when the rule picks it for the total row count,
+// else minfer_mmvq[r]_qkv_<type>.
+func (b *Backend) mmvqQKVFromQ8(out driver.DevicePtr, w [3]driver.DevicePtr, wtype quant.Type, bias [3]driver.DevicePtr,
+	kDim int, rows [3]int, repacked bool) error {
+	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
+	switch {
+	case b.k.MMVQSplit(rows[0]+rows[1]+rows[2], b.mm):
+		return b.k.MatMulQ8_1QKVS(b.s, out, q, qb, w, wtype, bias, kDim, rows, repacked)
+	case repacked:
+		return b.k.MatMulQ8_1QKVR(b.s, out, q, qb, w, wtype, bias, kDim, rows)
+	}
+	return b.k.MatMulQ8_1QKV(b.s, out, q, qb, w, wtype, bias, kDim, rows)
+}
