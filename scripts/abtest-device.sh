@@ -39,8 +39,12 @@
 #   ROUNDS=9 PP=512 TG=128 REPS=3   A/B rounds (pre-registered PAIRS) and bench shapes
 #   WARMUP_MS=2000                  untimed warmup before round 1
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
-#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN]
-#                                   (@ppN: that lever's prefill size, e.g. MINFER_MMVQ_NT=1@pp5)
+#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own]
+#                                   (@ppN: that lever's prefill size, e.g. MINFER_MMVQ_NT=1@pp5;
+#                                   @SHAPE:TYPE: that lever's synthesized model, e.g.
+#                                   MINFER_NO_KQ_MMVQ=1@qwen2-0.5b:Q4_K_M, MINFER_FUSE_QKNORM=1@qwen3-0.6b:Q8_0;
+#                                   @own: parity and greedy on that model, not CORRECTNESS_MODEL -
+#                                   for a path the correctness model does not have, such as qwen3's q/k norm)
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
@@ -117,39 +121,53 @@ if ! timeout -k 10 "$KERNEL_TIMEOUT" scripts/build-kernels.sh bin/minfer-kernels
 fi
 say "kernels: $(grep -m1 'wrote' "$out/build-kernels.log" | sed 's/build-kernels: //')"
 
-# 2. Model.
-model="${MODEL:-}"
-if [[ -z "$model" ]]; then
+# 2. Models: SHAPE/TYPE (or MODEL) for every lever without its own.
+synth_model() { # shape type -> the model's path on stdout (synthesized once per machine)
+    local f="$MODEL_DIR/$1-$2-seed$SEED.gguf" start
     mkdir -p "$MODEL_DIR"
-    model="$MODEL_DIR/$SHAPE-$TYPE-seed$SEED.gguf"
-    if [[ ! -s "$model" ]]; then
+    if [[ ! -s "$f" ]]; then
         start=$(date +%s)
-        if ! timeout -k 5 "$SYNTH_TIMEOUT" bin/minfer synth --shape "$SHAPE" --type "$TYPE" --seed "$SEED" -o "$model.tmp" >>"$log" 2>&1; then
-            say "minfer synth failed"
-            rm -f "$model.tmp"
-            exit 2
+        if ! timeout -k 5 "$SYNTH_TIMEOUT" bin/minfer synth --shape "$1" --type "$2" --seed "$SEED" -o "$f.tmp" >>"$log" 2>&1; then
+            say "minfer synth $1 $2 failed"
+            rm -f "$f.tmp"
+            return 1
         fi
-        mv "$model.tmp" "$model"
-        say "synthesized $model ($(stat -c %s "$model") bytes) in $(($(date +%s) - start)) s"
+        mv "$f.tmp" "$f"
+        say "synthesized $f ($(stat -c %s "$f") bytes) in $(($(date +%s) - start)) s"
     fi
+    echo "$f"
+}
+default_model="${MODEL:-}"
+if [[ -z "$default_model" ]]; then
+    default_model="$(synth_model "$SHAPE" "$TYPE")" || exit 2
 fi
 
 # 3. The levers.
 rc=0
 gates="$GATES"
 for spec in $LEVERS; do
-    # NAME[=VALUE][@ppN]: @ppN gives this lever its own prefill size (a
-    # 2..8-token path such as MINFER_MMVQ_NT never runs at pp512).
-    lever="${spec%%@pp*}" pp="$PP"
-    [[ "$spec" == *@pp* ]] && pp="${spec##*@pp}"
-    say "=== abtest run --lever $lever --pp $pp (gates $gates${CORRECTNESS_MODEL:+, correctness model $CORRECTNESS_MODEL})"
+    # NAME[=VALUE][@ppN][@SHAPE:TYPE][@own] (header): a 2..8-token path such
+    # as MINFER_MMVQ_NT never runs at pp512, a K-quant or qwen3 path never
+    # on qwen2-0.5b Q8_0.
+    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0
+    IFS=@ read -r -a opts <<<"${spec#"$lever"}"
+    for o in "${opts[@]}"; do
+        case "$o" in
+        "") ;;
+        own) own=1 ;;
+        pp[0-9]*) pp="${o#pp}" ;;
+        *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; } ;;
+        *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE or @own)"; rc=1; continue 2 ;;
+        esac
+    done
+    say "=== abtest run --lever $lever --pp $pp on $(basename "$model") (gates $gates$([[ -n "$CORRECTNESS_MODEL" && $own == 0 ]] && echo ", correctness model $CORRECTNESS_MODEL"))"
     start=$(date +%s)
     limit="$LEVER_TIMEOUT"
     # The first lever also runs the device suite (~80 s on the H200): a limit
     # sized for the other gates cut it short on 2026-11-29.
     [[ ",$gates," == *,suite,* ]] && limit=$((LEVER_TIMEOUT + SUITE_EXTRA))
     cm=()
-    [[ -n "$CORRECTNESS_MODEL" ]] && cm=(--correctness-model "$CORRECTNESS_MODEL")
+    [[ -n "$CORRECTNESS_MODEL" && $own == 0 ]] && cm=(--correctness-model "$CORRECTNESS_MODEL")
     timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" \
         --suite-bin 'bin/*.test' --kernels bin/minfer-kernels.fatbin --gates "$gates" \
         --rounds "$ROUNDS" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
