@@ -30,6 +30,11 @@ type LivenessRule struct {
 	// PDL: liveness is the pdl_launches count of the {"cuda_graphs":...}
 	// line: positive with the path on, zero with it off, same kernels.
 	PDL bool `json:"pdl,omitempty"`
+	// PrefillGraphs: liveness is the captured count of the {"cuda_graphs":...}
+	// line: the arm with prefill capture on captures more graphs than the arm
+	// with it off, which still captures and replays its decode graph (so the
+	// difference is the prefill shapes, not graphs switched off), same kernels.
+	PrefillGraphs bool `json:"prefill_graphs,omitempty"`
 	// Why says what the rule defends, for the report.
 	Why string `json:"why"`
 }
@@ -77,6 +82,8 @@ var LivenessRules = map[string]LivenessRule{
 		Why: "with QKV fusion on, decode runs q/k/v as one fused MMVQ launch and bias + rope + KV store as one kernel; off, three matmuls, two ropes and two KV stores"},
 	"MINFER_NO_CUDA_GRAPH": {On: "0", Graphs: true,
 		Why: "with graphs on, the backend captures and replays CUDA graphs (same kernels, replays counted in the census); with them off it captures and replays none"},
+	"MINFER_NO_PREFILL_CAPTURE": {On: "0", PrefillGraphs: true,
+		Why: "with prefill capture on, the prefill shapes run often enough (the census workload's pp runs) are captured as CUDA graphs too: more graphs captured than with it off, where only the decode graph is (same kernels either way)"},
 	"MINFER_PDL": {On: "1", PDL: true,
 		Why: "with PDL on, every launch carries the programmatic-dependent-launch attribute (pdl_launches > 0 on the cuda_graphs line) and the kernels are the same; off, none does"},
 }
@@ -173,6 +180,28 @@ func Liveness(lv harness.Lever, a, b LivenessInput) (Status, string) {
 			fails = append(fails, "the arms launch different kernels: "+only)
 		} else {
 			oks = append(oks, fmt.Sprintf("same %d kernels in both arms", len(launched(on.Census))))
+		}
+	}
+	if rule.PrefillGraphs {
+		for _, x := range []LivenessInput{on, off} {
+			if !x.HasGraphs {
+				fails = append(fails, fmt.Sprintf(`arm %s printed no {"cuda_graphs":{"captured":N,...}} line`, x.Arm.Name))
+			}
+		}
+		if on.HasGraphs && off.HasGraphs {
+			if on.Graphs.Captured <= off.Graphs.Captured {
+				fails = append(fails, fmt.Sprintf("arm %s (prefill capture on) captured %d graphs, not more than arm %s (off) with %d",
+					on.Arm.Name, on.Graphs.Captured, off.Arm.Name, off.Graphs.Captured))
+			} else {
+				oks = append(oks, fmt.Sprintf("arm %s captured %d graphs, arm %s %d", on.Arm.Name, on.Graphs.Captured, off.Arm.Name, off.Graphs.Captured))
+			}
+			if off.Graphs.Captured == 0 || off.Graphs.Replayed == 0 {
+				fails = append(fails, fmt.Sprintf("arm %s (prefill capture off) captured %d and replayed %d graphs: its decode graph is missing too",
+					off.Arm.Name, off.Graphs.Captured, off.Graphs.Replayed))
+			}
+		}
+		if only := kernelSetDiff(on.Census, off.Census); only != "" {
+			fails = append(fails, "the arms launch different kernels: "+only)
 		}
 	}
 	if len(fails) > 0 {

@@ -72,6 +72,33 @@ func TestLiveness_CudaGraphLeverJudgedByGraphCounts(t *testing.T) {
 	}
 }
 
+// TestLiveness_PrefillCaptureJudgedByCapturedGraphs: prefill capture on
+// must capture more graphs than off (2 against 1 on the H200: decode and
+// pp512), and the off arm must keep its decode graph.
+func TestLiveness_PrefillCaptureJudgedByCapturedGraphs(t *testing.T) {
+	lv := leverCfg("MINFER_NO_PREFILL_CAPTURE").Lever
+	c := profile.Census{"minfer_mmq_q8_0": 10}
+	on := LivenessInput{Arm: Arm{Name: "A", Value: "0"}, Census: c, HasGraphs: true, Graphs: profile.Graphs{Captured: 2, Replayed: 133}}
+	off := LivenessInput{Arm: Arm{Name: "B", Value: "1"}, Census: c, HasGraphs: true, Graphs: profile.Graphs{Captured: 1, Replayed: 130}}
+	if st, why := Liveness(lv, on, off); st != Pass {
+		t.Errorf("2 captures on, 1 off: %s %s", st, why)
+	}
+	same := off
+	same.Graphs.Captured = 2
+	if st, why := Liveness(lv, on, same); st != Fail || !strings.Contains(why, "not more than") {
+		t.Errorf("lever that switched nothing: %s %s", st, why)
+	}
+	none := off
+	none.Graphs = profile.Graphs{}
+	if st, why := Liveness(lv, on, none); st != Fail || !strings.Contains(why, "decode graph") {
+		t.Errorf("off arm with no graphs at all: %s %s", st, why)
+	}
+	none.HasGraphs = false
+	if st, why := Liveness(lv, on, none); st != Fail || !strings.Contains(why, "cuda_graphs") {
+		t.Errorf("missing cuda_graphs line: %s %s", st, why)
+	}
+}
+
 func TestLiveness_LeverWithoutRuleIsSkipNeverPass(t *testing.T) {
 	r := profileWithFake(t, "MINFER_NO_PINNED_READBACK")
 	if r.Status != Skip || !strings.Contains(r.Reason, "no liveness rule for MINFER_NO_PINNED_READBACK") {
@@ -128,7 +155,8 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		"MINFER_MMVQ_INLINE_Q8", "MINFER_NO_SPLITK_ATTN", "MINFER_NO_FA_PREFILL", "MINFER_NO_FUSE_FFN",
 		"MINFER_NO_FUSE_QKV", "MINFER_NO_CUDA_GRAPH", "MINFER_PDL", "MINFER_NO_PREFILL_GEMM",
 		"MINFER_NORM_Q8", "MINFER_MMVQ_REPACK", "MINFER_ATTN_DECODE_V2", "MINFER_FA_PREFILL_V2",
-		"MINFER_FUSE_RESIDUAL", "MINFER_QUANTIZE_X4", "MINFER_MMVQ_NT", "MINFER_FUSE_QKNORM"} {
+		"MINFER_FUSE_RESIDUAL", "MINFER_QUANTIZE_X4", "MINFER_MMVQ_NT", "MINFER_FUSE_QKNORM",
+		"MINFER_MMVQ_SPLIT", "MINFER_NO_PREFILL_CAPTURE"} {
 		if _, ok := LivenessRules[name]; !ok {
 			t.Errorf("%s has no liveness rule", name)
 		}
