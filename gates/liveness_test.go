@@ -168,7 +168,7 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		"minfer_mmvq*_q[45]_[01]": "minfer_mmvqx_qkv_q5_0", "minfer_mmvq*_q[456]_k": "minfer_mmvq_q6_k",
 		"minfer_mmvqx_*": "minfer_mmvqx_q4_k", "minfer_attn_decode*_*": "minfer_attn_decode_hd64_g8_f32",
 		"minfer_attn_prefill*_*": "minfer_attn_prefill_hd64_bm32", "minfer_mmvq*_ffn_*": "minfer_mmvqx_ffn_q5_0",
-		"minfer_qkv_rope_store": "minfer_qkv_rope_store", "minfer_mmvq*_qkv_*": "minfer_mmvq_qkv_q8_0",
+		"minfer_qkv*_rope_store": "minfer_qkv_norm_rope_store", "minfer_mmvq*_qkv_*": "minfer_mmvq_qkv_q8_0",
 		"minfer_gemm_*":              "minfer_gemm_q8_0",
 		"minfer_rms_norm_q8_1":       "minfer_rms_norm_q8_1",
 		"minfer_attn_decode2_*":      "minfer_attn_decode2_hd64_f32",
