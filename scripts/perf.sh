@@ -33,8 +33,9 @@
 # depth-0 row's number; run alone, the row benches depth 0 itself first). No
 # llama.cpp number: the report's "Long context" section gives both tok/s and
 # the ratio. Time: the 7B Q4_K_M file is already synthesized by its depth-0
-# row; the 4096-token fill (~6k tok/s, < 1 s) is re-done untimed before every
-# repetition and warmup iteration; 5 x tg128 is ~3 s: about 10 s in all.
+# row; the 4096-token fill (~6k tok/s, < 1 s) runs once, untimed, and every
+# repetition and warmup iteration starts from it (Engine.Truncate); 5 x tg128
+# is ~3 s.
 #
 # Settings (env):
 #   ROWS=all                  or SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)

@@ -255,9 +255,17 @@ func (r *recordingLM) Forward(tokens []int32, _ bool) ([]float32, error) {
 func (r *recordingLM) HParams() model.HParams          { return model.HParams{NVocab: 100} }
 func (r *recordingLM) Tokenizer() *tokenizer.Tokenizer { return nil }
 func (r *recordingLM) Reset()                          { r.pos = 0; r.log = append(r.log, "reset") }
-func (r *recordingLM) Close() error                    { return nil }
+func (r *recordingLM) Truncate(n int) error {
+	if n < 0 || n > r.pos {
+		return fmt.Errorf("truncate to %d of %d", n, r.pos)
+	}
+	r.pos = n
+	r.log = append(r.log, fmt.Sprintf("truncate %d", n))
+	return nil
+}
+func (r *recordingLM) Close() error { return nil }
 
-func TestBenchRunner_DepthRefillsTheKVBeforeEveryRepetition(t *testing.T) {
+func TestBenchRunner_DepthStartsEveryRepetitionAtTheFill(t *testing.T) {
 	e := &recordingLM{}
 	br := newBenchRunner(e, 8, 3, 600)
 	for rep := 0; rep < 2; rep++ {
@@ -265,8 +273,9 @@ func TestBenchRunner_DepthRefillsTheKVBeforeEveryRepetition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Each repetition: empty, fill 600 in chunks of 512, then the timed pp8 at 600.
-	want := []string{"reset", "0+512", "512+88", "600+8", "reset", "0+512", "512+88", "600+8"}
+	// The first repetition empties the cache and fills 600 in chunks of
+	// 512; the second cuts back to the fill; each times pp8 at 600.
+	want := []string{"reset", "0+512", "512+88", "600+8", "truncate 600", "600+8"}
 	if !slices.Equal(e.log, want) {
 		t.Errorf("pp8@d600 ran %v, want %v", e.log, want)
 	}
@@ -274,8 +283,8 @@ func TestBenchRunner_DepthRefillsTheKVBeforeEveryRepetition(t *testing.T) {
 	if _, err := br.runTG(3); err != nil {
 		t.Fatal(err)
 	}
-	// tg3@d600: the fill, the untimed one-token prefill at 600, steps at 601..603.
-	want = []string{"reset", "0+512", "512+88", "600+1", "601+1", "602+1", "603+1"}
+	// tg3@d600: back to the fill, the untimed one-token prefill at 600, steps at 601..603.
+	want = []string{"truncate 600", "600+1", "601+1", "602+1", "603+1"}
 	if !slices.Equal(e.log, want) {
 		t.Errorf("tg3@d600 ran %v, want %v", e.log, want)
 	}

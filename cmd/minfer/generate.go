@@ -23,6 +23,8 @@ type lm interface {
 	HParams() model.HParams
 	Tokenizer() *tokenizer.Tokenizer
 	Reset()
+	// Truncate cuts the context back to its first n tokens.
+	Truncate(n int) error
 	Close() error
 }
 

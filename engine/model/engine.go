@@ -223,6 +223,18 @@ func (e *Engine) NCtx() int { return e.nCtx }
 // Reset empties the KV cache.
 func (e *Engine) Reset() { e.pos = 0 }
 
+// Truncate cuts the context back to its first n tokens: the next token
+// goes to position n. The cells from n on are left as they are; attention
+// reads positions below the current one only, and the next forward
+// overwrites them, just as after Reset.
+func (e *Engine) Truncate(n int) error {
+	if n < 0 || n > e.pos {
+		return fmt.Errorf("truncate to %d tokens: the context holds %d", n, e.pos)
+	}
+	e.pos = n
+	return nil
+}
+
 // Backend names the backend the model runs on.
 func (e *Engine) Backend() string { return e.backends[0].Name() }
 

@@ -315,6 +315,51 @@ func TestFusedEqualsUnfused_Bitwise(t *testing.T) {
 	}
 }
 
+// TestTruncate_ThenForwardEqualsTheUntruncatedRunBitwise: prompt, garbage,
+// Truncate back to the prompt, continuation: the logits are bitwise those
+// of prompt + continuation without the detour (the garbage cells are never
+// read); a cut beyond the context or below 0 is an error that changes
+// nothing.
+func TestTruncate_ThenForwardEqualsTheUntruncatedRunBitwise(t *testing.T) {
+	for _, s := range []tinySpec{tinyQwen2, tinyQwen3} {
+		t.Run(s.arch, func(t *testing.T) {
+			e := loadTiny(t, s, levers.Default())
+			prompt, next := []int32{10, 200, 33, 7, 99}, []int32{42, 5}
+			if _, err := e.Forward(prompt, false); err != nil {
+				t.Fatal(err)
+			}
+			want, err := e.Forward(next, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Reset()
+			if _, err := e.Forward(prompt, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Forward([]int32{1, 2, 3, 4, 6, 8}, false); err != nil {
+				t.Fatal(err)
+			}
+			for _, bad := range []int{-1, e.Pos() + 1} {
+				if err := e.Truncate(bad); err == nil || e.Pos() != len(prompt)+6 {
+					t.Errorf("Truncate(%d): err %v, pos %d", bad, err, e.Pos())
+				}
+			}
+			if err := e.Truncate(len(prompt)); err != nil || e.Pos() != len(prompt) {
+				t.Fatalf("Truncate(%d): err %v, pos %d", len(prompt), err, e.Pos())
+			}
+			got, err := e.Forward(next, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("logit %d: %g after the truncated detour, %g without it", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
 func TestForward_BadInputIsAnErrorAndChangesNothing(t *testing.T) {
 	e := loadTiny(t, tinyQwen2, levers.Default())
 	if _, err := e.Forward(nil, false); err == nil {
