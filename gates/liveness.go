@@ -210,6 +210,22 @@ func Liveness(lv harness.Lever, a, b LivenessInput) (Status, string) {
 	return Pass, strings.Join(oks, "; ")
 }
 
+// LivenessOf is Liveness for a run configuration: when the arm with the
+// path on launched none of the rule's kernels and the run's model or pp is
+// not the workload the lever declares (harness.Lever.WorkloadMismatch), the
+// reason says so, so a lever run on the wrong workload reads as that and
+// not as a dead path.
+func LivenessOf(cfg Config, a, b LivenessInput) (Status, string) {
+	st, why := Liveness(cfg.Lever, a, b)
+	if st != Fail || !strings.Contains(why, ", path on) launched no ") {
+		return st, why
+	}
+	if note := cfg.Lever.WorkloadMismatch(cfg.Model, cfg.PP); note != "" {
+		why = note + " (by the file-name rule of harness.Workload.MatchesModel; its path may not run on this model): " + why
+	}
+	return st, why
+}
+
 // matching sums the launches of the kernels matching pat.
 func matching(c profile.Census, pat string) (int, []string) {
 	n := 0

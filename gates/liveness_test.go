@@ -227,3 +227,38 @@ func TestLiveness_RulesCoverTheDeviceLeversWithValidPatterns(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveness_FailOffTheDeclaredWorkloadNamesIt: a lever run on another
+// model than its declared workload, whose on-arm launched none of the
+// rule's kernels, fails with a reason that names the workload it needs; on
+// its workload the same failure is the path's own (no such note).
+func TestLiveness_FailOffTheDeclaredWorkloadNamesIt(t *testing.T) {
+	dir := t.TempDir()
+	model := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("fake "+name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	run := func(modelPath string) Result {
+		cfg := leverCfg("MINFER_NO_PREFILL_GEMM")
+		cfg.Lever.Workload = "qwen2-0.5b:F16"
+		cfg.Model, cfg.TmpDir = modelPath, t.TempDir()
+		return Profile(context.Background(), cfg, &Env{M: fake(t), HasGPU: true})
+	}
+	wrong, right := model("qwen2-0.5b-Q8_0-seed1.gguf"), model("qwen2-0.5b-F16-seed1.gguf")
+
+	if r := run(wrong); r.Status != Pass || strings.Contains(r.Reason, "path needs") {
+		t.Errorf("a live path on another model: %s: %s (a PASS carries no workload note)", r.Status, r.Reason)
+	}
+	t.Setenv("FAKEMINFER_MODE", "phantom") // the GEMM never launches
+	r := run(wrong)
+	want := "MINFER_NO_PREFILL_GEMM's path needs qwen2-0.5b:F16; this run used qwen2-0.5b-Q8_0-seed1.gguf"
+	if r.Status != Fail || !strings.Contains(r.Reason, want) || !strings.Contains(r.Reason, "launched no minfer_gemm_*") {
+		t.Fatalf("off its workload: %s: %s\nwant the reason to contain %q", r.Status, r.Reason, want)
+	}
+	if r := run(right); r.Status != Fail || strings.Contains(r.Reason, "path needs") {
+		t.Errorf("on its workload: %s: %s (a dead path there is the path's own failure)", r.Status, r.Reason)
+	}
+}

@@ -138,7 +138,7 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	d.Diff = profile.Diff(d.CensusA, d.CensusB)
 	env.step("profile: launch census")
-	st, why := Liveness(cfg.Lever, ia, ib)
+	st, why := LivenessOf(cfg, ia, ib)
 	d.Liveness = string(st) + ": " + why
 	res.Status, res.Reason = st, "liveness "+d.Liveness
 	kernels := profiledKernels(d, 3)

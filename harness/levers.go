@@ -3,6 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +25,10 @@ type Lever struct {
 	Tolerance string   `json:"tolerance,omitempty"`
 	// Reserved: the path is not built yet; the lever switches nothing and
 	// abtest refuses to run it (a run could only measure noise).
-	Reserved string  `json:"reserved,omitempty"`
+	Reserved string `json:"reserved,omitempty"`
+	// Workload: what the lever's path needs to run at all ("" the default
+	// workload); grammar and meaning in ParseWorkload.
+	Workload string  `json:"workload,omitempty"`
 	Current  *string `json:"current,omitempty"`
 }
 
@@ -208,4 +212,120 @@ func (t Tolerance) String() string {
 		return "bitwise (no tolerance class declared)"
 	}
 	return t.Raw
+}
+
+// Workload is a lever's declared workload: the synthesized model (Shape and
+// Type, "" for the run's default model) and the prefill size (PP, 0 for the
+// run's default) without which its path never runs.
+type Workload struct {
+	Raw   string `json:"raw"`
+	Shape string `json:"shape,omitempty"`
+	Type  string `json:"type,omitempty"`
+	PP    int    `json:"pp,omitempty"`
+}
+
+// ParseWorkload parses the registry's grammar (engine/levers Lever.Workload):
+// space-separated terms, each at most once, in any order: SHAPE:TYPE (the
+// model `minfer synth --shape SHAPE --type TYPE` writes) and ppN (N >= 1
+// prefill tokens). "" is the default workload (the zero Workload).
+func ParseWorkload(s string) (Workload, error) {
+	w := Workload{Raw: strings.TrimSpace(s)}
+	for _, term := range strings.Fields(s) {
+		if n, ok := strings.CutPrefix(term, "pp"); ok && !strings.Contains(term, ":") {
+			v, err := strconv.Atoi(n)
+			if err != nil || v < 1 || w.PP != 0 {
+				return Workload{}, fmt.Errorf("workload %q: term %q: want one ppN with N >= 1", s, term)
+			}
+			w.PP = v
+			continue
+		}
+		sh, ty, ok := strings.Cut(term, ":")
+		if !ok || !plainName(sh) || !plainName(ty) || w.Shape != "" {
+			return Workload{}, fmt.Errorf("workload %q: term %q: want one SHAPE:TYPE and/or one ppN", s, term)
+		}
+		w.Shape, w.Type = sh, ty
+	}
+	return w, nil
+}
+
+// plainName: letters, digits, '.', '_' and '-' (a shape or type name
+// becomes part of a file name).
+func plainName(s string) bool {
+	if s == "" || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// HasModel reports whether the workload names its own model.
+func (w Workload) HasModel() bool { return w.Shape != "" }
+
+// ModelName is "SHAPE:TYPE" ("" when the workload keeps the default model).
+func (w Workload) ModelName() string {
+	if !w.HasModel() {
+		return ""
+	}
+	return w.Shape + ":" + w.Type
+}
+
+// SynthFileName is the file name abtest (and scripts/nightly.sh,
+// scripts/abtest-device.sh) give the model `minfer synth --shape SHAPE
+// --type TYPE --seed SEED` writes: SHAPE-TYPE-seedSEED.gguf.
+func SynthFileName(shape, typ string, seed uint64) string {
+	return fmt.Sprintf("%s-%s-seed%d.gguf", shape, typ, seed)
+}
+
+// MatchesModel reports whether model (a path; "" is minfer's embedded
+// default) is the workload's model. The rule is the file name: a
+// synthesized model is named SynthFileName(SHAPE, TYPE, any seed) (or
+// SHAPE-TYPE.gguf), compared without regard to case. A model under another
+// name does not match even if its weights are the same shape and type: the
+// harness does not open the file to find out, so the mismatch note it
+// prints is a prompt to check, not a proof. A workload without a model
+// matches every model.
+func (w Workload) MatchesModel(model string) bool {
+	if !w.HasModel() {
+		return true
+	}
+	if model == "" {
+		return false
+	}
+	base := strings.ToLower(filepath.Base(model))
+	stem := strings.ToLower(w.Shape + "-" + w.Type)
+	return base == stem+".gguf" || strings.HasPrefix(base, stem+"-seed") && strings.HasSuffix(base, ".gguf")
+}
+
+// WorkloadMismatch says, in one sentence, which workload the lever declares
+// when a run on model (a path, "" the embedded default) with pp prefill
+// tokens is not it ("" when the lever declares none or the run matches):
+// "MINFER_FUSE_QKNORM's path needs qwen3-0.6b:Q8_0; this run used
+// qwen2-0.5b-Q8_0-seed1.gguf". A workload that does not parse is said too.
+func (l Lever) WorkloadMismatch(model string, pp int) string {
+	if strings.TrimSpace(l.Workload) == "" {
+		return ""
+	}
+	w, err := ParseWorkload(l.Workload)
+	if err != nil {
+		return fmt.Sprintf("%s declares a workload abtest cannot read: %v", l.Name, err)
+	}
+	var used []string
+	if !w.MatchesModel(model) {
+		name := "minfer's embedded default model"
+		if model != "" {
+			name = filepath.Base(model)
+		}
+		used = append(used, name)
+	}
+	if w.PP > 0 && pp != w.PP {
+		used = append(used, fmt.Sprintf("pp%d", pp))
+	}
+	if len(used) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s's path needs %s; this run used %s", l.Name, w.Raw, strings.Join(used, " "))
 }

@@ -14,7 +14,12 @@
 #                                 or keep it on the machine) or no regression can be found
 #   LEVERS=all                    or L1,L2 (NAME or NAME=B)
 #   ROUNDS=9 PP=512 TG=128 REPS=3 WARMUP_MS=2000
-#   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1 (or MODEL=path.gguf)
+#   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1 (or MODEL=path.gguf)   the default workload's model
+#   MODEL_DIR=/tmp/abtest-models  synthesized models, SHAPE-TYPE-seedSEED.gguf: the default one
+#                                 and each lever's own (abtest nightly --synth-dir): a lever that
+#                                 declares a workload (`minfer levers`: WORKLOAD, e.g.
+#                                 MINFER_FUSE_QKNORM qwen3-0.6b:Q8_0, MINFER_MMVQ_NT pp5) runs on
+#                                 that model and/or pp, synthesized once and reused every night
 #   THRESHOLD=2%                  smallest change against the previous night that counts
 #   NIGHTLY_TIMEOUT=3600          seconds for the whole abtest nightly (SIGTERM: partial reports
 #                                 are kept, each marked INCOMPLETE)
@@ -61,8 +66,9 @@ if [[ -z "$model" ]]; then
 fi
 
 say "abtest nightly on $device, model $model, levers ${LEVERS:-all}, out $nout"
+mkdir -p "$MODEL_DIR"
 timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly --device "$device" --model "$model" \
-    --levers "${LEVERS:-all}" --suite-bin 'bin/*.test' --threshold "${THRESHOLD:-2%}" \
+    --synth-dir "$MODEL_DIR" --seed "$SEED" --levers "${LEVERS:-all}" --suite-bin 'bin/*.test' --threshold "${THRESHOLD:-2%}" \
     --rounds "${ROUNDS:-9}" --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-3}" --warmup-ms "${WARMUP_MS:-2000}" \
     --out "$nout" >>"$log" 2>&1
 rc=$?

@@ -25,20 +25,28 @@ const VerdictSkip = "SKIP"
 
 // nightlyEntry is one lever's line of the nightly summary.
 type nightlyEntry struct {
-	Lever   string        `json:"lever"`
-	A       string        `json:"a"`
-	B       string        `json:"b"`
-	Backend string        `json:"backend"`
-	Verdict string        `json:"verdict"`
-	Line    string        `json:"line"`
-	Report  string        `json:"report,omitempty"` // relative to the summary
-	PPA     []float64     `json:"pp_a,omitempty"`
-	PPB     []float64     `json:"pp_b,omitempty"`
-	TGA     []float64     `json:"tg_a,omitempty"`
-	TGB     []float64     `json:"tg_b,omitempty"`
-	PPRatio harness.Num   `json:"pp_ratio"` // median per-round B/A
-	TGRatio harness.Num   `json:"tg_ratio"`
-	Against []nightlyDiff `json:"against_previous,omitempty"`
+	Lever   string `json:"lever"`
+	A       string `json:"a"`
+	B       string `json:"b"`
+	Backend string `json:"backend"`
+	// Workload is the lever's declared workload ("" the nightly's default);
+	// Model, ModelSHA256 and PP are what the lever ran on (Model "" and
+	// the sha unset when it did not run). A summary from before per-lever
+	// workloads has none of them: every lever ran the summary's model.
+	Workload    string        `json:"workload,omitempty"`
+	Model       string        `json:"model,omitempty"`
+	ModelSHA256 string        `json:"model_sha256,omitempty"`
+	PP          int           `json:"pp,omitempty"`
+	Verdict     string        `json:"verdict"`
+	Line        string        `json:"line"`
+	Report      string        `json:"report,omitempty"` // relative to the summary
+	PPA         []float64     `json:"pp_a,omitempty"`
+	PPB         []float64     `json:"pp_b,omitempty"`
+	TGA         []float64     `json:"tg_a,omitempty"`
+	TGB         []float64     `json:"tg_b,omitempty"`
+	PPRatio     harness.Num   `json:"pp_ratio"` // median per-round B/A
+	TGRatio     harness.Num   `json:"tg_ratio"`
+	Against     []nightlyDiff `json:"against_previous,omitempty"`
 }
 
 // nightlyDiff is arm B of one metric against the previous nightly's arm B.
@@ -47,15 +55,25 @@ type nightlyDiff struct {
 	Ratio   harness.Num `json:"ratio"` // median(now) / median(previous)
 	Lo      harness.Num `json:"lo"`
 	Hi      harness.Num `json:"hi"`
-	Verdict string      `json:"verdict"` // ~, faster, slower, ?
+	Verdict string      `json:"verdict"` // ~, faster, slower, ?, not comparable
+	// Note says why a metric is not comparable (the lever ran another
+	// model or pp the previous night).
+	Note string `json:"note,omitempty"`
 }
+
+// VerdictNotComparable: the lever ran another workload (model or pp) in the
+// previous nightly; its speeds are not compared, so neither a regression
+// nor an improvement.
+const VerdictNotComparable = "not comparable"
 
 type nightlySummary struct {
 	Date        string         `json:"date"`
 	Machine     string         `json:"machine"` // GPU name, else CPU model
 	Commit      string         `json:"commit"`
-	Model       string         `json:"model"`
+	Model       string         `json:"model"` // the default workload's model
 	ModelSHA256 string         `json:"model_sha256"`
+	PP          int            `json:"pp,omitempty"` // the default workload's prefill (0: a summary from before it was recorded)
+	TG          int            `json:"tg,omitempty"`
 	Threshold   float64        `json:"threshold"`
 	Suite       gates.Result   `json:"suite"`
 	Entries     []nightlyEntry `json:"entries"`
@@ -70,7 +88,12 @@ func newNightlyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "nightly [--levers all|L1,L2] [--out reports/nightly]",
 		Short: "the device suite once, then every lever, then one summary page (verdicts, speed, regressions against the previous nightly)",
-		Args:  cobra.NoArgs,
+		Long: "The device suite once, then every lever with arms, then one summary page.\n" +
+			"A lever runs on --model and --pp unless it declares a workload (`minfer levers`: WORKLOAD): then on\n" +
+			"that model (synthesized once into --synth-dir with --seed, also for parity and greedy) and/or pp.\n" +
+			"Arm B is compared with the previous nightly's only on the same workload (model sha256 and pp);\n" +
+			"a lever whose workload changed is \"not comparable\", never a regression.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			th, err := report.ParseThreshold(threshold)
 			if err != nil {
@@ -151,10 +174,11 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 		}
 	}
 	prevPath, prev, prevSkipped := previousNightly(f.out)
-	sum := &nightlySummary{Date: time.Now().UTC().Format("2006-01-02T150405"), Threshold: threshold}
+	sum := &nightlySummary{Date: time.Now().UTC().Format("2006-01-02T150405"), Threshold: threshold, PP: f.pp, TG: f.tg}
 	env := s.environment(ctx, cfgs[0])
 	sum.Machine, sum.Commit, sum.Model, sum.ModelSHA256 = machine(env), env.Commit, env.Model, env.ModelSHA256
 	prog := harness.NewProgress(os.Stderr, 0)
+	models := &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}
 
 	// The device suite once (not again per lever).
 	suiteCfg := gates.Config{SuiteBins: f.suiteBins}
@@ -173,13 +197,24 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 			}
 		}
 		cfg.Gates = gs
-		e := nightlyEntry{Lever: cfg.Lever.Name, A: cfg.A.Value, B: cfg.B.Value, Backend: cfg.Lever.Backend}
+		e := nightlyEntry{Lever: cfg.Lever.Name, A: cfg.A.Value, B: cfg.B.Value, Backend: cfg.Lever.Backend,
+			Workload: strings.TrimSpace(cfg.Lever.Workload)}
 		if why := skipCUDA(cfg.Lever, s, f.device); why != "" {
 			e.Verdict, e.Line = VerdictSkip, why
 			sum.Entries = append(sum.Entries, e)
 			continue
 		}
-		rec, base := s.runConfig(ctx, cfg, f.out, cmdline+" # lever "+specs[i], os.Stderr, time.Time{})
+		if err := models.apply(ctx, &cfg); err != nil {
+			e.Verdict, e.Line = gates.VerdictFail, fmt.Sprintf("could not set up its workload %q: %v", e.Workload, err)
+			sum.Entries = append(sum.Entries, e)
+			continue
+		}
+		e.PP = cfg.PP
+		rec, base := s.runConfig(ctx, cfg, f.out, cmdline+" # lever "+specs[i]+workloadComment(cfg), os.Stderr, time.Time{})
+		e.Model, e.ModelSHA256 = rec.Env.Model, rec.Env.ModelSHA256
+		if cfg.Model != "" {
+			e.Model = cfg.Model
+		}
 		e.Verdict, e.Line = rec.Verdict, rec.VerdictLine
 		if rel, err := filepath.Rel(f.out, base+".md"); err == nil {
 			e.Report = filepath.ToSlash(rel)
@@ -222,6 +257,56 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 		return nil, "", exitError{2, err}
 	}
 	return sum, path, nil
+}
+
+// workloadModels gives a nightly lever its declared workload: its own
+// model, synthesized once per run into --synth-dir (synthModel, the cache
+// abtest run and perf use), and its own pp.
+type workloadModels struct {
+	s     *setup
+	f     *runFlags
+	paths map[string]string // "SHAPE:TYPE" -> model path
+	prog  *harness.Progress
+}
+
+// apply points cfg at the lever's workload. A workload model replaces the
+// correctness model too: the lever's path runs only on its model, so parity
+// and greedy on another would check nothing it switches.
+func (w *workloadModels) apply(ctx context.Context, cfg *gates.Config) error {
+	wl, err := harness.ParseWorkload(cfg.Lever.Workload)
+	if err != nil {
+		return err
+	}
+	if wl.PP > 0 {
+		cfg.PP = wl.PP
+	}
+	if !wl.HasModel() {
+		return nil
+	}
+	key := wl.ModelName()
+	path, ok := w.paths[key]
+	if !ok {
+		w.prog.Note("nightly: %s runs on %s: synthesizing (or reusing) it in the synth dir", cfg.Lever.Name, key)
+		if path, _, err = synthModel(ctx, w.s.m.R, w.f.synthDir, wl.Shape, wl.Type, w.f.seed); err != nil {
+			return err
+		}
+		w.paths[key] = path
+	}
+	cfg.Model, cfg.CorrectnessModel = path, ""
+	return nil
+}
+
+// workloadComment is the reproduce line's note of a lever run off the
+// nightly's default workload ("" when on it).
+func workloadComment(cfg gates.Config) string {
+	if strings.TrimSpace(cfg.Lever.Workload) == "" {
+		return ""
+	}
+	c := fmt.Sprintf(" (workload %s: --pp %d", strings.TrimSpace(cfg.Lever.Workload), cfg.PP)
+	if cfg.Model != "" {
+		c += " --model " + cfg.Model
+	}
+	return c + ")"
 }
 
 // skipCUDA says why a lever of the CUDA backend is not run here ("" when it
@@ -268,22 +353,36 @@ func previousNightly(dir string) (path string, prev *nightlySummary, skipped []s
 }
 
 // compare sets each lever's arm-B change against the previous nightly and
-// lists the significant slowdowns beyond the threshold.
+// lists the significant slowdowns beyond the threshold. Like is compared
+// with like: the same lever and arm B on the same workload (model sha256 and
+// pp); a lever whose workload changed is "not comparable", never a
+// regression or an improvement.
 func (s *nightlySummary) compare(prevPath string, prev *nightlySummary) {
 	if prev == nil {
 		s.PrevNote = "no previous nightly result in the output folder: nothing to compare against"
 		return
 	}
 	s.Previous = filepath.Base(prevPath)
-	if prev.Machine != s.Machine || prev.ModelSHA256 != s.ModelSHA256 {
-		s.PrevNote = fmt.Sprintf("previous nightly %s ran on %q with model sha256 %.12s, this one on %q with %.12s: speeds not compared",
-			prev.Date, prev.Machine, prev.ModelSHA256, s.Machine, s.ModelSHA256)
+	if prev.Machine != s.Machine {
+		s.PrevNote = fmt.Sprintf("previous nightly %s ran on %q, this one on %q: speeds not compared", prev.Date, prev.Machine, s.Machine)
 		return
+	}
+	if prev.ModelSHA256 != s.ModelSHA256 {
+		s.PrevNote = fmt.Sprintf("the default model changed (previous nightly %s: sha256 %.12s, now %.12s): the levers on it are not comparable",
+			prev.Date, prev.ModelSHA256, s.ModelSHA256)
 	}
 	for i := range s.Entries {
 		e := &s.Entries[i]
 		for _, p := range prev.Entries {
 			if p.Lever != e.Lever || p.B != e.B {
+				continue
+			}
+			if len(e.PPB)+len(e.TGB) == 0 || len(p.PPB)+len(p.TGB) == 0 {
+				continue // one side did not run: nothing to compare
+			}
+			if why := s.notComparable(prev, p, *e); why != "" {
+				e.Against = append(e.Against, nightlyDiff{Metric: "pp, tg", Ratio: harness.Num(math.NaN()), Lo: harness.Num(math.NaN()), Hi: harness.Num(math.NaN()),
+					Verdict: VerdictNotComparable, Note: why})
 				continue
 			}
 			for _, m := range []struct {
@@ -303,6 +402,59 @@ func (s *nightlySummary) compare(prevPath string, prev *nightlySummary) {
 	}
 }
 
+// entryWorkload is the model sha256 and pp a lever ran on; known is false
+// for an entry of a summary from before they were recorded (it ran the
+// summary's model at an unrecorded pp).
+func entryWorkload(sum *nightlySummary, e nightlyEntry) (sha string, pp int, known bool) {
+	sha, pp = e.ModelSHA256, e.PP
+	if sha == "" {
+		sha = sum.ModelSHA256
+	}
+	if pp == 0 {
+		pp = sum.PP
+	}
+	return sha, pp, pp > 0
+}
+
+// notComparable says why arm B now (e) and then (p, of prev) ran different
+// workloads ("" when they ran the same). An entry of a summary from before
+// workloads were recorded is taken as the default workload: before them
+// every lever ran it, so it compares with a lever that still runs the
+// default model and pp, and with no lever that declares its own.
+func (s *nightlySummary) notComparable(prev *nightlySummary, p, e nightlyEntry) string {
+	desc := func(model, sha string, pp int) string {
+		name := "?"
+		if model != "" {
+			name = filepath.Base(model)
+		}
+		ps := "pp not recorded"
+		if pp > 0 {
+			ps = fmt.Sprintf("pp%d", pp)
+		}
+		return fmt.Sprintf("%s (sha256 %.12s) %s", name, sha, ps)
+	}
+	pm := p.Model
+	if pm == "" {
+		pm = prev.Model
+	}
+	em := e.Model
+	if em == "" {
+		em = s.Model
+	}
+	psha, ppp, pknown := entryWorkload(prev, p)
+	esha, epp, _ := entryWorkload(s, e)
+	if !pknown {
+		if e.Workload == "" && psha == esha && epp == s.PP {
+			return ""
+		}
+		return fmt.Sprintf("workload changed: then %s (before per-lever workloads), now %s", desc(pm, psha, ppp), desc(em, esha, epp))
+	}
+	if psha != esha || ppp != epp {
+		return fmt.Sprintf("workload changed: then %s, now %s", desc(pm, psha, ppp), desc(em, esha, epp))
+	}
+	return ""
+}
+
 func med(xs []float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
@@ -315,6 +467,22 @@ func num(x float64, format string) string {
 		return "-"
 	}
 	return fmt.Sprintf(format, x)
+}
+
+// entryWorkloadCell names the model (file name, sha256 prefix) and pp a
+// lever ran on, with its declared workload when it has one.
+func entryWorkloadCell(e nightlyEntry) string {
+	c := "-"
+	if e.Model != "" {
+		c = fmt.Sprintf("%s (%.12s)", filepath.Base(e.Model), e.ModelSHA256)
+	}
+	if e.PP > 0 {
+		c += fmt.Sprintf(" / pp%d", e.PP)
+	}
+	if e.Workload != "" {
+		c += " [declared: " + e.Workload + "]"
+	}
+	return c
 }
 
 func nightlyMarkdown(s *nightlySummary, cmdline string) string {
@@ -333,7 +501,8 @@ func nightlyMarkdown(s *nightlySummary, cmdline string) string {
 		head, len(s.Entries), count[gates.VerdictPass], count[gates.VerdictFail], count[gates.VerdictInconclusive], count[VerdictSkip],
 		len(s.Entries)-count[gates.VerdictPass]-count[gates.VerdictFail]-count[gates.VerdictInconclusive]-count[VerdictSkip], s.Suite.Status, len(s.Regressions))
 	fmt.Fprintf(&b, "# abtest nightly %s\n\n", s.Date)
-	fmt.Fprintf(&b, "Machine %s, commit %s, model %s (sha256 %s).\n\n", s.Machine, s.Commit, s.Model, s.ModelSHA256)
+	fmt.Fprintf(&b, "Machine %s, commit %s, model %s (sha256 %s), pp%d tg%d: the default workload; a lever that declares its own (`minfer levers`: WORKLOAD) runs on that, as its row says.\n\n",
+		s.Machine, s.Commit, s.Model, s.ModelSHA256, s.PP, s.TG)
 	ev := s.Suite.Evidence
 	if ev != "" {
 		ev = " (" + ev + ")"
@@ -347,9 +516,9 @@ func nightlyMarkdown(s *nightlySummary, cmdline string) string {
 		if e.Report != "" {
 			link = fmt.Sprintf("[report](%s)", e.Report)
 		}
-		rows = append(rows, []string{e.Lever, e.A + " → " + e.B, e.Backend, "**" + e.Verdict + "**", e.Line, link})
+		rows = append(rows, []string{e.Lever, e.A + " → " + e.B, e.Backend, entryWorkloadCell(e), "**" + e.Verdict + "**", e.Line, link})
 	}
-	fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "A → B", "backend", "verdict", "verdict line / reason", "report"}, rows))
+	fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "A → B", "backend", "model (sha256) / pp", "verdict", "verdict line / reason", "report"}, rows))
 
 	fmt.Fprintf(&b, "## Speed (tok/s, median over the interleaved rounds; B/A is the median per-round ratio)\n\n")
 	rows = nil
@@ -357,27 +526,33 @@ func nightlyMarkdown(s *nightlySummary, cmdline string) string {
 		if len(e.PPB) == 0 && len(e.TGB) == 0 {
 			continue
 		}
-		rows = append(rows, []string{e.Lever, num(med(e.PPA), "%.1f"), num(med(e.PPB), "%.1f"), num(float64(e.PPRatio), "%.4f"),
+		rows = append(rows, []string{e.Lever, entryWorkloadCell(e), num(med(e.PPA), "%.1f"), num(med(e.PPB), "%.1f"), num(float64(e.PPRatio), "%.4f"),
 			num(med(e.TGA), "%.2f"), num(med(e.TGB), "%.2f"), num(float64(e.TGRatio), "%.4f"), num(1000/med(e.TGB), "%.4f")})
 	}
-	fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "pp A", "pp B", "pp B/A", "tg A", "tg B", "tg B/A", "decode ms/token B"}, rows))
+	fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "model (sha256) / pp", "pp A", "pp B", "pp B/A", "tg A", "tg B", "tg B/A", "decode ms/token B"}, rows))
 
 	fmt.Fprintf(&b, "## Against the previous nightly (arm B now / arm B then; threshold %.1f%%)\n\n", s.Threshold*100)
 	if s.PrevNote != "" {
 		fmt.Fprintf(&b, "%s.\n\n", s.PrevNote)
-	} else {
-		fmt.Fprintf(&b, "Previous: %s.\n\n", s.Previous)
-		rows = nil
-		for _, e := range s.Entries {
-			for _, d := range e.Against {
-				v := d.Verdict
-				if v == stats.VerdictSlower {
-					v = "**REGRESSION (slower)**"
-				}
-				rows = append(rows, []string{e.Lever, d.Metric, num(float64(d.Ratio), "%.4f"), fmt.Sprintf("[%s, %s]", num(float64(d.Lo), "%.4f"), num(float64(d.Hi), "%.4f")), v})
+	}
+	rows = nil
+	for _, e := range s.Entries {
+		for _, d := range e.Against {
+			v := d.Verdict
+			switch v {
+			case stats.VerdictSlower:
+				v = "**REGRESSION (slower)**"
+			case VerdictNotComparable:
+				v = "not comparable: " + d.Note
 			}
+			rows = append(rows, []string{e.Lever, d.Metric, num(float64(d.Ratio), "%.4f"), fmt.Sprintf("[%s, %s]", num(float64(d.Lo), "%.4f"), num(float64(d.Hi), "%.4f")), v})
 		}
-		fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "metric", "now / previous", "95% CI", "verdict"}, rows))
+	}
+	if s.Previous != "" {
+		fmt.Fprintf(&b, "Previous: %s.\n\n", s.Previous)
+		if len(rows) > 0 {
+			fmt.Fprintf(&b, "%s\n", report.Table([]string{"lever", "metric", "now / previous", "95% CI", "verdict"}, rows))
+		}
 	}
 	if len(s.Regressions) > 0 {
 		fmt.Fprintf(&b, "Regressions:\n\n")

@@ -76,9 +76,13 @@ func newLeversCmd() *cobra.Command {
 				if tol == "" {
 					tol = "bitwise"
 				}
-				rows = append(rows, []string{l.Name, l.Kind, l.Default, arms, l.Backend, l.Path, tol, gs})
+				wl := l.Workload
+				if wl == "" {
+					wl = "-"
+				}
+				rows = append(rows, []string{l.Name, l.Kind, l.Default, arms, l.Backend, l.Path, wl, tol, gs})
 			}
-			fmt.Print(report.Table([]string{"lever", "kind", "default", "arms", "backend", "path", "A-vs-B class", "gates"}, rows))
+			fmt.Print(report.Table([]string{"lever", "kind", "default", "arms", "backend", "path", "workload its path needs", "A-vs-B class", "gates"}, rows))
 			return nil
 		},
 	}

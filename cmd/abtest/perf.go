@@ -211,9 +211,8 @@ func perfRow(ctx context.Context, f *perfFlags, r *harness.Runner, probe harness
 		return fail("interrupted", fmt.Errorf("not run: %v", ctx.Err()))
 	}
 	res.SynthCommand = fmt.Sprintf("%s synth --shape %s --type %s --seed %d -o PATH", harness.ShellQuote(r.Bin), harness.ShellQuote(row.Shape), harness.ShellQuote(row.Type), f.seed)
-	cached := synthCached(f.synthDir, row.Shape, row.Type, f.seed)
 	t0 := time.Now()
-	path, err := synthModel(ctx, r, f.synthDir, row.Shape, row.Type, f.seed)
+	path, cached, err := synthModel(ctx, r, f.synthDir, row.Shape, row.Type, f.seed)
 	if err != nil {
 		// synthModel folds the ArmError (with its stderr tail) into its message.
 		res.StderrTail = stderrTailOf(err.Error())
@@ -392,20 +391,6 @@ func testNames(b harness.BenchResult) []string {
 		out = append(out, t.Name)
 	}
 	return out
-}
-
-// synthCached reports whether synthModel will reuse a cached file (the same
-// path rule as synthModel).
-func synthCached(dir, shape, typ string, seed uint64) bool {
-	if dir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil || base == "" {
-			base = os.TempDir()
-		}
-		dir = filepath.Join(base, "minfer", "abtest-synth")
-	}
-	st, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%s-%s-seed%d.gguf", shape, typ, seed)))
-	return err == nil && st.Size() > 0
 }
 
 // fnum formats x, or "-" when it is undefined.

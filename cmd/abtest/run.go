@@ -199,7 +199,7 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 		if f.shape == "" || f.typ == "" {
 			return nil, cannotRun("--shape and --type go together")
 		}
-		path, err := synthModel(ctx, s.m.R, f.synthDir, f.shape, f.typ, f.seed)
+		path, _, err := synthModel(ctx, s.m.R, f.synthDir, f.shape, f.typ, f.seed)
 		if err != nil {
 			return nil, err
 		}
@@ -222,16 +222,10 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 	return s, nil
 }
 
-// synthModel returns the cached synthetic model for shape/type/seed, writing
-// it once with `minfer synth --shape S --type T --seed N -o PATH` (to a
-// temporary name, renamed when complete, so an interrupted synth is never
-// reused). Every later run and round reuses the file.
-func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, seed uint64) (string, error) {
-	for _, p := range []string{shape, typ} {
-		if strings.ContainsAny(p, "/\\ ") || p == "." || p == ".." {
-			return "", cannotRun("--shape/--type %q: not a plain name", p)
-		}
-	}
+// synthPath is where the synthetic model of shape/type/seed is cached: dir
+// (default: the user cache dir /minfer/abtest-synth), file
+// harness.SynthFileName.
+func synthPath(dir, shape, typ string, seed uint64) string {
 	if dir == "" {
 		base, err := os.UserCacheDir()
 		if err != nil || base == "" {
@@ -239,22 +233,39 @@ func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, 
 		}
 		dir = filepath.Join(base, "minfer", "abtest-synth")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", cannotRun("--synth-dir: %v", err)
+	return filepath.Join(dir, harness.SynthFileName(shape, typ, seed))
+}
+
+// synthModel returns the cached synthetic model for shape/type/seed, writing
+// it once with `minfer synth --shape S --type T --seed N -o PATH` (to a
+// temporary name, renamed when complete, so an interrupted synth is never
+// reused); cached says the file was already there. Every later run, round
+// and lever reuses the file. abtest run/nightly and perf all synthesize
+// through here.
+func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, seed uint64) (path string, cached bool, err error) {
+	for _, p := range []string{shape, typ} {
+		if strings.ContainsAny(p, "/\\ ") || p == "." || p == ".." {
+			return "", false, cannotRun("--shape/--type %q: not a plain name", p)
+		}
 	}
-	path := filepath.Join(dir, fmt.Sprintf("%s-%s-seed%d.gguf", shape, typ, seed))
+	path = synthPath(dir, shape, typ, seed)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", false, cannotRun("--synth-dir: %v", err)
+	}
 	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
-		return filepath.Abs(path)
+		abs, err := filepath.Abs(path)
+		return abs, true, err
 	}
 	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
 	defer os.Remove(tmp)
 	if _, err := r.Run(ctx, "synth", nil, "synth", "--shape", shape, "--type", typ, "--seed", strconv.FormatUint(seed, 10), "-o", tmp); err != nil {
-		return "", cannotRun("minfer synth: %v", err)
+		return "", false, cannotRun("minfer synth: %v", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return "", cannotRun("minfer synth: %v", err)
+		return "", false, cannotRun("minfer synth: %v", err)
 	}
-	return filepath.Abs(path)
+	abs, err := filepath.Abs(path)
+	return abs, false, err
 }
 
 // config builds the gate configuration for one lever spec.
@@ -333,9 +344,11 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 	return cfg, nil
 }
 
+// environment captures the provenance of a run of cfg (on cfg.Model: a
+// nightly lever with its own workload runs another model than s.m's).
 func (s *setup) environment(ctx context.Context, cfg gates.Config) harness.Environment {
-	e := s.probe.Capture(ctx, s.m.R.Bin, s.m.Model)
-	if s.m.Model == "" {
+	e := s.probe.Capture(ctx, s.m.R.Bin, cfg.Model)
+	if cfg.Model == "" {
 		// The embedded default: minfer says where it lives (else the A/B
 		// warmup's bench JSON fills it in later).
 		if p, err := s.m.ModelPath(ctx); err == nil {
@@ -365,6 +378,12 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 	cfg, err := s.config(f, f.lever, f.baseline)
 	if err != nil {
 		return nil, "", err
+	}
+	// A run off the lever's declared workload still runs as told (the user
+	// may know better); it is said here once, and in the report's header
+	// and the liveness reason.
+	if note := cfg.Lever.WorkloadMismatch(cfg.Model, cfg.PP); note != "" {
+		fmt.Fprintf(progressTo, "abtest: note: %s (run as told; `abtest nightly` runs it on its workload)\n", note)
 	}
 	// The run's clock starts with the abtest process: its start-up, the
 	// lever registry and the environment capture count as its overhead.
@@ -404,7 +423,9 @@ func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline st
 		}
 	}
 	prog := harness.NewProgress(progressTo, steps)
-	env := &gates.Env{M: s.m, Probe: s.probe, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why}
+	m := s.m
+	m.Model = cfg.Model // the lever's own workload model, else s.m's
+	env := &gates.Env{M: m, Probe: s.probe, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why}
 	rec.Env = s.environment(ctx, cfg)
 	rec.Lever, rec.Mutate = cfg.Lever.Name, cfg.Mutate
 	base := report.Paths(out, rec)

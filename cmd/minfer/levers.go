@@ -38,14 +38,16 @@ func newLeversCmd(a *app) *cobra.Command {
 				return enc.Encode(out)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "LEVER\tKIND\tDEFAULT\tVALUES\tBACKEND\tWHAT IT SWITCHES")
+			fmt.Fprintln(w, "LEVER\tKIND\tDEFAULT\tVALUES\tBACKEND\tWORKLOAD\tWHAT IT SWITCHES")
 			for _, l := range all {
 				doc := l.Doc
 				if l.Reserved != "" {
 					doc += " [reserved, switches nothing yet: " + l.Reserved + "]"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, dash(l.Default),
-					strings.Join(l.Values, "|"), l.Backend, doc)
+				// WORKLOAD: what abtest must run for the lever's path to
+				// run at all ("-": the default workload does).
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, dash(l.Default),
+					strings.Join(l.Values, "|"), l.Backend, dash(l.Workload), doc)
 			}
 			return w.Flush()
 		},

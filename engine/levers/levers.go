@@ -56,6 +56,15 @@ type Lever struct {
 	// the name is kept (users know it) and parsed, but it switches nothing,
 	// and abtest refuses to run it. The text says why and where it is going.
 	Reserved string `json:"reserved,omitempty"`
+	// Workload is the workload the lever's path needs, when the default one
+	// (abtest's --model / --pp; nightly: qwen2-0.5b Q8_0, pp512) never runs
+	// it, so its liveness gate would fail there by construction. Grammar:
+	// space-separated terms, each at most once, in any order:
+	//   SHAPE:TYPE  the model `minfer synth --shape SHAPE --type TYPE` writes
+	//               (a shape of engine/synth, a weight type or mix it takes);
+	//   ppN         a prefill of N tokens (N >= 1).
+	// "qwen3-0.6b:Q8_0", "pp5", "qwen2-0.5b:Q4_0 pp512". Empty: the default.
+	Workload string `json:"workload,omitempty"`
 }
 
 // Mutation sites of the test seam (MINFER_TEST_MUTATE).
@@ -85,6 +94,9 @@ var registry = []Lever{
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
 		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0",
+		// With MMQ on (the default) every quantized prefill matmul runs
+		// minfer_mmq_<type>; only F32/F16/BF16 weights reach the GEMM.
+		Workload: "qwen2-0.5b:F16",
 		// The GEMM rounds each dequantized weight to f16 in its tiles
 		// (cuda.MatMulTolerance: "f16-weight-tile"); the per-type kernels
 		// read it in f32, so A and B differ at nt above the mmv limit.
@@ -93,10 +105,10 @@ var registry = []Lever{
 		Doc: "1: nt 2..8 through the GEMM path instead of multi-token MMVQ", ArmA: "0", ArmB: "1",
 		Reserved: "issue #6: nt 2..8 run the per-type kernels; the GEMM route for them is not built"},
 	{Name: "MINFER_NO_KQ_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "K-quant decode matmul", Issue: "#6",
-		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
+		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_K_M",
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "legacy 32-value quants decode matmul (Q4_0, Q4_1, Q5_0, Q5_1)", Issue: "#6",
-		Doc: "1: Q4_0 / Q4_1 / Q5_0 / Q5_1 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
+		Doc: "1: Q4_0 / Q4_1 / Q5_0 / Q5_1 decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_0",
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_NO_Q80_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q8_0 decode matmul", Issue: "#6",
 		Doc: "1: Q8_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
@@ -132,7 +144,7 @@ var registry = []Lever{
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul + residual add", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
-		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
+		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1", Workload: "pp5",
 		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
 	{Name: "MINFER_MMVQ_SPLIT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul (few rows, long K)", Issue: "#6",
 		Doc: "1: decode MMVQ matmuls with few rows (ceil(rows / 4) < 12 x SMs: 7B o-proj, ffn_down, q/k/v) run 4 warps per output row (minfer_mmvq*_s_*) instead of one, for more loads in flight", ArmA: "0", ArmB: "1",
@@ -144,7 +156,8 @@ var registry = []Lever{
 	{Name: "MINFER_QUANTIZE_X4", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "activation Q8_1 quantize", Issue: "#6",
 		Doc: "0: the Q8_1 activation quantize runs one block per warp (minfer_quantize_q8_1) instead of four per warp with float4 loads (the same bytes; on by default since reports/MINFER_QUANTIZE_X4: pp512 +7.0%)", ArmA: "0", ArmB: "1"},
 	{Name: "MINFER_FUSE_QKNORM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "qwen3 q/k norm + rope + KV store", Issue: "#6",
-		Doc: "1: qwen3's per-head q/k RMS norms, both ropes and both KV stores of a layer run as one minfer_qkv_norm_rope_store launch (bitwise the unfused rms_norm + rope + kv_store kernels) instead of six", ArmA: "0", ArmB: "1"},
+		Doc: "1: qwen3's per-head q/k RMS norms, both ropes and both KV stores of a layer run as one minfer_qkv_norm_rope_store launch (bitwise the unfused rms_norm + rope + kv_store kernels) instead of six", ArmA: "0", ArmB: "1",
+		Workload: "qwen3-0.6b:Q8_0"},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
@@ -192,6 +205,44 @@ func Lookup(name string) (Lever, bool) {
 		}
 	}
 	return Lever{}, false
+}
+
+// ParseWorkload splits a Workload (grammar on Lever.Workload) into the
+// synthesized model's shape and type ("" when the default model) and the
+// prefill size (0 when the default). It checks the grammar only: that the
+// shape and type are ones `minfer synth` takes is the registry test's job
+// (engine/synth imports this package).
+func ParseWorkload(w string) (shape, typ string, pp int, err error) {
+	for _, term := range strings.Fields(w) {
+		if n, ok := strings.CutPrefix(term, "pp"); ok && !strings.Contains(term, ":") {
+			v, perr := strconv.Atoi(n)
+			if perr != nil || v < 1 || pp != 0 {
+				return "", "", 0, fmt.Errorf("workload %q: term %q: want one ppN with N >= 1", w, term)
+			}
+			pp = v
+			continue
+		}
+		sh, ty, ok := strings.Cut(term, ":")
+		if !ok || !plainName(sh) || !plainName(ty) || shape != "" {
+			return "", "", 0, fmt.Errorf("workload %q: term %q: want one SHAPE:TYPE and/or one ppN", w, term)
+		}
+		shape, typ = sh, ty
+	}
+	return shape, typ, pp, nil
+}
+
+// plainName: a shape or type name is letters, digits, '.', '_' and '-'
+// (it becomes part of a file name).
+func plainName(s string) bool {
+	if s == "" || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks that value is one the lever accepts.

@@ -100,6 +100,9 @@ func Markdown(rec *gates.Record, plots []string) string {
 	if !rec.Complete {
 		w("> **INCOMPLETE**: %s. The numbers below are what finished before the run stopped.\n\n", rec.IncompleteReason)
 	}
+	if note := rec.Config.Lever.WorkloadMismatch(rec.Config.Model, rec.Config.PP); note != "" {
+		w("> **Not the lever's workload**: %s. The run ran what it was told; the lever's path may not run here (`abtest nightly` runs it on its workload).\n\n", note)
+	}
 	w("%s: %s (path: %s). Tolerance class: %s.\n\n", rec.Lever, rec.Doc, rec.Path, rec.Config.Tol.String())
 
 	w("## Gates\n\n")

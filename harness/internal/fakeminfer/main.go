@@ -14,7 +14,9 @@
 // those tok/s (TGDEPTH: tg under -d > 0, default TG); bench -d N names its
 // tests pp<P>@dN / tg<T>@dN and leaves out a test of size 0, as minfer does;
 // info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
-// says otherwise. With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
+// says otherwise. FAKEMINFER_WORKLOADS="NAME=WORKLOAD;..." gives those
+// levers a workload in `levers`; FAKEMINFER_BENCH_LOG=FILE makes every bench
+// append "model=PATH p=N MINFER_*=..." to FILE. With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
 // census fields (launches_per_token 338 over six kernels, 1 graph replay
 // per token, 0 under MINFER_NO_CUDA_GRAPH), and FAKEMINFER_CENSUS_TG=X
 // makes its tg report X tok/s (the census perturbs the speed);
@@ -110,10 +112,13 @@ func main() {
 	f16 := os.Getenv("MINFER_CACHE_TYPE") == "f16"
 	switch os.Args[1] {
 	case "levers":
-		os.Stdout.Write(leversJSON)
+		os.Stdout.Write(withWorkloads(leversJSON, os.Getenv("FAKEMINFER_WORKLOADS")))
 	case "bench":
 		if ignoreDepth {
 			*depth = 0
+		}
+		if lg := os.Getenv("FAKEMINFER_BENCH_LOG"); lg != "" {
+			logBench(lg, *model, *p)
 		}
 		bench(*p, *n, *r, *depth, mut, *model)
 	case "info":
@@ -253,6 +258,49 @@ func logits(ctx []int32, f16 bool, mut string, last bool) []float32 {
 		row[7] += 5
 	}
 	return row
+}
+
+// withWorkloads sets the workload of the levers named in spec
+// ("NAME=WORKLOAD;NAME=WORKLOAD") in the registry JSON; "" leaves it as is.
+func withWorkloads(reg []byte, spec string) []byte {
+	if spec == "" {
+		return reg
+	}
+	var ls []map[string]any
+	if err := json.Unmarshal(reg, &ls); err != nil {
+		panic(err)
+	}
+	for _, kv := range strings.Split(spec, ";") {
+		name, w, _ := strings.Cut(kv, "=")
+		for _, l := range ls {
+			if l["name"] == name {
+				l["workload"] = w
+			}
+		}
+	}
+	b, err := json.MarshalIndent(ls, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// logBench appends "model=PATH p=N MINFER_X=V ..." (the MINFER_* variables
+// set, sorted) to the bench log, so a test sees what each bench ran on.
+func logBench(path, model string, p int) {
+	var set []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "MINFER_") && !strings.HasPrefix(kv, "MINFER_BENCH_WARMUP_MS=") {
+			set = append(set, kv)
+		}
+	}
+	sort.Strings(set)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "model=%s p=%d %s\n", model, p, strings.Join(set, " "))
 }
 
 // deviceLines prints what the CUDA backend prints at exit.

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/harness/report"
+	"github.com/minfer-go/minfer/harness/stats"
+)
+
+// benchLines returns the fake's bench log lines that set lever (NAME=).
+func benchLines(t *testing.T, log, lever string) []string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.Contains(l, " "+lever+"=") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestNightly_LeverWithWorkloadRunsOnItsModelSynthesizedOnce: of two
+// levers, the one that declares a workload runs every bench on its own
+// model (synthesized once into --synth-dir, reused the next night) at its
+// own pp; the other keeps the default; the summary names both models; a
+// previous night that ran the lever on another workload is "not
+// comparable", never a regression.
+func TestNightly_LeverWithWorkloadRunsOnItsModelSynthesizedOnce(t *testing.T) {
+	bin := fakeMinfer(t)
+	out, cache, logs := t.TempDir(), t.TempDir(), t.TempDir()
+	synthLog, benchLog := filepath.Join(logs, "synth.log"), filepath.Join(logs, "bench.log")
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_QKV=qwen3-tiny:Q8_0 pp12")
+	t.Setenv("FAKEMINFER_SYNTH_LOG", synthLog)
+	t.Setenv("FAKEMINFER_BENCH_LOG", benchLog)
+	args := []string{"nightly", "--minfer", bin, "--out", out, "--synth-dir", cache, "--device", "cpu",
+		"--levers", "MINFER_NO_FUSE_FFN,MINFER_NO_FUSE_QKV", "--gates", "ab",
+		"--rounds", "5", "--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10"}
+
+	if code := run(args); code != 0 {
+		_, s := readNightly(t, out)
+		t.Fatalf("night 1: exit %d: %+v", code, s)
+	}
+	p1, s1 := readNightly(t, out)
+	wantModel := filepath.Join(cache, "qwen3-tiny-Q8_0-seed1.gguf")
+	qkv, ffn := entry(s1, "MINFER_NO_FUSE_QKV"), entry(s1, "MINFER_NO_FUSE_FFN")
+	if qkv == nil || qkv.Model != wantModel || qkv.PP != 12 || qkv.Workload != "qwen3-tiny:Q8_0 pp12" || len(qkv.ModelSHA256) != 64 {
+		t.Fatalf("lever with a workload: %+v", qkv)
+	}
+	if ffn == nil || ffn.PP != 16 || ffn.Workload != "" || ffn.ModelSHA256 != s1.ModelSHA256 || ffn.Model == wantModel {
+		t.Fatalf("lever on the default workload: %+v (summary model %s %s)", ffn, s1.Model, s1.ModelSHA256)
+	}
+	q := benchLines(t, benchLog, "MINFER_NO_FUSE_QKV")
+	if len(q) == 0 {
+		t.Fatal("no bench of MINFER_NO_FUSE_QKV in the fake's log")
+	}
+	for _, l := range q {
+		if !strings.HasPrefix(l, "model="+wantModel+" p=12 ") {
+			t.Errorf("MINFER_NO_FUSE_QKV bench %q: want model=%s p=12", l, wantModel)
+		}
+	}
+	for _, l := range benchLines(t, benchLog, "MINFER_NO_FUSE_FFN") {
+		if strings.Contains(l, wantModel) || !strings.Contains(l, " p=16 ") {
+			t.Errorf("MINFER_NO_FUSE_FFN bench %q: want the default model at p=16", l)
+		}
+	}
+	md, _ := os.ReadFile(strings.TrimSuffix(p1, ".json") + ".md")
+	for _, want := range []string{"qwen3-tiny-Q8_0-seed1.gguf (" + qkv.ModelSHA256[:12] + ") / pp12 [declared: qwen3-tiny:Q8_0 pp12]",
+		filepath.Base(ffn.Model) + " (" + ffn.ModelSHA256[:12] + ") / pp16", "model (sha256) / pp"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("night 1 summary lacks %q:\n%s", want, md)
+		}
+	}
+
+	// The previous night ran MINFER_NO_FUSE_QKV at pp512 and decoded 25%
+	// faster: compared, that would be a regression; it is another workload.
+	for i := range qkv.TGB {
+		qkv.TGB[i] *= 1.25
+	}
+	qkv.PP = 512
+	s1.Date = "2000-01-01T000000"
+	b, _ := json.Marshal(s1)
+	if err := os.Remove(p1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "nightly-2000-01-01T000000.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(args); code != 0 {
+		_, s := readNightly(t, out)
+		t.Fatalf("night 2: exit %d: regressions %v", code, s.Regressions)
+	}
+	p2, s2 := readNightly(t, out)
+	if len(s2.Regressions) != 0 {
+		t.Errorf("regressions %v: a changed workload is not comparable", s2.Regressions)
+	}
+	a := entry(s2, "MINFER_NO_FUSE_QKV").Against
+	if len(a) != 1 || a[0].Verdict != VerdictNotComparable || !strings.Contains(a[0].Note, "pp512") || !strings.Contains(a[0].Note, "pp12") {
+		t.Errorf("MINFER_NO_FUSE_QKV against the previous night: %+v", a)
+	}
+	for _, d := range entry(s2, "MINFER_NO_FUSE_FFN").Against {
+		if d.Verdict == VerdictNotComparable {
+			t.Errorf("the unchanged lever was not compared: %+v", d)
+		}
+	}
+	if len(entry(s2, "MINFER_NO_FUSE_FFN").Against) != 2 {
+		t.Errorf("MINFER_NO_FUSE_FFN compared on %d metrics, want pp and tg", len(entry(s2, "MINFER_NO_FUSE_FFN").Against))
+	}
+	md, _ = os.ReadFile(strings.TrimSuffix(p2, ".json") + ".md")
+	if !strings.Contains(string(md), "not comparable: workload changed") || strings.Contains(string(md), "REGRESSION") {
+		t.Errorf("night 2 summary:\n%s", md)
+	}
+	if b, err := os.ReadFile(synthLog); err != nil || string(b) != "qwen3-tiny Q8_0 1\n" {
+		t.Errorf("synth calls over two nights %q (%v), want exactly one", b, err)
+	}
+}
+
+// TestNightlyCompare_SummaryFromBeforeWorkloadsComparesOnlyDefaultLevers:
+// a previous summary without per-lever models or pps ran every lever on its
+// model at its (unrecorded) pp; a lever still on the default workload is
+// compared, one that declares its own is not comparable.
+func TestNightlyCompare_SummaryFromBeforeWorkloadsComparesOnlyDefaultLevers(t *testing.T) {
+	tg := []float64{100, 101, 99}
+	slow := []float64{80, 81, 79}
+	prev := &nightlySummary{Date: "old", Machine: "H200", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa",
+		Entries: []nightlyEntry{{Lever: "L_DEFAULT", B: "1", TGB: tg}, {Lever: "L_OWN", B: "1", TGB: tg}}}
+	now := &nightlySummary{Machine: "H200", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 512, Threshold: 0.02,
+		Entries: []nightlyEntry{
+			{Lever: "L_DEFAULT", B: "1", TGB: slow, Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 512},
+			{Lever: "L_OWN", B: "1", TGB: slow, Workload: "pp5", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 5},
+		}}
+	now.compare("nightly-old.json", prev)
+	if len(now.Regressions) != 1 || !strings.HasPrefix(now.Regressions[0], "L_DEFAULT=1 tg") {
+		t.Errorf("regressions %v, want L_DEFAULT's tg only", now.Regressions)
+	}
+	if a := now.Entries[1].Against; len(a) != 1 || a[0].Verdict != VerdictNotComparable || !strings.Contains(a[0].Note, "before per-lever workloads") ||
+		!math.IsNaN(float64(a[0].Ratio)) {
+		t.Errorf("L_OWN: %+v", a)
+	}
+
+	// A changed model (same pp) is not comparable either; the same one is.
+	prev2 := &nightlySummary{Date: "d", Machine: "H200", ModelSHA256: "aaaa", PP: 512, Entries: []nightlyEntry{
+		{Lever: "L_OWN", B: "1", TGB: tg, Model: "/c/qwen2-0.5b-Q4_0-seed1.gguf", ModelSHA256: "bbbb", PP: 512, Workload: "qwen2-0.5b:Q4_0"},
+		{Lever: "L_SAME", B: "1", TGB: tg, Model: "/c/qwen3-0.6b-Q8_0-seed1.gguf", ModelSHA256: "cccc", PP: 512, Workload: "qwen3-0.6b:Q8_0"}}}
+	now2 := &nightlySummary{Machine: "H200", ModelSHA256: "aaaa", PP: 512, Threshold: 0.02, Entries: []nightlyEntry{
+		{Lever: "L_OWN", B: "1", TGB: slow, Model: "/c/qwen2-0.5b-Q4_K_M-seed1.gguf", ModelSHA256: "dddd", PP: 512, Workload: "qwen2-0.5b:Q4_K_M"},
+		{Lever: "L_SAME", B: "1", TGB: slow, Model: "/c/qwen3-0.6b-Q8_0-seed1.gguf", ModelSHA256: "cccc", PP: 512, Workload: "qwen3-0.6b:Q8_0"}}}
+	now2.compare("nightly-d.json", prev2)
+	if a := now2.Entries[0].Against; len(a) != 1 || a[0].Verdict != VerdictNotComparable ||
+		!strings.Contains(a[0].Note, "qwen2-0.5b-Q4_0-seed1.gguf") || !strings.Contains(a[0].Note, "qwen2-0.5b-Q4_K_M-seed1.gguf") {
+		t.Errorf("changed model: %+v", a)
+	}
+	if len(now2.Regressions) != 1 || !strings.HasPrefix(now2.Regressions[0], "L_SAME=1 tg") {
+		t.Errorf("regressions %v, want L_SAME's (same workload, slower)", now2.Regressions)
+	}
+	if a := now2.Entries[1].Against; len(a) != 1 || a[0].Verdict != stats.VerdictSlower {
+		t.Errorf("L_SAME: %+v", a)
+	}
+}
+
+// TestRun_OffTheDeclaredWorkloadRunsAndSaysWhichOnce: `abtest run` of a
+// lever on another model than its workload runs as told, and stderr (once)
+// and the report name the workload the lever declares.
+func TestRun_OffTheDeclaredWorkloadRunsAndSaysWhichOnce(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_FFN=qwen2-0.5b:Q4_K_M")
+	errf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	saved := os.Stderr
+	os.Stderr = errf
+	code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5",
+		"--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
+	os.Stderr = saved
+	errf.Close()
+	stderr, _ := os.ReadFile(errf.Name())
+	ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+	if len(ms) != 1 {
+		t.Fatalf("exit %d, %d result files:\n%s", code, len(ms), stderr)
+	}
+	rec, err := report.ReadJSON(ms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || status(rec, "ab") != "PASS" {
+		t.Fatalf("the run did not run as told: exit %d: %s", code, rec.VerdictLine)
+	}
+	want := "MINFER_NO_FUSE_FFN's path needs qwen2-0.5b:Q4_K_M; this run used minfer's embedded default model"
+	if n := strings.Count(string(stderr), want); n != 1 {
+		t.Errorf("stderr states the declared workload %d times, want once:\n%s", n, stderr)
+	}
+	if rec.Config.Lever.Workload != "qwen2-0.5b:Q4_K_M" {
+		t.Errorf("the record's lever lacks its workload: %+v", rec.Config.Lever)
+	}
+	md, _ := os.ReadFile(strings.TrimSuffix(ms[0], ".json") + ".md")
+	if n := strings.Count(string(md), want); n != 1 || !strings.Contains(string(md), "Not the lever's workload") {
+		t.Errorf("the report states the declared workload %d times, want once:\n%.1500s", n, md)
+	}
+
+	// On its workload (a model of that synthesized name), nothing is said.
+	model := filepath.Join(t.TempDir(), "qwen2-0.5b-Q4_K_M-seed1.gguf")
+	if err := os.WriteFile(model, []byte("fake"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if errf, err = os.Create(filepath.Join(t.TempDir(), "stderr")); err != nil {
+		t.Fatal(err)
+	}
+	os.Stderr = errf
+	code, rec = runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5", "--model", model)
+	os.Stderr = saved
+	errf.Close()
+	stderr, _ = os.ReadFile(errf.Name())
+	if code != 0 || strings.Contains(string(stderr), "path needs") {
+		t.Errorf("on its workload: exit %d, stderr:\n%s", code, stderr)
+	}
+}
