@@ -98,22 +98,7 @@ func (k *Kernels) MatMulQ8_1S(s *driver.Stream, out, xq driver.DevicePtr, xqByte
 	if err := checkMMVQ(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
 		return err
 	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
-	}
-	form := ""
-	args := []any{out, xq, w, bias, int32(kDim), int32(n)}
-	if res != 0 {
-		if err := checkRes(op, wtype, out, res, kDim, n); err != nil {
-			return err
-		}
-		form, args = "res", append(args, res)
-	}
-	name := mmvqSplitKernel(wtype, form, false)
-	if err := k.mmvqsLaunch(s, name, n, args...); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.matMulSplit(op, s, out, xq, w, wtype, bias, res, kDim, n, false)
 }
 
 // MatMulQ8_1RS is MatMulQ8_1R (res = 0) or MatMulQ8_1RRes over the repacked
@@ -127,6 +112,14 @@ func (k *Kernels) MatMulQ8_1RS(s *driver.Stream, out, xq driver.DevicePtr, xqByt
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return err
 	}
+	return k.matMulSplit(op, s, out, xq, w, wtype, bias, res, kDim, n, true)
+}
+
+// matMulSplit is the rest of MatMulQ8_1S / MatMulQ8_1RS once the weight
+// layout is checked: output, bias and residual, then the plain or _res_
+// split kernel of that layout.
+func (k *Kernels) matMulSplit(op string, s *driver.Stream, out, xq, w driver.DevicePtr, wtype quant.Type,
+	bias, res driver.DevicePtr, kDim, n int, repacked bool) error {
 	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
 		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
 	}
@@ -138,7 +131,7 @@ func (k *Kernels) MatMulQ8_1RS(s *driver.Stream, out, xq driver.DevicePtr, xqByt
 		}
 		form, args = "res", append(args, res)
 	}
-	name := mmvqSplitKernel(wtype, form, true)
+	name := mmvqSplitKernel(wtype, form, repacked)
 	if err := k.mmvqsLaunch(s, name, n, args...); err != nil {
 		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
 	}

@@ -30,31 +30,6 @@ func msK(wt quant.Type, k int) int {
 	return k
 }
 
-// msWeight is n rows of k values of wt as GGUF blocks: random bytes with
-// every f16 scale field (d, and m / dmin where the type has one) set to a
-// random finite value (any other bit pattern is a valid block).
-func msWeight(rng *rand.Rand, wt quant.Type, k, n int) []byte {
-	bb, nb := wt.BlockBytes(), k/wt.BlockSize()*n
-	w := make([]byte, nb*bb)
-	rng.Read(w)
-	var f16s []int
-	switch wt {
-	case quant.Q8_0, quant.Q4_0, quant.Q5_0:
-		f16s = []int{0}
-	case quant.Q4_1, quant.Q5_1, quant.Q4_K:
-		f16s = []int{0, 2}
-	case quant.Q6_K:
-		f16s = []int{208}
-	}
-	for i := range nb {
-		for _, o := range f16s {
-			d := rpF16(rng)
-			w[i*bb+o], w[i*bb+o+1] = byte(d), byte(d>>8)
-		}
-	}
-	return w
-}
-
 // msReference is, per row, the float64 dot of the CPU-dequantized weight
 // row and the dequantized Q8_1 activation a, and sum |w_i a_i|.
 func msReference(t *testing.T, wt quant.Type, wb []byte, a []float32, k, n int) (dot, mag []float64) {
@@ -283,7 +258,7 @@ func TestMMVQSplitDevice_KernelsMatchOneWarpAndQ8_1Reference(t *testing.T) {
 	for _, wt := range mmvqTypes {
 		for _, sh := range msShapes {
 			k, n := msK(wt, sh[0]), sh[1]
-			wb := msWeight(rng, wt, k, n)
+			wb := frWeight(rng, wt, k, n)
 			x := mmvqActivation(rng, k, false)
 			qx := make([]byte, ActQ8Bytes(k, 1))
 			if err := quant.Quantize(quant.Q8_1, x, qx); err != nil {

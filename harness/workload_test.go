@@ -1,30 +1,90 @@
 package harness
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/synth"
 )
 
-// TestParseWorkload_AgreesWithTheRegistryOnEveryDeclaration: the harness
-// reads the registry from the binary, so it parses workloads itself; it must
-// read every declared one as the registry does.
-func TestParseWorkload_AgreesWithTheRegistryOnEveryDeclaration(t *testing.T) {
+// workloadProblem is the registry check of one lever's Workload: "" when
+// it parses, names a shape and type `minfer synth` writes (or only a pp),
+// and sits on a lever abtest runs. The harness parses workloads (it reads
+// the registry from the binary, across the process boundary), so the check
+// of the registry's declarations lives here, with synth asked in a test.
+func workloadProblem(l levers.Lever) string {
+	if l.Workload == "" {
+		return ""
+	}
+	w, err := ParseWorkload(l.Workload)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !w.HasModel() && w.PP == 0:
+		return fmt.Sprintf("workload %q declares neither a model nor a pp", l.Workload)
+	case l.ArmA == "" || l.ArmB == "" || l.Reserved != "":
+		return fmt.Sprintf("a workload on a lever abtest does not run (arms %q/%q, reserved %q)", l.ArmA, l.ArmB, l.Reserved)
+	}
+	if w.HasModel() {
+		if _, err := synth.ShapeByName(w.Shape); err != nil {
+			return fmt.Sprintf("workload %q: %v", l.Workload, err)
+		}
+		if _, _, err := synth.ParseType(w.Type); err != nil {
+			return fmt.Sprintf("workload %q: %v", l.Workload, err)
+		}
+	}
+	return ""
+}
+
+func TestRegistry_EveryWorkloadParsesAndNamesAModelSynthWrites(t *testing.T) {
 	n := 0
 	for _, l := range levers.All() {
-		if l.Workload == "" {
-			continue
+		if l.Workload != "" {
+			n++
 		}
-		n++
-		shape, typ, pp, err := levers.ParseWorkload(l.Workload)
-		w, herr := ParseWorkload(l.Workload)
-		if err != nil || herr != nil || w.Shape != shape || w.Type != typ || w.PP != pp {
-			t.Errorf("%s %q: registry %q %q %d %v, harness %+v %v", l.Name, l.Workload, shape, typ, pp, err, w, herr)
+		if p := workloadProblem(l); p != "" {
+			t.Errorf("%s: %s", l.Name, p)
+		}
+	}
+	// The levers whose paths the default workload (qwen2-0.5b Q8_0, pp512)
+	// never reaches.
+	for name, want := range map[string]string{
+		"MINFER_FUSE_QKNORM":     "qwen3-0.6b:Q8_0",
+		"MINFER_NO_KQ_MMVQ":      "qwen2-0.5b:Q4_K_M",
+		"MINFER_NO_Q40_MMVQ":     "qwen2-0.5b:Q4_0",
+		"MINFER_MMVQ_NT":         "pp5",
+		"MINFER_NO_PREFILL_GEMM": "qwen2-0.5b:F16",
+	} {
+		if l, _ := levers.Lookup(name); l.Workload != want {
+			t.Errorf("%s: workload %q, want %q", name, l.Workload, want)
 		}
 	}
 	if n == 0 {
 		t.Fatal("no lever declares a workload")
+	}
+}
+
+// TestRegistry_BadWorkloadFailsTheCheck: the registry check fails a
+// workload that does not parse, names a shape or type synth does not know,
+// or sits on a lever without arms.
+func TestRegistry_BadWorkloadFailsTheCheck(t *testing.T) {
+	good, _ := levers.Lookup("MINFER_FUSE_QKNORM")
+	if p := workloadProblem(good); p != "" {
+		t.Fatalf("the registry's own workload fails: %s", p)
+	}
+	for _, w := range []string{"qwen3-0.6b", "pp0", "qwen9-1b:Q8_0", "qwen2-0.5b:Q9_9", "qwen2-0.5b:Q8_0 pp5 pp6"} {
+		l := good
+		l.Workload = w
+		if p := workloadProblem(l); p == "" {
+			t.Errorf("workload %q passes the registry check", w)
+		}
+	}
+	l := good
+	l.ArmA, l.ArmB = "", ""
+	if p := workloadProblem(l); p == "" {
+		t.Error("a workload on a lever without arms passes the registry check")
 	}
 }
 

@@ -64,6 +64,8 @@ type Lever struct {
 	//               (a shape of engine/synth, a weight type or mix it takes);
 	//   ppN         a prefill of N tokens (N >= 1).
 	// "qwen3-0.6b:Q8_0", "pp5", "qwen2-0.5b:Q4_0 pp512". Empty: the default.
+	// The harness parses it (harness.ParseWorkload: it reads the registry
+	// from the binary); harness/workload_test.go checks every declaration.
 	Workload string `json:"workload,omitempty"`
 }
 
@@ -205,44 +207,6 @@ func Lookup(name string) (Lever, bool) {
 		}
 	}
 	return Lever{}, false
-}
-
-// ParseWorkload splits a Workload (grammar on Lever.Workload) into the
-// synthesized model's shape and type ("" when the default model) and the
-// prefill size (0 when the default). It checks the grammar only: that the
-// shape and type are ones `minfer synth` takes is the registry test's job
-// (engine/synth imports this package).
-func ParseWorkload(w string) (shape, typ string, pp int, err error) {
-	for _, term := range strings.Fields(w) {
-		if n, ok := strings.CutPrefix(term, "pp"); ok && !strings.Contains(term, ":") {
-			v, perr := strconv.Atoi(n)
-			if perr != nil || v < 1 || pp != 0 {
-				return "", "", 0, fmt.Errorf("workload %q: term %q: want one ppN with N >= 1", w, term)
-			}
-			pp = v
-			continue
-		}
-		sh, ty, ok := strings.Cut(term, ":")
-		if !ok || !plainName(sh) || !plainName(ty) || shape != "" {
-			return "", "", 0, fmt.Errorf("workload %q: term %q: want one SHAPE:TYPE and/or one ppN", w, term)
-		}
-		shape, typ = sh, ty
-	}
-	return shape, typ, pp, nil
-}
-
-// plainName: a shape or type name is letters, digits, '.', '_' and '-'
-// (it becomes part of a file name).
-func plainName(s string) bool {
-	if s == "" || s == "." || s == ".." {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // Validate checks that value is one the lever accepts.
