@@ -224,3 +224,50 @@ func TestCorrectnessModel_ParityAndGreedyRunOnItABKeepsTheRunModel(t *testing.T)
 		}
 	}
 }
+
+// The activation-quantization class scales its top-1 exemption with the
+// error measured at the position (random-weight qwen3-0.6b on the H200:
+// flips at margins 0.15-0.47 with rel L2 0.028, arms A and B alike): a flip
+// that diffuse error of that size explains is exempt; the same flip with the
+// error concentrated on the two flipped logits fails, and so does a flip
+// whose margin is beyond 4 RMS.
+func TestParityClass_ActQuantFlipExemptWithinFourRMSOfDiffuseErrorFailsWhenConcentrated(t *testing.T) {
+	const positions, vocab = 3, 8192
+	ref := synthLogits(positions, vocab)
+	actq := ChooseGraphClass("cuda", "--device cuda", "cpu", []string{"Q8_0:169"}, "F32:121 Q8_0:169", nil, 0.5, 0.1)
+	top := (0*37 + 11) % vocab
+	const j = 5 // pos 0's runner-up, margin m below the top
+	flip := func(m float32, noise float64) (Comparison, float64) {
+		r := append([]float32(nil), ref...)
+		r[j] = r[top] - m
+		y := withNoise(r, noise)
+		y[top], y[j] = r[top], r[top]+0.01
+		c := CompareLogits("A vs CPU ref", r, y, vocab, 0.1)
+		c.judgeClass(actq)
+		return c, float64(c.PerPos[0].RMSDiff)
+	}
+	// Diffuse error: rel L2 ~0.028 of logits with std ~8 (RMS ~0.22): a flip at 0.47 is within 4 RMS.
+	c, rms := flip(0.47, 0.028*8)
+	if rms < 0.2 || rms > 0.25 || !c.Pass || !c.PerPos[0].Exempt || !strings.Contains(c.Why, "exempt") {
+		t.Fatalf("diffuse: RMS %.3f, pass %v, exempt %v: %s", rms, c.Pass, c.PerPos[0].Exempt, c.Why)
+	}
+	// The same flip beyond 4 RMS (margin 1.5 > 4 x 0.22) fails.
+	if c, _ = flip(1.5, 0.028*8); c.Pass || !strings.Contains(c.Why, "top-1 differs at pos 0") || !strings.Contains(c.Why, "> bar") {
+		t.Errorf("flip beyond 4 RMS passed: %s", c.Why)
+	}
+	// Concentrated: almost no diffuse error, the same 0.47 flip fails.
+	if c, rms = flip(0.47, 0.001); rms > 0.01 || c.Pass || !strings.Contains(c.Why, "top-1 differs at pos 0") {
+		t.Errorf("concentrated flip (RMS %.4f) passed: %s", rms, c.Why)
+	}
+	// The absolute class keeps its fixed margin: the diffuse 0.47 flip fails there.
+	abs := ChooseGraphClass("cpu", "--device cpu", "cpu", nil, "F32:290", nil, 2, 0.1)
+	r := append([]float32(nil), ref...)
+	r[j] = r[top] - 0.47
+	y := withNoise(r, 0.028*8)
+	y[top], y[j] = r[top], r[top]+0.01
+	c = CompareLogits("A vs CPU ref", r, y, vocab, 0.1)
+	c.judgeClass(abs)
+	if c.Pass || c.PerPos[0].Exempt {
+		t.Errorf("absolute class exempted a 0.47 flip: %s", c.Why)
+	}
+}
