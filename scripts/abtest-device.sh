@@ -42,16 +42,22 @@
 #   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own]
 #                                   (@ppN: that lever's prefill size, e.g. MINFER_MMVQ_NT=1@pp5;
 #                                   @SHAPE:TYPE: that lever's synthesized model, e.g.
-#                                   MINFER_NO_KQ_MMVQ=1@qwen2-0.5b:Q4_K_M, MINFER_FUSE_QKNORM=1@qwen3-0.6b:Q8_0;
+#                                   MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M (a kill switch is named
+#                                   bare: its arm A is already =1), MINFER_FUSE_QKNORM@qwen3-0.6b:Q8_0;
 #                                   @own: parity and greedy on that model, not CORRECTNESS_MODEL -
 #                                   for a path the correctness model does not have, such as qwen3's q/k norm)
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
-#   KERNEL_TIMEOUT=120 SYNTH_TIMEOUT=60
+#   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
 #   GATES=...                       abtest --gates for the first lever (later ones drop "suite")
 #
 #   device run: OUT=... scripts/abtest-device.sh      (carry: bin)
+#
+# One run per $OUT: the device tool returns at most 8 files, and this script
+# leaves 3 + one .md per lever there. Two runs into subfolders of one $OUT
+# (10 files) lost reports.tar.gz, the JSON and plots, on 2026-11-29; run a
+# second set of levers with its own OUT and WORK and pack both into one tar.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -70,7 +76,7 @@ LEVERS="${LEVERS:-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
 LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
-CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-120}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
+CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
 GATES="${GATES:-parity,greedy,ab,suite,profile}"
 MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
 

@@ -82,7 +82,7 @@
 #   DECODE_SKIP=2500 DECODE_COUNT=120 PREFILL_SKIP=800 PREFILL_COUNT=200
 #   NCU_KERNEL=                 optional ncu -k filter (e.g. regex:mmvq); the skip then counts its launches only
 #   CLOCK_CONTROL=base          or none
-#   NCU_TIMEOUT=120 SYNTH_TIMEOUT=150 KERNEL_TIMEOUT=120 BUDGET=560 (seconds)
+#   NCU_TIMEOUT=120 SYNTH_TIMEOUT=150 KERNEL_TIMEOUT=300 BUDGET=560 (seconds)
 #   KEEP_KERNELS=1              reuse bin/minfer-kernels.fatbin instead of rebuilding it
 #   MODEL_DIR=/tmp/abtest-models  WORK=/tmp/device-ncu  FLOOR_GBS=4300
 set -uo pipefail
@@ -122,7 +122,7 @@ say "$ncu: $("$ncu" --version 2>&1 | tail -n 1); clock control $CLOCK_CONTROL; b
 # fatbin, which may predate the kernels carried now. KEEP_KERNELS=1 reuses it.
 if [[ "${KEEP_KERNELS:-0}" != 1 || ! -f bin/minfer-kernels.fatbin ]]; then
     s=$(date +%s)
-    timeout -k 10 "${KERNEL_TIMEOUT:-120}" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1 \
+    timeout -k 10 "${KERNEL_TIMEOUT:-300}" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1 \
         || { say "build-kernels failed: $(tail -n 3 "$out/build-kernels.log" | tr '\n' ' ')"; exit 2; }
     say "kernels built in $(($(date +%s) - s)) s"
 fi

@@ -49,7 +49,7 @@ done
 device=cpu
 if nvidia-smi >/dev/null 2>&1; then
     device=cuda
-    if ! timeout -k 10 "${KERNEL_TIMEOUT:-120}" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
+    if ! timeout -k 10 "${KERNEL_TIMEOUT:-300}" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
         say "build-kernels.sh failed: $(tail -n 3 "$out/build-kernels.log" | tr '\n' ' ')"
         exit 2
     fi

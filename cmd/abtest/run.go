@@ -294,7 +294,14 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 		}
 	}
 	if aval == bval {
-		return gates.Config{}, cannotRun("arms A and B are both %s=%s", lv.Name, aval)
+		// The usual slip: naming a kill switch's baseline value as the
+		// candidate (--lever MINFER_NO_X=1, whose arm A is already 1).
+		hint := ""
+		if hasB && baseline == "" && lv.ArmA == bval && lv.ArmB != "" {
+			hint = fmt.Sprintf(": %s's baseline (arm A) is %s=%s and its candidate (arm B) %s=%s; run --lever %s to measure the path it switches",
+				lv.Name, lv.Name, lv.ArmA, lv.Name, lv.ArmB, lv.Name)
+		}
+		return gates.Config{}, cannotRun("arms A and B are both %s=%s%s", lv.Name, aval, hint)
 	}
 	tol, err := harness.ParseTolerance(lv.Tolerance)
 	if err != nil {
