@@ -220,6 +220,7 @@ func (m Minfer) ModelPath(ctx context.Context) (string, error) {
 type ModelInfo struct {
 	Path          string         `json:"path"`
 	FileSize      int64          `json:"file_size"`
+	Architecture  string         `json:"architecture,omitempty"`
 	FileType      string         `json:"file_type,omitempty"`
 	TypeHistogram map[string]int `json:"type_histogram"`
 	// DecodeRead: what one decode step reads, as the engine counts it.

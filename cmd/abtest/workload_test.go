@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -222,5 +223,72 @@ func TestRun_OffTheDeclaredWorkloadRunsAndSaysWhichOnce(t *testing.T) {
 	stderr, _ = os.ReadFile(errf.Name())
 	if code != 0 || strings.Contains(string(stderr), "path needs") {
 		t.Errorf("on its workload: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestNightly_CorrectnessModelFollowsTheWorkloadsTypeAndArchitecture: with
+// --correctness-model (a trained qwen2 Q8_0), a lever whose workload is a
+// qwen2 of another weight type runs parity and greedy on the trained model
+// quantized to that type (once, reused the next night, redone when the
+// trained model changes); one of the same type keeps the trained model; a
+// qwen3 workload runs them on its own model (the qwen2 model lacks its path).
+func TestNightly_CorrectnessModelFollowsTheWorkloadsTypeAndArchitecture(t *testing.T) {
+	bin := fakeMinfer(t)
+	out, cache, logs := t.TempDir(), t.TempDir(), t.TempDir()
+	cm := filepath.Join(logs, "trained-Q8_0.gguf")
+	if err := os.WriteFile(cm, []byte("GGUF fake qwen2-trained Q8_0 seed 0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qlog := filepath.Join(logs, "quantize.log")
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_QKV=qwen3-tiny:Q8_0;MINFER_NO_FUSE_FFN=qwen2-tiny:Q4_K_M;MINFER_CACHE_TYPE=qwen2-tiny:Q8_0")
+	t.Setenv("FAKEMINFER_QUANTIZE_LOG", qlog)
+	args := []string{"nightly", "--minfer", bin, "--out", out, "--synth-dir", cache, "--device", "cpu", "--correctness-model", cm,
+		"--levers", "MINFER_NO_FUSE_QKV,MINFER_NO_FUSE_FFN,MINFER_CACHE_TYPE=f16", "--gates", "ab",
+		"--rounds", "5", "--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10"}
+	cmOf := func(lever string) string {
+		t.Helper()
+		ms, _ := filepath.Glob(filepath.Join(out, lever, "*.json"))
+		if len(ms) == 0 {
+			t.Fatalf("no record of %s", lever)
+		}
+		slices.Sort(ms)
+		rec, err := report.ReadJSON(ms[len(ms)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Config.CorrectnessModel
+	}
+	quantizes := func() []string {
+		b, _ := os.ReadFile(qlog)
+		return strings.Fields(strings.ReplaceAll(string(b), "\n", " "))
+	}
+	for night := 1; night <= 3; night++ {
+		if night == 3 { // the trained model changed: its Q4_K_M copy must be made again
+			if err := os.WriteFile(cm, []byte("GGUF fake qwen2-trained Q8_0 seed 1"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if code := run(args); code != 0 {
+			p, _ := readNightly(t, out)
+			md, _ := os.ReadFile(strings.TrimSuffix(p, ".json") + ".md")
+			t.Fatalf("night %d: exit %d\n%s", night, code, md)
+		}
+		if got := cmOf("MINFER_NO_FUSE_QKV"); got != "" {
+			t.Errorf("night %d: the qwen3 workload's parity model %q, want its own", night, got)
+		}
+		if got := cmOf("MINFER_CACHE_TYPE"); got != cm {
+			t.Errorf("night %d: the Q8_0 workload's parity model %q, want the trained model", night, got)
+		}
+		got := cmOf("MINFER_NO_FUSE_FFN")
+		if filepath.Dir(got) != cache || !strings.HasPrefix(filepath.Base(got), "trained-Q8_0-") || !strings.HasSuffix(got, "-as-Q4_K_M.gguf") {
+			t.Errorf("night %d: the Q4_K_M workload's parity model %q", night, got)
+		}
+		if b, _ := os.ReadFile(got); !strings.Contains(string(b), "qwen2-trained Q4_K_M") {
+			t.Errorf("night %d: %s holds %q", night, got, b)
+		}
+		want := map[int]int{1: 2, 2: 2, 3: 4}[night] // "IN TYPE" per quantize
+		if q := quantizes(); len(q) != want || q[0] != cm || q[1] != "Q4_K_M" {
+			t.Errorf("night %d: quantize calls %q, want %d fields", night, q, want)
+		}
 	}
 }

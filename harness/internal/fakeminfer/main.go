@@ -141,8 +141,26 @@ func main() {
 				wb, _ = strconv.Atoi(v)
 			}
 		}
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model, "type_histogram": hist,
+		arch, ftype := fakeModelKind(*model)
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model, "type_histogram": hist, "architecture": arch, "file_type": ftype,
 			"decode_read": map[string]any{"weight_bytes_per_token": wb, "method": "fake", "kv_elems_per_pos": 512}})
+	case "quantize": // IN OUT TYPE: OUT is IN's shape in TYPE
+		in, out, typ := fs.Arg(0), fs.Arg(1), fs.Arg(2)
+		b, err := os.ReadFile(in)
+		if err != nil || out == "" || typ == "" {
+			fmt.Fprintln(os.Stderr, "minfer quantize: want IN OUT TYPE:", err)
+			os.Exit(2)
+		}
+		if lg := os.Getenv("FAKEMINFER_QUANTIZE_LOG"); lg != "" {
+			f, _ := os.OpenFile(lg, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			fmt.Fprintf(f, "%s %s\n", in, typ)
+			f.Close()
+		}
+		shape := "qwen2-trained"
+		if f := strings.Fields(string(b)); len(f) >= 3 && f[0] == "GGUF" && f[1] == "fake" {
+			shape = f[2]
+		}
+		_ = os.WriteFile(out, []byte(fmt.Sprintf("GGUF fake %s %s seed 0 (quantized from %s)", shape, typ, in)), 0o644)
 	case "synth":
 		if *shape == "" || *typ == "" || *output == "" {
 			fmt.Fprintln(os.Stderr, "minfer synth: --shape, --type and -o are required")
@@ -407,4 +425,24 @@ func bench(p, n, r, depth int, mut, model string) {
 		doc["depth"] = depth
 	}
 	json.NewEncoder(os.Stdout).Encode(doc)
+}
+
+// fakeModelKind reads the architecture and file type of a fake model file
+// ("GGUF fake SHAPE TYPE ...", as synth and quantize write them; the
+// architecture is the shape's prefix, qwen2-tiny: qwen2); any other file is
+// a qwen2 of unknown type.
+func fakeModelKind(path string) (arch, ftype string) {
+	b := make([]byte, 200)
+	if fh, err := os.Open(path); err == nil {
+		n, _ := fh.Read(b)
+		b = b[:n]
+		fh.Close()
+	} else {
+		b = nil
+	}
+	if f := strings.Fields(string(b)); len(f) >= 4 && f[0] == "GGUF" && f[1] == "fake" {
+		a, _, _ := strings.Cut(f[2], "-")
+		return a, f[3]
+	}
+	return "qwen2", ""
 }

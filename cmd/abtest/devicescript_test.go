@@ -1,0 +1,125 @@
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The device recipe scripts/abtest-device.sh, run here with fake minfer,
+// abtest and build-kernels.sh (they log their arguments): which model and
+// correctness model each lever spec gets.
+func runDeviceScript(t *testing.T, env ...string) (abtestCalls, minferCalls []string) {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("..", "..", "scripts", "abtest-device.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(rel, body string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("scripts/abtest-device.sh", string(src))
+	write("scripts/build-kernels.sh", "#!/usr/bin/env bash\necho fatbin >\"$1\"\necho \"build-kernels: wrote $1\"\n")
+	// minfer: synth and quantize write their -o / OUT file; info reports the
+	// file type from the name (tiny-Q8_0.gguf: Q8_0).
+	write("bin/minfer", `#!/usr/bin/env bash
+echo "$*" >>"$FAKE_LOG.minfer"
+case "$1" in
+synth) while [[ $# -gt 0 ]]; do [[ "$1" == -o ]] && echo model >"$2"; shift; done ;;
+quantize) echo model >"$3" ;;
+info) t="$(basename "$2" .gguf)"; echo "file type      ${t##*-}" ;;
+esac
+`)
+	write("bin/abtest", "#!/usr/bin/env bash\necho \"$*\" >>\"$FAKE_LOG.abtest\"\n")
+	write("tiny-Q8_0.gguf", "trained")
+	cmd := exec.Command("bash", "scripts/abtest-device.sh")
+	cmd.Dir = dir
+	log := filepath.Join(dir, "calls")
+	cmd.Env = append(os.Environ(), "OUT="+filepath.Join(dir, "out"), "WORK="+filepath.Join(dir, "work"),
+		"MODEL_DIR="+filepath.Join(dir, "models"), "FAKE_LOG="+log, "CORRECTNESS_MODEL=tiny-Q8_0.gguf")
+	cmd.Env = append(cmd.Env, env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("abtest-device.sh: %v\n%s", err, out)
+	}
+	read := func(p string) []string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	return read(log + ".abtest"), read(log + ".minfer")
+}
+
+func argAfter(call, flag string) string {
+	f := strings.Fields(call)
+	for i := range f[:len(f)-1] {
+		if f[i] == flag {
+			return filepath.Base(f[i+1])
+		}
+	}
+	return ""
+}
+
+func TestDeviceScript_ALeverOfAnotherWeightTypeGetsTheCorrectnessModelInThatType(t *testing.T) {
+	ab, mf := runDeviceScript(t, "LEVERS=MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M MINFER_FUSE_QKNORM@qwen3-0.6b:Q8_0@own MINFER_NO_PREFILL_CAPTURE MINFER_MMQ@qwen2-0.5b:Q4_K_M")
+	if len(ab) != 4 {
+		t.Fatalf("abtest calls: %q", ab)
+	}
+	want := []struct{ lever, model, cm string }{
+		{"MINFER_NO_KQ_MMVQ", "qwen2-0.5b-Q4_K_M-seed1.gguf", "tiny-Q8_0-as-Q4_K_M.gguf"},
+		{"MINFER_FUSE_QKNORM", "qwen3-0.6b-Q8_0-seed1.gguf", ""}, // @own: parity and greedy on its model
+		{"MINFER_NO_PREFILL_CAPTURE", "qwen2-0.5b-Q8_0-seed1.gguf", "tiny-Q8_0.gguf"},
+		{"MINFER_MMQ", "qwen2-0.5b-Q4_K_M-seed1.gguf", "tiny-Q8_0-as-Q4_K_M.gguf"},
+	}
+	// The copy's name carries the trained model's sha256 (12 hex digits).
+	sha12 := fmt.Sprintf("%x", sha256.Sum256([]byte("trained")))[:12]
+	for i, w := range want {
+		w.cm = strings.Replace(w.cm, "-as-", "-"+sha12+"-as-", 1)
+		if argAfter(ab[i], "--lever") != w.lever || argAfter(ab[i], "--model") != w.model || argAfter(ab[i], "--correctness-model") != w.cm {
+			t.Errorf("call %d: %q, want lever %s model %s correctness model %q", i, ab[i], w.lever, w.model, w.cm)
+		}
+	}
+	quantizes := 0
+	for _, c := range mf {
+		if strings.HasPrefix(c, "quantize ") {
+			quantizes++
+			if f := strings.Fields(c); len(f) != 4 || f[1] != "tiny-Q8_0.gguf" || f[3] != "Q4_K_M" {
+				t.Errorf("quantize call %q", c)
+			}
+		}
+	}
+	if quantizes != 1 {
+		t.Errorf("%d quantize calls, want 1 (the Q4_K_M copy is made once): %q", quantizes, mf)
+	}
+}
+
+func TestDeviceScript_CMRetypeOffOrTheSameTypeKeepsTheCorrectnessModel(t *testing.T) {
+	ab, mf := runDeviceScript(t, "CM_RETYPE=0", "LEVERS=MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M")
+	if argAfter(ab[0], "--correctness-model") != "tiny-Q8_0.gguf" {
+		t.Errorf("CM_RETYPE=0: %q", ab[0])
+	}
+	ab, mf = runDeviceScript(t, "LEVERS=MINFER_NO_Q80_MMVQ@qwen2-7b:Q8_0")
+	if argAfter(ab[0], "--correctness-model") != "tiny-Q8_0.gguf" {
+		t.Errorf("same file type: %q", ab[0])
+	}
+	for _, c := range mf {
+		if strings.HasPrefix(c, "quantize ") {
+			t.Errorf("quantized a model already of the lever's type: %q", c)
+		}
+	}
+}
