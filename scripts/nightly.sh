@@ -20,6 +20,9 @@
 #                                 declares a workload (`minfer levers`: WORKLOAD, e.g.
 #                                 MINFER_FUSE_QKNORM qwen3-0.6b:Q8_0, MINFER_MMVQ_NT pp5) runs on
 #                                 that model and/or pp, synthesized once and reused every night
+#   CORRECTNESS_MODEL=path.gguf   trained model for parity and greedy (default: bin/tiny-code-Q8_0.gguf
+#                                 when a bundle put it there); a lever whose workload has another weight
+#                                 type gets it quantized to that type, one of another architecture its own
 #   THRESHOLD=2%                  smallest change against the previous night that counts
 #   NIGHTLY_TIMEOUT=3600          seconds for the whole abtest nightly (SIGTERM: partial reports
 #                                 are kept, each marked INCOMPLETE)
@@ -65,9 +68,16 @@ if [[ -z "$model" ]]; then
     fi
 fi
 
-say "abtest nightly on $device, model $model, levers ${LEVERS:-all}, out $nout"
+# The trained model for parity and greedy: CORRECTNESS_MODEL, else the one a
+# device bundle carries (scripts/device-bundle.sh TINY=Q8_0); none: the
+# synthetic models, whose small top-2 margins make weak instruments.
+cm="${CORRECTNESS_MODEL:-}"
+[[ -z "$cm" && -s bin/tiny-code-Q8_0.gguf ]] && cm=bin/tiny-code-Q8_0.gguf
+cmargs=()
+[[ -n "$cm" ]] && cmargs=(--correctness-model "$cm")
+say "abtest nightly on $device, model $model, correctness model ${cm:-none}, levers ${LEVERS:-all}, out $nout"
 mkdir -p "$MODEL_DIR"
-timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly --device "$device" --model "$model" \
+timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly --device "$device" --model "$model" "${cmargs[@]}" \
     --synth-dir "$MODEL_DIR" --seed "$SEED" --levers "${LEVERS:-all}" --suite-bin 'bin/*.test' --threshold "${THRESHOLD:-2%}" \
     --rounds "${ROUNDS:-9}" --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-3}" --warmup-ms "${WARMUP_MS:-2000}" \
     --out "$nout" >>"$log" 2>&1

@@ -10,16 +10,22 @@ import (
 	"testing"
 )
 
-// The device recipe scripts/abtest-device.sh, run here with fake minfer,
-// abtest and build-kernels.sh (they log their arguments): which model and
-// correctness model each lever spec gets.
+// The device recipes (scripts/abtest-device.sh, scripts/nightly.sh), run
+// here with fake minfer, abtest and build-kernels.sh (they log their
+// arguments): which model and correctness model each lever spec gets.
 func runDeviceScript(t *testing.T, env ...string) (abtestCalls, minferCalls []string) {
+	return runScript(t, "abtest-device.sh", true, env...)
+}
+
+// runScript runs scripts/NAME in a scratch tree; withCM puts a trained
+// correctness model at tiny-Q8_0.gguf and names it in CORRECTNESS_MODEL.
+func runScript(t *testing.T, name string, withCM bool, env ...string) (abtestCalls, minferCalls []string) {
 	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
 	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("..", "..", "scripts", "abtest-device.sh"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "scripts", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +38,7 @@ func runDeviceScript(t *testing.T, env ...string) (abtestCalls, minferCalls []st
 			t.Fatal(err)
 		}
 	}
-	write("scripts/abtest-device.sh", string(src))
+	write("scripts/"+name, string(src))
 	write("scripts/build-kernels.sh", "#!/usr/bin/env bash\necho fatbin >\"$1\"\necho \"build-kernels: wrote $1\"\n")
 	// minfer: synth and quantize write their -o / OUT file; info reports the
 	// file type from the name (tiny-Q8_0.gguf: Q8_0).
@@ -45,15 +51,24 @@ info) t="$(basename "$2" .gguf)"; echo "file type      ${t##*-}" ;;
 esac
 `)
 	write("bin/abtest", "#!/usr/bin/env bash\necho \"$*\" >>\"$FAKE_LOG.abtest\"\n")
-	write("tiny-Q8_0.gguf", "trained")
-	cmd := exec.Command("bash", "scripts/abtest-device.sh")
+	cmd := exec.Command("bash", "scripts/"+name)
 	cmd.Dir = dir
 	log := filepath.Join(dir, "calls")
 	cmd.Env = append(os.Environ(), "OUT="+filepath.Join(dir, "out"), "WORK="+filepath.Join(dir, "work"),
-		"MODEL_DIR="+filepath.Join(dir, "models"), "FAKE_LOG="+log, "CORRECTNESS_MODEL=tiny-Q8_0.gguf")
+		"MODEL_DIR="+filepath.Join(dir, "models"), "NIGHTLY_OUT="+filepath.Join(dir, "nightly"), "FAKE_LOG="+log)
+	if withCM {
+		write("tiny-Q8_0.gguf", "trained")
+		cmd.Env = append(cmd.Env, "CORRECTNESS_MODEL=tiny-Q8_0.gguf")
+	}
 	cmd.Env = append(cmd.Env, env...)
+	for _, kv := range env { // files the case asks for: FILE:path=content
+		if f, ok := strings.CutPrefix(kv, "FILE:"); ok {
+			p, body, _ := strings.Cut(f, "=")
+			write(p, body)
+		}
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("abtest-device.sh: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", name, err, out)
 	}
 	read := func(p string) []string {
 		b, err := os.ReadFile(p)
@@ -121,5 +136,23 @@ func TestDeviceScript_CMRetypeOffOrTheSameTypeKeepsTheCorrectnessModel(t *testin
 		if strings.HasPrefix(c, "quantize ") {
 			t.Errorf("quantized a model already of the lever's type: %q", c)
 		}
+	}
+}
+
+// nightly.sh names a trained correctness model when it has one: the
+// CORRECTNESS_MODEL given, else the one a device bundle carries in bin/;
+// without either it passes none.
+func TestNightlyScript_PassesTheBundlesTrainedCorrectnessModel(t *testing.T) {
+	ab, _ := runScript(t, "nightly.sh", false, "FILE:bin/tiny-code-Q8_0.gguf=trained")
+	if len(ab) != 1 || !strings.HasPrefix(ab[0], "nightly ") || argAfter(ab[0], "--correctness-model") != "tiny-code-Q8_0.gguf" {
+		t.Errorf("bundle's model: %q", ab)
+	}
+	ab, _ = runScript(t, "nightly.sh", true, "FILE:bin/tiny-code-Q8_0.gguf=trained")
+	if argAfter(ab[0], "--correctness-model") != "tiny-Q8_0.gguf" {
+		t.Errorf("CORRECTNESS_MODEL given: %q", ab)
+	}
+	ab, _ = runScript(t, "nightly.sh", false)
+	if strings.Contains(ab[0], "--correctness-model") {
+		t.Errorf("no trained model, yet: %q", ab)
 	}
 }
