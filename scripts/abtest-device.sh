@@ -40,6 +40,9 @@
 #   WARMUP_MS=2000                  untimed warmup before round 1
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
 #   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own]
+#                                   (a bare NAME[=VALUE] runs on the lever's declared workload, `minfer
+#                                   levers`: WORKLOAD, through abtest run --workload; the @ options below
+#                                   set it by hand instead)
 #                                   (@ppN: that lever's prefill size, e.g. MINFER_MMVQ_NT=1@pp5;
 #                                   @SHAPE:TYPE: that lever's synthesized model, e.g.
 #                                   MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M (a kill switch is named
@@ -213,7 +216,12 @@ for spec in $LEVERS; do
     [[ ",$gates," == *,suite,* ]] && limit=$((LEVER_TIMEOUT + SUITE_EXTRA))
     cm=()
     [[ -n "$cmodel" ]] && cm=(--correctness-model "$cmodel")
-    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" \
+    # A bare spec runs on the workload the registry declares for the lever
+    # (abtest run --workload: its model, pp and correctness model; none
+    # declared: the default model); any @ option is taken as given instead.
+    wl=()
+    [[ "$spec" != *@* ]] && wl=(--workload --synth-dir "$MODEL_DIR" --seed "$SEED")
+    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" \
         --suite-bin 'bin/*.test' --kernels bin/minfer-kernels.fatbin --gates "$gates" \
         --rounds "$ROUNDS" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1

@@ -109,6 +109,12 @@ func TestDeviceScript_ALeverOfAnotherWeightTypeGetsTheCorrectnessModelInThatType
 			t.Errorf("call %d: %q, want lever %s model %s correctness model %q", i, ab[i], w.lever, w.model, w.cm)
 		}
 	}
+	// A bare spec leaves the workload to the registry (abtest run --workload); a spec with @ options does not.
+	for i, bare := range []bool{false, false, true, false} { // only MINFER_NO_PREFILL_CAPTURE is bare
+		if strings.Contains(ab[i], "--workload --synth-dir ") != bare {
+			t.Errorf("call %d (%s): want --workload %v: %q", i, want[i].lever, bare, ab[i])
+		}
+	}
 	quantizes := 0
 	for _, c := range mf {
 		if strings.HasPrefix(c, "quantize ") {

@@ -261,9 +261,10 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 	return sum, path, nil
 }
 
-// workloadModels gives a nightly lever its declared workload: its own
-// model, synthesized once per run into --synth-dir (synthModel, the cache
-// abtest run and perf use), and its own pp.
+// workloadModels gives a lever its declared workload (abtest nightly, and
+// abtest run --workload): its own model, synthesized once per run into
+// --synth-dir (synthModel, the cache abtest run and perf use), and its own
+// pp.
 type workloadModels struct {
 	s     *setup
 	f     *runFlags
@@ -290,7 +291,7 @@ func (w *workloadModels) apply(ctx context.Context, cfg *gates.Config) error {
 	key := wl.ModelName()
 	path, ok := w.paths[key]
 	if !ok {
-		w.prog.Note("nightly: %s runs on %s: synthesizing (or reusing) it in the synth dir", cfg.Lever.Name, key)
+		w.prog.Note("workload: %s runs on %s: synthesizing (or reusing) it in the synth dir", cfg.Lever.Name, key)
 		if path, _, err = synthModel(ctx, w.s.m.R, w.f.synthDir, wl.Shape, wl.Type, w.f.seed); err != nil {
 			return err
 		}
@@ -334,7 +335,7 @@ func (w *workloadModels) correctnessFor(ctx context.Context, model, typ string) 
 	}
 	switch {
 	case w.cmInf.Architecture == "" || winf.Architecture != w.cmInf.Architecture:
-		w.prog.Note("nightly: %s is %q, the correctness model %q: parity and greedy run on the workload model", filepath.Base(model), winf.Architecture, w.cmInf.Architecture)
+		w.prog.Note("workload: %s is %q, the correctness model %q: parity and greedy run on the workload model", filepath.Base(model), winf.Architecture, w.cmInf.Architecture)
 		return "", nil
 	case strings.EqualFold(w.cmInf.FileType, typ):
 		return cm, nil
@@ -352,7 +353,7 @@ func (w *workloadModels) correctnessFor(ctx context.Context, model, typ string) 
 	}
 	tmp := fmt.Sprintf("%s.tmp%d", out, os.Getpid())
 	defer os.Remove(tmp)
-	w.prog.Note("nightly: the correctness model in %s: quantizing %s", typ, filepath.Base(cm))
+	w.prog.Note("workload: the correctness model in %s: quantizing %s", typ, filepath.Base(cm))
 	if _, err := w.s.m.R.Run(ctx, "quantize", nil, "quantize", cm, tmp, typ); err != nil {
 		return "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
 	}

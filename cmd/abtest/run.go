@@ -30,7 +30,7 @@ type runFlags struct {
 	seed                                       uint64
 	benchOut, kernels                          string
 	suiteBins                                  []string
-	asJSON                                     bool
+	asJSON, onWorkload                         bool
 	timeout                                    time.Duration
 	barPP, barTG, claimBar, graphTol           float64
 }
@@ -43,6 +43,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 		fl.StringVar(&f.mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode, slow_prefill)")
 		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
 		fl.StringVar(&f.benchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
+		fl.BoolVar(&f.onWorkload, "workload", false, "run on the lever's declared workload (minfer levers: WORKLOAD), as abtest nightly does: its synthesized model (--synth-dir, --seed) and/or prefill size replace --model and --pp, and parity and greedy run on --correctness-model quantized to its weight type (on that model itself without one, or for another architecture)")
 	}
 	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
 	fl.StringVar(&f.correctnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model")
@@ -386,11 +387,21 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 	if err != nil {
 		return nil, "", err
 	}
+	if f.onWorkload {
+		if strings.TrimSpace(cfg.Lever.Workload) == "" {
+			fmt.Fprintf(progressTo, "abtest: note: %s declares no workload: --workload keeps --model and --pp\n", cfg.Lever.Name)
+		} else {
+			wm := &workloadModels{s: s, f: f, paths: map[string]string{}, cms: map[string]string{}, prog: harness.NewProgress(progressTo, 0)}
+			if err := wm.apply(ctx, &cfg); err != nil {
+				return nil, "", cannotRun("%s's workload %q: %v", cfg.Lever.Name, cfg.Lever.Workload, err)
+			}
+		}
+	}
 	// A run off the lever's declared workload still runs as told (the user
 	// may know better); it is said here once, and in the report's header
 	// and the liveness reason.
 	if note := cfg.Lever.WorkloadMismatch(cfg.Model, cfg.PP); note != "" {
-		fmt.Fprintf(progressTo, "abtest: note: %s (run as told; `abtest nightly` runs it on its workload)\n", note)
+		fmt.Fprintf(progressTo, "abtest: note: %s (run as told; --workload, or `abtest nightly`, runs it on its workload)\n", note)
 	}
 	// The run's clock starts with the abtest process: its start-up, the
 	// lever registry and the environment capture count as its overhead.

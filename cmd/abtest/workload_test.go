@@ -292,3 +292,54 @@ func TestNightly_CorrectnessModelFollowsTheWorkloadsTypeAndArchitecture(t *testi
 		}
 	}
 }
+
+// TestRun_WorkloadFlagRunsOnTheDeclaredWorkload: abtest run --workload runs
+// the lever on its declared model and pp (not --pp), with parity and greedy
+// on the trained model in its weight type, and says nothing of a mismatch; a
+// lever without a workload keeps --model and says so.
+func TestRun_WorkloadFlagRunsOnTheDeclaredWorkload(t *testing.T) {
+	bin := fakeMinfer(t)
+	synth, logs := t.TempDir(), t.TempDir()
+	cm := filepath.Join(logs, "trained-Q8_0.gguf")
+	if err := os.WriteFile(cm, []byte("GGUF fake qwen2-trained Q8_0 seed 0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_FFN=qwen2-tiny:Q4_K_M pp12")
+	for _, c := range []struct {
+		lever, model, cm, note string
+		pp                     int
+	}{
+		{"MINFER_NO_FUSE_FFN", filepath.Join(synth, "qwen2-tiny-Q4_K_M-seed1.gguf"), "-as-Q4_K_M.gguf", "", 12},
+		{"MINFER_NO_FUSE_QKV", "", cm, "MINFER_NO_FUSE_QKV declares no workload: --workload keeps --model and --pp", 16},
+	} {
+		errf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := t.TempDir()
+		saved := os.Stderr
+		os.Stderr = errf
+		code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", c.lever, "--workload", "--synth-dir", synth,
+			"--correctness-model", cm, "--gates", "ab", "--rounds", "5", "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
+		os.Stderr = saved
+		errf.Close()
+		stderr, _ := os.ReadFile(errf.Name())
+		ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+		if code != 0 || len(ms) != 1 {
+			t.Fatalf("%s: exit %d, %d records:\n%s", c.lever, code, len(ms), stderr)
+		}
+		rec, err := report.ReadJSON(ms[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.model != "" && rec.Config.Model != c.model {
+			t.Errorf("%s: model %q, want %q", c.lever, rec.Config.Model, c.model)
+		}
+		if rec.Config.PP != c.pp || !strings.HasSuffix(rec.Config.CorrectnessModel, c.cm) {
+			t.Errorf("%s: pp %d correctness model %q, want pp %d and ...%s", c.lever, rec.Config.PP, rec.Config.CorrectnessModel, c.pp, c.cm)
+		}
+		if strings.Contains(string(stderr), "path needs") || (c.note != "" && !strings.Contains(string(stderr), c.note)) {
+			t.Errorf("%s: stderr:\n%s", c.lever, stderr)
+		}
+	}
+}
