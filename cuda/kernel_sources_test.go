@@ -77,3 +77,42 @@ func TestKernelSources_CheckerCatchesAMissingEntry(t *testing.T) {
 		t.Errorf("a macro kernel with the entry: %d kernels, flagged %v", n, bad)
 	}
 }
+
+// includeClosure returns the headers file reaches through #include "..."
+// (relative to dir), itself excluded.
+func includeClosure(t *testing.T, dir, file string) map[string]bool {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^\s*#include\s+"([^"]+)"`)
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(f string) {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			if !seen[m[1]] {
+				seen[m[1]] = true
+				walk(m[1])
+			}
+		}
+	}
+	walk(file)
+	return seen
+}
+
+// TestKernelSources_EverySourceIncludesTheEntryMacro: every .cu reaches
+// pdl.cuh (MINFER_KERNEL_ENTRY) through its own includes, so it compiles
+// as its own unit (scripts/build-kernels.sh KERNELS_SPLIT=1), not only after
+// the files before it in the single unit; smoke.cu once did not.
+func TestKernelSources_EverySourceIncludesTheEntryMacro(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("kernels", "*.cu"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("kernel sources: %v (%d files)", err, len(files))
+	}
+	for _, f := range files {
+		if !includeClosure(t, "kernels", filepath.Base(f))["pdl.cuh"] {
+			t.Errorf("%s does not include pdl.cuh, directly or through a header", f)
+		}
+	}
+}

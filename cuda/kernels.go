@@ -1,6 +1,6 @@
 // Package cuda is the device backend: the only code that knows CUDA. It
 // implements graph.Backend on top of cuda/driver and the kernels of
-// cuda/kernels (one fatbin).
+// cuda/kernels (one kernels file of one or more fatbin containers).
 package cuda
 
 import (

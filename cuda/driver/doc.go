@@ -44,8 +44,9 @@
 //
 // # Kernels
 //
-// The kernels are compiled by scripts/build-kernels.sh into one fatbin,
+// The kernels are compiled by scripts/build-kernels.sh into one file,
 // minfer-kernels.fatbin, found next to the executable or at a path the
-// caller passes (MINFER_KERNELS through the levers package); see
-// FindKernels and Device.LoadKernels.
+// caller passes (MINFER_KERNELS through the levers package): one fatbin
+// container, or one per compiled unit concatenated, each loaded as a module
+// (SplitFatbins); see FindKernels and Device.LoadKernels.
 package driver

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -47,11 +48,46 @@ func FindKernels(explicit string) (string, error) {
 		ErrKernelsNotFound, strings.Join(tried, ", "), KernelsFile)
 }
 
-// Module is a loaded CUDA module (CUmodule).
+// Module is a loaded CUDA module (CUmodule), or the modules of a kernels
+// file of several fatbin containers (SplitFatbins), searched in file order.
 type Module struct {
 	d    *Device
-	h    uintptr
+	hs   []uintptr
 	Path string // where it was read from, if from a file
+}
+
+// fatbinMagic opens every fatbin container: its header is the magic (u32),
+// a version (u16), the header size (u16) and the size of the entries that
+// follow (u64), little-endian.
+const fatbinMagic = 0xBA55ED50
+
+// SplitFatbins cuts a kernels file into the images cuModuleLoadData takes
+// one at a time: each fatbin container of the file (nvcc -fatbin writes one;
+// scripts/build-kernels.sh, compiling each source on its own, writes one per
+// source, concatenated, as cuobjdump also reads them). A file that does not
+// begin with the fatbin magic (a cubin, PTX) is one image. A container that
+// runs past the end, or bytes after one that are not another, make the file
+// corrupt: an error naming the offset, never a partial load.
+func SplitFatbins(data []byte) ([][]byte, error) {
+	if len(data) < 4 || binary.LittleEndian.Uint32(data) != fatbinMagic {
+		return [][]byte{data}, nil
+	}
+	var out [][]byte
+	for off := 0; off < len(data); {
+		rest := data[off:]
+		if len(rest) < 16 || binary.LittleEndian.Uint32(rest) != fatbinMagic {
+			return nil, fmt.Errorf("cuda: kernels file: %d bytes at offset %d are not a fatbin container (want the magic %#x and a 16-byte header)", len(rest), off, uint32(fatbinMagic))
+		}
+		hdr := uint64(binary.LittleEndian.Uint16(rest[6:]))
+		size := binary.LittleEndian.Uint64(rest[8:])
+		if hdr < 16 || size > uint64(len(rest)) || hdr+size > uint64(len(rest)) {
+			return nil, fmt.Errorf("cuda: kernels file: the fatbin container at offset %d declares %d + %d bytes, %d are left", off, hdr, size, len(rest))
+		}
+		n := int(hdr + size)
+		out = append(out, rest[:n])
+		off += n
+	}
+	return out, nil
 }
 
 // LoadModule loads a fatbin, cubin or PTX image (cuModuleLoadData). Inside
@@ -67,7 +103,7 @@ func (d *Device) LoadModule(data []byte) (*Module, error) {
 		return nil, err
 	}
 	runtime.KeepAlive(img)
-	return &Module{d: d, h: h}, nil
+	return &Module{d: d, hs: []uintptr{h}}, nil
 }
 
 // LoadKernels finds the kernels fatbin (FindKernels(explicit)), reads it and
@@ -81,22 +117,33 @@ func (d *Device) LoadKernels(explicit string) (*Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda: kernels fatbin: %w", err)
 	}
-	m, err := d.LoadModule(data)
+	imgs, err := SplitFatbins(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w (fatbin %s)", err, p)
+		return nil, fmt.Errorf("%w (%s)", err, p)
 	}
-	m.Path = p
+	m := &Module{d: d, Path: p}
+	for i, img := range imgs {
+		one, err := d.LoadModule(img)
+		if err != nil {
+			m.Unload()
+			return nil, fmt.Errorf("%w (fatbin %s, container %d of %d)", err, p, i+1, len(imgs))
+		}
+		m.hs = append(m.hs, one.hs...)
+	}
 	return m, nil
 }
 
-// Unload unloads the module (cuModuleUnload). Inside Do. Safe twice.
+// Unload unloads the module (cuModuleUnload, each of them). Inside Do.
+// Safe twice.
 func (m *Module) Unload() error {
-	if m.h == 0 {
-		return nil
+	var first error
+	for _, h := range m.hs {
+		if err := m.d.c.errorf(symModuleUnload, m.d.c.invoke(symModuleUnload, h), "module %#x", h); err != nil && first == nil {
+			first = err
+		}
 	}
-	h := m.h
-	m.h = 0
-	return m.d.c.errorf(symModuleUnload, m.d.c.invoke(symModuleUnload, h), "module %#x", h)
+	m.hs = nil
+	return first
 }
 
 // Function is a kernel in a module (CUfunction).
@@ -106,14 +153,37 @@ type Function struct {
 	Name string
 }
 
-// Function looks a kernel up by its (extern "C") name. Inside Do.
+// Function looks a kernel up by its (extern "C") name, in each loaded
+// module in turn. Inside Do.
 func (m *Module) Function(name string) (*Function, error) {
 	cname := append([]byte(name), 0)
-	var h uintptr
-	if err := m.d.c.errorf(symModuleGetFunction, m.d.c.invoke(symModuleGetFunction, uintptr(unsafe.Pointer(&h)), m.h, uintptr(unsafe.Pointer(&cname[0]))), "%q", name); err != nil {
+	h, err := firstFound(len(m.hs), func(i int) (uintptr, error) {
+		var h uintptr
+		err := m.d.c.errorf(symModuleGetFunction, m.d.c.invoke(symModuleGetFunction, uintptr(unsafe.Pointer(&h)), m.hs[i], uintptr(unsafe.Pointer(&cname[0]))), "%q", name)
+		return h, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &Function{d: m.d, h: h, Name: name}, nil
+}
+
+// firstFound returns the first of n lookups that succeeds. A lookup failing
+// with CUDA_ERROR_NOT_FOUND (the name is in another module) moves on; any
+// other error stops the search. None found: the last NOT_FOUND error (no
+// modules: an error saying so).
+func firstFound(n int, get func(i int) (uintptr, error)) (uintptr, error) {
+	err := error(errors.New("cuda: no module loaded"))
+	for i := 0; i < n; i++ {
+		var h uintptr
+		if h, err = get(i); err == nil {
+			return h, nil
+		}
+		if !IsCode(err, CodeNotFound) {
+			return 0, err
+		}
+	}
+	return 0, err
 }
 
 // SetMaxDynamicSmem opts the kernel into bytes of dynamic shared memory

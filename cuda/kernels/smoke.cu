@@ -1,4 +1,5 @@
 // smoke.cu: the driver's device tests only (cuda/driver). Not an engine op.
+#include "pdl.cuh"
 
 // y[i] = a * x[i] + y[i] as one fused multiply-add, so the result is fixed
 // bit for bit (the tests compare graph replay with direct launches).
