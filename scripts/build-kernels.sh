@@ -18,7 +18,7 @@
 #     on a cache miss; split units are bound by the slowest (attn_decode.cu:
 #     20 of 60 s here with nvcc 11.8 on 2 cores, against 78 s for one unit).
 #     Not the default yet: with nvcc 11.8 (sm_90) 204 of 207 kernels compile
-#     to the same SASS, but minfer_qkv_rope_store, minfer_qkv_norm_rope_store
+#     to the same SASS (abtest sass-diff one.fatbin split.fatbin), but minfer_qkv_rope_store, minfer_qkv_norm_rope_store
 #     and minfer_attn_f32 do not (register allocation and scheduling follow
 #     the unit's other code), so the switch needs an H200 A/B between the two
 #     files (abtest run --lever MINFER_KERNELS=split.fatbin --baseline

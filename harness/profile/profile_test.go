@@ -3,6 +3,7 @@ package profile
 import (
 	"math"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -164,5 +165,31 @@ func TestParseGraphs_BackendLineWithInvalidationsAndAborts(t *testing.T) {
 	g, ok, err := ParseGraphs(`{"cuda_graphs":{"captured":3,"replayed":120,"invalidated":1,"aborted":0,"disabled":false}}`)
 	if err != nil || !ok || g.Captured != 3 || g.Replayed != 120 || g.Invalidated != 1 || g.Disabled {
 		t.Fatalf("%+v %v %v", g, ok, err)
+	}
+}
+
+// Two listings compare function by function on their instruction text:
+// addresses and encodings are not compared, a changed operand or branch
+// target is a change, and functions only in one listing are added/removed.
+func TestDiffSASS_InstructionTextPerFunction(t *testing.T) {
+	b := fixture(t, "sass.txt")
+	old := ParseSASSListing(b)
+	if ins := old["sm_90a mmq_q4k"]; len(ins) != 7 || ins[3] != "IMMA.16832.S8.S8 R8, R12, R16, R8" || ins[4] != "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20" {
+		t.Fatalf("mmq_q4k: %q", ins)
+	}
+	if len(old["sm_90a rms_norm_f32"]) != 3 {
+		t.Fatalf("rms_norm_f32: %q (listing keys %v)", old["sm_90a rms_norm_f32"], len(old))
+	}
+	// Moved addresses and encodings only: the same.
+	moved := strings.ReplaceAll(strings.ReplaceAll(b, "/*0010*/", "/*0110*/"), "0x0000000000007919", "0x1111111111117919")
+	if d := DiffSASS(old, ParseSASSListing(moved)); len(d.Changed)+len(d.Added)+len(d.Removed) != 0 || len(d.Same) != len(old) {
+		t.Errorf("addresses/encodings moved: %+v", d)
+	}
+	// One operand changed in rms_norm_f32, mmq_q4k renamed.
+	edited := strings.Replace(b, "FFMA R2, R3, R4, R2", "FFMA R2, R3, R5, R2", 1)
+	edited = strings.Replace(edited, "Function : mmq_q4k", "Function : mmq_q4k_v2", 1)
+	d := DiffSASS(old, ParseSASSListing(edited))
+	if strings.Join(d.Changed, ",") != "sm_90a rms_norm_f32" || strings.Join(d.Added, ",") != "sm_90a mmq_q4k_v2" || strings.Join(d.Removed, ",") != "sm_90a mmq_q4k" {
+		t.Errorf("edited: %+v", d)
 	}
 }

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bufio"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -75,4 +76,78 @@ func (f SASSFunction) TopOpcodes(n int) []string {
 		ops = ops[:n]
 	}
 	return ops
+}
+
+// SASSListing is every function of a cuobjdump --dump-sass listing with its
+// instructions as text (predicate, opcode and operands; no addresses, no
+// encodings), keyed "ARCH NAME" ("sm_90a minfer_mmq_q8_0").
+type SASSListing map[string][]string
+
+// ParseSASSListing reads the instructions of every function. Branch
+// targets are addresses and move whenever any code before them does, so
+// they are kept: a changed target is a changed function.
+func ParseSASSListing(out string) SASSListing {
+	l := SASSListing{}
+	cur, arch := "", ""
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "code for "):
+			arch = strings.TrimSpace(strings.TrimPrefix(line, "code for "))
+		case strings.HasPrefix(line, "Function :"):
+			cur = arch + " " + strings.TrimSpace(strings.TrimPrefix(line, "Function :"))
+			if _, ok := l[cur]; !ok {
+				l[cur] = []string{}
+			}
+		case cur != "" && strings.HasPrefix(line, "/*") && strings.Contains(line, ";"):
+			end := strings.Index(line, "*/")
+			if end < 0 {
+				continue
+			}
+			ins := strings.TrimSpace(line[end+2:])
+			semi := strings.Index(ins, ";")
+			if semi < 0 {
+				continue
+			}
+			if ins = strings.Join(strings.Fields(ins[:semi]), " "); ins != "" && !strings.HasPrefix(ins, "0x") {
+				l[cur] = append(l[cur], ins)
+			}
+		}
+	}
+	return l
+}
+
+// SASSDiff is how two listings differ, by function key, each list sorted.
+type SASSDiff struct {
+	Same    []string
+	Changed []string // in both, different instructions
+	Added   []string // only in the new listing
+	Removed []string // only in the old listing
+}
+
+// DiffSASS compares two listings function by function.
+func DiffSASS(old, cur SASSListing) SASSDiff {
+	var d SASSDiff
+	for k, ins := range cur {
+		o, ok := old[k]
+		switch {
+		case !ok:
+			d.Added = append(d.Added, k)
+		case slices.Equal(o, ins):
+			d.Same = append(d.Same, k)
+		default:
+			d.Changed = append(d.Changed, k)
+		}
+	}
+	for k := range old {
+		if _, ok := cur[k]; !ok {
+			d.Removed = append(d.Removed, k)
+		}
+	}
+	for _, s := range [][]string{d.Same, d.Changed, d.Added, d.Removed} {
+		sort.Strings(s)
+	}
+	return d
 }

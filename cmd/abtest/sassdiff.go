@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/harness/profile"
+)
+
+func newSASSDiffCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "sass-diff OLD NEW",
+		Short: "which kernels' SASS differs between two kernels files (or two cuobjdump --dump-sass listings)",
+		Long: "Compare two builds of the kernels function by function: OLD and NEW are kernels files (cuobjdump\n" +
+			"--dump-sass reads them; one fatbin or several concatenated) or saved listings (*.sass, *.txt). A function\n" +
+			"is the same when every instruction (predicate, opcode, operands, branch targets) is; addresses and\n" +
+			"encodings are not compared. Prints the counts and, for each changed function, its instruction counts and\n" +
+			"the opcodes whose counts moved. The evidence behind \"these kernels compile to the same SASS\".\n" +
+			"cuobjdump takes minutes on a large -lineinfo fatbin (2 min for 9.7 MB on a 2-core machine): save a\n" +
+			"listing once (cuobjdump --dump-sass F > F.sass) to compare it again.\n" +
+			"Exit 0: the same functions, all identical; 1: something differs; 2: a file could not be read.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSASSDiff(cmd.Context(), args[0], args[1], cmd.OutOrStdout())
+		},
+	}
+}
+
+// sassListing reads a listing file as it is, or runs cuobjdump on a kernels
+// file.
+func sassListing(ctx context.Context, path string) (profile.SASSListing, error) {
+	if ext := strings.ToLower(filepath.Ext(path)); ext == ".sass" || ext == ".txt" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return profile.ParseSASSListing(string(b)), nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	cu, err := exec.LookPath("cuobjdump")
+	if err != nil {
+		if _, serr := os.Stat("/usr/local/cuda/bin/cuobjdump"); serr != nil {
+			return nil, fmt.Errorf("no cuobjdump in PATH or /usr/local/cuda/bin (or pass a saved listing, *.sass): %w", err)
+		}
+		cu = "/usr/local/cuda/bin/cuobjdump"
+	}
+	out, err := exec.CommandContext(ctx, cu, "--dump-sass", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("cuobjdump --dump-sass %s: %w", path, err)
+	}
+	return profile.ParseSASSListing(string(out)), nil
+}
+
+func runSASSDiff(ctx context.Context, oldPath, newPath string, w io.Writer) error {
+	var ls [2]profile.SASSListing
+	for i, p := range []string{oldPath, newPath} {
+		l, err := sassListing(ctx, p)
+		if err != nil {
+			return cannotRun("sass-diff: %v", err)
+		}
+		if len(l) == 0 {
+			return cannotRun("sass-diff: %s: no SASS functions in it", p)
+		}
+		ls[i] = l
+	}
+	d := profile.DiffSASS(ls[0], ls[1])
+	fmt.Fprintf(w, "# SASS: %s -> %s\n\n%d functions in the new listing: %d identical, %d changed, %d added; %d removed.\n",
+		oldPath, newPath, len(ls[1]), len(d.Same), len(d.Changed), len(d.Added), len(d.Removed))
+	if len(d.Changed) > 0 {
+		fmt.Fprintf(w, "\n| changed function | instructions old -> new | opcodes whose counts moved (old -> new) |\n|---|---|---|\n")
+		for _, k := range d.Changed {
+			fmt.Fprintf(w, "| %s | %d -> %d | %s |\n", k, len(ls[0][k]), len(ls[1][k]), opcodeMoves(ls[0][k], ls[1][k], 6))
+		}
+	}
+	for _, s := range []struct {
+		what string
+		keys []string
+	}{{"added", d.Added}, {"removed", d.Removed}} {
+		if len(s.keys) > 0 {
+			fmt.Fprintf(w, "\n%s: %s\n", s.what, strings.Join(s.keys, ", "))
+		}
+	}
+	if len(d.Changed)+len(d.Added)+len(d.Removed) > 0 {
+		return exitError{1, nil}
+	}
+	return nil
+}
+
+// opcodeMoves lists up to n base opcodes whose counts differ, largest move
+// first ("FFMA 120 -> 96"); "same opcode counts" when only operands or
+// order moved.
+func opcodeMoves(old, cur []string, n int) string {
+	count := func(ins []string) map[string]int {
+		m := map[string]int{}
+		for _, s := range ins {
+			f := strings.Fields(s)
+			if len(f) > 0 && strings.HasPrefix(f[0], "@") {
+				f = f[1:]
+			}
+			if len(f) > 0 {
+				op, _, _ := strings.Cut(f[0], ".")
+				m[op]++
+			}
+		}
+		return m
+	}
+	a, b := count(old), count(cur)
+	var ops []string
+	for op := range a {
+		if a[op] != b[op] {
+			ops = append(ops, op)
+		}
+	}
+	for op := range b {
+		if _, ok := a[op]; !ok {
+			ops = append(ops, op)
+		}
+	}
+	if len(ops) == 0 {
+		return "same opcode counts (operands, registers or order moved)"
+	}
+	abs := func(x int) int {
+		if x < 0 {
+			return -x
+		}
+		return x
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		di, dj := abs(b[ops[i]]-a[ops[i]]), abs(b[ops[j]]-a[ops[j]])
+		if di != dj {
+			return di > dj
+		}
+		return ops[i] < ops[j]
+	})
+	if len(ops) > n {
+		ops = ops[:n]
+	}
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		parts[i] = fmt.Sprintf("%s %d -> %d", op, a[op], b[op])
+	}
+	return strings.Join(parts, ", ")
+}
