@@ -203,8 +203,9 @@ func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
 	return ks
 }
 
-// findTool looks a profiler up in PATH, then in the CUDA install.
-func findTool(name string, extra ...string) string {
+// FindTool looks a CUDA tool up in PATH, then in extra, then in
+// /usr/local/cuda/bin ("" when none is there).
+func FindTool(name string, extra ...string) string {
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
@@ -224,7 +225,7 @@ func short(s string) string {
 }
 
 func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []profile.CensusDiff) {
-	bin := findTool("ncu")
+	bin := FindTool("ncu")
 	if bin == "" {
 		d.NCUNote = "ncu not found (PATH, /usr/local/cuda/bin)"
 		return
@@ -332,7 +333,7 @@ func opTiming(ctx context.Context, cfg Config, env *Env, arm Arm) ArmOpTiming {
 }
 
 func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
-	bin := findTool("nsys", nsysPaths...)
+	bin := FindTool("nsys", nsysPaths...)
 	fallback := func(why string) {
 		d.NsysNote = why + "; using the engine's own event timing (MINFER_OP_TIMING=1) instead"
 		for _, arm := range []Arm{cfg.A, cfg.B} {
@@ -437,7 +438,7 @@ func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels [
 		d.SASSNote = "no kernels fatbin next to minfer (and no --kernels)"
 		return
 	}
-	cu := findTool("cuobjdump")
+	cu := FindTool("cuobjdump")
 	if cu == "" {
 		d.SASSNote = "cuobjdump not found (PATH, /usr/local/cuda/bin)"
 		return

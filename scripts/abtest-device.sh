@@ -52,9 +52,9 @@
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
-#   CM_RETYPE=1                     a lever with @SHAPE:TYPE gets CORRECTNESS_MODEL requantized to TYPE
-#                                   (bin/minfer quantize, once, into MODEL_DIR), so its parity and greedy
-#                                   exercise its kernels; 0 keeps CORRECTNESS_MODEL for every lever
+#                                   abtest run itself quantizes it to the run model's weight type (once,
+#                                   into the synth dir) and drops it for another architecture (qwen3), so
+#                                   parity and greedy run the lever's kernels
 #   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
 #   GATES=...                       abtest --gates for the first lever (later ones drop "suite")
 #
@@ -82,7 +82,6 @@ LEVERS="${LEVERS:-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
 LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
-CM_RETYPE="${CM_RETYPE:-1}"
 CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
 GATES="${GATES:-parity,greedy,ab,suite,profile}"
 MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
@@ -150,33 +149,6 @@ synth_model() { # shape type -> the model's path on stdout (synthesized once per
     fi
     echo "$f"
 }
-# retype_cm TYPE: the correctness model in the lever's weight type, quantized
-# once from CORRECTNESS_MODEL (minfer quantize requantizes a Q8_0 file), so
-# parity and greedy run the lever's kernels on a trained model: a K-quant or
-# Q4_0 lever's arms read the same Q8_0 weights on a Q8_0 correctness model,
-# and agree there whatever its path does. A model already of that file type
-# is used as it is.
-retype_cm() {
-    local have f
-    have="$(bin/minfer info "$CORRECTNESS_MODEL" 2>/dev/null | awk '/^file type/ {print $3; exit}')"
-    if [[ "$have" == "$1" ]]; then
-        echo "$CORRECTNESS_MODEL"
-        return 0
-    fi
-    # The name carries the model's sha256: a changed model is never reused stale.
-    f="$MODEL_DIR/$(basename "$CORRECTNESS_MODEL" .gguf)-$(sha256sum "$CORRECTNESS_MODEL" | cut -c1-12)-as-$1.gguf"
-    mkdir -p "$MODEL_DIR"
-    if [[ ! -s "$f" ]]; then
-        if ! timeout -k 5 "$SYNTH_TIMEOUT" bin/minfer quantize "$CORRECTNESS_MODEL" "$f.tmp" "$1" >>"$log" 2>&1; then
-            say "minfer quantize $CORRECTNESS_MODEL to $1 failed (see the log)"
-            rm -f "$f.tmp"
-            return 1
-        fi
-        mv "$f.tmp" "$f"
-        say "correctness model for $1 levers: $f (from $(basename "$CORRECTNESS_MODEL"), file type ${have:-unknown})"
-    fi
-    echo "$f"
-}
 default_model="${MODEL:-}"
 if [[ -z "$default_model" ]]; then
     default_model="$(synth_model "$SHAPE" "$TYPE")" || exit 2
@@ -189,25 +161,19 @@ for spec in $LEVERS; do
     # NAME[=VALUE][@ppN][@SHAPE:TYPE][@own] (header): a 2..8-token path such
     # as MINFER_MMVQ_NT never runs at pp512, a K-quant or qwen3 path never
     # on qwen2-0.5b Q8_0.
-    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 wtype=""
+    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0
     IFS=@ read -r -a opts <<<"${spec#"$lever"}"
     for o in "${opts[@]}"; do
         case "$o" in
         "") ;;
         own) own=1 ;;
         pp[0-9]*) pp="${o#pp}" ;;
-        *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; }
-             wtype="${o#*:}" ;;
+        *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; } ;;
         *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE or @own)"; rc=1; continue 2 ;;
         esac
     done
     cmodel=""
-    if [[ -n "$CORRECTNESS_MODEL" && $own == 0 ]]; then
-        cmodel="$CORRECTNESS_MODEL"
-        if [[ -n "$wtype" && "$CM_RETYPE" == 1 ]]; then
-            cmodel="$(retype_cm "$wtype")" || { rc=1; continue; }
-        fi
-    fi
+    [[ -n "$CORRECTNESS_MODEL" && $own == 0 ]] && cmodel="$CORRECTNESS_MODEL"
     say "=== abtest run --lever $lever --pp $pp on $(basename "$model") (gates $gates$([[ -n "$cmodel" ]] && echo ", correctness model $cmodel"))"
     start=$(date +%s)
     limit="$LEVER_TIMEOUT"
@@ -219,8 +185,8 @@ for spec in $LEVERS; do
     # A bare spec runs on the workload the registry declares for the lever
     # (abtest run --workload: its model, pp and correctness model; none
     # declared: the default model); any @ option is taken as given instead.
-    wl=()
-    [[ "$spec" != *@* ]] && wl=(--workload --synth-dir "$MODEL_DIR" --seed "$SEED")
+    wl=(--synth-dir "$MODEL_DIR")
+    [[ "$spec" != *@* ]] && wl+=(--workload --seed "$SEED")
     timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" \
         --suite-bin 'bin/*.test' --kernels bin/minfer-kernels.fatbin --gates "$gates" \
         --rounds "$ROUNDS" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \

@@ -90,9 +90,9 @@ func newNightlyCmd() *cobra.Command {
 		Short: "the device suite once, then every lever, then one summary page (verdicts, speed, regressions against the previous nightly)",
 		Long: "The device suite once, then every lever with arms, then one summary page.\n" +
 			"A lever runs on --model and --pp unless it declares a workload (`minfer levers`: WORKLOAD): then on\n" +
-			"that model (synthesized once into --synth-dir with --seed) and/or pp. Parity and greedy then run on\n" +
-			"--correctness-model quantized to the workload's weight type (once, into --synth-dir), or on the\n" +
-			"workload model itself when there is no --correctness-model or its architecture differs.\n" +
+			"that model (synthesized once into --synth-dir with --seed) and/or pp. Parity and greedy run on\n" +
+			"--correctness-model fitted to each lever's model: quantized to its weight type (once, into\n" +
+			"--synth-dir), or not used for another architecture (then on the lever's model itself).\n" +
 			"Arm B is compared with the previous nightly's only on the same workload (model sha256 and pp);\n" +
 			"a lever whose workload changed is \"not comparable\", never a regression.",
 		Args: cobra.NoArgs,
@@ -180,7 +180,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 	env := s.environment(ctx, cfgs[0])
 	sum.Machine, sum.Commit, sum.Model, sum.ModelSHA256 = machine(env), env.Commit, env.Model, env.ModelSHA256
 	prog := harness.NewProgress(os.Stderr, 0)
-	models := &workloadModels{s: s, f: f, paths: map[string]string{}, cms: map[string]string{}, prog: prog}
+	models := &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}
 
 	// The device suite once (not again per lever).
 	suiteCfg := gates.Config{SuiteBins: f.suiteBins}
@@ -206,7 +206,11 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 			sum.Entries = append(sum.Entries, e)
 			continue
 		}
-		if err := models.apply(ctx, &cfg); err != nil {
+		err := models.apply(ctx, &cfg)
+		if err == nil {
+			cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.synthDir, prog)
+		}
+		if err != nil {
 			e.Verdict, e.Line = gates.VerdictFail, fmt.Sprintf("could not set up its workload %q: %v", e.Workload, err)
 			sum.Entries = append(sum.Entries, e)
 			continue
@@ -270,13 +274,11 @@ type workloadModels struct {
 	f     *runFlags
 	paths map[string]string // "SHAPE:TYPE" -> model path
 	prog  *harness.Progress
-	cms   map[string]string // "SHAPE:TYPE" -> its correctness model ("": the workload model itself)
-	cmInf *harness.ModelInfo
 }
 
-// apply points cfg at the lever's workload. The correctness model follows
-// it (correctnessFor): parity and greedy must run the lever's path, which
-// runs only on its weight type and architecture.
+// apply points cfg at the lever's workload (its model and/or pp). The
+// correctness model is picked afterwards for whatever model the run has
+// (setup.correctnessFor).
 func (w *workloadModels) apply(ctx context.Context, cfg *gates.Config) error {
 	wl, err := harness.ParseWorkload(cfg.Lever.Workload)
 	if err != nil {
@@ -297,67 +299,8 @@ func (w *workloadModels) apply(ctx context.Context, cfg *gates.Config) error {
 		}
 		w.paths[key] = path
 	}
-	cm, ok := w.cms[key]
-	if !ok {
-		if cm, err = w.correctnessFor(ctx, path, wl.Type); err != nil {
-			return err
-		}
-		w.cms[key] = cm
-	}
-	cfg.Model, cfg.CorrectnessModel = path, cm
+	cfg.Model = path
 	return nil
-}
-
-// correctnessFor picks the parity and greedy model of a workload model (of
-// weight type typ): with no --correctness-model, or one of another
-// architecture (a qwen2 model has no qwen3 q/k norm), the workload model
-// itself (""); else the trained correctness model in the workload's type,
-// quantized from it once (`minfer quantize`, which requantizes a Q8_0 file)
-// into --synth-dir under a name carrying its sha256, so a changed model is
-// never reused stale. On a Q8_0 correctness model both arms of a K-quant or
-// Q4_0 lever would read the same Q8_0 weights and agree whatever its path
-// does; on a random-weight model top-1 margins are too small to resolve.
-func (w *workloadModels) correctnessFor(ctx context.Context, model, typ string) (string, error) {
-	cm := w.f.correctnessModel
-	if cm == "" {
-		return "", nil
-	}
-	if w.cmInf == nil {
-		info, _, err := harness.Minfer{R: w.s.m.R, Model: cm}.Info(ctx)
-		if err != nil {
-			return "", fmt.Errorf("minfer info of the correctness model %s: %w", cm, err)
-		}
-		w.cmInf = &info
-	}
-	winf, _, err := harness.Minfer{R: w.s.m.R, Model: model}.Info(ctx)
-	if err != nil {
-		return "", fmt.Errorf("minfer info of the workload model %s: %w", model, err)
-	}
-	switch {
-	case w.cmInf.Architecture == "" || winf.Architecture != w.cmInf.Architecture:
-		w.prog.Note("workload: %s is %q, the correctness model %q: parity and greedy run on the workload model", filepath.Base(model), winf.Architecture, w.cmInf.Architecture)
-		return "", nil
-	case strings.EqualFold(w.cmInf.FileType, typ):
-		return cm, nil
-	}
-	sha, err := harness.FileSHA256Cached(cm)
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(w.f.synthDir, fmt.Sprintf("%s-%s-as-%s.gguf", strings.TrimSuffix(filepath.Base(cm), ".gguf"), sha[:12], typ))
-	if st, err := os.Stat(out); err == nil && st.Size() > 0 {
-		return out, nil
-	}
-	if err := os.MkdirAll(w.f.synthDir, 0o755); err != nil {
-		return "", err
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", out, os.Getpid())
-	defer os.Remove(tmp)
-	w.prog.Note("workload: the correctness model in %s: quantizing %s", typ, filepath.Base(cm))
-	if _, err := w.s.m.R.Run(ctx, "quantize", nil, "quantize", cm, tmp, typ); err != nil {
-		return "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
-	}
-	return out, os.Rename(tmp, out)
 }
 
 // workloadComment is the reproduce line's note of a lever run off the

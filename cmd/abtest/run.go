@@ -43,10 +43,10 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 		fl.StringVar(&f.mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode, slow_prefill)")
 		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
 		fl.StringVar(&f.benchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
-		fl.BoolVar(&f.onWorkload, "workload", false, "run on the lever's declared workload (minfer levers: WORKLOAD), as abtest nightly does: its synthesized model (--synth-dir, --seed) and/or prefill size replace --model and --pp, and parity and greedy run on --correctness-model quantized to its weight type (on that model itself without one, or for another architecture)")
+		fl.BoolVar(&f.onWorkload, "workload", false, "run on the lever's declared workload (minfer levers: WORKLOAD), as abtest nightly does: its synthesized model (--synth-dir, --seed) and/or prefill size replace --model and --pp")
 	}
 	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
-	fl.StringVar(&f.correctnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model")
+	fl.StringVar(&f.correctnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model. It is fitted to the run's model: quantized to its weight type (once, into --synth-dir), or not used for another architecture")
 	fl.StringVar(&f.shape, "shape", "", "synthesize a model of this shape with `minfer synth` (with --type)")
 	fl.StringVar(&f.typ, "type", "", "weight type or mix of the synthesized model (F16, Q8_0, Q4_K_M, ...: see minfer synth --help)")
 	fl.Uint64Var(&f.seed, "seed", 1, "weight seed of the synthesized model (--shape)")
@@ -165,6 +165,7 @@ type setup struct {
 	probe  harness.Probe
 	hasGPU bool
 	why    string
+	infos  map[string]harness.ModelInfo // model path ("": the embedded default) -> minfer info
 }
 
 func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
@@ -223,26 +224,48 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 	return s, nil
 }
 
-// synthPath is where the synthetic model of shape/type/seed is cached: dir
-// (default: the user cache dir /minfer/abtest-synth), file
-// harness.SynthFileName.
-func synthPath(dir, shape, typ string, seed uint64) string {
-	if dir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil || base == "" {
-			base = os.TempDir()
-		}
-		dir = filepath.Join(base, "minfer", "abtest-synth")
+// synthDir is the cache of synthesized and derived models: dir, or by
+// default the user cache dir /minfer/abtest-synth.
+func synthDir(dir string) string {
+	if dir != "" {
+		return dir
 	}
-	return filepath.Join(dir, harness.SynthFileName(shape, typ, seed))
+	base, err := os.UserCacheDir()
+	if err != nil || base == "" {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "minfer", "abtest-synth")
+}
+
+// synthPath is where the synthetic model of shape/type/seed is cached:
+// synthDir(dir), file harness.SynthFileName.
+func synthPath(dir, shape, typ string, seed uint64) string {
+	return filepath.Join(synthDir(dir), harness.SynthFileName(shape, typ, seed))
+}
+
+// writeOnce makes the file at path unless a non-empty one is there (cached):
+// make writes a temporary name that is renamed when it returns nil, so an
+// interrupted make is never reused.
+func writeOnce(path string, make func(tmp string) error) (cached bool, err error) {
+	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+		return true, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return false, err
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
+	defer os.Remove(tmp)
+	if err := make(tmp); err != nil {
+		return false, err
+	}
+	return false, os.Rename(tmp, path)
 }
 
 // synthModel returns the cached synthetic model for shape/type/seed, writing
-// it once with `minfer synth --shape S --type T --seed N -o PATH` (to a
-// temporary name, renamed when complete, so an interrupted synth is never
-// reused); cached says the file was already there. Every later run, round
-// and lever reuses the file. abtest run/nightly and perf all synthesize
-// through here.
+// it once with `minfer synth --shape S --type T --seed N -o PATH`
+// (writeOnce); cached says the file was already there. Every later run,
+// round and lever reuses the file. abtest run/nightly and perf all
+// synthesize through here.
 func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, seed uint64) (path string, cached bool, err error) {
 	for _, p := range []string{shape, typ} {
 		if strings.ContainsAny(p, "/\\ ") || p == "." || p == ".." {
@@ -250,23 +273,77 @@ func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, 
 		}
 	}
 	path = synthPath(dir, shape, typ, seed)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", false, cannotRun("--synth-dir: %v", err)
-	}
-	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
-		abs, err := filepath.Abs(path)
-		return abs, true, err
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-	defer os.Remove(tmp)
-	if _, err := r.Run(ctx, "synth", nil, "synth", "--shape", shape, "--type", typ, "--seed", strconv.FormatUint(seed, 10), "-o", tmp); err != nil {
-		return "", false, cannotRun("minfer synth: %v", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", false, cannotRun("minfer synth: %v", err)
+	cached, err = writeOnce(path, func(tmp string) error {
+		_, err := r.Run(ctx, "synth", nil, "synth", "--shape", shape, "--type", typ, "--seed", strconv.FormatUint(seed, 10), "-o", tmp)
+		return err
+	})
+	if err != nil {
+		return "", false, cannotRun("minfer synth (%s): %v", path, err)
 	}
 	abs, err := filepath.Abs(path)
-	return abs, false, err
+	return abs, cached, err
+}
+
+// info is `minfer info` of model ("": the embedded default), read once.
+func (s *setup) info(ctx context.Context, model string) (harness.ModelInfo, error) {
+	if inf, ok := s.infos[model]; ok {
+		return inf, nil
+	}
+	inf, _, err := harness.Minfer{R: s.m.R, Model: model}.Info(ctx)
+	if err != nil {
+		return inf, fmt.Errorf("minfer info %s: %w", model, err)
+	}
+	if s.infos == nil {
+		s.infos = map[string]harness.ModelInfo{}
+	}
+	s.infos[model] = inf
+	return inf, nil
+}
+
+// correctnessFor picks the model parity and greedy run on, for a run on
+// model: they must run the lever's path, which runs only on the model's
+// architecture and weight type. With no correctness model cm: "" (the run's
+// model). cm of another architecture (a qwen2 model has no qwen3 q/k norm):
+// "", said on prog. Of the same file type, or either type unknown: cm.
+// Else cm quantized to the model's file type (`minfer quantize`, which
+// requantizes a Q8_0 file), once, into the synth dir under a name carrying
+// cm's sha256, so a changed model is never reused stale: on a Q8_0 cm both
+// arms of a K-quant or Q4_0 lever would read the same Q8_0 weights and agree
+// whatever its path does, and a random-weight model's top-1 margins are too
+// small to resolve.
+func (s *setup) correctnessFor(ctx context.Context, cm, model, dir string, prog *harness.Progress) (string, error) {
+	if cm == "" {
+		return "", nil
+	}
+	ci, err := s.info(ctx, cm)
+	if err != nil {
+		return "", err
+	}
+	mi, err := s.info(ctx, model)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case ci.Architecture != "" && mi.Architecture != "" && ci.Architecture != mi.Architecture:
+		prog.Note("correctness: the model is %s, the correctness model %s: parity and greedy run on the model itself", mi.Architecture, ci.Architecture)
+		return "", nil
+	case ci.FileType == "" || mi.FileType == "" || strings.EqualFold(ci.FileType, mi.FileType):
+		return cm, nil
+	}
+	sha, err := harness.FileSHA256Cached(cm)
+	if err != nil {
+		return "", err
+	}
+	typ := mi.FileType
+	out := filepath.Join(synthDir(dir), fmt.Sprintf("%s-%s-as-%s.gguf", strings.TrimSuffix(filepath.Base(cm), ".gguf"), sha[:12], typ))
+	if _, err := writeOnce(out, func(tmp string) error {
+		prog.Note("correctness: quantizing %s to %s, the run's weight type", filepath.Base(cm), typ)
+		_, err := s.m.R.Run(ctx, "quantize", nil, "quantize", cm, tmp, typ)
+		return err
+	}); err != nil {
+		return "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
+	}
+	return out, nil
 }
 
 // config builds the gate configuration for one lever spec.
@@ -387,15 +464,19 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 	if err != nil {
 		return nil, "", err
 	}
+	prog := harness.NewProgress(progressTo, 0)
 	if f.onWorkload {
 		if strings.TrimSpace(cfg.Lever.Workload) == "" {
 			fmt.Fprintf(progressTo, "abtest: note: %s declares no workload: --workload keeps --model and --pp\n", cfg.Lever.Name)
 		} else {
-			wm := &workloadModels{s: s, f: f, paths: map[string]string{}, cms: map[string]string{}, prog: harness.NewProgress(progressTo, 0)}
+			wm := &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}
 			if err := wm.apply(ctx, &cfg); err != nil {
 				return nil, "", cannotRun("%s's workload %q: %v", cfg.Lever.Name, cfg.Lever.Workload, err)
 			}
 		}
+	}
+	if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.synthDir, prog); err != nil {
+		return nil, "", cannotRun("correctness model: %v", err)
 	}
 	// A run off the lever's declared workload still runs as told (the user
 	// may know better); it is said here once, and in the report's header

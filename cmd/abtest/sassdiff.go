@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/profile"
 )
 
@@ -47,12 +48,9 @@ func sassListing(ctx context.Context, path string) (profile.SASSListing, error) 
 	if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
-	cu, err := exec.LookPath("cuobjdump")
-	if err != nil {
-		if _, serr := os.Stat("/usr/local/cuda/bin/cuobjdump"); serr != nil {
-			return nil, fmt.Errorf("no cuobjdump in PATH or /usr/local/cuda/bin (or pass a saved listing, *.sass): %w", err)
-		}
-		cu = "/usr/local/cuda/bin/cuobjdump"
+	cu := gates.FindTool("cuobjdump")
+	if cu == "" {
+		return nil, fmt.Errorf("no cuobjdump in PATH or /usr/local/cuda/bin (or pass a saved listing, *.sass)")
 	}
 	out, err := exec.CommandContext(ctx, cu, "--dump-sass", path).Output()
 	if err != nil {
@@ -103,12 +101,7 @@ func opcodeMoves(old, cur []string, n int) string {
 	count := func(ins []string) map[string]int {
 		m := map[string]int{}
 		for _, s := range ins {
-			f := strings.Fields(s)
-			if len(f) > 0 && strings.HasPrefix(f[0], "@") {
-				f = f[1:]
-			}
-			if len(f) > 0 {
-				op, _, _ := strings.Cut(f[0], ".")
+			if op := profile.SASSOpcode(s); op != "" {
 				m[op]++
 			}
 		}

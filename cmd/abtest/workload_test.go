@@ -343,3 +343,40 @@ func TestRun_WorkloadFlagRunsOnTheDeclaredWorkload(t *testing.T) {
 		}
 	}
 }
+
+// abtest run fits --correctness-model to the run's model whatever chose it:
+// another weight type gets the quantized copy, another architecture none
+// (parity and greedy on the model itself), the same type the model as given.
+func TestRun_CorrectnessModelFitsTheRunsModel(t *testing.T) {
+	bin := fakeMinfer(t)
+	dir, synth := t.TempDir(), t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cm := write("trained-Q8_0.gguf", "GGUF fake qwen2-trained Q8_0 seed 0")
+	for _, c := range []struct{ model, want string }{
+		{write("m-q4km.gguf", "GGUF fake qwen2-0.5b Q4_K_M seed 1"), "-as-Q4_K_M.gguf"},
+		{write("m-qwen3.gguf", "GGUF fake qwen3-0.6b Q8_0 seed 1"), ""},
+		{write("m-q8.gguf", "GGUF fake qwen2-0.5b Q8_0 seed 1"), cm},
+	} {
+		out := t.TempDir()
+		code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_NO_FUSE_FFN", "--model", c.model, "--correctness-model", cm,
+			"--synth-dir", synth, "--gates", "ab", "--rounds", "5", "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
+		ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+		if code != 0 || len(ms) != 1 {
+			t.Fatalf("%s: exit %d, %d records", c.model, code, len(ms))
+		}
+		rec, err := report.ReadJSON(ms[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rec.Config.CorrectnessModel
+		if ok := (c.want == "" && got == "") || (c.want != "" && strings.HasSuffix(got, c.want)); !ok {
+			t.Errorf("%s: correctness model %q, want %q", filepath.Base(c.model), got, c.want)
+		}
+	}
+}

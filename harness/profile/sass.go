@@ -19,12 +19,41 @@ type SASSFunction struct {
 func (f SASSFunction) Has(op string) bool { return f.Opcodes[op] > 0 }
 
 // ParseSASS builds the opcode census of every function in a cuobjdump
-// --dump-sass listing. The opcode is the first word of an instruction after
-// its predicate (@P0, @!PT), cut at the first '.' (IMMA.16832.S8.S8 -> IMMA).
+// --dump-sass listing (SASSOpcode of each instruction).
 func ParseSASS(out string) []SASSFunction {
 	var fs []SASSFunction
-	var cur *SASSFunction
-	arch := ""
+	scanSASS(out, func(arch, name string) {
+		fs = append(fs, SASSFunction{Name: name, Arch: arch, Opcodes: map[string]int{}})
+	}, func(ins string) {
+		if op := SASSOpcode(ins); op != "" {
+			cur := &fs[len(fs)-1]
+			cur.Opcodes[op]++
+			cur.Total++
+		}
+	})
+	return fs
+}
+
+// SASSOpcode is an instruction's base opcode: its first word after the
+// predicate (@P0, @!PT), cut at the first '.' (IMMA.16832.S8.S8 -> IMMA);
+// "" for none.
+func SASSOpcode(ins string) string {
+	words := strings.Fields(ins)
+	if len(words) > 0 && strings.HasPrefix(words[0], "@") {
+		words = words[1:]
+	}
+	if len(words) == 0 || strings.HasPrefix(words[0], "0x") {
+		return ""
+	}
+	op, _, _ := strings.Cut(words[0], ".")
+	return op
+}
+
+// scanSASS walks a cuobjdump --dump-sass listing: fn at each function (with
+// the "code for" arch above it), ins for each of its instructions as text
+// (predicate, opcode, operands, spaces collapsed; no address, no encoding).
+func scanSASS(out string, fn func(arch, name string), ins func(text string)) {
+	arch, in := "", false
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -33,31 +62,24 @@ func ParseSASS(out string) []SASSFunction {
 		case strings.HasPrefix(line, "code for "):
 			arch = strings.TrimSpace(strings.TrimPrefix(line, "code for "))
 		case strings.HasPrefix(line, "Function :"):
-			fs = append(fs, SASSFunction{Name: strings.TrimSpace(strings.TrimPrefix(line, "Function :")), Arch: arch, Opcodes: map[string]int{}})
-			cur = &fs[len(fs)-1]
-		case cur != nil && strings.HasPrefix(line, "/*") && strings.Contains(line, ";"):
+			fn(arch, strings.TrimSpace(strings.TrimPrefix(line, "Function :")))
+			in = true
+		case in && strings.HasPrefix(line, "/*") && strings.Contains(line, ";"):
 			// "/*0030*/  @!P0 IMMA.16832.S8.S8 R4, R8, R12, R4 ;  /* 0x... */"
 			end := strings.Index(line, "*/")
 			if end < 0 {
 				continue
 			}
-			ins := strings.TrimSpace(line[end+2:])
-			if semi := strings.Index(ins, ";"); semi >= 0 {
-				ins = ins[:semi]
-			}
-			words := strings.Fields(ins)
-			if len(words) > 0 && strings.HasPrefix(words[0], "@") {
-				words = words[1:]
-			}
-			if len(words) == 0 || strings.HasPrefix(words[0], "0x") {
+			text := strings.TrimSpace(line[end+2:])
+			semi := strings.Index(text, ";")
+			if semi < 0 {
 				continue
 			}
-			op, _, _ := strings.Cut(words[0], ".")
-			cur.Opcodes[op]++
-			cur.Total++
+			if text = strings.Join(strings.Fields(text[:semi]), " "); text != "" && !strings.HasPrefix(text, "0x") {
+				ins(text)
+			}
 		}
 	}
-	return fs
 }
 
 // TopOpcodes lists a function's opcodes by count, most first (ties by name).
@@ -88,34 +110,13 @@ type SASSListing map[string][]string
 // they are kept: a changed target is a changed function.
 func ParseSASSListing(out string) SASSListing {
 	l := SASSListing{}
-	cur, arch := "", ""
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "code for "):
-			arch = strings.TrimSpace(strings.TrimPrefix(line, "code for "))
-		case strings.HasPrefix(line, "Function :"):
-			cur = arch + " " + strings.TrimSpace(strings.TrimPrefix(line, "Function :"))
-			if _, ok := l[cur]; !ok {
-				l[cur] = []string{}
-			}
-		case cur != "" && strings.HasPrefix(line, "/*") && strings.Contains(line, ";"):
-			end := strings.Index(line, "*/")
-			if end < 0 {
-				continue
-			}
-			ins := strings.TrimSpace(line[end+2:])
-			semi := strings.Index(ins, ";")
-			if semi < 0 {
-				continue
-			}
-			if ins = strings.Join(strings.Fields(ins[:semi]), " "); ins != "" && !strings.HasPrefix(ins, "0x") {
-				l[cur] = append(l[cur], ins)
-			}
+	cur := ""
+	scanSASS(out, func(arch, name string) {
+		cur = arch + " " + name
+		if _, ok := l[cur]; !ok {
+			l[cur] = []string{}
 		}
-	}
+	}, func(ins string) { l[cur] = append(l[cur], ins) })
 	return l
 }
 
