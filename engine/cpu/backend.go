@@ -30,6 +30,9 @@ type Options struct {
 	// Threads is the number of goroutines kernels use; 0 means
 	// runtime.GOMAXPROCS(0).
 	Threads int
+	// Census counts every executed node under its path name (census.go;
+	// MINFER_LAUNCH_CENSUS=1).
+	Census bool
 }
 
 type weight struct {
@@ -73,6 +76,8 @@ type Backend struct {
 	kvt    []float32    // fused qkv store: biased/roped k and v rows
 	att    attnJob
 	load   loadJob
+
+	census map[censusKey]int64 // nil when the census is off (census.go)
 }
 
 var _ graph.Backend = (*Backend)(nil)
@@ -83,7 +88,11 @@ func New(opts Options) *Backend {
 	if t <= 0 {
 		t = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{threads: t, pool: newPool(t), weights: map[string]*weight{}}
+	b := &Backend{threads: t, pool: newPool(t), weights: map[string]*weight{}}
+	if opts.Census {
+		b.census = map[censusKey]int64{}
+	}
+	return b
 }
 
 // Threads returns the number of goroutines the kernels use.

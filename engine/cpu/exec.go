@@ -13,6 +13,9 @@ func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 	if err := b.execute(n, in, out); err != nil {
 		return fmt.Errorf("cpu: %s %s: %w", n.Op, n.Name, err)
 	}
+	if b.census != nil {
+		b.countNode(n)
+	}
 	return nil
 }
 
