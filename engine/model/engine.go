@@ -64,9 +64,21 @@ type Engine struct {
 
 	dumps int // forwards dumped so far (MINFER_GRAPH_DUMP)
 
-	// sleep is how the slow_* test seams wait (time.Sleep; tests record it
-	// instead of timing the forward, which would be a timed assertion).
+	// sleep is how the slow_* test seams wait on the CPU (time.Sleep;
+	// tests record what the seam computed instead of sleeping).
 	sleep func(time.Duration)
+}
+
+// DeviceClock is the optional interface of a device backend that times its
+// own work (the CUDA backend times every split with events). The engine
+// reaches the device through it for the slow_* test seams only, and never
+// imports the backend.
+type DeviceClock interface {
+	// DeviceTime is the device time of the work executed so far.
+	DeviceTime() time.Duration
+	// Delay keeps the device busy for d after the work queued so far,
+	// counts it in DeviceTime and returns once it has run.
+	Delay(d time.Duration) error
 }
 
 // Load opens a GGUF model and prepares it for Forward.
@@ -155,7 +167,7 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("MINFER_CACHE_TYPE: %w", err)
 		}
 	}
-	c := cpu.New(cpu.Options{Threads: opts.Threads})
+	c := cpu.New(cpu.Options{Threads: opts.Threads, Census: opts.Levers.LaunchCensus})
 	e.backends = []graph.Backend{c}
 	if dev != nil {
 		e.backends = []graph.Backend{dev, c}
@@ -300,6 +312,16 @@ func (e *Engine) touch(p graph.Params) {
 // vocabulary is an error and changes nothing.
 func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 	nt := len(tokens)
+	frac := e.slowFraction(nt)
+	var wall0 time.Time
+	var dev0 time.Duration
+	clock, _ := e.backends[0].(DeviceClock)
+	if frac > 0 { // measured only under the seam: a plain forward reads no clock
+		wall0 = time.Now()
+		if clock != nil {
+			dev0 = clock.DeviceTime()
+		}
+	}
 	if nt == 0 {
 		return nil, errors.New("model: forward of no tokens")
 	}
@@ -352,30 +374,50 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 	if e.opts.Levers.GraphDump {
 		e.dumps++
 	}
-	e.mutate(out, nt)
+	if frac > 0 {
+		if err := e.slowDown(frac, wall0, dev0, clock); err != nil {
+			return nil, fmt.Errorf("model: test seam %s: %w", e.opts.Levers.TestMutate, err)
+		}
+	}
+	e.mutate(out)
 	return out, nil
 }
 
-// mutate applies the test seams of levers.Config.TestMutate:
-//   - perturb_logit: in every returned row the runner-up token's logit is
-//     set to the top logit + 1, so greedy decoding always picks a different
-//     token than the unmutated engine;
-//   - slow_decode: a forward of one token sleeps 2 ms more;
-//   - slow_prefill: a forward of nt > 1 tokens sleeps nt * 1 ms more.
-//
-// (skip_bias lives in the builder: the q bias add is left out.)
-func (e *Engine) mutate(out []float32, nt int) {
+// slowFraction is the slowdown the slow_* seams ask of a forward of nt
+// tokens: slow_decode=F for nt == 1, slow_prefill=F for nt > 1, else 0.
+func (e *Engine) slowFraction(nt int) float64 {
 	lv := e.opts.Levers
 	switch {
-	case lv.Mutated(levers.MutatePerturbLogit):
+	case lv.Mutated(levers.MutateSlowDecode) && nt == 1, lv.Mutated(levers.MutateSlowPrefill) && nt > 1:
+		return lv.TestMutateFrac
+	}
+	return 0
+}
+
+// slowDown makes the forward that began at wall0 (device clock at dev0)
+// frac times slower. On a device that times its work it occupies the device
+// for frac x the forward's device time (a spin kernel on CUDA), so device
+// time and wall time both grow; on the CPU it sleeps frac x the forward's
+// own wall time.
+func (e *Engine) slowDown(frac float64, wall0 time.Time, dev0 time.Duration, clock DeviceClock) error {
+	if clock != nil {
+		return clock.Delay(time.Duration(frac * float64(clock.DeviceTime()-dev0)))
+	}
+	e.sleep(time.Duration(frac * float64(time.Since(wall0))))
+	return nil
+}
+
+// mutate applies perturb_logit (levers.Config.TestMutate): in every
+// returned row the runner-up token's logit is set to the top logit + 1, so
+// greedy decoding always picks a different token than the unmutated engine.
+// (skip_bias lives in the builder: the q bias add is left out; slow_decode
+// and slow_prefill in slowDown.)
+func (e *Engine) mutate(out []float32) {
+	if e.opts.Levers.Mutated(levers.MutatePerturbLogit) {
 		n := e.h.NVocab
 		for r := 0; r+n <= len(out); r += n {
 			perturbRow(out[r : r+n])
 		}
-	case lv.Mutated(levers.MutateSlowDecode) && nt == 1:
-		e.sleep(2 * time.Millisecond)
-	case lv.Mutated(levers.MutateSlowPrefill) && nt > 1:
-		e.sleep(time.Duration(nt) * time.Millisecond)
 	}
 }
 

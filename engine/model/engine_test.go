@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
@@ -437,36 +439,251 @@ func TestMutatePerturbLogit_FlipsGreedy(t *testing.T) {
 	}
 }
 
-// sleeps records what the slow_* seams ask to wait, per forward.
-func sleeps(t *testing.T, e *Engine, toks ...[]int32) []time.Duration {
+// slowSpec is a model big enough that a forward takes milliseconds, so the
+// few instructions of Forward outside the seam's own clock are noise.
+var slowSpec = tinySpec{arch: "qwen2", nEmbd: 256, nLayer: 4, nHead: 4, nHeadKV: 2, nFF: 704, tied: true, wtype: quant.F16, seed: 3}
+
+// seamRun is what the slow_* seams did over a run of forwards: the wait the
+// seam computed per forward (nothing when it did not act) and each forward's
+// wall time measured around the call, the recorded wait not slept.
+type seamRun struct {
+	waits  []time.Duration
+	walls  []time.Duration
+	nts    []int
+	waited []bool
+}
+
+// seamForwards runs the forwards (sizes in tokens) from an empty context on
+// e with the seam's wait recorded instead of slept.
+func seamForwards(t *testing.T, e *Engine, sizes ...int) seamRun {
 	t.Helper()
+	var r seamRun
 	var got []time.Duration
 	e.sleep = func(d time.Duration) { got = append(got, d) }
-	for _, x := range toks {
-		e.Reset()
-		if _, err := e.Forward(x, false); err != nil {
+	e.Reset()
+	for i, nt := range sizes {
+		toks := make([]int32, nt)
+		for j := range toks {
+			toks[j] = int32(10 + i + j)
+		}
+		n := len(got)
+		t0 := time.Now()
+		if _, err := e.Forward(toks, false); err != nil {
+			t.Fatal(err)
+		}
+		r.walls = append(r.walls, time.Since(t0))
+		r.nts = append(r.nts, nt)
+		r.waited = append(r.waited, len(got) > n)
+		var w time.Duration
+		if len(got) > n {
+			w = got[n]
+		}
+		r.waits = append(r.waits, w)
+	}
+	return r
+}
+
+// checkSeam holds the seam to its definition on the CPU: every forward for
+// which acts(nt) waits frac x its own wall time, no other forward waits.
+// The wait can never exceed frac x the wall time measured around the call
+// (the seam's clock runs inside it); its lower bar, 0.8 x that over all the
+// acting forwards together, is what "F = 1 makes the forward at least 1.8x
+// slower" means, and the seam's clock misses only the call's return.
+func checkSeam(t *testing.T, r seamRun, frac float64, acts func(nt int) bool) {
+	t.Helper()
+	var wait, wall time.Duration
+	for i, nt := range r.nts {
+		if r.waited[i] != acts(nt) {
+			t.Fatalf("forward %d (nt=%d): seam waited %v, want it to act %v", i, nt, r.waited[i], acts(nt))
+		}
+		if !r.waited[i] {
+			continue
+		}
+		if hi := time.Duration(frac * float64(r.walls[i])); r.waits[i] <= 0 || r.waits[i] > hi {
+			t.Errorf("forward %d (nt=%d): waits %v, want in (0, %v] (%g x its wall %v)", i, nt, r.waits[i], hi, frac, r.walls[i])
+		}
+		wait += r.waits[i]
+		wall += r.walls[i]
+	}
+	if lo := time.Duration(0.8 * frac * float64(wall)); wait < lo {
+		t.Errorf("the acting forwards wait %v in all, want at least %v (0.8 x %g x their wall %v)", wait, lo, frac, wall)
+	}
+}
+
+// slow_decode=F: every one-token forward waits F x its own wall time (F = 1:
+// twice as slow, at least 1.8x), a prefill never waits.
+func TestMutateSlowDecode_DecodeWaitsFTimesItsOwnWallTimePrefillNothing(t *testing.T) {
+	sizes := []int{7, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1}
+	decode := func(nt int) bool { return nt == 1 }
+	for _, c := range []struct {
+		env  string
+		frac float64
+	}{{"slow_decode", 1}, {"slow_decode=1", 1}, {"slow_decode=0.03", 0.03}, {"slow_decode=2.5", 2.5}} {
+		t.Run(c.env, func(t *testing.T) {
+			e := loadTiny(t, slowSpec, mustEnv(t, "MINFER_TEST_MUTATE="+c.env))
+			checkSeam(t, seamForwards(t, e, sizes...), c.frac, decode)
+		})
+	}
+	if r := seamForwards(t, loadTiny(t, slowSpec, levers.Default()), sizes...); slices.Contains(r.waited, true) {
+		t.Fatalf("unmutated engine waited: %v", r.waits)
+	}
+}
+
+// slow_prefill=F: every forward of nt > 1 tokens waits F x its own wall
+// time, decode never waits.
+func TestMutateSlowPrefill_PrefillWaitsFTimesItsOwnWallTimeDecodeNothing(t *testing.T) {
+	sizes := []int{7, 1, 1, 1, 16, 1, 2}
+	for _, c := range []struct {
+		env  string
+		frac float64
+	}{{"slow_prefill", 1}, {"slow_prefill=0.5", 0.5}} {
+		t.Run(c.env, func(t *testing.T) {
+			e := loadTiny(t, slowSpec, mustEnv(t, "MINFER_TEST_MUTATE="+c.env))
+			checkSeam(t, seamForwards(t, e, sizes...), c.frac, func(nt int) bool { return nt > 1 })
+		})
+	}
+}
+
+// clockDevice is a device backend that times its work with a fake clock:
+// each split boundary (Synchronize) adds one split of device time; Delay
+// records the wait and adds it, as the CUDA backend's spin does.
+type clockDevice struct {
+	*cpu.Backend
+	split  time.Duration
+	now    time.Duration
+	delays []time.Duration
+}
+
+func (d *clockDevice) Name() string { return "clockdev" }
+
+func (d *clockDevice) Synchronize() error {
+	d.now += d.split
+	return d.Backend.Synchronize()
+}
+
+func (d *clockDevice) DeviceTime() time.Duration { return d.now }
+
+func (d *clockDevice) Delay(w time.Duration) error {
+	d.delays = append(d.delays, w)
+	d.now += w
+	return nil
+}
+
+var _ DeviceClock = (*clockDevice)(nil)
+
+// On a device that times its work the seam waits on the device, F x the
+// forward's device time (counted in the device time, so it grows by F),
+// and never sleeps on the host.
+func TestMutateSlowDecode_OnADeviceClockDelaysFTimesTheForwardsDeviceTime(t *testing.T) {
+	dev := &clockDevice{Backend: cpu.New(cpu.Options{Threads: 1}), split: 4 * time.Millisecond}
+	lv := mustEnv(t, "MINFER_TEST_MUTATE=slow_decode=0.25")
+	e, err := Load(writeTiny(t, t.TempDir(), tinyQwen2), Options{Levers: lv,
+		NewDevice: func(levers.Config, func(string, ...any)) (graph.Backend, error) { return dev, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Backend() != "clockdev" {
+		t.Fatalf("engine runs on %s", e.Backend())
+	}
+	e.sleep = func(d time.Duration) { t.Fatalf("the seam slept %v on the host", d) }
+	if _, err := e.Forward(prompt, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(dev.delays) != 0 {
+		t.Fatalf("a prefill was delayed: %v", dev.delays)
+	}
+	splits := len(mustPlan(t, e, 1).Splits)
+	for i := range 3 {
+		before := dev.now
+		if _, err := e.Forward([]int32{int32(40 + i)}, false); err != nil {
+			t.Fatal(err)
+		}
+		own := time.Duration(splits) * dev.split
+		if want := own / 4; len(dev.delays) != i+1 || dev.delays[i] != want {
+			t.Fatalf("decode %d: delays %v, want the last %v (0.25 x %v of device time)", i, dev.delays, want, own)
+		}
+		if got, want := dev.now-before, own+own/4; got != want {
+			t.Fatalf("decode %d: device time grew by %v, want %v (its own and the delay)", i, got, want)
+		}
+	}
+}
+
+func mustPlan(t *testing.T, e *Engine, nt int) *graph.Plan {
+	t.Helper()
+	pl, err := e.Plan(nt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
+}
+
+// cpuCensus runs a prefill and two decode steps with the census on and
+// returns the CPU backend's counts.
+func cpuCensus(t *testing.T, s tinySpec, env ...string) map[string]int64 {
+	t.Helper()
+	e := loadTiny(t, s, mustEnv(t, append([]string{"MINFER_LAUNCH_CENSUS=1"}, env...)...))
+	for _, toks := range [][]int32{prompt, {1}, {2}} {
+		if _, err := e.Forward(toks, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return got
+	c := e.Backends()[0].(*cpu.Backend).Census()
+	if c == nil {
+		t.Fatal("census on, but the CPU backend counted nothing")
+	}
+	return c
 }
 
-// slow_decode adds 2 ms to a one-token forward, and nothing to a prefill.
-func TestMutateSlowDecode_AddsTwoMillisecondsToDecodeOnly(t *testing.T) {
-	e := loadTiny(t, tinyQwen2, mustEnv(t, "MINFER_TEST_MUTATE=slow_decode"))
-	if got := sleeps(t, e, []int32{1}, make([]int32, 8)); !slices.Equal(got, []time.Duration{2 * time.Millisecond}) {
-		t.Fatalf("slow_decode waits %v, want [2ms] (decode only)", got)
+// matches counts the executions whose name matches the glob.
+func matches(t *testing.T, c map[string]int64, glob string) int64 {
+	t.Helper()
+	var n int64
+	for name, k := range c {
+		ok, err := path.Match(glob, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			n += k
+		}
 	}
-	if got := sleeps(t, loadTiny(t, tinyQwen2, levers.Default()), []int32{1}); len(got) != 0 {
-		t.Fatalf("unmutated engine waits %v", got)
-	}
+	return n
 }
 
-// slow_prefill adds nt ms to a prefill of nt tokens, and nothing to decode.
-func TestMutateSlowPrefill_AddsNTMillisecondsToPrefillOnly(t *testing.T) {
-	e := loadTiny(t, tinyQwen2, mustEnv(t, "MINFER_TEST_MUTATE=slow_prefill"))
-	if got := sleeps(t, e, make([]int32, 8), []int32{1}); !slices.Equal(got, []time.Duration{8 * time.Millisecond}) {
-		t.Fatalf("slow_prefill waits %v, want [8ms] (prefill only)", got)
+// The CPU census carries the liveness evidence the registry's CPU rules
+// read: with a lever at its On value the arm runs at least one name of
+// each of the rule's patterns, at the other value none.
+func TestCPUCensus_RegistryLivenessRulesSeparateTheArms(t *testing.T) {
+	for _, c := range []struct {
+		lever, off string
+	}{{"MINFER_NO_FUSE_FFN", "1"}, {"MINFER_NO_FUSE_QKV", "1"}, {"MINFER_CACHE_TYPE", "f32"}} {
+		l, ok := levers.Lookup(c.lever)
+		if !ok || l.Liveness == nil || l.Liveness.CPU == nil || len(l.Liveness.CPU.Census) == 0 {
+			t.Fatalf("%s: no CPU liveness rule in the registry", c.lever)
+		}
+		for _, s := range []tinySpec{tinyQwen2, withType(tinyQwen3, quant.Q8_0)} {
+			on := cpuCensus(t, s, c.lever+"="+l.Liveness.On)
+			off := cpuCensus(t, s, c.lever+"="+c.off)
+			for _, glob := range l.Liveness.CPU.Census {
+				if matches(t, on, glob) == 0 || matches(t, off, glob) != 0 {
+					t.Errorf("%s %s: %s=%s counts %d of %s, %s=%s counts %d; want some and none",
+						s.arch, s.wtype, c.lever, l.Liveness.On, matches(t, on, glob), glob, c.lever, c.off, matches(t, off, glob))
+				}
+			}
+		}
+	}
+	// The counts are per node: the decode steps of qwen2-tiny (2 layers)
+	// with everything fused run one fused FFN per layer per forward.
+	c := cpuCensus(t, tinyQwen2)
+	if got := c["cpu_fused_ffn_f32"]; got != 3*2 {
+		t.Errorf("cpu_fused_ffn_f32 = %d, want 6 (3 forwards x 2 layers); census %v", got, c)
+	}
+	if got := c["cpu_kv_store_f32"]; got != 3*2*2 {
+		t.Errorf("cpu_kv_store_f32 = %d, want 12 (3 forwards x 2 layers x K and V); census %v", got, c)
+	}
+	if e := loadTiny(t, tinyQwen2, levers.Default()); e.Backends()[0].(*cpu.Backend).Census() != nil {
+		t.Error("census off: the CPU backend counts")
 	}
 }
 
