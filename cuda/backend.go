@@ -56,6 +56,8 @@ type Backend struct {
 	ops    map[graph.Op]opFunc
 	closed bool
 
+	timer deviceTimer // device time of every split (timing.go)
+
 	// ffnUp is the fused FFN's up-projection scratch for the paths that
 	// run gate and up as two matmuls (ffnUpLen f32 values; grown by
 	// opFusedFFN at plan time, outside any capture window, never shrunk).
@@ -274,21 +276,35 @@ func (b *Backend) Synchronize() error {
 		return b.finishCapture()
 	}
 	return b.dev.Do(func() error {
+		if err := b.timer.mark(b.s); err != nil {
+			return err
+		}
 		if err := b.s.Synchronize(); err != nil {
+			b.timer.open = false
 			return err
 		}
 		b.stage.synced()
-		return nil
+		return b.timer.done()
 	})
 }
 
-// BeginSplit implements graph.Backend (capture.go).
+// BeginSplit implements graph.Backend (capture.go). It records the split's
+// start event (timing.go): a replay records it in its own launch's Do; the
+// direct and capturing executions here, before any launch and before a
+// capture window can open.
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
 	if err := b.flushResid(); err != nil {
 		return false, err
 	}
 	b.q8 = actQ8Record{} // a split never inherits a record (norm_q8.go)
-	return b.beginSplit(key)
+	replayed, err := b.beginSplit(key)
+	if err != nil || replayed {
+		return replayed, err
+	}
+	if err := b.dev.Do(func() error { return b.timer.begin(b.dev, b.s) }); err != nil {
+		return false, fmt.Errorf("cuda: split %v: %w", key, err)
+	}
+	return false, nil
 }
 
 // EndSplit implements graph.Backend. The capture window, when there is
@@ -392,7 +408,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	b.resid = nil // never launched: nothing reads it after Close
 	err := b.dev.Do(func() error {
-		errs := []error{b.s.Synchronize(), b.cap.close(), b.pool.close(), b.stage.close(), b.s.Destroy(), b.k.Close()}
+		errs := []error{b.s.Synchronize(), b.cap.close(), b.timer.close(), b.pool.close(), b.stage.close(), b.s.Destroy(), b.k.Close()}
 		return errors.Join(errs...)
 	})
 	return errors.Join(err, b.dev.Close())

@@ -88,7 +88,20 @@ func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 	e := c.beginKey(key)
 	if e.exec != nil {
 		if e.gen == b.pool.gen && e.kvStamp == b.kvStamp {
-			if err := b.dev.Do(func() error { return e.exec.Launch(b.s) }); err != nil {
+			// The split's start event goes in the replay's own Do, right
+			// before the launch (timing.go).
+			var timerErr error
+			err := b.dev.Do(func() error {
+				if timerErr = b.timer.begin(b.dev, b.s); timerErr != nil {
+					return nil
+				}
+				return e.exec.Launch(b.s)
+			})
+			if timerErr != nil {
+				return false, fmt.Errorf("cuda: split %v: %w", key, timerErr)
+			}
+			if err != nil {
+				b.timer.open = false
 				b.disableGraphs()
 				return false, fmt.Errorf("cuda: replay of split %v: %w (CUDA graphs are now disabled for this session)", key, err)
 			}
@@ -202,14 +215,20 @@ func (b *Backend) finishCapture() error {
 		if err := x.Launch(b.s); err != nil {
 			return errors.Join(err, x.Destroy())
 		}
+		// The split's end event: after the window closed, before the sync
+		// (its start was recorded at BeginSplit, before the window opened).
+		if err := b.timer.mark(b.s); err != nil {
+			return errors.Join(err, x.Destroy())
+		}
 		if err := b.s.Synchronize(); err != nil {
 			return errors.Join(err, x.Destroy())
 		}
 		b.stage.synced()
 		e.exec, e.gen, e.kvStamp = x, b.pool.gen, b.kvStamp
-		return nil
+		return b.timer.done()
 	})
 	if err != nil {
+		b.timer.open = false
 		c.stats.Aborts++
 		b.disableGraphs()
 		what := "capture"
