@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/model"
 )
 
@@ -32,6 +33,7 @@ import (
 //	    {"name": "pp512", "n_tokens": 512, "samples_ms": [..reps..], "tok_s": [..reps..],
 //	     "mean_tok_s": 1.0, "stddev_tok_s": 0.1},
 //	    {"name": "tg128", "n_tokens": 128, ...,
+//	     "device_ms": [..reps..], "device_tok_s": [..reps..],   (CUDA only)
 //	     "launches_per_token": 338.0, "graph_replays_per_token": 1.0,
 //	     "kernels_per_token": {"minfer_...": 168.0, ...}}   (census only)
 //	  ],   (at depth D > 0 the names are "pp512@dD", "tg128@dD")
@@ -50,14 +52,22 @@ import (
 // in the document only when D > 0, so -d 0 prints exactly what it did before
 // the flag existed.
 //
-// With the launch census on (MINFER_LAUNCH_CENSUS=1) and a CUDA backend
-// open, every test also carries what its timed windows launched, over all
-// its repetitions: launches_per_token (kernel launches / (reps x n_tokens);
-// a graph replay counts every kernel it holds), graph_replays_per_token and
-// kernels_per_token (the same per kernel). The census is read right before
-// and right after each timed window, so the warmup, the depth fill and tg's
-// one-token prefill are not counted. Without the census the three fields
-// are absent and the document is what it was before they existed.
+// With the launch census on (MINFER_LAUNCH_CENSUS=1) every test also
+// carries what its timed windows ran, over all its repetitions:
+// launches_per_token (census counts / (reps x n_tokens): on CUDA kernel
+// launches, a graph replay counting every kernel it holds; on the CPU node
+// executions by path name, cpu_*; both where a model is split),
+// graph_replays_per_token (0 on the CPU) and kernels_per_token (the same
+// per name). The census is read right before and right after each timed
+// window, so the warmup, the depth fill and tg's one-token prefill are not
+// counted. Without the census the three fields are absent.
+//
+// On CUDA every test also carries device_ms, per repetition the device time
+// of its timed window (CUDA events at every split boundary of every
+// forward in it, cuda/timing.go: the kernels and any gap in which the
+// stream waited for the host), and device_tok_s, n_tokens / that time. On
+// the CPU both are absent. A slow_decode / slow_prefill test mutation
+// grows both wall and device time (its spin kernel is device time).
 type benchResult struct {
 	Model       string            `json:"model"`
 	ModelSHA256 string            `json:"model_sha256"`
@@ -88,6 +98,11 @@ type benchTest struct {
 	TokS       []float64 `json:"tok_s"`
 	MeanTokS   float64   `json:"mean_tok_s"`
 	StddevTokS float64   `json:"stddev_tok_s"`
+
+	// Device time of each repetition's timed window and the rate over it
+	// (absent where the backend does not time its work: the CPU).
+	DeviceMS   []float64 `json:"device_ms,omitempty"`
+	DeviceTokS []float64 `json:"device_tok_s,omitempty"`
 
 	// Launch census of the timed windows (nil/absent without the census);
 	// pointers so that a measured 0 (no graph replays) is still written.
@@ -225,6 +240,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	defer e.Close()
 	br := newBenchRunner(e, f.p, f.n, f.depth)
 	br.census = a.censusReader()
+	br.device = deviceClock(e)
 	ppName, tgName := br.ppName(), br.tgName()
 	runPP, runTG := br.runPP, br.runTG
 
@@ -292,6 +308,11 @@ type benchRunner struct {
 	// over the timed windows of the test being measured.
 	census func() censusCount
 	timed  censusCount
+
+	// device reads the backend's device time (nil: not timed, the CPU);
+	// lastDevice is the device time of the last timed window.
+	device     func() time.Duration
+	lastDevice time.Duration
 }
 
 // measure runs reps timed repetitions of one test of n tokens. With the
@@ -306,6 +327,10 @@ func (b *benchRunner) measure(name string, n, reps int, run func() (time.Duratio
 		}
 		t.SamplesMS = append(t.SamplesMS, ms(d))
 		t.TokS = append(t.TokS, rate(n, d))
+		if b.device != nil {
+			t.DeviceMS = append(t.DeviceMS, ms(b.lastDevice))
+			t.DeviceTokS = append(t.DeviceTokS, rate(n, b.lastDevice))
+		}
 	}
 	t.MeanTokS, t.StddevTokS = meanStddev(t.TokS)
 	if b.census != nil {
@@ -314,16 +339,28 @@ func (b *benchRunner) measure(name string, n, reps int, run func() (time.Duratio
 	return t, nil
 }
 
-// timedWindow brackets one timed window: it reads the census before (the
-// returned func reads it after and adds the difference to b.timed), so
-// only what the window launched is counted. The reads sit outside the
-// timer.
+// timedWindow brackets one timed window: it reads the census and the
+// device time before (the returned func reads them after: the census
+// difference is added to b.timed, the device time of the window kept in
+// b.lastDevice), so only what the window ran is counted. The census reads
+// sit outside the timer.
 func (b *benchRunner) timedWindow() (done func()) {
-	if b.census == nil {
-		return func() {}
+	var before censusCount
+	if b.census != nil {
+		before = b.census()
 	}
-	before := b.census()
-	return func() { b.timed.add(b.census().sub(before)) }
+	var dev0 time.Duration
+	if b.device != nil {
+		dev0 = b.device()
+	}
+	return func() {
+		if b.device != nil {
+			b.lastDevice = b.device() - dev0
+		}
+		if b.census != nil {
+			b.timed.add(b.census().sub(before))
+		}
+	}
 }
 
 func newBenchRunner(e lm, p, n, depth int) *benchRunner {
@@ -443,24 +480,36 @@ func censusPerToken(timed censusCount, tokens int) (launches, replays *float64, 
 	return &l, &r, kernels
 }
 
-// censusReader reads the launch census over every CUDA backend the process
-// opened (nil: the census is off, or no CUDA backend is open, e.g. on the
-// CPU: the bench then writes no census fields).
+// censusReader reads the launch census over every backend the process
+// opened, CUDA kernel launches and CPU node executions alike (nil: the
+// census is off, and the bench writes no census fields). The CPU replays
+// no graphs.
 func (a *app) censusReader() func() censusCount {
-	if !a.cfg.LaunchCensus || len(a.dev.backends) == 0 {
+	if !a.cfg.LaunchCensus {
 		return nil
 	}
-	backends := a.dev.backends
+	d := &a.dev
 	return func() censusCount {
-		c := censusCount{kernels: map[string]int64{}}
-		for _, b := range backends {
-			for k, n := range b.Kernels().Census() {
-				c.kernels[k] += n
-			}
+		c := censusCount{kernels: d.census()}
+		for _, b := range d.backends {
 			c.replays += int64(b.CaptureStats().Replays)
 		}
 		return c
 	}
+}
+
+// deviceClock reads the device time of the backend the engine runs on
+// (nil when it does not time its work: the CPU; the bench then writes no
+// device fields).
+func deviceClock(e lm) func() time.Duration {
+	be, ok := e.(interface{ Backends() []graph.Backend })
+	if !ok || len(be.Backends()) == 0 {
+		return nil
+	}
+	if c, ok := be.Backends()[0].(model.DeviceClock); ok {
+		return c.DeviceTime
+	}
+	return nil
 }
 
 // benchFillChunk is the largest forward of the untimed depth fill.

@@ -389,8 +389,12 @@ func TestBenchRunner_CensusCountsOnlyTheTimedWindows(t *testing.T) {
 	}
 }
 
-func TestBench_CPUWritesNoCensusFieldsEvenWithTheCensusOn(t *testing.T) {
+// On the CPU the census fields count node executions by path name (no
+// graph replays) with the census on, and are absent with it off; the
+// device fields are never there.
+func TestBench_CPUWritesCensusFieldsOnlyWithTheCensusOnAndNoDeviceFields(t *testing.T) {
 	m := synthModel(t)
+	censusKeys := []string{"launches_per_token", "graph_replays_per_token", "kernels_per_token"}
 	for _, env := range [][]string{{"MINFER_BENCH_WARMUP_MS=0"}, {"MINFER_BENCH_WARMUP_MS=0", "MINFER_LAUNCH_CENSUS=1"}} {
 		cfg, err := levers.Parse(env)
 		if err != nil {
@@ -404,11 +408,74 @@ func TestBench_CPUWritesNoCensusFieldsEvenWithTheCensusOn(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &doc); err != nil || len(doc.Tests) != 2 {
 			t.Fatalf("%v: %v\n%s", env, err, stdout)
 		}
+		want := slices.Clone(benchTestKeys)
+		if cfg.LaunchCensus {
+			want = append(want, censusKeys...)
+		}
 		for _, tt := range doc.Tests {
 			keys := slices.Sorted(maps.Keys(tt))
-			if want := slices.Sorted(slices.Values(benchTestKeys)); !slices.Equal(keys, want) {
-				t.Errorf("%v: %v has keys %v, want exactly %v (no census without a CUDA backend)", env, tt["name"], keys, want)
+			if slices.Sort(want); !slices.Equal(keys, want) {
+				t.Errorf("%v: %v has keys %v, want exactly %v", env, tt["name"], keys, want)
 			}
 		}
+		if !cfg.LaunchCensus {
+			continue
+		}
+		var res benchResult
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range res.Tests {
+			k := tt.KernelsPerToken
+			if *tt.GraphReplaysPerToken != 0 || !(*tt.LaunchesPerToken > 0) || !(k["cpu_attn"] > 0) || !(k["cpu_fused_ffn_f16"] > 0) {
+				t.Errorf("%s: launches %v replays %v per token, kernels %v: want CPU node counts, no replays",
+					tt.Name, deref(tt.LaunchesPerToken), deref(tt.GraphReplaysPerToken), k)
+			}
+		}
+		// qwen2-tiny decode: every layer runs one attention per token.
+		tg := res.Tests[1]
+		if layers := tg.KernelsPerToken["cpu_attn"]; layers != float64(int(layers)) || layers < 1 {
+			t.Errorf("tg: cpu_attn %v per token, want a whole number of layers", layers)
+		}
+	}
+}
+
+// clockLM is an lm on a device that times its work: every forward takes
+// 2 ms of device time per token.
+type clockLM struct {
+	recordingLM
+	dev time.Duration
+}
+
+func (c *clockLM) Forward(tokens []int32, all bool) ([]float32, error) {
+	c.dev += time.Duration(len(tokens)) * 2 * time.Millisecond
+	return c.recordingLM.Forward(tokens, all)
+}
+
+// device_ms holds each repetition's timed window only (not the fill nor
+// tg's one-token prefill), device_tok_s the rate over it; without a device
+// clock both stay absent.
+func TestBenchRunner_DeviceTimeCoversEachTimedWindow(t *testing.T) {
+	e := &clockLM{}
+	br := newBenchRunner(e, 8, 3, 100)
+	br.device = func() time.Duration { return e.dev }
+	tg, err := br.measure("tg3@d100", 3, 2, func() (time.Duration, error) { return br.runTG(3) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(tg.DeviceMS, []float64{6, 6}) || !slices.Equal(tg.DeviceTokS, []float64{500, 500}) {
+		t.Fatalf("tg3: device_ms %v device_tok_s %v, want [6 6] and [500 500]", tg.DeviceMS, tg.DeviceTokS)
+	}
+	pp, err := br.measure("pp8@d100", 8, 1, br.runPP)
+	if err != nil || !slices.Equal(pp.DeviceMS, []float64{16}) || !slices.Equal(pp.DeviceTokS, []float64{500}) {
+		t.Fatalf("pp8: %v, device_ms %v device_tok_s %v, want [16] and [500]", err, pp.DeviceMS, pp.DeviceTokS)
+	}
+	br.device = nil
+	if tg, _ := br.measure("tg3@d100", 3, 1, func() (time.Duration, error) { return br.runTG(3) }); tg.DeviceMS != nil || tg.DeviceTokS != nil {
+		t.Fatalf("no device clock: %+v", tg)
+	}
+	b, err := json.Marshal(benchTest{Name: "x"})
+	if err != nil || strings.Contains(string(b), "device") {
+		t.Fatalf("absent device fields are written: %s (%v)", b, err)
 	}
 }

@@ -7,15 +7,51 @@ import (
 	"os"
 
 	"github.com/minfer-go/minfer/cuda"
+	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/model"
 )
 
-// deviceState remembers the CUDA backends this process opened, for the
-// instrumentation printed at exit (MINFER_LAUNCH_CENSUS, MINFER_OP_TIMING).
+// deviceState remembers the backends this process opened, for the
+// instrumentation printed at exit (MINFER_LAUNCH_CENSUS, MINFER_OP_TIMING):
+// the CUDA backends and the engines' CPU backends (whose census counts the
+// nodes that ran on the CPU: the whole model there, or its CPU splits).
 type deviceState struct {
 	backends []*cuda.Backend
+	cpus     []*cpu.Backend
+}
+
+// noteEngine records the CPU backends of an opened engine.
+func (d *deviceState) noteEngine(e lm) {
+	be, ok := e.(interface{ Backends() []graph.Backend })
+	if !ok {
+		return
+	}
+	for _, b := range be.Backends() {
+		if c, ok := b.(*cpu.Backend); ok {
+			d.cpus = append(d.cpus, c)
+		}
+	}
+}
+
+// census sums the launch census of every backend the process opened: CUDA
+// kernel launches (a graph replay counts each kernel it holds) and CPU
+// node executions (cpu_* names); they never share a name. Empty, not nil,
+// when nothing ran.
+func (d *deviceState) census() map[string]int64 {
+	total := map[string]int64{}
+	for _, b := range d.backends {
+		for k, n := range b.Kernels().Census() {
+			total[k] += n
+		}
+	}
+	for _, c := range d.cpus {
+		for k, n := range c.Census() {
+			total[k] += n
+		}
+	}
+	return total
 }
 
 // modelOptions wires the CUDA backend into the engine for --device cuda and
@@ -44,28 +80,26 @@ func (a *app) modelOptions(device string, nCtx int) model.Options {
 }
 
 // deviceReport writes the instrumentation the gate runner reads, each as one
-// JSON line on w: {"launch_census":{kernel: launches}} (graph replays count
-// every captured kernel once per replay), {"cuda_graphs":{"captured":N,
-// "replayed":M,...}} with the census, and {"op_timing":{...}} (event
-// times of direct launches only: captured and replayed launches are not
-// timed).
+// JSON line on w:
+//   - {"launch_census":{name: count}} with the census on, even when nothing
+//     ran: CUDA kernel launches (a graph replay counts every captured kernel
+//     once) and CPU node executions by path name (engine/cpu/census.go),
+//     merged;
+//   - {"cuda_graphs":{"captured":N,"replayed":M,...}} with the census and a
+//     CUDA backend;
+//   - {"op_timing":{...}} with MINFER_OP_TIMING and a CUDA backend (event
+//     times of direct launches only: captured and replayed launches are not
+//     timed).
 func (a *app) deviceReport(w io.Writer) {
-	if len(a.dev.backends) == 0 {
-		if a.cfg.LaunchCensus {
-			fmt.Fprintln(w, `{"launch_census":{}}`)
+	if a.cfg.LaunchCensus {
+		if line, err := json.Marshal(map[string]any{"launch_census": a.dev.census()}); err == nil {
+			fmt.Fprintln(w, string(line))
 		}
+	}
+	if len(a.dev.backends) == 0 {
 		return
 	}
 	if a.cfg.LaunchCensus {
-		total := map[string]int64{}
-		for _, b := range a.dev.backends {
-			for k, n := range b.Kernels().Census() {
-				total[k] += n
-			}
-		}
-		if line, err := json.Marshal(map[string]any{"launch_census": total}); err == nil {
-			fmt.Fprintln(w, string(line))
-		}
 		// What the graph machinery did: the liveness evidence of
 		// MINFER_NO_CUDA_GRAPH (kernels are the same either way).
 		var g cuda.CaptureStats
