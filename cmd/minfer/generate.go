@@ -71,6 +71,10 @@ func (a *app) open(path, device string, nCtx int) (lm, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.dev.noteEngine(e)
+	if a.wrap != nil {
+		return a.wrap(e), nil
+	}
 	return e, nil
 }
 
@@ -151,6 +155,8 @@ type generateFlags struct {
 	repeatLastN   int
 	chat          bool
 	json          bool
+	ids           string
+	repeat        int
 }
 
 // generateResult is the --json output of generate.
@@ -174,11 +180,11 @@ type generateResult struct {
 func newGenerateCmd(a *app) *cobra.Command {
 	var f generateFlags
 	cmd := &cobra.Command{
-		Use:   "generate [flags] PROMPT",
+		Use:   "generate [flags] (PROMPT | --ids 1,2,3)",
 		Short: "generate text from a prompt, streamed as tokens arrive",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.generate(cmd, &f, args[0])
+			return a.generate(cmd, &f, args)
 		},
 	}
 	fl := cmd.Flags()
@@ -193,15 +199,90 @@ func newGenerateCmd(a *app) *cobra.Command {
 	fl.IntVar(&f.repeatLastN, "repeat-last-n", 64, "repeat penalty window (0: off, -1: whole context)")
 	fl.BoolVar(&f.chat, "chat", false, "wrap the prompt in the ChatML template")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object at the end instead of streaming text")
+	fl.StringVar(&f.ids, "ids", "", "the prompt as comma-separated token ids instead of text")
+	fl.IntVar(&f.repeat, "repeat", 1, "run the whole generation this many times from an empty context and print the last run (not streamed when above 1); ids that differ between runs are an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th)")
 	return cmd
 }
 
-func (a *app) generate(cmd *cobra.Command, f *generateFlags, prompt string) error {
+// genRun is one generation from an empty context.
+type genRun struct {
+	gen               []int32
+	prefill, decode   time.Duration
+	decodeSteps       int
+	contextFullNotice bool
+}
+
+// generateOnce runs one generation of at most n tokens after the prompt
+// ids from an empty context, handing each generated token that is not an
+// end-of-generation token to emit (nil: none).
+func generateOnce(e lm, ids []int32, sp sample.Params, n, nCtx int, emit func(id int32) error) (genRun, error) {
+	var r genRun
+	e.Reset()
+	smp := sample.New(sp) // every run samples from the same seed
+	t0 := time.Now()
+	logits, err := e.Forward(ids, false)
+	r.prefill = time.Since(t0)
+	if err != nil {
+		return r, fmt.Errorf("prefill: %w", err)
+	}
+	history := append([]int32(nil), ids...)
+	for len(r.gen) < n {
+		id := smp.Sample(logits, history)
+		r.gen = append(r.gen, id)
+		history = append(history, id)
+		if e.Tokenizer().IsEOG(id) {
+			break
+		}
+		if emit != nil {
+			if err := emit(id); err != nil {
+				return r, fmt.Errorf("write: %w", err)
+			}
+		}
+		if len(r.gen) == n {
+			break
+		}
+		if len(history) >= nCtx {
+			r.contextFullNotice = true
+			break
+		}
+		t := time.Now()
+		logits, err = e.Forward([]int32{id}, false)
+		r.decode += time.Since(t)
+		r.decodeSteps++
+		if err != nil {
+			return r, fmt.Errorf("decode step %d: %w", len(r.gen), err)
+		}
+	}
+	return r, nil
+}
+
+func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
 	if f.n < 0 {
 		return usagef("-n %d: want a non-negative token count", f.n)
+	}
+	if f.repeat < 1 {
+		return usagef("--repeat %d: want at least one run", f.repeat)
+	}
+	var prompt string
+	var ids []int32
+	switch {
+	case f.ids != "" && len(args) > 0:
+		return usagef("give the prompt as text or as --ids, not both")
+	case f.ids != "":
+		if f.chat {
+			return usagef("--chat wraps a text prompt: not with --ids")
+		}
+		var err error
+		if ids, err = parseIDs(f.ids); err != nil {
+			return usageError{err}
+		}
+	case len(args) == 1:
+		prompt = args[0]
+	default:
+		return usagef("give a prompt: text or --ids")
 	}
 	sp := sample.Params{Temp: f.temp, TopK: f.topK, TopP: f.topP, RepeatPenalty: f.repeatPenalty,
 		RepeatLastN: f.repeatLastN, Seed: f.seed, Greedy: f.greedy}
@@ -218,19 +299,28 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, prompt string) erro
 	}
 	defer e.Close()
 	tok := e.Tokenizer()
-	ids := encodePrompt(tok, prompt, f.chat)
-	if len(ids) == 0 {
-		return usagef("the prompt encodes to no tokens")
+	if ids == nil {
+		ids = encodePrompt(tok, prompt, f.chat)
+		if len(ids) == 0 {
+			return usagef("the prompt encodes to no tokens")
+		}
+	}
+	for _, id := range ids {
+		if int(id) >= e.HParams().NVocab {
+			return fmt.Errorf("token id %d is outside the vocabulary of %d", id, e.HParams().NVocab)
+		}
 	}
 	if len(ids) > f.ctx {
 		return fmt.Errorf("prompt of %d tokens does not fit the context of %d (--ctx)", len(ids), f.ctx)
 	}
-	smp := sample.New(sp)
 
 	out := cmd.OutOrStdout()
-	stream := !f.json
+	// Text streams as tokens arrive, for one run only: with --repeat the
+	// last run's text is printed once every run has been checked.
+	stream := !f.json && f.repeat == 1
 	var pending, text []byte
-	emit := func(b []byte) error {
+	emit := func(id int32) error {
+		b := tok.TokenBytes(id)
 		text = append(text, b...)
 		if !stream {
 			return nil
@@ -244,43 +334,32 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, prompt string) erro
 		pending = append(pending[:0], pending[n:]...)
 		return err
 	}
-
-	t0 := time.Now()
-	logits, err := e.Forward(ids, false)
-	prefill := time.Since(t0)
-	if err != nil {
-		return fmt.Errorf("prefill: %w", err)
-	}
-	history := append([]int32(nil), ids...)
-	var gen []int32
-	var decode time.Duration
-	decodeSteps := 0
-	for len(gen) < f.n {
-		id := smp.Sample(logits, history)
-		gen = append(gen, id)
-		history = append(history, id)
-		if tok.IsEOG(id) {
-			break
+	var first, r genRun
+	for i := 1; i <= f.repeat; i++ {
+		var emitRun func(int32) error
+		if i == f.repeat {
+			emitRun = emit
 		}
-		if err := emit(tok.TokenBytes(id)); err != nil {
-			return fmt.Errorf("write: %w", err)
+		if r, err = generateOnce(e, ids, sp, f.n, f.ctx, emitRun); err != nil {
+			if f.repeat > 1 {
+				return fmt.Errorf("run %d of %d: %w", i, f.repeat, err)
+			}
+			return err
 		}
-		if len(gen) == f.n {
-			break
-		}
-		if len(history) >= f.ctx {
-			fmt.Fprintf(cmd.ErrOrStderr(), "minfer: context of %d tokens is full, stopping\n", f.ctx)
-			break
-		}
-		t := time.Now()
-		logits, err = e.Forward([]int32{id}, false)
-		decode += time.Since(t)
-		decodeSteps++
-		if err != nil {
-			return fmt.Errorf("decode step %d: %w", len(gen), err)
+		if i == 1 {
+			first = r
+		} else if j := firstIDDiff(first.gen, r.gen); j >= 0 {
+			return fmt.Errorf("--repeat: run %d generated %s at step %d, run 1 %s (the same prompt from an empty context must give the same ids)",
+				i, idAt(r.gen, j), j, idAt(first.gen, j))
 		}
 	}
-	if stream {
+	if r.contextFullNotice {
+		fmt.Fprintf(cmd.ErrOrStderr(), "minfer: context of %d tokens is full, stopping\n", f.ctx)
+	}
+	if !f.json {
+		if !stream {
+			pending = text
+		}
 		if len(pending) > 0 {
 			if _, err := out.Write(pending); err != nil {
 				return fmt.Errorf("write: %w", err)
@@ -290,16 +369,35 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, prompt string) erro
 		return nil
 	}
 	res := generateResult{
-		Model: path, Prompt: prompt, PromptIDs: ids, IDs: gen, Text: string(text),
-		NPrompt: len(ids), NGen: len(gen),
-		PrefillMS: ms(prefill), DecodeMS: ms(decode),
-		PrefillTokS: rate(len(ids), prefill), DecodeTokS: rate(decodeSteps, decode),
+		Model: path, Prompt: prompt, PromptIDs: ids, IDs: r.gen, Text: string(text),
+		NPrompt: len(ids), NGen: len(r.gen),
+		PrefillMS: ms(r.prefill), DecodeMS: ms(r.decode),
+		PrefillTokS: rate(len(ids), r.prefill), DecodeTokS: rate(r.decodeSteps, r.decode),
 		Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType), Levers: a.cfg.Set(),
 	}
 	if res.IDs == nil {
 		res.IDs = []int32{}
 	}
 	return writeJSON(out, res, false)
+}
+
+// firstIDDiff is the first step at which two generations differ (one
+// ending early counts), or -1.
+func firstIDDiff(a, b []int32) int {
+	for i := range max(len(a), len(b)) {
+		if i >= len(a) || i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// idAt names step i of a generation: its id, or that it had ended.
+func idAt(gen []int32, i int) string {
+	if i < len(gen) {
+		return fmt.Sprintf("id %d", gen[i])
+	}
+	return "nothing (it had ended)"
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }

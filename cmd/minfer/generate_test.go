@@ -16,8 +16,14 @@ import (
 // stdout, stderr and the exit code.
 func runCLI(t *testing.T, cfg levers.Config, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runApp(t, &app{cfg: cfg}, args...)
+}
+
+// runApp is runCLI with the app given (its instrumentation is read after).
+func runApp(t *testing.T, a *app, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	root := newRoot(&app{cfg: cfg})
+	root := newRoot(a)
 	root.SetOut(&out)
 	root.SetErr(&errb)
 	root.SetArgs(args)

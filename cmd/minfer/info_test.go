@@ -105,8 +105,8 @@ func TestCobraArgumentRefusals_AreUsageErrorsExit2(t *testing.T) {
 	}{
 		{[]string{"nope"}, `unknown command "nope"`},
 		{[]string{"levers", "extra"}, `unknown command "extra"`},
-		{[]string{"generate"}, "accepts 1 arg"},
-		{[]string{"generate", "a", "b"}, "accepts 1 arg"},
+		{[]string{"generate"}, "give a prompt"},
+		{[]string{"generate", "a", "b"}, "accepts at most 1 arg"},
 		{[]string{"info", "a.gguf", "b.gguf"}, "accepts at most 1 arg"},
 		{[]string{"synth", "--threads", "-3", "-o", filepath.Join(t.TempDir(), "x.gguf")}, "--threads -3"},
 	} {

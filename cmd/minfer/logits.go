@@ -22,6 +22,7 @@ type logitsFlags struct {
 	top    int
 	out    string
 	json   bool
+	repeat int
 }
 
 // logitsResult is the --json output of logits.
@@ -58,6 +59,7 @@ func newLogitsCmd(a *app) *cobra.Command {
 	fl.IntVar(&f.top, "top", 5, "top-K ids per position")
 	fl.StringVarP(&f.out, "out", "o", "", "write every position's full logits as little-endian f32 rows to this file")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.IntVar(&f.repeat, "repeat", 1, "evaluate the ids this many times from an empty context and print the last run; any run whose logits differ bitwise from the first is an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th: --repeat 4 checks a replay)")
 	return cmd
 }
 
@@ -110,6 +112,9 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 	if f.top < 0 {
 		return usagef("--top %d: want a non-negative count", f.top)
 	}
+	if f.repeat < 1 {
+		return usagef("--repeat %d: want at least one run", f.repeat)
+	}
 	var ids []int32
 	if f.ids != "" {
 		var err error
@@ -141,12 +146,22 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 	if len(ids) > f.ctx {
 		return fmt.Errorf("%d tokens do not fit the context of %d (--ctx)", len(ids), f.ctx)
 	}
-	all, err := e.Forward(ids, true)
-	if err != nil {
-		return fmt.Errorf("forward: %w", err)
-	}
-	if len(all) != len(ids)*nVocab {
-		return fmt.Errorf("forward returned %d logits for %d positions of %d", len(all), len(ids), nVocab)
+	var first, all []float32
+	for r := 1; r <= f.repeat; r++ {
+		e.Reset()
+		var err error
+		if all, err = e.Forward(ids, true); err != nil {
+			return fmt.Errorf("forward (run %d of %d): %w", r, f.repeat, err)
+		}
+		if len(all) != len(ids)*nVocab {
+			return fmt.Errorf("forward returned %d logits for %d positions of %d", len(all), len(ids), nVocab)
+		}
+		if first == nil {
+			first = all
+		} else if i := firstBitwiseDiff(first, all); i >= 0 {
+			return fmt.Errorf("--repeat: run %d's logits differ from run 1's at position %d, id %d: %v, run 1 %v (bitwise; the same ids from an empty context must give the same logits)",
+				r, i/nVocab, i%nVocab, all[i], first[i])
+		}
 	}
 	if f.out != "" {
 		if err := writeF32(f.out, all); err != nil {
@@ -177,6 +192,20 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 		}
 	}
 	return w.Flush()
+}
+
+// firstBitwiseDiff is the first index at which a and b differ bit for bit
+// (NaNs compare by their bits too), or -1.
+func firstBitwiseDiff(a, b []float32) int {
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
 }
 
 // writeF32 writes v as little-endian f32 to path.
