@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,8 +24,46 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 
 // app carries what every sub-command needs: the lever config parsed once.
 type app struct {
-	cfg levers.Config
-	dev deviceState // CUDA backends opened (device.go)
+	cfg  levers.Config
+	dev  deviceState // backends opened (device.go)
+	prof *os.File    // the MINFER_CPU_PROFILE file while profiling
+
+	// wrap, when set, wraps every engine a command opens (tests: an engine
+	// whose runs differ, for the --repeat checks).
+	wrap func(lm) lm
+}
+
+// startProfile starts the CPU profile MINFER_CPU_PROFILE names (nothing
+// when unset), after cobra parsed the flags, so the profile holds the
+// command's run. A file that cannot be created is an error.
+func (a *app) startProfile() error {
+	if a.cfg.CPUProfile == "" || a.prof != nil {
+		return nil
+	}
+	f, err := os.Create(a.cfg.CPUProfile)
+	if err != nil {
+		return fmt.Errorf("MINFER_CPU_PROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return errors.Join(fmt.Errorf("MINFER_CPU_PROFILE: %w", err), f.Close())
+	}
+	a.prof = f
+	return nil
+}
+
+// stopProfile stops the CPU profile, writing it out, and closes its file
+// (nothing when none runs). run calls it on every exit, errors included.
+func (a *app) stopProfile() error {
+	if a.prof == nil {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	err := a.prof.Close()
+	a.prof = nil
+	if err != nil {
+		return fmt.Errorf("MINFER_CPU_PROFILE: %w", err)
+	}
+	return nil
 }
 
 func newRoot(a *app) *cobra.Command {
@@ -35,6 +74,7 @@ func newRoot(a *app) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
 	root.AddCommand(
 		newLeversCmd(a),
 		newTokenizeCmd(a),
@@ -88,6 +128,9 @@ func run(args []string) int {
 	root := newRoot(a)
 	root.SetArgs(args)
 	err = root.Execute()
+	if perr := a.stopProfile(); perr != nil && err == nil {
+		err = perr
+	}
 	a.deviceReport(os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "minfer:", err)
