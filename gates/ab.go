@@ -12,10 +12,13 @@ import (
 	"github.com/minfer-go/minfer/harness/stats"
 )
 
-// ArmRun is one arm's timed bench in one round.
+// ArmRun is one arm's timed bench in one round: wall-time tok/s, and
+// device-time tok/s where the backend timed its splits (0: none).
 type ArmRun struct {
 	PP       float64             `json:"pp_tok_s"`
 	TG       float64             `json:"tg_tok_s"`
+	PPDev    float64             `json:"pp_device_tok_s,omitempty"`
+	TGDev    float64             `json:"tg_device_tok_s,omitempty"`
 	PPSamp   []float64           `json:"pp_samples_tok_s"`
 	TGSamp   []float64           `json:"tg_samples_tok_s"`
 	Warmup   harness.BenchWarmup `json:"warmup"`
@@ -23,6 +26,25 @@ type ArmRun struct {
 	KVFormat string              `json:"kv_format"`
 	Wall     time.Duration       `json:"wall_ns"`
 }
+
+// value is the arm's tok/s of a metric ("pp", "tg") on a timing basis.
+func (r ArmRun) value(key, basis string) float64 {
+	switch {
+	case key == "pp" && basis == BasisDevice:
+		return r.PPDev
+	case key == "pp":
+		return r.PP
+	case basis == BasisDevice:
+		return r.TGDev
+	}
+	return r.TG
+}
+
+// Timing bases of gate 3's metrics.
+const (
+	BasisWall   = "wall"
+	BasisDevice = "device"
+)
 
 // Round is one matched pair.
 type Round struct {
@@ -34,10 +56,11 @@ type Round struct {
 	B      ArmRun          `json:"b"`
 }
 
-// Metric is the verdict on one metric (pp or tg).
+// Metric is the verdict on one metric (pp or tg) on one timing basis.
 type Metric struct {
 	Name      string                `json:"name"` // pp512, tg128
 	Key       string                `json:"key"`  // pp, tg
+	Basis     string                `json:"basis"`
 	A         []float64             `json:"a"`
 	B         []float64             `json:"b"`
 	Ratios    []float64             `json:"ratios"`
@@ -54,7 +77,35 @@ type Metric struct {
 	Outliers  []int                 `json:"outliers"` // MAD flags on the ratios, reported, not dropped
 	SummaryA  stats.Describe        `json:"summary_a"`
 	SummaryB  stats.Describe        `json:"summary_b"`
+	Power     *MetricPower          `json:"power,omitempty"`
 }
+
+// MetricPower is what the not-slower check of one metric could detect.
+type MetricPower struct {
+	// SD is the per-round log-ratio sd the power is computed at: the
+	// calibration's when there is one, else this run's own.
+	SD     harness.Num `json:"sd"`
+	Source string      `json:"source"`
+	// SDRun is this run's own log-ratio sd.
+	SDRun  harness.Num `json:"sd_run"`
+	Rounds int         `json:"rounds"`
+	// Power is the probability of refusing a slowdown of twice the bar
+	// with these rounds; MinDetectable the slowdown refused with
+	// stats.TargetPower.
+	Power         harness.Num `json:"power"`
+	Slowdown      harness.Num `json:"slowdown"` // twice the bar
+	MinDetectable harness.Num `json:"min_detectable"`
+	// NoisierP: the one-sided p that this run is noisier than its
+	// calibration (chi-square of the variance ratio); NaN without one.
+	NoisierP harness.Num `json:"noisier_p"`
+	// Underpowered / Noisy make the gate INCONCLUSIVE.
+	Underpowered bool `json:"underpowered"`
+	Noisy        bool `json:"noisy"`
+}
+
+// NoisierAlpha is the level at which a run counts as noisier than its
+// calibration (its power would then be overstated).
+const NoisierAlpha = 0.01
 
 // WarmupRun is one untimed process before round 1.
 type WarmupRun struct {
@@ -72,11 +123,16 @@ type ABDetail struct {
 	Rounds  []Round     `json:"rounds"`
 	Planned int         `json:"planned"`
 	Warmup  []WarmupRun `json:"warmup"`
-	Metrics []Metric    `json:"metrics"`
-	PP, TG  int         `json:"-"`
+	// Metrics are the deciding metrics (pp, tg), each on its basis; Wall
+	// holds the wall-time view of a metric decided on device time.
+	Metrics []Metric `json:"metrics"`
+	Wall    []Metric `json:"wall,omitempty"`
+	PP, TG  int      `json:"-"`
 	// Decode is the bandwidth view of the tg medians (issue 6: every decode
 	// number states its GB/s and its share of the HBM floor).
-	Decode *ABDecode `json:"decode,omitempty"`
+	Decode  *ABDecode   `json:"decode,omitempty"`
+	CensusA ArmEvidence `json:"census_a"`
+	CensusB ArmEvidence `json:"census_b"`
 }
 
 // ABDecode is the weight bytes a decode step reads (from `minfer info
@@ -90,11 +146,12 @@ type ABDecode struct {
 	Why string `json:"why,omitempty"`
 }
 
-// abDecode computes the decode bandwidth of both arms' median tg rates.
+// abDecode computes the decode bandwidth of both arms' median tg rates
+// (wall time: what a user sees).
 func abDecode(ctx context.Context, env *Env, d *ABDetail) *ABDecode {
 	var ma, mb float64
-	for _, m := range d.Metrics {
-		if m.Key == "tg" {
+	for _, m := range append(append([]Metric{}, d.Metrics...), d.Wall...) {
+		if m.Key == "tg" && m.Basis == BasisWall {
 			ma, mb = m.SummaryA.Median, m.SummaryB.Median
 		}
 	}
@@ -114,39 +171,44 @@ func abDecode(ctx context.Context, env *Env, d *ABDetail) *ABDecode {
 		A: harness.DecodeBandwidth(w.PerToken, ma), B: harness.DecodeBandwidth(w.PerToken, mb)}
 }
 
-// AB is gate 3: warmup, PAIRS interleaved rounds, paired sign tests.
+// AB is gate 3: warmup, the pre-registered interleaved rounds, paired sign
+// tests, power.
 func AB(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateAB, Defends: Defends(GateAB)}
-	d := &ABDetail{Planned: cfg.Rounds, PP: cfg.PP, TG: cfg.TG}
+	d := &ABDetail{Planned: cfg.Rounds, PP: cfg.PP, TG: cfg.TG, CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: cfg.B}}
 	res.AB = d
-	fail := func(why string) Result {
-		res.Status, res.Reason = Fail, why
+	err := abRounds(ctx, cfg, env, d, func() { env.publish(res) })
+	if err != nil && !canceled(ctx) {
+		res.Status, res.Reason = Fail, err.Error()
 		finishAB(&res, cfg)
-		if res.Status != Fail {
-			res.Status = Fail
-		}
-		res.Reason = why
+		res.Status, res.Reason = Fail, err.Error()
 		return res
 	}
+	finishAB(&res, cfg)
+	if canceled(ctx) {
+		res.Status, res.Reason = Skip, fmt.Sprintf("interrupted after %d of %d rounds", len(d.Rounds), cfg.Rounds)
+		return res
+	}
+	d.Decode = abDecode(ctx, env, d)
+	gateLiveness(&res, cfg, d.CensusA, d.CensusB)
+	return res
+}
+
+// abRounds runs the untimed warmup of each arm and then cfg.Rounds rounds
+// in AB, BA, AB, ... order, one bench process per arm and round, every
+// process with the launch census (evidence) and the arm's settings. It
+// stops at the first error (a failed arm) or when ctx ends; after each
+// round it calls published.
+func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published func()) error {
 	warm := map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(cfg.WarmupMS)}
 	timed := map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(cfg.BenchWarm)}
-	with := func(arm Arm, extra map[string]string) map[string]string {
-		m := map[string]string{}
-		for k, v := range arm.Env {
-			m[k] = v
-		}
-		for k, v := range extra {
-			m[k] = v
-		}
-		return m
-	}
 	// Untimed warmup: one process per arm with the full warmup budget, so the
 	// first timed round is never the first run (page cache, clocks).
 	for _, arm := range []Arm{cfg.A, cfg.B} {
-		b, e, err := env.M.Bench(ctx, "warmup "+arm.Name, with(arm, warm), cfg.PP, cfg.TG, 1)
+		b, e, err := env.M.Bench(ctx, "warmup "+arm.Name, armEnv(arm, warm), cfg.PP, cfg.TG, 1)
 		env.Cmd("ab: warmup arm "+arm.Name, e)
 		if err != nil {
-			return fail("warmup of arm " + arm.Name + " failed: " + err.Error())
+			return fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)
 		}
 		d.Warmup = append(d.Warmup, WarmupRun{Arm: arm.Name, Model: b.Model, ModelSHA256: b.ModelSHA256, Backend: b.Backend,
 			GoVersion: b.GoVersion, Warmup: b.Warmup, Wall: e.Wall})
@@ -154,7 +216,7 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	for i := 0; i < cfg.Rounds; i++ {
 		if canceled(ctx) {
-			return fail(fmt.Sprintf("interrupted after %d of %d rounds", len(d.Rounds), cfg.Rounds))
+			return ctx.Err()
 		}
 		r := Round{I: i + 1, Order: harness.Order(i)}
 		if env.HasGPU {
@@ -168,85 +230,153 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 			r.Clock = "n/a (no GPU)"
 		}
 		for _, slot := range r.Order {
-			arm := cfg.A
-			dst := &r.A
+			arm, dst, ev := cfg.A, &r.A, &d.CensusA
 			if slot == 'B' {
-				arm, dst = cfg.B, &r.B
+				arm, dst, ev = cfg.B, &r.B, &d.CensusB
 			}
-			b, e, err := env.M.Bench(ctx, fmt.Sprintf("round %d %s", i+1, arm.Name), with(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
+			label := fmt.Sprintf("round %d %s", i+1, arm.Name)
+			b, e, err := env.M.Bench(ctx, label, armEnv(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
 			env.Cmd("ab: timed round, arm "+arm.Name, e)
+			ev.Add(label, e)
 			if err != nil {
-				return fail(fmt.Sprintf("round %d arm %s failed: %v", i+1, arm.Name, err))
+				if canceled(ctx) {
+					return ctx.Err()
+				}
+				return fmt.Errorf("round %d arm %s failed: %w", i+1, arm.Name, err)
 			}
 			pp, ok1 := b.Test("pp")
 			tg, ok2 := b.Test("tg")
 			if !ok1 || !ok2 {
-				return fail(fmt.Sprintf("round %d arm %s: bench JSON lacks the pp or tg test", i+1, arm.Name))
+				return fmt.Errorf("round %d arm %s: bench JSON lacks the pp or tg test", i+1, arm.Name)
 			}
 			*dst = ArmRun{PP: pp.Value(), TG: tg.Value(), PPSamp: pp.TokS, TGSamp: tg.TokS, Warmup: b.Warmup,
 				Backend: b.Backend, KVFormat: b.KVFormat, Wall: e.Wall}
+			dst.PPDev, _ = pp.DeviceValue()
+			dst.TGDev, _ = tg.DeviceValue()
 		}
 		d.Rounds = append(d.Rounds, r)
 		env.step("ab round %d/%d %s: pp %.4g, tg %.4g", i+1, cfg.Rounds, r.Order, r.B.PP/r.A.PP, r.B.TG/r.A.TG)
-		env.publish(res)
+		if published != nil {
+			published()
+		}
 	}
-	finishAB(&res, cfg)
-	d.Decode = abDecode(ctx, env, d)
-	return res
+	return nil
+}
+
+// basisOf is the timing basis a metric is decided on: device time when
+// every round of both arms has it and the lever moves no host work (whose
+// cost device time would not see), else wall time.
+func basisOf(cfg Config, rounds []Round, key string) string {
+	if cfg.Lever.HostWork || len(rounds) == 0 {
+		return BasisWall
+	}
+	for _, r := range rounds {
+		if !(r.A.value(key, BasisDevice) > 0) || !(r.B.value(key, BasisDevice) > 0) {
+			return BasisWall
+		}
+	}
+	return BasisDevice
+}
+
+// metricOf computes one metric's statistics on a basis.
+func metricOf(cfg Config, rounds []Round, key, basis string) (Metric, error) {
+	m := Metric{Key: key, Basis: basis, Name: fmt.Sprintf("pp%d", cfg.PP)}
+	bar := cfg.BarPP
+	if key == "tg" {
+		m.Name, bar = fmt.Sprintf("tg%d", cfg.TG), cfg.BarTG
+	}
+	for _, r := range rounds {
+		m.A, m.B = append(m.A, r.A.value(key, basis)), append(m.B, r.B.value(key, basis))
+	}
+	ratios, err := stats.Ratios(m.A, m.B)
+	if err != nil {
+		return m, err
+	}
+	m.Ratios = ratios
+	m.Claim = stats.ImprovementClaim(ratios, cfg.ClaimBar)
+	m.Median = harness.Num(m.Claim.Median)
+	lo, hi, conf := stats.MedianCI(ratios, 0.95)
+	m.CILo, m.CIHi, m.CIConf = harness.Num(lo), harness.Num(hi), harness.Num(conf)
+	blo, bhi := stats.BootstrapMedianCI(ratios, 10000, 0.95, 1)
+	m.BootLo, m.BootHi = harness.Num(blo), harness.Num(bhi)
+	logs := make([]float64, len(ratios))
+	for i, r := range ratios {
+		logs[i] = math.Log(r)
+	}
+	_, _, p2 := stats.WilcoxonSignedRank(logs)
+	m.WilcoxonP = harness.Num(p2)
+	m.NotSlower = stats.NotSlower(ratios, bar)
+	m.SEP = stats.Separated(m.A, m.B)
+	m.Outliers = stats.MADOutliers(ratios, 3.5)
+	m.SummaryA, m.SummaryB = stats.Summary(m.A), stats.Summary(m.B)
+	m.Power = metricPower(cfg, key, basis, bar, ratios)
+	return m, nil
+}
+
+// metricPower states the power of a metric's not-slower check: at the
+// calibrated sd of its key and basis when the run has a calibration (and
+// whether this run was noisier than it), else at this run's own sd.
+func metricPower(cfg Config, key, basis string, bar float64, ratios []float64) *MetricPower {
+	n := len(ratios)
+	p := &MetricPower{SDRun: harness.Num(stats.LogSD(ratios)), Rounds: n, Slowdown: harness.Num(stats.TwiceBar(bar)), NoisierP: harness.Num(math.NaN())}
+	sd, src := float64(p.SDRun), "this run's own rounds (no calibration of this workload on this machine)"
+	if cal := cfg.Power; cal != nil {
+		if c, ok := cal.SD[key+"_"+basis]; ok && c > 0 {
+			sd, src = c, fmt.Sprintf("the calibration %s (%s, %d A/A rounds)", cal.File, cal.Date, cal.Rounds)
+			p.NoisierP = harness.Num(stats.NoisierThan(float64(p.SDRun), n, c))
+			p.Noisy = float64(p.NoisierP) < NoisierAlpha
+		} else {
+			src = fmt.Sprintf("this run's own rounds (the calibration %s has no %s %s sd)", cal.File, basis, key)
+		}
+	}
+	p.SD, p.Source = harness.Num(sd), src
+	p.Power = harness.Num(stats.NotSlowerPower(n, sd, bar, stats.TwiceBar(bar)))
+	p.MinDetectable = harness.Num(stats.MinDetectableSlowdown(n, sd, bar, stats.TargetPower))
+	p.Underpowered = !(float64(p.Power) >= stats.TargetPower)
+	return p
 }
 
 // finishAB computes the per-metric statistics and the verdict from the
-// rounds done so far.
+// rounds done so far: FAIL when the not-slower check refuses (a refusal
+// stands at any noise: the sign test's false-positive rate does not depend
+// on it), INCONCLUSIVE when a metric is underpowered or noisier than its
+// calibration, else PASS.
 func finishAB(res *Result, cfg Config) {
 	d := res.AB
-	d.Metrics = nil
+	d.Metrics, d.Wall = nil, nil
 	if len(d.Rounds) == 0 {
 		res.Status, res.Reason = Fail, "no rounds completed"
 		return
 	}
-	var refused, claims, notes []string
+	var refused, claims, weak, notes []string
 	for _, key := range []string{"pp", "tg"} {
-		m := Metric{Key: key, Name: fmt.Sprintf("pp%d", cfg.PP)}
-		bar := cfg.BarPP
-		if key == "tg" {
-			m.Name, bar = fmt.Sprintf("tg%d", cfg.TG), cfg.BarTG
-		}
-		for _, r := range d.Rounds {
-			a, b := r.A.PP, r.B.PP
-			if key == "tg" {
-				a, b = r.A.TG, r.B.TG
-			}
-			m.A, m.B = append(m.A, a), append(m.B, b)
-		}
-		ratios, err := stats.Ratios(m.A, m.B)
+		basis := basisOf(cfg, d.Rounds, key)
+		m, err := metricOf(cfg, d.Rounds, key, basis)
 		if err != nil {
 			notes = append(notes, m.Name+": "+err.Error())
 			refused = append(refused, m.Name)
 			d.Metrics = append(d.Metrics, m)
 			continue
 		}
-		m.Ratios = ratios
-		m.Claim = stats.ImprovementClaim(ratios, cfg.ClaimBar)
-		m.Median = harness.Num(m.Claim.Median)
-		lo, hi, conf := stats.MedianCI(ratios, 0.95)
-		m.CILo, m.CIHi, m.CIConf = harness.Num(lo), harness.Num(hi), harness.Num(conf)
-		blo, bhi := stats.BootstrapMedianCI(ratios, 10000, 0.95, 1)
-		m.BootLo, m.BootHi = harness.Num(blo), harness.Num(bhi)
-		logs := make([]float64, len(ratios))
-		for i, r := range ratios {
-			logs[i] = math.Log(r)
+		if basis == BasisDevice {
+			if w, err := metricOf(cfg, d.Rounds, key, BasisWall); err == nil {
+				d.Wall = append(d.Wall, w)
+			}
 		}
-		_, _, p2 := stats.WilcoxonSignedRank(logs)
-		m.WilcoxonP = harness.Num(p2)
-		m.NotSlower = stats.NotSlower(ratios, bar)
-		m.SEP = stats.Separated(m.A, m.B)
-		m.Outliers = stats.MADOutliers(ratios, 3.5)
-		m.SummaryA, m.SummaryB = stats.Summary(m.A), stats.Summary(m.B)
 		if !m.NotSlower.Pass {
-			refused = append(refused, fmt.Sprintf("%s (%s)", m.Name, m.NotSlower.Reason))
+			refused = append(refused, fmt.Sprintf("%s (%s time: %s)", m.Name, basis, m.NotSlower.Reason))
 		}
 		if m.Claim.Claim {
-			claims = append(claims, fmt.Sprintf("%s %+.1f%%", m.Name, (m.Claim.Median-1)*100))
+			claims = append(claims, fmt.Sprintf("%s %+.1f%% [%+.1f%%, %+.1f%%] (%s time, sign-test p %.3g)", m.Name, (m.Claim.Median-1)*100,
+				(float64(m.CILo)-1)*100, (float64(m.CIHi)-1)*100, basis, m.Claim.P))
+		}
+		if pw := m.Power; pw.Underpowered || pw.Noisy {
+			what := fmt.Sprintf("%s could refuse only a slowdown of %s or more with probability %.1f (power %.2f at x%.3f, sd %.4f from %s, %d rounds)",
+				m.Name, pct(float64(pw.MinDetectable)), stats.TargetPower, float64(pw.Power), float64(pw.Slowdown), float64(pw.SD), pw.Source, pw.Rounds)
+			if pw.Noisy {
+				what = fmt.Sprintf("%s: this run's sd %.4f is above its calibration's %.4f (p %.2g < %v), so the calibrated power overstates it", m.Name, float64(pw.SDRun), float64(pw.SD), float64(pw.NoisierP), NoisierAlpha)
+			}
+			weak = append(weak, what)
 		}
 		d.Metrics = append(d.Metrics, m)
 	}
@@ -259,8 +389,8 @@ func finishAB(res *Result, cfg Config) {
 		if m.SEP {
 			sep = ", SEP"
 		}
-		ev = append(ev, fmt.Sprintf("%s B/A median %.4f [%.4f, %.4f], slower %d/%d (refuse at %d)%s",
-			m.Name, float64(m.Median), float64(m.CILo), float64(m.CIHi), m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.RefuseAt, sep))
+		ev = append(ev, fmt.Sprintf("%s (%s) B/A median %.4f [%.4f, %.4f], slower %d/%d (refuse at %d)%s, power %.2f",
+			m.Name, m.Basis, float64(m.Median), float64(m.CILo), float64(m.CIHi), m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.RefuseAt, sep, float64(m.Power.Power)))
 	}
 	res.Evidence = strings.Join(ev, "; ")
 	claim := "no improvement claimed"
@@ -272,10 +402,21 @@ func finishAB(res *Result, cfg Config) {
 		res.Status = Fail
 		res.Reason = "not-slower check refused: " + strings.Join(refused, "; ") + strings.Join(notes, "; ")
 	case len(d.Rounds) < d.Planned:
-		res.Status = Fail
+		res.Status = Inconclusive
 		res.Reason = fmt.Sprintf("incomplete: %d of %d rounds", len(d.Rounds), d.Planned)
+	case len(weak) > 0:
+		res.Status = Inconclusive
+		res.Reason = "underpowered: " + strings.Join(weak, "; ") + "; " + claim
 	default:
 		res.Status = Pass
-		res.Reason = "not slower on pp and tg; " + claim
+		res.Reason = "not slower on pp and tg (power >= 0.8 at twice the bar); " + claim
 	}
+}
+
+// pct renders a slowdown factor as a percentage ("3.0%", "inf").
+func pct(s float64) string {
+	if math.IsInf(s, 1) || math.IsNaN(s) {
+		return "any (no count of these rounds can refuse)"
+	}
+	return fmt.Sprintf("%.1f%%", (s-1)*100)
 }

@@ -15,11 +15,14 @@ import (
 // Status of a gate.
 type Status string
 
-// Gate outcomes. SKIP is never counted as PASS.
+// Gate outcomes (GATES.md): PASS, FAIL, INCONCLUSIVE (it ran but could not
+// decide: underpowered, a sub-check skipped, evidence missing) or SKIP (it
+// did not run). Neither of the last two counts as PASS.
 const (
-	Pass Status = "PASS"
-	Fail Status = "FAIL"
-	Skip Status = "SKIP"
+	Pass         Status = "PASS"
+	Fail         Status = "FAIL"
+	Inconclusive Status = "INCONCLUSIVE"
+	Skip         Status = "SKIP"
 )
 
 // Gate names, in the order a run applies them.
@@ -53,17 +56,25 @@ func Defends(gate string) string {
 
 // Result is one gate's verdict with its evidence.
 type Result struct {
-	Gate     string         `json:"gate"`
-	Defends  string         `json:"defends"`
-	Status   Status         `json:"status"`
-	Reason   string         `json:"reason"`
-	Evidence string         `json:"evidence"`
-	Wall     time.Duration  `json:"wall_ns"`
-	Parity   *ParityDetail  `json:"parity,omitempty"`
-	Greedy   *GreedyDetail  `json:"greedy,omitempty"`
-	AB       *ABDetail      `json:"ab,omitempty"`
-	Suite    *SuiteDetail   `json:"suite,omitempty"`
-	Profile  *ProfileDetail `json:"profile,omitempty"`
+	Gate     string        `json:"gate"`
+	Defends  string        `json:"defends"`
+	Status   Status        `json:"status"`
+	Reason   string        `json:"reason"`
+	Evidence string        `json:"evidence"`
+	Wall     time.Duration `json:"wall_ns"`
+	// Liveness is the gate's liveness verdict over its arm processes'
+	// census ("PASS: ...", "FAIL: ...", "INCONCLUSIVE: ..."); "" where the
+	// gate runs no arm process (the suite).
+	Liveness string `json:"liveness,omitempty"`
+	// Control is, in a mutation run, the gate's status with the mutation
+	// removed from arm B: the gate caught the mutation only when it failed
+	// with it and not without it.
+	Control Status         `json:"control,omitempty"`
+	Parity  *ParityDetail  `json:"parity,omitempty"`
+	Greedy  *GreedyDetail  `json:"greedy,omitempty"`
+	AB      *ABDetail      `json:"ab,omitempty"`
+	Suite   *SuiteDetail   `json:"suite,omitempty"`
+	Profile *ProfileDetail `json:"profile,omitempty"`
 }
 
 // Arm is one side of the A/B: the lever's value and the MINFER_* variables
@@ -82,31 +93,52 @@ type Config struct {
 	Tol    harness.Tolerance `json:"tolerance"`
 	Mutate string            `json:"mutate,omitempty"`
 	Device string            `json:"device"`
-	Model  string            `json:"model,omitempty"`
+	// Backend is where the arms run: "cuda" or "cpu" (the device flag and
+	// the machine decide it before the run; a lever whose path does not
+	// exist there is refused).
+	Backend string `json:"backend"`
+	Model   string `json:"model,omitempty"`
 	// CorrectnessModel, when set, is the GGUF the parity and greedy gates
 	// run on (a trained model), while the A/B, suite and profile gates keep
 	// Model (the real-shape model whose speed is claimed): a random-weight
 	// model's top-2 margins are small enough to flip under any rounding
 	// change, so it is a poor instrument for top-1 and greedy identity.
-	CorrectnessModel string           `json:"correctness_model,omitempty"`
-	Gates            []string         `json:"gates"`
-	Rounds           int              `json:"rounds"`
-	PP               int              `json:"pp"`
-	TG               int              `json:"tg"`
-	Reps             int              `json:"reps"`
-	WarmupMS         int              `json:"warmup_ms"`       // untimed process warmup budget before round 1
-	BenchWarm        int              `json:"bench_warmup_ms"` // in-process warmup of each timed bench
-	BarPP            float64          `json:"bar_pp"`          // not-slower bar (slowdown factor)
-	BarTG            float64          `json:"bar_tg"`
-	ClaimBar         float64          `json:"claim_bar"` // pre-registered improvement bar (fraction)
-	ParityNT         []int            `json:"parity_nt"`
-	GraphTol         float64          `json:"graph_tol"`    // whole-graph max|diff| bar against the CPU reference
-	GraphGap         float64          `json:"graph_margin"` // positions with a reference top-2 margin at or below it are exempt from top-1
-	Prompts          []harness.Prompt `json:"prompts"`
-	GenN             int              `json:"gen_n"`
-	GenCtx           int              `json:"gen_ctx"`
-	SuiteBins        []string         `json:"suite_bins,omitempty"`
-	Kernels          string           `json:"kernels,omitempty"` // fatbin for the SASS census
+	CorrectnessModel string   `json:"correctness_model,omitempty"`
+	Gates            []string `json:"gates"`
+	Rounds           int      `json:"rounds"`
+	PP               int      `json:"pp"`
+	TG               int      `json:"tg"`
+	Reps             int      `json:"reps"`
+	WarmupMS         int      `json:"warmup_ms"`       // untimed process warmup budget before round 1
+	BenchWarm        int      `json:"bench_warmup_ms"` // in-process warmup of each timed bench
+	BarPP            float64  `json:"bar_pp"`          // not-slower bar (slowdown factor)
+	BarTG            float64  `json:"bar_tg"`
+	ClaimBar         float64  `json:"claim_bar"` // pre-registered improvement bar (fraction)
+	// Deviations lists the flags that changed a pre-registered value of
+	// the lever's registry entry (bars, rounds); the report prints them
+	// in its first lines.
+	Deviations []string `json:"deviations,omitempty"`
+	// Power is the pre-registration of the A/B rounds from a calibration
+	// (nil: none found; the gate then states the power its own rounds
+	// reached).
+	Power *PowerPlan `json:"power,omitempty"`
+	// MaxRounds caps the rounds (the lever's declared cap).
+	MaxRounds int              `json:"max_rounds"`
+	ParityNT  []int            `json:"parity_nt"`
+	GraphTol  float64          `json:"graph_tol"`    // whole-graph max|diff| bar against the CPU reference
+	GraphGap  float64          `json:"graph_margin"` // positions with a reference top-2 margin at or below it are exempt from top-1
+	Prompts   []harness.Prompt `json:"prompts"`
+	GenN      int              `json:"gen_n"`
+	GenCtx    int              `json:"gen_ctx"`
+	SuiteBins []string         `json:"suite_bins,omitempty"`
+	// SuiteCache, when set, is a folder of suite results keyed by the
+	// sha256 of the test binaries and kernels file, the settings and the
+	// GPU: an identical suite run of the last day is reused, and said so.
+	SuiteCache string `json:"suite_cache,omitempty"`
+	// LeverDefaults is every lever's registry default: a cached suite run
+	// is keyed by the settings that differ from them.
+	LeverDefaults map[string]string `json:"-"`
+	Kernels       string            `json:"kernels,omitempty"` // fatbin for the SASS census
 	// NsysLibDir holds libdw.so.1/libelf.so.1 for QdstrmImporter (default:
 	// lib/ beside minfer); it goes on LD_LIBRARY_PATH of the importer only.
 	NsysLibDir string `json:"nsys_lib_dir,omitempty"`
@@ -126,6 +158,7 @@ func (c *Config) Defaults() {
 		}
 	}
 	def(&c.Rounds, 9)
+	def(&c.MaxRounds, 45)
 	def(&c.PP, 512)
 	def(&c.TG, 128)
 	def(&c.Reps, 3)
@@ -149,6 +182,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Device == "" {
 		c.Device = "auto"
+	}
+	if c.Backend == "" {
+		c.Backend = "cpu"
 	}
 }
 
@@ -226,6 +262,21 @@ func instrumentNote(cfg Config) string {
 		h = "unreadable: " + err.Error()
 	}
 	return fmt.Sprintf(" [instrument: the correctness model %s, sha256 %s]", cfg.CorrectnessModel, h)
+}
+
+// armEnv is what an arm process of a gate runs with: the arm's settings
+// and the launch census (every arm process of every gate carries its
+// liveness evidence: counters, not a profiler).
+func armEnv(arm Arm, extra map[string]string) map[string]string {
+	m := map[string]string{}
+	for k, v := range arm.Env {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	m["MINFER_LAUNCH_CENSUS"] = "1"
+	return m
 }
 
 // refEnv is the reference's environment: arm A's lever value without the

@@ -42,31 +42,57 @@ type GreedyDetail struct {
 	N         int            `json:"n"`
 	MarginBar float64        `json:"margin_bar"`
 	Prompts   []GreedyPrompt `json:"prompts"`
+	Repeat    int            `json:"repeat,omitempty"` // generations per process (identical, the last kept)
+	CensusA   ArmEvidence    `json:"census_a"`
+	CensusB   ArmEvidence    `json:"census_b"`
+}
+
+// greedyPrompts is the prompt set of a run: the configured prompts and,
+// for a lever whose path runs only in a forward of 2..8 tokens (which no
+// text prompt of the set is), one prompt of that many token ids.
+func greedyPrompts(cfg Config) []harness.Prompt {
+	ps := cfg.Prompts
+	r := cfg.Lever.Rule(cfg.Backend)
+	if r == nil || r.Needs.MaxNT < 2 || r.Needs.MaxNT > 8 {
+		return ps
+	}
+	n := min(max(5, r.Needs.MinNT), r.Needs.MaxNT)
+	// Ids below 256: every vocabulary (the synthetic byte-level one too)
+	// has them.
+	return append(append([]harness.Prompt(nil), ps...), harness.Prompt{Name: fmt.Sprintf("ids-%d", n), IDs: harness.DeterministicIDs(n, 256, 5)})
 }
 
 // Greedy is gate 2.
 func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateGreedy, Defends: Defends(GateGreedy)}
-	d := &GreedyDetail{N: cfg.GenN, MarginBar: cfg.Tol.MarginBar}
+	d := &GreedyDetail{N: cfg.GenN, MarginBar: cfg.Tol.MarginBar, CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: cfg.B}}
 	res.Greedy = d
 	m := correctness(cfg, env)
 	m.Ctx = cfg.GenCtx // the long prompt plus the generated tokens must fit
-	for _, p := range cfg.Prompts {
+	m.Repeat = repeats(cfg)
+	d.Repeat = m.Repeat
+	stop := func(why string) Result {
+		res.Status, res.Reason = Fail, why
 		if canceled(ctx) {
-			res.Status, res.Reason = Fail, "interrupted"
-			return res
+			res.Status, res.Reason = Skip, "interrupted: "+why
 		}
-		ga, e, err := m.Generate(ctx, "greedy A "+p.Name, cfg.A.Env, p.Text, cfg.GenN)
+		return res
+	}
+	for _, p := range greedyPrompts(cfg) {
+		if canceled(ctx) {
+			return stop("before prompt " + p.Name)
+		}
+		ga, e, err := m.Generate(ctx, "greedy A "+p.Name, armEnv(cfg.A, nil), p, cfg.GenN)
 		env.Cmd("greedy: arm A", e)
+		d.CensusA.Add("greedy A "+p.Name, e)
 		if err != nil {
-			res.Status, res.Reason = Fail, "arm A could not run: "+err.Error()
-			return res
+			return stop("arm A could not run: " + err.Error())
 		}
-		gb, e, err := m.Generate(ctx, "greedy B "+p.Name, cfg.B.Env, p.Text, cfg.GenN)
+		gb, e, err := m.Generate(ctx, "greedy B "+p.Name, armEnv(cfg.B, nil), p, cfg.GenN)
 		env.Cmd("greedy: arm B", e)
+		d.CensusB.Add("greedy B "+p.Name, e)
 		if err != nil {
-			res.Status, res.Reason = Fail, "arm B could not run: "+err.Error()
-			return res
+			return stop("arm B could not run: " + err.Error())
 		}
 		env.step("greedy %s (%d prompt tokens)", p.Name, ga.NPrompt)
 		gp := GreedyPrompt{Name: p.Name, NPrompt: ga.NPrompt, IDsA: ga.IDs, IDsB: gb.IDs, DecodeMSA: ga.DecodeMS, DecodeMSB: gb.DecodeMS}
@@ -78,6 +104,7 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		d.Prompts = append(d.Prompts, gp)
 	}
 	res.Status, res.Reason, res.Evidence = judgeGreedy(cfg.Tol, d)
+	gateLiveness(&res, cfg, d.CensusA, d.CensusB)
 	return res
 }
 

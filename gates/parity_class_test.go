@@ -147,11 +147,13 @@ func TestParityClass_ChosenFromBackendsAndWeightTypes(t *testing.T) {
 // the fake minfer as if on the device (--device cuda, a Q8_0 histogram):
 // both arms are judged by activation-quantization and the result says so.
 func TestParity_DeviceArmsOnQuantizedModelReportTheirClass(t *testing.T) {
-	cfg := leverCfg("MINFER_NO_PREFILL_GEMM")
+	cfg := leverCfg(t, "MINFER_MMQ")
 	cfg.Device = "cuda"
 	cfg.Tol = harness.Tolerance{Bitwise: true, Bounded: true, Top1Equal: true, Class: "bitwise"}
 	cfg.TmpDir = t.TempDir()
-	r := Parity(context.Background(), cfg, &Env{M: fake(t), HasGPU: true})
+	m := fake(t)
+	m.Device = "cuda"
+	r := Parity(context.Background(), cfg, &Env{M: m, HasGPU: true})
 	d := r.Parity
 	if d == nil || len(d.Classes) != 2 || d.Classes[0].Name != ClassActivationQuant || d.Classes[1].Name != ClassActivationQuant {
 		t.Fatalf("%s: %s (%+v)", r.Status, r.Reason, d)
@@ -164,13 +166,13 @@ func TestParity_DeviceArmsOnQuantizedModelReportTheirClass(t *testing.T) {
 			t.Errorf("%s nt=%d: class %q pass %v: %s", c.Label, c.NT, c.Class, c.Pass, c.Why)
 		}
 	}
-	if r.Status == Fail || !strings.Contains(r.Evidence, "A and B activation-quantization") {
+	if r.Status == Fail || !strings.Contains(r.Evidence, "A and B activation-quantization") || !strings.HasPrefix(r.Liveness, "PASS") {
 		t.Errorf("%s: %s — %s", r.Status, r.Reason, r.Evidence)
 	}
 
 	// An all-float model keeps the absolute bar.
 	t.Setenv("FAKEMINFER_TYPES", "F32:11,F16:15")
-	r = Parity(context.Background(), cfg, &Env{M: fake(t), HasGPU: true})
+	r = Parity(context.Background(), cfg, &Env{M: m, HasGPU: true})
 	if d := r.Parity; d == nil || len(d.Classes) == 0 || d.Classes[0].Name != ClassAbsolute || !strings.Contains(d.Classes[0].Why, "no quantized weights") {
 		t.Fatalf("all-float model: %+v", r.Parity)
 	}
@@ -190,7 +192,7 @@ func TestCorrectnessModel_ParityAndGreedyRunOnItABKeepsTheRunModel(t *testing.T)
 	}
 	m := fake(t)
 	m.Model = run
-	cfg := leverCfg("MINFER_NO_PREFILL_GEMM")
+	cfg := leverCfg(t, "MINFER_NO_PREFILL_GEMM")
 	cfg.Tol = harness.Tolerance{Bitwise: true, Bounded: true, Top1Equal: true, Class: "bitwise"}
 	cfg.TmpDir = t.TempDir()
 	cfg.Model, cfg.CorrectnessModel = run, trained

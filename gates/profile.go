@@ -46,8 +46,8 @@ type ProfileDetail struct {
 	GraphsA  *profile.Graphs        `json:"cuda_graphs_a,omitempty"` // nil: the backend printed no cuda_graphs line
 	GraphsB  *profile.Graphs        `json:"cuda_graphs_b,omitempty"`
 	Diff     []profile.CensusDiff   `json:"census_diff"`
-	Rule     *LivenessRule          `json:"liveness_rule,omitempty"`
-	Liveness string                 `json:"liveness"` // "PASS: ...", "FAIL: ...", "SKIP: ..."
+	Rule     *harness.PathRule      `json:"liveness_rule,omitempty"`
+	Liveness string                 `json:"liveness"` // "PASS: ...", "FAIL: ...", "INCONCLUSIVE: ..."
 	NCU      []NCUKernel            `json:"ncu,omitempty"`
 	NCUNote  string                 `json:"ncu_note"`
 	Nsys     []profile.NsysKernel   `json:"nsys,omitempty"`
@@ -55,6 +55,12 @@ type ProfileDetail struct {
 	OpTiming []ArmOpTiming          `json:"op_timing,omitempty"` // the nsys fallback
 	SASS     []profile.SASSFunction `json:"sass,omitempty"`
 	SASSNote string                 `json:"sass_note"`
+	// CPU is the CPU backend's profiler evidence: a pprof CPU profile per
+	// arm and where the lever's functions appear.
+	CPU *CPUProfileDetail `json:"cpu,omitempty"`
+	// Missing lists the evidence that could not be produced (a tool not
+	// found, a profiler that failed): the gate is then INCONCLUSIVE.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // ArmOpTiming is one arm's MINFER_OP_TIMING=1 result (or why there is none).
@@ -86,48 +92,47 @@ func withEnv(base map[string]string, over map[string]string) map[string]string {
 }
 
 // Profile is gate 5: the launch census of both arms judged by the lever's
-// liveness rule (LivenessRules), then ncu, nsys (or MINFER_OP_TIMING) and the
-// SASS census as evidence.
+// liveness rule, then the profilers' evidence: on CUDA ncu, nsys (or
+// MINFER_OP_TIMING) and the SASS census; on the CPU a pprof CPU profile per
+// arm in which the lever's functions must appear with the path on and not
+// off. Evidence that could not be produced makes the gate INCONCLUSIVE.
 func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateProfile, Defends: Defends(GateProfile)}
-	if !env.HasGPU {
+	if cfg.Backend == "cuda" && !env.HasGPU {
 		res.Status = Skip
 		res.Reason = "no CUDA device (" + env.GPUWhy + "): the launch census, ncu, nsys and cuobjdump read device kernels"
 		return res
 	}
-	d := &ProfileDetail{}
+	d := &ProfileDetail{Rule: cfg.Lever.Rule(cfg.Backend)}
 	res.Profile = d
-	if r, ok := LivenessRules[cfg.Lever.Name]; ok {
-		d.Rule = &r
-	}
-	census := func(arm Arm) (LivenessInput, error) {
-		in := LivenessInput{Arm: arm}
-		m := withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}, arm.Env)
-		m["MINFER_LAUNCH_CENSUS"] = "1"
-		e, err := env.M.R.Run(ctx, "census "+arm.Name, m, profileBench(cfg)...)
+	census := func(arm Arm) (ArmEvidence, error) {
+		in := ArmEvidence{Arm: arm}
+		e, err := env.M.R.Run(ctx, "census "+arm.Name, armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}), profileBench(cfg)...)
 		env.Cmd("profile: launch census arm "+arm.Name, e)
 		if err != nil {
 			return in, err
 		}
-		if in.Census, err = profile.ParseCensus(e.StderrAll); err != nil {
-			return in, err
+		in.Add("census "+arm.Name, e)
+		if len(in.NoCensus) > 0 {
+			_, perr := profile.ParseCensus(e.StderrAll)
+			return in, perr
 		}
-		g, ok, err := profile.ParseGraphs(e.StderrAll)
-		if err != nil {
-			return in, err
-		}
-		in.Graphs, in.HasGraphs = g, ok
 		return in, nil
+	}
+	fail := func(why string) Result {
+		res.Status, res.Reason = Fail, why
+		if canceled(ctx) {
+			res.Status, res.Reason = Skip, "interrupted: "+why
+		}
+		return res
 	}
 	ia, err := census(cfg.A)
 	if err != nil {
-		res.Status, res.Reason = Fail, "launch census of arm A: "+err.Error()
-		return res
+		return fail("launch census of arm A: " + err.Error())
 	}
 	ib, err := census(cfg.B)
 	if err != nil {
-		res.Status, res.Reason = Fail, "launch census of arm B: "+err.Error()
-		return res
+		return fail("launch census of arm B: " + err.Error())
 	}
 	d.CensusA, d.CensusB = ia.Census, ib.Census
 	if ia.HasGraphs {
@@ -140,16 +145,59 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	env.step("profile: launch census")
 	st, why := LivenessOf(cfg, ia, ib)
 	d.Liveness = string(st) + ": " + why
-	res.Status, res.Reason = st, "liveness "+d.Liveness
-	kernels := profiledKernels(d, 3)
-	ncu(ctx, cfg, env, d, kernels)
-	nsys(ctx, cfg, env, d)
-	sass(ctx, cfg, env, d, kernels)
-	res.Evidence = fmt.Sprintf("census diff %d kernels; ncu: %s; nsys: %s; SASS: %s", len(d.Diff), short(d.NCUNote), short(d.NsysNote), short(d.SASSNote))
-	if d.Rule != nil && d.Rule.Graphs {
-		res.Evidence = "CUDA graphs " + GraphsLine(d) + "; " + res.Evidence
+	var bad []string
+	if cfg.Backend == "cpu" {
+		d.CPU = cpuProfiles(ctx, cfg, env, d)
+		if d.CPU.Fail != "" {
+			bad = append(bad, d.CPU.Fail)
+		}
+		res.Evidence = fmt.Sprintf("census diff %d names; pprof: %s", len(d.Diff), short(d.CPU.Note))
+	} else {
+		kernels := profiledKernels(d, 3)
+		ncu(ctx, cfg, env, d, kernels)
+		nsys(ctx, cfg, env, d)
+		sass(ctx, cfg, env, d, kernels)
+		if len(d.NCU) == 0 {
+			d.Missing = append(d.Missing, "ncu: "+d.NCUNote)
+		}
+		if len(d.Nsys) == 0 && !opTimingOK(d.OpTiming) {
+			d.Missing = append(d.Missing, "nsys and its MINFER_OP_TIMING fallback: "+d.NsysNote)
+		}
+		if len(d.SASS) == 0 {
+			d.Missing = append(d.Missing, "SASS: "+d.SASSNote)
+		}
+		res.Evidence = fmt.Sprintf("census diff %d kernels; ncu: %s; nsys: %s; SASS: %s", len(d.Diff), short(d.NCUNote), short(d.NsysNote), short(d.SASSNote))
+		if d.Rule != nil && d.Rule.Graphs {
+			res.Evidence = "CUDA graphs " + GraphsLine(d) + "; " + res.Evidence
+		}
 	}
+	switch {
+	case canceled(ctx):
+		res.Status, res.Reason = Skip, "interrupted"
+	case st == Fail || len(bad) > 0:
+		res.Status, res.Reason = Fail, strings.Join(append([]string{"liveness " + d.Liveness}, bad...), "; ")
+	case st != Pass:
+		res.Status, res.Reason = Inconclusive, "liveness "+d.Liveness
+	case len(d.Missing) > 0:
+		res.Status, res.Reason = Inconclusive, "evidence missing: "+strings.Join(d.Missing, "; ")+" (liveness "+d.Liveness+")"
+	default:
+		res.Status, res.Reason = Pass, "liveness "+d.Liveness
+	}
+	res.Liveness = d.Liveness
 	return res
+}
+
+// opTimingOK: both arms' MINFER_OP_TIMING runs produced timings.
+func opTimingOK(ts []ArmOpTiming) bool {
+	if len(ts) < 2 {
+		return false
+	}
+	for _, t := range ts {
+		if t.Timing == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // GraphsLine is the per-arm {"cuda_graphs"} count: "A captured 0,

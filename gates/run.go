@@ -11,13 +11,34 @@ import (
 	"github.com/minfer-go/minfer/harness"
 )
 
-// Verdicts of a lever run.
+// Verdicts of a lever run (GATES.md), in the order of precedence.
 const (
-	VerdictPass         = "PASS"
 	VerdictFail         = "FAIL"
-	VerdictInconclusive = "INCONCLUSIVE" // nothing failed, but some gate was skipped
-	VerdictIncomplete   = "INCOMPLETE"
+	VerdictNotCaught    = "NOT CAUGHT"   // a planted mutation no gate caught: the harness failed
+	VerdictIncomplete   = "INCOMPLETE"   // interrupted or cut by its own budget; no gate recorded as FAIL for it
+	VerdictInconclusive = "INCONCLUSIVE" // a gate SKIP or INCONCLUSIVE
+	VerdictPartial      = "PARTIAL"      // fewer than the five gates chosen
+	VerdictPass         = "PASS"         // all five gates ran and passed
 )
+
+// Exit codes of abtest (GATES.md).
+const (
+	ExitPass      = 0
+	ExitFail      = 1 // a gate failed, or a mutation was not caught
+	ExitCannotRun = 2 // bad flags, no model, a lever whose backend cannot run here
+	ExitUndecided = 3 // INCOMPLETE, INCONCLUSIVE or PARTIAL
+)
+
+// ExitCodeOf maps a verdict to its exit code.
+func ExitCodeOf(verdict string) int {
+	switch verdict {
+	case VerdictPass:
+		return ExitPass
+	case VerdictFail, VerdictNotCaught:
+		return ExitFail
+	}
+	return ExitUndecided
+}
 
 // Overhead splits a run's wall time: the minfer processes of the arms, the
 // profilers running (or reading the output of) the arms (ncu, nsys, the nsys
@@ -95,59 +116,91 @@ func (r *Record) UpdateOverhead(run *harness.Runner) {
 func (r *Record) Lock()   { r.mu.Lock() }
 func (r *Record) Unlock() { r.mu.Unlock() }
 
-// Decide sets the verdict from the gates: PASS only when every selected gate
-// passed; SKIP is never counted as PASS.
+// Decide sets the verdict from the gates: PASS only when all five gates
+// ran and passed; otherwise the first of FAIL, NOT CAUGHT, INCOMPLETE,
+// INCONCLUSIVE, PARTIAL that applies. The verdict line names every gate
+// that did not run or could not decide.
 func (r *Record) Decide() {
-	var pass, fail, skip []string
+	var pass, fail, undecided, caught []string
+	ran := map[string]bool{}
 	for _, g := range r.Gates {
+		ran[g.Gate] = true
 		switch g.Status {
 		case Pass:
 			pass = append(pass, g.Gate)
 		case Fail:
 			fail = append(fail, g.Gate)
+			if g.Control != "" && g.Control != Fail {
+				caught = append(caught, g.Gate)
+			}
 		default:
-			skip = append(skip, g.Gate)
+			why := g.Reason
+			if len(why) > 90 {
+				why = why[:90] + "…"
+			}
+			undecided = append(undecided, fmt.Sprintf("%s %s: %s", g.Gate, g.Status, why))
 		}
 	}
+	var notChosen []string
+	for _, g := range AllGates {
+		if !ran[g] {
+			notChosen = append(notChosen, g)
+		}
+	}
+	mutation := r.Mutate != ""
 	switch {
-	case !r.Complete:
-		r.Verdict = VerdictIncomplete
+	case len(fail) > 0 && (!mutation || len(caught) > 0):
+		r.Verdict = VerdictFail
+	case mutation && r.Complete && len(caught) == 0:
+		r.Verdict = VerdictNotCaught
 	case len(fail) > 0:
 		r.Verdict = VerdictFail
-	case len(skip) > 0:
+	case !r.Complete:
+		r.Verdict = VerdictIncomplete
+	case len(undecided) > 0:
 		r.Verdict = VerdictInconclusive
+	case len(notChosen) > 0:
+		r.Verdict = VerdictPartial
 	default:
 		r.Verdict = VerdictPass
 	}
-	line := fmt.Sprintf("%s: %s=%s vs %s — %d PASS", r.Verdict, r.Lever, r.B, r.A, len(pass))
-	if len(fail) > 0 {
-		line += fmt.Sprintf(", %d FAIL (%s)", len(fail), strings.Join(fail, ", "))
+	line := fmt.Sprintf("%s: %s=%s vs %s — %d of 5 gates PASS", r.Verdict, r.Lever, r.B, r.A, len(pass))
+	if len(pass) > 0 {
+		line += " (" + strings.Join(pass, ", ") + ")"
 	}
-	if len(skip) > 0 {
-		line += fmt.Sprintf(", %d SKIP (%s; not counted as PASS)", len(skip), strings.Join(skip, ", "))
+	if len(fail) > 0 {
+		line += fmt.Sprintf("; FAIL: %s", strings.Join(fail, ", "))
+	}
+	if len(undecided) > 0 {
+		line += "; could not decide: " + strings.Join(undecided, "; ")
+	}
+	if len(notChosen) > 0 {
+		line += "; not run: " + strings.Join(notChosen, ", ")
+		if r.Complete {
+			line += " (not chosen: a PASS needs all five gates)"
+		}
 	}
 	if !r.Complete {
 		line += " — run interrupted: " + r.IncompleteReason
 	}
+	if len(r.Config.Deviations) > 0 {
+		line += " — deviations from the registry: " + strings.Join(r.Config.Deviations, ", ")
+	}
 	r.CaughtBy = nil
-	if r.Mutate != "" {
-		r.CaughtBy = fail
-		if len(fail) == 0 {
-			line += fmt.Sprintf(" — MUTATION %s NOT CAUGHT", r.Mutate)
-		} else {
-			line += fmt.Sprintf(" — mutation %s caught by %s", r.Mutate, strings.Join(fail, ", "))
+	if mutation {
+		r.CaughtBy = caught
+		switch {
+		case len(caught) > 0:
+			line += fmt.Sprintf(" — mutation %s caught by %s", r.Mutate, strings.Join(caught, ", "))
+		case r.Complete:
+			line += fmt.Sprintf(" — MUTATION %s NOT CAUGHT (the harness failed)", r.Mutate)
 		}
 	}
 	r.VerdictLine = line
 }
 
-// ExitCode: 0 when nothing failed, 1 when a gate failed or the run was cut.
-func (r *Record) ExitCode() int {
-	if r.Verdict == VerdictPass || r.Verdict == VerdictInconclusive {
-		return 0
-	}
-	return 1
-}
+// ExitCode is the verdict's exit code.
+func (r *Record) ExitCode() int { return ExitCodeOf(r.Verdict) }
 
 // Run applies the selected gates in order. save is called with the record
 // after every gate and every A/B round (under the record's lock).
@@ -196,25 +249,12 @@ func Run(ctx context.Context, cfg Config, env *Env, rec *Record, save func(*Reco
 		idx = len(rec.Gates) - 1
 		rec.Unlock()
 		t0 := time.Now()
-		var r Result
-		switch g {
-		case GateParity:
-			r = Parity(ctx, cfg, env)
-			r.Reason += instrumentNote(cfg)
-		case GateGreedy:
-			r = Greedy(ctx, cfg, env)
-			r.Reason += instrumentNote(cfg)
-		case GateAB:
-			r = AB(ctx, cfg, env)
-		case GateSuite:
-			r = Suite(ctx, cfg, env)
-		case GateProfile:
-			r = Profile(ctx, cfg, env)
-		default:
-			r = Result{Gate: g, Status: Fail, Reason: "unknown gate"}
-		}
+		r := runGate(ctx, g, cfg, env)
 		r.Wall = time.Since(t0)
 		env.Publish(r)
+	}
+	if cfg.Mutate != "" && ctx.Err() == nil {
+		controls(ctx, cfg, env, rec)
 	}
 	rec.Lock()
 	if ctx.Err() != nil {
@@ -238,5 +278,58 @@ func Run(ctx context.Context, cfg Config, env *Env, rec *Record, save func(*Reco
 	rec.Unlock()
 	if save != nil {
 		save(rec)
+	}
+}
+
+// runGate runs one gate.
+func runGate(ctx context.Context, g string, cfg Config, env *Env) Result {
+	switch g {
+	case GateParity:
+		r := Parity(ctx, cfg, env)
+		r.Reason += instrumentNote(cfg)
+		return r
+	case GateGreedy:
+		r := Greedy(ctx, cfg, env)
+		r.Reason += instrumentNote(cfg)
+		return r
+	case GateAB:
+		return AB(ctx, cfg, env)
+	case GateSuite:
+		return Suite(ctx, cfg, env)
+	case GateProfile:
+		return Profile(ctx, cfg, env)
+	}
+	return Result{Gate: g, Status: Fail, Reason: "unknown gate"}
+}
+
+// controls re-runs, in a mutation run, every gate that failed with the
+// mutation removed from arm B: a gate caught the mutation only if its
+// evidence moved because of it (it fails with the mutation and not
+// without), so a lever that fails on its own is not counted as a catch.
+func controls(ctx context.Context, cfg Config, env *Env, rec *Record) {
+	ctl := cfg
+	ctl.Mutate = ""
+	ctl.B.Env = map[string]string{}
+	for k, v := range cfg.B.Env {
+		if k != "MINFER_TEST_MUTATE" {
+			ctl.B.Env[k] = v
+		}
+	}
+	for i := range rec.Gates {
+		if rec.Gates[i].Status != Fail || ctx.Err() != nil {
+			continue
+		}
+		env.step("control: %s without the mutation", rec.Gates[i].Gate)
+		pub := env.Publish
+		env.Publish = nil // the control's partial results are not the gate's
+		c := runGate(ctx, rec.Gates[i].Gate, ctl, env)
+		env.Publish = pub
+		if ctx.Err() != nil {
+			return
+		}
+		rec.Lock()
+		rec.Gates[i].Control = c.Status
+		rec.Gates[i].Evidence += fmt.Sprintf(" [control without the mutation: %s: %s]", c.Status, c.Reason)
+		rec.Unlock()
 	}
 }

@@ -69,7 +69,7 @@ func TestRun_InterruptedRunLeavesPartialRecordMarkedIncomplete(t *testing.T) {
 	if !sawPartial {
 		t.Error("the record written after round 2 was not marked INCOMPLETE")
 	}
-	if rec.Complete || rec.Verdict != VerdictIncomplete || rec.ExitCode() != 1 {
+	if rec.Complete || rec.Verdict != VerdictIncomplete || rec.ExitCode() != ExitUndecided {
 		t.Fatalf("complete %v verdict %s", rec.Complete, rec.Verdict)
 	}
 	if !strings.Contains(rec.VerdictLine, "interrupted") || len(rec.Gates) != 2 || rec.Gates[1].Reason != "not run: interrupted" {
@@ -96,9 +96,48 @@ func TestCompareLogits_BitwiseAndTolerance(t *testing.T) {
 }
 
 func TestDecide_SkipIsNeverPass(t *testing.T) {
-	r := &Record{Complete: true, Gates: []Result{{Gate: "parity", Status: Pass}, {Gate: "suite", Status: Skip}}}
+	r := &Record{Complete: true, Gates: []Result{{Gate: "parity", Status: Pass}, {Gate: "suite", Status: Skip, Reason: "no GPU"}}}
 	r.Decide()
-	if r.Verdict != VerdictInconclusive || !strings.Contains(r.VerdictLine, "not counted as PASS") {
+	if r.Verdict != VerdictInconclusive || !strings.Contains(r.VerdictLine, "could not decide: suite SKIP: no GPU") || r.ExitCode() != ExitUndecided {
 		t.Fatal(r.VerdictLine)
+	}
+}
+
+// allGates is a run's gates with the given statuses in GATES.md order.
+func allGates(st ...Status) []Result {
+	var rs []Result
+	for i, g := range AllGates {
+		rs = append(rs, Result{Gate: g, Status: st[i], Reason: "why " + g})
+	}
+	return rs
+}
+
+// Hole 1 of issue 13: a subset of gates said PASS and exit 0. PASS now
+// needs all five gates run and passed; the verdicts take GATES.md's
+// precedence and map to its exit codes.
+func TestDecide_PassNeedsAllFiveGatesAndPrecedenceMapsToExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		gates    []Result
+		complete bool
+		mutate   string
+		verdict  string
+		code     int
+		line     string
+	}{
+		{"five PASS", allGates(Pass, Pass, Pass, Pass, Pass), true, "", VerdictPass, 0, "5 of 5 gates PASS"},
+		{"two chosen", allGates(Pass, Pass, Pass, Pass, Pass)[:2], true, "", VerdictPartial, 3, "not run: ab, suite, profile (not chosen"},
+		{"inconclusive beats partial", allGates(Pass, Inconclusive, Pass, Pass, Pass)[:2], true, "", VerdictInconclusive, 3, "greedy INCONCLUSIVE"},
+		{"fail beats all", allGates(Pass, Skip, Fail, Inconclusive, Pass)[:3], false, "", VerdictFail, 1, "FAIL: ab"},
+		{"interrupted", allGates(Pass, Skip, Skip, Skip, Skip), false, "", VerdictIncomplete, 3, "run interrupted"},
+		{"mutation caught", []Result{{Gate: GateAB, Status: Fail, Control: Pass}}, true, "slow_decode=0.03", VerdictFail, 1, "caught by ab"},
+		{"mutation unnoticed", []Result{{Gate: GateAB, Status: Pass}}, true, "slow_decode=0.03", VerdictNotCaught, 1, "NOT CAUGHT"},
+		{"the lever fails on its own", []Result{{Gate: GateAB, Status: Fail, Control: Fail}}, true, "slow_decode=0.03", VerdictNotCaught, 1, "NOT CAUGHT"},
+	} {
+		r := &Record{Lever: "MINFER_X", A: "0", B: "1", Complete: c.complete, Mutate: c.mutate, Gates: c.gates, IncompleteReason: "interrupted (context canceled)"}
+		r.Decide()
+		if r.Verdict != c.verdict || r.ExitCode() != c.code || !strings.Contains(r.VerdictLine, c.line) || !strings.HasPrefix(r.VerdictLine, c.verdict+":") {
+			t.Errorf("%s: %s (exit %d), want %s exit %d containing %q", c.name, r.VerdictLine, r.ExitCode(), c.verdict, c.code, c.line)
+		}
 	}
 }

@@ -2,11 +2,16 @@ package gates
 
 import (
 	"context"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -15,8 +20,12 @@ import (
 	"github.com/minfer-go/minfer/harness/profile"
 )
 
-// SuiteTimeout bounds one device test binary.
+// SuiteTimeout bounds one test binary.
 const SuiteTimeout = 10 * time.Minute
+
+// SuiteCacheMaxAge is how old a cached suite result may be and still be
+// reused (the key already pins the binaries, kernels, settings and GPU).
+const SuiteCacheMaxAge = 24 * time.Hour
 
 // SuiteDetail is gate 4's evidence.
 type SuiteDetail struct {
@@ -25,6 +34,22 @@ type SuiteDetail struct {
 	Failed   int               `json:"failed"`
 	Skipped  int               `json:"skipped"`
 	Failures []string          `json:"failures,omitempty"`
+	// Env is the lever settings the binaries ran with (arm B's).
+	Env map[string]string `json:"env"`
+	// Refused names binaries that are not the project's test binaries of
+	// this backend and lever (by their build stamp), and why.
+	Refused []string `json:"refused,omitempty"`
+	// Reused says where a cached identical run came from ("" ran now).
+	Reused string `json:"reused,omitempty"`
+}
+
+// ModulePath is the project's module, which a test binary's build stamp
+// must name (a binary of another module proves nothing about this one).
+func ModulePath() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Path != "" {
+		return bi.Main.Path
+	}
+	return "github.com/minfer-go/minfer"
 }
 
 // expandGlobs returns the files the patterns match and the patterns that
@@ -46,6 +71,101 @@ func expandGlobs(globs []string) (out, unmatched []string) {
 	}
 	sort.Strings(out)
 	return out, unmatched
+}
+
+// testPackage reads a test binary's build stamp: the package it tests
+// (module-relative, "cuda/driver"), or why it is not the project's.
+func testPackage(bin string) (string, error) {
+	bi, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return "", fmt.Errorf("no Go build stamp: %v", err)
+	}
+	mod := ModulePath()
+	if bi.Main.Path != mod {
+		return "", fmt.Errorf("built from module %q, not %s", bi.Main.Path, mod)
+	}
+	pkg, ok := strings.CutSuffix(bi.Path, ".test")
+	if !ok {
+		return "", fmt.Errorf("%s is not a test binary", bi.Path)
+	}
+	if pkg == mod {
+		return ".", nil
+	}
+	rel, ok := strings.CutPrefix(pkg, mod+"/")
+	if !ok {
+		return "", fmt.Errorf("tests package %s, outside %s", pkg, mod)
+	}
+	return rel, nil
+}
+
+// suiteFor reports whether a test binary of package pkg belongs to the
+// backend's suite for the lever: on CUDA the device test binaries
+// (packages under cuda/), on the CPU the test binaries of the packages
+// the lever declares.
+func suiteFor(backend string, lv harness.Lever, pkg string) (bool, string) {
+	if backend == "cuda" {
+		if pkg == "cuda" || strings.HasPrefix(pkg, "cuda/") {
+			return true, ""
+		}
+		return false, "not a device test binary (package " + pkg + ", not under cuda/)"
+	}
+	for _, p := range lv.Packages {
+		if p == pkg {
+			return true, ""
+		}
+	}
+	if len(lv.Packages) == 0 {
+		return false, lv.Name + " declares no packages (minfer levers --json: packages)"
+	}
+	return false, fmt.Sprintf("package %s is not one %s touches (%s)", pkg, lv.Name, strings.Join(lv.Packages, ", "))
+}
+
+// suiteBinary is one accepted test binary and its package.
+type suiteBinary struct {
+	Path, Pkg string
+}
+
+// suiteBinaries picks, from --suite-bin, the project's test binaries of the
+// run's backend and lever (build stamp checked); when none qualify, the
+// reason says what was found and why each was refused.
+func suiteBinaries(cfg Config, env *Env) ([]suiteBinary, string) {
+	bins, unmatched := expandGlobs(cfg.SuiteBins)
+	var out []suiteBinary
+	var refused []string
+	for _, b := range bins {
+		pkg, err := testPackage(b)
+		if err == nil {
+			var ok bool
+			var why string
+			if ok, why = suiteFor(cfg.Backend, cfg.Lever, pkg); !ok {
+				err = fmt.Errorf("%s", why)
+			}
+		}
+		if err != nil {
+			refused = append(refused, filepath.Base(b)+": "+err.Error())
+			continue
+		}
+		out = append(out, suiteBinary{Path: b, Pkg: pkg})
+	}
+	if len(out) > 0 {
+		return out, strings.Join(refused, "; ")
+	}
+	what := "no test binaries given (--suite-bin; default: *.test and tests/*.test beside minfer)"
+	if len(bins) > 0 {
+		what = "none of the test binaries given is one of the project's " + cfg.Backend + " suite for " + cfg.Lever.Name + ": " + strings.Join(refused, "; ")
+	}
+	if len(unmatched) > 0 {
+		what += "; --suite-bin patterns that matched nothing: " + strings.Join(unmatched, " ")
+	}
+	return nil, what
+}
+
+func baseNames(bins []suiteBinary) []string {
+	var out []string
+	for _, b := range bins {
+		out = append(out, filepath.Base(b.Path))
+	}
+	return out
 }
 
 // PackageDir is where a test binary runs, as `go test` runs it (testdata
@@ -75,10 +195,23 @@ func PackageDir(root, bin string) string {
 	return root
 }
 
+// packageDir is a stamped binary's package directory under root when it
+// exists there, else PackageDir's guess from the file name.
+func packageDir(root string, b suiteBinary) string {
+	if b.Pkg != "" {
+		d := filepath.Join(root, filepath.FromSlash(b.Pkg))
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+	}
+	return PackageDir(root, b.Path)
+}
+
 // runSuite runs each test binary serially with -test.v (never retried) in
-// its package directory and parses its output; run filters tests ("" =
-// all); kernels, when set, is passed as MINFER_KERNELS.
-func runSuite(ctx context.Context, r *harness.Runner, bins []string, run, kernels string) ([]profile.TestRun, error) {
+// its package directory with the lever settings of leverEnv, and parses its
+// output; run filters tests ("" = all); the kernels file, when set, is
+// passed as MINFER_KERNELS.
+func runSuite(ctx context.Context, r *harness.Runner, bins []suiteBinary, run, kernels string, leverEnv map[string]string) ([]profile.TestRun, error) {
 	var out []profile.TestRun
 	root, _ := os.Getwd()
 	for _, bin := range bins {
@@ -86,14 +219,19 @@ func runSuite(ctx context.Context, r *harness.Runner, bins []string, run, kernel
 		if run != "" {
 			args = append(args, "-test.run", run)
 		}
-		abs, err := filepath.Abs(bin)
+		abs, err := filepath.Abs(bin.Path)
 		if err != nil {
-			abs = bin
+			abs = bin.Path
 		}
 		cctx, cancel := context.WithTimeout(ctx, SuiteTimeout)
 		cmd := exec.CommandContext(cctx, abs, args...)
-		cmd.Dir = PackageDir(root, bin)
+		cmd.Dir = packageDir(root, bin)
 		cmd.Env = harness.CleanEnv(cmd.Environ())
+		for _, k := range sortedKeys(leverEnv) {
+			if v := leverEnv[k]; v != harness.Unset {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+		}
 		if kernels != "" {
 			cmd.Env = append(cmd.Env, "MINFER_KERNELS="+kernels)
 		}
@@ -105,18 +243,131 @@ func runSuite(ctx context.Context, r *harness.Runner, bins []string, run, kernel
 		}
 		cancel()
 		tr := profile.ParseGoTestV(string(b))
-		tr.Binary = bin
+		tr.Binary = bin.Path
+		tr.NoDeviceSkips = strings.Count(string(b), "no CUDA device answers")
 		if err != nil && tr.Failed == 0 {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
 			tr.Failed++
 			why := err.Error()
 			if cctx.Err() != nil {
 				why = "timed out after " + SuiteTimeout.String()
 			}
-			tr.Failures = append(tr.Failures, fmt.Sprintf("(binary %s: %s; tail: %s)", filepath.Base(bin), why, lastLines(string(b), 5)))
+			tr.Failures = append(tr.Failures, fmt.Sprintf("(binary %s: %s; tail: %s)", filepath.Base(bin.Path), why, lastLines(string(b), 5)))
 		}
 		out = append(out, tr)
 	}
 	return out, ctx.Err()
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// suiteCacheEntry is one cached suite run.
+type suiteCacheEntry struct {
+	Key     string            `json:"key"`
+	Created time.Time         `json:"created"`
+	What    string            `json:"what"` // what the key hashes, readable
+	Runs    []profile.TestRun `json:"runs"`
+}
+
+// suiteKey hashes everything a suite run's outcome depends on: each
+// binary's bytes, the kernels file's, the filter, the lever settings and
+// the GPU ("" when something cannot be hashed: no caching then).
+func suiteKey(bins []suiteBinary, kernels, filter string, leverEnv map[string]string, gpu string) (string, string) {
+	var parts []string
+	for _, b := range bins {
+		h, err := harness.FileSHA256Cached(b.Path)
+		if err != nil {
+			return "", ""
+		}
+		parts = append(parts, filepath.Base(b.Path)+"="+h)
+	}
+	if kernels != "" {
+		h, err := harness.FileSHA256Cached(kernels)
+		if err != nil {
+			return "", ""
+		}
+		parts = append(parts, "kernels="+h)
+	}
+	parts = append(parts, "filter="+filter, "gpu="+gpu)
+	for _, k := range sortedKeys(leverEnv) {
+		parts = append(parts, k+"="+leverEnv[k])
+	}
+	what := strings.Join(parts, " ")
+	sum := sha256.Sum256([]byte(what))
+	return hex.EncodeToString(sum[:]), what
+}
+
+// runSuiteCached is runSuite through cfg.SuiteCache: an identical run (same
+// key) of the last SuiteCacheMaxAge is reused and said so (the returned
+// runs carry it in Reused); a fresh run is stored. Without a cache folder
+// it always runs.
+func runSuiteCached(ctx context.Context, cfg Config, env *Env, bins []suiteBinary, filter string, leverEnv map[string]string) ([]profile.TestRun, error) {
+	kernels := absKernels(cfg)
+	if kernels == "" && cfg.Backend == "cuda" {
+		kernels = defaultKernels(env)
+	}
+	gpu := "none"
+	if env.HasGPU {
+		if c, err := env.Probe.ReadClocks(ctx); err == nil {
+			gpu = c.Name
+		}
+	}
+	key, what := "", ""
+	if cfg.SuiteCache != "" {
+		// Settings at their registry default do not change a run: two
+		// levers whose arm B is the default share one.
+		keyed := map[string]string{}
+		for k, v := range leverEnv {
+			if d, ok := cfg.LeverDefaults[k]; !ok || d != v {
+				keyed[k] = v
+			}
+		}
+		key, what = suiteKey(bins, kernels, filter, keyed, gpu)
+	}
+	file := filepath.Join(cfg.SuiteCache, key+".json")
+	if key != "" {
+		if b, err := os.ReadFile(file); err == nil {
+			var e suiteCacheEntry
+			if json.Unmarshal(b, &e) == nil && e.Key == key && time.Since(e.Created) < SuiteCacheMaxAge {
+				for i := range e.Runs {
+					e.Runs[i].Reused = fmt.Sprintf("%s (ran %s; same binaries, kernels, settings and GPU by sha256)", file, e.Created.UTC().Format(time.RFC3339))
+				}
+				return e.Runs, nil
+			}
+		}
+	}
+	runs, err := runSuite(ctx, env.M.R, bins, filter, kernels, leverEnv)
+	if err != nil || key == "" {
+		return runs, err
+	}
+	if b, err := json.MarshalIndent(suiteCacheEntry{Key: key, Created: time.Now(), What: what, Runs: runs}, "", "  "); err == nil {
+		if os.MkdirAll(cfg.SuiteCache, 0o755) == nil {
+			_ = os.WriteFile(file, b, 0o644) // a cache that cannot be written only costs a rerun
+		}
+	}
+	return runs, nil
+}
+
+// defaultKernels is the kernels fatbin beside minfer ("" when none): where
+// minfer and the test binaries find it.
+func defaultKernels(env *Env) string {
+	if env.M.R == nil {
+		return ""
+	}
+	ms, _ := filepath.Glob(filepath.Join(filepath.Dir(env.M.R.Bin), "*.fatbin"))
+	if len(ms) == 0 {
+		return ""
+	}
+	return ms[0]
 }
 
 func lastLines(s string, n int) string {
@@ -140,44 +391,63 @@ func absKernels(cfg Config) string {
 	return p
 }
 
-// Suite is gate 4.
+// Suite is gate 4: the project's test binaries of the backend and lever
+// (build stamp checked) run serially with arm B's lever settings.
 func Suite(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateSuite, Defends: Defends(GateSuite)}
-	bins, unmatched := expandGlobs(cfg.SuiteBins)
-	if len(bins) == 0 {
-		res.Status = Skip
-		if !env.HasGPU {
-			res.Reason = "no CUDA device (" + env.GPUWhy + ") and no device test binaries (--suite-bin)"
-		} else {
-			res.Reason = "no device test binaries matched --suite-bin " + strings.Join(cfg.SuiteBins, " ")
-		}
+	if cfg.Backend == "cuda" && !env.HasGPU {
+		res.Status, res.Reason = Skip, "no CUDA device ("+env.GPUWhy+"): the device suite needs one"
 		return res
 	}
-	runs, err := runSuite(ctx, env.M.R, bins, "", absKernels(cfg))
-	d := &SuiteDetail{Binaries: runs}
+	bins, why := suiteBinaries(cfg, env)
+	if len(bins) == 0 {
+		res.Status, res.Reason = Skip, why
+		return res
+	}
+	runs, err := runSuiteCached(ctx, cfg, env, bins, "", cfg.B.Env)
+	d := &SuiteDetail{Binaries: runs, Env: cfg.B.Env}
+	if why != "" {
+		d.Refused = strings.Split(why, "; ")
+	}
 	res.Suite = d
+	noDevice := 0
 	for _, r := range runs {
 		d.Passed += r.Passed
 		d.Failed += r.Failed
 		d.Skipped += r.Skipped
+		noDevice += r.NoDeviceSkips
+		if r.Reused != "" {
+			d.Reused = r.Reused
+		}
 		for _, f := range r.Failures {
 			d.Failures = append(d.Failures, filepath.Base(r.Binary)+": "+f)
 		}
 	}
-	env.step("device suite: %d binaries", len(bins))
-	res.Evidence = fmt.Sprintf("%d binaries: %d passed, %d failed, %d skipped", len(bins), d.Passed, d.Failed, d.Skipped)
-	if len(unmatched) > 0 {
-		res.Evidence += "; --suite-bin patterns that matched nothing: " + strings.Join(unmatched, " ")
+	env.step("%s suite: %d binaries", cfg.Backend, len(bins))
+	res.Evidence = fmt.Sprintf("%d binaries (%s) with arm B's settings: %d passed, %d failed, %d skipped", len(bins), strings.Join(baseNames(bins), ", "), d.Passed, d.Failed, d.Skipped)
+	if d.Reused != "" {
+		res.Evidence += "; reused " + d.Reused
+	}
+	if len(d.Refused) > 0 {
+		res.Evidence += "; not the suite's: " + strings.Join(d.Refused, "; ")
 	}
 	switch {
+	case err != nil && canceled(ctx):
+		res.Status, res.Reason = Skip, "interrupted: "+err.Error()
 	case err != nil:
-		res.Status, res.Reason = Fail, "interrupted: "+err.Error()
+		res.Status, res.Reason = Fail, err.Error()
 	case d.Failed > 0:
 		res.Status, res.Reason = Fail, "failures: "+strings.Join(d.Failures, ", ")
+	case cfg.Backend == "cuda" && noDevice > 0:
+		res.Status, res.Reason = Inconclusive, fmt.Sprintf("%d device tests skipped because no CUDA device answered the test binary", noDevice)
 	case d.Passed == 0:
-		res.Status, res.Reason = Skip, "every device test skipped itself (no device answered)"
+		res.Status, res.Reason = Inconclusive, "no test ran (every test skipped itself or none exists)"
 	default:
-		res.Status, res.Reason = Pass, "every device test passed (none retried)"
+		what := "device test"
+		if cfg.Backend == "cpu" {
+			what = "test of " + strings.Join(cfg.Lever.Packages, ", ")
+		}
+		res.Status, res.Reason = Pass, fmt.Sprintf("every %s passed (none retried)", what)
 	}
 	return res
 }

@@ -28,8 +28,90 @@ type Lever struct {
 	Reserved string `json:"reserved,omitempty"`
 	// Workload: what the lever's path needs to run at all ("" the default
 	// workload); grammar and meaning in ParseWorkload.
-	Workload string  `json:"workload,omitempty"`
-	Current  *string `json:"current,omitempty"`
+	Workload string `json:"workload,omitempty"`
+	// Liveness is the lever's liveness rule per backend (nil: none
+	// declared; every gate's liveness is then INCONCLUSIVE).
+	Liveness *Liveness `json:"liveness,omitempty"`
+	// Requires: NAME=VALUE settings pinned in both arms.
+	Requires []string `json:"requires,omitempty"`
+	// Bars: the pre-registered A/B bars (nil: GATES.md's defaults).
+	Bars *Bars `json:"bars,omitempty"`
+	// HostWork: decode is judged on wall time, not device time.
+	HostWork bool `json:"host_work,omitempty"`
+	// Packages: module-relative Go packages of the path (gate 4 on the CPU).
+	Packages     []string `json:"packages,omitempty"`
+	DefaultSince string   `json:"default_since,omitempty"`
+	Current      *string  `json:"current,omitempty"`
+}
+
+// Bars are a lever's pre-registered A/B bars (engine/levers.Bars).
+type Bars struct {
+	PP        float64 `json:"pp"`
+	TG        float64 `json:"tg"`
+	Claim     float64 `json:"claim"`
+	MaxRounds int     `json:"max_rounds"`
+}
+
+// DefaultBars are GATES.md's defaults (a registry without bars).
+var DefaultBars = Bars{PP: 1.015, TG: 1.015, Claim: 0.015, MaxRounds: 45}
+
+// BarsOrDefault returns the lever's bars, or the defaults.
+func (l Lever) BarsOrDefault() Bars {
+	if l.Bars == nil {
+		return DefaultBars
+	}
+	return *l.Bars
+}
+
+// Liveness is a lever's liveness rule (engine/levers.Liveness): the arm
+// whose lever value is On runs the path; each backend has its evidence.
+type Liveness struct {
+	On   string    `json:"on"`
+	CUDA *PathRule `json:"cuda,omitempty"`
+	CPU  *PathRule `json:"cpu,omitempty"`
+	Why  string    `json:"why"`
+}
+
+// PathRule is one backend's evidence of the path in an arm's census.
+type PathRule struct {
+	Census        []string `json:"census,omitempty"`
+	Graphs        bool     `json:"graphs,omitempty"`
+	PDL           bool     `json:"pdl,omitempty"`
+	PrefillGraphs bool     `json:"prefill_graphs,omitempty"`
+	Funcs         []string `json:"funcs,omitempty"` // pprof function-name regexps (CPU)
+	Needs         Needs    `json:"needs"`
+}
+
+// Needs is what a workload must have for the path to run.
+type Needs struct {
+	WeightTypes []string `json:"weight_types,omitempty"`
+	Arch        string   `json:"arch,omitempty"`
+	MinNT       int      `json:"min_nt,omitempty"`
+	MaxNT       int      `json:"max_nt,omitempty"`
+	Repeats     int      `json:"repeats,omitempty"`
+}
+
+// Rule returns the liveness rule of the backend ("cuda" or "cpu"), nil
+// when the lever declares none there.
+func (l Lever) Rule(backend string) *PathRule {
+	if l.Liveness == nil {
+		return nil
+	}
+	if backend == "cpu" {
+		return l.Liveness.CPU
+	}
+	return l.Liveness.CUDA
+}
+
+// RunsOn reports whether the lever's path exists on the backend ("cuda",
+// "cpu"): a lever of backend cuda does not run on the CPU.
+func (l Lever) RunsOn(backend string) bool {
+	return l.Backend == "any" || l.Backend == backend
+}
+
+// NTRuns reports whether a forward of nt tokens can run the path.
+func (n Needs) NTRuns(nt int) bool {
+	return nt >= max(n.MinNT, 1) && (n.MaxNT == 0 || nt <= n.MaxNT)
 }
 
 // Unset is the arm value that leaves a lever's variable out of the
@@ -115,8 +197,37 @@ func (l Lever) Validate(v string) error {
 		if n, err := strconv.Atoi(v); err != nil || n < 0 {
 			return bad()
 		}
+	case "mutation":
+		if !l.seamValue(v) {
+			return bad()
+		}
 	}
 	return nil
+}
+
+// seamValue checks a test-seam value against the registry's list: "SITE",
+// "SITE[=F]" (SITE or SITE=F with 0 < F <= 10) or "SITE=LEVER" (SITE=a
+// MINFER_* name). minfer checks it again at start.
+func (l Lever) seamValue(v string) bool {
+	site, arg, hasArg := strings.Cut(v, "=")
+	for _, x := range l.Values {
+		name, form, _ := strings.Cut(strings.TrimSuffix(x, "]"), "[")
+		if f, ok := strings.CutPrefix(x, site+"="); ok && f == "LEVER" {
+			return hasArg && strings.HasPrefix(arg, "MINFER_")
+		}
+		if name != site || site == "" {
+			continue
+		}
+		if !hasArg {
+			return true
+		}
+		if form == "=F" {
+			f, err := strconv.ParseFloat(arg, 64)
+			return err == nil && f > 0 && f <= 10
+		}
+		return false
+	}
+	return false
 }
 
 // Tolerance is a lever's declared tolerance class for the A-vs-B parity gate,

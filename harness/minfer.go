@@ -44,6 +44,20 @@ type BenchTest struct {
 	TokS       []float64 `json:"tok_s"`
 	MeanTokS   float64   `json:"mean_tok_s"`
 	StddevTokS float64   `json:"stddev_tok_s"`
+	// DeviceMS / DeviceTokS: the device time of each repetition's timed
+	// window (CUDA events around the splits; absent on the CPU).
+	DeviceMS   []float64 `json:"device_ms,omitempty"`
+	DeviceTokS []float64 `json:"device_tok_s,omitempty"`
+}
+
+// DeviceValue is the round's device-timed tok/s (the median of the
+// repetitions), ok false when the test carries no device time.
+func (t BenchTest) DeviceValue() (float64, bool) {
+	if len(t.DeviceTokS) == 0 || len(t.DeviceTokS) != len(t.TokS) {
+		return 0, false
+	}
+	v := median(t.DeviceTokS)
+	return v, v > 0 && !math.IsInf(v, 0)
 }
 
 // Value is the test's tok/s for one round: the median of its repetitions
@@ -52,7 +66,11 @@ func (t BenchTest) Value() float64 {
 	if len(t.TokS) == 0 {
 		return t.MeanTokS
 	}
-	s := slices.Clone(t.TokS)
+	return median(t.TokS)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
 	slices.Sort(s)
 	n := len(s)
 	if n%2 == 1 {
@@ -169,6 +187,11 @@ type Minfer struct {
 	Model  string // "" = the embedded default
 	Device string // cpu, cuda, auto
 	Ctx    int    // --ctx of generate (0: minfer's default)
+	// Repeat > 1 runs logits and generate that many times from an empty
+	// context (`--repeat N`; minfer fails unless every run is bitwise the
+	// first): CUDA graphs are captured at a shape's 3rd execution and
+	// replayed from the 4th, so 4 makes the result a replayed graph's.
+	Repeat int
 }
 
 func (m Minfer) modelArgs(device string) []string {
@@ -296,6 +319,9 @@ func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, 
 func (m Minfer) Logits(ctx context.Context, label, device string, env map[string]string, ids []int32, top int, rowsFile string) (LogitsResult, *Exec, error) {
 	args := append([]string{"logits"}, m.modelArgs(device)...)
 	args = append(args, "--ids", JoinIDs(ids), "--top", strconv.Itoa(top), "--json")
+	if m.Repeat > 1 && device != "cpu" {
+		args = append(args, "--repeat", strconv.Itoa(m.Repeat))
+	}
 	if rowsFile != "" {
 		args = append(args, "--out", rowsFile)
 	}
@@ -324,13 +350,22 @@ func (m Minfer) Logits(ctx context.Context, label, device string, env map[string
 	return l, e, nil
 }
 
-// Generate runs greedy generation of n tokens with the repeat penalty off.
-func (m Minfer) Generate(ctx context.Context, label string, env map[string]string, prompt string, n int) (GenerateResult, *Exec, error) {
+// Generate runs greedy generation of n tokens with the repeat penalty off,
+// from the prompt's text or, when it has them, its token ids.
+func (m Minfer) Generate(ctx context.Context, label string, env map[string]string, prompt Prompt, n int) (GenerateResult, *Exec, error) {
 	args := append([]string{"generate"}, m.modelArgs("")...)
 	if m.Ctx > 0 {
 		args = append(args, "--ctx", strconv.Itoa(m.Ctx))
 	}
-	args = append(args, "--greedy", "-n", strconv.Itoa(n), "--repeat-penalty", "1.0", "--json", prompt)
+	if m.Repeat > 1 {
+		args = append(args, "--repeat", strconv.Itoa(m.Repeat))
+	}
+	args = append(args, "--greedy", "-n", strconv.Itoa(n), "--repeat-penalty", "1.0", "--json")
+	if len(prompt.IDs) > 0 {
+		args = append(args, "--ids", JoinIDs(prompt.IDs))
+	} else {
+		args = append(args, prompt.Text)
+	}
 	e, err := m.R.Run(ctx, label, env, args...)
 	if err != nil {
 		return GenerateResult{}, e, err

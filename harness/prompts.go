@@ -10,7 +10,11 @@ import (
 // Prompt is one fixed prompt of the greedy identity gate.
 type Prompt struct {
 	Name string `json:"name"`
-	Text string `json:"text"`
+	Text string `json:"text,omitempty"`
+	// IDs, when set, is the prompt as token ids (`minfer generate --ids`):
+	// a prompt of an exact token count whatever the vocabulary (a lever
+	// whose path runs only for a 2..8-token forward gets one).
+	IDs []int32 `json:"ids,omitempty"`
 }
 
 // LongPromptWords is the word count of the long default prompt: about 2K

@@ -54,7 +54,9 @@ func TestRegistry_EveryWorkloadParsesAndNamesAModelSynthWrites(t *testing.T) {
 		"MINFER_FUSE_QKNORM":     "qwen3-0.6b:Q8_0",
 		"MINFER_NO_KQ_MMVQ":      "qwen2-0.5b:Q4_K_M",
 		"MINFER_NO_Q40_MMVQ":     "qwen2-0.5b:Q4_0",
-		"MINFER_MMVQ_NT":         "pp5",
+		"MINFER_MMVQ_NT":         "qwen2-0.5b:Q8_0 pp5",
+		"MINFER_MMQ":             "qwen2-0.5b:Q8_0",
+		"MINFER_NO_FUSE_QKV":     "qwen2-0.5b:Q8_0",
 		"MINFER_NO_PREFILL_GEMM": "qwen2-0.5b:F16",
 	} {
 		if l, _ := levers.Lookup(name); l.Workload != want {
@@ -151,5 +153,99 @@ func TestWorkloadMismatch_NamesTheDeclaredWorkloadAndWhatRan(t *testing.T) {
 	}
 	if got := (Lever{Name: "Z", Workload: "pp0"}).WorkloadMismatch("/m/y.gguf", 16); !strings.Contains(got, "cannot read") {
 		t.Errorf("unparseable workload: %q", got)
+	}
+}
+
+// needsProblem says why a lever's path cannot run on the workload a backend
+// gives it ("" when it can): its CUDA rule's needs against the declared
+// workload (its model's matrix types and architecture from the synth plan,
+// its pp or decode), its CPU rule's against the default one (the embedded
+// qwen2-tiny F16, pp512), which is what abtest runs there.
+func needsProblem(l levers.Lever) []string {
+	if l.Liveness == nil {
+		return nil
+	}
+	var bad []string
+	check := func(backend string, r *levers.PathRule, wl string) {
+		if r == nil {
+			return
+		}
+		w, err := ParseWorkload(wl)
+		if err != nil {
+			bad = append(bad, backend+": "+err.Error())
+			return
+		}
+		shape, typ, pp := synth.DefaultShape, synth.DefaultType.String(), 512
+		if w.HasModel() {
+			shape, typ = w.Shape, w.Type
+		}
+		if w.PP > 0 {
+			pp = w.PP
+		}
+		t, mix, err := synth.ParseType(typ)
+		if err != nil {
+			bad = append(bad, backend+": "+err.Error())
+			return
+		}
+		arch, types, err := synth.MatrixTypes(synth.Options{Shape: shape, Type: t, Mix: mix})
+		if err != nil {
+			bad = append(bad, backend+": "+err.Error())
+			return
+		}
+		n := r.Needs
+		if n.Arch != "" && arch != n.Arch {
+			bad = append(bad, fmt.Sprintf("%s: needs a %s model, its workload %s:%s is %s", backend, n.Arch, shape, typ, arch))
+		}
+		if len(n.WeightTypes) > 0 {
+			found := false
+			for _, q := range types {
+				for _, want := range n.WeightTypes {
+					found = found || q.String() == want
+				}
+			}
+			if !found {
+				bad = append(bad, fmt.Sprintf("%s: needs matmul weights of %v, its workload %s:%s has none", backend, n.WeightTypes, shape, typ))
+			}
+		}
+		// Every gate runs a decode (nt = 1) and parity runs nt 5 and 64, but
+		// the A/B and profile gates time pp and tg: one of them must run it.
+		inRange := func(nt int) bool { return nt >= max(n.MinNT, 1) && (n.MaxNT == 0 || nt <= n.MaxNT) }
+		if !inRange(1) && !inRange(pp) {
+			bad = append(bad, fmt.Sprintf("%s: needs forwards of %d..%d tokens, its workload runs pp%d and decode", backend, n.MinNT, n.MaxNT, pp))
+		}
+	}
+	if l.Liveness.CUDA != nil {
+		check("cuda", l.Liveness.CUDA, l.Workload)
+	}
+	if l.Liveness.CPU != nil {
+		check("cpu", l.Liveness.CPU, "")
+	}
+	return bad
+}
+
+// Issue 13, item 8: a lever whose liveness kernels cannot run on its
+// declared workload fails by construction in every gate (MINFER_NO_FUSE_QKV
+// declared none, so the default F16 model never ran its fused MMVQ).
+func TestRegistry_EveryLeversPathCanRunOnItsDeclaredWorkload(t *testing.T) {
+	for _, l := range levers.All() {
+		for _, p := range needsProblem(l) {
+			t.Errorf("%s: %s", l.Name, p)
+		}
+	}
+}
+
+// The check fails the registry's defects of 2026-12-01: NO_FUSE_QKV on the
+// default model, an MMVQ lever on F16 weights, the qwen3 fusion on qwen2, a
+// 2..8-token path at pp512.
+func TestRegistry_PathThatCannotRunOnItsWorkloadIsFound(t *testing.T) {
+	for name, wl := range map[string]string{
+		"MINFER_NO_FUSE_QKV": "", "MINFER_NO_KQ_MMVQ": "qwen2-0.5b:F16", "MINFER_FUSE_QKNORM": "qwen2-0.5b:Q8_0",
+		"MINFER_MMVQ_NT": "qwen2-0.5b:Q8_0 pp512", "MINFER_MMQ": "qwen2-0.5b:F16",
+	} {
+		l, _ := levers.Lookup(name)
+		l.Workload = wl
+		if p := needsProblem(l); len(p) == 0 {
+			t.Errorf("%s on %q: not found", name, wl)
+		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
@@ -24,8 +26,10 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if fakeDir != "" {
-		os.RemoveAll(fakeDir)
+	for _, d := range []string{fakeDir, testBinsDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
 }
@@ -81,29 +85,84 @@ func status(rec *gates.Record, gate string) gates.Status {
 	return ""
 }
 
-func TestRun_CleanLeverPassesAndSkipsDeviceGatesWithReason(t *testing.T) {
+// Without the project's test binaries, kernel parity and the suite cannot
+// run: the verdict is INCONCLUSIVE (exit 3) and its first line says which
+// gates could not decide, never PASS.
+func TestRun_CPULeverWithoutTestBinariesIsInconclusiveNamingTheGates(t *testing.T) {
 	bin := fakeMinfer(t)
-	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--rounds", "5")
-	if code != 0 || rec.Verdict != gates.VerdictInconclusive {
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--rounds", "5", "--device", "cpu")
+	if code != 3 || rec.Verdict != gates.VerdictInconclusive {
 		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
 	}
-	for _, g := range []string{"parity", "greedy", "ab"} {
+	for _, want := range []string{"could not decide: parity INCONCLUSIVE: kernel parity did not run", "suite SKIP"} {
+		if !strings.Contains(rec.VerdictLine, want) {
+			t.Errorf("verdict line lacks %q: %s", want, rec.VerdictLine)
+		}
+	}
+	for _, g := range []string{"greedy", "ab", "profile"} {
 		if status(rec, g) != gates.Pass {
 			t.Errorf("%s: %s", g, status(rec, g))
 		}
 	}
 	for _, g := range rec.Gates {
-		if g.Status == gates.Skip && g.Reason == "" {
-			t.Errorf("%s skipped without a reason", g.Gate)
+		if g.Gate != gates.GateSuite && !strings.HasPrefix(g.Liveness, "PASS") {
+			t.Errorf("%s liveness %q", g.Gate, g.Liveness)
 		}
 	}
-	if !strings.Contains(rec.VerdictLine, "not counted as PASS") {
-		t.Errorf("verdict line hides the skips: %s", rec.VerdictLine)
+}
+
+// testBins builds the project's test binaries of pkgs once per test binary
+// (the README's set-up builds them into bin/tests).
+var (
+	testBinsOnce sync.Once
+	testBinsDir  string
+	testBinsErr  error
+)
+
+func projectTestBins(t *testing.T) string {
+	t.Helper()
+	testBinsOnce.Do(func() {
+		if testBinsDir, testBinsErr = os.MkdirTemp("", "abtest-testbins-"); testBinsErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "test", "-c", "-o", testBinsDir+"/", "github.com/minfer-go/minfer/engine/kv", "github.com/minfer-go/minfer/engine/cpu").CombinedOutput()
+		if err != nil {
+			testBinsErr = fmt.Errorf("go test -c: %v\n%s", err, out)
+		}
+	})
+	if testBinsErr != nil {
+		t.Fatal(testBinsErr)
+	}
+	return testBinsDir
+}
+
+// GATES.md: a CPU lever can PASS on a 2-core machine. With the project's
+// test binaries of the packages the lever touches, all five gates run on
+// the CPU backend: kernel parity (the packages' oracle tests with each
+// arm's setting), greedy, A/B, the packages' suite with arm B's setting,
+// and the census plus a pprof profile per arm.
+func TestRun_CPULeverWithTheProjectsTestBinariesRunsAllFiveGates(t *testing.T) {
+	bin := fakeMinfer(t)
+	dir := projectTestBins(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--rounds", "5", "--device", "cpu", "--suite-bin", filepath.Join(dir, "*.test"))
+	if code != 0 || rec.Verdict != gates.VerdictPass {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+	for _, g := range rec.Gates {
+		switch {
+		case g.Parity != nil && g.Parity.KernelStatus != gates.Pass:
+			t.Errorf("kernel parity %s: %s", g.Parity.KernelStatus, g.Parity.Kernel)
+		case g.Suite != nil && (g.Suite.Passed == 0 || g.Suite.Env["MINFER_CACHE_TYPE"] != "f16"):
+			t.Errorf("suite %+v", g.Suite)
+		case g.Profile != nil && (g.Profile.CPU == nil || g.Profile.CPU.Arms[1].InFuncs == 0 || g.Profile.CPU.Arms[0].InFuncs != 0):
+			t.Errorf("pprof evidence %+v", g.Profile.CPU)
+		}
 	}
 }
 
 func TestMutation_PerturbLogitTurnsGreedyAndParityRed(t *testing.T) {
 	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_QKV=")
 	code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_QKV", "--gates", "parity,greedy", "--mutate", "perturb_logit")
 	if code != 1 || status(rec, "greedy") != gates.Fail || status(rec, "parity") != gates.Fail {
 		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
@@ -116,7 +175,7 @@ func TestMutation_PerturbLogitTurnsGreedyAndParityRed(t *testing.T) {
 func TestMutation_SkipBiasTurnsParityRed(t *testing.T) {
 	bin := fakeMinfer(t)
 	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity", "--mutate", "skip_bias")
-	if code != 1 || status(rec, "parity") != gates.Fail {
+	if code != 1 || status(rec, "parity") != gates.Fail || len(rec.CaughtBy) != 1 {
 		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
 	}
 }
@@ -124,19 +183,134 @@ func TestMutation_SkipBiasTurnsParityRed(t *testing.T) {
 func TestMutation_SlowDecodeTurnsABRed(t *testing.T) {
 	bin := fakeMinfer(t)
 	code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5", "--mutate", "slow_decode")
-	if code != 1 || status(rec, "ab") != gates.Fail || !strings.Contains(rec.Gates[0].Reason, "tg4") {
+	if code != 1 || status(rec, "ab") != gates.Fail || !strings.Contains(rec.Gates[0].Reason, "tg4") || rec.Gates[0].Control != gates.Pass {
 		t.Fatalf("exit %d: %s / %s", code, rec.VerdictLine, rec.Gates[0].Reason)
 	}
 	code, rec = runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5")
-	if code != 0 || status(rec, "ab") != gates.Pass {
-		t.Fatalf("control without mutation: exit %d: %s", code, rec.Gates[0].Reason)
+	if code != 3 || status(rec, "ab") != gates.Pass || rec.Verdict != gates.VerdictPartial {
+		t.Fatalf("control without mutation: exit %d: %s", code, rec.VerdictLine)
+	}
+}
+
+// A mutation that no gate chosen can catch (a decode slowdown under the
+// correctness gates) makes abtest exit 1: the harness failed to catch it.
+func TestMutation_NotCaughtByAnyGateExits1(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,greedy", "--mutate", "slow_decode=0.03")
+	if code != 1 || rec.Verdict != gates.VerdictNotCaught || !strings.Contains(rec.VerdictLine, "NOT CAUGHT") {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+}
+
+// caught by names only the gates whose evidence the mutation moved: a
+// phantom path fails every gate's liveness, and each failure disappears
+// without the mutation.
+func TestMutation_PhantomPathCaughtByLivenessInEveryGate(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,greedy,ab", "--rounds", "5", "--device", "cpu", "--mutate", "phantom",
+		"--suite-bin", filepath.Join(projectTestBins(t), "*.test"))
+	if code != 1 || strings.Join(rec.CaughtBy, ",") != "parity,greedy,ab" || rec.Mutate != "phantom=MINFER_CACHE_TYPE" {
+		t.Fatalf("exit %d caught %v: %s", code, rec.CaughtBy, rec.VerdictLine)
+	}
+	for _, g := range rec.Gates {
+		if !strings.HasPrefix(g.Liveness, "FAIL") || g.Control != gates.Pass {
+			t.Errorf("%s: liveness %q control %s", g.Gate, g.Liveness, g.Control)
+		}
+	}
+}
+
+// Hole 1: --gates parity,greedy used to say PASS and exit 0.
+func TestRun_SubsetOfGatesIsPartialExit3(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,greedy", "--device", "cpu", "--suite-bin", filepath.Join(projectTestBins(t), "*.test"))
+	if code != 3 || rec.Verdict != gates.VerdictPartial || !strings.HasPrefix(rec.VerdictLine, "PARTIAL:") || !strings.Contains(rec.VerdictLine, "not run: ab, suite, profile") {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+}
+
+// Hole 2: a lever whose path exists only on CUDA switched nothing on the
+// CPU and passed gates 1-3; it is refused (exit 2) with one line.
+func TestRun_CUDALeverOnTheCPUIsRefusedExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	out := t.TempDir()
+	if code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_MMQ", "--device", "cpu", "--gates", "parity,greedy"}); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(out, "*", "*")); len(ms) != 0 {
+		t.Errorf("a refused run wrote %v", ms)
+	}
+}
+
+// Hole 6: the suite accepts only the project's test binaries of the run's
+// backend and lever, by their build stamp; any other Go test binary used to
+// pass "every device test passed".
+func TestSuite_ForeignOrOffPackageTestBinariesAreRefusedByTheirStamp(t *testing.T) {
+	bin := fakeMinfer(t)
+	mod := t.TempDir()
+	for name, body := range map[string]string{"go.mod": "module example.com/other\n\ngo 1.21\n", "x_test.go": "package other\nimport \"testing\"\nfunc TestX(t *testing.T) {}\n"} {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "test", "-c", "-o", filepath.Join(mod, "other.test"), ".")
+	cmd.Dir = mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "suite", "--device", "cpu",
+		"--suite-bin", filepath.Join(mod, "other.test"), "--suite-bin", filepath.Join(projectTestBins(t), "kv.test"))
+	g := rec.Gates[0]
+	if code != 3 || g.Status != gates.Skip || !strings.Contains(g.Reason, "other.test: built from module \"example.com/other\"") ||
+		!strings.Contains(g.Reason, "kv.test: package engine/kv is not one MINFER_NO_FUSE_FFN touches") {
+		t.Fatalf("exit %d: %s: %s", code, g.Status, g.Reason)
+	}
+}
+
+// Hole 7: an interrupted run (SIGINT) records no gate as FAIL and exits 3
+// with INCOMPLETE.
+func TestRun_SIGINTIsIncompleteExit3(t *testing.T) {
+	bin := fakeMinfer(t)
+	abtest := filepath.Join(fakeDir, "abtest")
+	if out, err := exec.Command("go", "build", "-o", abtest, ".").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out := t.TempDir()
+	cmd := exec.Command(abtest, "run", "--minfer", bin, "--out", out, "--lever", "MINFER_CACHE_TYPE=f16", "--device", "cpu", "--gates", "greedy,ab")
+	cmd.Env = append(os.Environ(), "FAKEMINFER_MODE=hang")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // inside the first (hanging) arm process
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("exit %v, want 3", err)
+	}
+	ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+	if len(ms) != 1 {
+		t.Fatalf("reports %v", ms)
+	}
+	rec, err := report.ReadJSON(ms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Verdict != gates.VerdictIncomplete || !strings.HasPrefix(rec.VerdictLine, "INCOMPLETE:") {
+		t.Fatalf("%s", rec.VerdictLine)
+	}
+	for _, g := range rec.Gates {
+		if g.Status == gates.Fail {
+			t.Errorf("gate %s recorded as FAIL by the interrupt: %s", g.Gate, g.Reason)
+		}
 	}
 }
 
 func TestRun_CrashingArmIsAFailWithStderrTail(t *testing.T) {
 	bin := fakeMinfer(t)
 	t.Setenv("FAKEMINFER_MODE", "crash")
-	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,ab", "--rounds", "3")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,ab", "--rounds", "3", "--device", "cpu")
 	if code != 1 || status(rec, "parity") != gates.Fail || !strings.Contains(rec.Gates[0].Reason, "index out of range") {
 		t.Fatalf("exit %d: %+v", code, rec.Gates)
 	}
@@ -145,7 +319,7 @@ func TestRun_CrashingArmIsAFailWithStderrTail(t *testing.T) {
 func TestRun_HangingArmTimesOutAsFail(t *testing.T) {
 	bin := fakeMinfer(t)
 	t.Setenv("FAKEMINFER_MODE", "hang")
-	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "greedy", "--arm-timeout", "300ms")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "greedy", "--arm-timeout", "300ms", "--device", "cpu")
 	if code != 1 || !strings.Contains(rec.Gates[0].Reason, "timed out") {
 		t.Fatalf("exit %d: %+v", code, rec.Gates)
 	}
@@ -198,7 +372,7 @@ func TestShapeType_SynthesizesOnceWithSeedAndReusesTheCachedFile(t *testing.T) {
 		code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "greedy", "--prompts", "testdata/short_prompts.txt",
 			"--shape", "qwen2-tiny", "--type", "Q8_0", "--seed", "7", "--synth-dir", cache)
 		want := filepath.Join(cache, "qwen2-tiny-Q8_0-seed7.gguf")
-		if code != 0 || rec.Config.Model != want || rec.Env.ModelSize == 0 {
+		if code != 3 || rec.Config.Model != want || rec.Env.ModelSize == 0 {
 			t.Fatalf("run %d: exit %d, model %q (%d bytes), want %s", i, code, rec.Config.Model, rec.Env.ModelSize, want)
 		}
 	}

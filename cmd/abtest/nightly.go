@@ -23,6 +23,10 @@ import (
 // without a device); it is never counted as PASS.
 const VerdictSkip = "SKIP"
 
+// VerdictCannotRun is a nightly lever whose run could not be set up (its
+// workload, its model's needs).
+const VerdictCannotRun = "COULD NOT RUN"
+
 // nightlyEntry is one lever's line of the nightly summary.
 type nightlyEntry struct {
 	Lever   string `json:"lever"`
@@ -67,15 +71,22 @@ type nightlyDiff struct {
 const VerdictNotComparable = "not comparable"
 
 type nightlySummary struct {
-	Date        string         `json:"date"`
-	Machine     string         `json:"machine"` // GPU name, else CPU model
-	Commit      string         `json:"commit"`
-	Model       string         `json:"model"` // the default workload's model
-	ModelSHA256 string         `json:"model_sha256"`
-	PP          int            `json:"pp,omitempty"` // the default workload's prefill (0: a summary from before it was recorded)
-	TG          int            `json:"tg,omitempty"`
-	Threshold   float64        `json:"threshold"`
-	Suite       gates.Result   `json:"suite"`
+	Date        string  `json:"date"`
+	Machine     string  `json:"machine"` // GPU name, else CPU model
+	Commit      string  `json:"commit"`
+	Model       string  `json:"model"` // the default workload's model
+	ModelSHA256 string  `json:"model_sha256"`
+	PP          int     `json:"pp,omitempty"` // the default workload's prefill (0: a summary from before it was recorded)
+	TG          int     `json:"tg,omitempty"`
+	Threshold   float64 `json:"threshold"`
+	// Verdict is the night's, by GATES.md's precedence over its levers
+	// (FAIL, could not run, INCOMPLETE, INCONCLUSIVE, PARTIAL, PASS), a
+	// regression counting as a FAIL; Complete false when interrupted.
+	Verdict  string `json:"verdict"`
+	Complete bool   `json:"complete"`
+	// Suite is kept for summaries from before each lever ran its own suite
+	// gate (through the suite cache); new summaries leave it empty.
+	Suite       *gates.Result  `json:"suite,omitempty"`
 	Entries     []nightlyEntry `json:"entries"`
 	Previous    string         `json:"previous,omitempty"` // the summary compared against
 	PrevNote    string         `json:"previous_note,omitempty"`
@@ -87,8 +98,10 @@ func newNightlyCmd() *cobra.Command {
 	var leverList, threshold string
 	cmd := &cobra.Command{
 		Use:   "nightly [--levers all|L1,L2] [--out reports/nightly]",
-		Short: "the device suite once, then every lever, then one summary page (verdicts, speed, regressions against the previous nightly)",
-		Long: "The device suite once, then every lever with arms, then one summary page.\n" +
+		Short: "every lever with all five gates, then one summary page (verdicts, speed, regressions against the previous nightly)",
+		Long: "Every lever with arms, all five gates each (the suite through a cache: levers whose arm B has the same\n" +
+			"settings share one suite run), then one summary page. Exit codes as abtest run: 0 every lever PASS,\n" +
+			"1 a FAIL or a regression, 2 a lever could not run, 3 INCONCLUSIVE / PARTIAL / INCOMPLETE / SKIP.\n" +
 			"A lever runs on --model and --pp unless it declares a workload (`minfer levers`: WORKLOAD): then on\n" +
 			"that model (synthesized once into --synth-dir with --seed) and/or pp. Parity and greedy run on\n" +
 			"--correctness-model fitted to each lever's model: quantized to its weight type (once, into\n" +
@@ -105,9 +118,9 @@ func newNightlyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "abtest: nightly summary %s.md\n", path)
-			if sum.failed() {
-				return exitError{1, nil}
+			fmt.Fprintf(os.Stderr, "abtest: nightly %s: summary %s.md\n", sum.Verdict, path)
+			if code := sum.exitCode(); code != 0 {
+				return exitError{code, nil}
 			}
 			return nil
 		},
@@ -119,18 +132,34 @@ func newNightlyCmd() *cobra.Command {
 	return cmd
 }
 
-// failed: a gate failed, a lever could not run, the suite failed, or arm B
-// regressed against the previous nightly. SKIPs do not fail the night.
-func (s *nightlySummary) failed() bool {
-	if s.Suite.Status == gates.Fail || len(s.Regressions) > 0 {
-		return true
-	}
+// decide sets the night's verdict by GATES.md's precedence.
+func (s *nightlySummary) decide() {
+	has := map[string]bool{}
 	for _, e := range s.Entries {
-		if e.Verdict != gates.VerdictPass && e.Verdict != gates.VerdictInconclusive && e.Verdict != VerdictSkip {
-			return true
-		}
+		has[e.Verdict] = true
 	}
-	return false
+	switch {
+	case has[gates.VerdictFail] || has[gates.VerdictNotCaught] || len(s.Regressions) > 0 || s.Suite != nil && s.Suite.Status == gates.Fail:
+		s.Verdict = gates.VerdictFail
+	case has[VerdictCannotRun]:
+		s.Verdict = VerdictCannotRun
+	case !s.Complete || has[gates.VerdictIncomplete]:
+		s.Verdict = gates.VerdictIncomplete
+	case has[gates.VerdictInconclusive] || has[VerdictSkip]:
+		s.Verdict = gates.VerdictInconclusive
+	case has[gates.VerdictPartial]:
+		s.Verdict = gates.VerdictPartial
+	default:
+		s.Verdict = gates.VerdictPass
+	}
+}
+
+// exitCode is abtest run's code for the night's verdict.
+func (s *nightlySummary) exitCode() int {
+	if s.Verdict == VerdictCannotRun {
+		return gates.ExitCannotRun
+	}
+	return gates.ExitCodeOf(s.Verdict)
 }
 
 func runNightly(ctx context.Context, f *runFlags, leverList string, threshold float64, cmdline string) (*nightlySummary, string, error) {
@@ -168,6 +197,21 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 	if len(specs) == 0 {
 		return nil, "", cannotRun("--levers: no lever to run")
 	}
+	// A lever whose path does not exist on this backend is a SKIP with its
+	// reason (abtest run refuses it).
+	var skipped []nightlyEntry
+	kept = specs[:0]
+	for _, sp := range specs {
+		name, _, _ := strings.Cut(sp, "=")
+		if l, err := harness.FindLever(s.levers, name); err == nil {
+			if why := skipCUDA(l, s, f.device); why != "" {
+				skipped = append(skipped, nightlyEntry{Lever: l.Name, A: l.ArmA, B: l.ArmB, Backend: l.Backend, Workload: l.Workload, Verdict: VerdictSkip, Line: why})
+				continue
+			}
+		}
+		kept = append(kept, sp)
+	}
+	specs = kept
 	// Validate every spec before spending an hour on the first ones.
 	cfgs := make([]gates.Config, len(specs))
 	for i, sp := range specs {
@@ -177,41 +221,30 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 	}
 	prevPath, prev, prevSkipped := previousNightly(f.out)
 	sum := &nightlySummary{Date: time.Now().UTC().Format("2006-01-02T150405"), Threshold: threshold, PP: f.pp, TG: f.tg}
-	env := s.environment(ctx, cfgs[0])
+	sum.Entries = append(sum.Entries, skipped...)
+	envCfg := gates.Config{Model: s.m.Model}
+	if len(cfgs) > 0 {
+		envCfg = cfgs[0]
+	}
+	env := s.environment(ctx, envCfg)
 	sum.Machine, sum.Commit, sum.Model, sum.ModelSHA256 = machine(env), env.Commit, env.Model, env.ModelSHA256
 	prog := harness.NewProgress(os.Stderr, 0)
 	models := &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}
-
-	// The device suite once (not again per lever).
-	suiteCfg := gates.Config{SuiteBins: f.suiteBins}
-	suiteCfg.Defaults()
-	prog.Note("nightly: device suite")
-	sum.Suite = gates.Suite(ctx, suiteCfg, &gates.Env{M: s.m, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why})
 
 	for i, cfg := range cfgs {
 		if ctx.Err() != nil {
 			break
 		}
-		var gs []string
-		for _, g := range cfg.Gates {
-			if g != gates.GateSuite {
-				gs = append(gs, g)
-			}
+		if cfg.SuiteCache == "" {
+			// Levers whose arm B has the same settings share one suite run.
+			cfg.SuiteCache = filepath.Join(f.out, ".suite-cache")
 		}
-		cfg.Gates = gs
 		e := nightlyEntry{Lever: cfg.Lever.Name, A: cfg.A.Value, B: cfg.B.Value, Backend: cfg.Lever.Backend,
 			Workload: strings.TrimSpace(cfg.Lever.Workload)}
-		if why := skipCUDA(cfg.Lever, s, f.device); why != "" {
-			e.Verdict, e.Line = VerdictSkip, why
-			sum.Entries = append(sum.Entries, e)
-			continue
-		}
-		err := models.apply(ctx, &cfg)
-		if err == nil {
-			cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.synthDir, prog)
-		}
-		if err != nil {
-			e.Verdict, e.Line = gates.VerdictFail, fmt.Sprintf("could not set up its workload %q: %v", e.Workload, err)
+		nf := *f
+		nf.onWorkload, nf.fl = true, nil // the nightly runs every lever on its workload
+		if err := s.prepare(ctx, &nf, &cfg, models, prog, true); err != nil {
+			e.Verdict, e.Line = VerdictCannotRun, fmt.Sprintf("could not set up its workload %q: %v", e.Workload, err)
 			sum.Entries = append(sum.Entries, e)
 			continue
 		}
@@ -240,6 +273,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 		sum.Entries = append(sum.Entries, e)
 	}
 	sum.Entries = append(sum.Entries, reserved...)
+	sum.Complete = ctx.Err() == nil
 	sum.compare(prevPath, prev)
 	if len(prevSkipped) > 0 {
 		note := "unreadable newer nightly results skipped (" + strings.Join(prevSkipped, "; ") + ")"
@@ -248,6 +282,7 @@ func runNightly(ctx context.Context, f *runFlags, leverList string, threshold fl
 		}
 		sum.PrevNote = note
 	}
+	sum.decide()
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return nil, "", exitError{2, fmt.Errorf("nightly: --out: %w", err)}
 	}
@@ -498,23 +533,13 @@ func nightlyMarkdown(s *nightlySummary, cmdline string) string {
 	for _, e := range s.Entries {
 		count[e.Verdict]++
 	}
-	head := "PASS"
-	if s.failed() {
-		head = "FAIL"
-	} else if count[VerdictSkip]+count[gates.VerdictInconclusive] > 0 || s.Suite.Status == gates.Skip {
-		head = "INCONCLUSIVE"
-	}
-	fmt.Fprintf(&b, "**Nightly: %s** — %d levers: %d PASS, %d FAIL, %d INCONCLUSIVE (a gate skipped), %d SKIP (not run; never counted as PASS), %d other; device suite %s; %d regressions against the previous nightly\n\n",
-		head, len(s.Entries), count[gates.VerdictPass], count[gates.VerdictFail], count[gates.VerdictInconclusive], count[VerdictSkip],
-		len(s.Entries)-count[gates.VerdictPass]-count[gates.VerdictFail]-count[gates.VerdictInconclusive]-count[VerdictSkip], s.Suite.Status, len(s.Regressions))
+	fmt.Fprintf(&b, "**Nightly: %s** — %d levers: %d PASS, %d FAIL, %d INCONCLUSIVE (a gate could not decide), %d PARTIAL, %d SKIP (not run; never counted as PASS), %d other; %d regressions against the previous nightly\n\n",
+		s.Verdict, len(s.Entries), count[gates.VerdictPass], count[gates.VerdictFail], count[gates.VerdictInconclusive], count[gates.VerdictPartial], count[VerdictSkip],
+		len(s.Entries)-count[gates.VerdictPass]-count[gates.VerdictFail]-count[gates.VerdictInconclusive]-count[gates.VerdictPartial]-count[VerdictSkip], len(s.Regressions))
 	fmt.Fprintf(&b, "# abtest nightly %s\n\n", s.Date)
 	fmt.Fprintf(&b, "Machine %s, commit %s, model %s (sha256 %s), pp%d tg%d: the default workload; a lever that declares its own (`minfer levers`: WORKLOAD) runs on that, as its row says.\n\n",
 		s.Machine, s.Commit, s.Model, s.ModelSHA256, s.PP, s.TG)
-	ev := s.Suite.Evidence
-	if ev != "" {
-		ev = " (" + ev + ")"
-	}
-	fmt.Fprintf(&b, "## Device suite: %s\n\n%s%s\n\n", s.Suite.Status, s.Suite.Reason, ev)
+	fmt.Fprintf(&b, "Every lever ran all five gates; the suite gate ran through a cache, so levers whose arm B has the same settings share one run (each report says so).\n\n")
 
 	fmt.Fprintf(&b, "## Verdict per lever\n\n")
 	var rows [][]string

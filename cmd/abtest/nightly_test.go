@@ -33,11 +33,14 @@ func entry(s *nightlySummary, lever string) *nightlyEntry {
 func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing.T) {
 	bin := fakeMinfer(t)
 	out := t.TempDir()
+	t.Setenv("FAKEMINFER_RESERVED", "MINFER_MMQ=not built in this fake")
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_FFN=")
 	args := []string{"nightly", "--minfer", bin, "--out", out, "--levers", "MINFER_NO_FUSE_FFN,MINFER_NO_PREFILL_GEMM,MINFER_MMQ", "--gates", "ab,suite",
 		"--rounds", "5", "--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10"}
 
-	// Night 1, forced onto the CPU: the CUDA lever is a SKIP with its reason.
-	if code := run(append(args, "--device", "cpu")); code != 0 {
+	// Night 1, forced onto the CPU: the CUDA lever is a SKIP with its
+	// reason, so the night is INCONCLUSIVE (exit 3), never a PASS.
+	if code := run(append(args, "--device", "cpu")); code != 3 {
 		_, s := readNightly(t, out)
 		t.Fatalf("night 1: exit %d: %+v", code, s)
 	}
@@ -53,7 +56,10 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 		t.Fatalf("CUDA lever on the CPU: %+v", mmq)
 	}
 	md, _ := os.ReadFile(strings.TrimSuffix(p1, ".json") + ".md")
-	for _, want := range []string{"Device suite", "| MINFER_NO_PREFILL_GEMM", "| MINFER_MMQ", "**SKIP**", "never counted as PASS", "no previous nightly result", ffn.Report} {
+	if s1.Verdict != "INCONCLUSIVE" {
+		t.Errorf("night 1 verdict %s", s1.Verdict)
+	}
+	for _, want := range []string{"**Nightly: INCONCLUSIVE**", "| MINFER_NO_PREFILL_GEMM", "| MINFER_MMQ", "**SKIP**", "never counted as PASS", "no previous nightly result", ffn.Report} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("night 1 summary lacks %q:\n%s", want, md)
 		}

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/report"
 )
 
@@ -62,14 +63,14 @@ func newLeversCmd() *cobra.Command {
 					gs = "none: reserved, " + l.Reserved
 				} else if l.ABAble() {
 					arms = fmt.Sprintf("A=%s B=%s", l.ArmA, l.ArmB)
-					gs = "parity, greedy, ab"
-					if l.Backend != "cpu" {
-						gs += ", suite, profile (device; liveness rule: "
-						if r, ok := gates.LivenessRules[l.Name]; ok {
-							gs += "on at " + r.On + ")"
-						} else {
-							gs += "none, so SKIP)"
-						}
+					gs = "all five; liveness: "
+					if l.Liveness != nil {
+						gs += "on at " + l.Liveness.On + " (" + livenessBackends(l) + ")"
+					} else {
+						gs += "none declared, so every gate is INCONCLUSIVE"
+					}
+					if b := l.BarsOrDefault(); b != harness.DefaultBars {
+						gs += fmt.Sprintf("; bars pp %g tg %g claim %g, at most %d rounds", b.PP, b.TG, b.Claim, b.MaxRounds)
 					}
 				}
 				tol := l.Tolerance
@@ -88,4 +89,16 @@ func newLeversCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&minfer, "minfer", "", "minfer binary")
 	return cmd
+}
+
+// livenessBackends names the backends the lever's rule covers.
+func livenessBackends(l harness.Lever) string {
+	var bs []string
+	if l.Liveness.CUDA != nil {
+		bs = append(bs, "cuda")
+	}
+	if l.Liveness.CPU != nil {
+		bs = append(bs, "cpu")
+	}
+	return strings.Join(bs, ", ")
 }

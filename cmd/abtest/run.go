@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
@@ -21,6 +23,11 @@ import (
 
 // runFlags are the flags of `abtest run` (and the per-lever part of nightly).
 type runFlags struct {
+	// fl is the command's flag set: a flag the user set (Changed) that
+	// alters a value the lever's registry entry pre-registers is a
+	// deviation the report prints first.
+	fl                                         *pflag.FlagSet
+	calibration, suiteCache                    string
 	lever, baseline, model, shape, typ, device string
 	correctnessModel                           string
 	rounds, pp, tg, reps, warmupMS, benchWarm  int
@@ -37,13 +44,14 @@ type runFlags struct {
 
 func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl := cmd.Flags()
+	f.fl = fl
 	if withLever {
 		fl.StringVar(&f.lever, "lever", "", "lever to test: NAME or NAME=B (B: the candidate value)")
 		fl.StringVar(&f.baseline, "baseline", "", "arm A value (default: the lever's declared arm A)")
 		fl.StringVar(&f.mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode, slow_prefill)")
 		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
 		fl.StringVar(&f.benchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
-		fl.BoolVar(&f.onWorkload, "workload", false, "run on the lever's declared workload (minfer levers: WORKLOAD), as abtest nightly does: its synthesized model (--synth-dir, --seed) and/or prefill size replace --model and --pp")
+		fl.BoolVar(&f.onWorkload, "workload", true, "run on the lever's declared workload (minfer levers: WORKLOAD), as abtest nightly does: its synthesized model (--synth-dir, --seed) and/or prefill size; by default unless --model/--shape/--pp are given or the run is on the CPU backend (a lever's CPU path runs on the default model); given explicitly, always; --workload=false never")
 	}
 	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
 	fl.StringVar(&f.correctnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model. It is fitted to the run's model: quantized to its weight type (once, into --synth-dir), or not used for another architecture")
@@ -52,7 +60,9 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl.Uint64Var(&f.seed, "seed", 1, "weight seed of the synthesized model (--shape)")
 	fl.StringVar(&f.synthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: the user cache dir /minfer/abtest-synth)")
 	fl.StringVar(&f.device, "device", "auto", "auto, cpu or cuda")
-	fl.IntVar(&f.rounds, "rounds", 9, "pre-registered A/B rounds (PAIRS)")
+	fl.IntVar(&f.rounds, "rounds", 9, "A/B rounds (PAIRS) when no calibration pre-registers them; given with a calibration, a deviation")
+	fl.StringVar(&f.calibration, "calibration", "", "calibration file, or the folder holding calibration/ (default: --out's); `abtest calibrate` writes them")
+	fl.StringVar(&f.suiteCache, "suite-cache", "", "folder of suite results: an identical suite run (same binaries, kernels, settings and GPU by sha256) of the last day is reused and said so")
 	fl.IntVar(&f.pp, "pp", 512, "prefill tokens per bench test")
 	fl.IntVar(&f.tg, "tg", 128, "decode tokens per bench test")
 	fl.IntVar(&f.reps, "reps", 3, "repetitions per bench process (the round value is their median)")
@@ -64,11 +74,11 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl.StringVar(&f.out, "out", "reports", "report folder")
 	fl.StringVar(&f.minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
 	fl.StringVar(&f.kernels, "kernels", "", "kernels fatbin for the SASS census (default: *.fatbin next to minfer)")
-	fl.StringSliceVar(&f.suiteBins, "suite-bin", nil, "device test binaries (globs) for the device suite gate")
+	fl.StringSliceVar(&f.suiteBins, "suite-bin", nil, "test binaries (globs) for kernel parity and the suite gate; only the project's (by build stamp) of the backend's suite count (default: *.test and tests/*.test beside minfer)")
 	fl.DurationVar(&f.timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL (0: no limit)")
-	fl.Float64Var(&f.barPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor; 1.25 for kernel-level timings)")
-	fl.Float64Var(&f.barTG, "bar-tg", 1.015, "not-slower bar for decode")
-	fl.Float64Var(&f.claimBar, "claim-bar", 0.015, "pre-registered improvement bar (fraction)")
+	fl.Float64Var(&f.barPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor); the lever's registry entry pre-registers it: setting it is a deviation")
+	fl.Float64Var(&f.barTG, "bar-tg", 1.015, "not-slower bar for decode (a deviation, as --bar-pp)")
+	fl.Float64Var(&f.claimBar, "claim-bar", 0.015, "improvement bar (fraction; a deviation, as --bar-pp)")
 	fl.Float64Var(&f.graphTol, "graph-tol", 0.5, "whole-graph max|diff| bar against the CPU reference")
 }
 
@@ -220,6 +230,13 @@ func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
 	s.levers, err = s.m.Levers(ctx)
 	if err != nil {
 		return nil, cannotRun("reading the lever registry (minfer levers --json): %v", err)
+	}
+	if len(f.suiteBins) == 0 {
+		// The test binaries built beside minfer (the device bundle's
+		// cuda.test, the README's bin/tests/); gate 4 keeps only the
+		// project's of the run's backend, by their build stamp.
+		dir := filepath.Dir(bin)
+		f.suiteBins = []string{filepath.Join(dir, "*.test"), filepath.Join(dir, "tests", "*.test")}
 	}
 	return s, nil
 }
@@ -385,21 +402,59 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 	if err != nil {
 		return gates.Config{}, cannotRun("%s: %v", lv.Name, err)
 	}
-	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.mutate, Device: f.device, Model: s.m.Model, CorrectnessModel: f.correctnessModel,
+	backend := s.backend(f.device)
+	if !lv.RunsOn(backend) {
+		return gates.Config{}, cannotRun("%s switches a path of the %s backend only; this run's arms would run on the %s (%s): refused, since a lever that switches nothing there would pass gates it never ran",
+			lv.Name, lv.Backend, backend, s.backendWhy(f.device))
+	}
+	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.mutate, Device: f.device, Backend: backend, Model: s.m.Model, CorrectnessModel: f.correctnessModel,
 		A:      gates.Arm{Name: "A", Value: aval, Env: map[string]string{lv.Name: aval}},
 		B:      gates.Arm{Name: "B", Value: bval, Env: map[string]string{lv.Name: bval}},
 		Rounds: f.rounds, PP: f.pp, TG: f.tg, Reps: f.reps, WarmupMS: f.warmupMS, BenchWarm: f.benchWarm,
-		BarPP: f.barPP, BarTG: f.barTG, ClaimBar: f.claimBar, GraphTol: f.graphTol, GenN: f.genN,
-		SuiteBins: f.suiteBins, Kernels: f.kernels}
+		GraphTol: f.graphTol, GenN: f.genN, SuiteBins: f.suiteBins, SuiteCache: f.suiteCache, Kernels: f.kernels,
+		LeverDefaults: map[string]string{}}
+	for _, l := range s.levers {
+		cfg.LeverDefaults[l.Name] = l.Default
+	}
+	// The levers the path requires are pinned in both arms.
+	for _, r := range lv.Requires {
+		name, v, _ := strings.Cut(r, "=")
+		other, err := harness.FindLever(s.levers, name)
+		if err == nil {
+			err = other.Validate(v)
+		}
+		if err != nil {
+			return cfg, cannotRun("%s requires %s: %v", lv.Name, r, err)
+		}
+		cfg.A.Env[name], cfg.B.Env[name] = v, v
+	}
+	// The bars are the registry's; a flag that changes one is a deviation.
+	bars := lv.BarsOrDefault()
+	cfg.BarPP, cfg.BarTG, cfg.ClaimBar, cfg.MaxRounds = bars.PP, bars.TG, bars.Claim, bars.MaxRounds
+	for _, d := range []struct {
+		flag string
+		dst  *float64
+		v    float64
+	}{{"bar-pp", &cfg.BarPP, f.barPP}, {"bar-tg", &cfg.BarTG, f.barTG}, {"claim-bar", &cfg.ClaimBar, f.claimBar}} {
+		if f.changed(d.flag) && d.v != *d.dst {
+			cfg.Deviations = append(cfg.Deviations, fmt.Sprintf("--%s %g (registry: %g)", d.flag, d.v, *d.dst))
+			*d.dst = d.v
+		}
+	}
 	if f.mutate != "" {
+		// "phantom" names the lever under test: its candidate path never
+		// runs in arm B.
+		if f.mutate == "phantom" {
+			cfg.Mutate = "phantom=" + lv.Name
+		}
 		mut, err := harness.FindLever(s.levers, "MINFER_TEST_MUTATE")
 		if err == nil {
-			err = mut.Validate(f.mutate)
+			err = mut.Validate(cfg.Mutate)
 		}
 		if err != nil {
 			return cfg, cannotRun("--mutate: %v", err)
 		}
-		cfg.B.Env["MINFER_TEST_MUTATE"] = f.mutate
+		cfg.B.Env["MINFER_TEST_MUTATE"] = cfg.Mutate
 	}
 	for _, g := range strings.Split(f.gatesCSV, ",") {
 		g = strings.TrimSpace(g)
@@ -427,6 +482,30 @@ func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error)
 	}
 	cfg.Defaults()
 	return cfg, nil
+}
+
+// changed reports whether the user set the flag.
+func (f *runFlags) changed(name string) bool { return f.fl != nil && f.fl.Changed(name) }
+
+// backend is where the arms of a run on device run: the CUDA backend for
+// --device cuda, or auto with a device present; else the CPU.
+func (s *setup) backend(device string) string {
+	if device == "cuda" || device == "auto" && s.hasGPU {
+		return "cuda"
+	}
+	return "cpu"
+}
+
+func (s *setup) backendWhy(device string) string {
+	switch {
+	case device == "cpu":
+		return "--device cpu"
+	case device == "cuda":
+		return "--device cuda"
+	case s.hasGPU:
+		return "--device auto with a CUDA device"
+	}
+	return "--device auto, and " + s.why
 }
 
 // environment captures the provenance of a run of cfg (on cfg.Model: a
@@ -465,24 +544,8 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 		return nil, "", err
 	}
 	prog := harness.NewProgress(progressTo, 0)
-	if f.onWorkload {
-		if strings.TrimSpace(cfg.Lever.Workload) == "" {
-			fmt.Fprintf(progressTo, "abtest: note: %s declares no workload: --workload keeps --model and --pp\n", cfg.Lever.Name)
-		} else {
-			wm := &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}
-			if err := wm.apply(ctx, &cfg); err != nil {
-				return nil, "", cannotRun("%s's workload %q: %v", cfg.Lever.Name, cfg.Lever.Workload, err)
-			}
-		}
-	}
-	if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.synthDir, prog); err != nil {
-		return nil, "", cannotRun("correctness model: %v", err)
-	}
-	// A run off the lever's declared workload still runs as told (the user
-	// may know better); it is said here once, and in the report's header
-	// and the liveness reason.
-	if note := cfg.Lever.WorkloadMismatch(cfg.Model, cfg.PP); note != "" {
-		fmt.Fprintf(progressTo, "abtest: note: %s (run as told; --workload, or `abtest nightly`, runs it on its workload)\n", note)
+	if err := s.prepare(ctx, f, &cfg, &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}, prog, false); err != nil {
+		return nil, "", err
 	}
 	// The run's clock starts with the abtest process: its start-up, the
 	// lever registry and the environment capture count as its overhead.
@@ -496,6 +559,161 @@ func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.F
 		bf.Close()
 	}
 	return rec, base, nil
+}
+
+// prepare fits a lever's configuration to its workload before it runs (the
+// same for abtest run and every lever of a nightly): the declared workload
+// (forced for a nightly; for abtest run unless the user gave
+// --model/--shape/--pp or --workload=false, and on the CPU only when
+// --workload is given), the correctness model, the check that the path can
+// run on the model and sizes at all (else could not run), and the rounds
+// pre-registered from a calibration of this machine and workload.
+func (s *setup) prepare(ctx context.Context, f *runFlags, cfg *gates.Config, wm *workloadModels, prog *harness.Progress, force bool) error {
+	useWorkload := f.onWorkload && !f.changed("model") && !f.changed("shape") && !f.changed("pp")
+	if cfg.Backend == "cpu" {
+		useWorkload = false // the CPU paths run on the default model (their needs say so)
+	}
+	// --workload given explicitly (or a nightly) puts the lever on its
+	// workload whatever else was given.
+	useWorkload = useWorkload || force || f.changed("workload") && f.onWorkload
+	switch {
+	case useWorkload && strings.TrimSpace(cfg.Lever.Workload) != "":
+		if err := wm.apply(ctx, cfg); err != nil {
+			return cannotRun("%s's workload %q: %v", cfg.Lever.Name, cfg.Lever.Workload, err)
+		}
+	case f.changed("workload") && f.onWorkload:
+		prog.Note("note: %s declares no workload: --workload keeps --model and --pp", cfg.Lever.Name)
+	}
+	var err error
+	if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.synthDir, prog); err != nil {
+		return cannotRun("correctness model: %v", err)
+	}
+	if err := s.checkNeeds(ctx, cfg, prog); err != nil {
+		return err
+	}
+	// A run off the lever's declared workload still runs as told (its path
+	// runs there, by the needs just checked); it is said here once, and in
+	// the report's header and a liveness failure's reason.
+	if note := cfg.Lever.WorkloadMismatch(cfg.Model, cfg.PP); note != "" && !force {
+		prog.Note("note: %s (run as told; --workload, or `abtest nightly`, runs it on its workload)", note)
+	}
+	s.planRounds(ctx, f, cfg, prog)
+	return nil
+}
+
+// checkNeeds refuses a run whose model or sizes cannot run the lever's path
+// at all (its rule's needs: weight types, architecture, forward sizes):
+// every gate's liveness would fail by construction. A correctness model
+// that cannot run it is dropped for the run's own model.
+func (s *setup) checkNeeds(ctx context.Context, cfg *gates.Config, prog *harness.Progress) error {
+	rule := cfg.Lever.Rule(cfg.Backend)
+	if rule == nil {
+		return nil
+	}
+	n := rule.Needs
+	problem := func(model string) (string, error) {
+		if n.Arch == "" && len(n.WeightTypes) == 0 {
+			return "", nil
+		}
+		inf, err := s.info(ctx, model)
+		if err != nil {
+			return "", err
+		}
+		if n.Arch != "" && inf.Architecture != "" && inf.Architecture != n.Arch {
+			return fmt.Sprintf("needs a %s model, %s is %s", n.Arch, modelName(model), inf.Architecture), nil
+		}
+		if len(n.WeightTypes) > 0 && len(inf.TypeHistogram) > 0 {
+			found := false
+			for _, t := range n.WeightTypes {
+				found = found || inf.TypeHistogram[t] > 0
+			}
+			if !found {
+				return fmt.Sprintf("needs matmul weights of %s, %s has %s", strings.Join(n.WeightTypes, "/"), modelName(model), inf.Histogram()), nil
+			}
+		}
+		return "", nil
+	}
+	p, err := problem(cfg.Model)
+	if err != nil {
+		return cannotRun("minfer info: %v", err)
+	}
+	if p != "" {
+		return cannotRun("%s's path %s (declared workload %q; run it there with --workload, or give --model/--shape of such a model)", cfg.Lever.Name, p, cfg.Lever.Workload)
+	}
+	if n.MaxNT > 0 && !n.NTRuns(1) && !n.NTRuns(cfg.PP) {
+		return cannotRun("%s's path runs only in forwards of %d..%d tokens, and this run's pp is %d (declared workload %q)", cfg.Lever.Name, max(n.MinNT, 1), n.MaxNT, cfg.PP, cfg.Lever.Workload)
+	}
+	if n.MinNT > 1 && !n.NTRuns(cfg.PP) {
+		return cannotRun("%s's path runs only in forwards of at least %d tokens, and this run's pp is %d", cfg.Lever.Name, n.MinNT, cfg.PP)
+	}
+	if cfg.CorrectnessModel != "" {
+		if p, err := problem(cfg.CorrectnessModel); err == nil && p != "" {
+			prog.Note("correctness: the correctness model cannot run %s's path (%s): parity and greedy run on the run's model", cfg.Lever.Name, p)
+			cfg.CorrectnessModel = ""
+		}
+	}
+	return nil
+}
+
+func modelName(model string) string {
+	if model == "" {
+		return "the embedded default model"
+	}
+	return filepath.Base(model)
+}
+
+// planRounds pre-registers gate 3's rounds from the newest matching
+// calibration (--calibration, else under --out): enough for the not-slower
+// check to refuse twice the bar with probability 0.8, within the lever's
+// cap. Without one the run keeps --rounds and its gate states the power its
+// own rounds reached. --rounds given beside a calibration is a deviation.
+func (s *setup) planRounds(ctx context.Context, f *runFlags, cfg *gates.Config, prog *harness.Progress) {
+	if !slices.Contains(cfg.Gates, gates.GateAB) {
+		return
+	}
+	dir := f.calibration
+	if dir == "" {
+		dir = f.out
+	}
+	sha := ""
+	path := cfg.Model
+	if path == "" {
+		if p, err := s.m.ModelPath(ctx); err == nil {
+			path = p
+		}
+	}
+	if path != "" {
+		sha, _ = harness.FileSHA256Cached(path)
+	}
+	machine := gates.MachineName(cfg.Backend, s.gpuClocks(ctx), harness.CPUModel("/proc/cpuinfo"))
+	cal, file, notes := gates.FindCalibration(dir, machine, cfg.Backend, sha, cfg.PP, cfg.TG, cfg.Reps, time.Now())
+	for _, n := range notes {
+		prog.Note("calibration: %s", n)
+	}
+	if cal == nil {
+		prog.Note("calibration: none for %s on %s (pp%d tg%d r%d) under %s: %d rounds, power from their own noise (abtest calibrate records it)", modelName(path), machine, cfg.PP, cfg.TG, cfg.Reps, dir, cfg.Rounds)
+		return
+	}
+	plan := cal.PlanFor(file, cfg.BarPP, cfg.BarTG, cfg.Lever.HostWork, cfg.MaxRounds)
+	cfg.Power = plan
+	if f.changed("rounds") && f.rounds != plan.N {
+		cfg.Deviations = append(cfg.Deviations, fmt.Sprintf("--rounds %d (the calibration pre-registers %d)", f.rounds, plan.N))
+		return
+	}
+	cfg.Rounds = plan.N
+	prog.Note("calibration %s: %d rounds (%s)", file, plan.N, plan.Why)
+}
+
+// gpuClocks is the first GPU's reading (nil without one).
+func (s *setup) gpuClocks(ctx context.Context) *harness.Clocks {
+	if !s.hasGPU {
+		return nil
+	}
+	c, err := s.probe.ReadClocks(ctx)
+	if err != nil {
+		return nil
+	}
+	return c
 }
 
 // runConfig runs the gates of one configuration and writes its reports;

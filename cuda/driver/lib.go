@@ -147,7 +147,14 @@ func loadLib(candidates []string) (*lib, error) {
 			h, path = hh, c
 			break
 		}
-		reasons = append(reasons, err.Error()) // dlerror names the file
+		// dlerror names the file, but it is per OS thread and a goroutine
+		// can read it on another (seen: an empty message under load), so
+		// the name is said here too.
+		why := err.Error()
+		if !strings.Contains(why, c) {
+			why = c + ": " + why
+		}
+		reasons = append(reasons, why)
 	}
 	if h == 0 {
 		return nil, fmt.Errorf("cannot load the CUDA driver library (%s)", strings.Join(reasons, "; "))

@@ -27,13 +27,19 @@ const (
 	Int
 	// Path: a file or directory path.
 	Path
+	// Seam: a test-seam site, "SITE" or "SITE=VALUE" (ParseMutation).
+	Seam
 )
 
 func (k Kind) String() string {
-	return [...]string{"opt-out", "opt-in", "presence", "enum", "int", "path"}[k]
+	return [...]string{"opt-out", "opt-in", "presence", "enum", "int", "path", "mutation"}[k]
 }
 
-// Lever describes one MINFER_* gate.
+// Lever describes one MINFER_* gate. An A/B-able lever (one with arms)
+// declares everything GATES.md needs, once, here: backend, arms, workload,
+// liveness rule, tolerance class, pre-registered bars and the levers it
+// requires. `minfer levers --json` prints it all; the harness reads it from
+// there and keeps no table of its own.
 type Lever struct {
 	Name    string   `json:"name"`
 	Kind    Kind     `json:"-"`
@@ -49,51 +55,190 @@ type Lever struct {
 	// not A/B-able (instrumentation, test seams).
 	ArmA string `json:"arm_a,omitempty"`
 	ArmB string `json:"arm_b,omitempty"`
-	// Tolerance names the lever's declared tolerance class for the A-vs-B
-	// parity gate; empty means bitwise.
+	// Tolerance is the lever's declared tolerance class for the A-vs-B
+	// parity and greedy gates: one of the Tol* constants; "" is bitwise.
 	Tolerance string `json:"tolerance,omitempty"`
 	// Reserved is non-empty while the path the lever names is not built:
 	// the name is kept (users know it) and parsed, but it switches nothing,
 	// and abtest refuses to run it. The text says why and where it is going.
 	Reserved string `json:"reserved,omitempty"`
-	// Workload is the workload the lever's path needs, when the default one
-	// (abtest's --model / --pp; nightly: qwen2-0.5b Q8_0, pp512) never runs
-	// it, so its liveness gate would fail there by construction. Grammar:
+	// Workload is the workload the lever's CUDA path needs, when the
+	// default one (abtest's embedded model, pp512) never runs it. Grammar:
 	// space-separated terms, each at most once, in any order:
 	//   SHAPE:TYPE  the model `minfer synth --shape SHAPE --type TYPE` writes
 	//               (a shape of engine/synth, a weight type or mix it takes);
 	//   ppN         a prefill of N tokens (N >= 1).
 	// "qwen3-0.6b:Q8_0", "pp5", "qwen2-0.5b:Q4_0 pp512". Empty: the default.
-	// The harness parses it (harness.ParseWorkload: it reads the registry
-	// from the binary); harness/workload_test.go checks every declaration.
+	// On the CPU backend a lever of backend "any" runs on the default
+	// workload (its CPU path needs no weight type); Liveness.CPU.Needs says
+	// so and a test checks it. The harness parses it (harness.ParseWorkload);
+	// harness/workload_test.go checks every declaration against the needs.
 	Workload string `json:"workload,omitempty"`
+	// Liveness says what "the path this lever switches ran" means, per
+	// backend; every gate judges every arm process by it. Nil for levers
+	// without arms.
+	Liveness *Liveness `json:"liveness,omitempty"`
+	// Requires lists NAME=VALUE settings of other levers the path needs;
+	// abtest pins them in both arms (MINFER_FUSE_QKNORM's fused kernel
+	// exists only inside the QKV fusion).
+	Requires []string `json:"requires,omitempty"`
+	// Bars are the pre-registered bars of the A/B gate (GATES.md gate 3).
+	// A flag that changes one is a deviation the report prints first.
+	Bars *Bars `json:"bars,omitempty"`
+	// HostWork: the path moves host work (launch submission, readback,
+	// capture), so decode is judged on wall time; otherwise, where the
+	// device timed decode, the gate decides on device time (less noise).
+	HostWork bool `json:"host_work,omitempty"`
+	// Packages are the Go packages (module-relative) that hold the lever's
+	// path: on the CPU, gate 4 runs their test binaries with arm B's
+	// setting (on CUDA the device test binaries).
+	Packages []string `json:"packages,omitempty"`
+	// DefaultSince names the commit or report that made the current
+	// default the default ("" when it has always been).
+	DefaultSince string `json:"default_since,omitempty"`
 }
 
-// Mutation sites of the test seam (MINFER_TEST_MUTATE).
+// Bars are a lever's pre-registered A/B bars.
+type Bars struct {
+	// PP and TG are the not-slower bars (slowdown factors: 1.015 refuses B
+	// when it is slower than A by more than 1.5% in too many rounds).
+	PP float64 `json:"pp"`
+	TG float64 `json:"tg"`
+	// Claim is the improvement bar (a fraction: 0.015 is +1.5%).
+	Claim float64 `json:"claim"`
+	// MaxRounds caps the rounds a power calculation may ask for (GATES.md:
+	// at most 45; a slow workload may declare fewer).
+	MaxRounds int `json:"max_rounds"`
+}
+
+// DefaultBars are GATES.md's defaults for whole prefill and decode.
+var DefaultBars = Bars{PP: 1.015, TG: 1.015, Claim: 0.015, MaxRounds: 45}
+
+// Liveness is a lever's liveness rule: with the lever at On an arm runs the
+// path, with any other value (an unset lever reads as its default) it does
+// not. Each backend the lever runs on has its rule.
+type Liveness struct {
+	On   string    `json:"on"`
+	CUDA *PathRule `json:"cuda,omitempty"`
+	CPU  *PathRule `json:"cpu,omitempty"`
+	// Why says what the rule defends, for the report.
+	Why string `json:"why"`
+}
+
+// PathRule is the evidence of one backend's path in the census an arm
+// process prints at exit ({"launch_census":{name: count}}: kernel launches
+// on CUDA, op/path executions on the CPU) and {"cuda_graphs":...}.
+type PathRule struct {
+	// Census are name patterns (path.Match globs): the arm with the path on
+	// runs at least one name matching each, the arm with it off none.
+	Census []string `json:"census,omitempty"`
+	// Graphs: the arm with the path on captures and replays CUDA graphs,
+	// the other none; both run the same names.
+	Graphs bool `json:"graphs,omitempty"`
+	// PDL: the arm with the path on issues PDL launches (pdl_launches > 0),
+	// the other none; both run the same names.
+	PDL bool `json:"pdl,omitempty"`
+	// PrefillGraphs: the arm with the path on captures more graphs than the
+	// other, which still captures and replays its decode graph; same names.
+	PrefillGraphs bool `json:"prefill_graphs,omitempty"`
+	// Funcs (the CPU backend) are regular expressions of Go function names
+	// (as pprof prints them): a pprof CPU profile of the arm with the path
+	// on has samples in a matching function, the other none.
+	Funcs []string `json:"funcs,omitempty"`
+	// Needs is what a workload must have for the path to run at all.
+	Needs Needs `json:"needs"`
+}
+
+// Needs is what a workload must have for a path to run.
+type Needs struct {
+	// WeightTypes: at least one matmul weight of one of these types.
+	WeightTypes []string `json:"weight_types,omitempty"`
+	// Arch: the model's architecture (qwen3 for the q/k norm).
+	Arch string `json:"arch,omitempty"`
+	// MinNT / MaxNT: a forward of that many tokens (MaxNT 0: no upper
+	// bound): decode is 1, the small-batch path 2..8, prefill >= 9.
+	MinNT int `json:"min_nt,omitempty"`
+	MaxNT int `json:"max_nt,omitempty"`
+	// Repeats: the path runs only from the Nth execution of one shape (CUDA
+	// graphs are captured at the 3rd and replayed from the 4th).
+	Repeats int `json:"repeats,omitempty"`
+}
+
+// Tolerance classes (GATES.md gate 1, A vs B): the name, the cause and the
+// bar, as one phrase the harness parses.
+const (
+	// TolKVPrecision: a KV cache stored at lower precision.
+	TolKVPrecision = "kv-precision: max|diff| <= 0.5, top-1 equal at every position"
+	// TolActQuant: activations quantized to Q8_1 (int8 per 32 values) where
+	// the other arm carries them in f32/f16.
+	TolActQuant = "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"
+	// TolF16WeightTile: dequantized weights rounded to f16 in GEMM tiles.
+	TolF16WeightTile = "f16-weight-tile: max|diff| <= 0.5, top-1 equal at every position"
+	// TolAccumOrder: the same f32 sums in another order.
+	TolAccumOrder = "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"
+)
+
+// Mutation sites of the test seam (MINFER_TEST_MUTATE). slow_decode and
+// slow_prefill take a fraction: slow_decode=0.03 makes every decode forward
+// 3% slower (its device time on CUDA, its wall time on the CPU); bare, the
+// fraction is 1 (twice as slow).
 const (
 	MutatePerturbLogit = "perturb_logit"
 	MutateSkipBias     = "skip_bias"
 	MutateSlowDecode   = "slow_decode"
 	MutateSlowPrefill  = "slow_prefill"
+	// MutatePhantom (phantom=NAME): the lever reads as its baseline (arm A)
+	// value, so its candidate path never runs (a fast path that switches
+	// nothing).
+	MutatePhantom = "phantom"
+	// MutateFailDeviceTest: a planted test of the device suite (and of the
+	// CPU packages' suites) fails.
+	MutateFailDeviceTest = "fail_device_test"
 )
+
+// mutationSites are the sites MINFER_TEST_MUTATE accepts; the slow ones
+// take "=FRACTION".
+var mutationSites = []string{MutatePerturbLogit, MutateSkipBias, MutateSlowDecode, MutateSlowPrefill, MutatePhantom, MutateFailDeviceTest}
+
+// Weight-type sets of the liveness needs.
+var (
+	mmvqTypes  = []string{"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
+	mmqTypes   = mmvqTypes
+	quantTypes = mmvqTypes
+)
+
+// cudaOnly is the liveness rule of a path that exists only on CUDA.
+func cudaOnly(on string, why string, census []string, needs Needs) *Liveness {
+	return &Liveness{On: on, Why: why, CUDA: &PathRule{Census: census, Needs: needs}}
+}
 
 var registry = []Lever{
 	{Name: "MINFER_DISABLE_CUDA", Kind: Presence, Default: "unset", Values: []string{"unset", "1"}, Backend: "any", Path: "backend selection", Issue: "#4",
 		Doc: "presence disables the CUDA backend (the CPU runs)"},
 	{Name: "MINFER_CACHE_TYPE", Kind: Enum, Default: "auto", Values: []string{"auto", "f32", "f16", "q8_0"}, Backend: "any", Path: "KV cache storage", Issue: "#3",
 		Doc: "KV storage per engine: f32, f16, q8_0 (auto: f32, f16 for 7B-class dims on the GPU)", ArmA: "f32", ArmB: "f16",
-		Tolerance: "kv-precision: max|diff| <= 0.5, top-1 equal at every position"},
+		Tolerance: TolKVPrecision, Packages: []string{"engine/kv", "engine/cpu"},
+		Liveness: &Liveness{On: "f16",
+			CUDA: &PathRule{Census: []string{"minfer_attn_decode*_f16"}},
+			CPU:  &PathRule{Census: []string{"cpu_kv_store_f16"}, Funcs: []string{`/engine/kv\.(store|load)RowF16$`}},
+			Why:  "with the f16 cache the KV stores write f16 cells and decode attention reads them (minfer_attn_decode[2]_*_f16 on CUDA, cpu_kv_store_f16 on the CPU); with f32 none does"}},
 	{Name: "MINFER_NO_CUDA_GRAPH", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "CUDA graph capture/replay", Issue: "#4",
-		Doc: "1: direct launches, no capture/replay", ArmA: "1", ArmB: "0"},
+		Doc: "1: direct launches, no capture/replay", ArmA: "1", ArmB: "0", HostWork: true,
+		Liveness: &Liveness{On: "0", CUDA: &PathRule{Graphs: true, Needs: Needs{Repeats: 4}},
+			Why: "with graphs on, the backend captures and replays CUDA graphs (same kernels, replays counted in the census); with them off it captures and replays none"}},
 	{Name: "MINFER_NO_PREFILL_CAPTURE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill graph capture", Issue: "#4",
-		Doc: "1: prefill-shaped graphs are not captured", ArmA: "1", ArmB: "0"},
+		Doc: "1: prefill-shaped graphs are not captured", ArmA: "1", ArmB: "0", HostWork: true,
+		Liveness: &Liveness{On: "0", CUDA: &PathRule{PrefillGraphs: true, Needs: Needs{MinNT: 2, Repeats: 4}},
+			Why: "with prefill capture on, a prefill shape run often enough is captured as a CUDA graph too: more graphs captured than with it off, where only the decode graph is (same kernels either way)"}},
 	{Name: "MINFER_NO_PINNED_READBACK", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "logits readback", Issue: "#4",
-		Doc: "1: pageable logits readback", ArmA: "1", ArmB: "0"},
+		Doc: "1: pageable logits readback", ArmA: "1", ArmB: "0", HostWork: true},
 	{Name: "MINFER_MMQ", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#6",
 		Doc: "0: int8 tensor-core MMQ prefill off, f16 tensor-core GEMM instead", ArmA: "0", ArmB: "1",
 		// MMQ quantizes the activations to Q8_1 (int8 per 32 values) where
 		// the GEMM carries them to ~22 bits: the class of the MMVQ levers.
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+		Tolerance: TolActQuant, Workload: "qwen2-0.5b:Q8_0",
+		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM",
+			[]string{"minfer_mmq_q*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
 		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0",
 		// With MMQ on (the default) every quantized prefill matmul runs
@@ -102,92 +247,141 @@ var registry = []Lever{
 		// The GEMM rounds each dequantized weight to f16 in its tiles
 		// (cuda.MatMulTolerance: "f16-weight-tile"); the per-type kernels
 		// read it in f32, so A and B differ at nt above the mmv limit.
-		Tolerance: "f16-weight-tile: max|diff| <= 0.5, top-1 equal at every position"},
-	{Name: "MINFER_SMALL_M_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul", Issue: "#6",
-		Doc: "1: nt 2..8 through the GEMM path instead of multi-token MMVQ", ArmA: "0", ArmB: "1",
-		Reserved: "issue #6: nt 2..8 run the per-type kernels; the GEMM route for them is not built"},
+		Tolerance: TolF16WeightTile,
+		Liveness: cudaOnly("0", "prefill matmuls run the tiled tensor-core GEMM kernels (minfer_gemm_<type>) only with the GEMM path on; with it off they go through the per-type kernels (with MMQ on, only float weights reach the GEMM)",
+			[]string{"minfer_gemm_*"}, Needs{WeightTypes: []string{"F16", "BF16", "F32"}, MinNT: 9})},
 	{Name: "MINFER_NO_KQ_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "K-quant decode matmul", Issue: "#6",
 		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_K_M",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+		Tolerance: TolActQuant,
+		Liveness: cudaOnly("0", "K-quant decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run minfer_mmv_<type>",
+			[]string{"minfer_mmvq*_q[456]_k"}, Needs{WeightTypes: []string{"Q4_K", "Q5_K", "Q6_K"}, MaxNT: 1})},
 	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "legacy 32-value quants decode matmul (Q4_0, Q4_1, Q5_0, Q5_1)", Issue: "#6",
 		Doc: "1: Q4_0 / Q4_1 / Q5_0 / Q5_1 decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_0",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+		Tolerance: TolActQuant,
+		Liveness: cudaOnly("0", "Q4_0 / Q4_1 / Q5_0 / Q5_1 decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run the minfer_mmv_<type> kernels",
+			[]string{"minfer_mmvq*_q[45]_[01]"}, Needs{WeightTypes: []string{"Q4_0", "Q4_1", "Q5_0", "Q5_1"}, MaxNT: 1})},
 	{Name: "MINFER_NO_Q80_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q8_0 decode matmul", Issue: "#6",
-		Doc: "1: Q8_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+		Doc: "1: Q8_0 decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0",
+		Tolerance: TolActQuant,
+		Liveness: cudaOnly("0", "Q8_0 decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations (plain, fused qkv/ffn, in-kernel quantize) only with the lever on; off, they run minfer_mmv_q8_0",
+			[]string{"minfer_mmvq*_q8_0"}, Needs{WeightTypes: []string{"Q8_0"}, MaxNT: 1})},
 	{Name: "MINFER_NO_FA_PREFILL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#6",
 		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0",
 		// The tiled kernel sums in f32 in another order (online softmax per
 		// 64-cell tile, expf): f32 rounding only.
-		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+		Tolerance: TolAccumOrder,
+		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (v2 minfer_attn_prefill2_* by default, v1 minfer_attn_prefill_* with MINFER_FA_PREFILL_V2=0) only with the lever on; off, the plain minfer_attn_f32",
+			[]string{"minfer_attn_prefill*_*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
 		// order (per-warp partials merged with rescaling): f32 rounding only.
-		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+		Tolerance: TolAccumOrder,
+		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (the lean minfer_attn_decode2_* by default, minfer_attn_decode_* with MINFER_ATTN_DECODE_V2=0) only with the lever on; off, it runs the plain minfer_attn_f32",
+			[]string{"minfer_attn_decode*_*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_PDL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "kernel launch (programmatic dependent launch)", Issue: "#6",
-		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1"},
+		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1",
+		Liveness: &Liveness{On: "1", CUDA: &PathRule{PDL: true},
+			Why: "with PDL on, every launch carries the programmatic-dependent-launch attribute (pdl_launches > 0 on the cuda_graphs line) and the kernels are the same; off, none does"}},
 	{Name: "MINFER_MMVQ_INLINE_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul activation quantization", Issue: "#6",
-		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1"},
+		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0",
+		Liveness: cudaOnly("1", "decode MMVQ quantizes its activation in the kernel (minfer_mmvqx_*) only with the lever on; off, a separate minfer_quantize_q8_1 launch feeds minfer_mmvq_*",
+			[]string{"minfer_mmvqx_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
-		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1"},
+		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_MMVQ_REPACK",
+		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights reads their 16-byte-aligned repacked copy (minfer_mmvqr_*) only with the lever on; off, minfer_mmvq_* reads the GGUF blocks",
+			[]string{"minfer_mmvqr_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
 	{Name: "MINFER_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode rms_norm Q8_1 activation", Issue: "#6",
-		Doc: "1: decode rms_norm also writes the Q8_1 activation of the MMVQ matmuls that read it (no quantize launch)", ArmA: "0", ArmB: "1"},
+		Doc: "1: decode rms_norm also writes the Q8_1 activation of the MMVQ matmuls that read it (no quantize launch)", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0",
+		Liveness: cudaOnly("1", "decode rms_norm writes the Q8_1 activation of the MMVQ matmuls that read it (minfer_rms_norm_q8_1, one minfer_quantize_q8_1 fewer per fused QKV / FFN) only with the lever on; off, minfer_rms_norm_f32 and a separate quantize launch",
+			[]string{"minfer_rms_norm_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_ATTN_DECODE_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (lean split-K)", Issue: "#6",
 		Doc: "0: decode attention through the v1 split-K kernels instead of the lean ones (q in registers, lanes over the head dimension; on by default since reports/MINFER_ATTN_DECODE_V2: tg128 +5.9%)", ArmA: "0", ArmB: "1",
 		// Per-lane partial dots reduced by a shuffle tree, per-slot online
 		// softmax merged with rescaling: f32 rounding only.
-		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+		Tolerance: TolAccumOrder, DefaultSince: "reports/MINFER_ATTN_DECODE_V2",
+		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the lean split-K kernels (minfer_attn_decode2_*) only with the lever on; off, the split-K minfer_attn_decode_*",
+			[]string{"minfer_attn_decode2_*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_FA_PREFILL_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tiled v2)", Issue: "#6",
 		Doc: "0: prefill attention through the v1 tiled kernels instead of v2 (more blocks in flight; on by default since reports/MINFER_FA_PREFILL_V2: pp512 +14.1%)", ArmA: "0", ArmB: "1",
 		// Same per-row algorithm as the tiled v1 kernel with 16-lane (not
 		// 8-lane) max / sum trees: f32 rounding only.
-		Tolerance: "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"},
+		Tolerance: TolAccumOrder, DefaultSince: "reports/MINFER_FA_PREFILL_V2",
+		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs the v2 tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the v1 minfer_attn_prefill_*",
+			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul + residual add", Issue: "#6",
-		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1"},
+		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
+		Liveness: cudaOnly("1", "a decode matmul feeding only the residual add runs as minfer_mmvq[r]_res_<type> (writes x + W a) only with the lever on; off, the plain kernel and minfer_add_f32",
+			[]string{"minfer_mmvq*_res_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
-		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1", Workload: "pp5",
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
+		Liveness: cudaOnly("1", "matmuls of 2..8 tokens of the MMVQ types run minfer_mmvq_nt_<type> over Q8_1 rows only with the lever on; off, the f32-activation minfer_mmv_<type>",
+			[]string{"minfer_mmvq_nt_*"}, Needs{WeightTypes: mmvqTypes, MinNT: 2, MaxNT: 8})},
 	{Name: "MINFER_MMVQ_SPLIT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul (few rows, long K)", Issue: "#6",
 		Doc: "1: decode MMVQ matmuls with few rows (ceil(rows / 4) < 12 x SMs: 7B o-proj, ffn_down, q/k/v) run 4 warps per output row (minfer_mmvq*_s_*) instead of one, for more loads in flight", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0",
 		// The row's units are summed by 4 warps and the 4 partials added in
 		// a fixed order: f32 rounding only per matmul, but the reordered
 		// outputs round later Q8_1 activations the other way now and then
 		// (qwen2-0.5b: logits moved by up to 1.9% of max |logit|).
-		Tolerance: "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"},
+		Tolerance: TolActQuant,
+		Liveness: cudaOnly("1", "decode MMVQ matmuls with few rows (ceil(rows / 4) < 12 x SMs) run 4 warps per row (minfer_mmvq[r][_res|_qkv]_s_<type>) only with the lever on; off, the one-warp-per-row minfer_mmvq*_<type>",
+			[]string{"minfer_mmvq*_s_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_QUANTIZE_X4", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "activation Q8_1 quantize", Issue: "#6",
-		Doc: "0: the Q8_1 activation quantize runs one block per warp (minfer_quantize_q8_1) instead of four per warp with float4 loads (the same bytes; on by default since reports/MINFER_QUANTIZE_X4: pp512 +7.0%)", ArmA: "0", ArmB: "1"},
+		Doc: "0: the Q8_1 activation quantize runs one block per warp (minfer_quantize_q8_1) instead of four per warp with float4 loads (the same bytes; on by default since reports/MINFER_QUANTIZE_X4: pp512 +7.0%)", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_QUANTIZE_X4",
+		Liveness: cudaOnly("1", "the Q8_1 activation quantize runs as minfer_quantize_q8_1_x4 (four blocks per warp) only with the lever on; off, minfer_quantize_q8_1",
+			[]string{"minfer_quantize_q8_1_x4"}, Needs{WeightTypes: quantTypes})},
 	{Name: "MINFER_FUSE_QKNORM", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "qwen3 q/k norm + rope + KV store", Issue: "#6",
 		Doc: "0: qwen3's per-head q/k RMS norms, both ropes and both KV stores of a layer run as six launches instead of one minfer_qkv_norm_rope_store (bitwise the same; on by default since reports/MINFER_FUSE_QKNORM: qwen3 tg128 +15.2%)", ArmA: "0", ArmB: "1",
-		Workload: "qwen3-0.6b:Q8_0"},
+		Workload: "qwen3-0.6b:Q8_0", Requires: []string{"MINFER_NO_FUSE_QKV=0"}, DefaultSince: "c40de5a (reports/MINFER_FUSE_QKNORM)",
+		Liveness: cudaOnly("1", "qwen3's q/k norms, ropes and KV stores run as one minfer_qkv_norm_rope_store launch per layer only with the lever on; off, minfer_rms_norm_f32 twice, minfer_rope_f32 twice and minfer_kv_store twice",
+			[]string{"minfer_qkv_norm_rope_store"}, Needs{Arch: "qwen3"})},
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
-		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0"},
+		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0", Packages: []string{"engine/graph", "engine/cpu"},
+		Liveness: &Liveness{On: "0",
+			CUDA: &PathRule{Census: []string{"minfer_mmvq*_ffn_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
+			CPU:  &PathRule{Census: []string{"cpu_fused_ffn_*"}, Funcs: []string{`/engine/cpu\.\(\*Backend\)\.fusedFFN$`}},
+			Why:  "with FFN fusion on, decode runs gate, up and SwiGLU as one fused op (one fused MMVQ kernel on CUDA, cpu_fused_ffn_<type> on the CPU); off, two matmuls and a SwiGLU"}},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
-		Doc: "1: unfused QKV chains", ArmA: "1", ArmB: "0"},
-	{Name: "MINFER_NO_W16CACHE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "f16 weight cache for MMQ-off prefill", Issue: "#6",
-		Doc: "1: no persistent f16 weight cache for the MMQ-off prefill path", ArmA: "1", ArmB: "0",
-		Reserved: "issue #6: the persistent f16 weight cache is not built (the GEMM dequantizes tiles on the fly)"},
+		Doc: "1: unfused QKV chains", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0", Packages: []string{"engine/graph", "engine/cpu"},
+		Liveness: &Liveness{On: "0",
+			CUDA: &PathRule{Census: []string{"minfer_qkv*_rope_store", "minfer_mmvq*_qkv_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
+			CPU:  &PathRule{Census: []string{"cpu_fused_qkv_*"}, Funcs: []string{`/engine/cpu\.\(\*Backend\)\.fusedQKV$`}},
+			Why:  "with QKV fusion on, decode runs q/k/v as one fused matmul and bias + rope + KV store as one op (minfer_mmvq*_qkv_* and minfer_qkv_rope_store on CUDA, cpu_fused_qkv_<type> on the CPU); off, three matmuls, two ropes and two KV stores"}},
 	{Name: "MINFER_BENCH_WARMUP_MS", Kind: Int, Default: "2000", Values: []string{"<ms>"}, Backend: "any", Path: "minfer bench warmup", Issue: "#3",
 		Doc: "untimed warmup budget of minfer bench in milliseconds (at least 3 iterations)"},
 	{Name: "MINFER_OP_TIMING", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "instrumentation", Issue: "#4",
 		Doc: "1: per-kernel device time with events (direct launches only)"},
 	{Name: "MINFER_LAUNCH_CENSUS", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "instrumentation", Issue: "#4",
-		Doc: "1: per-kernel launch counts at exit, as JSON"},
+		Doc: "1: per-kernel launch counts (CUDA) or per-op path counts (CPU) at exit, as JSON (counters, not a profiler: every gate's arm processes run with it)"},
+	{Name: "MINFER_CPU_PROFILE", Kind: Path, Default: "", Values: []string{"<file>"}, Backend: "any", Path: "instrumentation", Issue: "#13",
+		Doc: "write a pprof CPU profile of the process to this file (gate 5's evidence on the CPU backend)"},
 	{Name: "MINFER_GRAPH_DUMP", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "instrumentation", Issue: "#3",
 		Doc: "1: dump node outputs to MINFER_DUMP_DIR (instrumented runs are never timed runs)"},
 	{Name: "MINFER_DUMP_DIR", Kind: Path, Default: "", Values: []string{"<dir>"}, Backend: "any", Path: "instrumentation", Issue: "#3",
 		Doc: "directory for MINFER_GRAPH_DUMP output"},
 	{Name: "MINFER_KERNELS", Kind: Path, Default: "", Values: []string{"<file>"}, Backend: "cuda", Path: "kernel fatbin location", Issue: "#4",
 		Doc: "path of the kernels fatbin (default: next to the binary)"},
-	{Name: "MINFER_TEST_MUTATE", Kind: Enum, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode, MutateSlowPrefill}, Backend: "any", Path: "test seam", Issue: "#5",
-		Doc: "test seam: plants a named defect so a gate can be shown to fail"},
+	{Name: "MINFER_TEST_MUTATE", Kind: Seam, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode + "[=F]", MutateSlowPrefill + "[=F]", MutatePhantom + "=LEVER", MutateFailDeviceTest}, Backend: "any", Path: "test seam", Issue: "#5",
+		Doc: "test seam: plants a named defect so a gate can be shown to fail (slow_decode=0.03: decode 3% slower)"},
 	{Name: "MINFER_TEST_CALL_FAIL", Kind: Path, Default: "", Values: []string{"<site>"}, Backend: "any", Path: "test seam", Issue: "#5",
 		Doc: "test seam: makes a named device call fail"},
 }
 
 func init() {
 	for i := range registry {
-		registry[i].KindS = registry[i].Kind.String()
+		l := &registry[i]
+		l.KindS = l.Kind.String()
+		if l.ArmA != "" && l.ArmB != "" && l.Reserved == "" && l.Bars == nil {
+			b := DefaultBars
+			l.Bars = &b
+		}
 	}
 }
 
@@ -227,8 +421,66 @@ func (l Lever) Validate(value string) error {
 		if n, err := strconv.Atoi(value); err != nil || n < 0 {
 			return fmt.Errorf("%s=%q: want a non-negative integer", l.Name, value)
 		}
+	case Seam:
+		if _, err := ParseMutation(value); err != nil {
+			return fmt.Errorf("%s=%q: %w", l.Name, value, err)
+		}
 	}
 	return nil
+}
+
+// MaxMutationFraction bounds slow_decode=F / slow_prefill=F.
+const MaxMutationFraction = 10.0
+
+// Mutation is a parsed MINFER_TEST_MUTATE value.
+type Mutation struct {
+	Site string // "" none
+	// Frac: slow_decode / slow_prefill make the forward this fraction
+	// slower (0.03: 3%).
+	Frac float64
+	// Lever: phantom's lever, which reads as its baseline (arm A) value.
+	Lever string
+}
+
+// ParseMutation reads a MINFER_TEST_MUTATE value: "" (none), a site,
+// slow_decode=F / slow_prefill=F with 0 < F <= MaxMutationFraction (bare:
+// F = 1), or phantom=NAME (an A/B lever).
+func ParseMutation(v string) (Mutation, error) {
+	if v == "" {
+		return Mutation{}, nil
+	}
+	site, arg, hasArg := strings.Cut(v, "=")
+	known := false
+	for _, s := range mutationSites {
+		known = known || s == site
+	}
+	if !known {
+		return Mutation{}, fmt.Errorf("unknown mutation site %q (sites: %s; slow_decode and slow_prefill take =FRACTION, phantom =LEVER)", site, strings.Join(mutationSites, ", "))
+	}
+	m := Mutation{Site: site}
+	switch site {
+	case MutateSlowDecode, MutateSlowPrefill:
+		if !hasArg {
+			m.Frac = 1
+			return m, nil
+		}
+		f, err := strconv.ParseFloat(arg, 64)
+		if err != nil || !(f > 0) || f > MaxMutationFraction {
+			return Mutation{}, fmt.Errorf("mutation %s=%q: want a fraction in (0, %g] (0.03: 3%% slower)", site, arg, MaxMutationFraction)
+		}
+		m.Frac = f
+	case MutatePhantom:
+		l, ok := Lookup(arg)
+		if !hasArg || !ok || l.ArmA == "" || l.ArmB == "" {
+			return Mutation{}, fmt.Errorf("mutation phantom=%q: want phantom=NAME of a lever with arms", arg)
+		}
+		m.Lever = arg
+	default:
+		if hasArg {
+			return Mutation{}, fmt.Errorf("mutation site %s takes no value", site)
+		}
+	}
+	return m, nil
 }
 
 func nonEmpty(vs []string) []string {
@@ -250,7 +502,6 @@ type Config struct {
 	NoPinnedReadback bool
 	MMQ              bool
 	NoPrefillGEMM    bool
-	SmallMGEMM       bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
 	NoQ80MMVQ        bool
@@ -269,14 +520,15 @@ type Config struct {
 	FuseQKNorm       bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
-	NoW16Cache       bool
 	BenchWarmupMS    int
 	OpTiming         bool
 	LaunchCensus     bool
+	CPUProfile       string
 	GraphDump        bool
 	DumpDir          string
 	Kernels          string
-	TestMutate       string
+	TestMutate       string  // the mutation site ("" none)
+	TestMutateFrac   float64 // slow_decode / slow_prefill: the slowdown fraction
 	TestCallFail     string
 	raw              map[string]string // every MINFER_* value that was set
 }
@@ -325,16 +577,32 @@ func Parse(environ []string) (Config, error) {
 		}
 		raw[k] = v
 	}
+	mut, err := ParseMutation(raw["MINFER_TEST_MUTATE"])
+	if err != nil {
+		return Config{}, err
+	}
+	vals := raw
+	if mut.Site == MutatePhantom {
+		// The lever reads as its baseline value: its candidate path never
+		// runs, whatever the arm asked for (raw, and so Set(), keeps what
+		// was asked: a fast path that switches nothing).
+		l, _ := Lookup(mut.Lever)
+		vals = map[string]string{}
+		for k, v := range raw {
+			vals[k] = v
+		}
+		vals[l.Name] = l.ArmA
+	}
 	on := func(name string) bool { // opt-in: "1" is on
-		return raw[name] == "1"
+		return vals[name] == "1"
 	}
 	optOut := func(name string) bool {
-		v, ok := raw[name]
+		v, ok := vals[name]
 		return !ok || v != "0"
 	}
 	c := Config{raw: raw}
 	_, c.DisableCUDA = raw["MINFER_DISABLE_CUDA"]
-	c.CacheType = raw["MINFER_CACHE_TYPE"]
+	c.CacheType = vals["MINFER_CACHE_TYPE"]
 	if c.CacheType == "" {
 		c.CacheType = "auto"
 	}
@@ -343,7 +611,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
-	c.SmallMGEMM = on("MINFER_SMALL_M_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
@@ -362,7 +629,6 @@ func Parse(environ []string) (Config, error) {
 	c.FuseQKNorm = optOut("MINFER_FUSE_QKNORM")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
-	c.NoW16Cache = on("MINFER_NO_W16CACHE")
 	c.BenchWarmupMS = 2000
 	if v, ok := raw["MINFER_BENCH_WARMUP_MS"]; ok {
 		c.BenchWarmupMS, _ = strconv.Atoi(v)
@@ -372,7 +638,8 @@ func Parse(environ []string) (Config, error) {
 	c.GraphDump = on("MINFER_GRAPH_DUMP")
 	c.DumpDir = raw["MINFER_DUMP_DIR"]
 	c.Kernels = raw["MINFER_KERNELS"]
-	c.TestMutate = raw["MINFER_TEST_MUTATE"]
+	c.CPUProfile = raw["MINFER_CPU_PROFILE"]
+	c.TestMutate, c.TestMutateFrac = mut.Site, mut.Frac
 	c.TestCallFail = raw["MINFER_TEST_CALL_FAIL"]
 	return c, nil
 }

@@ -336,3 +336,20 @@ func validModel(path string) bool {
 	_, err = model.ReadHParams(f)
 	return err == nil
 }
+
+// MatrixTypes returns the architecture and the weight type of every matrix
+// (2-D tensor) of the model opts describes, without generating it: what a
+// check of a workload's needs (a lever's liveness rule) reads.
+func MatrixTypes(opts Options) (arch string, types map[string]quant.Type, err error) {
+	p, err := newPlan(opts)
+	if err != nil {
+		return "", nil, err
+	}
+	types = map[string]quant.Type{}
+	for _, t := range p.tensors {
+		if len(t.dims) > 1 {
+			types[t.name] = t.typ
+		}
+	}
+	return string(p.shape.Arch), types, nil
+}

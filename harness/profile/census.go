@@ -8,7 +8,8 @@ import (
 )
 
 // Census is the engine's launch census (MINFER_LAUNCH_CENSUS=1): kernel name
-// -> launches in the process.
+// (CUDA) or op path (the CPU backend's "cpu_*" names) -> launches in the
+// process.
 type Census map[string]int
 
 // The CUDA backend prints its instrumentation at exit, each as ONE JSON line
@@ -83,11 +84,12 @@ func ParseGraphs(out string) (Graphs, bool, error) {
 		return Graphs{}, false, nil
 	}
 	var g struct {
-		Captured    *int `json:"captured"`
-		Replayed    *int `json:"replayed"`
-		Invalidated int  `json:"invalidated"`
-		Aborted     int  `json:"aborted"`
-		Disabled    bool `json:"disabled"`
+		Captured    *int  `json:"captured"`
+		Replayed    *int  `json:"replayed"`
+		Invalidated int   `json:"invalidated"`
+		Aborted     int   `json:"aborted"`
+		Disabled    bool  `json:"disabled"`
+		PDLLaunches int64 `json:"pdl_launches"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
 		return Graphs{}, false, fmt.Errorf("cuda_graphs: %w", err)
@@ -95,7 +97,8 @@ func ParseGraphs(out string) (Graphs, bool, error) {
 	if g.Captured == nil || g.Replayed == nil {
 		return Graphs{}, false, fmt.Errorf(`cuda_graphs: want {"captured":N,"replayed":M}, got %s`, raw)
 	}
-	return Graphs{Captured: *g.Captured, Replayed: *g.Replayed, Invalidated: g.Invalidated, Aborted: g.Aborted, Disabled: g.Disabled}, true, nil
+	return Graphs{Captured: *g.Captured, Replayed: *g.Replayed, Invalidated: g.Invalidated, Aborted: g.Aborted, Disabled: g.Disabled,
+		PDLLaunches: g.PDLLaunches}, true, nil
 }
 
 // OpKernel is one kernel of the engine's own event timing.

@@ -20,6 +20,12 @@ type TestRun struct {
 	FailureLogs map[string][]string `json:"failure_logs,omitempty"`
 	Skips       []string            `json:"skips,omitempty"`
 	Panicked    bool                `json:"panicked,omitempty"`
+	// NoDeviceSkips counts tests that skipped because no CUDA device
+	// answered them (a device suite where that happens proves nothing).
+	NoDeviceSkips int `json:"no_device_skips,omitempty"`
+	// Reused, when set, says the run was not made now: a cached identical
+	// run (same binaries, kernels, settings and GPU) was reused.
+	Reused string `json:"reused,omitempty"`
 }
 
 // ParseGoTestV counts the "--- PASS/FAIL/SKIP: Name (..)" lines of `go test

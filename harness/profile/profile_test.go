@@ -193,3 +193,12 @@ func TestDiffSASS_InstructionTextPerFunction(t *testing.T) {
 		t.Errorf("edited: %+v", d)
 	}
 }
+
+// The parser used to drop pdl_launches, so MINFER_PDL's liveness rule
+// (pdl_launches > 0 with PDL on) could never pass.
+func TestParseGraphs_KeepsPDLLaunches(t *testing.T) {
+	g, ok, err := ParseGraphs(`{"cuda_graphs":{"captured":2,"replayed":126,"pdl_launches":338}}`)
+	if err != nil || !ok || g.PDLLaunches != 338 || g.Captured != 2 {
+		t.Fatalf("%+v %v %v", g, ok, err)
+	}
+}

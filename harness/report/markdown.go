@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -91,6 +92,12 @@ func Markdown(rec *gates.Record, plots []string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("**Verdict: %s**\n\n", rec.VerdictLine)
+	if len(rec.Config.Deviations) > 0 {
+		w("**Deviations from the registry's pre-registered values:** %s.\n\n", strings.Join(rec.Config.Deviations, "; "))
+	}
+	if line := PowerLine(rec); line != "" {
+		w("**Power (gate 3):** %s\n\n", line)
+	}
 	title := fmt.Sprintf("# abtest: %s = %s (B) vs %s (A)\n\n", rec.Lever, rec.B, rec.A)
 	w("%s", title)
 	if rec.Mutate != "" {
@@ -114,9 +121,16 @@ func Markdown(rec *gates.Record, plots []string) string {
 		} else {
 			ev = g.Reason + " — " + ev
 		}
-		rows = append(rows, []string{g.Gate, g.Defends, string(g.Status), ev})
+		live := g.Liveness
+		if live == "" {
+			live = "—"
+		}
+		if g.Control != "" {
+			ev += fmt.Sprintf(" (without the mutation: %s)", g.Control)
+		}
+		rows = append(rows, []string{g.Gate, g.Defends, string(g.Status), live, ev})
 	}
-	w("%s\n", Table([]string{"gate", "what it defends", "result", "evidence"}, rows))
+	w("%s\n", Table([]string{"gate", "what it defends", "result", "liveness (this gate's arm processes)", "evidence"}, rows))
 	w("%s\n\n", OverheadLine(rec.Overhead))
 
 	envSection(&b, rec)
@@ -131,7 +145,7 @@ func Markdown(rec *gates.Record, plots []string) string {
 		case g.Suite != nil:
 			suiteSection(&b, g)
 		case g.Profile != nil:
-			profileSection(&b, g)
+			profileSection(&b, g, rec.Config.Lever)
 		default:
 			w("## Gate %s: %s\n\n%s\n\n", g.Gate, g.Status, g.Reason)
 		}
@@ -142,6 +156,47 @@ func Markdown(rec *gates.Record, plots []string) string {
 	}
 	w("```\n")
 	return b.String()
+}
+
+// PowerLine states, per gate-3 metric, its timing basis, sd, rounds, power
+// at twice the bar and the smallest slowdown it refuses with probability
+// 0.8 ("" without a gate 3).
+func PowerLine(rec *gates.Record) string {
+	var parts []string
+	for _, g := range rec.Gates {
+		if g.AB == nil {
+			continue
+		}
+		for _, m := range g.AB.Metrics {
+			if m.Power == nil {
+				continue
+			}
+			p := m.Power
+			parts = append(parts, fmt.Sprintf("%s on %s time: sd %.4f (%s), %d rounds, power %.2f against a slowdown of x%.3f, smallest slowdown refused with 0.8: %s%s",
+				m.Name, m.Basis, float64(p.SD), p.Source, p.Rounds, float64(p.Power), float64(p.Slowdown), slowdownPct(float64(p.MinDetectable)), noisyNote(p)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + "."
+}
+
+func slowdownPct(s float64) string {
+	if math.IsNaN(s) || math.IsInf(s, 0) {
+		return "none (no count of these rounds can refuse)"
+	}
+	return fmt.Sprintf("%.2f%%", (s-1)*100)
+}
+
+func noisyNote(p *gates.MetricPower) string {
+	switch {
+	case p.Noisy:
+		return fmt.Sprintf(" (**this run was noisier**: sd %.4f, p %.2g)", float64(p.SDRun), float64(p.NoisierP))
+	case !math.IsNaN(float64(p.NoisierP)):
+		return fmt.Sprintf(" (this run's sd %.4f)", float64(p.SDRun))
+	}
+	return ""
 }
 
 // OverheadLine states abtest's own share of the run and where the rest went.
@@ -213,6 +268,10 @@ func modelLine(e harness.Environment) string {
 func paritySection(b *strings.Builder, g gates.Result) {
 	d := g.Parity
 	fmt.Fprintf(b, "## Gate 1: parity x3 — %s\n\n%s\n\n", g.Status, g.Reason)
+	fmt.Fprintf(b, "Liveness over this gate's logits processes: %s\n\n", g.Liveness)
+	if d.Repeat > 1 {
+		fmt.Fprintf(b, "Each arm computed its logits %d times in one process (`minfer logits --repeat %d`, every run bitwise the first): the lever's path runs only from that execution on.\n\n", d.Repeat, d.Repeat)
+	}
 	fmt.Fprintf(b, "1. Kernel parity: **%s** — %s\n", d.KernelStatus, d.Kernel)
 	if len(d.Classes) == 0 {
 		fmt.Fprintf(b, "2. Whole-graph logits against the CPU reference (`--device cpu`, lever at its baseline, no mutation); bar: max|diff| <= %g and top-1 equal where the reference top-2 margin > %g.\n", d.GraphTol, d.GraphGap)
@@ -270,6 +329,10 @@ func greedySection(b *strings.Builder, g gates.Result) {
 	d := g.Greedy
 	fmt.Fprintf(b, "## Gate 2: greedy identity — %s\n\n%s\n\n", g.Status, g.Reason)
 	fmt.Fprintf(b, "`minfer generate --greedy -n %d --repeat-penalty 1.0`; declared margin bar: %g.\n\n", d.N, d.MarginBar)
+	fmt.Fprintf(b, "Liveness over this gate's generate processes: %s\n\n", g.Liveness)
+	if d.Repeat > 1 {
+		fmt.Fprintf(b, "Each generation ran %d times in its process (`--repeat %d`), identical every time.\n\n", d.Repeat, d.Repeat)
+	}
 	var rows [][]string
 	for _, p := range d.Prompts {
 		div := "—"
@@ -313,6 +376,7 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 	d := g.AB
 	c := rec.Config
 	fmt.Fprintf(b, "## Gate 3: interleaved A/B — %s\n\n%s\n\n", g.Status, g.Reason)
+	fmt.Fprintf(b, "Liveness over the rounds' bench processes: %s\n\n", g.Liveness)
 	fmt.Fprintf(b, "%d of %d pre-registered rounds, order alternating AB/BA; pp%d and tg%d, %d repetitions per process (the round value is their median); in-process warmup %d ms before each timed bench. Not-slower bars: pp %g, tg %g (refuse at %d of %d slower, one-sided sign test alpha 0.09). Improvement claim: median >= 1+%g and one-sided sign-test p <= 0.05.\n\n",
 		len(d.Rounds), d.Planned, c.PP, c.TG, c.Reps, c.BenchWarm, c.BarPP, c.BarTG, refuseAt(d), d.Planned, c.ClaimBar)
 	var wr [][]string
@@ -335,14 +399,33 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 		if m.Claim.Claim {
 			claim = "**yes**"
 		}
-		mr = append(mr, []string{m.Name, fmt.Sprintf("%.2f", m.SummaryA.Median), fmt.Sprintf("%.2f", m.SummaryB.Median), f4(float64(m.Median)),
+		mr = append(mr, []string{m.Name + " (" + m.Basis + ")", fmt.Sprintf("%.2f", m.SummaryA.Median), fmt.Sprintf("%.2f", m.SummaryB.Median), f4(float64(m.Median)),
 			fmt.Sprintf("[%s, %s] (%.1f%%)", f4(float64(m.CILo)), f4(float64(m.CIHi)), float64(m.CIConf)*100),
 			fmt.Sprintf("[%s, %s]", f4(float64(m.BootLo)), f4(float64(m.BootHi))),
 			fmt.Sprintf("%d/%d slower than 1/%g: %s", m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.Bar, passWord(m.NotSlower.Pass)),
 			fmt.Sprintf("%d wins, p=%.4g: %s", m.Claim.Wins, m.Claim.P, claim), yn2(m.SEP), g3(float64(m.WilcoxonP)),
 			fmt.Sprintf("%.2f%% / %.2f%%", m.SummaryA.CV*100, m.SummaryB.CV*100), outliers(m.Outliers)})
 	}
-	fmt.Fprintf(b, "Per metric (ratio = B/A, higher is better):\n\n%s\n", Table([]string{"metric", "median A", "median B", "median B/A", "95% CI (order stat.)", "bootstrap 95% CI", "not-slower", "claim (sign test)", "SEP", "Wilcoxon p (2-sided)", "CV A / B", "MAD outlier rounds"}, mr))
+	fmt.Fprintf(b, "Per metric (ratio = B/A, higher is better; the deciding metrics first, each on the timing basis named: device time where the backend timed its splits and the lever moves no host work):\n\n%s\n", Table([]string{"metric", "median A", "median B", "median B/A", "95% CI (order stat.)", "bootstrap 95% CI", "not-slower", "claim (sign test)", "SEP", "Wilcoxon p (2-sided)", "CV A / B", "MAD outlier rounds"}, mr))
+	var pr [][]string
+	for _, m := range d.Metrics {
+		if p := m.Power; p != nil {
+			pr = append(pr, []string{m.Name, m.Basis, fmt.Sprintf("%.4f", float64(p.SD)), p.Source, fmt.Sprintf("%.4f", float64(p.SDRun)), fmt.Sprint(p.Rounds),
+				fmt.Sprintf("%.3f", float64(p.Power)), fmt.Sprintf("x%.3f", float64(p.Slowdown)), slowdownPct(float64(p.MinDetectable)), g3(float64(p.NoisierP))})
+		}
+	}
+	if len(pr) > 0 {
+		fmt.Fprintf(b, "Power of the not-slower check (per-round log ratios ~ N(-ln s, sd^2); a round is slower when its ratio < 1/bar, probability Phi((ln s - ln bar)/sd); the check refuses at k(n) slower rounds; power = P(Binomial(n, p) >= k(n)) at s = twice the bar; GATES.md asks >= 0.8):\n\n%s\n",
+			Table([]string{"metric", "basis", "sd used", "sd from", "this run's sd", "rounds", "power", "at slowdown", "smallest slowdown refused with 0.8", "p(noisier than calibrated)"}, pr))
+	}
+	if len(d.Wall) > 0 {
+		var wr2 [][]string
+		for _, m := range d.Wall {
+			wr2 = append(wr2, []string{m.Name, fmt.Sprintf("%.2f", m.SummaryA.Median), fmt.Sprintf("%.2f", m.SummaryB.Median), f4(float64(m.Median)),
+				fmt.Sprintf("[%s, %s]", f4(float64(m.CILo)), f4(float64(m.CIHi))), fmt.Sprintf("%d/%d slower", m.NotSlower.Slower, m.NotSlower.N), g3(float64(m.Power.SDRun))})
+		}
+		fmt.Fprintf(b, "The same metrics on wall time (reported, not deciding):\n\n%s\n", Table([]string{"metric", "median A", "median B", "median B/A", "95% CI", "not-slower count", "sd of log ratio"}, wr2))
+	}
 	for _, m := range d.Metrics {
 		if m.Key == "tg" && m.SummaryA.Median > 0 && m.SummaryB.Median > 0 {
 			fmt.Fprintf(b, "Decode time per token (%s, median over rounds): A %.4f ms, B %.4f ms.\n\n", m.Name, 1000/m.SummaryA.Median, 1000/m.SummaryB.Median)
@@ -398,6 +481,13 @@ func outliers(is []int) string {
 func suiteSection(b *strings.Builder, g gates.Result) {
 	d := g.Suite
 	fmt.Fprintf(b, "## Gate 4: device suite — %s\n\n%s\n\n", g.Status, g.Reason)
+	fmt.Fprintf(b, "Ran with arm B's settings: %s.\n\n", envLine(d.Env))
+	if d.Reused != "" {
+		fmt.Fprintf(b, "Reused, not run now: %s.\n\n", d.Reused)
+	}
+	if len(d.Refused) > 0 {
+		fmt.Fprintf(b, "Binaries given but not this suite's (by their build stamp): %s.\n\n", strings.Join(d.Refused, "; "))
+	}
 	var rows [][]string
 	for _, r := range d.Binaries {
 		rows = append(rows, []string{r.Binary, fmt.Sprint(r.Passed), fmt.Sprint(r.Failed), fmt.Sprint(r.Skipped), strings.Join(r.Failures, ", ")})
@@ -412,18 +502,59 @@ func suiteSection(b *strings.Builder, g gates.Result) {
 	}
 }
 
-func profileSection(b *strings.Builder, g gates.Result) {
+// envLine renders lever settings "A=1 B=0" sorted ("defaults" when none).
+func envLine(m map[string]string) string {
+	if len(m) == 0 {
+		return "every lever at its default"
+	}
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var out []string
+	for _, k := range ks {
+		out = append(out, "`"+k+"="+m[k]+"`")
+	}
+	return strings.Join(out, " ")
+}
+
+func profileSection(b *strings.Builder, g gates.Result, lv harness.Lever) {
 	d := g.Profile
 	fmt.Fprintf(b, "## Gate 5: profile evidence — %s\n\n%s\n\n", g.Status, g.Reason)
-	if d.Rule != nil {
-		what := "kernels " + strings.Join(d.Rule.Kernels, ", ")
-		if d.Rule.Graphs {
-			what = "CUDA graphs captured/replayed"
-			if len(d.Rule.Kernels) > 0 {
-				what += " and kernels " + strings.Join(d.Rule.Kernels, ", ")
-			}
+	if d.Rule != nil && lv.Liveness != nil {
+		var what []string
+		if len(d.Rule.Census) > 0 {
+			what = append(what, "census names "+strings.Join(d.Rule.Census, ", "))
 		}
-		fmt.Fprintf(b, "Liveness rule (gates.LivenessRules): path on at value %s; judged by %s. %s\n\n", d.Rule.On, what, d.Rule.Why)
+		if d.Rule.Graphs {
+			what = append(what, "CUDA graphs captured/replayed")
+		}
+		if d.Rule.PDL {
+			what = append(what, "PDL launches")
+		}
+		if d.Rule.PrefillGraphs {
+			what = append(what, "prefill graphs captured")
+		}
+		if len(d.Rule.Funcs) > 0 {
+			what = append(what, "pprof functions "+strings.Join(d.Rule.Funcs, ", "))
+		}
+		fmt.Fprintf(b, "Liveness rule (the registry, `minfer levers --json`): path on at %s=%s; judged by %s. %s\n\n", lv.Name, lv.Liveness.On, strings.Join(what, "; "), lv.Liveness.Why)
+	}
+	if len(d.Missing) > 0 {
+		fmt.Fprintf(b, "Evidence missing: %s.\n\n", strings.Join(d.Missing, "; "))
+	}
+	if c := d.CPU; c != nil {
+		fmt.Fprintf(b, "pprof CPU profiles (MINFER_CPU_PROFILE, one bench per arm): %s\n\n", c.Note)
+		var pr [][]string
+		for _, a := range c.Arms {
+			var top []string
+			for _, h := range a.Top {
+				top = append(top, fmt.Sprintf("%s %d", shortFunc(h.Func), h.Samples))
+			}
+			pr = append(pr, []string{a.Arm, fmt.Sprint(a.Samples), fmt.Sprint(a.InFuncs), strings.Join(a.Matched, ", "), strings.Join(top, "; "), a.Error})
+		}
+		fmt.Fprintf(b, "%s\n", Table([]string{"arm", "samples", "in the lever's functions", "functions matched", "top functions (flat samples)", "error"}, pr))
 	}
 	fmt.Fprintf(b, "Liveness: **%s**\n\n", d.Liveness)
 	fmt.Fprintf(b, "CUDA graphs (the backend's `{\"cuda_graphs\"}` exit line, census runs): %s.\n\n", gates.GraphsLine(d))
@@ -482,4 +613,12 @@ func profileSection(b *strings.Builder, g gates.Result) {
 	if len(sa) > 0 {
 		fmt.Fprintf(b, "%s\n", Table([]string{"function", "arch", "instructions", "IMMA", "HMMA", "LDGSTS", "top opcodes"}, sa))
 	}
+}
+
+// shortFunc drops the module path of a Go function name.
+func shortFunc(f string) string {
+	if i := strings.LastIndex(f, "/"); i >= 0 {
+		return f[i+1:]
+	}
+	return f
 }

@@ -22,9 +22,31 @@
 // makes its tg report X tok/s (the census perturbs the speed);
 // FAKEMINFER_CENSUS=fail makes a census bench exit 1, =none leaves the
 // fields out (a CPU run).
+//
+// Backends: --device cuda (or auto with FAKEMINFER_GPU=1) acts as the CUDA
+// backend: bench reports "backend":"cuda" and device_ms/device_tok_s, the
+// census names CUDA kernels (minfer_mmq_q8_0 with MMQ on, minfer_gemm_q8_0
+// otherwise unless MINFER_NO_PREFILL_GEMM=1, the fused FFN/QKV kernels unless
+// their kill switch is set, minfer_attn_decode2_hd64_<kv>) and
+// {"cuda_graphs":...} (pdl_launches under MINFER_PDL=1); otherwise the CPU
+// backend's "cpu_*" op names (cpu_fused_ffn_q8_0, cpu_fused_qkv_q8_0,
+// cpu_kv_store_<kv>). MINFER_CPU_PROFILE=FILE writes a real pprof profile
+// of a busy loop in functions named like the engine's (fusedFFN,
+// fusedQKV, storeRowF16) for the paths that are on. logits and generate
+// take --repeat N (graphs captured at the 3rd run, replayed from the 4th),
+// generate --ids. MINFER_TEST_MUTATE=slow_decode=F / slow_prefill=F
+// divide tg / pp by 1+F; phantom=NAME makes NAME read as its arm A;
+// FAKEMINFER_NOISE_SD=S gives every bench process a log-normal speed
+// factor with sd S/sqrt(2) (so the per-round log ratio has sd S), drawn
+// from FAKEMINFER_SEED and the count in FAKEMINFER_COUNTER (a file each
+// process increments: deterministic sequences).
 package main
 
 import (
+	"math/rand/v2"
+
+	"github.com/google/pprof/profile"
+
 	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
@@ -49,6 +71,19 @@ type lever struct {
 	Name   string   `json:"name"`
 	Kind   string   `json:"kind"`
 	Values []string `json:"values"`
+	ArmA   string   `json:"arm_a"`
+}
+
+// phantomLever is the lever MINFER_TEST_MUTATE=phantom=NAME names, and
+// armA its baseline value: env reads it as that.
+var phantomLever, phantomArmA string
+
+// env is os.Getenv with the phantom mutation applied.
+func env(name string) string {
+	if name == phantomLever && name != "" {
+		return phantomArmA
+	}
+	return os.Getenv(name)
 }
 
 func main() {
@@ -59,6 +94,9 @@ func main() {
 	known := map[string]bool{}
 	for _, l := range ls {
 		known[l.Name] = true
+		if v, ok := strings.CutPrefix(os.Getenv("MINFER_TEST_MUTATE"), "phantom="); ok && v == l.Name {
+			phantomLever, phantomArmA = l.Name, l.ArmA
+		}
 	}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -88,6 +126,7 @@ func main() {
 	model := fs.String("model", "", "")
 	fs.String("device", "auto", "")
 	ids := fs.String("ids", "", "")
+	idsFlag := ids
 	top := fs.Int("top", 5, "")
 	out := fs.String("out", "", "")
 	asJSON := fs.Bool("json", false, "")
@@ -96,6 +135,7 @@ func main() {
 	r := fs.Int("r", 3, "")
 	depth := fs.Int("d", 0, "")
 	fs.Int("ctx", 4096, "")
+	repeat := fs.Int("repeat", 1, "")
 	fs.Bool("greedy", false, "")
 	fs.Float64("repeat-penalty", 1.1, "")
 	shape := fs.String("shape", "", "")
@@ -104,15 +144,24 @@ func main() {
 	output := fs.String("output", "", "")
 	fs.StringVar(output, "o", "", "")
 	_ = fs.Parse(os.Args[2:])
+	cuda = backendIsCUDA(os.Args[2:])
+	reps = *repeat
+	if *repeat < 1 {
+		fmt.Fprintln(os.Stderr, "minfer: --repeat wants N >= 1")
+		os.Exit(2)
+	}
 	defer deviceLines()
+	if prof := os.Getenv("MINFER_CPU_PROFILE"); prof != "" && os.Args[1] == "bench" && !cuda {
+		defer writeProfile(prof)
+	}
 	if *model == "" {
 		*model, _ = os.Executable()
 	}
-	mut := os.Getenv("MINFER_TEST_MUTATE")
-	f16 := os.Getenv("MINFER_CACHE_TYPE") == "f16"
+	mut, mutFrac := mutation(os.Getenv("MINFER_TEST_MUTATE"))
+	f16 := env("MINFER_CACHE_TYPE") == "f16"
 	switch os.Args[1] {
 	case "levers":
-		os.Stdout.Write(withWorkloads(leversJSON, os.Getenv("FAKEMINFER_WORKLOADS")))
+		os.Stdout.Write(withField(withField(leversJSON, "workload", os.Getenv("FAKEMINFER_WORKLOADS")), "reserved", os.Getenv("FAKEMINFER_RESERVED")))
 	case "bench":
 		if ignoreDepth {
 			*depth = 0
@@ -120,7 +169,7 @@ func main() {
 		if lg := os.Getenv("FAKEMINFER_BENCH_LOG"); lg != "" {
 			logBench(lg, *model, *p)
 		}
-		bench(*p, *n, *r, *depth, mut, *model)
+		bench(*p, *n, *r, *depth, mut, mutFrac, *model)
 	case "info":
 		if fs.Arg(0) != "" {
 			*model = fs.Arg(0)
@@ -177,6 +226,7 @@ func main() {
 		}
 		_ = os.WriteFile(*output, []byte(fmt.Sprintf("GGUF fake %s %s seed %d", *shape, *typ, *seed)), 0o644)
 	case "logits":
+		forwards, promptNT = 1, len(strings.Split(*ids, ","))
 		var xs []int32
 		for _, s := range strings.Split(*ids, ",") {
 			v, err := strconv.Atoi(s)
@@ -227,6 +277,23 @@ func main() {
 		for _, c := range []byte(prompt) {
 			ids = append(ids, int32(c))
 		}
+		if *idsFlag != "" {
+			if prompt != "" {
+				fmt.Fprintln(os.Stderr, "minfer generate: --ids and a text prompt are exclusive")
+				os.Exit(2)
+			}
+			ids = nil
+			for _, s := range strings.Split(*idsFlag, ",") {
+				v, err := strconv.Atoi(s)
+				if err != nil || v < 0 || v >= vocab {
+					fmt.Fprintf(os.Stderr, "minfer: token id %q outside the vocabulary of %d\n", s, vocab)
+					os.Exit(1)
+				}
+				ids = append(ids, int32(v))
+			}
+		}
+		forwards = 1 + *n
+		promptNT = len(ids)
 		hist := append([]int32{}, ids...)
 		var gen []int32
 		for s := 0; s < *n; s++ {
@@ -278,9 +345,9 @@ func logits(ctx []int32, f16 bool, mut string, last bool) []float32 {
 	return row
 }
 
-// withWorkloads sets the workload of the levers named in spec
-// ("NAME=WORKLOAD;NAME=WORKLOAD") in the registry JSON; "" leaves it as is.
-func withWorkloads(reg []byte, spec string) []byte {
+// withField sets a field (workload, reserved) of the levers named in spec
+// ("NAME=VALUE;NAME=VALUE") in the registry JSON; "" leaves it as is.
+func withField(reg []byte, field, spec string) []byte {
 	if spec == "" {
 		return reg
 	}
@@ -292,7 +359,7 @@ func withWorkloads(reg []byte, spec string) []byte {
 		name, w, _ := strings.Cut(kv, "=")
 		for _, l := range ls {
 			if l["name"] == name {
-				l["workload"] = w
+				l[field] = w
 			}
 		}
 	}
@@ -321,31 +388,174 @@ func logBench(path, model string, p int) {
 	fmt.Fprintf(f, "model=%s p=%d %s\n", model, p, strings.Join(set, " "))
 }
 
-// deviceLines prints what the CUDA backend prints at exit.
+// Process facts the exit lines report.
+var (
+	cuda     bool // the fake acts as the CUDA backend
+	reps     = 1  // --repeat
+	forwards = 0  // forwards of one run (logits 1, generate 1+n)
+	promptNT = 0  // the prompt's token count
+	benchRun bool
+)
+
+// backendIsCUDA: --device cuda, or auto with FAKEMINFER_GPU=1.
+func backendIsCUDA(args []string) bool {
+	dev := "auto"
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--device="); ok {
+			dev = v
+		} else if a == "--device" && i+1 < len(args) {
+			dev = args[i+1]
+		}
+	}
+	return dev == "cuda" || dev == "auto" && os.Getenv("FAKEMINFER_GPU") == "1"
+}
+
+// mutation splits MINFER_TEST_MUTATE into its site and fraction (slow_*:
+// bare is 1).
+func mutation(v string) (string, float64) {
+	site, arg, ok := strings.Cut(v, "=")
+	if site != "slow_decode" && site != "slow_prefill" {
+		return site, 0
+	}
+	if !ok {
+		return site, 1
+	}
+	f, _ := strconv.ParseFloat(arg, 64)
+	return site, f
+}
+
+// deviceLines prints what the backend prints at exit with the census on.
 func deviceLines() {
-	if os.Getenv("MINFER_LAUNCH_CENSUS") == "1" {
-		c := map[string]int{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196}
-		if os.Getenv("MINFER_NO_PREFILL_GEMM") != "1" && os.Getenv("FAKEMINFER_MODE") != "phantom" {
-			c["minfer_gemm_q8_0"] = 28
+	if os.Getenv("MINFER_LAUNCH_CENSUS") != "1" {
+		if cuda && os.Getenv("MINFER_OP_TIMING") == "1" {
+			fmt.Fprintln(os.Stderr, `{"op_timing":{"direct_launches_only":true,"note":"fake","kernels":[{"kernel":"minfer_mmv_q8_0","count":196,"total_ns":392000},{"kernel":"minfer_rms_norm_f32","count":57,"total_ns":57000}]}}`)
+		}
+		return
+	}
+	kv := "f32"
+	if env("MINFER_CACHE_TYPE") == "f16" {
+		kv = "f16"
+	}
+	if !cuda {
+		c := map[string]int{"cpu_rms_norm": 57, "cpu_matmul_q8_0": 100, "cpu_kv_store_" + kv: 24, "cpu_attn": 24}
+		if env("MINFER_NO_FUSE_FFN") != "1" {
+			c["cpu_fused_ffn_q8_0"] = 24
 		} else {
-			c["minfer_mmv_q8_0"] += 28
+			c["cpu_matmul_q8_0"] += 48
+		}
+		if env("MINFER_NO_FUSE_QKV") != "1" {
+			c["cpu_fused_qkv_q8_0"] = 24
+		} else {
+			c["cpu_matmul_q8_0"] += 72
 		}
 		b, _ := json.Marshal(map[string]any{"launch_census": c})
-		fmt.Fprintln(os.Stderr, "minfer: model: cuda backend (fake)")
 		fmt.Fprintln(os.Stderr, string(b))
-		g := map[string]int{"captured": 2, "replayed": 126}
-		if os.Getenv("MINFER_NO_CUDA_GRAPH") == "1" {
-			g = map[string]int{"captured": 0, "replayed": 0}
-		}
-		b, _ = json.Marshal(map[string]any{"cuda_graphs": g})
-		fmt.Fprintln(os.Stderr, string(b))
+		return
 	}
+	c := map[string]int{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196, "minfer_attn_decode2_hd64_" + kv: 24}
+	prefill := promptNT >= 9 || benchRun
+	switch {
+	case !prefill:
+	case env("MINFER_MMQ") != "0" && os.Getenv("FAKEMINFER_MODE") != "phantom":
+		c["minfer_mmq_q8_0"] = 28
+	case env("MINFER_NO_PREFILL_GEMM") != "1" && os.Getenv("FAKEMINFER_MODE") != "phantom":
+		c["minfer_gemm_q8_0"] = 28
+	default:
+		c["minfer_mmv_q8_0"] += 28
+	}
+	if env("MINFER_NO_FUSE_FFN") != "1" {
+		c["minfer_mmvqr_ffn_q8_0"] = 24
+	}
+	if env("MINFER_NO_FUSE_QKV") != "1" {
+		c["minfer_mmvq_qkv_q8_0"], c["minfer_qkv_rope_store"] = 24, 24
+	}
+	b, _ := json.Marshal(map[string]any{"launch_census": c})
+	fmt.Fprintln(os.Stderr, "minfer: model: cuda backend (fake)")
+	fmt.Fprintln(os.Stderr, string(b))
+	// Graphs: a bench warms every shape up; logits/generate capture a
+	// shape at its 3rd run and replay it from the 4th.
+	g := map[string]int64{"captured": 2, "replayed": 126}
+	if !benchRun {
+		g = map[string]int64{"captured": 0, "replayed": 0}
+		if reps >= 3 {
+			g["captured"] = 1
+			g["replayed"] = int64(reps-3) * int64(max(forwards, 1))
+		}
+		if forwards > 1 && reps < 3 { // generate: the decode graph
+			g["captured"], g["replayed"] = 1, int64(forwards-3)
+		}
+	}
+	if env("MINFER_NO_CUDA_GRAPH") == "1" {
+		g["captured"], g["replayed"] = 0, 0
+	}
+	if env("MINFER_PDL") == "1" {
+		g["pdl_launches"] = 300
+	}
+	b, _ = json.Marshal(map[string]any{"cuda_graphs": g})
+	fmt.Fprintln(os.Stderr, string(b))
 	if os.Getenv("MINFER_OP_TIMING") == "1" {
 		fmt.Fprintln(os.Stderr, `{"op_timing":{"direct_launches_only":true,"note":"fake","kernels":[{"kernel":"minfer_mmv_q8_0","count":196,"total_ns":392000},{"kernel":"minfer_rms_norm_f32","count":57,"total_ns":57000}]}}`)
 	}
 }
 
-func bench(p, n, r, depth int, mut, model string) {
+// writeProfile writes a pprof CPU profile whose samples sit in functions
+// named like the engine's CPU paths that are on (fusedFFN, fusedQKV, the
+// f16 KV rows) and in a matmul, as a real profile of minfer would.
+func writeProfile(path string) {
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 10000000}
+	add := func(name string, n int64) {
+		id := uint64(len(p.Function) + 1)
+		f := &profile.Function{ID: id, Name: name, SystemName: name}
+		l := &profile.Location{ID: id, Line: []profile.Line{{Function: f}}}
+		p.Function = append(p.Function, f)
+		p.Location = append(p.Location, l)
+		p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{l}, Value: []int64{n, n * 10000000}})
+	}
+	add("github.com/minfer-go/minfer/engine/cpu.(*matmulJob).runDot", 120)
+	if env("MINFER_NO_FUSE_FFN") != "1" {
+		add("github.com/minfer-go/minfer/engine/cpu.(*Backend).fusedFFN", 30)
+	}
+	if env("MINFER_NO_FUSE_QKV") != "1" {
+		add("github.com/minfer-go/minfer/engine/cpu.(*Backend).fusedQKV", 20)
+	}
+	if env("MINFER_CACHE_TYPE") == "f16" {
+		add("github.com/minfer-go/minfer/engine/kv.loadRowF16", 15)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "minfer: cpu profile:", err)
+		os.Exit(1)
+	}
+	defer f.Close()
+	if err := p.Write(f); err != nil {
+		fmt.Fprintln(os.Stderr, "minfer: cpu profile:", err)
+		os.Exit(1)
+	}
+}
+
+// speedFactor is the process's log-normal speed factor (FAKEMINFER_NOISE_SD
+// is the per-round log-ratio sd; each process draws sd/sqrt2), 1 without.
+func speedFactor() float64 {
+	sd, _ := strconv.ParseFloat(os.Getenv("FAKEMINFER_NOISE_SD"), 64)
+	if sd <= 0 {
+		return 1
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("FAKEMINFER_SEED"), 10, 64)
+	n := uint64(time.Now().UnixNano())
+	if file := os.Getenv("FAKEMINFER_COUNTER"); file != "" {
+		b, _ := os.ReadFile(file)
+		c, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		_ = os.WriteFile(file, []byte(strconv.FormatUint(c+1, 10)), 0o644)
+		n = c
+	}
+	rng := rand.New(rand.NewPCG(seed, n))
+	return math.Exp(sd / math.Sqrt2 * rng.NormFloat64())
+}
+
+func bench(p, n, r, depth int, mut string, frac float64, model string) {
+	benchRun = true
+	speed := speedFactor()
 	seed := uint64(time.Now().UnixNano())
 	noise := func() float64 {
 		seed = seed*6364136223846793005 + 1442695040888963407
@@ -362,11 +572,12 @@ func bench(p, n, r, depth int, mut, model string) {
 		}
 		noise = func() float64 { return 1 }
 	}
+	pp, tg = pp*speed, tg*speed
 	if mut == "slow_prefill" {
-		pp *= 0.8
+		pp /= 1 + frac
 	}
 	if mut == "slow_decode" {
-		tg *= 0.8
+		tg /= 1 + frac
 	}
 	censusOn := os.Getenv("MINFER_LAUNCH_CENSUS") == "1"
 	if censusOn && os.Getenv("FAKEMINFER_CENSUS") == "fail" {
@@ -398,6 +609,14 @@ func bench(p, n, r, depth int, mut, model string) {
 			sum += t
 		}
 		m := map[string]any{"name": name, "n_tokens": nt, "samples_ms": ms, "tok_s": ts, "mean_tok_s": sum / float64(r), "stddev_tok_s": 0}
+		if cuda { // device time: the same rate, a hair faster (no host work)
+			var dms, dts []float64
+			for _, t := range ts {
+				dts = append(dts, t*1.01)
+				dms = append(dms, float64(nt)/(t*1.01)*1000)
+			}
+			m["device_ms"], m["device_tok_s"] = dms, dts
+		}
 		census(m)
 		return m
 	}
@@ -418,7 +637,11 @@ func bench(p, n, r, depth int, mut, model string) {
 	if n > 0 {
 		tests = append(tests, test(fmt.Sprintf("tg%d%s", n, suffix), n, tg))
 	}
-	doc := map[string]any{"model": model, "model_sha256": sum, "backend": "cpu", "kv_format": "f32",
+	backend := "cpu"
+	if cuda {
+		backend = "cuda"
+	}
+	doc := map[string]any{"model": model, "model_sha256": sum, "backend": backend, "kv_format": "f32",
 		"threads": 2, "n_prompt": p, "n_gen": n, "reps": r, "warmup": map[string]any{"budget_ms": w, "iterations": 3, "elapsed_ms": 1},
 		"tests": tests, "go_version": "go-fake", "date": "now"}
 	if depth > 0 {

@@ -1,0 +1,190 @@
+package levers
+
+import (
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// registryProblems lists what is wrong with one entry's declarations
+// (GATES.md "every lever is declared once"): an A/B lever needs a liveness
+// rule for every backend it runs on (or says why it has none), a known
+// tolerance class, valid requirements, census patterns that are globs of
+// the backend's names, and weight-type needs its typed patterns can meet.
+func registryProblems(l Lever) []string {
+	var bad []string
+	if l.ArmA == "" || l.ArmB == "" || l.Reserved != "" {
+		if l.Liveness != nil || l.Workload != "" || l.Bars != nil {
+			bad = append(bad, "a lever abtest does not run declares liveness, workload or bars")
+		}
+		return bad
+	}
+	if l.Bars == nil || !(l.Bars.PP >= 1) || !(l.Bars.TG >= 1) || !(l.Bars.Claim > 0) || l.Bars.MaxRounds < 9 || l.Bars.MaxRounds > 45 {
+		bad = append(bad, "bars missing or out of range")
+	}
+	switch l.Tolerance {
+	case "", TolKVPrecision, TolActQuant, TolF16WeightTile, TolAccumOrder:
+	default:
+		bad = append(bad, "tolerance is not one of the Tol* classes: "+l.Tolerance)
+	}
+	for _, r := range l.Requires {
+		name, v, ok := strings.Cut(r, "=")
+		o, found := Lookup(name)
+		if !ok || !found || name == l.Name || o.Validate(v) != nil {
+			bad = append(bad, "bad requirement "+r)
+		}
+	}
+	lv := l.Liveness
+	if lv == nil {
+		if l.Name != "MINFER_NO_PINNED_READBACK" { // the one lever with no census evidence (its runs stay INCONCLUSIVE)
+			bad = append(bad, "no liveness rule")
+		}
+		return bad
+	}
+	if lv.On != l.ArmA && lv.On != l.ArmB || l.ArmA == l.ArmB || lv.Why == "" {
+		bad = append(bad, "liveness On must be exactly one arm's value, with a why")
+	}
+	wantCUDA, wantCPU := l.Backend == "cuda" || l.Backend == "any", l.Backend == "cpu" || l.Backend == "any"
+	if (lv.CUDA != nil) != wantCUDA || (lv.CPU != nil) != wantCPU {
+		bad = append(bad, "a liveness rule per backend it runs on ("+l.Backend+")")
+	}
+	for _, r := range []struct {
+		rule   *PathRule
+		prefix string
+	}{{lv.CUDA, "minfer_"}, {lv.CPU, "cpu_"}} {
+		if r.rule == nil {
+			continue
+		}
+		if len(r.rule.Census) == 0 && !r.rule.Graphs && !r.rule.PDL && !r.rule.PrefillGraphs {
+			bad = append(bad, "a rule with no evidence")
+		}
+		for _, t := range r.rule.Needs.WeightTypes {
+			if _, err := quant.ParseType(t); err != nil {
+				bad = append(bad, "unknown weight type "+t)
+			}
+		}
+		if n := r.rule.Needs; n.MaxNT != 0 && n.MaxNT < n.MinNT {
+			bad = append(bad, "needs MaxNT < MinNT")
+		}
+		for _, p := range r.rule.Census {
+			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) {
+				bad = append(bad, "census pattern "+p+" is not a glob of "+r.prefix+"* names")
+			}
+			bad = append(bad, typedPatternProblems(p, r.rule.Needs.WeightTypes)...)
+		}
+	}
+	return bad
+}
+
+// typedPatternProblems: a pattern that ends in a weight type (".._q8_0",
+// ".._q[456]_k") launches only for those types, so every type the rule
+// needs must be one of them (else a workload can meet the need and still
+// never run the pattern).
+func typedPatternProblems(p string, need []string) []string {
+	star := strings.LastIndex(p, "*")
+	suffix := p[star+1:]
+	var typed []string
+	for _, t := range quant.WeightTypes() {
+		if ok, _ := path.Match("*"+suffix, "x_"+strings.ToLower(t.String())); ok && strings.HasPrefix(suffix, "_") {
+			typed = append(typed, t.String())
+		}
+	}
+	if len(typed) == 0 || len(need) == 0 {
+		return nil
+	}
+	var bad []string
+	for _, t := range need {
+		if !slices.Contains(typed, t) {
+			bad = append(bad, "needs weight type "+t+" but pattern "+p+" launches only for "+strings.Join(typed, ", "))
+		}
+	}
+	return bad
+}
+
+func TestRegistry_EveryABLeverDeclaresLivenessClassBarsAndRequirements(t *testing.T) {
+	for _, l := range All() {
+		for _, p := range registryProblems(l) {
+			t.Errorf("%s: %s", l.Name, p)
+		}
+	}
+}
+
+// TestRegistry_ProblemsAreFound: the check fails an entry with each defect.
+func TestRegistry_ProblemsAreFound(t *testing.T) {
+	good, _ := Lookup("MINFER_NO_Q80_MMVQ")
+	if p := registryProblems(good); len(p) != 0 {
+		t.Fatalf("the registry's own entry fails: %v", p)
+	}
+	for what, mutate := range map[string]func(*Lever){
+		"no rule":           func(l *Lever) { l.Liveness = nil },
+		"on is neither arm": func(l *Lever) { x := *l.Liveness; x.On = "2"; l.Liveness = &x },
+		"cpu rule on a cuda lever": func(l *Lever) {
+			x := *l.Liveness
+			x.CPU = &PathRule{Census: []string{"cpu_x"}}
+			l.Liveness = &x
+		},
+		"pattern of another backend": func(l *Lever) {
+			x := *l.Liveness
+			x.CUDA = &PathRule{Census: []string{"cpu_matmul_*"}}
+			l.Liveness = &x
+		},
+		"typed pattern cannot meet its need": func(l *Lever) {
+			x := *l.Liveness
+			r := *x.CUDA
+			r.Needs.WeightTypes = []string{"Q4_K"}
+			x.CUDA = &r
+			l.Liveness = &x
+		},
+		"unknown class":       func(l *Lever) { l.Tolerance = "vibes: max|diff| <= 9" },
+		"bad requirement":     func(l *Lever) { l.Requires = []string{"MINFER_NOPE=1"} },
+		"rounds cap above 45": func(l *Lever) { b := *l.Bars; b.MaxRounds = 99; l.Bars = &b },
+	} {
+		l := good
+		mutate(&l)
+		if p := registryProblems(l); len(p) == 0 {
+			t.Errorf("%s: not found", what)
+		}
+	}
+}
+
+func TestParseMutation_SitesFractionsAndPhantomLever(t *testing.T) {
+	for v, want := range map[string]Mutation{
+		"":                   {},
+		"skip_bias":          {Site: MutateSkipBias},
+		"slow_decode":        {Site: MutateSlowDecode, Frac: 1},
+		"slow_decode=0.03":   {Site: MutateSlowDecode, Frac: 0.03},
+		"slow_prefill=0.5":   {Site: MutateSlowPrefill, Frac: 0.5},
+		"phantom=MINFER_MMQ": {Site: MutatePhantom, Lever: "MINFER_MMQ"},
+		"fail_device_test":   {Site: MutateFailDeviceTest},
+	} {
+		got, err := ParseMutation(v)
+		if err != nil || got != want {
+			t.Errorf("%q: %+v %v, want %+v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"typo", "slow_decode=0", "slow_decode=-1", "slow_decode=11", "slow_decode=x", "skip_bias=1",
+		"phantom", "phantom=MINFER_NOPE", "phantom=MINFER_OP_TIMING"} {
+		if m, err := ParseMutation(v); err == nil {
+			t.Errorf("%q accepted: %+v", v, m)
+		}
+	}
+}
+
+// TestParse_PhantomMakesOnlyItsLeverReadAsBaseline: phantom=MINFER_MMQ
+// turns MMQ off whatever the arm asked, and nothing else.
+func TestParse_PhantomMakesOnlyItsLeverReadAsBaseline(t *testing.T) {
+	c, err := Parse([]string{"MINFER_MMQ=1", "MINFER_NO_FUSE_FFN=1", "MINFER_TEST_MUTATE=phantom=MINFER_MMQ"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MMQ || !c.NoFuseFFN || c.TestMutate != MutatePhantom || c.Set()["MINFER_MMQ"] != "1" {
+		t.Fatalf("%+v", c)
+	}
+	plain, _ := Parse([]string{"MINFER_MMQ=1"})
+	if !plain.MMQ {
+		t.Fatal("MINFER_MMQ=1 reads as off without the mutation")
+	}
+}
