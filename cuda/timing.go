@@ -27,6 +27,7 @@ type deviceTimer struct {
 	start, end *driver.Event // nil until the first split
 	open       bool          // a start is recorded and its end is not yet
 	total      time.Duration
+	last       time.Duration // the latest interval (tests)
 	splits     int64
 }
 
@@ -87,6 +88,7 @@ func (t *deviceTimer) done() error {
 		return fmt.Errorf("device timer: %w", err)
 	}
 	t.total += d
+	t.last = d
 	t.splits++
 	return nil
 }

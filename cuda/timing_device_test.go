@@ -40,35 +40,69 @@ func dsMedian(xs []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// TestDeviceTime_DecodePositiveBelowWallAndReplayNearDirect: every decode
-// step's device time (events at its split boundaries) is positive and at
-// most its wall time, with graph replay (steps 4 on) and with direct
-// launches; and the two agree within a factor of 3 (direct launches add
-// the gaps in which the stream waits for the host, a replay has none).
-func TestDeviceTime_DecodePositiveBelowWallAndReplayNearDirect(t *testing.T) {
+// dsPrefillTimes forwards the same n-token prompt runs times from an empty
+// context and returns, for each of the last keep runs, its wall time and
+// the device time it added (CUDA graphs replay a shape from its 4th run).
+func dsPrefillTimes(t *testing.T, e *model.Engine, n, runs, keep int) (wall, dev []time.Duration) {
+	t.Helper()
+	b := dsDeviceBackend(t, e)
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(11 + 13*i)
+	}
+	for i := range runs {
+		e.Reset()
+		d0 := b.DeviceTime()
+		t0 := time.Now()
+		if _, err := e.Forward(p, false); err != nil {
+			t.Fatal(err)
+		}
+		if w := time.Since(t0); i >= runs-keep {
+			wall = append(wall, w)
+			dev = append(dev, b.DeviceTime()-d0)
+		}
+	}
+	return wall, dev
+}
+
+// TestDeviceTime_PositiveBelowWallAndReplayNearDirect: every forward's
+// device time (events at its split boundaries) is positive and at most its
+// wall time, with graph replay (from a shape's 4th run) and with direct
+// launches. The event pair spans the stream's timeline, so direct launches
+// also count the gaps in which the stream waits for the host: a decode
+// step, launch-bound, is never below the replay's kernels (measured on the
+// H200, qwen2-0.5b Q8_0: replay 0.75 ms, direct 7.3 ms); a 512-token
+// prefill, bound by its kernels, agrees with the replay within 1.5x.
+func TestDeviceTime_PositiveBelowWallAndReplayNearDirect(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
-	med := map[string]time.Duration{}
+	decode, prefill := map[string]time.Duration{}, map[string]time.Duration{}
 	for _, arm := range []struct {
 		name string
 		env  []string
 	}{{"replay", nil}, {"direct", []string{"MINFER_NO_CUDA_GRAPH=1"}}} {
-		e := dsEngine(t, path, "cuda", 256, arm.env...)
-		wall, dev := dsDecodeTimes(t, e, 24, 16)
-		for i := range dev {
-			if dev[i] <= 0 || dev[i] > wall[i] {
-				t.Errorf("%s step %d: device time %v, wall %v: want 0 < device <= wall", arm.name, i, dev[i], wall[i])
+		e := dsEngine(t, path, "cuda", 1024, arm.env...)
+		dw, dd := dsDecodeTimes(t, e, 24, 16)
+		pw, pd := dsPrefillTimes(t, e, 512, 6, 2)
+		for what, v := range map[string][2][]time.Duration{"decode": {dw, dd}, "prefill": {pw, pd}} {
+			for i, d := range v[1] {
+				if d <= 0 || d > v[0][i] {
+					t.Errorf("%s %s %d: device time %v, wall %v: want 0 < device <= wall", arm.name, what, i, d, v[0][i])
+				}
 			}
 		}
 		st := dsDeviceBackend(t, e).CaptureStats()
-		if arm.name == "replay" && st.Replays < 16 || arm.name == "direct" && st.Replays != 0 {
+		if arm.name == "replay" && st.Replays < 16+2 || arm.name == "direct" && st.Replays != 0 {
 			t.Errorf("%s: capture stats %+v", arm.name, st)
 		}
-		med[arm.name] = dsMedian(dev)
-		t.Logf("%s: median decode device time %v, wall %v (%d splits timed)", arm.name, dsMedian(dev), dsMedian(wall), dsDeviceBackend(t, e).TimedSplits())
+		decode[arm.name], prefill[arm.name] = dsMedian(dd), dsMedian(pd)
+		t.Logf("%s: decode device %v (wall %v), pp512 device %v (wall %v)", arm.name, dsMedian(dd), dsMedian(dw), dsMedian(pd), dsMedian(pw))
 	}
-	if r := float64(med["direct"]) / float64(med["replay"]); r < 1.0/3 || r > 3 {
-		t.Errorf("decode device time: direct %v, replay %v (ratio %.2f): want within a factor of 3", med["direct"], med["replay"], r)
+	if decode["direct"] < decode["replay"]*9/10 {
+		t.Errorf("decode device time: direct %v below replay %v: the direct timeline holds the same kernels", decode["direct"], decode["replay"])
+	}
+	if r := float64(prefill["direct"]) / float64(prefill["replay"]); r < 1/1.5 || r > 1.5 {
+		t.Errorf("pp512 device time: direct %v, replay %v (ratio %.2f): want within 1.5x", prefill["direct"], prefill["replay"], r)
 	}
 }
 
@@ -79,6 +113,10 @@ func TestDelay_GrowsDeviceTimeAndWallTimeByTheAskedTime(t *testing.T) {
 	b := dsBackend(t, dsLevers(t))
 	if err := b.Delay(0); err != nil || b.DeviceTime() != 0 {
 		t.Fatalf("Delay(0): %v, device time %v", err, b.DeviceTime())
+	}
+	// The first Delay also looks the kernel up (about 0.1 ms on the H200).
+	if err := b.Delay(time.Microsecond); err != nil {
+		t.Fatal(err)
 	}
 	for _, d := range []time.Duration{200 * time.Microsecond, 3 * time.Millisecond} {
 		d0 := b.DeviceTime()
@@ -95,26 +133,48 @@ func TestDelay_GrowsDeviceTimeAndWallTimeByTheAskedTime(t *testing.T) {
 }
 
 // TestMutateSlowDecode_OnCUDAGrowsDecodeDeviceAndWallTimeByF: with
-// slow_decode=1 every replayed decode step's device time is about twice
-// the unmutated engine's (the spin is F x the step's own device time) and
-// its wall time grows by at least 0.8 x the unmutated device time;
-// slow_decode leaves the prefill alone.
+// slow_decode=1 every decode step is followed by a spin timed as its own
+// interval, as long as the step's own device time (within 5% + 40 us: the
+// launch between the events, measured 13-16 us on the H200); a prefill has
+// none. Against an unmutated engine the decode device time about doubles
+// and the wall time grows by at least 0.8 x the unmutated device time.
+// (Engines made later in a process ran their decode up to 15% slower on
+// the H200, spin or not: the bar across engines is loose, the one inside
+// the engine tight.)
 func TestMutateSlowDecode_OnCUDAGrowsDecodeDeviceAndWallTimeByF(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
 	wall0, dev0 := dsDecodeTimes(t, dsEngine(t, path, "cuda", 256), 24, 16)
 	mut := dsEngine(t, path, "cuda", 256, "MINFER_TEST_MUTATE=slow_decode")
 	b := dsDeviceBackend(t, mut)
+	if _, err := mut.Forward(dsPrompt, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		d0, n0 := b.DeviceTime(), b.TimedSplits()
+		if _, err := mut.Forward([]int32{int32(200 + i)}, false); err != nil {
+			t.Fatal(err)
+		}
+		spin := b.timer.last
+		own := b.DeviceTime() - d0 - spin
+		if n := b.TimedSplits() - n0; n != 2 {
+			t.Fatalf("decode %d: %d timed intervals, want the split and the spin", i, n)
+		}
+		if lo, hi := own*95/100, own*105/100+40*time.Microsecond; spin < lo || spin > hi {
+			t.Errorf("decode %d: spin %v for own device time %v: want [%v, %v]", i, spin, own, lo, hi)
+		}
+	}
+	mut.Reset()
 	wall1, dev1 := dsDecodeTimes(t, mut, 24, 16)
 	r := float64(dsMedian(dev1)) / float64(dsMedian(dev0))
 	t.Logf("decode median device %v -> %v (x%.3f), wall %v -> %v", dsMedian(dev0), dsMedian(dev1), r, dsMedian(wall0), dsMedian(wall1))
-	if r < 1.7 || r > 2.3 {
-		t.Errorf("slow_decode=1: decode device time x%.3f, want about 2 (1.7..2.3)", r)
+	if r < 1.6 || r > 2.8 {
+		t.Errorf("slow_decode=1: decode device time x%.3f, want about 2 (1.6..2.8)", r)
 	}
 	if grow := dsMedian(wall1) - dsMedian(wall0); grow < dsMedian(dev0)*8/10 {
 		t.Errorf("slow_decode=1: decode wall time grew by %v, want at least 0.8 x %v", grow, dsMedian(dev0))
 	}
-	// A prefill adds its own device time only: no spin.
+	// A prefill adds its own splits only: no spin.
 	mut.Reset()
 	splits := b.TimedSplits()
 	if _, err := mut.Forward(dsPrompt, false); err != nil {
