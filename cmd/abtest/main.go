@@ -43,7 +43,7 @@ func run(args []string) int {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitError{2, err} })
-	root.AddCommand(newRunCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
+	root.AddCommand(newRunCmd(), newCalibrateCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
