@@ -391,6 +391,22 @@ func absKernels(cfg Config) string {
 	return p
 }
 
+// suiteEnv is arm B's settings for the test binaries, less a timing-only
+// mutation (slow_decode, slow_prefill): it can change no test's outcome,
+// since no test asserts a time (the project's rule), so the suite of a
+// slow_* mutation run is the unmutated arm B's (and shares its cache
+// entry). Every other seam (fail_device_test, phantom, ...) stays.
+func suiteEnv(b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range b {
+		if k == "MINFER_TEST_MUTATE" && (strings.HasPrefix(v, "slow_decode") || strings.HasPrefix(v, "slow_prefill")) {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
 // Suite is gate 4: the project's test binaries of the backend and lever
 // (build stamp checked) run serially with arm B's lever settings.
 func Suite(ctx context.Context, cfg Config, env *Env) Result {
@@ -404,8 +420,9 @@ func Suite(ctx context.Context, cfg Config, env *Env) Result {
 		res.Status, res.Reason = Skip, why
 		return res
 	}
-	runs, err := runSuiteCached(ctx, cfg, env, bins, "", cfg.B.Env)
-	d := &SuiteDetail{Binaries: runs, Env: cfg.B.Env}
+	benv := suiteEnv(cfg.B.Env)
+	runs, err := runSuiteCached(ctx, cfg, env, bins, "", benv)
+	d := &SuiteDetail{Binaries: runs, Env: benv}
 	if why != "" {
 		d.Refused = strings.Split(why, "; ")
 	}

@@ -48,6 +48,10 @@ if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
 fi
 
 shopt -s nullglob
+# Globs sort by the locale: the H200's puts attn_decode2.cu before
+# attn_decode.cu (DEVICE.md); the units, their order and the cache key are
+# the C locale's everywhere.
+export LC_ALL=C
 srcs=("$root"/cuda/kernels/*.cu)
 if [[ ${#srcs[@]} -eq 0 ]]; then
     echo "build-kernels: no .cu files under $root/cuda/kernels" >&2

@@ -110,48 +110,9 @@ func (b *Backend) execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 		}
 		return b.matmul(xs[0], s[1], [3]*weight{w}, [3][]float32{bias}, y)
 	case graph.OpFusedQKV:
-		if len(n.Weights) != 3 || len(n.Biases) != 3 {
-			return fmt.Errorf("fused qkv wants 3 weights and 3 bias names")
-		}
-		var ws [3]*weight
-		var bs [3][]float32
-		for i := range ws {
-			if ws[i], err = b.weight(n.Weights[i]); err != nil {
-				return err
-			}
-			if bs[i], err = b.vector(n.Biases[i], ws[i].rows); err != nil {
-				return err
-			}
-		}
-		k := ws[0].rowLen
-		if k == 0 || len(xs[0])%k != 0 {
-			return fmt.Errorf("input of %d elements is not rows of %d", len(xs[0]), k)
-		}
-		return b.matmul(xs[0], len(xs[0])/k, ws, bs, y)
+		return b.fusedQKV(n, xs[0], y)
 	case graph.OpFusedFFN:
-		if len(n.Weights) != 2 {
-			return fmt.Errorf("fused ffn wants 2 weights")
-		}
-		gw, err := b.weight(n.Weights[0])
-		if err != nil {
-			return err
-		}
-		uw, err := b.weight(n.Weights[1])
-		if err != nil {
-			return err
-		}
-		if cap(b.tmp) < len(y) {
-			b.tmp = make([]float32, len(y))
-		}
-		up := b.tmp[:len(y)]
-		if err := b.matmul(xs[0], s[1], [3]*weight{gw}, [3][]float32{}, y); err != nil {
-			return err
-		}
-		if err := b.matmul(xs[0], s[1], [3]*weight{uw}, [3][]float32{}, up); err != nil {
-			return err
-		}
-		swiglu(y, up, y)
-		return nil
+		return b.fusedFFN(n, xs[0], s[1], y)
 	case graph.OpAdd, graph.OpMul:
 		a, c := xs[0], xs[1]
 		if len(a) != len(y) || (len(c) != len(a) && len(c) != s[0]) {
@@ -427,5 +388,58 @@ func (b *Backend) kvLoad(layer int, side graph.KVSide, w []int32, y []float32) e
 	for c := 0; c < int(w[1]); c++ {
 		kv.LoadRow(b.kvSpec.Format, reg[c*rb:(c+1)*rb], y[c*rl:(c+1)*rl])
 	}
+	return nil
+}
+
+// fusedQKV runs the q, k and v projections of one fused node: a function
+// of its own, so a CPU profile shows the fused path (abtest's gate 5 looks
+// for it in the arm with MINFER_NO_FUSE_QKV=0).
+func (b *Backend) fusedQKV(n *graph.Node, x, y []float32) error {
+	if len(n.Weights) != 3 || len(n.Biases) != 3 {
+		return fmt.Errorf("fused qkv wants 3 weights and 3 bias names")
+	}
+	var ws [3]*weight
+	var bs [3][]float32
+	var err error
+	for i := range ws {
+		if ws[i], err = b.weight(n.Weights[i]); err != nil {
+			return err
+		}
+		if bs[i], err = b.vector(n.Biases[i], ws[i].rows); err != nil {
+			return err
+		}
+	}
+	k := ws[0].rowLen
+	if k == 0 || len(x)%k != 0 {
+		return fmt.Errorf("input of %d elements is not rows of %d", len(x), k)
+	}
+	return b.matmul(x, len(x)/k, ws, bs, y)
+}
+
+// fusedFFN runs gate, up and SwiGLU of one fused node (its own function,
+// as fusedQKV).
+func (b *Backend) fusedFFN(n *graph.Node, x []float32, nt int, y []float32) error {
+	if len(n.Weights) != 2 {
+		return fmt.Errorf("fused ffn wants 2 weights")
+	}
+	gw, err := b.weight(n.Weights[0])
+	if err != nil {
+		return err
+	}
+	uw, err := b.weight(n.Weights[1])
+	if err != nil {
+		return err
+	}
+	if cap(b.tmp) < len(y) {
+		b.tmp = make([]float32, len(y))
+	}
+	up := b.tmp[:len(y)]
+	if err := b.matmul(x, nt, [3]*weight{gw}, [3][]float32{}, y); err != nil {
+		return err
+	}
+	if err := b.matmul(x, nt, [3]*weight{uw}, [3][]float32{}, up); err != nil {
+		return err
+	}
+	swiglu(y, up, y)
 	return nil
 }
