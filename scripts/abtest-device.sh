@@ -28,18 +28,26 @@
 #      where minfer and the test binaries look for it);
 #   2. bin/minfer synth writes the model (qwen2-0.5b Q8_0 by default) to
 #      $MODEL_DIR, outside $OUT (it is ~500 MB);
-#   3. abtest run --lever MINFER_NO_CUDA_GRAPH (with the device suite), then
-#      abtest run --lever MINFER_NO_PREFILL_GEMM (suite not repeated), each
-#      bounded by `timeout` (abtest then writes an INCOMPLETE report);
+#   3. abtest calibrate for each workload in CALIBRATE (A/A noise; the lever
+#      runs pre-register their rounds from it: reports/calibration/...);
+#   4. abtest run --lever ... for each lever, all five gates each: the suite
+#      through a cache (WORK/suite-cache), so levers whose arm B has the same
+#      settings share one suite run; each run bounded by `timeout` (abtest
+#      then writes an INCOMPLETE report); CALIBRATE_AFTER workloads after;
 #   4. packs everything under $OUT: abtest-device.log, build-kernels.log, one
 #      .md per lever and reports.tar.gz (reports with JSON and PNG plots) -
 #      the device tool returns at most 8 files.
 #
 # Settings (env), defaults chosen so the whole script fits in ~8 minutes:
-#   ROUNDS=9 PP=512 TG=128 REPS=3   A/B rounds (pre-registered PAIRS) and bench shapes
+#   ROUNDS=                         A/B rounds: empty lets the calibration pre-register them (9 without one);
+#                                   a number given beside a calibration is a deviation in the report
+#   CALIBRATE="qwen2-0.5b:Q8_0"     workloads to calibrate before the levers (abtest calibrate --workload; "all",
+#                                   "default" or specs separated by ';'); CALIBRATE_AFTER: the same, after them
+#   CAL_ROUNDS=11                   A/A rounds per calibration
+#   PP=512 TG=128 REPS=3            bench shapes
 #   WARMUP_MS=2000                  untimed warmup before round 1
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
-#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own]
+#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own][@mutate=SITE[=F]]
 #                                   (a bare NAME[=VALUE] runs on the lever's declared workload, `minfer
 #                                   levers`: WORKLOAD, through abtest run --workload; the @ options below
 #                                   set it by hand instead)
@@ -48,7 +56,8 @@
 #                                   MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M (a kill switch is named
 #                                   bare: its arm A is already =1), MINFER_FUSE_QKNORM@qwen3-0.6b:Q8_0;
 #                                   @own: parity and greedy on that model, not CORRECTNESS_MODEL -
-#                                   for a path the correctness model does not have, such as qwen3's q/k norm)
+#                                   for a path the correctness model does not have, such as qwen3's q/k norm;
+#                                   @mutate=slow_decode=0.03: a mutation run, --mutate in arm B)
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
@@ -56,7 +65,7 @@
 #                                   into the synth dir) and drops it for another architecture (qwen3), so
 #                                   parity and greedy run the lever's kernels
 #   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
-#   GATES=...                       abtest --gates for the first lever (later ones drop "suite")
+#   GATES=...                       abtest --gates (default all five: anything less is PARTIAL, never a PASS)
 #
 #   device run: OUT=... scripts/abtest-device.sh      (carry: bin)
 #
@@ -76,13 +85,14 @@ mkdir -p "$reports"
 log="$out/abtest-device.log"
 : >"$log"
 
-ROUNDS="${ROUNDS:-9}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
+ROUNDS="${ROUNDS:-}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
 SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
 LEVERS="${LEVERS:-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
 LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
 CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
+CALIBRATE="${CALIBRATE-qwen2-0.5b:Q8_0}" CALIBRATE_AFTER="${CALIBRATE_AFTER:-}" CAL_ROUNDS="${CAL_ROUNDS:-11}" CAL_TIMEOUT="${CAL_TIMEOUT:-180}"
 GATES="${GATES:-parity,greedy,ab,suite,profile}"
 MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
 
@@ -154,19 +164,38 @@ if [[ -z "$default_model" ]]; then
     default_model="$(synth_model "$SHAPE" "$TYPE")" || exit 2
 fi
 
-# 3. The levers.
+# 3. Calibrations: A/A noise of each workload, from which the lever runs
+# pre-register their rounds (reports/calibration/<GPU>/...).
+calibrate() { # "spec;spec;..."
+    local w
+    IFS=';' read -r -a ws <<<"$1"
+    for w in "${ws[@]}"; do
+        [[ -z "$w" ]] && continue
+        say "=== abtest calibrate --workload '$w' ($CAL_ROUNDS rounds)"
+        timeout -k 15 "$CAL_TIMEOUT" bin/abtest calibrate --workload "$w" --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" \
+            --rounds "$CAL_ROUNDS" --pp "$PP" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" --out "$reports" >>"$log" 2>&1
+        say "=== calibrate '$w': exit $?"
+        grep -h 'abtest: calibration ' "$log" | tail -n 1 >&2
+    done
+}
+calibrate "$CALIBRATE"
+
+# 4. The levers.
 rc=0
 gates="$GATES"
+rounds=()
+[[ -n "$ROUNDS" ]] && rounds=(--rounds "$ROUNDS")
 for spec in $LEVERS; do
     # NAME[=VALUE][@ppN][@SHAPE:TYPE][@own] (header): a 2..8-token path such
     # as MINFER_MMVQ_NT never runs at pp512, a K-quant or qwen3 path never
     # on qwen2-0.5b Q8_0.
-    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0
+    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=()
     IFS=@ read -r -a opts <<<"${spec#"$lever"}"
     for o in "${opts[@]}"; do
         case "$o" in
         "") ;;
         own) own=1 ;;
+        mutate=*) mutate=(--mutate "${o#mutate=}") ;;
         pp[0-9]*) pp="${o#pp}" ;;
         *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; } ;;
         *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE or @own)"; rc=1; continue 2 ;;
@@ -177,7 +206,8 @@ for spec in $LEVERS; do
     say "=== abtest run --lever $lever --pp $pp on $(basename "$model") (gates $gates$([[ -n "$cmodel" ]] && echo ", correctness model $cmodel"))"
     start=$(date +%s)
     limit="$LEVER_TIMEOUT"
-    # The first lever also runs the device suite (~80 s on the H200): a limit
+    # The first lever runs the device suite (~200 s on the H200; later ones
+    # reuse it from the cache where arm B's settings are the same): a limit
     # sized for the other gates cut it short on 2026-11-29.
     [[ ",$gates," == *,suite,* ]] && limit=$((LEVER_TIMEOUT + SUITE_EXTRA))
     cm=()
@@ -186,15 +216,15 @@ for spec in $LEVERS; do
     # (abtest run --workload: its model, pp and correctness model; none
     # declared: the default model); any @ option is taken as given instead.
     wl=(--synth-dir "$MODEL_DIR")
-    [[ "$spec" != *@* ]] && wl+=(--workload --seed "$SEED")
-    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" \
-        --suite-bin 'bin/*.test' --kernels bin/minfer-kernels.fatbin --gates "$gates" \
-        --rounds "$ROUNDS" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
+    [[ "$spec" != *@[!m]* ]] && wl+=(--workload --seed "$SEED")
+    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" \
+        --suite-bin 'bin/*.test' --suite-cache "$work/suite-cache" --kernels bin/minfer-kernels.fatbin --gates "$gates" \
+        "${rounds[@]}" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1
     code=$?
-    say "=== $lever: exit $code in $(($(date +%s) - start)) s (0 pass/inconclusive, 1 a gate failed or cut short, 2 could not run, 124/137 timeout)"
+    say "=== $lever: exit $code in $(($(date +%s) - start)) s (0 PASS, 1 FAIL or a mutation not caught, 2 could not run, 3 INCONCLUSIVE/PARTIAL/INCOMPLETE, 124/137 timeout)"
     grep -h '^\*\*Verdict' "$reports/${lever%%=*}"/*.md 2>/dev/null | tail -n 1 | tee -a "$log" >&2
     [[ $code -ne 0 ]] && rc=1
-    gates="$(echo "$gates" | tr ',' '\n' | grep -vx suite | paste -sd, -)" # the suite runs once
 done
+calibrate "$CALIBRATE_AFTER"
 exit $rc

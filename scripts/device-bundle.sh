@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device-bundle.sh (run HERE, on the CPU machine): pack what an H200 run needs
 # into bin/bundle.tgz, small enough to carry (a device call carries at most
-# 64 MiB): stripped CGO_ENABLED=0 minfer, abtest and cuda.test (build info
+# 64 MiB): stripped CGO_ENABLED=0 minfer, abtest, cuda.test and driver.test (build info
 # and so the VCS stamp are kept), the nsys importer libraries of bin/lib, and
 # optionally the trained tiny-code model quantized for the parity and greedy
 # gates (abtest --correctness-model), which alone does not fit next to
@@ -34,7 +34,8 @@ else
     trap 'rm -rf "$stage"' EXIT
 fi
 (cd "$tree" && CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest \
-    && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda)
+    && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda \
+    && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/driver.test" ./cuda/driver)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
 if [[ -n "${TINY:-}" ]]; then
     src="${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}"

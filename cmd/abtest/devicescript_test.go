@@ -92,9 +92,28 @@ func argAfter(call, flag string) string {
 // CORRECTNESS_MODEL as given (abtest run fits it to the run's model), none
 // for @own, and --workload only for a bare spec (the registry decides).
 func TestDeviceScript_EachSpecGetsItsModelCorrectnessModelAndWorkload(t *testing.T) {
-	ab, _ := runDeviceScript(t, "LEVERS=MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M MINFER_FUSE_QKNORM@qwen3-0.6b:Q8_0@own MINFER_NO_PREFILL_CAPTURE")
-	if len(ab) != 3 {
-		t.Fatalf("abtest calls: %q", ab)
+	calls, _ := runDeviceScript(t, "LEVERS=MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M MINFER_FUSE_QKNORM@qwen3-0.6b:Q8_0@own MINFER_NO_PREFILL_CAPTURE MINFER_MMQ@mutate=slow_decode=0.03",
+		"CALIBRATE=qwen2-0.5b:Q8_0;default")
+	var ab, cal []string
+	for _, c := range calls {
+		if strings.HasPrefix(c, "calibrate ") {
+			cal = append(cal, c)
+		} else {
+			ab = append(ab, c)
+		}
+	}
+	if len(ab) != 4 || len(cal) != 2 || argAfter(cal[0], "--workload") != "qwen2-0.5b:Q8_0" || argAfter(cal[1], "--workload") != "default" {
+		t.Fatalf("abtest calls: %q", calls)
+	}
+	// Every lever runs all five gates, the suite through one cache, and no
+	// --rounds (the calibration pre-registers them).
+	for _, c := range ab {
+		if argAfter(c, "--gates") != "parity,greedy,ab,suite,profile" || argAfter(c, "--suite-cache") != "suite-cache" || strings.Contains(c, "--rounds") {
+			t.Errorf("%q", c)
+		}
+	}
+	if argAfter(ab[3], "--mutate") != "slow_decode=0.03" || !strings.Contains(ab[3], " --workload ") {
+		t.Errorf("mutation spec: %q", ab[3])
 	}
 	want := []struct {
 		lever, model, cm string
