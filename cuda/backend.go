@@ -275,17 +275,21 @@ func (b *Backend) Synchronize() error {
 	if b.cap.recording {
 		return b.finishCapture()
 	}
-	return b.dev.Do(func() error {
-		if err := b.timer.mark(b.s); err != nil {
-			return err
-		}
-		if err := b.s.Synchronize(); err != nil {
-			b.timer.open = false
-			return err
-		}
-		b.stage.synced()
-		return b.timer.done()
-	})
+	return b.dev.Do(b.syncTimed)
+}
+
+// syncTimed closes the open device-time interval at the stream's end,
+// waits for the stream and adds the interval (inside dev.Do).
+func (b *Backend) syncTimed() error {
+	if err := b.timer.mark(b.s); err != nil {
+		return err
+	}
+	if err := b.s.Synchronize(); err != nil {
+		b.timer.open = false
+		return err
+	}
+	b.stage.synced()
+	return b.timer.done()
 }
 
 // BeginSplit implements graph.Backend (capture.go). It records the split's

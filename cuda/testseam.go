@@ -53,15 +53,7 @@ func (b *Backend) Delay(d time.Duration) error {
 			b.timer.open = false
 			return err
 		}
-		if err := b.timer.mark(b.s); err != nil {
-			return err
-		}
-		if err := b.s.Synchronize(); err != nil {
-			b.timer.open = false
-			return err
-		}
-		b.stage.synced()
-		return b.timer.done()
+		return b.syncTimed()
 	})
 	if err != nil {
 		return fmt.Errorf("cuda: delay of %v: %w", d, err)

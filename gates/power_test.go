@@ -52,15 +52,7 @@ func TestAB_RefusesTwiceTheBarAtTheCalibratedNoiseInAtLeast80PercentOfSeeds(t *t
 	const seeds = 25
 	refused := 0
 	for seed := 1; seed <= seeds; seed++ {
-		t.Setenv("FAKEMINFER_NOISE_SD", strconv.FormatFloat(sd, 'g', -1, 64))
-		t.Setenv("FAKEMINFER_SEED", strconv.Itoa(seed))
-		t.Setenv("FAKEMINFER_COUNTER", filepath.Join(t.TempDir(), "counter"))
-		cfg := leverCfg(t, "MINFER_NO_FUSE_FFN")
-		cfg.Backend, cfg.Device = "cpu", "cpu"
-		cfg.Power, cfg.Rounds = plan, plan.N
-		cfg.WarmupMS, cfg.BenchWarm, cfg.Reps = 1, 1, 1
-		cfg.B.Env["MINFER_TEST_MUTATE"] = "slow_decode=0.03"
-		r := AB(context.Background(), cfg, &Env{M: fake(t)})
+		r := seededAB(t, sd, plan, seed, "slow_decode=0.03")
 		if r.Status == Fail && strings.Contains(r.Reason, "tg4") {
 			refused++
 		}
@@ -85,18 +77,29 @@ func TestAB_NoMutationAtTheCalibratedNoiseRarelyRefuses(t *testing.T) {
 	refused := 0
 	const seeds = 6
 	for seed := 1; seed <= seeds; seed++ {
-		t.Setenv("FAKEMINFER_NOISE_SD", strconv.FormatFloat(sd, 'g', -1, 64))
-		t.Setenv("FAKEMINFER_SEED", strconv.Itoa(100+seed))
-		t.Setenv("FAKEMINFER_COUNTER", filepath.Join(t.TempDir(), "counter"))
-		cfg := leverCfg(t, "MINFER_NO_FUSE_FFN")
-		cfg.Backend, cfg.Device = "cpu", "cpu"
-		cfg.Power, cfg.Rounds = plan, plan.N
-		cfg.WarmupMS, cfg.BenchWarm, cfg.Reps = 1, 1, 1
-		if r := AB(context.Background(), cfg, &Env{M: fake(t)}); r.Status == Fail {
+		if r := seededAB(t, sd, plan, 100+seed, ""); r.Status == Fail {
 			refused++
 		}
 	}
 	if refused > 1 {
 		t.Fatalf("refused %d of %d seeds without a mutation", refused, seeds)
 	}
+}
+
+// seededAB runs gate 3 of MINFER_NO_FUSE_FFN on the fake minfer with the
+// rounds of plan, every process's speed drawn at log-ratio sd from seed,
+// and mutate ("" none) in arm B.
+func seededAB(t *testing.T, sd float64, plan *PowerPlan, seed int, mutate string) Result {
+	t.Helper()
+	t.Setenv("FAKEMINFER_NOISE_SD", strconv.FormatFloat(sd, 'g', -1, 64))
+	t.Setenv("FAKEMINFER_SEED", strconv.Itoa(seed))
+	t.Setenv("FAKEMINFER_COUNTER", filepath.Join(t.TempDir(), "counter"))
+	cfg := leverCfg(t, "MINFER_NO_FUSE_FFN")
+	cfg.Backend, cfg.Device = "cpu", "cpu"
+	cfg.Power, cfg.Rounds = plan, plan.N
+	cfg.WarmupMS, cfg.BenchWarm, cfg.Reps = 1, 1, 1
+	if mutate != "" {
+		cfg.B.Env["MINFER_TEST_MUTATE"] = mutate
+	}
+	return AB(context.Background(), cfg, &Env{M: fake(t)})
 }

@@ -2,6 +2,9 @@ package harness
 
 import (
 	"encoding/json"
+
+	"github.com/minfer-go/minfer/engine/levers"
+
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -44,16 +47,22 @@ type Lever struct {
 	Current      *string  `json:"current,omitempty"`
 }
 
-// Bars are a lever's pre-registered A/B bars (engine/levers.Bars).
-type Bars struct {
-	PP        float64 `json:"pp"`
-	TG        float64 `json:"tg"`
-	Claim     float64 `json:"claim"`
-	MaxRounds int     `json:"max_rounds"`
-}
+// The registry's declarations, read back from `minfer levers --json`: one
+// declaration of each (engine/levers), not a copy that could drift.
+type (
+	// Bars are a lever's pre-registered A/B bars.
+	Bars = levers.Bars
+	// Liveness is a lever's liveness rule: the arm whose lever value is On
+	// runs the path; each backend has its evidence.
+	Liveness = levers.Liveness
+	// PathRule is one backend's evidence of the path in an arm's census.
+	PathRule = levers.PathRule
+	// Needs is what a workload must have for the path to run.
+	Needs = levers.Needs
+)
 
 // DefaultBars are GATES.md's defaults (a registry without bars).
-var DefaultBars = Bars{PP: 1.015, TG: 1.015, Claim: 0.015, MaxRounds: 45}
+var DefaultBars = levers.DefaultBars
 
 // BarsOrDefault returns the lever's bars, or the defaults.
 func (l Lever) BarsOrDefault() Bars {
@@ -61,34 +70,6 @@ func (l Lever) BarsOrDefault() Bars {
 		return DefaultBars
 	}
 	return *l.Bars
-}
-
-// Liveness is a lever's liveness rule (engine/levers.Liveness): the arm
-// whose lever value is On runs the path; each backend has its evidence.
-type Liveness struct {
-	On   string    `json:"on"`
-	CUDA *PathRule `json:"cuda,omitempty"`
-	CPU  *PathRule `json:"cpu,omitempty"`
-	Why  string    `json:"why"`
-}
-
-// PathRule is one backend's evidence of the path in an arm's census.
-type PathRule struct {
-	Census        []string `json:"census,omitempty"`
-	Graphs        bool     `json:"graphs,omitempty"`
-	PDL           bool     `json:"pdl,omitempty"`
-	PrefillGraphs bool     `json:"prefill_graphs,omitempty"`
-	Funcs         []string `json:"funcs,omitempty"` // pprof function-name regexps (CPU)
-	Needs         Needs    `json:"needs"`
-}
-
-// Needs is what a workload must have for the path to run.
-type Needs struct {
-	WeightTypes []string `json:"weight_types,omitempty"`
-	Arch        string   `json:"arch,omitempty"`
-	MinNT       int      `json:"min_nt,omitempty"`
-	MaxNT       int      `json:"max_nt,omitempty"`
-	Repeats     int      `json:"repeats,omitempty"`
 }
 
 // Rule returns the liveness rule of the backend ("cuda" or "cpu"), nil
@@ -107,11 +88,6 @@ func (l Lever) Rule(backend string) *PathRule {
 // "cpu"): a lever of backend cuda does not run on the CPU.
 func (l Lever) RunsOn(backend string) bool {
 	return l.Backend == "any" || l.Backend == backend
-}
-
-// NTRuns reports whether a forward of nt tokens can run the path.
-func (n Needs) NTRuns(nt int) bool {
-	return nt >= max(n.MinNT, 1) && (n.MaxNT == 0 || nt <= n.MaxNT)
 }
 
 // Unset is the arm value that leaves a lever's variable out of the

@@ -209,8 +209,7 @@ func needsProblem(l levers.Lever) []string {
 		}
 		// Every gate runs a decode (nt = 1) and parity runs nt 5 and 64, but
 		// the A/B and profile gates time pp and tg: one of them must run it.
-		inRange := func(nt int) bool { return nt >= max(n.MinNT, 1) && (n.MaxNT == 0 || nt <= n.MaxNT) }
-		if !inRange(1) && !inRange(pp) {
+		if !n.NTRuns(1) && !n.NTRuns(pp) {
 			bad = append(bad, fmt.Sprintf("%s: needs forwards of %d..%d tokens, its workload runs pp%d and decode", backend, n.MinNT, n.MaxNT, pp))
 		}
 	}

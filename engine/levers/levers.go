@@ -164,6 +164,11 @@ type Needs struct {
 	Repeats int `json:"repeats,omitempty"`
 }
 
+// NTRuns reports whether a forward of nt tokens can run the path.
+func (n Needs) NTRuns(nt int) bool {
+	return nt >= max(n.MinNT, 1) && (n.MaxNT == 0 || nt <= n.MaxNT)
+}
+
 // Tolerance classes (GATES.md gate 1, A vs B): the name, the cause and the
 // bar, as one phrase the harness parses.
 const (
