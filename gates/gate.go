@@ -1,6 +1,33 @@
 // Package gates holds the five gates of GATES.md (parity x3, greedy
 // identity, interleaved A/B with a sign test, device suite, profile
 // evidence) and the run that applies them to one lever.
+//
+// Where GATES.md is silent, the code applies these rules:
+//   - Liveness is judged per gate over all its arm processes together: arm
+//     B's processes of the gate ran the path (at least once), arm A's never.
+//     A lever whose path needs repeated shapes (CUDA graphs) runs its
+//     correctness processes with --repeat 4, so their logits come from a
+//     replayed graph; a path of 2..8-token forwards gets a token-id prompt
+//     of that length in gate 2.
+//   - Gate 4 runs test binaries, not arm processes: its evidence is their
+//     build stamp (the project's module, the backend's packages), at least
+//     one test run, and no device test skipped for want of a device.
+//   - Gate 4 and kernel parity run without a timing-only mutation
+//     (slow_decode, slow_prefill): no test asserts a time.
+//   - An identical suite run (same binaries, kernels, non-default settings
+//     and GPU, by sha256) of the last day is reused, and the report says so.
+//   - A model or pp on which the lever's path cannot run (its rule's needs)
+//     is refused before the run (could not run), not failed after it.
+//   - Power: per-round log ratios ~ N(-ln s, sd^2); power = P(Binomial(n, p)
+//     >= k(n)) with p = Phi((ln s - ln bar)/sd) at s = 1 + 2(bar - 1); sd
+//     from the calibration, else from the run itself. A refusal stands at
+//     any noise; a pass is INCONCLUSIVE when underpowered or when the run
+//     is noisier than its calibration (chi-square p < 0.01).
+//   - Gate 3 decides on device time when every round of both arms has it
+//     and the lever moves no host work (its registry entry says), else on
+//     wall time; both are reported.
+//   - A mutation is caught by a gate that fails with it and not when re-run
+//     without it (the control).
 package gates
 
 import (
