@@ -195,6 +195,28 @@ func PackageDir(root, bin string) string {
 	return root
 }
 
+// moduleRoot is the nearest folder at or above the working directory whose
+// go.mod declares the project's module (the test binaries read their
+// sources and testdata relative to their package there), else the working
+// directory.
+func moduleRoot() string {
+	wd, _ := os.Getwd()
+	for d := wd; ; {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "module" && f[1] == ModulePath() {
+					return d
+				}
+			}
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return wd
+		}
+		d = up
+	}
+}
+
 // packageDir is a stamped binary's package directory under root when it
 // exists there, else PackageDir's guess from the file name.
 func packageDir(root string, b suiteBinary) string {
@@ -213,7 +235,7 @@ func packageDir(root string, b suiteBinary) string {
 // passed as MINFER_KERNELS.
 func runSuite(ctx context.Context, r *harness.Runner, bins []suiteBinary, run, kernels string, leverEnv map[string]string) ([]profile.TestRun, error) {
 	var out []profile.TestRun
-	root, _ := os.Getwd()
+	root := moduleRoot()
 	for _, bin := range bins {
 		args := []string{"-test.v", "-test.count=1"}
 		if run != "" {

@@ -125,7 +125,8 @@ func projectTestBins(t *testing.T) string {
 		if testBinsDir, testBinsErr = os.MkdirTemp("", "abtest-testbins-"); testBinsErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "test", "-c", "-o", testBinsDir+"/", "github.com/minfer-go/minfer/engine/kv", "github.com/minfer-go/minfer/engine/cpu").CombinedOutput()
+		out, err := exec.Command("go", "test", "-c", "-o", testBinsDir+"/", "github.com/minfer-go/minfer/engine/kv", "github.com/minfer-go/minfer/engine/cpu",
+			"github.com/minfer-go/minfer/cuda").CombinedOutput()
 		if err != nil {
 			testBinsErr = fmt.Errorf("go test -c: %v\n%s", err, out)
 		}
@@ -207,15 +208,63 @@ func TestMutation_NotCaughtByAnyGateExits1(t *testing.T) {
 // without the mutation.
 func TestMutation_PhantomPathCaughtByLivenessInEveryGate(t *testing.T) {
 	bin := fakeMinfer(t)
-	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,greedy,ab", "--rounds", "5", "--device", "cpu", "--mutate", "phantom",
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,greedy,ab,profile", "--rounds", "5", "--device", "cpu", "--mutate", "phantom",
 		"--suite-bin", filepath.Join(projectTestBins(t), "*.test"))
-	if code != 1 || strings.Join(rec.CaughtBy, ",") != "parity,greedy,ab" || rec.Mutate != "phantom=MINFER_CACHE_TYPE" {
+	if code != 1 || strings.Join(rec.CaughtBy, ",") != "parity,greedy,ab,profile" || rec.Mutate != "phantom=MINFER_CACHE_TYPE" {
 		t.Fatalf("exit %d caught %v: %s", code, rec.CaughtBy, rec.VerdictLine)
 	}
 	for _, g := range rec.Gates {
 		if !strings.HasPrefix(g.Liveness, "FAIL") || g.Control != gates.Pass {
 			t.Errorf("%s: liveness %q control %s", g.Gate, g.Liveness, g.Control)
 		}
+	}
+}
+
+// Gate 4's mutation: a planted test failure (fail_device_test) turns the
+// suite red, and only with the mutation.
+func TestMutation_PlantedTestFailureCaughtBySuite(t *testing.T) {
+	bin := fakeMinfer(t)
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "suite", "--device", "cpu", "--mutate", "fail_device_test",
+		"--suite-bin", filepath.Join(projectTestBins(t), "*.test"))
+	g := rec.Gates[0]
+	if code != 1 || g.Status != gates.Fail || g.Control != gates.Pass || !strings.Contains(g.Reason, "TestPlantedFailure") || strings.Join(rec.CaughtBy, ",") != "suite" {
+		t.Fatalf("exit %d: %s: %s (control %s)", code, g.Status, g.Reason, g.Control)
+	}
+}
+
+// Hole 1, the suite half: the device suite on a machine whose GPU does not
+// answer its test binaries (here: a fake nvidia-smi, no driver) ran no
+// device test; it used to say "every device test passed".
+func TestSuite_DeviceSuiteWithoutADeviceTestThatRanIsInconclusive(t *testing.T) {
+	bin := fakeMinfer(t)
+	smi := t.TempDir()
+	if err := os.WriteFile(filepath.Join(smi, "nvidia-smi"), []byte("#!/bin/sh\necho 'name, driver_version, a, b, c, d, e, f'\necho 'NVIDIA H200, 580, 1980 MHz, 3201 MHz, 1980 MHz, 0x0, 40, 200 W'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", smi+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKEMINFER_GPU", "1")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_MMQ", "--gates", "suite", "--suite-bin", filepath.Join(projectTestBins(t), "*.test"), "--workload=false")
+	g := rec.Gates[0]
+	if code != 3 || g.Status != gates.Inconclusive || !strings.Contains(g.Reason, "no CUDA device answered") || g.Suite.Passed == 0 {
+		t.Fatalf("exit %d: %s: %s", code, g.Status, g.Reason)
+	}
+}
+
+// Hole 9: a flag that changes a pre-registered bar is a deviation the
+// report's first lines print.
+func TestRun_BarFlagIsADeviationInTheFirstLines(t *testing.T) {
+	bin := fakeMinfer(t)
+	out := t.TempDir()
+	code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_CACHE_TYPE=f16", "--device", "cpu", "--gates", "ab",
+		"--rounds", "5", "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10", "--bar-tg", "1.03"})
+	ms, _ := filepath.Glob(filepath.Join(out, "*", "*.md"))
+	if code != 3 || len(ms) != 1 {
+		t.Fatalf("exit %d, reports %v", code, ms)
+	}
+	b, _ := os.ReadFile(ms[0])
+	head := strings.Join(strings.SplitN(string(b), "\n", 4)[:3], "\n")
+	if !strings.Contains(head, "--bar-tg 1.03 (registry: 1.015)") || !strings.Contains(head, "deviations from the registry") {
+		t.Fatalf("first lines:\n%s", head)
 	}
 }
 
