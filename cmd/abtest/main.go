@@ -1,35 +1,20 @@
 // Command abtest is the gate runner: it runs the same minfer binary under two
 // settings of one lever and decides with the five gates of GATES.md whether
 // the lever is correct and whether it is faster, writing a markdown report.
+// Each command parses its flags and calls package runs (harness/runs).
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/harness/runs"
 )
-
-// exitError carries an exit code: 1 a gate failed, 2 could not run.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string {
-	if e.err == nil {
-		return ""
-	}
-	return e.err.Error()
-}
-
-func cannotRun(format string, a ...any) error {
-	return exitError{2, fmt.Errorf(format, a...)}
-}
 
 func main() { os.Exit(run(os.Args[1:])) }
 
@@ -42,20 +27,20 @@ func run(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitError{2, err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return runs.CannotRun("%v", err) })
 	root.AddCommand(newRunCmd(), newCalibrateCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return 0
+	if err != nil && err.Error() != "" {
+		fmt.Fprintln(os.Stderr, "abtest:", err)
 	}
-	var ee exitError
-	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintln(os.Stderr, "abtest:", ee.err)
-		}
-		return ee.code
+	return runs.ExitCode(err)
+}
+
+// exit is a verdict's exit code as an error (nil for 0).
+func exit(code int) error {
+	if code == 0 {
+		return nil
 	}
-	fmt.Fprintln(os.Stderr, "abtest:", err)
-	return 2
+	return &runs.Error{Code: code}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/harness/runs"
 )
 
 func TestNCU_WritesMarkdownForTheFixtureAndExits0(t *testing.T) {
@@ -47,7 +49,7 @@ func TestNCU_MissingOrGarbageFileExits2WithOneMessage(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Errorf("%s: a report was written with nothing summarized", f)
 		}
-		err := runNCU([]string{f}, "", 4300, &strings.Builder{})
+		err := runs.NCU([]string{f}, "", 4300, &strings.Builder{})
 		if err == nil || !strings.Contains(err.Error(), f) || strings.Count(err.Error(), "\n") != 0 {
 			t.Errorf("%s: error %v: want one line naming the file", f, err)
 		}

@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
 )
 
-func readNightly(t *testing.T, out string) (string, *nightlySummary) {
+func readNightly(t *testing.T, out string) (string, *gates.NightlySummary) {
 	t.Helper()
-	path, s, skipped := previousNightly(out)
+	path, s, skipped := gates.PreviousNightly(out)
 	if len(skipped) > 0 {
 		t.Fatalf("unreadable nightly results in %s: %v", out, skipped)
 	}
@@ -21,7 +24,7 @@ func readNightly(t *testing.T, out string) (string, *nightlySummary) {
 	return path, s
 }
 
-func entry(s *nightlySummary, lever string) *nightlyEntry {
+func entry(s *gates.NightlySummary, lever string) *gates.NightlyEntry {
 	for i := range s.Entries {
 		if s.Entries[i].Lever == lever {
 			return &s.Entries[i]
@@ -46,13 +49,13 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 	}
 	p1, s1 := readNightly(t, out)
 	ffn, mmq := entry(s1, "MINFER_NO_FUSE_FFN"), entry(s1, "MINFER_NO_PREFILL_GEMM")
-	if res := entry(s1, "MINFER_MMQ"); res == nil || res.Verdict != VerdictSkip || !strings.Contains(res.Line, "reserved") {
+	if res := entry(s1, "MINFER_MMQ"); res == nil || res.Verdict != gates.VerdictSkip || !strings.Contains(res.Line, "reserved") {
 		t.Fatalf("a reserved lever must be a SKIP with its reason: %+v", res)
 	}
 	if ffn == nil || len(ffn.TGB) != 5 || ffn.Report == "" {
 		t.Fatalf("FFN entry %+v", ffn)
 	}
-	if mmq == nil || mmq.Verdict != VerdictSkip || !strings.Contains(mmq.Line, "--device cpu") {
+	if mmq == nil || mmq.Verdict != gates.VerdictSkip || !strings.Contains(mmq.Line, "--device cpu") {
 		t.Fatalf("CUDA lever on the CPU: %+v", mmq)
 	}
 	md, _ := os.ReadFile(strings.TrimSuffix(p1, ".json") + ".md")
@@ -94,7 +97,7 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 			t.Errorf("unchanged prefill marked %s", d.Verdict)
 		}
 	}
-	if mmq := entry(s2, "MINFER_NO_PREFILL_GEMM"); !s2hasGPU() && (mmq.Verdict != VerdictSkip || !strings.Contains(mmq.Line, "no CUDA device")) {
+	if mmq := entry(s2, "MINFER_NO_PREFILL_GEMM"); !s2hasGPU() && (mmq.Verdict != gates.VerdictSkip || !strings.Contains(mmq.Line, "no CUDA device")) {
 		t.Errorf("CUDA lever without a device: %+v", mmq)
 	}
 	md, _ = os.ReadFile(strings.TrimSuffix(p2, ".json") + ".md")
@@ -105,8 +108,8 @@ func TestNightly_CUDALeversSkipNeverPassAndPlantedRegressionIsFlagged(t *testing
 
 // s2hasGPU: on a machine with a device the CUDA lever really runs.
 func s2hasGPU() bool {
-	s, err := newSetup(t0ctx(), &runFlags{minfer: fakeBin, device: "auto"})
-	return err == nil && s.hasGPU
+	ok, _ := harness.DefaultProbe().HasGPU(t0ctx())
+	return ok
 }
 
 func t0ctx() context.Context { return context.Background() }
@@ -122,7 +125,7 @@ func TestPreviousNightly_CorruptNewestIsReportedNotSilentlySkipped(t *testing.T)
 	if err := os.WriteFile(filepath.Join(dir, "nightly-2026-01-02T000000.json"), []byte(`{"date":`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	path, prev, skipped := previousNightly(dir)
+	path, prev, skipped := gates.PreviousNightly(dir)
 	if path != old || prev == nil || prev.Date != "2026-01-01T000000" {
 		t.Fatalf("previous = %q %+v, want the readable %s", path, prev, old)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/gates"
-	"github.com/minfer-go/minfer/harness/report"
+	"github.com/minfer-go/minfer/report"
 )
 
 // TestRun_ReportNamesParityClassDeclaredToleranceAndOverheadSplit: the

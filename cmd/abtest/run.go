@@ -1,15 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,118 +11,76 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/minfer-go/minfer/gates"
-	"github.com/minfer-go/minfer/harness"
-	"github.com/minfer-go/minfer/harness/report"
+	"github.com/minfer-go/minfer/harness/runs"
 )
 
-// runFlags are the flags of `abtest run` (and the per-lever part of nightly).
+// runFlags binds the flags of `abtest run` (and the per-lever part of
+// nightly, calibrate) to runs.Options.
 type runFlags struct {
-	// fl is the command's flag set: a flag the user set (Changed) that
-	// alters a value the lever's registry entry pre-registers is a
-	// deviation the report prints first.
-	fl                                         *pflag.FlagSet
-	calibration, suiteCache                    string
-	lever, baseline, model, shape, typ, device string
-	correctnessModel                           string
-	rounds, pp, tg, reps, warmupMS, benchWarm  int
-	genN                                       int
-	prompts, gatesCSV, out, mutate, minfer     string
-	synthDir                                   string
-	seed                                       uint64
-	benchOut, kernels                          string
-	suiteBins                                  []string
-	asJSON, onWorkload                         bool
-	timeout                                    time.Duration
-	barPP, barTG, claimBar, graphTol           float64
+	o      runs.Options
+	fl     *pflag.FlagSet
+	asJSON bool
+}
+
+// opts is the options with the flags the user set.
+func (f *runFlags) opts() *runs.Options {
+	o := f.o
+	o.Given = map[string]bool{}
+	f.fl.Visit(func(fl *pflag.Flag) { o.Given[fl.Name] = true })
+	return &o
 }
 
 func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl := cmd.Flags()
 	f.fl = fl
+	o := &f.o
 	if withLever {
-		fl.StringVar(&f.lever, "lever", "", "lever to test: NAME or NAME=B (B: the candidate value)")
-		fl.StringVar(&f.baseline, "baseline", "", "arm A value (default: the lever's declared arm A)")
-		fl.StringVar(&f.mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode, slow_prefill)")
+		fl.StringVar(&o.Lever, "lever", "", "lever to test: NAME or NAME=B (B: the candidate value)")
+		fl.StringVar(&o.Baseline, "baseline", "", "arm A value (default: the lever's declared arm A)")
+		fl.StringVar(&o.Mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode[=F], slow_prefill[=F], phantom, fail_device_test)")
 		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
-		fl.StringVar(&f.benchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
-		fl.BoolVar(&f.onWorkload, "workload", true, "run on the lever's declared workload (minfer levers: WORKLOAD), as abtest nightly does: its synthesized model (--synth-dir, --seed) and/or prefill size; by default unless --model/--shape/--pp are given or the run is on the CPU backend (a lever's CPU path runs on the default model); given explicitly, always; --workload=false never")
+		fl.StringVar(&o.BenchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
+		fl.BoolVar(&o.OnWorkload, "workload", true, "run on the lever's declared workload (minfer levers: WORKLOAD): its synthesized model (--synth-dir, --seed) and/or prefill size; by default unless --model/--shape/--pp are given or the run is on the CPU backend (a lever's CPU path runs on the default model); given explicitly, always; --workload=false never")
 	}
-	fl.StringVar(&f.model, "model", "", "GGUF model (default: minfer's embedded model)")
-	fl.StringVar(&f.correctnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model. It is fitted to the run's model: quantized to its weight type (once, into --synth-dir), or not used for another architecture")
-	fl.StringVar(&f.shape, "shape", "", "synthesize a model of this shape with `minfer synth` (with --type)")
-	fl.StringVar(&f.typ, "type", "", "weight type or mix of the synthesized model (F16, Q8_0, Q4_K_M, ...: see minfer synth --help)")
-	fl.Uint64Var(&f.seed, "seed", 1, "weight seed of the synthesized model (--shape)")
-	fl.StringVar(&f.synthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: the user cache dir /minfer/abtest-synth)")
-	fl.StringVar(&f.device, "device", "auto", "auto, cpu or cuda")
-	fl.IntVar(&f.rounds, "rounds", 9, "A/B rounds (PAIRS) when no calibration pre-registers them; given with a calibration, a deviation")
-	fl.StringVar(&f.calibration, "calibration", "", "calibration file, or the folder holding calibration/ (default: --out's); `abtest calibrate` writes them")
-	fl.StringVar(&f.suiteCache, "suite-cache", "", "folder of suite results: an identical suite run (same binaries, kernels, settings and GPU by sha256) of the last day is reused and said so")
-	fl.IntVar(&f.pp, "pp", 512, "prefill tokens per bench test")
-	fl.IntVar(&f.tg, "tg", 128, "decode tokens per bench test")
-	fl.IntVar(&f.reps, "reps", 3, "repetitions per bench process (the round value is their median)")
-	fl.IntVar(&f.warmupMS, "warmup-ms", 2000, "untimed warmup budget before round 1 (per arm)")
-	fl.IntVar(&f.benchWarm, "bench-warmup-ms", 500, "in-process warmup of every timed bench (MINFER_BENCH_WARMUP_MS)")
-	fl.IntVar(&f.genN, "gen-n", 32, "greedy tokens per prompt")
-	fl.StringVar(&f.prompts, "prompts", "", "prompts file for the greedy gate (prompts separated by '---' lines)")
-	fl.StringVar(&f.gatesCSV, "gates", strings.Join(gates.AllGates, ","), "gates to run")
-	fl.StringVar(&f.out, "out", "reports", "report folder")
-	fl.StringVar(&f.minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
-	fl.StringVar(&f.kernels, "kernels", "", "kernels fatbin for the SASS census (default: *.fatbin next to minfer)")
-	fl.StringSliceVar(&f.suiteBins, "suite-bin", nil, "test binaries (globs) for kernel parity and the suite gate; only the project's (by build stamp) of the backend's suite count (default: *.test and tests/*.test beside minfer)")
-	fl.DurationVar(&f.timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL (0: no limit)")
-	fl.Float64Var(&f.barPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor); the lever's registry entry pre-registers it: setting it is a deviation")
-	fl.Float64Var(&f.barTG, "bar-tg", 1.015, "not-slower bar for decode (a deviation, as --bar-pp)")
-	fl.Float64Var(&f.claimBar, "claim-bar", 0.015, "improvement bar (fraction; a deviation, as --bar-pp)")
-	fl.Float64Var(&f.graphTol, "graph-tol", 0.5, "whole-graph max|diff| bar against the CPU reference")
-}
-
-// check refuses flag values with no meaning. gates.Config.Defaults replaces
-// a zero with the default, so a zero is refused here rather than silently
-// run as something else; a negative or NaN bar would make a gate that
-// cannot pass (or cannot fail).
-func (f *runFlags) check() error {
-	if f.rounds < 1 || f.pp < 1 || f.tg < 1 || f.reps < 1 {
-		return cannotRun("--rounds, --pp, --tg and --reps must be positive")
-	}
-	if f.genN < 1 {
-		return cannotRun("--gen-n %d: want a positive token count", f.genN)
-	}
-	if f.warmupMS < 1 || f.benchWarm < 1 {
-		return cannotRun("--warmup-ms %d / --bench-warmup-ms %d: want a positive budget in ms", f.warmupMS, f.benchWarm)
-	}
-	for _, b := range []struct {
-		name string
-		v    float64
-	}{{"--bar-pp", f.barPP}, {"--bar-tg", f.barTG}} {
-		if !(b.v >= 1) || math.IsInf(b.v, 0) {
-			return cannotRun("%s %v: want a finite slowdown factor >= 1 (e.g. 1.015, 1.25)", b.name, b.v)
-		}
-	}
-	if !(f.claimBar > 0) || math.IsInf(f.claimBar, 0) {
-		return cannotRun("--claim-bar %v: want a finite positive fraction (e.g. 0.015)", f.claimBar)
-	}
-	if !(f.graphTol > 0) || math.IsInf(f.graphTol, 0) {
-		return cannotRun("--graph-tol %v: want a finite positive max|diff| bar", f.graphTol)
-	}
-	if f.timeout < 0 {
-		return cannotRun("--arm-timeout %v: want a positive duration (0: no limit)", f.timeout)
-	}
-	for _, g := range f.suiteBins {
-		if _, err := filepath.Glob(g); err != nil {
-			return cannotRun("--suite-bin %q: %v", g, err)
-		}
-	}
-	return nil
+	fl.StringVar(&o.Model, "model", "", "GGUF model (default: minfer's embedded model)")
+	fl.StringVar(&o.CorrectnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model. It is fitted to the run's model: quantized to its weight type (once, into --synth-dir), or not used for another architecture")
+	fl.StringVar(&o.Shape, "shape", "", "synthesize a model of this shape with minfer synth (with --type)")
+	fl.StringVar(&o.Type, "type", "", "weight type or mix of the synthesized model (F16, Q8_0, Q4_K_M, ...: see minfer synth --help)")
+	fl.Uint64Var(&o.Seed, "seed", 1, "weight seed of the synthesized model (--shape)")
+	fl.StringVar(&o.SynthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: $XDG_CACHE_HOME/minfer/abtest-synth)")
+	fl.StringVar(&o.Device, "device", "auto", "auto, cpu or cuda")
+	fl.IntVar(&o.Rounds, "rounds", 9, "A/B rounds (PAIRS) when no calibration pre-registers them; given with a calibration, a deviation")
+	fl.StringVar(&o.Calibration, "calibration", "", "calibration file, or the folder holding calibration/ (default: --out's); abtest calibrate writes them")
+	fl.StringVar(&o.SuiteCache, "suite-cache", "", "folder of suite results: an identical suite run (same binaries, kernels, settings and GPU by sha256) of the last day is reused and said so")
+	fl.IntVar(&o.PP, "pp", 512, "prefill tokens per bench test")
+	fl.IntVar(&o.TG, "tg", 128, "decode tokens per bench test")
+	fl.IntVar(&o.Reps, "reps", 3, "repetitions per bench process (the round value is their median)")
+	fl.IntVar(&o.WarmupMS, "warmup-ms", 2000, "untimed warmup budget before round 1 (per arm)")
+	fl.IntVar(&o.BenchWarm, "bench-warmup-ms", 500, "in-process warmup of every timed bench (MINFER_BENCH_WARMUP_MS)")
+	fl.IntVar(&o.GenN, "gen-n", 32, "greedy tokens per prompt")
+	fl.StringVar(&o.Prompts, "prompts", "", "prompts file for the greedy gate (prompts separated by '---' lines)")
+	fl.StringVar(&o.Gates, "gates", strings.Join(gates.AllGates, ","), "gates to run (fewer than five: PARTIAL, never PASS)")
+	fl.StringVar(&o.Out, "out", "reports", "report folder")
+	fl.StringVar(&o.Minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
+	fl.StringVar(&o.Kernels, "kernels", "", "kernels fatbin for the SASS census and the test binaries (default: *.fatbin next to minfer)")
+	fl.StringSliceVar(&o.SuiteBins, "suite-bin", nil, "test binaries (globs) for kernel parity and the suite gate; only the project's (by build stamp) of the backend's suite count (default: *.test and tests/*.test beside minfer)")
+	fl.DurationVar(&o.Timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL (0: no limit)")
+	fl.Float64Var(&o.BarPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor); the lever's registry entry pre-registers it: setting it is a deviation")
+	fl.Float64Var(&o.BarTG, "bar-tg", 1.015, "not-slower bar for decode (a deviation, as --bar-pp)")
+	fl.Float64Var(&o.ClaimBar, "claim-bar", 0.015, "improvement bar (fraction; a deviation, as --bar-pp)")
+	fl.Float64Var(&o.GraphTol, "graph-tol", 0.5, "whole-graph max|diff| bar against the CPU reference")
 }
 
 func newRunCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "run --lever NAME[=B] [flags]",
-		Short: "run the gates on one lever and write reports/<lever>/<date>-<commit>.md",
-		Args:  cobra.NoArgs,
+		Short: "run the five gates on one lever and write reports/<lever>/<date>-<commit>.md",
+		Long: "Exit 0: PASS (all five gates ran and passed); 1: FAIL (also a planted mutation no gate caught);\n" +
+			"2: could not run; 3: INCONCLUSIVE, PARTIAL or INCOMPLETE.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rec, base, err := runLever(cmd.Context(), &f, strings.Join(os.Args, " "), os.Stderr)
+			rec, base, err := runs.RunLever(cmd.Context(), f.opts(), strings.Join(os.Args, " "), os.Stderr)
 			if err != nil {
 				return err
 			}
@@ -137,641 +89,67 @@ func newRunCmd() *cobra.Command {
 				b, _ := json.MarshalIndent(rec, "", "  ")
 				fmt.Println(string(b))
 			}
-			if code := rec.ExitCode(); code != 0 {
-				return exitError{code, nil}
-			}
-			return nil
+			return exit(rec.ExitCode())
 		},
 	}
 	f.register(cmd, true)
 	return cmd
 }
 
-// findMinfer resolves --minfer: the flag, minfer next to abtest, or PATH.
-func findMinfer(flag string) (string, error) {
-	if flag != "" {
-		if _, err := os.Stat(flag); err != nil {
-			return "", cannotRun("minfer binary: %v", err)
-		}
-		return filepath.Abs(flag)
+func newCalibrateCmd() *cobra.Command {
+	var f runFlags
+	var workloads string
+	cmd := &cobra.Command{
+		Use:   "calibrate [--workload SPEC|all|default] [--out reports]",
+		Short: "record this machine's A/A noise per workload (the same build and settings in both arms), from which abtest run pre-registers its rounds",
+		Long: "Runs gate 3's interleaved rounds with arm A on both sides and records, per metric (pp, tg) and timing\n" +
+			"basis (wall; device where the backend times its splits), the sd of the per-round log ratio, with the\n" +
+			"date, GPU, clocks and commit, into OUT/calibration/<machine>/<model>-pp<P>-tg<T>-r<R>.json (and .md).\n" +
+			"It also states the rounds each sd pre-registers at GATES.md's default bars and how often the\n" +
+			"improvement claim fires on resampled A/A rounds. --workload takes a registry workload (\"qwen2-0.5b:Q8_0 pp5\"),\n" +
+			"\"default\" (the embedded model, or --model/--shape) or \"all\" (every workload a lever declares, plus the default).\n" +
+			"Exit 0: written; 2: could not run; 3: interrupted.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runs.Calibrate(cmd.Context(), f.opts(), workloads, strings.Join(os.Args, " "))
+		},
 	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), "minfer")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("minfer")
-	if err != nil {
-		return "", cannotRun("no minfer binary next to abtest or in PATH (use --minfer PATH)")
-	}
-	return filepath.Abs(p)
+	f.register(cmd, false)
+	cmd.Flags().StringVar(&workloads, "workload", "default", "default, all, or a workload SPEC (SHAPE:TYPE and/or ppN)")
+	_ = cmd.Flags().Set("rounds", "11")
+	cmd.Flags().Lookup("rounds").DefValue = "11"
+	return cmd
 }
 
-// setup resolves the binary, reads its levers, probes the machine.
-type setup struct {
-	m      harness.Minfer
-	levers []harness.Lever
-	probe  harness.Probe
-	hasGPU bool
-	why    string
-	infos  map[string]harness.ModelInfo // model path ("": the embedded default) -> minfer info
-}
-
-func newSetup(ctx context.Context, f *runFlags) (*setup, error) {
-	bin, err := findMinfer(f.minfer)
-	if err != nil {
-		return nil, err
-	}
-	switch f.device {
-	case "auto", "cpu", "cuda":
-	default:
-		return nil, cannotRun("--device %q: want auto, cpu or cuda", f.device)
-	}
-	s := &setup{probe: harness.DefaultProbe()}
-	s.hasGPU, s.why = s.probe.HasGPU(ctx)
-	if f.device == "cuda" && !s.hasGPU {
-		return nil, cannotRun("--device cuda: %s", s.why)
-	}
-	s.m = harness.Minfer{R: &harness.Runner{Bin: bin, Timeout: f.timeout}, Device: f.device}
-	if f.model != "" && (f.shape != "" || f.typ != "") {
-		return nil, cannotRun("give --model or --shape/--type, not both")
-	}
-	if f.model != "" {
-		if _, err := os.Stat(f.model); err != nil {
-			return nil, cannotRun("model: %v", err)
-		}
-		abs, err := filepath.Abs(f.model)
-		if err != nil { // an empty Model would silently mean the embedded default
-			return nil, cannotRun("model: %v", err)
-		}
-		s.m.Model = abs
-	}
-	if f.shape != "" || f.typ != "" {
-		if f.shape == "" || f.typ == "" {
-			return nil, cannotRun("--shape and --type go together")
-		}
-		path, _, err := synthModel(ctx, s.m.R, f.synthDir, f.shape, f.typ, f.seed)
-		if err != nil {
-			return nil, err
-		}
-		s.m.Model = path
-	}
-	if f.correctnessModel != "" {
-		if _, err := os.Stat(f.correctnessModel); err != nil {
-			return nil, cannotRun("correctness model: %v", err)
-		}
-		abs, err := filepath.Abs(f.correctnessModel)
-		if err != nil {
-			return nil, cannotRun("correctness model: %v", err)
-		}
-		f.correctnessModel = abs
-	}
-	s.levers, err = s.m.Levers(ctx)
-	if err != nil {
-		return nil, cannotRun("reading the lever registry (minfer levers --json): %v", err)
-	}
-	if len(f.suiteBins) == 0 {
-		// The test binaries built beside minfer (the device bundle's
-		// cuda.test, the README's bin/tests/); gate 4 keeps only the
-		// project's of the run's backend, by their build stamp.
-		dir := filepath.Dir(bin)
-		f.suiteBins = []string{filepath.Join(dir, "*.test"), filepath.Join(dir, "tests", "*.test")}
-	}
-	return s, nil
-}
-
-// synthDir is the cache of synthesized and derived models: dir, or by
-// default the user cache dir /minfer/abtest-synth.
-func synthDir(dir string) string {
-	if dir != "" {
-		return dir
-	}
-	base, err := os.UserCacheDir()
-	if err != nil || base == "" {
-		base = os.TempDir()
-	}
-	return filepath.Join(base, "minfer", "abtest-synth")
-}
-
-// synthPath is where the synthetic model of shape/type/seed is cached:
-// synthDir(dir), file harness.SynthFileName.
-func synthPath(dir, shape, typ string, seed uint64) string {
-	return filepath.Join(synthDir(dir), harness.SynthFileName(shape, typ, seed))
-}
-
-// writeOnce makes the file at path unless a non-empty one is there (cached):
-// make writes a temporary name that is renamed when it returns nil, so an
-// interrupted make is never reused.
-func writeOnce(path string, make func(tmp string) error) (cached bool, err error) {
-	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
-		return true, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return false, err
-	}
-	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-	defer os.Remove(tmp)
-	if err := make(tmp); err != nil {
-		return false, err
-	}
-	return false, os.Rename(tmp, path)
-}
-
-// synthModel returns the cached synthetic model for shape/type/seed, writing
-// it once with `minfer synth --shape S --type T --seed N -o PATH`
-// (writeOnce); cached says the file was already there. Every later run,
-// round and lever reuses the file. abtest run/nightly and perf all
-// synthesize through here.
-func synthModel(ctx context.Context, r *harness.Runner, dir, shape, typ string, seed uint64) (path string, cached bool, err error) {
-	for _, p := range []string{shape, typ} {
-		if strings.ContainsAny(p, "/\\ ") || p == "." || p == ".." {
-			return "", false, cannotRun("--shape/--type %q: not a plain name", p)
-		}
-	}
-	path = synthPath(dir, shape, typ, seed)
-	cached, err = writeOnce(path, func(tmp string) error {
-		_, err := r.Run(ctx, "synth", nil, "synth", "--shape", shape, "--type", typ, "--seed", strconv.FormatUint(seed, 10), "-o", tmp)
-		return err
-	})
-	if err != nil {
-		return "", false, cannotRun("minfer synth (%s): %v", path, err)
-	}
-	abs, err := filepath.Abs(path)
-	return abs, cached, err
-}
-
-// info is `minfer info` of model ("": the embedded default), read once.
-func (s *setup) info(ctx context.Context, model string) (harness.ModelInfo, error) {
-	if inf, ok := s.infos[model]; ok {
-		return inf, nil
-	}
-	inf, _, err := harness.Minfer{R: s.m.R, Model: model}.Info(ctx)
-	if err != nil {
-		return inf, fmt.Errorf("minfer info %s: %w", model, err)
-	}
-	if s.infos == nil {
-		s.infos = map[string]harness.ModelInfo{}
-	}
-	s.infos[model] = inf
-	return inf, nil
-}
-
-// correctnessFor picks the model parity and greedy run on, for a run on
-// model: they must run the lever's path, which runs only on the model's
-// architecture and weight type. With no correctness model cm: "" (the run's
-// model). cm of another architecture (a qwen2 model has no qwen3 q/k norm):
-// "", said on prog. Of the same file type, or either type unknown: cm.
-// Else cm quantized to the model's file type (`minfer quantize`, which
-// requantizes a Q8_0 file), once, into the synth dir under a name carrying
-// cm's sha256, so a changed model is never reused stale: on a Q8_0 cm both
-// arms of a K-quant or Q4_0 lever would read the same Q8_0 weights and agree
-// whatever its path does, and a random-weight model's top-1 margins are too
-// small to resolve.
-func (s *setup) correctnessFor(ctx context.Context, cm, model, dir string, prog *harness.Progress) (string, error) {
-	if cm == "" {
-		return "", nil
-	}
-	ci, err := s.info(ctx, cm)
-	if err != nil {
-		return "", err
-	}
-	mi, err := s.info(ctx, model)
-	if err != nil {
-		return "", err
-	}
-	switch {
-	case ci.Architecture != "" && mi.Architecture != "" && ci.Architecture != mi.Architecture:
-		prog.Note("correctness: the model is %s, the correctness model %s: parity and greedy run on the model itself", mi.Architecture, ci.Architecture)
-		return "", nil
-	case ci.FileType == "" || mi.FileType == "" || strings.EqualFold(ci.FileType, mi.FileType):
-		return cm, nil
-	}
-	sha, err := harness.FileSHA256Cached(cm)
-	if err != nil {
-		return "", err
-	}
-	typ := mi.FileType
-	out := filepath.Join(synthDir(dir), fmt.Sprintf("%s-%s-as-%s.gguf", strings.TrimSuffix(filepath.Base(cm), ".gguf"), sha[:12], typ))
-	if _, err := writeOnce(out, func(tmp string) error {
-		prog.Note("correctness: quantizing %s to %s, the run's weight type", filepath.Base(cm), typ)
-		_, err := s.m.R.Run(ctx, "quantize", nil, "quantize", cm, tmp, typ)
-		return err
-	}); err != nil {
-		return "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
-	}
-	return out, nil
-}
-
-// config builds the gate configuration for one lever spec.
-func (s *setup) config(f *runFlags, spec, baseline string) (gates.Config, error) {
-	name, bval, hasB := strings.Cut(spec, "=")
-	lv, err := harness.FindLever(s.levers, name)
-	if err != nil {
-		return gates.Config{}, cannotRun("%v", err)
-	}
-	if lv.Reserved != "" {
-		return gates.Config{}, cannotRun("%s switches no path in this build (reserved: %s)", lv.Name, lv.Reserved)
-	}
-	if !hasB {
-		bval = lv.ArmB
-	}
-	aval := baseline
-	if aval == "" {
-		aval = lv.ArmA
-	}
-	if aval == "" || bval == "" {
-		return gates.Config{}, cannotRun("%s declares no arms: give --lever %s=B --baseline A (valid values: %s)", lv.Name, lv.Name, strings.Join(lv.ValidValues(), ", "))
-	}
-	for _, v := range []string{aval, bval} {
-		if err := lv.Validate(v); err != nil {
-			return gates.Config{}, cannotRun("%v", err)
-		}
-	}
-	if aval == bval {
-		// The usual slip: naming a kill switch's baseline value as the
-		// candidate (--lever MINFER_NO_X=1, whose arm A is already 1).
-		hint := ""
-		if hasB && baseline == "" && lv.ArmA == bval && lv.ArmB != "" {
-			hint = fmt.Sprintf(": %s's baseline (arm A) is %s=%s and its candidate (arm B) %s=%s; run --lever %s to measure the path it switches",
-				lv.Name, lv.Name, lv.ArmA, lv.Name, lv.ArmB, lv.Name)
-		}
-		return gates.Config{}, cannotRun("arms A and B are both %s=%s%s", lv.Name, aval, hint)
-	}
-	tol, err := harness.ParseTolerance(lv.Tolerance)
-	if err != nil {
-		return gates.Config{}, cannotRun("%s: %v", lv.Name, err)
-	}
-	backend := s.backend(f.device)
-	if !lv.RunsOn(backend) {
-		return gates.Config{}, cannotRun("%s switches a path of the %s backend only; this run's arms would run on the %s (%s): refused, since a lever that switches nothing there would pass gates it never ran",
-			lv.Name, lv.Backend, backend, s.backendWhy(f.device))
-	}
-	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.mutate, Device: f.device, Backend: backend, Model: s.m.Model, CorrectnessModel: f.correctnessModel,
-		A:      gates.Arm{Name: "A", Value: aval, Env: map[string]string{lv.Name: aval}},
-		B:      gates.Arm{Name: "B", Value: bval, Env: map[string]string{lv.Name: bval}},
-		Rounds: f.rounds, PP: f.pp, TG: f.tg, Reps: f.reps, WarmupMS: f.warmupMS, BenchWarm: f.benchWarm,
-		GraphTol: f.graphTol, GenN: f.genN, SuiteBins: f.suiteBins, SuiteCache: f.suiteCache, Kernels: f.kernels,
-		LeverDefaults: map[string]string{}}
-	for _, l := range s.levers {
-		cfg.LeverDefaults[l.Name] = l.Default
-	}
-	// The levers the path requires are pinned in both arms.
-	for _, r := range lv.Requires {
-		name, v, _ := strings.Cut(r, "=")
-		other, err := harness.FindLever(s.levers, name)
-		if err == nil {
-			err = other.Validate(v)
-		}
-		if err != nil {
-			return cfg, cannotRun("%s requires %s: %v", lv.Name, r, err)
-		}
-		cfg.A.Env[name], cfg.B.Env[name] = v, v
-	}
-	// The bars are the registry's; a flag that changes one is a deviation.
-	bars := lv.BarsOrDefault()
-	cfg.BarPP, cfg.BarTG, cfg.ClaimBar, cfg.MaxRounds = bars.PP, bars.TG, bars.Claim, bars.MaxRounds
-	for _, d := range []struct {
-		flag string
-		dst  *float64
-		v    float64
-	}{{"bar-pp", &cfg.BarPP, f.barPP}, {"bar-tg", &cfg.BarTG, f.barTG}, {"claim-bar", &cfg.ClaimBar, f.claimBar}} {
-		if f.changed(d.flag) && d.v != *d.dst {
-			cfg.Deviations = append(cfg.Deviations, fmt.Sprintf("--%s %g (registry: %g)", d.flag, d.v, *d.dst))
-			*d.dst = d.v
-		}
-	}
-	if f.mutate != "" {
-		// "phantom" names the lever under test: its candidate path never
-		// runs in arm B.
-		if f.mutate == "phantom" {
-			cfg.Mutate = "phantom=" + lv.Name
-		}
-		mut, err := harness.FindLever(s.levers, "MINFER_TEST_MUTATE")
-		if err == nil {
-			err = mut.Validate(cfg.Mutate)
-		}
-		if err != nil {
-			return cfg, cannotRun("--mutate: %v", err)
-		}
-		cfg.B.Env["MINFER_TEST_MUTATE"] = cfg.Mutate
-	}
-	for _, g := range strings.Split(f.gatesCSV, ",") {
-		g = strings.TrimSpace(g)
-		if g == "" {
-			continue
-		}
-		ok := false
-		for _, k := range gates.AllGates {
-			ok = ok || k == g
-		}
-		if !ok {
-			return cfg, cannotRun("--gates: unknown gate %q (valid: %s)", g, strings.Join(gates.AllGates, ","))
-		}
-		cfg.Gates = append(cfg.Gates, g)
-	}
-	if err := f.check(); err != nil {
-		return cfg, err
-	}
-	if f.prompts != "" {
-		ps, err := harness.ReadPrompts(f.prompts)
-		if err != nil {
-			return cfg, cannotRun("--prompts: %v", err)
-		}
-		cfg.Prompts = ps
-	}
-	cfg.Defaults()
-	return cfg, nil
-}
-
-// changed reports whether the user set the flag.
-func (f *runFlags) changed(name string) bool { return f.fl != nil && f.fl.Changed(name) }
-
-// backend is where the arms of a run on device run: the CUDA backend for
-// --device cuda, or auto with a device present; else the CPU.
-func (s *setup) backend(device string) string {
-	if device == "cuda" || device == "auto" && s.hasGPU {
-		return "cuda"
-	}
-	return "cpu"
-}
-
-func (s *setup) backendWhy(device string) string {
-	switch {
-	case device == "cpu":
-		return "--device cpu"
-	case device == "cuda":
-		return "--device cuda"
-	case s.hasGPU:
-		return "--device auto with a CUDA device"
-	}
-	return "--device auto, and " + s.why
-}
-
-// environment captures the provenance of a run of cfg (on cfg.Model: a
-// nightly lever with its own workload runs another model than s.m's).
-func (s *setup) environment(ctx context.Context, cfg gates.Config) harness.Environment {
-	e := s.probe.Capture(ctx, s.m.R.Bin, cfg.Model)
-	if cfg.Model == "" {
-		// The embedded default: minfer says where it lives (else the A/B
-		// warmup's bench JSON fills it in later).
-		if p, err := s.m.ModelPath(ctx); err == nil {
-			e.SetModel(p, "")
-		}
-	}
-	e.Levers = map[string]string{}
-	for _, l := range s.levers {
-		v := l.Default
-		if v == "" {
-			v = harness.Unset
-		}
-		e.Levers[l.Name] = v
-	}
-	e.Pinned = map[string]string{"MINFER_BENCH_WARMUP_MS": fmt.Sprintf("%d (warmup process) / %d (timed rounds)", cfg.WarmupMS, cfg.BenchWarm)}
-	return e
-}
-
-func runLever(ctx context.Context, f *runFlags, cmdline string, progressTo *os.File) (*gates.Record, string, error) {
-	if f.lever == "" {
-		return nil, "", cannotRun("--lever is required (abtest levers lists them)")
-	}
-	s, err := newSetup(ctx, f)
-	if err != nil {
-		return nil, "", err
-	}
-	cfg, err := s.config(f, f.lever, f.baseline)
-	if err != nil {
-		return nil, "", err
-	}
-	prog := harness.NewProgress(progressTo, 0)
-	if err := s.prepare(ctx, f, &cfg, &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}, prog, false); err != nil {
-		return nil, "", err
-	}
-	// The run's clock starts with the abtest process: its start-up, the
-	// lever registry and the environment capture count as its overhead.
-	rec, base := s.runConfig(ctx, cfg, f.out, cmdline, progressTo, harness.ProcessStart)
-	if f.benchOut != "" {
-		bf, err := os.Create(f.benchOut)
-		if err != nil {
-			return rec, base, cannotRun("--bench-out: %v", err)
-		}
-		report.BenchLines(bf, rec)
-		bf.Close()
-	}
-	return rec, base, nil
-}
-
-// prepare fits a lever's configuration to its workload before it runs (the
-// same for abtest run and every lever of a nightly): the declared workload
-// (forced for a nightly; for abtest run unless the user gave
-// --model/--shape/--pp or --workload=false, and on the CPU only when
-// --workload is given), the correctness model, the check that the path can
-// run on the model and sizes at all (else could not run), and the rounds
-// pre-registered from a calibration of this machine and workload.
-func (s *setup) prepare(ctx context.Context, f *runFlags, cfg *gates.Config, wm *workloadModels, prog *harness.Progress, force bool) error {
-	useWorkload := f.onWorkload && !f.changed("model") && !f.changed("shape") && !f.changed("pp")
-	if cfg.Backend == "cpu" {
-		useWorkload = false // the CPU paths run on the default model (their needs say so)
-	}
-	// --workload given explicitly (or a nightly) puts the lever on its
-	// workload whatever else was given.
-	useWorkload = useWorkload || force || f.changed("workload") && f.onWorkload
-	switch {
-	case useWorkload && strings.TrimSpace(cfg.Lever.Workload) != "":
-		if err := wm.apply(ctx, cfg); err != nil {
-			return cannotRun("%s's workload %q: %v", cfg.Lever.Name, cfg.Lever.Workload, err)
-		}
-	case f.changed("workload") && f.onWorkload:
-		prog.Note("note: %s declares no workload: --workload keeps --model and --pp", cfg.Lever.Name)
-	}
-	var err error
-	if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.synthDir, prog); err != nil {
-		return cannotRun("correctness model: %v", err)
-	}
-	if err := s.checkNeeds(ctx, cfg, prog); err != nil {
-		return err
-	}
-	// A run off the lever's declared workload still runs as told (its path
-	// runs there, by the needs just checked); it is said here once, and in
-	// the report's header and a liveness failure's reason.
-	if note := cfg.Lever.WorkloadMismatch(cfg.Model, cfg.PP); note != "" && !force {
-		prog.Note("note: %s (run as told; --workload, or `abtest nightly`, runs it on its workload)", note)
-	}
-	s.planRounds(ctx, f, cfg, prog)
-	return nil
-}
-
-// checkNeeds refuses a run whose model or sizes cannot run the lever's path
-// at all (its rule's needs: weight types, architecture, forward sizes):
-// every gate's liveness would fail by construction. A correctness model
-// that cannot run it is dropped for the run's own model.
-func (s *setup) checkNeeds(ctx context.Context, cfg *gates.Config, prog *harness.Progress) error {
-	rule := cfg.Lever.Rule(cfg.Backend)
-	if rule == nil {
-		return nil
-	}
-	n := rule.Needs
-	problem := func(model string) (string, error) {
-		if n.Arch == "" && len(n.WeightTypes) == 0 {
-			return "", nil
-		}
-		inf, err := s.info(ctx, model)
-		if err != nil {
-			return "", err
-		}
-		if n.Arch != "" && inf.Architecture != "" && inf.Architecture != n.Arch {
-			return fmt.Sprintf("needs a %s model, %s is %s", n.Arch, modelName(model), inf.Architecture), nil
-		}
-		if len(n.WeightTypes) > 0 && len(inf.TypeHistogram) > 0 {
-			found := false
-			for _, t := range n.WeightTypes {
-				found = found || inf.TypeHistogram[t] > 0
+func newNightlyCmd() *cobra.Command {
+	var f runFlags
+	var leverList, threshold string
+	cmd := &cobra.Command{
+		Use:   "nightly [--levers all|L1,L2] [--out reports/nightly]",
+		Short: "run every lever with all five gates, then write one summary page (verdicts, speed, regressions against the previous nightly)",
+		Long: "Every lever with arms, all five gates each (the suite through a cache: levers whose arm B has the same\n" +
+			"settings share one suite run), then one summary page. Exit codes as abtest run: 0 every lever PASS,\n" +
+			"1 a FAIL or a regression, 2 a lever could not run, 3 INCONCLUSIVE / PARTIAL / INCOMPLETE / SKIP.\n" +
+			"A lever runs on --model and --pp unless it declares a workload (minfer levers: WORKLOAD): then on\n" +
+			"that model (synthesized once into --synth-dir with --seed) and/or pp. Parity and greedy run on\n" +
+			"--correctness-model fitted to each lever's model: quantized to its weight type (once, into\n" +
+			"--synth-dir), or not used for another architecture (then on the lever's model itself).\n" +
+			"Arm B is compared with the previous nightly's only on the same workload (model sha256 and pp);\n" +
+			"a lever whose workload changed is \"not comparable\", never a regression.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sum, path, err := runs.Nightly(cmd.Context(), f.opts(), leverList, threshold, strings.Join(os.Args, " "))
+			if err != nil {
+				return err
 			}
-			if !found {
-				return fmt.Sprintf("needs matmul weights of %s, %s has %s", strings.Join(n.WeightTypes, "/"), modelName(model), inf.Histogram()), nil
-			}
-		}
-		return "", nil
+			fmt.Fprintf(os.Stderr, "abtest: nightly %s: summary %s.md\n", sum.Verdict, path)
+			return exit(sum.ExitCode())
+		},
 	}
-	p, err := problem(cfg.Model)
-	if err != nil {
-		return cannotRun("minfer info: %v", err)
-	}
-	if p != "" {
-		return cannotRun("%s's path %s (declared workload %q; run it there with --workload, or give --model/--shape of such a model)", cfg.Lever.Name, p, cfg.Lever.Workload)
-	}
-	if n.MaxNT > 0 && !n.NTRuns(1) && !n.NTRuns(cfg.PP) {
-		return cannotRun("%s's path runs only in forwards of %d..%d tokens, and this run's pp is %d (declared workload %q)", cfg.Lever.Name, max(n.MinNT, 1), n.MaxNT, cfg.PP, cfg.Lever.Workload)
-	}
-	if n.MinNT > 1 && !n.NTRuns(cfg.PP) {
-		return cannotRun("%s's path runs only in forwards of at least %d tokens, and this run's pp is %d", cfg.Lever.Name, n.MinNT, cfg.PP)
-	}
-	if cfg.CorrectnessModel != "" {
-		if p, err := problem(cfg.CorrectnessModel); err == nil && p != "" {
-			prog.Note("correctness: the correctness model cannot run %s's path (%s): parity and greedy run on the run's model", cfg.Lever.Name, p)
-			cfg.CorrectnessModel = ""
-		}
-	}
-	return nil
-}
-
-func modelName(model string) string {
-	if model == "" {
-		return "the embedded default model"
-	}
-	return filepath.Base(model)
-}
-
-// planRounds pre-registers gate 3's rounds from the newest matching
-// calibration (--calibration, else under --out): enough for the not-slower
-// check to refuse twice the bar with probability 0.8, within the lever's
-// cap. Without one the run keeps --rounds and its gate states the power its
-// own rounds reached. --rounds given beside a calibration is a deviation.
-func (s *setup) planRounds(ctx context.Context, f *runFlags, cfg *gates.Config, prog *harness.Progress) {
-	if !slices.Contains(cfg.Gates, gates.GateAB) {
-		return
-	}
-	dir := f.calibration
-	if dir == "" {
-		dir = f.out
-	}
-	sha := ""
-	path := cfg.Model
-	if path == "" {
-		if p, err := s.m.ModelPath(ctx); err == nil {
-			path = p
-		}
-	}
-	if path != "" {
-		sha, _ = harness.FileSHA256Cached(path)
-	}
-	machine := gates.MachineName(cfg.Backend, s.gpuClocks(ctx), harness.CPUModel("/proc/cpuinfo"))
-	cal, file, notes := gates.FindCalibration(dir, machine, cfg.Backend, sha, cfg.PP, cfg.TG, cfg.Reps, time.Now())
-	for _, n := range notes {
-		prog.Note("calibration: %s", n)
-	}
-	if cal == nil {
-		prog.Note("calibration: none for %s on %s (pp%d tg%d r%d) under %s: %d rounds, power from their own noise (abtest calibrate records it)", modelName(path), machine, cfg.PP, cfg.TG, cfg.Reps, dir, cfg.Rounds)
-		return
-	}
-	plan := cal.PlanFor(file, cfg.BarPP, cfg.BarTG, cfg.Lever.HostWork, cfg.MaxRounds)
-	cfg.Power = plan
-	if f.changed("rounds") && f.rounds != plan.N {
-		cfg.Deviations = append(cfg.Deviations, fmt.Sprintf("--rounds %d (the calibration pre-registers %d)", f.rounds, plan.N))
-		return
-	}
-	cfg.Rounds = plan.N
-	prog.Note("calibration %s: %d rounds (%s)", file, plan.N, plan.Why)
-}
-
-// gpuClocks is the first GPU's reading (nil without one).
-func (s *setup) gpuClocks(ctx context.Context) *harness.Clocks {
-	if !s.hasGPU {
-		return nil
-	}
-	c, err := s.probe.ReadClocks(ctx)
-	if err != nil {
-		return nil
-	}
-	return c
-}
-
-// runConfig runs the gates of one configuration and writes its reports;
-// the overhead counts from start (zero: now, with the runner's accounts so
-// far excluded).
-func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline string, progressTo *os.File, start time.Time) (*gates.Record, string) {
-	rec := &gates.Record{CommandLine: cmdline}
-	if start.IsZero() {
-		rec.MarkStart(time.Now(), s.m.R.Work())
-	} else {
-		rec.MarkStart(start, nil) // the runner was made after start
-	}
-	steps := 0
-	for _, g := range cfg.Gates {
-		switch g {
-		case gates.GateParity:
-			steps += len(cfg.ParityNT)
-		case gates.GateGreedy:
-			steps += len(cfg.Prompts)
-		case gates.GateAB:
-			steps += 2 + cfg.Rounds
-		default:
-			steps++
-		}
-	}
-	prog := harness.NewProgress(progressTo, steps)
-	m := s.m
-	m.Model = cfg.Model // the lever's own workload model, else s.m's
-	env := &gates.Env{M: m, Probe: s.probe, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why}
-	rec.Env = s.environment(ctx, cfg)
-	rec.Lever, rec.Mutate = cfg.Lever.Name, cfg.Mutate
-	base := report.Paths(out, rec)
-	prog.Note("%s: A=%s B=%s, report %s.md", cfg.Lever.Name, cfg.A.Value, cfg.B.Value, base)
-	save := func(r *gates.Record) {
-		r.Lock()
-		defer r.Unlock()
-		if err := report.WriteJSON(base+".json", r); err != nil {
-			prog.Note("writing %s.json: %v", base, err)
-		}
-	}
-	gates.Run(ctx, cfg, env, rec, save)
-	for _, g := range rec.Gates {
-		if g.AB != nil && len(g.AB.Warmup) > 0 {
-			w := g.AB.Warmup[0]
-			rec.Env.Backend, rec.Env.MinferGo = w.Backend, w.GoVersion
-			if rec.Env.Model == harness.EmbeddedModel && w.Model != "" {
-				rec.Env.SetModel(w.Model, w.ModelSHA256)
-			}
-		}
-	}
-	finish := func() { // the overhead includes the plotting
-		rec.Lock()
-		rec.Finished = time.Now()
-		rec.UpdateOverhead(s.m.R)
-		rec.Unlock()
-	}
-	if err := report.WriteFinal(base, rec, finish); err != nil {
-		prog.Note("writing the report: %v", err)
-	}
-	return rec, base
+	f.register(cmd, false)
+	cmd.Flags().StringVar(&leverList, "levers", "all", "all (every lever with arms), or a comma-separated list (NAME or NAME=B)")
+	cmd.Flags().StringVar(&threshold, "threshold", "2%", "smallest change against the previous nightly that counts as a regression")
+	_ = cmd.Flags().Set("out", "reports/nightly")
+	cmd.Flags().Lookup("out").DefValue = "reports/nightly"
+	return cmd
 }

@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/harness/runs"
 )
 
 // sass-diff: identical listings exit 0; a changed function exits 1 with its
@@ -29,28 +30,18 @@ func TestSASSDiff_ExitCodesAndChangedFunctionRows(t *testing.T) {
 	a := write("a.sass", string(src))
 	same := write("same.sass", strings.ReplaceAll(string(src), "/*0020*/", "/*0120*/"))
 	changed := write("changed.sass", strings.Replace(string(src), "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20 ;", "@!P0 HMMA.16816.F32 R20, R12, R18, R20 ;", 1))
-	code := func(err error) int {
-		var ee exitError
-		if err == nil {
-			return 0
-		}
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		return -1
-	}
 	var out bytes.Buffer
-	if err := runSASSDiff(context.Background(), a, same, &out); code(err) != 0 || !strings.Contains(out.String(), "2 identical, 0 changed") {
-		t.Errorf("same: exit %d:\n%s", code(err), out.String())
+	if err := runs.SASSDiff(context.Background(), a, same, &out); runs.ExitCode(err) != 0 || !strings.Contains(out.String(), "2 identical, 0 changed") {
+		t.Errorf("same: exit %d:\n%s", runs.ExitCode(err), out.String())
 	}
 	out.Reset()
-	err = runSASSDiff(context.Background(), a, changed, &out)
-	if code(err) != 1 || !strings.Contains(out.String(), "| sm_90a mmq_q4k | 7 -> 7 | HMMA 0 -> 1, IMMA 2 -> 1 |") {
-		t.Errorf("changed: exit %d:\n%s", code(err), out.String())
+	err = runs.SASSDiff(context.Background(), a, changed, &out)
+	if runs.ExitCode(err) != 1 || !strings.Contains(out.String(), "| sm_90a mmq_q4k | 7 -> 7 | HMMA 0 -> 1, IMMA 2 -> 1 |") {
+		t.Errorf("changed: exit %d:\n%s", runs.ExitCode(err), out.String())
 	}
 	for _, bad := range []string{filepath.Join(dir, "missing.sass"), write("empty.sass", "no functions here\n")} {
-		if err := runSASSDiff(context.Background(), a, bad, &out); code(err) != 2 {
-			t.Errorf("%s: exit %d (%v), want 2", bad, code(err), err)
+		if err := runs.SASSDiff(context.Background(), a, bad, &out); runs.ExitCode(err) != 2 {
+			t.Errorf("%s: exit %d (%v), want 2", bad, runs.ExitCode(err), err)
 		}
 	}
 }

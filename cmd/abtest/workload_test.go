@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minfer-go/minfer/harness/report"
+	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/stats"
+	"github.com/minfer-go/minfer/report"
 )
 
 // benchLines returns the fake's bench log lines that set lever (NAME=).
@@ -104,11 +105,11 @@ func TestNightly_LeverWithWorkloadRunsOnItsModelSynthesizedOnce(t *testing.T) {
 		t.Errorf("regressions %v: a changed workload is not comparable", s2.Regressions)
 	}
 	a := entry(s2, "MINFER_NO_FUSE_QKV").Against
-	if len(a) != 1 || a[0].Verdict != VerdictNotComparable || !strings.Contains(a[0].Note, "pp512") || !strings.Contains(a[0].Note, "pp12") {
+	if len(a) != 1 || a[0].Verdict != gates.VerdictNotComparable || !strings.Contains(a[0].Note, "pp512") || !strings.Contains(a[0].Note, "pp12") {
 		t.Errorf("MINFER_NO_FUSE_QKV against the previous night: %+v", a)
 	}
 	for _, d := range entry(s2, "MINFER_NO_FUSE_FFN").Against {
-		if d.Verdict == VerdictNotComparable {
+		if d.Verdict == gates.VerdictNotComparable {
 			t.Errorf("the unchanged lever was not compared: %+v", d)
 		}
 	}
@@ -131,31 +132,31 @@ func TestNightly_LeverWithWorkloadRunsOnItsModelSynthesizedOnce(t *testing.T) {
 func TestNightlyCompare_SummaryFromBeforeWorkloadsComparesOnlyDefaultLevers(t *testing.T) {
 	tg := []float64{100, 101, 99}
 	slow := []float64{80, 81, 79}
-	prev := &nightlySummary{Date: "old", Machine: "H200", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa",
-		Entries: []nightlyEntry{{Lever: "L_DEFAULT", B: "1", TGB: tg}, {Lever: "L_OWN", B: "1", TGB: tg}}}
-	now := &nightlySummary{Machine: "H200", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 512, Threshold: 0.02,
-		Entries: []nightlyEntry{
+	prev := &gates.NightlySummary{Date: "old", Machine: "H200", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa",
+		Entries: []gates.NightlyEntry{{Lever: "L_DEFAULT", B: "1", TGB: tg}, {Lever: "L_OWN", B: "1", TGB: tg}}}
+	now := &gates.NightlySummary{Machine: "H200", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 512, Threshold: 0.02,
+		Entries: []gates.NightlyEntry{
 			{Lever: "L_DEFAULT", B: "1", TGB: slow, Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 512},
 			{Lever: "L_OWN", B: "1", TGB: slow, Workload: "pp5", Model: "/m/qwen2-0.5b-Q8_0-seed1.gguf", ModelSHA256: "aaaa", PP: 5},
 		}}
-	now.compare("nightly-old.json", prev)
+	now.Compare("nightly-old.json", prev)
 	if len(now.Regressions) != 1 || !strings.HasPrefix(now.Regressions[0], "L_DEFAULT=1 tg") {
 		t.Errorf("regressions %v, want L_DEFAULT's tg only", now.Regressions)
 	}
-	if a := now.Entries[1].Against; len(a) != 1 || a[0].Verdict != VerdictNotComparable || !strings.Contains(a[0].Note, "before per-lever workloads") ||
+	if a := now.Entries[1].Against; len(a) != 1 || a[0].Verdict != gates.VerdictNotComparable || !strings.Contains(a[0].Note, "before per-lever workloads") ||
 		!math.IsNaN(float64(a[0].Ratio)) {
 		t.Errorf("L_OWN: %+v", a)
 	}
 
 	// A changed model (same pp) is not comparable either; the same one is.
-	prev2 := &nightlySummary{Date: "d", Machine: "H200", ModelSHA256: "aaaa", PP: 512, Entries: []nightlyEntry{
+	prev2 := &gates.NightlySummary{Date: "d", Machine: "H200", ModelSHA256: "aaaa", PP: 512, Entries: []gates.NightlyEntry{
 		{Lever: "L_OWN", B: "1", TGB: tg, Model: "/c/qwen2-0.5b-Q4_0-seed1.gguf", ModelSHA256: "bbbb", PP: 512, Workload: "qwen2-0.5b:Q4_0"},
 		{Lever: "L_SAME", B: "1", TGB: tg, Model: "/c/qwen3-0.6b-Q8_0-seed1.gguf", ModelSHA256: "cccc", PP: 512, Workload: "qwen3-0.6b:Q8_0"}}}
-	now2 := &nightlySummary{Machine: "H200", ModelSHA256: "aaaa", PP: 512, Threshold: 0.02, Entries: []nightlyEntry{
+	now2 := &gates.NightlySummary{Machine: "H200", ModelSHA256: "aaaa", PP: 512, Threshold: 0.02, Entries: []gates.NightlyEntry{
 		{Lever: "L_OWN", B: "1", TGB: slow, Model: "/c/qwen2-0.5b-Q4_K_M-seed1.gguf", ModelSHA256: "dddd", PP: 512, Workload: "qwen2-0.5b:Q4_K_M"},
 		{Lever: "L_SAME", B: "1", TGB: slow, Model: "/c/qwen3-0.6b-Q8_0-seed1.gguf", ModelSHA256: "cccc", PP: 512, Workload: "qwen3-0.6b:Q8_0"}}}
-	now2.compare("nightly-d.json", prev2)
-	if a := now2.Entries[0].Against; len(a) != 1 || a[0].Verdict != VerdictNotComparable ||
+	now2.Compare("nightly-d.json", prev2)
+	if a := now2.Entries[0].Against; len(a) != 1 || a[0].Verdict != gates.VerdictNotComparable ||
 		!strings.Contains(a[0].Note, "qwen2-0.5b-Q4_0-seed1.gguf") || !strings.Contains(a[0].Note, "qwen2-0.5b-Q4_K_M-seed1.gguf") {
 		t.Errorf("changed model: %+v", a)
 	}

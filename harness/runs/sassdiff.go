@@ -1,4 +1,4 @@
-package main
+package runs
 
 import (
 	"context"
@@ -10,30 +10,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/spf13/cobra"
-
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/profile"
 )
-
-func newSASSDiffCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "sass-diff OLD NEW",
-		Short: "which kernels' SASS differs between two kernels files (or two cuobjdump --dump-sass listings)",
-		Long: "Compare two builds of the kernels function by function: OLD and NEW are kernels files (cuobjdump\n" +
-			"--dump-sass reads them; one fatbin or several concatenated) or saved listings (*.sass, *.txt). A function\n" +
-			"is the same when every instruction (predicate, opcode, operands, branch targets) is; addresses and\n" +
-			"encodings are not compared. Prints the counts and, for each changed function, its instruction counts and\n" +
-			"the opcodes whose counts moved. The evidence behind \"these kernels compile to the same SASS\".\n" +
-			"cuobjdump takes minutes on a large -lineinfo fatbin (2 min for 9.7 MB on a 2-core machine): save a\n" +
-			"listing once (cuobjdump --dump-sass F > F.sass) to compare it again.\n" +
-			"Exit 0: the same functions, all identical; 1: something differs; 2: a file could not be read.",
-		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSASSDiff(cmd.Context(), args[0], args[1], cmd.OutOrStdout())
-		},
-	}
-}
 
 // sassListing reads a listing file as it is, or runs cuobjdump on a kernels
 // file.
@@ -59,15 +38,15 @@ func sassListing(ctx context.Context, path string) (profile.SASSListing, error) 
 	return profile.ParseSASSListing(string(out)), nil
 }
 
-func runSASSDiff(ctx context.Context, oldPath, newPath string, w io.Writer) error {
+func SASSDiff(ctx context.Context, oldPath, newPath string, w io.Writer) error {
 	var ls [2]profile.SASSListing
 	for i, p := range []string{oldPath, newPath} {
 		l, err := sassListing(ctx, p)
 		if err != nil {
-			return cannotRun("sass-diff: %v", err)
+			return CannotRun("sass-diff: %v", err)
 		}
 		if len(l) == 0 {
-			return cannotRun("sass-diff: %s: no SASS functions in it", p)
+			return CannotRun("sass-diff: %s: no SASS functions in it", p)
 		}
 		ls[i] = l
 	}
@@ -89,7 +68,7 @@ func runSASSDiff(ctx context.Context, oldPath, newPath string, w io.Writer) erro
 		}
 	}
 	if len(d.Changed)+len(d.Added)+len(d.Removed) > 0 {
-		return exitError{1, nil}
+		return &Error{1, nil}
 	}
 	return nil
 }
