@@ -133,28 +133,32 @@ var cudaVersionRE = regexp.MustCompile(`CUDA Version:\s*([0-9.]+)`)
 
 // Environment is the provenance of a run.
 type Environment struct {
-	Date         string            `json:"date"`
-	Host         string            `json:"host"`
-	OS           string            `json:"os"`
-	CPUModel     string            `json:"cpu_model"`
-	NumCPU       int               `json:"num_cpu"`
-	GoVersion    string            `json:"go_version"`            // abtest's toolchain
-	MinferGo     string            `json:"minfer_go"`             // from bench JSON when known
-	Commit       string            `json:"commit"`                // git HEAD of the working tree, else a binary's VCS stamp
-	CommitFrom   string            `json:"commit_from"`           // where Commit was read (CommitFromGit, ...)
-	Dirty        bool              `json:"dirty"`                 // uncommitted changes present (vcs.modified for a stamp)
-	CommitNote   string            `json:"commit_note,omitempty"` // e.g. the minfer binary was built from another commit
-	Binary       string            `json:"binary"`                // minfer path
-	BinarySHA256 string            `json:"binary_sha256"`         //
-	Model        string            `json:"model"`                 // path or the embedded default
-	ModelSize    int64             `json:"model_size"`            //
-	ModelSHA256  string            `json:"model_sha256"`          //
-	Backend      string            `json:"backend"`               // what minfer said it ran on
-	GPU          *Clocks           `json:"gpu,omitempty"`         // first reading
-	CUDA         string            `json:"cuda,omitempty"`        // from nvidia-smi's banner
-	GPUNote      string            `json:"gpu_note"`              // why there is no GPU line
-	Levers       map[string]string `json:"levers"`                // effective value of every lever, per registry default
-	Pinned       map[string]string `json:"pinned,omitempty"`      // values the harness set in every process
+	Date         string `json:"date"`
+	Host         string `json:"host"`
+	OS           string `json:"os"`
+	CPUModel     string `json:"cpu_model"`
+	NumCPU       int    `json:"num_cpu"`
+	GoVersion    string `json:"go_version"`            // abtest's toolchain
+	MinferGo     string `json:"minfer_go"`             // from bench JSON when known
+	Commit       string `json:"commit"`                // git HEAD of the working tree, else a binary's VCS stamp
+	CommitFrom   string `json:"commit_from"`           // where Commit was read (CommitFromGit, ...)
+	Dirty        bool   `json:"dirty"`                 // uncommitted changes present (vcs.modified for a stamp)
+	CommitNote   string `json:"commit_note,omitempty"` // e.g. the minfer binary was built from another commit
+	Binary       string `json:"binary"`                // minfer path
+	BinarySHA256 string `json:"binary_sha256"`         //
+	Model        string `json:"model"`                 // path or the embedded default
+	ModelSize    int64  `json:"model_size"`            //
+	ModelSHA256  string `json:"model_sha256"`          //
+	// ModelFileType is the model's general.file_type as minfer info names
+	// it (Q8_0, Q4_K_M, ...; "" when not read): abtest compare refuses
+	// results of two weight types.
+	ModelFileType string            `json:"model_file_type,omitempty"`
+	Backend       string            `json:"backend"`          // what minfer said it ran on
+	GPU           *Clocks           `json:"gpu,omitempty"`    // first reading
+	CUDA          string            `json:"cuda,omitempty"`   // from nvidia-smi's banner
+	GPUNote       string            `json:"gpu_note"`         // why there is no GPU line
+	Levers        map[string]string `json:"levers"`           // effective value of every lever, per registry default
+	Pinned        map[string]string `json:"pinned,omitempty"` // values the harness set in every process
 }
 
 // Capture fills what does not need a minfer run.

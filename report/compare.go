@@ -4,115 +4,66 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/stats"
 )
 
-// MetricDelta is one metric of `abtest compare`.
-type MetricDelta struct {
-	Metric  string
-	Base    float64 // median of base's arm B
-	Head    float64
-	Delta   stats.Delta
-	SignP   float64 // one-sided sign test on per-round head/base, in the direction of the change
-	Regress bool    // significantly slower beyond the threshold
-}
-
-func abOf(r *gates.Record) *gates.ABDetail {
-	for _, g := range r.Gates {
-		if g.AB != nil {
-			return g.AB
-		}
-	}
-	return nil
-}
-
-// Compare diffs two records' arm-B speeds per metric; threshold is a
-// fraction (0.02 for 2%).
-func Compare(base, head *gates.Record, threshold float64) ([]MetricDelta, error) {
-	ba, ha := abOf(base), abOf(head)
-	if ba == nil || ha == nil {
-		return nil, fmt.Errorf("compare: both results need the ab gate")
-	}
-	var out []MetricDelta
-	for _, hm := range ha.Metrics {
-		for _, bm := range ba.Metrics {
-			if bm.Key != hm.Key || len(bm.B) == 0 || len(hm.B) == 0 {
-				continue
-			}
-			d := stats.CompareMedians(bm.B, hm.B, threshold)
-			md := MetricDelta{Metric: hm.Name, Base: stats.Summary(bm.B).Median, Head: stats.Summary(hm.B).Median, Delta: d}
-			n := min(len(bm.B), len(hm.B))
-			wins, losses := 0, 0
-			for i := 0; i < n; i++ {
-				switch {
-				case hm.B[i] > bm.B[i]:
-					wins++
-				case hm.B[i] < bm.B[i]:
-					losses++
-				}
-			}
-			md.SignP = stats.SignTest(max(wins, losses), n)
-			md.Regress = d.Verdict == stats.VerdictSlower && d.Ratio < 1-threshold
-			out = append(out, md)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("compare: no metric in common")
-	}
-	return out, nil
-}
-
-// CompareMarkdown writes the PR-ready diff and reports whether any metric
-// regressed.
-func CompareMarkdown(w io.Writer, base, head *gates.Record, baseName, headName string, threshold float64) (bool, error) {
-	ds, err := Compare(base, head, threshold)
-	if err != nil {
-		return false, err
-	}
-	regressed := false
+// CompareMarkdown writes the comparison of two stored lever results (a
+// table per metric: each run's n and median B/A ratio, the change with its
+// Mann-Whitney p, the verdict; a geomean row; arm B's absolute speeds with
+// both runs' clocks as information) and reports whether a metric regressed.
+func CompareMarkdown(w io.Writer, c *gates.RecordChange, old, new *gates.Record, oldName, newName string) bool {
 	var rows [][]string
-	for _, d := range ds {
-		v := d.Delta.Verdict
-		if d.Regress {
-			regressed = true
+	for _, m := range c.Metrics {
+		v := m.Verdict
+		if m.Verdict == stats.VerdictSlower && m.Beyond {
 			v = "**slower (regression)**"
 		}
-		rows = append(rows, []string{d.Metric, fmt.Sprintf("%.2f", d.Base), fmt.Sprintf("%.2f", d.Head),
-			fmt.Sprintf("%.4f (%+.1f%%)", d.Delta.Ratio, (d.Delta.Ratio-1)*100), fmt.Sprintf("[%.4f, %.4f]", d.Delta.Lo, d.Delta.Hi),
-			fmt.Sprintf("%.3g", d.SignP), fmt.Sprintf("%.3g", d.Delta.P), v})
+		rows = append(rows, []string{m.Name + " (" + m.Basis + ")", fmt.Sprint(m.NOld), fmt.Sprintf("%.4f", m.Old), fmt.Sprint(m.NNew), fmt.Sprintf("%.4f", m.New),
+			fmt.Sprintf("%+.2f%%", (m.Change-1)*100), fmt.Sprintf("%.3g", m.P), v})
 	}
-	fmt.Fprintf(w, "### abtest compare: %s (%s=%s)\n\n", head.Lever, head.Lever, head.B)
-	fmt.Fprintf(w, "base `%s` (%s, commit %s) → head `%s` (%s, commit %s); arm B tok/s, threshold %.1f%%; `~` = no significant change.\n\n",
-		baseName, base.Env.Date, base.Env.ShortCommit(), headName, head.Env.Date, head.Env.ShortCommit(), threshold*100)
-	fmt.Fprintf(w, "%s\n", Table([]string{"metric", "base tok/s", "head tok/s", "ratio", "95% CI (bootstrap)", "sign-test p (paired by round)", "Mann-Whitney p", "verdict"}, rows))
-	fmt.Fprintf(w, "Verdicts: base %s, head %s.\n", base.Verdict, head.Verdict)
-	if regressed {
-		fmt.Fprintf(w, "\n**Regression beyond %.1f%%.**\n", threshold*100)
+	rows = append(rows, []string{"geomean", "", "", "", "", fmt.Sprintf("%+.2f%%", (c.GeoMean-1)*100), "", ""})
+	fmt.Fprintf(w, "### abtest compare: %s = %s vs %s\n\n", c.Lever, c.B, c.A)
+	fmt.Fprintf(w, "old `%s` (%s, commit %s) → new `%s` (%s, commit %s). Each run's per-round B/A ratios (drift cancels inside a run, which interleaved its arms) are compared unpaired, by a two-sided Mann-Whitney U test at alpha %.2f; `~`: not significant. A significant slowdown beyond %.1f%% is a regression.\n\n",
+		oldName, old.Env.Date, old.Env.ShortCommit(), newName, new.Env.Date, new.Env.ShortCommit(), c.Alpha, c.Threshold*100)
+	fmt.Fprintf(w, "%s\n", Table([]string{"metric (basis)", "n old", "B/A old", "n new", "B/A new", "change", "p", "verdict"}, rows))
+	var info [][]string
+	for _, m := range c.Metrics {
+		info = append(info, []string{m.Name, fmt.Sprintf("%.2f", m.OldB), fmt.Sprintf("%.2f", m.NewB), fmt.Sprintf("%+.1f%%", (m.NewB/m.OldB-1)*100)})
 	}
-	return regressed, nil
+	fmt.Fprintf(w, "Arm B's absolute tok/s (information: separate runs carry the machine's drift; clocks old %s, new %s):\n\n%s\n", c.OldClocks, c.NewClocks,
+		Table([]string{"metric", "arm B old", "arm B new", "change"}, info))
+	fmt.Fprintf(w, "Verdicts of the runs: old %s, new %s.\n", old.Verdict, new.Verdict)
+	if c.Regressed {
+		fmt.Fprintf(w, "\n**Regression beyond %.1f%%.**\n", c.Threshold*100)
+	}
+	return c.Regressed
 }
 
-// ParseThreshold reads "2%", "0.02" or "2".
+// ParseThreshold reads a percentage with its sign ("2%", "0.5%") as a
+// fraction; a bare number is refused (0.5 meant 50% and 1 meant 1%).
 func ParseThreshold(s string) (float64, error) {
 	s = strings.TrimSpace(s)
-	pct := strings.HasSuffix(s, "%")
-	var v float64
-	if _, err := fmt.Sscanf(strings.TrimSuffix(s, "%"), "%g", &v); err != nil || v < 0 || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("threshold %q: want e.g. 2%% or 0.02", s)
+	num, ok := strings.CutSuffix(s, "%")
+	v, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("threshold %q: want a percentage with its sign, e.g. 2%%", s)
 	}
-	if pct || v >= 1 {
-		v /= 100
-	}
-	return v, nil
+	return v / 100, nil
 }
 
 // BenchLines renders the A/B rounds in Go benchmark format, one line per
 // round, arm and metric, so benchstat reads the same data.
 func BenchLines(w io.Writer, rec *gates.Record) {
-	ab := abOf(rec)
+	var ab *gates.ABDetail
+	for _, g := range rec.Gates {
+		if g.AB != nil {
+			ab = g.AB
+		}
+	}
 	if ab == nil {
 		return
 	}

@@ -462,3 +462,28 @@ func TestRun_MeaninglessFlagValuesAreUsageExit2(t *testing.T) {
 		}
 	}
 }
+
+// abtest compare refuses results of different experiments with exit 2 and
+// one line naming the field; a result against itself is "~", exit 0.
+func TestCompare_IncomparableIsExit2NamingTheFieldSameIsExit0(t *testing.T) {
+	bin := fakeMinfer(t)
+	_, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "ab", "--rounds", "5", "--device", "cpu")
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	if err := report.WriteJSON(a, rec); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"compare", a, a}); code != 0 {
+		t.Errorf("a result against itself: exit %d", code)
+	}
+	rec.Config.PP = 64
+	if err := report.WriteJSON(b, rec); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"compare", a, b}); code != 2 {
+		t.Errorf("pp512 against pp64: exit %d, want 2", code)
+	}
+	if code := run([]string{"compare", "--threshold", "2", a, a}); code != 2 {
+		t.Errorf("a threshold without its %% sign: exit %d, want 2", code)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/report"
 )
 
@@ -34,9 +35,9 @@ func Compare(oldPath, newPath, threshold string, w io.Writer) (regressed bool, e
 	if err != nil {
 		return false, CannotRun("%v", err)
 	}
-	reg, err := report.CompareMarkdown(w, base, head, filepath.Base(oldPath), filepath.Base(newPath), th)
+	c, err := gates.CompareRecords(base, head, th)
 	if err != nil {
 		return false, CannotRun("%v", err)
 	}
-	return reg, nil
+	return report.CompareMarkdown(w, c, base, head, filepath.Base(oldPath), filepath.Base(newPath)), nil
 }

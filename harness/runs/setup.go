@@ -394,6 +394,9 @@ func (s *setup) environment(ctx context.Context, cfg gates.Config) harness.Envir
 		e.Levers[l.Name] = v
 	}
 	e.Pinned = map[string]string{"MINFER_BENCH_WARMUP_MS": fmt.Sprintf("%d (warmup process) / %d (timed rounds)", cfg.WarmupMS, cfg.BenchWarm)}
+	if inf, err := s.info(ctx, cfg.Model); err == nil {
+		e.ModelFileType = inf.FileType
+	}
 	return e
 }
 

@@ -130,3 +130,71 @@ func rankSumCounts(m, n int) []float64 {
 	}
 	return f[m][n]
 }
+
+// CompareAlpha is the level of the unpaired test of CompareRatios: a
+// change is called only when the two-sided Mann-Whitney p is <= it.
+// CompareNullRate is the false-positive rate measured under the null on
+// 1,000 simulated pairs of 9 rounds a side (the exact test at n = 9 cannot
+// reach 5% exactly); a test keeps it honest.
+const (
+	CompareAlpha    = 0.05
+	CompareNullRate = 0.035
+)
+
+// RatioChange is one metric of two runs, each a set of per-round B/A
+// ratios (drift cancels inside each run, which interleaved its arms).
+type RatioChange struct {
+	NOld, NNew int     `json:"-"`
+	Old, New   float64 `json:"-"` // median ratio of each run
+	// Change is New/Old: how much B gained (> 1) or lost against A from
+	// the old run to the new one.
+	Change  float64 `json:"change"`
+	P       float64 `json:"p"` // two-sided Mann-Whitney U, old vs new ratios
+	Verdict string  `json:"verdict"`
+	// Beyond: a significant change beyond the threshold (in either
+	// direction; Verdict says which).
+	Beyond bool `json:"beyond"`
+}
+
+// CompareRatios compares two independent runs' per-round ratios of one
+// higher-is-better metric, as benchstat compares two samples: an unpaired
+// two-sided Mann-Whitney U test at CompareAlpha (no pairing of rounds
+// across runs, no direction chosen after seeing the data); "~" when it is
+// not significant, else "faster" or "slower" by the medians. A significant
+// change smaller than threshold (a fraction) is still reported with its
+// verdict but is not Beyond. Invalid input gives "?" and NaN.
+func CompareRatios(old, new []float64, threshold float64) RatioChange {
+	c := RatioChange{NOld: len(old), NNew: len(new)}
+	if !validRatios(old) || !validRatios(new) || !(threshold >= 0) || math.IsInf(threshold, 1) {
+		nan := math.NaN()
+		c.Old, c.New, c.Change, c.P, c.Verdict = nan, nan, nan, nan, VerdictInvalid
+		return c
+	}
+	c.Old, _ = mstats.Median(old)
+	c.New, _ = mstats.Median(new)
+	c.Change = c.New / c.Old
+	_, c.P = MannWhitneyU(old, new)
+	switch {
+	case !(c.P <= CompareAlpha):
+		c.Verdict = VerdictSame
+	case c.Change > 1:
+		c.Verdict = VerdictFaster
+	default:
+		c.Verdict = VerdictSlower
+	}
+	c.Beyond = c.Verdict != VerdictSame && math.Abs(c.Change-1) >= threshold
+	return c
+}
+
+// GeoMean is the geometric mean of positive values (NaN for none or a
+// non-positive one): benchstat's summary row.
+func GeoMean(xs []float64) float64 {
+	if !validRatios(xs) {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range xs {
+		s += math.Log(x)
+	}
+	return math.Exp(s / float64(len(xs)))
+}

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -143,4 +144,45 @@ func binom(n, k int) int {
 		r = r * (n - k + i) / i
 	}
 	return r
+}
+
+// The false-positive rate of CompareRatios under the null (both runs'
+// ratios from one distribution), measured on 1,000 simulated pairs at
+// n = 9 per side: at most its alpha. abtest compare's help prints it.
+func TestCompareRatios_FalsePositiveRateUnderTheNullAtMostAlpha(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	const pairs, n = 1000, 9
+	fires := 0
+	for range pairs {
+		old, cur := make([]float64, n), make([]float64, n)
+		for i := range old {
+			old[i] = math.Exp(0.01 * rng.NormFloat64())
+			cur[i] = math.Exp(0.01 * rng.NormFloat64())
+		}
+		if CompareRatios(old, cur, 0).Verdict != VerdictSame {
+			fires++
+		}
+	}
+	rate := float64(fires) / pairs
+	if rate > CompareAlpha || math.Abs(rate-CompareNullRate) > 0.015 {
+		t.Fatalf("false-positive rate %.3f over %d pairs at n=%d; alpha %v, documented %.3f", rate, pairs, n, CompareAlpha, CompareNullRate)
+	}
+}
+
+func TestCompareRatios_ShiftedRatiosAreSlowerAndBeyondTheThreshold(t *testing.T) {
+	old := []float64{1.10, 1.11, 1.09, 1.10, 1.12, 1.08, 1.10, 1.11, 1.09}
+	cur := make([]float64, len(old))
+	for i, r := range old {
+		cur[i] = r * 0.95
+	}
+	c := CompareRatios(old, cur, 0.02)
+	if c.Verdict != VerdictSlower || !c.Beyond || math.Abs(c.Change-0.95) > 1e-9 || c.P > 0.001 {
+		t.Fatalf("%+v", c)
+	}
+	if c := CompareRatios(old, cur, 0.06); c.Beyond {
+		t.Errorf("a 5%% change beyond a 6%% threshold: %+v", c)
+	}
+	if g := GeoMean([]float64{0.5, 2}); math.Abs(g-1) > 1e-12 {
+		t.Errorf("geomean %v", g)
+	}
 }
