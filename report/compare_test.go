@@ -29,7 +29,6 @@ func rec(ratios []float64, a float64) *gates.Record {
 	return r
 }
 
-
 var ratios = []float64{1.10, 1.11, 1.09, 1.10, 1.12, 1.08, 1.10, 1.11, 1.09}
 
 func scaled(rs []float64, f float64) []float64 {
