@@ -84,9 +84,6 @@ func WriteFinal(base string, rec *gates.Record, beforeRender func()) error {
 	return os.WriteFile(base+".md", []byte(md), 0o644)
 }
 
-func f4(x float64) string { return fmt.Sprintf("%.4f", x) }
-func g3(x float64) string { return fmt.Sprintf("%.3g", x) }
-
 // Markdown renders a record; plots are file names relative to the report.
 func Markdown(rec *gates.Record, plots []string) string {
 	var b strings.Builder
@@ -180,13 +177,6 @@ func PowerLine(rec *gates.Record) string {
 		return ""
 	}
 	return strings.Join(parts, "; ") + "."
-}
-
-func slowdownPct(s float64) string {
-	if math.IsNaN(s) || math.IsInf(s, 0) {
-		return "none (no count of these rounds can refuse)"
-	}
-	return fmt.Sprintf("%.2f%%", (s-1)*100)
 }
 
 func noisyNote(p *gates.MetricPower) string {

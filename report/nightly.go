@@ -17,13 +17,6 @@ func med(xs []float64) float64 {
 	return stats.Summary(xs).Median
 }
 
-func num(x float64, format string) string {
-	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 {
-		return "-"
-	}
-	return fmt.Sprintf(format, x)
-}
-
 // entryWorkloadCell names the model (file name, sha256 prefix) and pp a
 // lever ran on, with its declared workload when it has one.
 func entryWorkloadCell(e gates.NightlyEntry) string {

@@ -3,46 +3,10 @@ package report
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/minfer-go/minfer/harness"
 )
-
-// Fnum formats x, or "-" when it is undefined.
-func Fnum(x float64, format string) string {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return "-"
-	}
-	return fmt.Sprintf(format, x)
-}
-
-// thousands renders a tok/s value with a thousands separator, as issue 6
-// writes them (52,503; 863.3).
-func thousands(x float64, decimals int) string {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return "-"
-	}
-	s := strconv.FormatFloat(x, 'f', decimals, 64)
-	intPart, frac, _ := strings.Cut(s, ".")
-	neg := strings.HasPrefix(intPart, "-")
-	intPart = strings.TrimPrefix(intPart, "-")
-	var b strings.Builder
-	for i, c := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	out := b.String()
-	if frac != "" {
-		out += "." + frac
-	}
-	if neg {
-		out = "-" + out
-	}
-	return out
-}
 
 // targetCell says whether the target was met, and by how much it was missed.
 func targetCell(m *harness.PerfMetric, decimals int) string {
@@ -272,36 +236,4 @@ func kvCell(r harness.PerfResult, tgN int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%s (%s)", thousands(kv, 0), Pct(kv/float64(r.Weights.PerToken)))
-}
-
-func thousandsRef(x float64, decimals int) string {
-	if x <= 0 {
-		return "-"
-	}
-	return thousands(x, decimals)
-}
-
-// Pct renders a share as a percentage (two significant digits below 1%).
-// Pct renders a share as a percentage ("-" when unknown).
-func Pct(x float64) string {
-	if math.Abs(x) < 0.01 && x != 0 {
-		return Fnum(100*x, "%.2g%%")
-	}
-	return Fnum(100*x, "%.1f%%")
-}
-
-// GBs renders GB/s (three significant digits below 100).
-// GBs renders a bandwidth in GB/s ("-" when unknown).
-func GBs(x float64) string {
-	if math.Abs(x) < 100 {
-		return Fnum(x, "%.3g")
-	}
-	return Fnum(x, "%.1f")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
