@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
@@ -20,10 +21,11 @@ import (
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/schema"
 )
 
-// benchResult is the --output json document of minfer bench; the gate
-// runner parses it. Schema (every sample is kept):
+// minfer bench --format json writes schema.Bench; the gate runner parses
+// it. The document (every sample is kept):
 //
 //	{
 //	  "model": "path", "model_sha256": "hex", "backend": "cpu|cuda", "kv_format": "f32|f16|q8_0|auto",
@@ -68,48 +70,6 @@ import (
 // stream waited for the host), and device_tok_s, n_tokens / that time. On
 // the CPU both are absent. A slow_decode / slow_prefill test mutation
 // grows both wall and device time (its spin kernel is device time).
-type benchResult struct {
-	Model       string            `json:"model"`
-	ModelSHA256 string            `json:"model_sha256"`
-	Backend     string            `json:"backend"`
-	KVFormat    string            `json:"kv_format"`
-	Threads     int               `json:"threads"`
-	NPrompt     int               `json:"n_prompt"`
-	NGen        int               `json:"n_gen"`
-	Depth       int               `json:"depth,omitempty"`
-	Reps        int               `json:"reps"`
-	Warmup      benchWarmup       `json:"warmup"`
-	Tests       []benchTest       `json:"tests"`
-	Levers      map[string]string `json:"levers"`
-	GoVersion   string            `json:"go_version"`
-	Date        string            `json:"date"`
-}
-
-type benchWarmup struct {
-	BudgetMS   int     `json:"budget_ms"`
-	Iterations int     `json:"iterations"`
-	ElapsedMS  float64 `json:"elapsed_ms"`
-}
-
-type benchTest struct {
-	Name       string    `json:"name"`
-	NTokens    int       `json:"n_tokens"`
-	SamplesMS  []float64 `json:"samples_ms"`
-	TokS       []float64 `json:"tok_s"`
-	MeanTokS   float64   `json:"mean_tok_s"`
-	StddevTokS float64   `json:"stddev_tok_s"`
-
-	// Device time of each repetition's timed window and the rate over it
-	// (absent where the backend does not time its work: the CPU).
-	DeviceMS   []float64 `json:"device_ms,omitempty"`
-	DeviceTokS []float64 `json:"device_tok_s,omitempty"`
-
-	// Launch census of the timed windows (nil/absent without the census);
-	// pointers so that a measured 0 (no graph replays) is still written.
-	LaunchesPerToken     *float64           `json:"launches_per_token,omitempty"`
-	GraphReplaysPerToken *float64           `json:"graph_replays_per_token,omitempty"`
-	KernelsPerToken      map[string]float64 `json:"kernels_per_token,omitempty"`
-}
 
 // minWarmupIterations is the warmup floor whatever the time budget.
 const minWarmupIterations = 3
@@ -118,7 +78,9 @@ type benchFlags struct {
 	modelFlags
 	p, n, reps int
 	depth      int
-	output     string
+	format     string // md, json or csv
+	json       bool   // --json: --format json
+	output     string // -o: the file to write instead of stdout
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -137,8 +99,36 @@ func newBenchCmd(a *app) *cobra.Command {
 	fl.IntVarP(&f.n, "n-gen", "n", 128, "decode test size in tokens (0: no tg test)")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions per test")
 	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the KV cache before each test (untimed fill; 0: empty KV)")
-	fl.StringVarP(&f.output, "output", "o", "md", "output format: md, json or csv")
+	fl.StringVar(&f.format, "format", "md", "output format: md, json (schema.Bench) or csv")
+	fl.BoolVar(&f.json, "json", false, "same as --format json")
+	fl.StringVarP(&f.output, "output", "o", "", "write the output to this file instead of stdout")
 	return cmd
+}
+
+// benchFormats are the formats of --format.
+var benchFormats = map[string]bool{"md": true, "json": true, "csv": true}
+
+// resolveOutput settles --format, --json and -o before anything runs.
+// "-o md|json|csv" without --format or --json is the spelling of before
+// -o meant a file: it still selects the format (said on stderr), so the
+// command lines recorded in committed reports still run; with --format
+// given, -o json is a file named json.
+func (f *benchFlags) resolveOutput(cmd *cobra.Command) error {
+	formatGiven := cmd.Flags().Changed("format")
+	if f.json {
+		if formatGiven && f.format != "json" {
+			return usagef("--json and --format %s disagree", f.format)
+		}
+		f.format, formatGiven = "json", true
+	}
+	if !formatGiven && benchFormats[f.output] {
+		fmt.Fprintf(cmd.ErrOrStderr(), "minfer: bench -o %s is deprecated: -o is the output file now; use --format %s\n", f.output, f.output)
+		f.format, f.output = f.output, ""
+	}
+	if !benchFormats[f.format] {
+		return usagef("--format %q: want md, json or csv", f.format)
+	}
+	return nil
 }
 
 // meanStddev returns the mean and the sample standard deviation of xs.
@@ -186,10 +176,8 @@ func benchTokens(n, nVocab int, seed uint64) []int32 {
 }
 
 func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
-	switch f.output {
-	case "md", "json", "csv":
-	default:
-		return usagef("-o %q: want md, json or csv", f.output)
+	if err := f.resolveOutput(cmd); err != nil {
+		return err
 	}
 	if f.p < 0 || f.n < 0 || (f.p == 0 && f.n == 0) {
 		return usagef("-p %d -n %d: want non-negative sizes, not both 0", f.p, f.n)
@@ -246,7 +234,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 
 	// Untimed warmup: one iteration is the pp shape and one decode step,
 	// repeated until the budget is spent and at least 3 have run.
-	res := benchResult{
+	res := schema.Bench{
 		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
 		Threads: threads(e), NPrompt: f.p, NGen: f.n, Depth: f.depth, Reps: f.reps, Levers: a.cfg.Set(),
 		GoVersion: runtime.Version(),
@@ -285,14 +273,29 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	res.Date = time.Now().UTC().Format(time.RFC3339)
 
-	out := cmd.OutOrStdout()
-	switch f.output {
-	case "json":
-		return writeJSON(out, res, true)
-	case "csv":
-		return writeBenchCSV(out, &res)
+	if f.output == "" {
+		return writeBench(cmd.OutOrStdout(), f.format, &res)
 	}
-	return writeBenchMD(out, &res)
+	var buf bytes.Buffer
+	if err := writeBench(&buf, f.format, &res); err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.output, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("bench -o: %w", err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "minfer: wrote %s (%s)\n", f.output, f.format)
+	return nil
+}
+
+// writeBench writes the result in format (md, json or csv).
+func writeBench(w io.Writer, format string, res *schema.Bench) error {
+	switch format {
+	case "json":
+		return writeJSON(w, res, true)
+	case "csv":
+		return writeBenchCSV(w, res)
+	}
+	return writeBenchMD(w, res)
 }
 
 // benchRunner runs one repetition of the pp and tg tests on an engine: the
@@ -317,8 +320,8 @@ type benchRunner struct {
 
 // measure runs reps timed repetitions of one test of n tokens. With the
 // census on, the test carries the launches of its timed windows per token.
-func (b *benchRunner) measure(name string, n, reps int, run func() (time.Duration, error)) (benchTest, error) {
-	t := benchTest{Name: name, NTokens: n}
+func (b *benchRunner) measure(name string, n, reps int, run func() (time.Duration, error)) (schema.BenchTest, error) {
+	t := schema.BenchTest{Name: name, NTokens: n}
 	b.timed = censusCount{}
 	for r := 0; r < reps; r++ {
 		d, err := run()
@@ -547,7 +550,7 @@ func threads(e lm) int {
 	return runtime.GOMAXPROCS(0)
 }
 
-func writeBenchMD(w io.Writer, r *benchResult) error {
+func writeBenchMD(w io.Writer, r *schema.Bench) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| model\t backend\t kv\t threads\t test\t t/s\t")
 	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---:\t ---:\t ---:\t")
@@ -562,7 +565,7 @@ func writeBenchMD(w io.Writer, r *benchResult) error {
 	return err
 }
 
-func writeBenchCSV(w io.Writer, r *benchResult) error {
+func writeBenchCSV(w io.Writer, r *schema.Bench) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"model", "model_sha256", "backend", "kv_format", "threads", "test", "n_tokens", "reps", "mean_tok_s", "stddev_tok_s", "samples_ms"})
 	for _, t := range r.Tests {

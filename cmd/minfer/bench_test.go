@@ -14,6 +14,7 @@ import (
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/model"
 	"github.com/minfer-go/minfer/engine/tokenizer"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // The JSON schema of minfer bench, as the gate runner reads it: every key
@@ -35,7 +36,7 @@ func hasKeys(t *testing.T, what string, m map[string]any, keys []string) {
 
 func TestBench_JSONFollowsTheDocumentedSchema(t *testing.T) {
 	m := synthModel(t)
-	stdout, stderr, code := runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-p", "16", "-n", "4", "-r", "2", "-o", "json")
+	stdout, stderr, code := runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-p", "16", "-n", "4", "-r", "2", "--format", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -76,7 +77,7 @@ func TestBench_JSONFollowsTheDocumentedSchema(t *testing.T) {
 			}
 		}
 	}
-	var res benchResult
+	var res schema.Bench
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestBench_MarkdownAndCSVPrintEveryTest(t *testing.T) {
 	if !strings.Contains(md, "pp8") || !strings.Contains(md, "tg2") || !strings.Contains(md, "±") {
 		t.Errorf("markdown:\n%s", md)
 	}
-	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "0", "-r", "2", "-o", "csv")
+	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "0", "-r", "2", "--format", "csv")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -112,7 +113,8 @@ func TestBench_BadArgumentsFailWithOneLine(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"bench", "-o", "xml"}, 2, `-o "xml"`},
+		{[]string{"bench", "--format", "xml"}, 2, `--format "xml"`},
+		{[]string{"bench", "--json", "--format", "csv"}, 2, "--json and --format csv disagree"},
 		{[]string{"bench", "-r", "0"}, 2, "-r 0"},
 		{[]string{"bench", "-p", "0", "-n", "0"}, 2, "not both 0"},
 		{[]string{"bench", "--device", "tpu", "--model", "x.gguf"}, 2, "--device"},
@@ -140,16 +142,16 @@ func TestMeanStddev_MatchesKnownValues(t *testing.T) {
 	}
 }
 
-// benchDoc runs bench with -o json and returns the document as a generic
+// benchDoc runs bench with --format json and returns the document as a generic
 // map (its exact key set) and typed.
-func benchDoc(t *testing.T, args ...string) (map[string]any, benchResult) {
+func benchDoc(t *testing.T, args ...string) (map[string]any, schema.Bench) {
 	t.Helper()
-	stdout, stderr, code := runCLI(t, testConfig(t), append([]string{"bench", "--device", "cpu", "-o", "json"}, args...)...)
+	stdout, stderr, code := runCLI(t, testConfig(t), append([]string{"bench", "--device", "cpu", "--format", "json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("bench %v: exit %d: %s", args, code, stderr)
 	}
 	var doc map[string]any
-	var res benchResult
+	var res schema.Bench
 	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
 		t.Fatalf("bad JSON: %v\n%s", err, stdout)
 	}
@@ -159,7 +161,7 @@ func benchDoc(t *testing.T, args ...string) (map[string]any, benchResult) {
 	return doc, res
 }
 
-func testNamesOf(r benchResult) []string {
+func testNamesOf(r schema.Bench) []string {
 	var out []string
 	for _, t := range r.Tests {
 		out = append(out, t.Name)
@@ -188,7 +190,7 @@ func TestBench_DepthZeroIsTodaysOutputExactly(t *testing.T) {
 		}
 	}
 	cfg := testConfig(t)
-	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "2", "-r", "1", "-d", "0", "-o", "csv")
+	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "2", "-r", "1", "-d", "0", "--format", "csv")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -222,7 +224,7 @@ func TestBench_DepthNamesTestsAndRecordsDepthInEveryFormat(t *testing.T) {
 	if code != 0 || !strings.Contains(md, "pp8@d16") || !strings.Contains(md, "tg4@d16") {
 		t.Errorf("exit %d (%s), markdown:\n%s", code, stderr, md)
 	}
-	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "0", "-n", "4", "-r", "1", "-d", "16", "-o", "csv")
+	out, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "0", "-n", "4", "-r", "1", "-d", "16", "--format", "csv")
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if code != 0 || err != nil || len(rows) != 2 || rows[1][5] != "tg4@d16" {
 		t.Errorf("exit %d (%s), csv %v (%v)", code, stderr, rows, err)
@@ -400,7 +402,7 @@ func TestBench_CPUWritesCensusFieldsOnlyWithTheCensusOnAndNoDeviceFields(t *test
 		if err != nil {
 			t.Fatal(err)
 		}
-		stdout, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "-o", "json")
+		stdout, stderr, code := runCLI(t, cfg, "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "--format", "json")
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", env, code, stderr)
 		}
@@ -421,7 +423,7 @@ func TestBench_CPUWritesCensusFieldsOnlyWithTheCensusOnAndNoDeviceFields(t *test
 		if !cfg.LaunchCensus {
 			continue
 		}
-		var res benchResult
+		var res schema.Bench
 		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +476,7 @@ func TestBenchRunner_DeviceTimeCoversEachTimedWindow(t *testing.T) {
 	if tg, _ := br.measure("tg3@d100", 3, 1, func() (time.Duration, error) { return br.runTG(3) }); tg.DeviceMS != nil || tg.DeviceTokS != nil {
 		t.Fatalf("no device clock: %+v", tg)
 	}
-	b, err := json.Marshal(benchTest{Name: "x"})
+	b, err := json.Marshal(schema.BenchTest{Name: "x"})
 	if err != nil || strings.Contains(string(b), "device") {
 		t.Fatalf("absent device fields are written: %s (%v)", b, err)
 	}

@@ -33,12 +33,3 @@ func defaultModelPath() (string, error) {
 	}
 	return "", firstErr
 }
-
-// modelArg returns the model path of a command: its argument, or the default
-// model when none is given.
-func modelArg(args []string) (string, error) {
-	if len(args) > 0 {
-		return args[0], nil
-	}
-	return defaultModelPath()
-}

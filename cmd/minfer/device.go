@@ -11,6 +11,7 @@ import (
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // deviceState remembers the backends this process opened, for the
@@ -80,21 +81,17 @@ func (a *app) modelOptions(device string, nCtx int) model.Options {
 }
 
 // deviceReport writes the instrumentation the gate runner reads, each as one
-// JSON line on w:
-//   - {"launch_census":{name: count}} with the census on, even when nothing
-//     ran: CUDA kernel launches (a graph replay counts every captured kernel
-//     once) and CPU node executions by path name (engine/cpu/census.go),
-//     merged;
-//   - {"cuda_graphs":{"captured":N,"replayed":M,...}} with the census and a
-//     CUDA backend;
-//   - {"op_timing":{...}} with MINFER_OP_TIMING and a CUDA backend (event
+// JSON line on w (the schema package's exit lines):
+//   - schema.CensusLine with the census on, even when nothing ran: CUDA
+//     kernel launches (a graph replay counts every captured kernel once)
+//     and CPU node executions by path name (engine/cpu/census.go), merged;
+//   - schema.GraphsLine with the census and a CUDA backend;
+//   - schema.OpTimingLine with MINFER_OP_TIMING and a CUDA backend (event
 //     times of direct launches only: captured and replayed launches are not
 //     timed).
 func (a *app) deviceReport(w io.Writer) {
 	if a.cfg.LaunchCensus {
-		if line, err := json.Marshal(map[string]any{"launch_census": a.dev.census()}); err == nil {
-			fmt.Fprintln(w, string(line))
-		}
+		writeLine(w, schema.CensusLine{LaunchCensus: a.dev.census()})
 	}
 	if len(a.dev.backends) == 0 {
 		return
@@ -102,37 +99,52 @@ func (a *app) deviceReport(w io.Writer) {
 	if a.cfg.LaunchCensus {
 		// What the graph machinery did: the liveness evidence of
 		// MINFER_NO_CUDA_GRAPH (kernels are the same either way).
-		var g cuda.CaptureStats
+		stats := make([]cuda.CaptureStats, len(a.dev.backends))
 		var pdl int64
-		for _, b := range a.dev.backends {
+		for i, b := range a.dev.backends {
 			pdl += b.Kernels().PDLLaunches()
-			s := b.CaptureStats()
-			g.Captures += s.Captures
-			g.Replays += s.Replays
-			g.Invalidations += s.Invalidations
-			g.Aborts += s.Aborts
-			g.Disabled = g.Disabled || s.Disabled
+			stats[i] = b.CaptureStats()
 		}
-		line, err := json.Marshal(map[string]any{"cuda_graphs": map[string]any{
-			"captured": g.Captures, "replayed": g.Replays, "invalidated": g.Invalidations,
-			"aborted": g.Aborts, "disabled": g.Disabled, "pdl_launches": pdl,
-		}})
-		if err == nil {
-			fmt.Fprintln(w, string(line))
-		}
+		writeLine(w, schema.GraphsLine{CUDAGraphs: graphsDoc(stats, pdl)})
 	}
 	if a.cfg.OpTiming {
 		var times []cuda.OpTime
 		for _, b := range a.dev.backends {
 			times = append(times, b.Kernels().OpTimes()...)
 		}
-		line, err := json.Marshal(map[string]any{"op_timing": map[string]any{
-			"direct_launches_only": true,
-			"note":                 "per-kernel device time of direct launches, measured with events; launches inside CUDA graphs are not timed",
-			"kernels":              times,
-		}})
-		if err == nil {
-			fmt.Fprintln(w, string(line))
-		}
+		writeLine(w, schema.OpTimingLine{OpTiming: opTimingDoc(times)})
+	}
+}
+
+// graphsDoc sums the capture statistics of every CUDA backend.
+func graphsDoc(stats []cuda.CaptureStats, pdl int64) schema.CUDAGraphs {
+	g := schema.CUDAGraphs{PDLLaunches: pdl}
+	for _, s := range stats {
+		g.Captured += s.Captures
+		g.Replayed += s.Replays
+		g.Invalidated += s.Invalidations
+		g.Aborted += s.Aborts
+		g.Disabled = g.Disabled || s.Disabled
+	}
+	return g
+}
+
+// opTimingDoc is the op_timing document of the backends' event times.
+func opTimingDoc(times []cuda.OpTime) schema.OpTiming {
+	t := schema.OpTiming{
+		DirectLaunchesOnly: true,
+		Note:               "per-kernel device time of direct launches, measured with events; launches inside CUDA graphs are not timed",
+	}
+	for _, o := range times {
+		t.Kernels = append(t.Kernels, schema.OpKernel{Kernel: o.Kernel, Count: o.Count, TotalNS: o.Total.Nanoseconds()})
+	}
+	return t
+}
+
+// writeLine writes v as one JSON line; the exit lines are best effort (the
+// run's result is already decided), so a failure is dropped.
+func writeLine(w io.Writer, v any) {
+	if line, err := json.Marshal(v); err == nil {
+		fmt.Fprintln(w, string(line))
 	}
 }

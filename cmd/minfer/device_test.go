@@ -66,7 +66,7 @@ func TestDeviceReport_CPUCensusOfEveryEngineCommand(t *testing.T) {
 	for _, args := range [][]string{
 		{"generate", "--model", m, "--device", "cpu", "--greedy", "-n", "3", "--json", "hi"},
 		{"logits", "--model", m, "--device", "cpu", "--ids", "1,2,3", "--json"},
-		{"bench", "--model", m, "--device", "cpu", "-p", "4", "-n", "2", "-r", "1", "-o", "json"},
+		{"bench", "--model", m, "--device", "cpu", "-p", "4", "-n", "2", "-r", "1", "--format", "json"},
 	} {
 		a := &app{cfg: cfg}
 		if _, stderr, code := runApp(t, a, args...); code != 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/minfer-go/minfer/engine/model"
 	"github.com/minfer-go/minfer/engine/sample"
 	"github.com/minfer-go/minfer/engine/tokenizer"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // lm is what generate, logits and bench use of a loaded engine.
@@ -36,9 +37,31 @@ type modelFlags struct {
 }
 
 func (m *modelFlags) register(cmd *cobra.Command, ctxDefault int) {
-	cmd.Flags().StringVarP(&m.model, "model", "m", "", "GGUF model file (default: the embedded synthetic model)")
+	addModelFlag(cmd, &m.model)
 	cmd.Flags().StringVar(&m.device, "device", "auto", "backend: cpu, cuda or auto")
-	cmd.Flags().IntVarP(&m.ctx, "ctx", "c", ctxDefault, "context size in tokens")
+	ctxUsage := "context size in tokens"
+	if ctxDefault == 0 {
+		ctxUsage += " (default: what the tests need)"
+	}
+	cmd.Flags().IntVarP(&m.ctx, "ctx", "c", ctxDefault, ctxUsage)
+}
+
+// addModelFlag gives a command that reads a model the one -m/--model flag
+// every such command takes; resolveModel turns its value into a path.
+func addModelFlag(cmd *cobra.Command, model *string) {
+	cmd.Flags().StringVarP(model, "model", "m", "", "GGUF model file (default: the embedded synthetic model)")
+}
+
+// resolveModel is the model file a command reads: the path given, which
+// must exist, or the embedded default model for "".
+func resolveModel(path string) (string, error) {
+	if path == "" {
+		return defaultModelPath()
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	return path, nil
 }
 
 // check validates the flags before anything is loaded (usage errors).
@@ -55,15 +78,7 @@ func (m *modelFlags) check() error {
 }
 
 // path is --model, or the default model.
-func (m *modelFlags) path() (string, error) {
-	if m.model != "" {
-		if _, err := os.Stat(m.model); err != nil {
-			return "", fmt.Errorf("model: %w", err)
-		}
-		return m.model, nil
-	}
-	return defaultModelPath()
-}
+func (m *modelFlags) path() (string, error) { return resolveModel(m.model) }
 
 // open loads the model on the chosen device with a context of nCtx cells.
 func (a *app) open(path, device string, nCtx int) (lm, error) {
@@ -157,24 +172,6 @@ type generateFlags struct {
 	json          bool
 	ids           string
 	repeat        int
-}
-
-// generateResult is the --json output of generate.
-type generateResult struct {
-	Model       string            `json:"model"`
-	Prompt      string            `json:"prompt"`
-	PromptIDs   []int32           `json:"prompt_ids"`
-	IDs         []int32           `json:"ids"`
-	Text        string            `json:"text"`
-	NPrompt     int               `json:"n_prompt"`
-	NGen        int               `json:"n_gen"`
-	PrefillMS   float64           `json:"prefill_ms"`
-	DecodeMS    float64           `json:"decode_ms"`
-	PrefillTokS float64           `json:"prefill_tok_s"`
-	DecodeTokS  float64           `json:"decode_tok_s"`
-	Backend     string            `json:"backend"`
-	KVFormat    string            `json:"kv_format"`
-	Levers      map[string]string `json:"levers"`
 }
 
 func newGenerateCmd(a *app) *cobra.Command {
@@ -368,7 +365,7 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		fmt.Fprintln(out)
 		return nil
 	}
-	res := generateResult{
+	res := schema.Generate{
 		Model: path, Prompt: prompt, PromptIDs: ids, IDs: r.gen, Text: string(text),
 		NPrompt: len(ids), NGen: len(r.gen),
 		PrefillMS: ms(r.prefill), DecodeMS: ms(r.decode),

@@ -10,6 +10,7 @@ import (
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 	"github.com/minfer-go/minfer/engine/synth"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // runCLI runs minfer with args under cfg, as main's run does, and returns
@@ -94,7 +95,7 @@ func TestGenerate_JSONHasSchemaAndGreedyIsReproducible(t *testing.T) {
 			t.Errorf("JSON lacks %q", k)
 		}
 	}
-	var res generateResult
+	var res schema.Generate
 	if err := json.Unmarshal([]byte(out1), &res); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestGenerate_JSONHasSchemaAndGreedyIsReproducible(t *testing.T) {
 		t.Errorf("levers %v lack the set value", res.Levers)
 	}
 	out2, _, _ := runCLI(t, cfg, args...)
-	var res2 generateResult
+	var res2 schema.Generate
 	if err := json.Unmarshal([]byte(out2), &res2); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestGenerate_SeededSamplingIsReproducibleAndChatWraps(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	out2, _, _ := runCLI(t, cfg, args...)
-	var a, b generateResult
+	var a, b schema.Generate
 	if json.Unmarshal([]byte(out1), &a) != nil || json.Unmarshal([]byte(out2), &b) != nil {
 		t.Fatalf("bad JSON: %s", out1)
 	}
@@ -153,7 +154,7 @@ func TestGenerate_SeededSamplingIsReproducibleAndChatWraps(t *testing.T) {
 		t.Errorf("same seed, different ids: %v vs %v", a.IDs, b.IDs)
 	}
 	plain, _, _ := runCLI(t, cfg, "generate", "--model", m, "--device", "cpu", "-n", "1", "--json", "hi")
-	var p generateResult
+	var p schema.Generate
 	if err := json.Unmarshal([]byte(plain), &p); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestGenerate_WithoutModelUsesTheDefaultModel(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var res generateResult
+	var res schema.Generate
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("bad JSON: %v\n%s", err, stdout)
 	}

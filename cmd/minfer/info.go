@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -14,42 +13,31 @@ import (
 	"github.com/minfer-go/minfer/engine/quant"
 	"github.com/minfer-go/minfer/engine/quantize"
 	"github.com/minfer-go/minfer/engine/tokenizer"
+	"github.com/minfer-go/minfer/schema"
 )
 
-// modelInfo is what `minfer info --json` prints.
-type modelInfo struct {
-	Path         string         `json:"path"`
-	GGUFVersion  uint32         `json:"gguf_version"`
-	FileSize     int64          `json:"file_size"`
-	Architecture string         `json:"architecture"`
-	FileType     string         `json:"file_type,omitempty"`
-	HParams      model.HParams  `json:"hparams"`
-	Params       uint64         `json:"params"`
-	Tensors      int            `json:"tensors"`
-	TypeCounts   map[string]int `json:"type_histogram"`
-	Tokenizer    tokenizerInfo  `json:"tokenizer"`
-	// DecodeRead is what one decode step reads (abtest perf's GB/s).
-	DecodeRead model.DecodeRead `json:"decode_read"`
-}
-
-type tokenizerInfo struct {
-	Model    string `json:"model"`
-	Pre      string `json:"pre"`
-	NVocab   int    `json:"n_vocab"`
-	BOS      int32  `json:"bos"`
-	EOS      int32  `json:"eos"`
-	NSpecial int    `json:"n_special"`
-}
-
 func newInfoCmd(_ *app) *cobra.Command {
-	var asJSON bool
+	var (
+		model  string
+		asJSON bool
+	)
 	cmd := &cobra.Command{
-		Use:   "info [MODEL.gguf] [--json]",
-		Short: "Print a model's architecture, hyper-parameters, tensor types and tokenizer",
-		Long:  "Print a model's architecture, hyper-parameters, tensor types and tokenizer.\nWithout MODEL, the embedded default model is used.",
-		Args:  cobra.MaximumNArgs(1),
+		Use:   "info [flags]",
+		Short: "print a model's architecture, hyper-parameters, tensor types and tokenizer",
+		Long: "Print a model's architecture, hyper-parameters, tensor types and tokenizer.\n" +
+			"Without -m, the embedded default model is used. The model as a positional\n" +
+			"argument (info MODEL.gguf) is a deprecated spelling of -m MODEL.gguf.",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := modelArg(args)
+			if len(args) == 1 {
+				if cmd.Flags().Changed("model") {
+					return usagef("info: give the model once, as -m MODEL.gguf")
+				}
+				// The positional form of before -m: still read, said once.
+				fmt.Fprintln(cmd.ErrOrStderr(), "minfer: info MODEL.gguf is deprecated: use info -m MODEL.gguf")
+				model = args[0]
+			}
+			path, err := resolveModel(model)
 			if err != nil {
 				return err
 			}
@@ -58,19 +46,26 @@ func newInfoCmd(_ *app) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(info)
+				return writeJSON(cmd.OutOrStdout(), info, true)
 			}
 			printInfo(cmd.OutOrStdout(), info)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addModelFlag(cmd, &model)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the schema.Info document instead of text")
 	return cmd
 }
 
-func readInfo(path string) (*modelInfo, error) {
+// hparamsDoc is the document's copy of the engine's hyper-parameters
+// (TestHParamsDoc_HasEveryFieldOfTheEngines holds the field sets equal).
+func hparamsDoc(hp model.HParams) schema.HParams {
+	return schema.HParams{Arch: string(hp.Arch), Name: hp.Name, NVocab: hp.NVocab, NCtxTrain: hp.NCtxTrain, NEmbd: hp.NEmbd,
+		NLayer: hp.NLayer, NHead: hp.NHead, NHeadKV: hp.NHeadKV, HeadDim: hp.HeadDim, NFF: hp.NFF, RopeTheta: hp.RopeTheta,
+		RmsEps: hp.RmsEps, RopeNeox: hp.RopeNeox, QKNorm: hp.QKNorm, QKVBias: hp.QKVBias, TiedOutput: hp.TiedOutput}
+}
+
+func readInfo(path string) (*schema.Info, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
@@ -80,9 +75,9 @@ func readInfo(path string) (*modelInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	info := &modelInfo{
+	info := &schema.Info{
 		Path: path, GGUFVersion: f.Version, FileSize: f.Size(), Architecture: string(hp.Arch),
-		HParams: hp, Tensors: len(f.Tensors), TypeCounts: map[string]int{},
+		HParams: hparamsDoc(hp), Tensors: len(f.Tensors), TypeHistogram: map[string]int{},
 	}
 	if id, err := f.Uint("general.file_type"); err == nil {
 		info.FileType = quantize.FTypeName(uint32(id))
@@ -91,17 +86,19 @@ func readInfo(path string) (*modelInfo, error) {
 		}
 	}
 	for _, ti := range f.Tensors {
-		info.TypeCounts[ti.Type.String()]++
+		info.TypeHistogram[ti.Type.String()]++
 		info.Params += ti.NElements
 	}
-	if info.DecodeRead, err = model.DecodeReadOf(f, hp); err != nil {
+	dr, err := model.DecodeReadOf(f, hp)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	info.DecodeRead = schema.DecodeRead{WeightBytes: int64(dr.WeightBytes), Method: dr.Method, KVElemsPerPos: int64(dr.KVElemsPerPos)}
 	tok, err := tokenizer.FromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: tokenizer: %w", path, err)
 	}
-	info.Tokenizer = tokenizerInfo{Model: tok.Model(), Pre: tok.Pre(), NVocab: tok.NVocab(), BOS: tok.BOS(), EOS: tok.EOS()}
+	info.Tokenizer = schema.Tokenizer{Model: tok.Model(), Pre: tok.Pre(), NVocab: tok.NVocab(), BOS: tok.BOS(), EOS: tok.EOS()}
 	for id := 0; id < tok.NVocab(); id++ {
 		if typ := tok.Type(int32(id)); typ == 3 || typ == 4 { // CONTROL, USER_DEFINED
 			info.Tokenizer.NSpecial++
@@ -110,7 +107,7 @@ func readInfo(path string) (*modelInfo, error) {
 	return info, nil
 }
 
-func printInfo(w io.Writer, in *modelInfo) {
+func printInfo(w io.Writer, in *schema.Info) {
 	hp := in.HParams
 	fmt.Fprintf(w, "model          %s\n", in.Path)
 	fmt.Fprintf(w, "gguf version   %d\n", in.GGUFVersion)
@@ -135,14 +132,14 @@ func printInfo(w io.Writer, in *modelInfo) {
 	fmt.Fprintf(w, "tied output    %v\n", hp.TiedOutput)
 	fmt.Fprintf(w, "params         %d\n", in.Params)
 	fmt.Fprintf(w, "tensors        %d:", in.Tensors)
-	types := slices.Sorted(maps.Keys(in.TypeCounts))
+	types := slices.Sorted(maps.Keys(in.TypeHistogram))
 	slices.SortFunc(types, func(a, b string) int {
 		ta, _ := quant.ParseType(a)
 		tb, _ := quant.ParseType(b)
 		return int(ta) - int(tb)
 	})
 	for _, t := range types {
-		fmt.Fprintf(w, " %s x%d", t, in.TypeCounts[t])
+		fmt.Fprintf(w, " %s x%d", t, in.TypeHistogram[t])
 	}
 	fmt.Fprintln(w)
 	tk := in.Tokenizer

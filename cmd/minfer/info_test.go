@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/model"
 	"github.com/minfer-go/minfer/engine/synth"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // minfer runs the CLI in-process and returns stdout, stderr and the error.
@@ -31,16 +34,16 @@ func TestInfo_JSONRoundTripsEveryHParamsFieldOfSynthOutput(t *testing.T) {
 		if _, _, err := minfer(t, "synth", "--shape", c.shape, "--type", c.typ, "--seed", "9", "-o", path); err != nil {
 			t.Fatalf("synth: %v", err)
 		}
-		out, _, err := minfer(t, "info", path, "--json")
+		out, _, err := minfer(t, "info", "-m", path, "--json")
 		if err != nil {
 			t.Fatalf("info: %v", err)
 		}
-		var got modelInfo
+		var got schema.Info
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatalf("info --json: %v\n%s", err, out)
 		}
 		sh, _ := synth.ShapeByName(c.shape)
-		if want := sh.HParams(); got.HParams != want {
+		if want := hparamsDoc(sh.HParams()); got.HParams != want {
 			t.Errorf("%s: hparams\n got %+v\nwant %+v", c.shape, got.HParams, want)
 		}
 		f, err := gguf.Open(path)
@@ -49,7 +52,7 @@ func TestInfo_JSONRoundTripsEveryHParamsFieldOfSynthOutput(t *testing.T) {
 		}
 		hp, err := model.ReadHParams(f)
 		f.Close()
-		if err != nil || hp != got.HParams {
+		if err != nil || hparamsDoc(hp) != got.HParams {
 			t.Errorf("%s: ReadHParams %+v, %v; info %+v", c.shape, hp, err, got.HParams)
 		}
 		if got.GGUFVersion != 3 || got.FileSize <= 0 || got.Tensors != len(sh.HParams().Tensors()) || got.FileType != c.typ {
@@ -58,7 +61,7 @@ func TestInfo_JSONRoundTripsEveryHParamsFieldOfSynthOutput(t *testing.T) {
 		if got.Tokenizer.Model != "gpt2" || got.Tokenizer.Pre != "qwen2" || got.Tokenizer.NVocab != 512 || got.Tokenizer.NSpecial != 3 {
 			t.Errorf("%s: tokenizer %+v", c.shape, got.Tokenizer)
 		}
-		text, _, err := minfer(t, "info", path)
+		text, _, err := minfer(t, "info", "-m", path)
 		if err != nil || !strings.Contains(text, "architecture   "+string(sh.Arch)) {
 			t.Errorf("%s: text info: %v\n%s", c.shape, err, text)
 		}
@@ -72,11 +75,11 @@ func TestInfo_UnknownArchitectureRefusedByName(t *testing.T) {
 	if err := w.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := minfer(t, "info", path)
+	_, _, err := minfer(t, "info", "-m", path)
 	if err == nil || !strings.Contains(err.Error(), `"llama"`) {
 		t.Fatalf("error %v, want a refusal naming llama", err)
 	}
-	if code := run([]string{"info", path}); code == 0 {
+	if code := run([]string{"info", "--model", path}); code == 0 {
 		t.Error("exit status 0 for an unknown architecture")
 	}
 }
@@ -115,5 +118,38 @@ func TestCobraArgumentRefusals_AreUsageErrorsExit2(t *testing.T) {
 		if code := run(c.args); code != 2 {
 			t.Errorf("run(%q): exit %d, want 2", c.args, code)
 		}
+	}
+}
+
+// The document's hyper-parameters are the engine's, field for field: the
+// same JSON, byte for byte, for a value with every field set (a field added
+// to model.HParams fails here until schema.HParams and hparamsDoc carry it).
+func TestHParamsDoc_HasEveryFieldOfTheEngines(t *testing.T) {
+	var hp model.HParams
+	v := reflect.ValueOf(&hp).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.String:
+			f.SetString("s" + strconv.Itoa(i))
+		case reflect.Int:
+			f.SetInt(int64(100 + i))
+		case reflect.Float32:
+			f.SetFloat(float64(i) + 0.5)
+		case reflect.Bool:
+			f.SetBool(true)
+		default:
+			t.Fatalf("model.HParams.%s is a %s: teach this test and schema.HParams", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	engine, err := json.Marshal(hp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(hparamsDoc(hp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(engine) != string(doc) {
+		t.Errorf("schema.HParams writes\n%s\nthe engine's HParams\n%s", doc, engine)
 	}
 }

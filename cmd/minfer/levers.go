@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -15,7 +13,7 @@ import (
 func newLeversCmd(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "levers",
+		Use:   "levers [flags]",
 		Short: "list every MINFER_* lever: name, default, values, what it switches",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -33,11 +31,9 @@ func newLeversCmd(a *app) *cobra.Command {
 						out[i].Current = &v
 					}
 				}
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return writeJSON(cmd.OutOrStdout(), out, true)
 			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "LEVER\tKIND\tDEFAULT\tVALUES\tBACKEND\tWORKLOAD\tWHAT IT SWITCHES")
 			for _, l := range all {
 				doc := l.Doc
@@ -52,7 +48,7 @@ func newLeversCmd(a *app) *cobra.Command {
 			return w.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the registry as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the registry as JSON instead of a table")
 	return cmd
 }
 

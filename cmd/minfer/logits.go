@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/minfer-go/minfer/engine/sample"
+	"github.com/minfer-go/minfer/schema"
 )
 
 type logitsFlags struct {
@@ -25,27 +26,10 @@ type logitsFlags struct {
 	repeat int
 }
 
-// logitsResult is the --json output of logits.
-type logitsResult struct {
-	NVocab    int           `json:"n_vocab"`
-	Positions []logitsAtPos `json:"positions"`
-}
-
-type logitsAtPos struct {
-	Pos        int       `json:"pos"`
-	Top        []idLogit `json:"top"`
-	Top2Margin float32   `json:"top2_margin"`
-}
-
-type idLogit struct {
-	ID    int32   `json:"id"`
-	Logit float32 `json:"logit"`
-}
-
 func newLogitsCmd(a *app) *cobra.Command {
 	var f logitsFlags
 	cmd := &cobra.Command{
-		Use:   "logits (--prompt TEXT | --ids 1,2,3) [flags]",
+		Use:   "logits [flags] (--prompt TEXT | --ids 1,2,3)",
 		Short: "evaluate a prompt from an empty context and print per-position top logits",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -57,8 +41,14 @@ func newLogitsCmd(a *app) *cobra.Command {
 	fl.StringVarP(&f.prompt, "prompt", "p", "", "prompt text (encoded without special tokens)")
 	fl.StringVar(&f.ids, "ids", "", "comma-separated token ids")
 	fl.IntVar(&f.top, "top", 5, "top-K ids per position")
-	fl.StringVarP(&f.out, "out", "o", "", "write every position's full logits as little-endian f32 rows to this file")
-	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.StringVarP(&f.out, "output", "o", "", "write every position's full logits as little-endian f32 rows (n_vocab each) to this file")
+	// --out: the rows file's name before -o/--output meant a file on every
+	// command; kept working, out of the help.
+	fl.StringVar(&f.out, "out", "", "deprecated spelling of --output")
+	if err := fl.MarkHidden("out"); err != nil {
+		panic(err) // the flag is registered on the line above
+	}
+	fl.BoolVar(&f.json, "json", false, "print the schema.Logits document instead of text")
 	fl.IntVar(&f.repeat, "repeat", 1, "evaluate the ids this many times from an empty context and print the last run; any run whose logits differ bitwise from the first is an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th: --repeat 4 checks a replay)")
 	return cmd
 }
@@ -78,9 +68,9 @@ func parseIDs(s string) ([]int32, error) {
 }
 
 // topK returns the k largest logits, ties to the lower id.
-func topK(logits []float32, k int) []idLogit {
+func topK(logits []float32, k int) []schema.TopLogit {
 	k = min(k, len(logits))
-	out := make([]idLogit, 0, k+1)
+	out := make([]schema.TopLogit, 0, k+1)
 	for i, l := range logits {
 		if l != l { // NaN never ranks
 			continue
@@ -88,13 +78,13 @@ func topK(logits []float32, k int) []idLogit {
 		if len(out) == k && (k == 0 || l <= out[k-1].Logit) {
 			continue
 		}
-		j, _ := slices.BinarySearchFunc(out, l, func(x idLogit, t float32) int {
+		j, _ := slices.BinarySearchFunc(out, l, func(x schema.TopLogit, t float32) int {
 			if x.Logit >= t {
 				return -1 // equal logits keep the earlier (lower) id first
 			}
 			return 1
 		})
-		out = slices.Insert(out, j, idLogit{int32(i), l})
+		out = slices.Insert(out, j, schema.TopLogit{ID: int32(i), Logit: l})
 		if len(out) > k {
 			out = out[:k]
 		}
@@ -105,6 +95,12 @@ func topK(logits []float32, k int) []idLogit {
 func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 	if err := f.check(); err != nil {
 		return err
+	}
+	if cmd.Flags().Changed("out") {
+		if cmd.Flags().Changed("output") {
+			return usagef("give the rows file once, as -o/--output (--out is its deprecated spelling)")
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), "minfer: logits --out is deprecated: use -o/--output")
 	}
 	if (f.prompt == "") == (f.ids == "") {
 		return usagef("give exactly one of --prompt and --ids")
@@ -168,11 +164,11 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 			return err
 		}
 	}
-	res := logitsResult{NVocab: nVocab, Positions: make([]logitsAtPos, len(ids))}
+	res := schema.Logits{NVocab: nVocab, Positions: make([]schema.LogitsPos, len(ids))}
 	for p := range ids {
 		row := all[p*nVocab : (p+1)*nVocab]
 		_, _, margin := sample.Top2Margin(row)
-		res.Positions[p] = logitsAtPos{Pos: p, Top: topK(row, f.top), Top2Margin: margin}
+		res.Positions[p] = schema.LogitsPos{Pos: p, Top: topK(row, f.top), Top2Margin: margin}
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
@@ -215,7 +211,7 @@ func writeF32(path string, v []float32) error {
 		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
 	}
 	if err := os.WriteFile(path, buf, 0o644); err != nil {
-		return fmt.Errorf("--out: %w", err)
+		return fmt.Errorf("logits -o: %w", err)
 	}
 	return nil
 }

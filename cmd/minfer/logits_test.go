@@ -6,18 +6,21 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/schema"
 )
 
-func TestLogits_JSONTopKMatchesOutFile(t *testing.T) {
+func TestLogits_JSONTopKMatchesOutputFile(t *testing.T) {
 	m := synthModel(t)
 	outFile := filepath.Join(t.TempDir(), "logits.f32")
 	stdout, stderr, code := runCLI(t, testConfig(t), "logits", "--model", m, "--device", "cpu", "--ids", "1, 2,3",
-		"--top", "4", "--out", outFile, "--json")
+		"--top", "4", "-o", outFile, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var res logitsResult
+	var res schema.Logits
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("bad JSON: %v\n%s", err, stdout)
 	}
@@ -29,7 +32,7 @@ func TestLogits_JSONTopKMatchesOutFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(raw) != 3*res.NVocab*4 {
-		t.Fatalf("--out holds %d bytes, want 3 rows of %d f32", len(raw), res.NVocab)
+		t.Fatalf("-o holds %d bytes, want 3 rows of %d f32", len(raw), res.NVocab)
 	}
 	for p, pos := range res.Positions {
 		if pos.Pos != p || len(pos.Top) != 4 {
@@ -65,6 +68,7 @@ func TestLogits_BadInputsFailWithOneLine(t *testing.T) {
 		{[]string{"logits", "--model", m, "--device", "cpu", "--ids", "1,99999999"}, 1, "outside the vocabulary"},
 		{[]string{"logits", "--model", m, "--device", "cpu", "--ids", "1,2,3", "--ctx", "2"}, 1, "do not fit the context"},
 		{[]string{"logits", "--model", m, "--device", "gpu", "--ids", "1"}, 2, "--device"},
+		{[]string{"logits", "--model", m, "--ids", "1", "--out", "a.f32", "-o", "b.f32"}, 2, "give the rows file once"},
 	}
 	for _, c := range cases {
 		stdout, stderr, code := runCLI(t, cfg, c.args...)
@@ -72,10 +76,34 @@ func TestLogits_BadInputsFailWithOneLine(t *testing.T) {
 	}
 }
 
+// --out, the rows file's flag before -o/--output, still writes the rows,
+// with a note on stderr.
+func TestLogits_DeprecatedOutStillWritesTheRows(t *testing.T) {
+	m := synthModel(t)
+	dir := t.TempDir()
+	rows := map[string][]byte{}
+	for _, flag := range []string{"--out", "--output"} {
+		file := filepath.Join(dir, flag[2:]+".f32")
+		stdout, stderr, code := runCLI(t, testConfig(t), "logits", "--model", m, "--device", "cpu", "--ids", "1,2", flag, file, "--json")
+		if code != 0 || stdout == "" {
+			t.Fatalf("%s: exit %d: %s", flag, code, stderr)
+		}
+		if deprecated := strings.Contains(stderr, "--out is deprecated"); deprecated != (flag == "--out") {
+			t.Errorf("%s: stderr %q", flag, stderr)
+		}
+		if rows[flag], _ = os.ReadFile(file); len(rows[flag]) == 0 {
+			t.Fatalf("%s wrote no rows", flag)
+		}
+	}
+	if string(rows["--out"]) != string(rows["--output"]) {
+		t.Error("--out and --output wrote different rows")
+	}
+}
+
 func TestTopK_OrdersByLogitThenLowerID(t *testing.T) {
 	nan := float32(math.NaN())
 	got := topK([]float32{1, 3, nan, 3, 2, 5, 3}, 4)
-	want := []idLogit{{5, 5}, {1, 3}, {3, 3}, {6, 3}}
+	want := []schema.TopLogit{{ID: 5, Logit: 5}, {ID: 1, Logit: 3}, {ID: 3, Logit: 3}, {ID: 6, Logit: 3}}
 	if len(got) != len(want) {
 		t.Fatalf("topK = %v", got)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/version"
 )
 
 // usageError marks errors caused by how minfer was called (exit 2).
@@ -70,9 +71,14 @@ func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "minfer",
 		Short:         "GGUF inference engine for Qwen2/Qwen3 models (CPU reference, CUDA backend)",
+		Version:       version.String("minfer"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version without cobra's -v shorthand (quantize's -v is --verbose),
+	// printing version.String's line as it is.
+	root.Flags().Bool("version", false, "print the version (module version, commit, Go version) and exit")
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
 	root.AddCommand(

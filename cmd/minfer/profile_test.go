@@ -32,7 +32,7 @@ func TestCPUProfile_WritesAValidProfileOnSuccessAndOnError(t *testing.T) {
 	t.Setenv("MINFER_BENCH_WARMUP_MS", "0")
 	ok := filepath.Join(dir, "ok.pprof")
 	t.Setenv("MINFER_CPU_PROFILE", ok)
-	if code := run([]string{"bench", "--model", m, "--device", "cpu", "-p", "32", "-n", "8", "-r", "2", "-o", "csv"}); code != 0 {
+	if code := run([]string{"bench", "--model", m, "--device", "cpu", "-p", "32", "-n", "8", "-r", "2", "--format", "csv"}); code != 0 {
 		t.Fatalf("bench under MINFER_CPU_PROFILE: exit %d", code)
 	}
 	p := readProfile(t, ok)

@@ -17,8 +17,8 @@ func newQuantizeCmd(_ *app) *cobra.Command {
 		verbose bool
 	)
 	cmd := &cobra.Command{
-		Use:   "quantize IN.gguf OUT.gguf TYPE",
-		Short: "Quantize a whole GGUF model with the reference tool's per-tensor type choices",
+		Use:   "quantize [flags] IN.gguf OUT.gguf TYPE",
+		Short: "quantize a whole GGUF model with the reference tool's per-tensor type choices",
 		Long: "Quantize a GGUF model. TYPE is a file type of the reference quantize tool: F32, F16, BF16,\n" +
 			"Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K, Q4_K_S, Q4_K_M (alias Q4_K), Q5_K_S, Q5_K_M (alias Q5_K).",
 		Args: func(_ *cobra.Command, args []string) error {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/schema"
 )
 
 // flakyLM gives, in its run number bad (runs counted by Reset), logits in
@@ -72,13 +74,13 @@ func TestLogits_RepeatPrintsTheLastRunAndRefusesADifferingRun(t *testing.T) {
 	wantOneLineFailure(t, stdout, stderr, code, 2, "--repeat 0")
 }
 
-func generateJSON(t *testing.T, a *app, args ...string) generateResult {
+func generateJSON(t *testing.T, a *app, args ...string) schema.Generate {
 	t.Helper()
 	stdout, stderr, code := runApp(t, a, args...)
 	if code != 0 {
 		t.Fatalf("%v: exit %d: %s", args, code, stderr)
 	}
-	var r generateResult
+	var r schema.Generate
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("%v: %v\n%s", args, err, stdout)
 	}

@@ -18,8 +18,8 @@ func newSynthCmd(_ *app) *cobra.Command {
 		list                       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "synth --shape NAME --type TYPE --seed N -o OUT.gguf [--vocab-from MODEL.gguf]",
-		Short: "Write a deterministic synthetic Qwen2/Qwen3 model at a real shape",
+		Use:   "synth [flags] -o OUT.gguf",
+		Short: "write a deterministic synthetic Qwen2/Qwen3 model at a real shape",
 		Long: "Write a deterministic synthetic model: real tensor names, shapes and metadata, weights drawn\n" +
 			"from the seed. --type takes a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, ...: every\n" +
 			"matrix gets it, 1-D tensors stay F32) or a mix of the reference quantize tool (Q4_K_M, Q5_K_M).",
@@ -62,7 +62,7 @@ func newSynthCmd(_ *app) *cobra.Command {
 	fl.StringVar(&shape, "shape", synth.DefaultShape, "model shape (see --list)")
 	fl.StringVar(&typ, "type", "F16", "weight type or mix (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M)")
 	fl.Uint64Var(&seed, "seed", synth.DefaultSeed, "weight generator seed")
-	fl.StringVarP(&out, "output", "o", "", "output GGUF path")
+	fl.StringVarP(&out, "output", "o", "", "the GGUF file to write (required unless --list)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "copy the tokenizer from this GGUF (padded to the shape's vocabulary)")
 	fl.IntVar(&workers, "threads", 0, "rows generated in parallel (0: all cores)")
 	fl.BoolVar(&list, "list", false, "list the shapes and exit")

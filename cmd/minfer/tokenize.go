@@ -10,6 +10,7 @@ import (
 
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/tokenizer"
+	"github.com/minfer-go/minfer/schema"
 )
 
 func newTokenizeCmd(_ *app) *cobra.Command {
@@ -19,13 +20,14 @@ func newTokenizeCmd(_ *app) *cobra.Command {
 		noSpecial bool
 	)
 	cmd := &cobra.Command{
-		Use:   "tokenize --model M [--json] [--no-special] TEXT",
+		Use:   "tokenize [flags] TEXT",
 		Short: "print the token ids (and pieces) of TEXT; TEXT '-' reads stdin",
-		Long: `tokenize encodes TEXT with the model's tokenizer, without BOS/EOS.
-Special tokens written in TEXT (e.g. <|im_start|>) become their ids unless
---no-special is given. Text output is one token a line: the id and the raw
-bytes it stands for, Go-quoted. --json prints {"ids":[...],"pieces":[...]},
-where pieces are the vocabulary strings (byte-level alphabet, e.g. "Ġworld").`,
+		Long: `Encode TEXT with the model's tokenizer, without BOS/EOS (without -m, the
+embedded default model's). Special tokens written in TEXT (e.g. <|im_start|>)
+become their ids unless --no-special is given. Text output is one token a
+line: the id and the raw bytes it stands for, Go-quoted. --json prints
+{"ids":[...],"pieces":[...]}, where pieces are the vocabulary strings
+(byte-level alphabet, e.g. "Ġworld").`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("tokenize: want exactly one TEXT argument, got %d", len(args))
@@ -33,10 +35,6 @@ where pieces are the vocabulary strings (byte-level alphabet, e.g. "Ġworld").`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if modelPath == "" {
-				// WIRE: defaultModelPath once the embedded default model lands.
-				return usagef("tokenize: --model is required until the embedded default lands")
-			}
 			text := args[0]
 			if text == "-" {
 				b, err := io.ReadAll(cmd.InOrStdin())
@@ -45,7 +43,11 @@ where pieces are the vocabulary strings (byte-level alphabet, e.g. "Ġworld").`,
 				}
 				text = string(b)
 			}
-			tok, err := loadTokenizer(modelPath)
+			path, err := resolveModel(modelPath)
+			if err != nil {
+				return err
+			}
+			tok, err := loadTokenizer(path)
 			if err != nil {
 				return err
 			}
@@ -53,8 +55,8 @@ where pieces are the vocabulary strings (byte-level alphabet, e.g. "Ġworld").`,
 			return printTokens(cmd.OutOrStdout(), tok, ids, asJSON)
 		},
 	}
-	cmd.Flags().StringVar(&modelPath, "model", "", "GGUF model whose tokenizer to use")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"ids":[...],"pieces":[...]}`)
+	addModelFlag(cmd, &modelPath)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print the schema.Tokens document {"ids":[...],"pieces":[...]}`)
 	cmd.Flags().BoolVar(&noSpecial, "no-special", false, "treat special-token text as plain text")
 	return cmd
 }
@@ -66,15 +68,16 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return tokenizer.FromGGUF(f)
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: tokenizer: %w", path, err)
+	}
+	return tok, nil
 }
 
 func printTokens(w io.Writer, tok *tokenizer.Tokenizer, ids []int32, asJSON bool) error {
 	if asJSON {
-		out := struct {
-			IDs    []int32  `json:"ids"`
-			Pieces []string `json:"pieces"`
-		}{IDs: ids, Pieces: make([]string, len(ids))}
+		out := schema.Tokens{IDs: ids, Pieces: make([]string, len(ids))}
 		if out.IDs == nil {
 			out.IDs = []int32{}
 		}
