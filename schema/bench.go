@@ -29,7 +29,9 @@ type Bench struct {
 
 // BenchWarmup is the untimed warmup bench ran in-process before its tests.
 type BenchWarmup struct {
-	BudgetMS   int     `json:"budget_ms"` // MINFER_BENCH_WARMUP_MS
+	// BudgetMS is MINFER_BENCH_WARMUP_MS: whole milliseconds on the wire,
+	// a float so that the readers' formatting (%.0f) stays as it was.
+	BudgetMS   float64 `json:"budget_ms"`
 	Iterations int     `json:"iterations"`
 	ElapsedMS  float64 `json:"elapsed_ms"`
 }

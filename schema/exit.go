@@ -52,9 +52,11 @@ type OpTiming struct {
 
 // OpKernel is one kernel of OpTiming.
 type OpKernel struct {
-	Kernel  string `json:"kernel"`
-	Count   int64  `json:"count"`
-	TotalNS int64  `json:"total_ns"`
+	Kernel string `json:"kernel"`
+	Count  int64  `json:"count"`
+	// TotalNS: whole nanoseconds on the wire (a time.Duration), a float
+	// for the readers that average and format it.
+	TotalNS float64 `json:"total_ns"`
 }
 
 // AvgNS is the mean time per launch.
@@ -62,5 +64,5 @@ func (k OpKernel) AvgNS() float64 {
 	if k.Count == 0 {
 		return 0
 	}
-	return float64(k.TotalNS) / float64(k.Count)
+	return k.TotalNS / float64(k.Count)
 }

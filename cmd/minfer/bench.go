@@ -239,7 +239,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		Threads: threads(e), NPrompt: f.p, NGen: f.n, Depth: f.depth, Reps: f.reps, Levers: a.cfg.Set(),
 		GoVersion: runtime.Version(),
 	}
-	res.Warmup.BudgetMS = a.cfg.BenchWarmupMS
+	res.Warmup.BudgetMS = float64(a.cfg.BenchWarmupMS)
 	budget := time.Duration(a.cfg.BenchWarmupMS) * time.Millisecond
 	w0 := time.Now()
 	for res.Warmup.Iterations < minWarmupIterations || time.Since(w0) < budget {
@@ -560,7 +560,7 @@ func writeBenchMD(w io.Writer, r *schema.Bench) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nwarmup: %d iterations in %.0f ms (budget %d ms); %d reps; %s\n",
+	_, err := fmt.Fprintf(w, "\nwarmup: %d iterations in %.0f ms (budget %.0f ms); %d reps; %s\n",
 		r.Warmup.Iterations, r.Warmup.ElapsedMS, r.Warmup.BudgetMS, r.Reps, r.GoVersion)
 	return err
 }

@@ -136,7 +136,7 @@ func opTimingDoc(times []cuda.OpTime) schema.OpTiming {
 		Note:               "per-kernel device time of direct launches, measured with events; launches inside CUDA graphs are not timed",
 	}
 	for _, o := range times {
-		t.Kernels = append(t.Kernels, schema.OpKernel{Kernel: o.Kernel, Count: o.Count, TotalNS: o.Total.Nanoseconds()})
+		t.Kernels = append(t.Kernels, schema.OpKernel{Kernel: o.Kernel, Count: o.Count, TotalNS: float64(o.Total.Nanoseconds())})
 	}
 	return t
 }
