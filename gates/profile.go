@@ -327,7 +327,7 @@ func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []
 }
 
 func benchArgs(cfg Config) []string {
-	a := []string{"-p", strconv.Itoa(cfg.PP), "-n", strconv.Itoa(cfg.TG), "-r", "1", "-o", "json"}
+	a := []string{"-p", strconv.Itoa(cfg.PP), "-n", strconv.Itoa(cfg.TG), "-r", "1", "--format", "json"}
 	if cfg.Model != "" {
 		a = append(a, "--model", cfg.Model)
 	}

@@ -7,87 +7,31 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/minfer-go/minfer/schema"
 )
 
-// BenchResult is the JSON of `minfer bench -o json`.
-type BenchResult struct {
-	Model       string            `json:"model"`
-	ModelSHA256 string            `json:"model_sha256"`
-	Backend     string            `json:"backend"`
-	KVFormat    string            `json:"kv_format"`
-	Threads     int               `json:"threads"`
-	NPrompt     int               `json:"n_prompt"`
-	NGen        int               `json:"n_gen"`
-	Reps        int               `json:"reps"`
-	Warmup      BenchWarmup       `json:"warmup"`
-	Tests       []BenchTest       `json:"tests"`
-	Levers      map[string]string `json:"levers"`
-	GoVersion   string            `json:"go_version"`
-	Date        string            `json:"date"`
-}
-
-// BenchWarmup is the untimed warmup minfer bench did in-process.
-type BenchWarmup struct {
-	BudgetMS   float64 `json:"budget_ms"`
-	Iterations int     `json:"iterations"`
-	ElapsedMS  float64 `json:"elapsed_ms"`
-}
-
-// BenchTest is one timed test (pp512, tg128).
-type BenchTest struct {
-	Name       string    `json:"name"`
-	NTokens    int       `json:"n_tokens"`
-	SamplesMS  []float64 `json:"samples_ms"`
-	TokS       []float64 `json:"tok_s"`
-	MeanTokS   float64   `json:"mean_tok_s"`
-	StddevTokS float64   `json:"stddev_tok_s"`
-	// DeviceMS / DeviceTokS: the device time of each repetition's timed
-	// window (CUDA events around the splits; absent on the CPU).
-	DeviceMS   []float64 `json:"device_ms,omitempty"`
-	DeviceTokS []float64 `json:"device_tok_s,omitempty"`
-}
-
-// DeviceValue is the round's device-timed tok/s (the median of the
-// repetitions), ok false when the test carries no device time.
-func (t BenchTest) DeviceValue() (float64, bool) {
-	if len(t.DeviceTokS) == 0 || len(t.DeviceTokS) != len(t.TokS) {
-		return 0, false
-	}
-	v := median(t.DeviceTokS)
-	return v, v > 0 && !math.IsInf(v, 0)
-}
-
-// Value is the test's tok/s for one round: the median of its repetitions
-// (robust to one slow repetition), or the mean when no samples are listed.
-func (t BenchTest) Value() float64 {
-	if len(t.TokS) == 0 {
-		return t.MeanTokS
-	}
-	return median(t.TokS)
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-// Test returns the test whose name starts with prefix ("pp" or "tg").
-func (b BenchResult) Test(prefix string) (BenchTest, bool) {
-	for _, t := range b.Tests {
-		if strings.HasPrefix(t.Name, prefix) {
-			return t, true
-		}
-	}
-	return BenchTest{}, false
-}
+// The documents minfer prints are declared once, in the schema package;
+// the harness names them as it always has.
+type (
+	// BenchResult is the JSON of `minfer bench --format json`.
+	BenchResult = schema.Bench
+	// BenchWarmup is the untimed warmup minfer bench did in-process.
+	BenchWarmup = schema.BenchWarmup
+	// BenchTest is one timed test (pp512, tg128); Value and DeviceValue
+	// are its round's tok/s.
+	BenchTest = schema.BenchTest
+	// TopLogit is one ranked logit.
+	TopLogit = schema.TopLogit
+	// LogitsPos is one position of `minfer logits --json`.
+	LogitsPos = schema.LogitsPos
+	// GenerateResult is the JSON of `minfer generate --json`.
+	GenerateResult = schema.Generate
+	// ModelInfo is the JSON of `minfer info --json`.
+	ModelInfo = schema.Info
+)
 
 // ParseBench decodes and checks a bench result.
 func ParseBench(data []byte) (BenchResult, error) {
@@ -106,25 +50,12 @@ func ParseBench(data []byte) (BenchResult, error) {
 	return b, nil
 }
 
-// TopLogit is one ranked logit.
-type TopLogit struct {
-	ID    int32   `json:"id"`
-	Logit float32 `json:"logit"`
-}
-
-// LogitsPos is one position of `minfer logits --json`.
-type LogitsPos struct {
-	Pos        int        `json:"pos"`
-	Top        []TopLogit `json:"top"`
-	Top2Margin float32    `json:"top2_margin"`
-}
-
 // LogitsResult is the JSON of `minfer logits --json`; Rows holds the full
-// logits read back from --out (len(Positions) rows of NVocab) when asked.
+// logits read back from its -o file (len(Positions) rows of NVocab) when
+// asked.
 type LogitsResult struct {
-	NVocab    int         `json:"n_vocab"`
-	Positions []LogitsPos `json:"positions"`
-	Rows      []float32   `json:"-"`
+	schema.Logits
+	Rows []float32 `json:"-"`
 }
 
 // Row returns position p's full logits.
@@ -156,20 +87,6 @@ func ReadF32(path string) ([]float32, error) {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return out, nil
-}
-
-// GenerateResult is the JSON of `minfer generate --json`.
-type GenerateResult struct {
-	IDs       []int32           `json:"ids"`
-	PromptIDs []int32           `json:"prompt_ids"`
-	Text      string            `json:"text"`
-	NPrompt   int               `json:"n_prompt"`
-	NGen      int               `json:"n_gen"`
-	PrefillMS float64           `json:"prefill_ms"`
-	DecodeMS  float64           `json:"decode_ms"`
-	Backend   string            `json:"backend"`
-	KVFormat  string            `json:"kv_format"`
-	Levers    map[string]string `json:"levers"`
 }
 
 // ParseGenerate decodes a generate result.
@@ -227,9 +144,7 @@ func (m Minfer) ModelPath(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var info struct {
-		Path string `json:"path"`
-	}
+	var info ModelInfo
 	if err := json.Unmarshal(e.Stdout, &info); err != nil {
 		return "", fmt.Errorf("info json: %w", err)
 	}
@@ -239,53 +154,11 @@ func (m Minfer) ModelPath(ctx context.Context) (string, error) {
 	return info.Path, nil
 }
 
-// ModelInfo is the part of `minfer info --json` the harness reads.
-type ModelInfo struct {
-	Path          string         `json:"path"`
-	FileSize      int64          `json:"file_size"`
-	Architecture  string         `json:"architecture,omitempty"`
-	FileType      string         `json:"file_type,omitempty"`
-	TypeHistogram map[string]int `json:"type_histogram"`
-	// DecodeRead: what one decode step reads, as the engine counts it.
-	DecodeRead struct {
-		WeightBytes   int64  `json:"weight_bytes_per_token"`
-		Method        string `json:"method"`
-		KVElemsPerPos int64  `json:"kv_elems_per_pos"`
-	} `json:"decode_read"`
-}
-
-// unquantized are the tensor types a device reads as they are (no
-// activation quantization on the CPU reference either).
-var unquantized = map[string]bool{"F32": true, "F16": true, "BF16": true, "F64": true, "I8": true, "I16": true, "I32": true, "I64": true}
-
-// QuantizedTypes lists the histogram's quantized tensor types with their
-// counts, sorted ("Q8_0:169"); empty for an all-float model.
-func (i ModelInfo) QuantizedTypes() []string {
-	var out []string
-	for t, n := range i.TypeHistogram {
-		if !unquantized[strings.ToUpper(t)] && n > 0 {
-			out = append(out, fmt.Sprintf("%s:%d", t, n))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// Histogram renders the type histogram ("F32:121 Q8_0:169").
-func (i ModelInfo) Histogram() string {
-	var out []string
-	for t, n := range i.TypeHistogram {
-		out = append(out, fmt.Sprintf("%s:%d", t, n))
-	}
-	slices.Sort(out)
-	return strings.Join(out, " ")
-}
-
-// Info runs `minfer info [MODEL] --json`.
+// Info runs `minfer info [-m MODEL] --json`.
 func (m Minfer) Info(ctx context.Context) (ModelInfo, *Exec, error) {
 	args := []string{"info"}
 	if m.Model != "" {
-		args = append(args, m.Model)
+		args = append(args, "-m", m.Model)
 	}
 	args = append(args, "--json")
 	e, err := m.R.Run(ctx, "info", nil, args...)
@@ -305,7 +178,7 @@ func (m Minfer) Info(ctx context.Context) (ModelInfo, *Exec, error) {
 // Bench runs one bench process.
 func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, pp, tg, reps int) (BenchResult, *Exec, error) {
 	args := append([]string{"bench"}, m.modelArgs("")...)
-	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), "-o", "json")
+	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), "--format", "json")
 	e, err := m.R.Run(ctx, label, env, args...)
 	if err != nil {
 		return BenchResult{}, e, err
@@ -323,7 +196,7 @@ func (m Minfer) Logits(ctx context.Context, label, device string, env map[string
 		args = append(args, "--repeat", strconv.Itoa(m.Repeat))
 	}
 	if rowsFile != "" {
-		args = append(args, "--out", rowsFile)
+		args = append(args, "-o", rowsFile)
 	}
 	e, err := m.R.Run(ctx, label, env, args...)
 	if err != nil {
@@ -343,7 +216,7 @@ func (m Minfer) Logits(ctx context.Context, label, device string, env map[string
 		}
 		_ = os.Remove(rowsFile) // a temp file already read; a leftover is harmless
 		if len(rows) != len(ids)*l.NVocab {
-			return l, e, fmt.Errorf("%s: --out holds %d values, want %d x %d", label, len(rows), len(ids), l.NVocab)
+			return l, e, fmt.Errorf("%s: the -o rows file holds %d values, want %d x %d", label, len(rows), len(ids), l.NVocab)
 		}
 		l.Rows = rows
 	}

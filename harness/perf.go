@@ -264,7 +264,7 @@ const (
 
 // CensusBenchArgs is the census run's minfer command line (after the binary).
 func CensusBenchArgs(model, device string) []string {
-	return []string{"bench", "--model", model, "--device", device, "-p", "0", "-n", strconv.Itoa(CensusTG), "-r", "1", "-o", "json"}
+	return []string{"bench", "--model", model, "--device", device, "-p", "0", "-n", strconv.Itoa(CensusTG), "-r", "1", "--format", "json"}
 }
 
 // CensusBenchEnv is the census run's environment on top of the pinned one.

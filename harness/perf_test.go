@@ -243,7 +243,7 @@ func TestNewDecodeLaunches_CountsFromTheCensusTimeFromTheTimedTG(t *testing.T) {
 			t.Errorf("%s: %+v %v, want an error, NaN counts and the timed 2 ms per token", bad, d, err)
 		}
 	}
-	if args := strings.Join(CensusBenchArgs("m.gguf", "cuda"), " "); args != "bench --model m.gguf --device cuda -p 0 -n 32 -r 1 -o json" {
+	if args := strings.Join(CensusBenchArgs("m.gguf", "cuda"), " "); args != "bench --model m.gguf --device cuda -p 0 -n 32 -r 1 --format json" {
 		t.Errorf("census args %q", args)
 	}
 	if CensusBenchEnv["MINFER_LAUNCH_CENSUS"] != "1" || CensusBenchEnv["MINFER_BENCH_WARMUP_MS"] != "0" || len(CensusBenchEnv) != 2 {

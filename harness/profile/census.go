@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/minfer-go/minfer/schema"
 )
 
 // Census is the engine's launch census (MINFER_LAUNCH_CENSUS=1): kernel name
@@ -14,7 +16,7 @@ type Census map[string]int
 
 // The CUDA backend prints its instrumentation at exit, each as ONE JSON line
 // on stderr (other stderr lines, log messages and panics included, are
-// tolerated and ignored):
+// tolerated and ignored); the lines are declared in the schema package:
 //
 //	{"launch_census":{"minfer_mmv_q8_0":123,...}}  MINFER_LAUNCH_CENSUS=1: kernel -> launches, graph replays included
 //	{"cuda_graphs":{"captured":N,"replayed":M}}    the graphs the backend captured and replayed
@@ -44,7 +46,7 @@ func lastLine(out, key string) (json.RawMessage, bool) {
 
 // ParseCensus reads the {"launch_census":{kernel: launches}} line.
 func ParseCensus(out string) (Census, error) {
-	raw, ok := lastLine(out, "launch_census")
+	raw, ok := lastLine(out, schema.LaunchCensusKey)
 	if !ok {
 		return nil, fmt.Errorf(`launch census: no {"launch_census":{...}} line in the output (is MINFER_LAUNCH_CENSUS=1 honoured by this backend?)`)
 	}
@@ -64,7 +66,9 @@ func ParseCensus(out string) (Census, error) {
 }
 
 // Graphs is the backend's CUDA graph count: graphs captured (and
-// instantiated) and graph replays.
+// instantiated) and graph replays. It is schema.CUDAGraphs field for field
+// (ParseGraphs converts one into the other) with the reports' tags: zero
+// optional counts are left out of a report.
 type Graphs struct {
 	Captured    int  `json:"captured"`
 	Replayed    int  `json:"replayed"`
@@ -79,54 +83,32 @@ type Graphs struct {
 // ParseGraphs reads the {"cuda_graphs":{"captured":N,"replayed":M}} line;
 // ok is false when the output has none.
 func ParseGraphs(out string) (Graphs, bool, error) {
-	raw, ok := lastLine(out, "cuda_graphs")
+	raw, ok := lastLine(out, schema.CUDAGraphsKey)
 	if !ok {
 		return Graphs{}, false, nil
 	}
-	var g struct {
-		Captured    *int  `json:"captured"`
-		Replayed    *int  `json:"replayed"`
-		Invalidated int   `json:"invalidated"`
-		Aborted     int   `json:"aborted"`
-		Disabled    bool  `json:"disabled"`
-		PDLLaunches int64 `json:"pdl_launches"`
-	}
+	var g schema.CUDAGraphs
 	if err := json.Unmarshal(raw, &g); err != nil {
 		return Graphs{}, false, fmt.Errorf("cuda_graphs: %w", err)
 	}
-	if g.Captured == nil || g.Replayed == nil {
+	// captured and replayed are required: a line without them is no count.
+	var required struct{ Captured, Replayed *int }
+	if json.Unmarshal(raw, &required) != nil || required.Captured == nil || required.Replayed == nil {
 		return Graphs{}, false, fmt.Errorf(`cuda_graphs: want {"captured":N,"replayed":M}, got %s`, raw)
 	}
-	return Graphs{Captured: *g.Captured, Replayed: *g.Replayed, Invalidated: g.Invalidated, Aborted: g.Aborted, Disabled: g.Disabled,
-		PDLLaunches: g.PDLLaunches}, true, nil
+	return Graphs(g), true, nil
 }
 
 // OpKernel is one kernel of the engine's own event timing.
-type OpKernel struct {
-	Kernel  string  `json:"kernel"`
-	Count   int     `json:"count"`
-	TotalNS float64 `json:"total_ns"`
-}
+type OpKernel = schema.OpKernel
 
-// AvgNS is the mean time per launch.
-func (k OpKernel) AvgNS() float64 {
-	if k.Count == 0 {
-		return 0
-	}
-	return k.TotalNS / float64(k.Count)
-}
-
-// OpTiming is the MINFER_OP_TIMING=1 line, kernels sorted by total time
-// (largest first).
-type OpTiming struct {
-	DirectLaunchesOnly bool       `json:"direct_launches_only"`
-	Note               string     `json:"note,omitempty"`
-	Kernels            []OpKernel `json:"kernels"`
-}
+// OpTiming is the MINFER_OP_TIMING=1 line; ParseOpTiming sorts its kernels
+// by total time (largest first).
+type OpTiming = schema.OpTiming
 
 // ParseOpTiming reads the {"op_timing":{...}} line.
 func ParseOpTiming(out string) (OpTiming, error) {
-	raw, ok := lastLine(out, "op_timing")
+	raw, ok := lastLine(out, schema.OpTimingKey)
 	if !ok {
 		return OpTiming{}, fmt.Errorf(`op timing: no {"op_timing":{...}} line in the output`)
 	}

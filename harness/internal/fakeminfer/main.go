@@ -7,8 +7,11 @@
 // (a lever that switches nothing). With MINFER_LAUNCH_CENSUS=1 it prints the
 // CUDA backend's exit lines on stderr ({"launch_census":...},
 // {"cuda_graphs":...}), with MINFER_OP_TIMING=1 the {"op_timing":...} line.
+// It fills the schema package's documents, as minfer does: bench prints
+// JSON only under --format json (or --json, or the deprecated -o json; else
+// one markdown or csv line a JSON reader refuses) to stdout or the -o file.
 // `synth` writes a small file and appends its arguments to
-// $FAKEMINFER_SYNTH_LOG; `info [MODEL] --json` and bench report a real model
+// $FAKEMINFER_SYNTH_LOG; `info [-m MODEL] --json` and bench report a real model
 // file (the model given, else the fake's own executable as the "embedded
 // default"); FAKEMINFER_RATES=PP,TG[,TGDEPTH] makes bench report exactly
 // those tok/s (TGDEPTH: tg under -d > 0, default TG); bench -d N names its
@@ -60,6 +63,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minfer-go/minfer/schema"
 )
 
 //go:embed levers.json
@@ -124,12 +129,13 @@ func main() {
 	ignoreDepth := os.Getenv("FAKEMINFER_MODE") == "nodepth"
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	model := fs.String("model", "", "")
+	fs.StringVar(model, "m", "", "")
 	fs.String("device", "auto", "")
 	ids := fs.String("ids", "", "")
 	idsFlag := ids
 	top := fs.Int("top", 5, "")
-	out := fs.String("out", "", "")
 	asJSON := fs.Bool("json", false, "")
+	format := fs.String("format", "", "")
 	p := fs.Int("p", 512, "")
 	n := fs.Int("n", 128, "")
 	r := fs.Int("r", 3, "")
@@ -143,6 +149,7 @@ func main() {
 	seed := fs.Uint64("seed", 1, "")
 	output := fs.String("output", "", "")
 	fs.StringVar(output, "o", "", "")
+	fs.StringVar(output, "out", "", "") // logits' deprecated spelling of -o
 	_ = fs.Parse(os.Args[2:])
 	cuda = backendIsCUDA(os.Args[2:])
 	reps = *repeat
@@ -169,9 +176,10 @@ func main() {
 		if lg := os.Getenv("FAKEMINFER_BENCH_LOG"); lg != "" {
 			logBench(lg, *model, *p)
 		}
-		bench(*p, *n, *r, *depth, mut, mutFrac, *model)
+		f, file := benchOutput(*format, *asJSON, *output)
+		writeBench(f, file, bench(*p, *n, *r, *depth, mut, mutFrac, *model))
 	case "info":
-		if fs.Arg(0) != "" {
+		if fs.Arg(0) != "" { // the deprecated positional model
 			*model = fs.Arg(0)
 		}
 		hist := map[string]int{"F32": 11, "Q8_0": 15}
@@ -191,8 +199,8 @@ func main() {
 			}
 		}
 		arch, ftype := fakeModelKind(*model)
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"path": *model, "type_histogram": hist, "architecture": arch, "file_type": ftype,
-			"decode_read": map[string]any{"weight_bytes_per_token": wb, "method": "fake", "kv_elems_per_pos": 512}})
+		json.NewEncoder(os.Stdout).Encode(schema.Info{Path: *model, TypeHistogram: hist, Architecture: arch, FileType: ftype,
+			DecodeRead: schema.DecodeRead{WeightBytes: int64(wb), Method: "fake", KVElemsPerPos: 512}})
 	case "quantize": // IN OUT TYPE: OUT is IN's shape in TYPE
 		in, out, typ := fs.Arg(0), fs.Arg(1), fs.Arg(2)
 		b, err := os.ReadFile(in)
@@ -236,19 +244,7 @@ func main() {
 			}
 			xs = append(xs, int32(v))
 		}
-		type tl struct {
-			ID    int32   `json:"id"`
-			Logit float32 `json:"logit"`
-		}
-		type pos struct {
-			Pos    int     `json:"pos"`
-			Top    []tl    `json:"top"`
-			Margin float32 `json:"top2_margin"`
-		}
-		res := struct {
-			NVocab    int   `json:"n_vocab"`
-			Positions []pos `json:"positions"`
-		}{NVocab: vocab}
+		res := schema.Logits{NVocab: vocab}
 		var all []byte
 		for i := range xs {
 			row := logits(xs[:i+1], f16, mut, i == len(xs)-1)
@@ -257,17 +253,17 @@ func main() {
 				idx[j] = j
 			}
 			sort.SliceStable(idx, func(a, b int) bool { return row[idx[a]] > row[idx[b]] })
-			ps := pos{Pos: i, Margin: row[idx[0]] - row[idx[1]]}
+			ps := schema.LogitsPos{Pos: i, Top2Margin: row[idx[0]] - row[idx[1]]}
 			for _, j := range idx[:*top] {
-				ps.Top = append(ps.Top, tl{int32(j), row[j]})
+				ps.Top = append(ps.Top, schema.TopLogit{ID: int32(j), Logit: row[j]})
 			}
 			res.Positions = append(res.Positions, ps)
 			for _, v := range row {
 				all = binary.LittleEndian.AppendUint32(all, math.Float32bits(v))
 			}
 		}
-		if *out != "" {
-			_ = os.WriteFile(*out, all, 0o644)
+		if *output != "" {
+			_ = os.WriteFile(*output, all, 0o644)
 		}
 		_ = asJSON
 		json.NewEncoder(os.Stdout).Encode(res)
@@ -310,8 +306,8 @@ func main() {
 			gen = append(gen, int32(best))
 			hist = append(hist, int32(best))
 		}
-		json.NewEncoder(os.Stdout).Encode(map[string]any{"ids": gen, "prompt_ids": ids, "text": "", "n_prompt": len(ids),
-			"n_gen": len(gen), "prefill_ms": 1.0, "decode_ms": 2.0, "backend": "cpu", "kv_format": "f32", "levers": map[string]string{}})
+		json.NewEncoder(os.Stdout).Encode(schema.Generate{Model: *model, Prompt: prompt, IDs: gen, PromptIDs: ids, NPrompt: len(ids),
+			NGen: len(gen), PrefillMS: 1.0, DecodeMS: 2.0, Backend: "cpu", KVFormat: "f32", Levers: map[string]string{}})
 	default:
 		fmt.Fprintln(os.Stderr, "minfer:", os.Args[1], "not implemented")
 		os.Exit(1)
@@ -428,7 +424,7 @@ func mutation(v string) (string, float64) {
 func deviceLines() {
 	if os.Getenv("MINFER_LAUNCH_CENSUS") != "1" {
 		if cuda && os.Getenv("MINFER_OP_TIMING") == "1" {
-			fmt.Fprintln(os.Stderr, `{"op_timing":{"direct_launches_only":true,"note":"fake","kernels":[{"kernel":"minfer_mmv_q8_0","count":196,"total_ns":392000},{"kernel":"minfer_rms_norm_f32","count":57,"total_ns":57000}]}}`)
+			exitLine(opTimingLine)
 		}
 		return
 	}
@@ -437,7 +433,7 @@ func deviceLines() {
 		kv = "f16"
 	}
 	if !cuda {
-		c := map[string]int{"cpu_rms_norm": 57, "cpu_matmul_q8_0": 100, "cpu_kv_store_" + kv: 24, "cpu_attn": 24}
+		c := schema.LaunchCensus{"cpu_rms_norm": 57, "cpu_matmul_q8_0": 100, "cpu_kv_store_" + kv: 24, "cpu_attn": 24}
 		if env("MINFER_NO_FUSE_FFN") != "1" {
 			c["cpu_fused_ffn_q8_0"] = 24
 		} else {
@@ -448,11 +444,10 @@ func deviceLines() {
 		} else {
 			c["cpu_matmul_q8_0"] += 72
 		}
-		b, _ := json.Marshal(map[string]any{"launch_census": c})
-		fmt.Fprintln(os.Stderr, string(b))
+		exitLine(schema.CensusLine{LaunchCensus: c})
 		return
 	}
-	c := map[string]int{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196, "minfer_attn_decode2_hd64_" + kv: 24}
+	c := schema.LaunchCensus{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196, "minfer_attn_decode2_hd64_" + kv: 24}
 	prefill := promptNT >= 9 || benchRun
 	switch {
 	case !prefill:
@@ -469,33 +464,41 @@ func deviceLines() {
 	if env("MINFER_NO_FUSE_QKV") != "1" {
 		c["minfer_mmvq_qkv_q8_0"], c["minfer_qkv_rope_store"] = 24, 24
 	}
-	b, _ := json.Marshal(map[string]any{"launch_census": c})
 	fmt.Fprintln(os.Stderr, "minfer: model: cuda backend (fake)")
-	fmt.Fprintln(os.Stderr, string(b))
+	exitLine(schema.CensusLine{LaunchCensus: c})
 	// Graphs: a bench warms every shape up; logits/generate capture a
 	// shape at its 3rd run and replay it from the 4th.
-	g := map[string]int64{"captured": 2, "replayed": 126}
+	g := schema.CUDAGraphs{Captured: 2, Replayed: 126}
 	if !benchRun {
-		g = map[string]int64{"captured": 0, "replayed": 0}
+		g = schema.CUDAGraphs{}
 		if reps >= 3 {
-			g["captured"] = 1
-			g["replayed"] = int64(reps-3) * int64(max(forwards, 1))
+			g.Captured = 1
+			g.Replayed = (reps - 3) * max(forwards, 1)
 		}
 		if forwards > 1 && reps < 3 { // generate: the decode graph
-			g["captured"], g["replayed"] = 1, int64(forwards-3)
+			g.Captured, g.Replayed = 1, forwards-3
 		}
 	}
 	if env("MINFER_NO_CUDA_GRAPH") == "1" {
-		g["captured"], g["replayed"] = 0, 0
+		g.Captured, g.Replayed = 0, 0
 	}
 	if env("MINFER_PDL") == "1" {
-		g["pdl_launches"] = 300
+		g.PDLLaunches = 300
 	}
-	b, _ = json.Marshal(map[string]any{"cuda_graphs": g})
-	fmt.Fprintln(os.Stderr, string(b))
+	exitLine(schema.GraphsLine{CUDAGraphs: g})
 	if os.Getenv("MINFER_OP_TIMING") == "1" {
-		fmt.Fprintln(os.Stderr, `{"op_timing":{"direct_launches_only":true,"note":"fake","kernels":[{"kernel":"minfer_mmv_q8_0","count":196,"total_ns":392000},{"kernel":"minfer_rms_norm_f32","count":57,"total_ns":57000}]}}`)
+		exitLine(opTimingLine)
 	}
+}
+
+// opTimingLine is the fake's MINFER_OP_TIMING=1 line.
+var opTimingLine = schema.OpTimingLine{OpTiming: schema.OpTiming{DirectLaunchesOnly: true, Note: "fake", Kernels: []schema.OpKernel{
+	{Kernel: "minfer_mmv_q8_0", Count: 196, TotalNS: 392000}, {Kernel: "minfer_rms_norm_f32", Count: 57, TotalNS: 57000}}}}
+
+// exitLine prints one of the exit lines on stderr.
+func exitLine(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintln(os.Stderr, string(b))
 }
 
 // writeProfile writes a pprof CPU profile whose samples sit in functions
@@ -558,7 +561,7 @@ func speedFactor() float64 {
 	return math.Exp(sd / math.Sqrt2 * rng.NormFloat64())
 }
 
-func bench(p, n, r, depth int, mut string, frac float64, model string) {
+func bench(p, n, r, depth int, mut string, frac float64, model string) schema.Bench {
 	benchRun = true
 	speed := speedFactor()
 	seed := uint64(time.Now().UnixNano())
@@ -592,19 +595,19 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) {
 	if ct := os.Getenv("FAKEMINFER_CENSUS_TG"); censusOn && ct != "" {
 		tg, _ = strconv.ParseFloat(ct, 64)
 	}
-	census := func(m map[string]any) {
+	census := func(t *schema.BenchTest) {
 		if !censusOn || os.Getenv("FAKEMINFER_CENSUS") == "none" {
 			return
 		}
 		k := map[string]float64{"minfer_mmv_q8_0": 168, "minfer_rms_norm_f32": 49, "minfer_add_f32": 48,
 			"minfer_rope_f32": 48, "minfer_attn_decode_f32": 24, "minfer_argmax_f32": 1}
-		replays := 1.0
+		launches, replays := 338.0, 1.0
 		if os.Getenv("MINFER_NO_CUDA_GRAPH") == "1" {
 			replays = 0
 		}
-		m["launches_per_token"], m["graph_replays_per_token"], m["kernels_per_token"] = 338.0, replays, k
+		t.LaunchesPerToken, t.GraphReplaysPerToken, t.KernelsPerToken = &launches, &replays, k
 	}
-	test := func(name string, nt int, rate float64) map[string]any {
+	test := func(name string, nt int, rate float64) schema.BenchTest {
 		var ms, ts []float64
 		var sum float64
 		for i := 0; i < r; i++ {
@@ -613,17 +616,15 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) {
 			ms = append(ms, float64(nt)/t*1000)
 			sum += t
 		}
-		m := map[string]any{"name": name, "n_tokens": nt, "samples_ms": ms, "tok_s": ts, "mean_tok_s": sum / float64(r), "stddev_tok_s": 0}
+		t := schema.BenchTest{Name: name, NTokens: nt, SamplesMS: ms, TokS: ts, MeanTokS: sum / float64(r)}
 		if cuda { // device time: the same rate, a hair faster (no host work)
-			var dms, dts []float64
-			for _, t := range ts {
-				dts = append(dts, t*1.01)
-				dms = append(dms, float64(nt)/(t*1.01)*1000)
+			for _, x := range ts {
+				t.DeviceTokS = append(t.DeviceTokS, x*1.01)
+				t.DeviceMS = append(t.DeviceMS, float64(nt)/(x*1.01)*1000)
 			}
-			m["device_ms"], m["device_tok_s"] = dms, dts
 		}
-		census(m)
-		return m
+		census(&t)
+		return t
 	}
 	w, _ := strconv.Atoi(os.Getenv("MINFER_BENCH_WARMUP_MS"))
 	sum := fileSHA256(model)
@@ -632,7 +633,7 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) {
 	if depth > 0 {
 		suffix = fmt.Sprintf("@d%d", depth)
 	}
-	var tests []any
+	var tests []schema.BenchTest
 	if p > 0 {
 		tests = append(tests, test(fmt.Sprintf("pp%d%s", p, suffix), p, pp))
 	}
@@ -643,13 +644,55 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) {
 	if cuda {
 		backend = "cuda"
 	}
-	doc := map[string]any{"model": model, "model_sha256": sum, "backend": backend, "kv_format": "f32",
-		"threads": 2, "n_prompt": p, "n_gen": n, "reps": r, "warmup": map[string]any{"budget_ms": w, "iterations": 3, "elapsed_ms": 1},
-		"tests": tests, "go_version": "go-fake", "date": "now"}
-	if depth > 0 {
-		doc["depth"] = depth
+	return schema.Bench{Model: model, ModelSHA256: sum, Backend: backend, KVFormat: "f32", Threads: 2, NPrompt: p, NGen: n,
+		Depth: depth, Reps: r, Warmup: schema.BenchWarmup{BudgetMS: float64(w), Iterations: 3, ElapsedMS: 1}, Tests: tests,
+		GoVersion: "go-fake", Date: "now"}
+}
+
+// benchOutput settles bench's format and output file as minfer does:
+// --json is --format json, and -o md|json|csv without a format is the
+// deprecated spelling of the format.
+func benchOutput(format string, asJSON bool, output string) (string, string) {
+	if asJSON {
+		format = "json"
 	}
-	json.NewEncoder(os.Stdout).Encode(doc)
+	if format == "" {
+		switch output {
+		case "md", "json", "csv":
+			fmt.Fprintf(os.Stderr, "minfer: bench -o %s is deprecated: -o is the output file now; use --format %s\n", output, output)
+			return output, ""
+		}
+		return "md", output
+	}
+	if format != "md" && format != "json" && format != "csv" {
+		fmt.Fprintf(os.Stderr, "minfer: --format %q: want md, json or csv\n", format)
+		os.Exit(2)
+	}
+	return format, output
+}
+
+// writeBench prints the bench document in format, to file when one is
+// given. md and csv are one line each: enough for a caller that forgot
+// --format json to fail on it.
+func writeBench(format, file string, b schema.Bench) {
+	var out []byte
+	switch format {
+	case "json":
+		out, _ = json.MarshalIndent(b, "", "  ")
+		out = append(out, '\n')
+	case "csv":
+		out = []byte("model,model_sha256,backend,kv_format,threads,test,n_tokens,reps,mean_tok_s,stddev_tok_s,samples_ms\n")
+	default:
+		out = []byte("| model | backend | kv | threads | test | t/s |\n")
+	}
+	if file == "" {
+		os.Stdout.Write(out)
+		return
+	}
+	if err := os.WriteFile(file, out, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "minfer: bench -o:", err)
+		os.Exit(1)
+	}
 }
 
 // fakeModelKind reads the architecture and file type of a fake model file
