@@ -198,7 +198,7 @@ for m in $MODELS; do
         LC_ALL=C MINFER_BENCH_WARMUP_MS=0 timeout -k 10 "$lim" "$ncu" --csv --print-units base \
             --clock-control "$CLOCK_CONTROL" --metrics "$metrics" "${filter[@]}" \
             --launch-skip "$skip" --launch-count "$count" --log-file "$csv" \
-            bin/minfer bench --model "$f" --device cuda "${pn[@]}" -r 1 -o json >"$work/$base.json" 2>"$work/$base.err"
+            bin/minfer bench --model "$f" --device cuda "${pn[@]}" -r 1 --format json >"$work/$base.json" 2>"$work/$base.err"
         rc=$?
         if ! grep -q '"Metric Name"' "$csv" 2>/dev/null && grep -q '"Metric Name"' "$work/$base.json" 2>/dev/null; then
             cat "$work/$base.json" >>"$csv" # this ncu printed its results to stdout despite --log-file

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # perf.sh: issue 6's speed table on the H200 in one call. `abtest perf`
 # synthesizes every row's model (cached), runs one `minfer bench -p 512 -n 128
-# -r 5 -o json` per row after an untimed warmup, and writes
+# -r 5 --format json` per row after an untimed warmup, and writes
 # $OUT/perf/<date>-<commit>.md and .json: ours, the llama.cpp reference,
 # ratio, target met (or by how much missed), decode GB/s and its share of the
 # 4.3 TB/s HBM floor, the GPU clocks before each row, the exact commands.
@@ -28,7 +28,7 @@
 #
 # Long context: "all" ends with issue 6's long-context row
 # qwen2-7b:Q4_K_M@d4096 (ROWS=qwen2-7b:Q4_K_M@d4096 runs it alone): one
-# `minfer bench -p 0 -n 128 -d 4096 -r 5 -o json`, judged met when its tg128
+# `minfer bench -p 0 -n 128 -d 4096 -r 5 --format json`, judged met when its tg128
 # is >= 0.85 x the same run's tg128 at depth 0 of qwen2-7b:Q4_K_M (the
 # depth-0 row's number; run alone, the row benches depth 0 itself first). No
 # llama.cpp number: the report's "Long context" section gives both tok/s and
