@@ -192,10 +192,10 @@ func newGenerateCmd(a *app) *cobra.Command {
 	fl.Float32Var(&f.temp, "temp", 0.8, "temperature (<= 0: greedy)")
 	fl.IntVar(&f.topK, "top-k", 40, "top-k (0: off)")
 	fl.Float32Var(&f.topP, "top-p", 0.95, "top-p (1: off)")
-	fl.Float32Var(&f.repeatPenalty, "repeat-penalty", 1.0, "repeat penalty (1: off, the default, as llama.cpp)")
+	fl.Float32Var(&f.repeatPenalty, "repeat-penalty", 1.0, "repeat penalty (1: off, as llama.cpp)")
 	fl.IntVar(&f.repeatLastN, "repeat-last-n", 64, "repeat penalty window (0: off, -1: whole context)")
 	fl.BoolVar(&f.chat, "chat", false, "wrap the prompt in the ChatML template")
-	fl.BoolVar(&f.json, "json", false, "print one JSON object at the end instead of streaming text")
+	fl.BoolVar(&f.json, "json", false, "print the schema.Generate document at the end instead of streaming text")
 	fl.StringVar(&f.ids, "ids", "", "the prompt as comma-separated token ids instead of text")
 	fl.IntVar(&f.repeat, "repeat", 1, "run the whole generation this many times from an empty context and print the last run (not streamed when above 1); ids that differ between runs are an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th)")
 	return cmd

@@ -91,6 +91,15 @@ func newRoot(a *app) *cobra.Command {
 		newLogitsCmd(a),
 		newBenchCmd(a),
 	)
+	// cobra's own commands in the same style: completion kept but out of
+	// the list, help's Short lowercase like every other.
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" {
+			c.Short = "print the help of any command"
+		}
+	}
 	markArgsUsage(root)
 	return root
 }
