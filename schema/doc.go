@@ -7,7 +7,8 @@
 //
 // minfer writes these types and the harness (abtest, gates, the fake minfer
 // of the harness tests) reads minfer only through them, so a field changes
-// in one place for writer and reader alike. The json tags are the wire
+// in one place for writer and reader alike. (The one other document,
+// `minfer levers --json`, is the lever registry's own: engine/levers.) The json tags are the wire
 // format: committed reports and old result files are parsed with these
 // types, so a tag is never renamed, and testdata/ pins each document's field
 // set (schema_test.go).
