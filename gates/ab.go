@@ -205,7 +205,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 	// Untimed warmup: one process per arm with the full warmup budget, so the
 	// first timed round is never the first run (page cache, clocks).
 	for _, arm := range []Arm{cfg.A, cfg.B} {
-		b, e, err := env.M.Bench(ctx, "warmup "+arm.Name, armEnv(arm, warm), cfg.PP, cfg.TG, 1)
+		b, e, err := armMinfer(env.M, arm).Bench(ctx, "warmup "+arm.Name, armEnv(arm, warm), cfg.PP, cfg.TG, 1)
 		env.Cmd("ab: warmup arm "+arm.Name, e)
 		if err != nil {
 			return fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)
@@ -235,7 +235,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 				arm, dst, ev = cfg.B, &r.B, &d.CensusB
 			}
 			label := fmt.Sprintf("round %d %s", i+1, arm.Name)
-			b, e, err := env.M.Bench(ctx, label, armEnv(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
+			b, e, err := armMinfer(env.M, arm).Bench(ctx, label, armEnv(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
 			env.Cmd("ab: timed round, arm "+arm.Name, e)
 			ev.Add(label, e)
 			if err != nil {

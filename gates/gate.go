@@ -110,6 +110,17 @@ type Arm struct {
 	Name  string            `json:"name"` // A or B
 	Value string            `json:"value"`
 	Env   map[string]string `json:"env"`
+	// Bin is the arm's own minfer binary ("": the run's): a run between
+	// two builds (abtest pr) gives each arm its build.
+	Bin string `json:"bin,omitempty"`
+}
+
+// armMinfer is m running the arm's own binary when it has one.
+func armMinfer(m harness.Minfer, a Arm) harness.Minfer {
+	if a.Bin != "" {
+		m.Bin = a.Bin
+	}
+	return m
 }
 
 // Config is everything a lever run decides before it starts.
@@ -124,6 +135,10 @@ type Config struct {
 	// the machine decide it before the run; a lever whose path does not
 	// exist there is refused).
 	Backend string `json:"backend"`
+	// Between: a run between two builds (abtest pr), not a lever run: no
+	// lever path to prove live, no kernel parity (the test binaries are one
+	// build's), and its gates are parity, greedy and A/B only.
+	Between bool   `json:"between,omitempty"`
 	Model   string `json:"model,omitempty"`
 	// CorrectnessModel, when set, is the GGUF the parity and greedy gates
 	// run on (a trained model), while the A/B, suite and profile gates keep
@@ -247,6 +262,9 @@ func (env *Env) Cmd(key string, e *harness.Exec) {
 	}
 	env.seen[key] = true
 	bin := env.M.R.Bin
+	if e.Bin != "" {
+		bin = e.Bin
+	}
 	if len(e.Args) > 0 && e.Args[0] != "bench" && e.Args[0] != "logits" && e.Args[0] != "generate" && e.Args[0] != "levers" && e.Args[0] != "info" {
 		bin = "" // a wrapped call holds its own program
 	}

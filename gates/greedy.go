@@ -82,13 +82,13 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		if canceled(ctx) {
 			return stop("before prompt " + p.Name)
 		}
-		ga, e, err := m.Generate(ctx, "greedy A "+p.Name, armEnv(cfg.A, nil), p, cfg.GenN)
+		ga, e, err := armMinfer(m, cfg.A).Generate(ctx, "greedy A "+p.Name, armEnv(cfg.A, nil), p, cfg.GenN)
 		env.Cmd("greedy: arm A", e)
 		d.CensusA.Add("greedy A "+p.Name, e)
 		if err != nil {
 			return stop("arm A could not run: " + err.Error())
 		}
-		gb, e, err := m.Generate(ctx, "greedy B "+p.Name, armEnv(cfg.B, nil), p, cfg.GenN)
+		gb, e, err := armMinfer(m, cfg.B).Generate(ctx, "greedy B "+p.Name, armEnv(cfg.B, nil), p, cfg.GenN)
 		env.Cmd("greedy: arm B", e)
 		d.CensusB.Add("greedy B "+p.Name, e)
 		if err != nil {
@@ -185,7 +185,7 @@ func divergence(ctx context.Context, cfg Config, env *Env, ga, gb harness.Genera
 	}
 	prefix := append(append([]int32{}, ga.PromptIDs...), ga.IDs[:step]...)
 	last := func(arm Arm) ([]harness.TopLogit, float64, error) {
-		l, e, err := correctness(cfg, env).Logits(ctx, "greedy divergence "+arm.Name, "", arm.Env, prefix, 5, "")
+		l, e, err := armMinfer(correctness(cfg, env), arm).Logits(ctx, "greedy divergence "+arm.Name, "", arm.Env, prefix, 5, "")
 		env.Cmd("greedy: logits at the divergence", e)
 		if err != nil {
 			return nil, 0, err

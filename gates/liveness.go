@@ -208,6 +208,10 @@ func LivenessOf(cfg Config, a, b ArmEvidence) (Status, string) {
 // fails the gate; an undecided liveness makes a PASS INCONCLUSIVE; a gate
 // that failed on its own stays failed (the liveness is kept as evidence).
 func gateLiveness(res *Result, cfg Config, a, b ArmEvidence) {
+	if cfg.Between {
+		res.Liveness = "n/a: a run between two builds switches no lever path"
+		return
+	}
 	st, why := LivenessOf(cfg, a, b)
 	res.Liveness = string(st) + ": " + why
 	switch {

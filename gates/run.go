@@ -143,7 +143,7 @@ func (r *Record) Decide() {
 	}
 	var notChosen []string
 	for _, g := range AllGates {
-		if !ran[g] {
+		if !ran[g] && !r.Config.Between { // a run between builds has three gates
 			notChosen = append(notChosen, g)
 		}
 	}
@@ -164,7 +164,11 @@ func (r *Record) Decide() {
 	default:
 		r.Verdict = VerdictPass
 	}
-	line := fmt.Sprintf("%s: %s=%s vs %s — %d of 5 gates PASS", r.Verdict, r.Lever, r.B, r.A, len(pass))
+	total := len(AllGates)
+	if r.Config.Between {
+		total = len(r.Gates)
+	}
+	line := fmt.Sprintf("%s: %s=%s vs %s — %d of %d gates PASS", r.Verdict, r.Lever, r.B, r.A, len(pass), total)
 	if len(pass) > 0 {
 		line += " (" + strings.Join(pass, ", ") + ")"
 	}

@@ -100,7 +100,10 @@ func ParseGenerate(data []byte) (GenerateResult, error) {
 
 // Minfer drives one minfer binary through its CLI.
 type Minfer struct {
-	R      *Runner
+	R *Runner
+	// Bin, when set, is the binary this client runs instead of R's (abtest
+	// pr gives each arm its build); R still keeps the accounts.
+	Bin    string
 	Model  string // "" = the embedded default
 	Device string // cpu, cuda, auto
 	Ctx    int    // --ctx of generate (0: minfer's default)
@@ -127,7 +130,7 @@ func (m Minfer) modelArgs(device string) []string {
 
 // Levers reads the binary's lever registry.
 func (m Minfer) Levers(ctx context.Context) ([]Lever, error) {
-	e, err := m.R.Run(ctx, "levers", nil, "levers", "--json")
+	e, err := m.run(ctx, "levers", nil, "levers", "--json")
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +143,7 @@ func (m Minfer) ModelPath(ctx context.Context) (string, error) {
 	if m.Model != "" {
 		return m.Model, nil
 	}
-	e, err := m.R.Run(ctx, "info", nil, "info", "--json")
+	e, err := m.run(ctx, "info", nil, "info", "--json")
 	if err != nil {
 		return "", err
 	}
@@ -161,7 +164,7 @@ func (m Minfer) Info(ctx context.Context) (ModelInfo, *Exec, error) {
 		args = append(args, "-m", m.Model)
 	}
 	args = append(args, "--json")
-	e, err := m.R.Run(ctx, "info", nil, args...)
+	e, err := m.run(ctx, "info", nil, args...)
 	if err != nil {
 		return ModelInfo{}, e, err
 	}
@@ -179,7 +182,7 @@ func (m Minfer) Info(ctx context.Context) (ModelInfo, *Exec, error) {
 func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, pp, tg, reps int) (BenchResult, *Exec, error) {
 	args := append([]string{"bench"}, m.modelArgs("")...)
 	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), "--format", "json")
-	e, err := m.R.Run(ctx, label, env, args...)
+	e, err := m.run(ctx, label, env, args...)
 	if err != nil {
 		return BenchResult{}, e, err
 	}
@@ -198,7 +201,7 @@ func (m Minfer) Logits(ctx context.Context, label, device string, env map[string
 	if rowsFile != "" {
 		args = append(args, "-o", rowsFile)
 	}
-	e, err := m.R.Run(ctx, label, env, args...)
+	e, err := m.run(ctx, label, env, args...)
 	if err != nil {
 		return LogitsResult{}, e, err
 	}
@@ -239,7 +242,7 @@ func (m Minfer) Generate(ctx context.Context, label string, env map[string]strin
 	} else {
 		args = append(args, prompt.Text)
 	}
-	e, err := m.R.Run(ctx, label, env, args...)
+	e, err := m.run(ctx, label, env, args...)
 	if err != nil {
 		return GenerateResult{}, e, err
 	}
@@ -274,4 +277,9 @@ func DeterministicIDs(n, vocab int, seed uint64) []int32 {
 		ids[i] = int32(lo + int((x>>33)%span))
 	}
 	return ids
+}
+
+// run executes minfer (m.Bin, else R's binary) with args and env.
+func (m Minfer) run(ctx context.Context, label string, env map[string]string, args ...string) (*Exec, error) {
+	return m.R.RunCall(ctx, Call{Label: label, Env: env, Args: args, Bin: m.Bin})
 }

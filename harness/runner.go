@@ -81,7 +81,9 @@ func CleanEnv(env []string) []string {
 
 // Exec is one finished process: what ran, how long, how it ended.
 type Exec struct {
-	Label     string        `json:"label"`
+	Label string `json:"label"`
+	// Bin is the binary that ran when it was not the Runner's (abtest pr).
+	Bin       string        `json:"bin,omitempty"`
 	Args      []string      `json:"args"`
 	Env       []string      `json:"env"` // the MINFER_* variables it ran with
 	Wall      time.Duration `json:"wall_ns"`
@@ -96,6 +98,8 @@ type Exec struct {
 // other variables (LC_ALL=C for a profiler) and an optional wrapper program
 // (ncu, nsys) that runs minfer.
 type Call struct {
+	// Bin, when set, is the binary to run instead of the Runner's.
+	Bin     string
 	Label   string
 	Env     map[string]string
 	Extra   []string
@@ -204,10 +208,15 @@ func (r *Runner) RunCall(ctx context.Context, c Call) (*Exec, error) {
 		ctx, cancel = context.WithTimeout(ctx, r.Timeout)
 		defer cancel()
 	}
-	name, argv := r.Bin, args
+	bin := r.Bin
+	if c.Bin != "" {
+		bin = c.Bin
+		e.Bin = bin
+	}
+	name, argv := bin, args
 	if len(c.Wrapper) > 0 {
 		name = c.Wrapper[0]
-		argv = append(append(append([]string{}, c.Wrapper[1:]...), r.Bin), args...)
+		argv = append(append(append([]string{}, c.Wrapper[1:]...), bin), args...)
 		e.Args = append([]string{name}, argv...) // Command("") reproduces it
 		e.Env = append(append([]string{}, c.Extra...), e.Env...)
 	}

@@ -58,12 +58,7 @@ func ParseThreshold(s string) (float64, error) {
 // BenchLines renders the A/B rounds in Go benchmark format, one line per
 // round, arm and metric, so benchstat reads the same data.
 func BenchLines(w io.Writer, rec *gates.Record) {
-	var ab *gates.ABDetail
-	for _, g := range rec.Gates {
-		if g.AB != nil {
-			ab = g.AB
-		}
-	}
+	ab := abOf(rec)
 	if ab == nil {
 		return
 	}

@@ -45,7 +45,7 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	fmt.Fprintf(&b, "**Perf: %s** — %s\n\n", p.Verdict, p.VerdictLine)
 	fmt.Fprintf(&b, "# minfer speed against the reference engine (issue 6), %s\n\n", p.Started.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "Reference: %s.\n\n", p.Reference)
-	fmt.Fprintf(&b, "Ours: one `minfer bench -p %d -n %d -r %d -o json` process per row on the synthesized model of that shape and weight type (seed 1), "+
+	fmt.Fprintf(&b, "Ours: one `minfer bench -p %d -n %d -r %d --format json` process per row on the synthesized model of that shape and weight type (seed 1), "+
 		"after an untimed in-process warmup of MINFER_BENCH_WARMUP_MS=%d (at least 3 iterations; on the H200 the GPU idles near 375 MHz and ramps under load). "+
 		"A cell is the **median** of the %d repetitions, as the reference's (mean ± sd in the details). "+
 		"Decode GB/s = weight bytes read per token × tg tok/s; share of the HBM floor = GB/s / %.0f (DEVICE.md's measured HBM copy, ~4.3 TB/s), "+

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/minfer-go/minfer/harness/runs"
+	"github.com/minfer-go/minfer/version"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -28,7 +29,10 @@ func run(args []string) int {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return runs.CannotRun("%v", err) })
-	root.AddCommand(newRunCmd(), newCalibrateCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
+	root.Version = version.String("abtest")
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print the version, commit and Go version")
+	root.AddCommand(newRunCmd(), newCalibrateCmd(), newPRCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil && err.Error() != "" {

@@ -199,7 +199,7 @@ func TestPerf_RowsAllIncludeTheLongContextRowJudgedAgainstTheSameRunsDepth0(t *t
 	if lr.Row.Name() != "qwen2-7b:Q4_K_M@d4096" || lr.Long == nil || lr.PP != nil {
 		t.Fatalf("last row: %+v", lr)
 	}
-	if !strings.Contains(lr.BenchCommand, " bench ") || !strings.Contains(lr.BenchCommand, "-p 0 -n 128 -d 4096 -r 3 -o json") {
+	if !strings.Contains(lr.BenchCommand, " bench ") || !strings.Contains(lr.BenchCommand, "-p 0 -n 128 -d 4096 -r 3 --format json") {
 		t.Errorf("bench command %q lacks -p 0 -n 128 -d 4096", lr.BenchCommand)
 	}
 	if lr.Long.TG0From != "row qwen2-7b:Q4_K_M of this run" || lr.Long.TG0Command != "" || !near(lr.Long.TG0.TokS, 1200) {
@@ -248,7 +248,7 @@ func TestPerf_LongContextRowAloneMeasuresItsOwnDepth0(t *testing.T) {
 		t.Fatalf("exit %d verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
 	}
 	lr := longRow(t, rec)
-	if !strings.Contains(lr.Long.TG0From, "own depth-0 bench") || !strings.Contains(lr.Long.TG0Command, "-p 0 -n 128 -r 3 -o json") ||
+	if !strings.Contains(lr.Long.TG0From, "own depth-0 bench") || !strings.Contains(lr.Long.TG0Command, "-p 0 -n 128 -r 3 --format json") ||
 		strings.Contains(lr.Long.TG0Command, "-d ") || !near(lr.Long.TG0.TokS, 1200) || !near(lr.Long.Ratio, 0.9) || !*lr.TG.Met {
 		t.Errorf("long %+v tg %+v", lr.Long, lr.TG)
 	}
@@ -303,7 +303,7 @@ func TestPerf_DecodeLaunchesTakeCountsFromTheCensusRunAndTimesFromTheTimedBench(
 			t.Errorf("top kernel %d: %v, want %v", i, l.TopKernels[i], want[i])
 		}
 	}
-	for _, c := range []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_BENCH_WARMUP_MS=0", " bench --model ", "-p 0 -n 32 -r 1 -o json"} {
+	for _, c := range []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_BENCH_WARMUP_MS=0", " bench --model ", "-p 0 -n 32 -r 1 --format json"} {
 		if !strings.Contains(l.Command, c) {
 			t.Errorf("census command %q lacks %q", l.Command, c)
 		}

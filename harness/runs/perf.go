@@ -202,7 +202,7 @@ func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, probe harne
 		return perfLongRow(ctx, f, r, row, &res, path, tg0, fail)
 	}
 	args := []string{"bench", "--model", path, "--device", f.Device, "-p", strconv.Itoa(f.PP), "-n", strconv.Itoa(f.TG),
-		"-r", strconv.Itoa(f.Reps), "-o", "json"}
+		"-r", strconv.Itoa(f.Reps), "--format", "json"}
 	e, err := r.Run(ctx, "bench "+row.Name(), nil, args...)
 	if e != nil {
 		res.BenchCommand = e.Command(r.Bin)
@@ -274,7 +274,7 @@ func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, row har
 		if depth > 0 {
 			args = append(args, "-d", strconv.Itoa(depth))
 		}
-		args = append(args, "-r", strconv.Itoa(f.Reps), "-o", "json")
+		args = append(args, "-r", strconv.Itoa(f.Reps), "--format", "json")
 		e, err := r.Run(ctx, label, nil, args...)
 		if err != nil {
 			return harness.BenchTest{}, harness.BenchResult{}, e, "bench", err

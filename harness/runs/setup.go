@@ -591,6 +591,11 @@ func (s *setup) gpuClocks(ctx context.Context) *harness.Clocks {
 // the overhead counts from start (zero: now, with the runner's accounts so
 // far excluded).
 func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline string, progressTo *os.File, start time.Time) (*gates.Record, string) {
+	return s.runConfigAt(ctx, cfg, func(r *gates.Record) string { return report.Paths(out, r) }, cmdline, progressTo, start)
+}
+
+// runConfigAt is runConfig writing its report at the path base picks.
+func (s *setup) runConfigAt(ctx context.Context, cfg gates.Config, pick func(*gates.Record) string, cmdline string, progressTo *os.File, start time.Time) (*gates.Record, string) {
 	rec := &gates.Record{CommandLine: cmdline}
 	if start.IsZero() {
 		rec.MarkStart(time.Now(), s.m.R.Work())
@@ -616,7 +621,7 @@ func (s *setup) runConfig(ctx context.Context, cfg gates.Config, out, cmdline st
 	env := &gates.Env{M: m, Probe: s.probe, Progress: prog, HasGPU: s.hasGPU, GPUWhy: s.why}
 	rec.Env = s.environment(ctx, cfg)
 	rec.Lever, rec.Mutate = cfg.Lever.Name, cfg.Mutate
-	base := report.Paths(out, rec)
+	base := pick(rec)
 	prog.Note("%s: A=%s B=%s, report %s.md", cfg.Lever.Name, cfg.A.Value, cfg.B.Value, base)
 	save := func(r *gates.Record) {
 		r.Lock()

@@ -1,0 +1,170 @@
+package gates
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/minfer-go/minfer/harness/stats"
+)
+
+// A pull-request run (abtest pr): the base build as arm A and the head
+// build as arm B of one interleaved run per workload, with the gates that
+// make sense between two builds (parity, greedy identity, the A/B). It is
+// not a lever run: its verdicts are GATES.md's for `abtest pr`.
+const (
+	PRNoRegression = "no regression"
+	PRRegression   = "regression"
+	PRInconclusive = "inconclusive"
+)
+
+// PRGates are the gates of a run between two builds.
+var PRGates = []string{GateParity, GateGreedy, GateAB}
+
+// PRBuild is one side of a pull-request run.
+type PRBuild struct {
+	Dir          string `json:"dir"`
+	Minfer       string `json:"minfer"`
+	MinferSHA256 string `json:"minfer_sha256"`
+	Commit       string `json:"commit"` // the binary's VCS stamp
+	Kernels      string `json:"kernels,omitempty"`
+	KernelSHA256 string `json:"kernels_sha256,omitempty"`
+}
+
+// PRWorkload is one workload of the matrix and its record.
+type PRWorkload struct {
+	Workload string  `json:"workload"` // "embedded" or SHAPE:TYPE[@ppN]
+	Record   *Record `json:"record,omitempty"`
+	Report   string  `json:"report,omitempty"` // the workload's detailed report, relative to the page
+	Verdict  string  `json:"verdict"`
+	Why      string  `json:"why"`
+	// Slower names the metrics the not-slower check refused, Changed the
+	// outputs that changed outside the declared class.
+	Slower  []string `json:"slower,omitempty"`
+	Changed []string `json:"changed,omitempty"`
+}
+
+// PRRun is a pull-request run.
+type PRRun struct {
+	Schema      int               `json:"schema"`
+	Started     time.Time         `json:"started"`
+	Finished    time.Time         `json:"finished"`
+	CommandLine string            `json:"command_line"`
+	Base        PRBuild           `json:"base"`
+	Head        PRBuild           `json:"head"`
+	HeadEnv     map[string]string `json:"head_env,omitempty"`
+	Tolerance   string            `json:"tolerance"`
+	Workloads   []PRWorkload      `json:"workloads"`
+	Complete    bool              `json:"complete"`
+	Verdict     string            `json:"verdict"`
+	VerdictLine string            `json:"verdict_line"`
+}
+
+// JudgeWorkload sets a workload's verdict from its record: a regression
+// when the not-slower check refused a metric or an output changed outside
+// the declared class (parity or greedy failed), inconclusive when a gate
+// could not decide or the run was cut, else no regression.
+func JudgeWorkload(w *PRWorkload) {
+	r := w.Record
+	if r == nil {
+		w.Verdict, w.Why = PRInconclusive, "not run"
+		return
+	}
+	var undecided []string
+	for _, g := range r.Gates {
+		switch {
+		case g.Status == Fail && g.Gate == GateAB && g.AB != nil:
+			for _, m := range g.AB.Metrics {
+				if !m.NotSlower.Pass {
+					w.Slower = append(w.Slower, fmt.Sprintf("%s (%s, median B/A %.4f, %d of %d rounds slower than 1/%g)", m.Name, m.Basis, float64(m.Median), m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.Bar))
+				}
+			}
+			if len(w.Slower) == 0 {
+				w.Slower = append(w.Slower, g.Reason)
+			}
+		case g.Status == Fail:
+			w.Changed = append(w.Changed, g.Gate+": "+g.Reason)
+		case g.Status != Pass:
+			undecided = append(undecided, fmt.Sprintf("%s %s: %s", g.Gate, g.Status, g.Reason))
+		}
+	}
+	switch {
+	case len(w.Slower) > 0 || len(w.Changed) > 0:
+		w.Verdict = PRRegression
+		w.Why = strings.Join(append(append([]string{}, w.Slower...), w.Changed...), "; ")
+	case !r.Complete:
+		w.Verdict, w.Why = PRInconclusive, "interrupted: "+r.IncompleteReason
+	case len(undecided) > 0:
+		w.Verdict, w.Why = PRInconclusive, strings.Join(undecided, "; ")
+	default:
+		w.Verdict, w.Why = PRNoRegression, "not slower on pp and tg, outputs identical or inside the declared class"
+	}
+}
+
+// Decide sets the run's verdict: a regression when any workload has one,
+// inconclusive when any could not decide or the run was cut, else none.
+func (p *PRRun) Decide() {
+	var reg, inc []string
+	for i := range p.Workloads {
+		w := &p.Workloads[i]
+		JudgeWorkload(w)
+		switch w.Verdict {
+		case PRRegression:
+			reg = append(reg, w.Workload)
+		case PRInconclusive:
+			inc = append(inc, w.Workload)
+		}
+	}
+	switch {
+	case len(reg) > 0:
+		p.Verdict = PRRegression
+	case !p.Complete || len(inc) > 0:
+		p.Verdict = PRInconclusive
+	default:
+		p.Verdict = PRNoRegression
+	}
+	p.VerdictLine = fmt.Sprintf("%s: head %s vs base %s over %d workloads", p.Verdict, commit12(p.Head.Commit), commit12(p.Base.Commit), len(p.Workloads))
+	if len(reg) > 0 {
+		p.VerdictLine += " — regression in " + strings.Join(reg, ", ")
+	}
+	if len(inc) > 0 {
+		p.VerdictLine += " — could not decide: " + strings.Join(inc, ", ")
+	}
+	if !p.Complete {
+		p.VerdictLine += " — interrupted"
+	}
+}
+
+// ExitCode: 0 no regression, 1 a regression, 3 inconclusive.
+func (p *PRRun) ExitCode() int {
+	switch p.Verdict {
+	case PRNoRegression:
+		return ExitPass
+	case PRRegression:
+		return ExitFail
+	}
+	return ExitUndecided
+}
+
+// MetricVerdict is a metric's summary word in a pull-request page: slower
+// (the not-slower check refused it), faster (the improvement claim holds),
+// else "~".
+func MetricVerdict(m Metric) string {
+	switch {
+	case !m.NotSlower.Pass:
+		return stats.VerdictSlower
+	case m.Claim.Claim:
+		return stats.VerdictFaster
+	}
+	return stats.VerdictSame
+}
+
+func commit12(c string) string {
+	if c == "" {
+		return "(unknown commit)"
+	}
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
