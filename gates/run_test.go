@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/harness"
 )
 
@@ -48,7 +49,7 @@ func fake(t *testing.T) harness.Minfer {
 
 func TestRun_InterruptedRunLeavesPartialRecordMarkedIncomplete(t *testing.T) {
 	m := fake(t)
-	cfg := Config{Lever: harness.Lever{Name: "MINFER_NO_FUSE_FFN"}, Tol: harness.Tolerance{Bitwise: true, Bounded: true, Top1Equal: true},
+	cfg := Config{Lever: harness.Lever{Lever: levers.Lever{Name: "MINFER_NO_FUSE_FFN"}}, Tol: harness.Tolerance{Bitwise: true, Bounded: true, Top1Equal: true},
 		A:     Arm{Name: "A", Value: "1", Env: map[string]string{"MINFER_NO_FUSE_FFN": "1"}},
 		B:     Arm{Name: "B", Value: "0", Env: map[string]string{"MINFER_NO_FUSE_FFN": "0"}},
 		Gates: []string{GateAB, GateSuite}, Rounds: 9, PP: 8, TG: 2, WarmupMS: 1, BenchWarm: 1}

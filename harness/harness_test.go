@@ -17,7 +17,7 @@ func TestParseLevers_RecordedRegistryFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err := FindLever(ls, "MINFER_CACHE_TYPE")
-	if err != nil || l.ArmA != "f32" || l.ArmB != "f16" || l.Kind != "enum" {
+	if err != nil || l.ArmA != "f32" || l.ArmB != "f16" || l.KindS != "enum" {
 		t.Fatalf("%+v %v", l, err)
 	}
 	if err := l.Validate("f8"); err == nil || !strings.Contains(err.Error(), "q8_0") {

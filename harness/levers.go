@@ -12,39 +12,15 @@ import (
 	"strings"
 )
 
-// Lever is one entry of `minfer levers --json`. The harness reads the
-// registry from the binary it drives, never from the engine's packages.
+// Lever is one entry of `minfer levers --json`: the registry's own
+// declaration (engine/levers.Lever, one declaration of the document) as the
+// binary the harness drives prints it, plus the value set in that process.
+// The harness reads the registry from the binary, never from the engine's
+// package; only the type is shared. Kind arrives as KindS (opt-out, opt-in,
+// presence, enum, int, path, mutation).
 type Lever struct {
-	Name      string   `json:"name"`
-	Kind      string   `json:"kind"` // opt-out, opt-in, presence, enum, int, path
-	Default   string   `json:"default"`
-	Values    []string `json:"values"`
-	Doc       string   `json:"doc"`
-	Backend   string   `json:"backend"`
-	Path      string   `json:"path"`
-	Issue     string   `json:"issue"`
-	ArmA      string   `json:"arm_a,omitempty"`
-	ArmB      string   `json:"arm_b,omitempty"`
-	Tolerance string   `json:"tolerance,omitempty"`
-	// Reserved: the path is not built yet; the lever switches nothing and
-	// abtest refuses to run it (a run could only measure noise).
-	Reserved string `json:"reserved,omitempty"`
-	// Workload: what the lever's path needs to run at all ("" the default
-	// workload); grammar and meaning in ParseWorkload.
-	Workload string `json:"workload,omitempty"`
-	// Liveness is the lever's liveness rule per backend (nil: none
-	// declared; every gate's liveness is then INCONCLUSIVE).
-	Liveness *Liveness `json:"liveness,omitempty"`
-	// Requires: NAME=VALUE settings pinned in both arms.
-	Requires []string `json:"requires,omitempty"`
-	// Bars: the pre-registered A/B bars (nil: GATES.md's defaults).
-	Bars *Bars `json:"bars,omitempty"`
-	// HostWork: decode is judged on wall time, not device time.
-	HostWork bool `json:"host_work,omitempty"`
-	// Packages: module-relative Go packages of the path (gate 4 on the CPU).
-	Packages     []string `json:"packages,omitempty"`
-	DefaultSince string   `json:"default_since,omitempty"`
-	Current      *string  `json:"current,omitempty"`
+	levers.Lever
+	Current *string `json:"current,omitempty"`
 }
 
 // The registry's declarations, read back from `minfer levers --json`: one
@@ -134,7 +110,7 @@ func FindLever(ls []Lever, name string) (Lever, error) {
 
 // ValidValues lists the values a usage message offers.
 func (l Lever) ValidValues() []string {
-	switch l.Kind {
+	switch l.KindS {
 	case "opt-in", "opt-out":
 		return []string{"0", "1"}
 	case "presence":
@@ -157,7 +133,7 @@ func (l Lever) Validate(v string) error {
 	bad := func() error {
 		return fmt.Errorf("%s=%q: valid values are %s", l.Name, v, strings.Join(l.ValidValues(), ", "))
 	}
-	switch l.Kind {
+	switch l.KindS {
 	case "opt-in", "opt-out":
 		if v != "0" && v != "1" {
 			return bad()

@@ -292,15 +292,6 @@ type DecodeLaunches struct {
 	StderrTail           string       `json:"stderr_tail,omitempty"`   // of a failed census run
 }
 
-// censusTest is the census part of a bench test (minfer bench with
-// MINFER_LAUNCH_CENSUS=1 and a CUDA backend).
-type censusTest struct {
-	Name                 string             `json:"name"`
-	NTokens              int                `json:"n_tokens"`
-	LaunchesPerToken     *float64           `json:"launches_per_token"`
-	GraphReplaysPerToken *float64           `json:"graph_replays_per_token"`
-	KernelsPerToken      map[string]float64 `json:"kernels_per_token"`
-}
 
 // NewDecodeLaunches reads the census run's bench JSON and combines it with
 // timedTG, the row's timed tg (median tok/s) from the run without the
@@ -312,13 +303,11 @@ func NewDecodeLaunches(censusJSON []byte, timedTG float64) (DecodeLaunches, erro
 	if timedTG > 0 && !math.IsInf(timedTG, 0) {
 		d.MSPerToken = Num(1000 / timedTG)
 	}
-	var doc struct {
-		Tests []censusTest `json:"tests"`
-	}
+	var doc BenchResult
 	if err := json.Unmarshal(censusJSON, &doc); err != nil {
 		return d, fmt.Errorf("census bench json: %w", err)
 	}
-	var tg *censusTest
+	var tg *BenchTest
 	for i := range doc.Tests {
 		if strings.HasPrefix(doc.Tests[i].Name, "tg") {
 			tg = &doc.Tests[i]

@@ -126,7 +126,7 @@ func TestWorkload_MatchesTheSynthesizedFileNameOnly(t *testing.T) {
 }
 
 func TestWorkloadMismatch_NamesTheDeclaredWorkloadAndWhatRan(t *testing.T) {
-	l := Lever{Name: "MINFER_FUSE_QKNORM", Workload: "qwen3-0.6b:Q8_0"}
+	l := Lever{Lever: levers.Lever{Name: "MINFER_FUSE_QKNORM", Workload: "qwen3-0.6b:Q8_0"}}
 	got := l.WorkloadMismatch("/tmp/abtest-models/qwen2-0.5b-Q8_0-seed1.gguf", 512)
 	if got != "MINFER_FUSE_QKNORM's path needs qwen3-0.6b:Q8_0; this run used qwen2-0.5b-Q8_0-seed1.gguf" {
 		t.Errorf("got %q", got)
@@ -137,21 +137,21 @@ func TestWorkloadMismatch_NamesTheDeclaredWorkloadAndWhatRan(t *testing.T) {
 	if got := l.WorkloadMismatch("", 512); !strings.Contains(got, "embedded default") {
 		t.Errorf("embedded default: %q", got)
 	}
-	nt := Lever{Name: "MINFER_MMVQ_NT", Workload: "pp5"}
+	nt := Lever{Lever: levers.Lever{Name: "MINFER_MMVQ_NT", Workload: "pp5"}}
 	if got := nt.WorkloadMismatch("/m/x.gguf", 512); got != "MINFER_MMVQ_NT's path needs pp5; this run used pp512" {
 		t.Errorf("pp: %q", got)
 	}
 	if got := nt.WorkloadMismatch("/m/x.gguf", 5); got != "" {
 		t.Errorf("pp5 run: %q", got)
 	}
-	both := Lever{Name: "X", Workload: "qwen2-0.5b:Q4_0 pp5"}
+	both := Lever{Lever: levers.Lever{Name: "X", Workload: "qwen2-0.5b:Q4_0 pp5"}}
 	if got := both.WorkloadMismatch("/m/y.gguf", 16); !strings.Contains(got, "this run used y.gguf pp16") {
 		t.Errorf("both: %q", got)
 	}
-	if got := (Lever{Name: "Y"}).WorkloadMismatch("/m/y.gguf", 16); got != "" {
+	if got := (Lever{Lever: levers.Lever{Name: "Y"}}).WorkloadMismatch("/m/y.gguf", 16); got != "" {
 		t.Errorf("no workload declared: %q", got)
 	}
-	if got := (Lever{Name: "Z", Workload: "pp0"}).WorkloadMismatch("/m/y.gguf", 16); !strings.Contains(got, "cannot read") {
+	if got := (Lever{Lever: levers.Lever{Name: "Z", Workload: "pp0"}}).WorkloadMismatch("/m/y.gguf", 16); !strings.Contains(got, "cannot read") {
 		t.Errorf("unparseable workload: %q", got)
 	}
 }

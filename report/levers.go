@@ -35,7 +35,7 @@ func LeversTable(levers []harness.Lever) string {
 		if wl == "" {
 			wl = "-"
 		}
-		rows = append(rows, []string{l.Name, l.Kind, l.Default, arms, l.Backend, l.Path, wl, tol, gs})
+		rows = append(rows, []string{l.Name, l.KindS, l.Default, arms, l.Backend, l.Path, wl, tol, gs})
 	}
 	return Table([]string{"lever", "kind", "default", "arms", "backend", "path", "workload its path needs", "A-vs-B class", "gates"}, rows)
 }

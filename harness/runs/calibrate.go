@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/report"
@@ -45,7 +46,7 @@ func Calibrate(ctx context.Context, f *Options, spec, cmdline string) error {
 	prog := harness.NewProgress(os.Stderr, 0)
 	wm := &workloadModels{s: s, f: f, paths: map[string]string{}, prog: prog}
 	for _, w := range calibrationWorkloads(s, spec) {
-		cfg := gates.Config{Lever: harness.Lever{Name: "calibration", Workload: w}, Backend: backend, Device: f.Device, Model: s.m.Model,
+		cfg := gates.Config{Lever: harness.Lever{Lever: levers.Lever{Name: "calibration", Workload: w}}, Backend: backend, Device: f.Device, Model: s.m.Model,
 			A:      gates.Arm{Name: "A", Value: "defaults", Env: map[string]string{}},
 			Rounds: f.Rounds, PP: f.PP, TG: f.TG, Reps: f.Reps, WarmupMS: f.WarmupMS, BenchWarm: f.BenchWarm, Gates: []string{gates.GateAB}}
 		if w != "default" {

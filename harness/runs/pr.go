@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/report"
@@ -207,7 +208,7 @@ func PR(ctx context.Context, o *PROptions, cmdline string, progressTo *os.File) 
 			}
 			return m
 		}
-		cfg := gates.Config{Lever: harness.Lever{Name: "pr " + w, Doc: "the head build against the base build", Path: "the whole build", Workload: wl.Raw},
+		cfg := gates.Config{Lever: harness.Lever{Lever: levers.Lever{Name: "pr " + w, Doc: "the head build against the base build", Path: "the whole build", Workload: wl.Raw}},
 			Between: true, Tol: tol, Device: opts.Device, Backend: backend, Model: s.m.Model, CorrectnessModel: opts.CorrectnessModel,
 			A:     gates.Arm{Name: "A", Value: "base", Env: armEnv(base, nil), Bin: base.Minfer},
 			B:     gates.Arm{Name: "B", Value: "head", Env: armEnv(head, headEnv), Bin: head.Minfer},
