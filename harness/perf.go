@@ -292,7 +292,6 @@ type DecodeLaunches struct {
 	StderrTail           string       `json:"stderr_tail,omitempty"`   // of a failed census run
 }
 
-
 // NewDecodeLaunches reads the census run's bench JSON and combines it with
 // timedTG, the row's timed tg (median tok/s) from the run without the
 // census: the census run gives counts only, never times. An error means
