@@ -25,6 +25,10 @@
 //   - `abtest compare BASE.json HEAD.json`: CompareMedians compares two independent samples of one
 //     metric (no pairing across the two runs) by the ratio of medians, a seeded two-sample
 //     bootstrap CI and a Mann-Whitney U p-value, in the style of benchstat.
+//   - `abtest history` (the nightly history): ChangePoints finds where a lever's per-night B/A
+//     ratios changed, by E-divisive means over nights (NightDistances: every round counts) with a
+//     seeded permutation test at ChangeAlpha, a magnitude floor, and no verdict before
+//     ChangeMinNights nights stand on each side (changepoint.go says why each choice).
 //
 // Conventions: metrics are higher-is-better (tok/s); for a time, pass reciprocals. Invalid input
 // (empty, non-finite, out of range) never panics: bare float64 results are NaN, NotSlower and
