@@ -94,3 +94,17 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// signedPct renders a relative change (0.031 → "+3.10%").
+func signedPct(x float64) string { return Fnum(100*x, "%+.2f%%") }
+
+// pValue renders a p-value (two significant digits).
+func pValue(p float64) string { return Fnum(p, "%.2g") }
+
+// shortSHA is a commit's first nine hex digits, as report file names carry it.
+func shortSHA(c string) string {
+	if len(c) > 9 {
+		return c[:9]
+	}
+	return orDash(c)
+}
