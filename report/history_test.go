@@ -11,7 +11,7 @@ import (
 func oneAlertHistory(b string) *gates.History {
 	c := gates.HistoryChange{ID: gates.ChangeID("MINFER_X", b, "tg", "2026-02-13T010000"), Lever: "MINFER_X", B: b, Metric: "tg", Status: gates.ChangeAlert,
 		ChangePoint: stats.ChangePoint{At: 12, P: 0.0002, Before: 1.0304, After: 0.9890, Change: 0.9890/1.0304 - 1, NightsBefore: 12, NightsAfter: 8},
-		DateBefore: "2026-02-12T010000", CommitBefore: "0123456789abcdef", DateAfter: "2026-02-13T010000", CommitAfter: "fedcba9876543210", Open: true}
+		DateBefore:  "2026-02-12T010000", CommitBefore: "0123456789abcdef", DateAfter: "2026-02-13T010000", CommitAfter: "fedcba9876543210", Open: true}
 	s := gates.HistorySeries{Lever: "MINFER_X", A: "1", B: b, Machine: "AMD EPYC", Model: "/m/tiny.gguf", ModelSHA256: "16bf5b3daf33", PP: 32, Current: true,
 		Points:  []gates.HistoryPoint{{Night: 0, Date: "2026-02-13T010000", Commit: "fedcba9876543210", TGRatios: []float64{0.989}, TGRatio: 0.989, TGB: 99}},
 		Metrics: []gates.HistoryMetric{{Metric: "tg", Nights: 20, Floor: 0.015, FloorSource: "default", Changes: []gates.HistoryChange{c}}}}
