@@ -33,6 +33,7 @@ func run(args []string) int {
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.Flags().Bool("version", false, "print the version, commit and Go version")
 	root.AddCommand(newRunCmd(), newCalibrateCmd(), newPRCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
+	root.AddCommand(newHistoryCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil && err.Error() != "" {
