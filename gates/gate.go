@@ -96,12 +96,15 @@ type Result struct {
 	// Control is, in a mutation run, the gate's status with the mutation
 	// removed from arm B: the gate caught the mutation only when it failed
 	// with it and not without it.
-	Control Status         `json:"control,omitempty"`
-	Parity  *ParityDetail  `json:"parity,omitempty"`
-	Greedy  *GreedyDetail  `json:"greedy,omitempty"`
-	AB      *ABDetail      `json:"ab,omitempty"`
-	Suite   *SuiteDetail   `json:"suite,omitempty"`
-	Profile *ProfileDetail `json:"profile,omitempty"`
+	Control Status `json:"control,omitempty"`
+	// DeferredTo is set on a suite gate that another shard of a nightly
+	// runs (its name, "0/N"): the gate is undecided until the merge.
+	DeferredTo string         `json:"deferred_to,omitempty"`
+	Parity     *ParityDetail  `json:"parity,omitempty"`
+	Greedy     *GreedyDetail  `json:"greedy,omitempty"`
+	AB         *ABDetail      `json:"ab,omitempty"`
+	Suite      *SuiteDetail   `json:"suite,omitempty"`
+	Profile    *ProfileDetail `json:"profile,omitempty"`
 }
 
 // Arm is one side of the A/B: the lever's value and the MINFER_* variables
@@ -177,6 +180,10 @@ type Config struct {
 	// sha256 of the test binaries and kernels file, the settings and the
 	// GPU: an identical suite run of the last day is reused, and said so.
 	SuiteCache string `json:"suite_cache,omitempty"`
+	// SuiteDeferredTo, when set, names the shard of a sharded nightly that
+	// runs this lever's suite gate (shard 0): the gate is recorded as
+	// deferred, undecided, until abtest merge fills in that shard's result.
+	SuiteDeferredTo string `json:"suite_deferred_to,omitempty"`
 	// LeverDefaults is every lever's registry default: a cached suite run
 	// is keyed by the settings that differ from them.
 	LeverDefaults map[string]string `json:"-"`

@@ -25,6 +25,9 @@ const VerdictCannotRun = "COULD NOT RUN"
 
 // NightlyEntry is one lever's line of the nightly summary.
 type NightlyEntry struct {
+	// Spec is the lever as the nightly listed it (NAME or NAME=B): a
+	// shard's part, and a merge's key.
+	Spec    string `json:"spec,omitempty"`
 	Lever   string `json:"lever"`
 	A       string `json:"a"`
 	B       string `json:"b"`
@@ -47,6 +50,11 @@ type NightlyEntry struct {
 	PPRatio     harness.Num   `json:"pp_ratio"` // median per-round B/A
 	TGRatio     harness.Num   `json:"tg_ratio"`
 	Against     []NightlyDiff `json:"against_previous,omitempty"`
+	// Seconds is the lever's wall time, all gates: the next nightly's
+	// shards are balanced by it.
+	Seconds float64 `json:"seconds,omitempty"`
+	// SuiteSeconds is the part of it the suite gate took.
+	SuiteSeconds float64 `json:"suite_seconds,omitempty"`
 }
 
 // NightlyDiff is arm B of one metric against the previous nightly's arm B.
@@ -77,6 +85,7 @@ type NightlySummary struct {
 	PP          int     `json:"pp,omitempty"` // the default workload's prefill (0: a summary from before it was recorded)
 	TG          int     `json:"tg,omitempty"`
 	Threshold   float64 `json:"threshold"`
+	CommandLine string  `json:"command_line,omitempty"`
 	// Verdict is the night's, by GATES.md's precedence over its levers
 	// (FAIL, could not run, INCOMPLETE, INCONCLUSIVE, PARTIAL, PASS), a
 	// regression counting as a FAIL; Complete false when interrupted.
@@ -89,6 +98,22 @@ type NightlySummary struct {
 	Previous    string         `json:"previous,omitempty"` // the summary compared against
 	PrevNote    string         `json:"previous_note,omitempty"`
 	Regressions []string       `json:"regressions,omitempty"`
+	// Shard is set on a shard's partial summary (abtest nightly --shard);
+	// Merged lists the shards a merged summary was made of, and Missing
+	// the shards it lacks (their levers are INCONCLUSIVE entries).
+	Shard   *ShardInfo    `json:"shard,omitempty"`
+	Merged  []MergedShard `json:"merged,omitempty"`
+	Missing []string      `json:"missing_shards,omitempty"`
+}
+
+// MergedShard is one shard of a merged nightly: where it was read, when it
+// started, and whether it finished.
+type MergedShard struct {
+	Name     string `json:"name"` // i/N
+	Path     string `json:"path"`
+	Date     string `json:"date"`
+	Complete bool   `json:"complete"`
+	Levers   int    `json:"levers"`
 }
 
 // Decide sets the night's verdict by GATES.md's precedence.
@@ -121,14 +146,24 @@ func (s *NightlySummary) ExitCode() int {
 	return ExitCodeOf(s.Verdict)
 }
 
-// PreviousNightly is the newest readable nightly-*.json in dir. The newer
+// PreviousNightly is the newest readable nightly-*.json in dir that is a
+// night's summary (a shard's partial one is not compared against). The newer
 // files it could not read or parse come back in skipped (name: reason), so
 // the summary says it compared against an older run instead of doing so
 // silently.
 func PreviousNightly(dir string) (path string, prev *NightlySummary, skipped []string) {
+	return NightlyBefore(dir, "")
+}
+
+// NightlyBefore is PreviousNightly among the nights dated before date ("":
+// any), so a night merged again does not compare with itself.
+func NightlyBefore(dir, date string) (path string, prev *NightlySummary, skipped []string) {
 	ms, _ := filepath.Glob(filepath.Join(dir, "nightly-*.json")) // the pattern is fixed: no ErrBadPattern
 	sort.Strings(ms)
 	for i := len(ms) - 1; i >= 0; i-- {
+		if IsShardFile(ms[i]) || date != "" && filepath.Base(ms[i]) >= "nightly-"+date {
+			continue
+		}
 		b, err := os.ReadFile(ms[i])
 		if err == nil {
 			var s NightlySummary

@@ -90,3 +90,48 @@ func Order(i int) string {
 	}
 	return "BA"
 }
+
+// ETA estimates the time left of a sequence of jobs (a nightly's levers, a
+// bisect's steps): a pending job counts its expected seconds when known
+// (the last nightly's time), else the mean of the jobs finished so far.
+type ETA struct {
+	Start time.Time
+	done  []float64
+}
+
+// Done records a finished job's seconds.
+func (e *ETA) Done(seconds float64) { e.done = append(e.done, seconds) }
+
+// Line is "elapsed E, about L left (basis)" for the pending jobs' expected
+// seconds (<= 0: unknown), or says that nothing is known yet.
+func (e *ETA) Line(pending []float64) string {
+	el := time.Since(e.Start).Round(time.Second)
+	mean := 0.0
+	for _, d := range e.done {
+		mean += d / float64(len(e.done))
+	}
+	left, known, guessed := 0.0, 0, 0
+	for _, p := range pending {
+		switch {
+		case p > 0:
+			left += p
+			known++
+		case mean > 0:
+			left += mean
+			guessed++
+		default:
+			return fmt.Sprintf("elapsed %s, time left unknown until a job has finished", el)
+		}
+	}
+	var basis []string
+	if known > 0 {
+		basis = append(basis, fmt.Sprintf("%d by the last nightly's times", known))
+	}
+	if guessed > 0 {
+		basis = append(basis, fmt.Sprintf("%d at the mean so far", guessed))
+	}
+	if len(basis) == 0 {
+		basis = append(basis, "nothing left")
+	}
+	return fmt.Sprintf("elapsed %s, about %s left (%s)", el, time.Duration(left*float64(time.Second)).Round(time.Second), strings.Join(basis, ", "))
+}

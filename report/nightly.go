@@ -47,6 +47,31 @@ func NightlyMarkdown(s *gates.NightlySummary, cmdline string) string {
 	fmt.Fprintf(&b, "Machine %s, commit %s, model %s (sha256 %s), pp%d tg%d: the default workload; a lever that declares its own (`minfer levers`: WORKLOAD) runs on that, as its row says.\n\n",
 		s.Machine, s.Commit, s.Model, s.ModelSHA256, s.PP, s.TG)
 	fmt.Fprintf(&b, "Every lever ran all five gates; the suite gate ran through a cache, so levers whose arm B has the same settings share one run (each report says so).\n\n")
+	if sh := s.Shard; sh != nil {
+		suite := "shard 0 runs every lever's suite gate; this shard's reports carry it as deferred until the merge"
+		if sh.SuiteEveryShard {
+			suite = "each shard runs its own levers' suite gate"
+		} else if sh.Index == 0 {
+			suite = fmt.Sprintf("this shard runs every lever's suite gate: its own levers' in their reports, the other %d levers' kept here for the merge", len(sh.Suites))
+		}
+		fmt.Fprintf(&b, "**Shard %s** of the night: %d of its %d levers, split %s; %s. Its verdict covers its own levers only: `abtest merge` writes the night's.\n\n",
+			sh.Name(), len(sh.Levers()), len(sh.All), sh.Balance, suite)
+	}
+	if len(s.Merged) > 0 || len(s.Missing) > 0 {
+		var parts []string
+		for _, m := range s.Merged {
+			state := "complete"
+			if !m.Complete {
+				state = "**stopped early**"
+			}
+			parts = append(parts, fmt.Sprintf("%s (%d levers, started %s, %s; `%s`)", m.Name, m.Levers, m.Date, state, m.Path))
+		}
+		fmt.Fprintf(&b, "Merged from the shards %s.", strings.Join(parts, ", "))
+		if len(s.Missing) > 0 {
+			fmt.Fprintf(&b, " **Missing: shard %s** — its levers are INCONCLUSIVE, never a silent gap.", strings.Join(s.Missing, ", "))
+		}
+		fmt.Fprintf(&b, "\n\n")
+	}
 
 	fmt.Fprintf(&b, "## Verdict per lever\n\n")
 	var rows [][]string
@@ -55,9 +80,13 @@ func NightlyMarkdown(s *gates.NightlySummary, cmdline string) string {
 		if e.Report != "" {
 			link = fmt.Sprintf("[report](%s)", e.Report)
 		}
-		rows = append(rows, []string{e.Lever, e.A + " → " + e.B, e.Backend, entryWorkloadCell(e), "**" + e.Verdict + "**", e.Line, link})
+		secs := "-"
+		if e.Seconds > 0 {
+			secs = fmt.Sprintf("%.0f", e.Seconds)
+		}
+		rows = append(rows, []string{e.Lever, e.A + " → " + e.B, e.Backend, entryWorkloadCell(e), "**" + e.Verdict + "**", e.Line, secs, link})
 	}
-	fmt.Fprintf(&b, "%s\n", Table([]string{"lever", "A → B", "backend", "model (sha256) / pp", "verdict", "verdict line / reason", "report"}, rows))
+	fmt.Fprintf(&b, "%s\n", Table([]string{"lever", "A → B", "backend", "model (sha256) / pp", "verdict", "verdict line / reason", "s", "report"}, rows))
 
 	fmt.Fprintf(&b, "## Speed (tok/s, median over the interleaved rounds; B/A is the median per-round ratio)\n\n")
 	rows = nil

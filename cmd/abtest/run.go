@@ -123,9 +123,9 @@ func newCalibrateCmd() *cobra.Command {
 
 func newNightlyCmd() *cobra.Command {
 	var f runFlags
-	var leverList, threshold string
+	var o runs.NightlyOptions
 	cmd := &cobra.Command{
-		Use:   "nightly [--levers all|L1,L2] [--out reports/nightly]",
+		Use:   "nightly [--levers all|L1,L2] [--out reports/nightly] [--shard i/N|auto/N]",
 		Short: "run every lever with all five gates, then write one summary page (verdicts, speed, regressions against the previous nightly)",
 		Long: "Every lever with arms, all five gates each (the suite through a cache: levers whose arm B has the same\n" +
 			"settings share one suite run), then one summary page. Exit codes as abtest run: 0 every lever PASS,\n" +
@@ -135,10 +135,16 @@ func newNightlyCmd() *cobra.Command {
 			"--correctness-model fitted to each lever's model: quantized to its weight type (once, into\n" +
 			"--synth-dir), or not used for another architecture (then on the lever's model itself).\n" +
 			"Arm B is compared with the previous nightly's only on the same workload (model sha256 and pp);\n" +
-			"a lever whose workload changed is \"not comparable\", never a regression.",
+			"a lever whose workload changed is \"not comparable\", never a regression.\n\n" +
+			"On a pool of machines: --shard i/N (i from 0; auto/N reads $JOB_COMPLETION_INDEX, a Kubernetes\n" +
+			"Indexed Job's pod index) runs a deterministic 1/N of the levers, balanced by each lever's time in\n" +
+			"the previous nightly (--balance-from, else --out; by count when there is none), and writes\n" +
+			"nightly-DATE-shard-IofN.json/.md after every lever. Shard 0 runs every lever's suite gate (the\n" +
+			"other shards' reports carry it as deferred until abtest merge), or each shard its own levers' with\n" +
+			"--suite-every-shard. abtest merge then writes the night's summary.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sum, path, err := runs.Nightly(cmd.Context(), f.opts(), leverList, threshold, strings.Join(os.Args, " "))
+			sum, path, err := runs.Nightly(cmd.Context(), f.opts(), o, strings.Join(os.Args, " "))
 			if err != nil {
 				return err
 			}
@@ -147,9 +153,37 @@ func newNightlyCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd, false)
-	cmd.Flags().StringVar(&leverList, "levers", "all", "all (every lever with arms), or a comma-separated list (NAME or NAME=B)")
-	cmd.Flags().StringVar(&threshold, "threshold", "2%", "smallest change against the previous nightly that counts as a regression")
+	cmd.Flags().StringVar(&o.Levers, "levers", "all", "all (every lever with arms), or a comma-separated list (NAME or NAME=B)")
+	cmd.Flags().StringVar(&o.Threshold, "threshold", "2%", "smallest change against the previous nightly that counts as a regression")
+	cmd.Flags().StringVar(&o.Shard, "shard", "", "run shard i of N (i/N, i from 0), or auto/N: i from $JOB_COMPLETION_INDEX")
+	cmd.Flags().StringVar(&o.BalanceFrom, "balance-from", "", "nightly summary (or folder of them: the newest) whose lever times balance the shards (default: the previous nightly in --out)")
+	cmd.Flags().BoolVar(&o.SuiteEveryShard, "suite-every-shard", false, "each shard runs its own levers' suite gate (default: shard 0 runs every lever's)")
 	_ = cmd.Flags().Set("out", "reports/nightly")
 	cmd.Flags().Lookup("out").DefValue = "reports/nightly"
+	return cmd
+}
+
+func newMergeCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "merge --out DIR SHARD_DIR...",
+		Short: "merge a sharded nightly's parts into the summary one unsharded run would write",
+		Long: "Reads each shard's nightly-*-shard-*.json (from the folders given, or the files) and writes into --out\n" +
+			"the night's summary and every lever's report: each lever once, a deferred suite gate filled in from\n" +
+			"shard 0, the comparison with the previous nightly in --out, and the verdict by GATES.md's precedence.\n" +
+			"A FAIL in any shard stays a FAIL; a missing shard is named and its levers are INCONCLUSIVE; a shard\n" +
+			"that stopped early leaves its remaining levers INCOMPLETE. Shards of different commits, machines,\n" +
+			"lever sets, shard counts or splits are refused (exit 2, naming the field). Exit codes as nightly.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sum, path, err := runs.Merge(cmd.Context(), out, args, strings.Join(os.Args, " "))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "abtest: nightly %s: summary %s.md\n", sum.Verdict, path)
+			return exit(sum.ExitCode())
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "reports/nightly", "folder of the merged summary and the lever reports (and of the previous nightlies)")
 	return cmd
 }

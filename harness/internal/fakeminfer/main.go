@@ -43,6 +43,9 @@
 // factor with sd S/sqrt(2) (so the per-round log ratio has sd S), drawn
 // from FAKEMINFER_SEED and the count in FAKEMINFER_COUNTER (a file each
 // process increments: deterministic sequences).
+// FAKEMINFER_SLOW_WHEN=NAME=VALUE:F divides pp and tg by 1+F in a process
+// whose $NAME is VALUE: a lever planted to be slower in its arm B, with no
+// mutation for the harness to see (a nightly's planted FAIL).
 package main
 
 import (
@@ -586,6 +589,13 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) schema.Be
 	}
 	if mut == "slow_decode" {
 		tg /= 1 + frac
+	}
+	if sw := os.Getenv("FAKEMINFER_SLOW_WHEN"); sw != "" {
+		cond, f, _ := strings.Cut(sw, ":")
+		name, val, _ := strings.Cut(cond, "=")
+		if x, err := strconv.ParseFloat(f, 64); err == nil && os.Getenv(name) == val {
+			pp, tg = pp/(1+x), tg/(1+x)
+		}
 	}
 	censusOn := os.Getenv("MINFER_LAUNCH_CENSUS") == "1"
 	if censusOn && os.Getenv("FAKEMINFER_CENSUS") == "fail" {
