@@ -138,9 +138,9 @@ func readNightlies(h *gates.History, dir string, extra *storedNight) []storedNig
 		if extra != nil && base == extra.file {
 			continue
 		}
-		// A shard's partial summary (nightly-*-shard-*.json) is part of a
-		// night; the merged summary is the night.
-		if strings.Contains(base, "-shard-") {
+		// A shard's partial summary is part of a night; the merged summary
+		// is the night.
+		if gates.IsShardFile(base) {
 			h.Skipped = append(h.Skipped, base+": a shard's partial summary (its merged night counts)")
 			continue
 		}
