@@ -105,20 +105,7 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	d := &ProfileDetail{Rule: cfg.Lever.Rule(cfg.Backend)}
 	res.Profile = d
-	census := func(arm Arm) (ArmEvidence, error) {
-		in := ArmEvidence{Arm: arm}
-		e, err := env.M.R.Run(ctx, "census "+arm.Name, armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}), profileBench(cfg)...)
-		env.Cmd("profile: launch census arm "+arm.Name, e)
-		if err != nil {
-			return in, err
-		}
-		in.Add("census "+arm.Name, e)
-		if len(in.NoCensus) > 0 {
-			_, perr := profile.ParseCensus(e.StderrAll)
-			return in, perr
-		}
-		return in, nil
-	}
+	census := func(arm Arm) (ArmEvidence, error) { return armCensus(ctx, cfg, env, arm) }
 	fail := func(why string) Result {
 		res.Status, res.Reason = Fail, why
 		if canceled(ctx) {
@@ -185,6 +172,49 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	res.Liveness = d.Liveness
 	return res
+}
+
+// armCensus runs one arm's launch census bench (its own binary when it has
+// one).
+func armCensus(ctx context.Context, cfg Config, env *Env, arm Arm) (ArmEvidence, error) {
+	in := ArmEvidence{Arm: arm}
+	e, err := env.M.R.RunCall(ctx, harness.Call{Bin: arm.Bin, Label: "census " + arm.Name, Env: armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}), Args: profileBench(cfg)})
+	env.Cmd("profile: launch census arm "+arm.Name, e)
+	if err != nil {
+		return in, err
+	}
+	in.Add("census "+arm.Name, e)
+	if len(in.NoCensus) > 0 {
+		_, perr := profile.ParseCensus(e.StderrAll)
+		return in, perr
+	}
+	return in, nil
+}
+
+// KernelDiff is the per-kernel difference between two builds (arms with
+// their own binaries): each one's launch census and, on a GPU with ncu,
+// ncu's numbers for the kernels whose counts differ most. A bisect reports
+// it for last good against first bad.
+func KernelDiff(ctx context.Context, cfg Config, env *Env) *ProfileDetail {
+	d := &ProfileDetail{}
+	ia, err := armCensus(ctx, cfg, env, cfg.A)
+	if err != nil {
+		d.Missing = append(d.Missing, "launch census of "+cfg.A.Value+": "+err.Error())
+		return d
+	}
+	ib, err := armCensus(ctx, cfg, env, cfg.B)
+	if err != nil {
+		d.Missing = append(d.Missing, "launch census of "+cfg.B.Value+": "+err.Error())
+		return d
+	}
+	d.CensusA, d.CensusB = ia.Census, ib.Census
+	d.Diff = profile.Diff(d.CensusA, d.CensusB)
+	if cfg.Backend != "cuda" || !env.HasGPU {
+		d.NCUNote = "not run: no CUDA device (the census above is the CPU backend's)"
+		return d
+	}
+	ncu(ctx, cfg, env, d, profiledKernels(d, 3))
+	return d
 }
 
 // opTimingOK: both arms' MINFER_OP_TIMING runs produced timings.
@@ -288,7 +318,7 @@ func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
-			e, err := env.M.R.RunCall(cctx, harness.Call{Label: "ncu " + arm.Name + " " + k.Kernel, Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env),
+			e, err := env.M.R.RunCall(cctx, harness.Call{Bin: arm.Bin, Label: "ncu " + arm.Name + " " + k.Kernel, Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env),
 				Extra:   []string{"LC_ALL=C"},
 				Wrapper: []string{bin, "--clock-control", "none", "--csv", "--metrics", strings.Join(NCUMetrics, ","), "-k", "regex:" + k.Kernel + "$", "--launch-count", "5"},
 				Args:    profileBench(cfg)})
@@ -362,7 +392,7 @@ func opTiming(ctx context.Context, cfg Config, env *Env, arm Arm) ArmOpTiming {
 	m := withEnv(map[string]string{"MINFER_NO_CUDA_GRAPH": "1", "MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env)
 	m["MINFER_OP_TIMING"] = "1"
 	out := ArmOpTiming{Arm: arm.Name}
-	e, err := env.M.R.Run(ctx, "op timing "+arm.Name, m, profileBench(cfg)...)
+	e, err := env.M.R.RunCall(ctx, harness.Call{Bin: arm.Bin, Label: "op timing " + arm.Name, Env: m, Args: profileBench(cfg)})
 	env.Cmd("profile: op timing arm "+arm.Name, e)
 	if e != nil {
 		out.Env = e.Env
@@ -400,7 +430,7 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 	rep := filepath.Join(dir, "b")
 	cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
 	defer cancel()
-	e, err := env.M.R.RunCall(cctx, harness.Call{Label: "nsys B", Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, cfg.B.Env),
+	e, err := env.M.R.RunCall(cctx, harness.Call{Bin: cfg.B.Bin, Label: "nsys B", Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, cfg.B.Env),
 		Wrapper: []string{bin, "profile", "--trace=cuda", "--cuda-graph-trace=node", "-o", rep, "--force-overwrite", "true"},
 		Args:    profileBench(cfg)})
 	env.Cmd("profile: nsys", e)

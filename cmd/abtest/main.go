@@ -32,7 +32,7 @@ func run(args []string) int {
 	root.Version = version.String("abtest")
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.Flags().Bool("version", false, "print the version, commit and Go version")
-	root.AddCommand(newRunCmd(), newCalibrateCmd(), newPRCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newMergeCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
+	root.AddCommand(newRunCmd(), newCalibrateCmd(), newPRCmd(), newCompareCmd(), newLeversCmd(), newNightlyCmd(), newMergeCmd(), newBisectCmd(), newPerfCmd(), newNCUCmd(), newSASSDiffCmd())
 	root.AddCommand(newHistoryCmd())
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

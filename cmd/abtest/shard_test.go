@@ -106,6 +106,13 @@ func TestNightly_ThreeShardsMergeToTheUnshardedVerdictTable(t *testing.T) {
 	if got, want := verdictTable(merged), verdictTable(whole); !reflect.DeepEqual(got, want) {
 		t.Fatalf("merged verdict table\n%v\nunsharded\n%v", got, want)
 	}
+	page, _ := os.ReadFile(filepath.Join(dir("merged"), "nightly-"+merged.Date+".md"))
+	if !strings.Contains(string(page), "## History (1 nights") {
+		t.Errorf("the merged page has no history section:\n%s", page)
+	}
+	if _, err := os.Stat(filepath.Join(dir("merged"), "history", "history.md")); err != nil {
+		t.Errorf("the merged night's history page: %v", err)
+	}
 	for _, e := range merged.Entries {
 		rec, err := report.ReadJSON(filepath.Join(dir("merged"), strings.TrimSuffix(e.Report, ".md")+".json"))
 		if err != nil {

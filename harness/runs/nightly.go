@@ -346,7 +346,16 @@ func writeNightly(path string, sum *gates.NightlySummary, final bool) error {
 	if err := os.Rename(tmp, path+".json"); err != nil {
 		return &Error{2, fmt.Errorf("nightly: %w", err)}
 	}
-	if err := os.WriteFile(path+".md", []byte(report.NightlyMarkdown(sum, sum.CommandLine)), 0o644); err != nil {
+	md := report.NightlyMarkdown(sum, sum.CommandLine)
+	if final && sum.Shard == nil {
+		// The night's place in the history: its plots and open alerts.
+		sec, err := NightlyHistory(sum, filepath.Dir(path))
+		if err != nil {
+			sec = fmt.Sprintf("\n## History\n\nNot drawn: %v.\n", err)
+		}
+		md += sec
+	}
+	if err := os.WriteFile(path+".md", []byte(md), 0o644); err != nil {
 		return &Error{2, fmt.Errorf("nightly: %w", err)}
 	}
 	return nil
