@@ -67,3 +67,40 @@ func TestMerge_DeferredSuiteGateTakesShardZerosResult(t *testing.T) {
 		t.Fatalf("without shard 0: night %s, lever B %s: %s", m.Verdict, m.Entries[1].Verdict, m.Entries[1].Line)
 	}
 }
+
+// The split reads the last night's lever times; the first night of a pool
+// (the folder not there yet) splits by count; an unreadable source is an
+// error, never a silent split by count.
+func TestBalance_ByTheLastNightsTimesElseByCount(t *testing.T) {
+	var items []nightlyItem
+	for _, sp := range []string{"A", "B", "C", "D", "E", "F"} {
+		items = append(items, nightlyItem{spec: sp})
+	}
+	sh := &gates.ShardInfo{Count: 2, SuiteEveryShard: true}
+	if err := balance(sh, items, filepath.Join(t.TempDir(), "nightly"), "out", "", nil); err != nil || !strings.Contains(sh.Balance, "does not exist yet") || len(sh.Partition[0]) != 3 {
+		t.Fatalf("first night: %v %q %v", err, sh.Balance, sh.Partition)
+	}
+	dir := t.TempDir()
+	prev := gates.NightlySummary{Date: "2026-11-30T000000", Entries: []gates.NightlyEntry{{Lever: "A", B: "1", Seconds: 500}}}
+	for _, l := range []string{"B", "C", "D", "E", "F"} {
+		prev.Entries = append(prev.Entries, gates.NightlyEntry{Lever: l, B: "1", Seconds: 100})
+	}
+	b, _ := json.Marshal(prev)
+	if err := os.WriteFile(filepath.Join(dir, "nightly-2026-11-30T000000.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh = &gates.ShardInfo{Count: 2, SuiteEveryShard: true}
+	if err := balance(sh, items, dir, "out", "", nil); err != nil || !strings.Contains(sh.Balance, "lever times of nightly-2026-11-30T000000.json") {
+		t.Fatalf("by times: %v %q", err, sh.Balance)
+	}
+	if got := sh.Partition; len(got[0]) != 1 || got[0][0] != "A" {
+		t.Errorf("the 500 s lever should run alone against five of 100 s: %v", got)
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "nightly-2026-11-30T000000.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := balance(&gates.ShardInfo{Count: 2}, items, bad, "out", "", nil); ExitCode(err) != 2 {
+		t.Errorf("an unreadable source: %v", err)
+	}
+}

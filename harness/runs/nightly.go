@@ -226,10 +226,16 @@ func balance(sh *gates.ShardInfo, items []nightlyItem, from, out, prevPath strin
 	src, srcPath := prev, prevPath
 	if from != "" {
 		src, srcPath = nil, from
-		if st, err := os.Stat(from); err == nil && st.IsDir() {
+		if st, err := os.Stat(from); os.IsNotExist(err) {
+			// The first night of a pool: the folder the merge keeps the
+			// nights in does not exist yet. Every shard sees the same.
+			sh.Partition = gates.Partition(sh.All, nil, sh.Count, 0)
+			sh.Balance = "by count (--balance-from " + from + " does not exist yet)"
+			return nil
+		} else if err == nil && st.IsDir() {
 			var skipped []string
 			srcPath, src, skipped = gates.PreviousNightly(from)
-			if src == nil {
+			if src == nil && len(skipped) > 0 {
 				return CannotRun("--balance-from %s: no readable nightly summary there%s", from, joinNote(skipped))
 			}
 		} else {
@@ -256,6 +262,8 @@ func balance(sh *gates.ShardInfo, items []nightlyItem, from, out, prevPath strin
 		sh.Balance = fmt.Sprintf("by the lever times of %s (sha256 %.12s)", filepath.Base(srcPath), h)
 	case src != nil:
 		sh.Balance = fmt.Sprintf("by count (%s records no lever times)", filepath.Base(srcPath))
+	case from != "":
+		sh.Balance = "by count (no nightly summary in " + from + ")"
 	default:
 		sh.Balance = "by count (no previous nightly in " + out + ")"
 	}
