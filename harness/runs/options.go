@@ -1,7 +1,8 @@
 // Package runs holds the runs abtest makes, behind its commands: a lever
 // run (its setup, workload, correctness model, needs and pre-registered
-// rounds, then the gates), an A/A calibration, the nightly, the speed
-// table, the pull-request run, and the ncu and SASS summaries. The
+// rounds, then the gates), an A/A calibration, the nightly (whole or one
+// shard) and the merge of its shards, the history of the nights, a bisect,
+// the speed table, the pull-request run, and the ncu and SASS summaries. The
 // commands parse flags into Options and call these; the markdown is the
 // report package's.
 package runs
