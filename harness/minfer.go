@@ -112,6 +112,9 @@ type Minfer struct {
 	// first): CUDA graphs are captured at a shape's 3rd execution and
 	// replayed from the 4th, so 4 makes the result a replayed graph's.
 	Repeat int
+	// LegacyBench: the binary predates `bench --format` (issue 14) and
+	// takes the format as -o (a bisect runs old builds).
+	LegacyBench bool
 }
 
 func (m Minfer) modelArgs(device string) []string {
@@ -181,7 +184,11 @@ func (m Minfer) Info(ctx context.Context) (ModelInfo, *Exec, error) {
 // Bench runs one bench process.
 func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, pp, tg, reps int) (BenchResult, *Exec, error) {
 	args := append([]string{"bench"}, m.modelArgs("")...)
-	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), "--format", "json")
+	format := "--format"
+	if m.LegacyBench {
+		format = "-o"
+	}
+	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), format, "json")
 	e, err := m.run(ctx, label, env, args...)
 	if err != nil {
 		return BenchResult{}, e, err

@@ -16,7 +16,7 @@ func BisectMarkdown(r *gates.BisectRun) string {
 	w("**Bisect: %s**\n\n", r.Line)
 	w("# abtest bisect %s..%s\n\n", gates.Short(r.Good), gates.Short(r.Bad))
 	what := map[string]string{
-		gates.BisectSpeed:  "the first commit at which the workload got slower",
+		gates.BisectSpeed:  "the first commit at which the workload's speed changed (slower, or faster)",
 		gates.BisectLever:  "the first commit at which the gain of " + r.Lever + " vanished",
 		gates.BisectOutput: "the first commit at which greedy output changed",
 	}[r.Mode]

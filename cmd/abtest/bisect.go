@@ -15,7 +15,7 @@ func newBisectCmd() *cobra.Command {
 	var o runs.BisectOptions
 	cmd := &cobra.Command{
 		Use:   "bisect --good REV --bad REV --workload W [--lever L] [--builds DIR] [--out reports/bisect]",
-		Short: "find the first commit at which a workload got slower, a lever's gain vanished, or greedy output changed",
+		Short: "find the first commit at which a workload got slower (or faster), a lever's gain vanished, or greedy output changed",
 		Long: "Walks the first-parent line from --good to --bad. It first runs the two ends against each other,\n" +
 			"interleaved, and refuses to bisect a difference it cannot reproduce (exit 3). The mode: --lever L\n" +
 			"bisects the loss of L's B/A gain; otherwise greedy output when the ends' outputs differ, else the\n" +

@@ -95,7 +95,7 @@ func TestBisect_NamesThePlantedSlowdownCommitSkippingOneThatDoesNotBuild(t *test
 	builds := t.TempDir()
 
 	out := t.TempDir()
-	code := run(append([]string{"bisect", "--repo", repo, "--good", commits[0], "--bad", commits[7], "--out", out, "--build-dir", builds}, bisectArgs...))
+	code := run(append([]string{"bisect", "--minfer", fake, "--repo", repo, "--good", commits[0], "--bad", commits[7], "--out", out, "--build-dir", builds}, bisectArgs...))
 	r := readBisect(t, out)
 	if code != 0 || r.Verdict != gates.BisectFound || r.FirstBad != commits[5] || r.LastGood != commits[4] {
 		t.Fatalf("exit %d: %s (first bad %s, want %s)\nsteps %+v", code, r.Line, gates.Short(r.FirstBad), gates.Short(commits[5]), r.Steps)
@@ -130,7 +130,7 @@ func TestBisect_NamesThePlantedSlowdownCommitSkippingOneThatDoesNotBuild(t *test
 
 	// No slowdown between commit 0 and commit 4: refused, nothing bisected.
 	out2 := t.TempDir()
-	code = run(append([]string{"bisect", "--repo", repo, "--good", commits[0], "--bad", commits[4], "--out", out2, "--build-dir", builds}, bisectArgs...))
+	code = run(append([]string{"bisect", "--minfer", fake, "--repo", repo, "--good", commits[0], "--bad", commits[4], "--out", out2, "--build-dir", builds}, bisectArgs...))
 	r = readBisect(t, out2)
 	if code != 3 || r.Verdict != gates.BisectNotReproduced || len(r.Steps) != 0 {
 		t.Fatalf("a range without the slowdown: exit %d: %s, %d steps", code, r.Line, len(r.Steps))
@@ -142,10 +142,27 @@ func TestBisect_NamesTheCommitThatChangedGreedyOutput(t *testing.T) {
 	fake := fakeMinfer(t)
 	repo, commits := scratchRepo(t, fake, 6, 2, "MINFER_TEST_MUTATE=perturb_logit", -1)
 	out := t.TempDir()
-	code := run(append([]string{"bisect", "--repo", repo, "--good", commits[0], "--bad", commits[5], "--out", out}, bisectArgs...))
+	code := run(append([]string{"bisect", "--minfer", fake, "--repo", repo, "--good", commits[0], "--bad", commits[5], "--out", out}, bisectArgs...))
 	r := readBisect(t, out)
 	if code != 0 || r.Mode != gates.BisectOutput || r.FirstBad != commits[2] {
 		t.Fatalf("exit %d, mode %s: %s", code, r.Mode, r.Line)
+	}
+}
+
+// A speed-up is bisected the same way: the commit that made the workload
+// faster (through a variable the fake reads) is named.
+func TestBisect_NamesTheCommitThatMadeItFaster(t *testing.T) {
+	fake := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_NOISE_SD", "0.01")
+	t.Setenv("FAKEMINFER_SEED", "11")
+	t.Setenv("FAKEMINFER_COUNTER", filepath.Join(t.TempDir(), "counter"))
+	t.Setenv("FAKEMINFER_SLOW_WHEN", "BISECT_FAST=:0.10") // slower until a commit sets it
+	repo, commits := scratchRepo(t, fake, 6, 4, "BISECT_FAST=1", -1)
+	out := t.TempDir()
+	code := run(append([]string{"bisect", "--minfer", fake, "--repo", repo, "--good", commits[0], "--bad", commits[5], "--out", out}, bisectArgs...))
+	r := readBisect(t, out)
+	if code != 0 || r.FirstBad != commits[4] || !strings.Contains(r.Reproduce.Why, "faster") {
+		t.Fatalf("exit %d: %s; ends: %s", code, r.Line, r.Reproduce.Why)
 	}
 }
 

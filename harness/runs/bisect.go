@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ type bisector struct {
 	s       *setup
 	run     *gates.BisectRun
 	builds  map[string]string // commit -> folder ("" when untestable)
+	legacy  map[string]bool   // commit -> its bench takes the format as -o
 	why     map[string]string // commit -> why untestable
 	model   string
 	pp      int
@@ -89,7 +91,7 @@ func Bisect(ctx context.Context, o *BisectOptions, cmdline string, progressTo *o
 		return nil, "", CannotRun("bisect: %v", err)
 	}
 	prog := harness.NewProgress(progressTo, 0)
-	b := &bisector{o: o, thr: thr, builds: map[string]string{}, why: map[string]string{}, prog: prog}
+	b := &bisector{o: o, thr: thr, builds: map[string]string{}, legacy: map[string]bool{}, why: map[string]string{}, prog: prog}
 	b.run = &gates.BisectRun{Schema: 1, Started: time.Now(), CommandLine: cmdline, Good: o.Good, Bad: o.Bad, Commits: commits, Subjects: subjects,
 		Workload: o.Workload, Threshold: thr, Builds: b.builds}
 	good, bad := commits[0], commits[len(commits)-1]
@@ -99,7 +101,7 @@ func Bisect(ctx context.Context, o *BisectOptions, cmdline string, progressTo *o
 			return nil, "", CannotRun("bisect: the end %s cannot be tested: %s", gates.Short(c), b.why[c])
 		}
 	}
-	if err := b.setUp(ctx, bad); err != nil {
+	if err := b.setUp(ctx); err != nil {
 		return nil, "", err
 	}
 	if err := b.reproduce(ctx, good, bad); err != nil {
@@ -223,6 +225,17 @@ func (b *bisector) build(ctx context.Context, c string) string {
 			why = "its minfer's build stamp says commit " + st.Commit
 		}
 	}
+	if why == "" {
+		// A build from before `bench --format` takes the format as -o:
+		// asked once, from its help, and said in the report.
+		out, err := exec.CommandContext(ctx, filepath.Join(dir, "minfer"), "bench", "--help").CombinedOutput()
+		if err != nil {
+			why = fmt.Sprintf("minfer bench --help: %v: %s", err, lastLine(out))
+		} else if !formatFlag.Match(out) {
+			b.legacy[c] = true
+			b.prog.Note("bisect: %s's bench predates --format: its format is given as -o json", gates.Short(c))
+		}
+	}
 	if why != "" {
 		b.why[c], dir = why, ""
 		b.prog.Note("bisect: %s skipped: %s", gates.Short(c), why)
@@ -290,16 +303,21 @@ func (b *bisector) buildDir(ctx context.Context, c string) (string, string) {
 	return dir, ""
 }
 
+// formatFlag finds bench's --format in its help (cobra's "--format", Go
+// flag's "-format").
+var formatFlag = regexp.MustCompile(`(?m)(^|\s)--?format\b`)
+
 func lastLine(out []byte) string {
 	ls := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return ls[len(ls)-1]
 }
 
-// setUp reads the registry, probes the machine and places the workload with
-// the bad end's build.
-func (b *bisector) setUp(ctx context.Context, bad string) error {
+// setUp reads the registry, probes the machine and places the workload.
+func (b *bisector) setUp(ctx context.Context) error {
+	// The registry, the probes and the synthesized workload come from
+	// abtest's own minfer (--minfer, else beside abtest): the ends may be
+	// builds from before today's command line.
 	opts := b.o.Options
-	opts.Minfer = filepath.Join(b.builds[bad], "minfer")
 	if err := opts.Check(); err != nil {
 		return err
 	}
@@ -345,7 +363,7 @@ func (b *bisector) setUp(ctx context.Context, bad string) error {
 // client runs a build's minfer on the workload.
 func (b *bisector) client(c string) harness.Minfer {
 	m := b.s.m
-	m.Bin, m.Model = filepath.Join(b.builds[c], "minfer"), b.model
+	m.Bin, m.Model, m.LegacyBench = filepath.Join(b.builds[c], "minfer"), b.model, b.legacy[c]
 	return m
 }
 
@@ -533,7 +551,7 @@ func (b *bisector) endsStep(ctx context.Context, good, bad, metric string) (gate
 	}
 	basis := basisOf(out...)
 	b.run.Basis = basis
-	best := math.Inf(1)
+	best := -1.0
 	for _, m := range metrics {
 		g, bd := values(out[0], m, basis), values(out[1], m, basis)
 		r, err := stats.Ratios(g, bd)
@@ -541,20 +559,29 @@ func (b *bisector) endsStep(ctx context.Context, good, bad, metric string) (gate
 			return step, err
 		}
 		med := median(r)
-		if med >= best {
+		// The metric that moved most, either way: a slowdown is what a
+		// bisect is usually for, but which commit made a workload faster
+		// is the same search.
+		if moved := math.Abs(math.Log(med)); moved <= best {
 			continue
+		} else {
+			best = moved
 		}
-		best = med
 		lo, hi, cov := stats.MedianCI(r, gates.BisectConfidence)
 		step.Metric, step.Rounds, step.Good, step.Bad = m, len(r), g, bd
 		step.Pos = &gates.Position{S: logs(r), Median: math.Log(med), Lo: math.Log(lo), Hi: math.Log(hi), Coverage: cov}
-		if hi < 1 && med <= 1-b.thr {
+		switch {
+		case hi < 1 && med <= 1-b.thr:
 			step.Outcome = gates.LikeBad
 			step.Why = fmt.Sprintf("%s is %.2f%% slower than %s in %s (%s time, median per-round ratio %.4f, %.1f%% interval [%.4f, %.4f]), beyond the %.1f%% threshold",
 				gates.Short(bad), (1-med)*100, gates.Short(good), m, basis, med, cov*100, lo, hi, b.thr*100)
-		} else {
+		case lo > 1 && med >= 1+b.thr:
+			step.Outcome = gates.LikeBad
+			step.Why = fmt.Sprintf("%s is %.2f%% faster than %s in %s (%s time, median per-round ratio %.4f, %.1f%% interval [%.4f, %.4f]), beyond the %.1f%% threshold: bisecting the speed-up",
+				gates.Short(bad), (med-1)*100, gates.Short(good), m, basis, med, cov*100, lo, hi, b.thr*100)
+		default:
 			step.Outcome = gates.LikeGood
-			step.Why = fmt.Sprintf("%s against %s in %s: median per-round ratio %.4f, %.1f%% interval [%.4f, %.4f]: not slower beyond the %.1f%% threshold with confidence",
+			step.Why = fmt.Sprintf("%s against %s in %s: median per-round ratio %.4f, %.1f%% interval [%.4f, %.4f]: no change beyond the %.1f%% threshold with confidence",
 				gates.Short(bad), gates.Short(good), m, med, cov*100, lo, hi, b.thr*100)
 		}
 	}
