@@ -66,6 +66,11 @@
 #                                   parity and greedy run the lever's kernels
 #   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
 #   GATES=...                       abtest --gates (default all five: anything less is PARTIAL, never a PASS)
+#   PR="slow_decode=0.03;perturb_logit"   abtest pr pages of this build against itself with each planted in the
+#                                   head (MINFER_TEST_MUTATE): each must report a regression (exit 1);
+#                                   PR_WORKLOADS=qwen2-0.5b:Q8_0, PR_TIMEOUT=300
+#   BISECT="GOOD BAD WORKLOAD"      abtest bisect over bin/bisect.tgz (scripts/bisect-builds.sh GOOD BAD): BAD's
+#                                   kernel sources compiled once here, linked into every build; BISECT_TIMEOUT=480
 #
 #   device run: OUT=... scripts/abtest-device.sh      (carry: bin)
 #
@@ -76,7 +81,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$root" || exit 2
 out="${OUT:-$root/out}"
 mkdir -p "$out"
 work="${WORK:-/tmp/abtest-device}"
@@ -87,7 +92,7 @@ log="$out/abtest-device.log"
 
 ROUNDS="${ROUNDS:-}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
 SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
-LEVERS="${LEVERS:-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
+LEVERS="${LEVERS-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
 LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
@@ -179,6 +184,41 @@ calibrate() { # "spec;spec;..."
     done
 }
 calibrate "$CALIBRATE"
+
+cmodel_args=()
+[[ -n "$CORRECTNESS_MODEL" ]] && cmodel_args=(--correctness-model "$CORRECTNESS_MODEL")
+
+# 3b. Pull-request pages with a planted defect in the head: each must say
+# regression (exit 1), the evidence that `abtest pr` catches it.
+PR="${PR:-}" PR_WORKLOADS="${PR_WORKLOADS:-qwen2-0.5b:Q8_0}" PR_TIMEOUT="${PR_TIMEOUT:-300}"
+IFS=';' read -r -a prs <<<"$PR"
+for m in "${prs[@]}"; do
+    [[ -z "$m" ]] && continue
+    say "=== abtest pr --head-env MINFER_TEST_MUTATE=$m on $PR_WORKLOADS"
+    timeout -k 15 "$PR_TIMEOUT" bin/abtest pr --base bin --head bin --head-env "MINFER_TEST_MUTATE=$m" --workloads "$PR_WORKLOADS" \
+        --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" "${cmodel_args[@]}" --pp "$PP" --tg "$TG" --reps "$REPS" \
+        --warmup-ms "$WARMUP_MS" --out "$reports/pr" >>"$log" 2>&1
+    say "=== pr $m: exit $? (1: the regression was caught)"
+done
+
+# 3c. A bisect over prebuilt commits (this machine has no Go): BAD's kernel
+# sources compiled once, linked into every build folder.
+BISECT="${BISECT:-}" BISECT_TIMEOUT="${BISECT_TIMEOUT:-480}"
+if [[ -n "$BISECT" ]]; then
+    read -r bgood bbad bwl <<<"$BISECT"
+    bdir=/tmp/abtest-bisect
+    rm -rf "$bdir" && mkdir -p "$bdir/src" && tar -xzf bin/bisect.tgz -C "$bdir" && tar -xzf "$bdir/kernels-src.tgz" -C "$bdir/src"
+    if LC_ALL=C timeout -k 10 "$KERNEL_TIMEOUT" "$bdir/src/scripts/build-kernels.sh" "$bdir/kernels.fatbin" >>"$out/build-kernels.log" 2>&1; then
+        for d in "$bdir"/*/; do [[ -x "$d/minfer" ]] && ln -sf "$bdir/kernels.fatbin" "$d/minfer-kernels.fatbin"; done
+        say "=== abtest bisect --good $bgood --bad $bbad --workload $bwl"
+        timeout -k 15 "$BISECT_TIMEOUT" bin/abtest bisect --minfer bin/minfer --builds "$bdir" --good "$bgood" --bad "$bbad" --workload "$bwl" \
+            --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" --pp "$PP" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
+            --out "$reports/bisect" >>"$log" 2>&1
+        say "=== bisect: exit $? (0: the first bad commit named and confirmed)"
+    else
+        say "the bisect's kernels did not build (build-kernels.log)"
+    fi
+fi
 
 # 4. The levers.
 rc=0

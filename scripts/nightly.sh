@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # nightly.sh: the nightly device gate run on the H200: `abtest nightly` runs
-# the device suite once, then every lever with arms (or $LEVERS), and writes
-# one summary page (verdict per lever, speed table, regressions of arm B
-# against the previous nightly summary found in the output folder).
+# every lever with arms (or $LEVERS), all five gates each (the device suite
+# through a cache), and writes one summary page (verdict per lever, speed
+# table, regressions of arm B against the previous nightly summary found in
+# the output folder, the history of the nights). SHARDS=N runs it as N shards
+# one after another and merges them, as a pool of N machines would.
 #
 # Build on the CPU machine and carry bin/ exactly as scripts/abtest-device.sh
 # says in its header (bin/minfer, bin/abtest, bin/*.test, bin/lib/ for nsys).
@@ -13,7 +15,10 @@
 #   NIGHTLY_OUT=reports/nightly   output folder; it must persist between nights (commit it,
 #                                 or keep it on the machine) or no regression can be found
 #   LEVERS=all                    or L1,L2 (NAME or NAME=B)
-#   ROUNDS=9 PP=512 TG=128 REPS=3 WARMUP_MS=2000
+#   ROUNDS= PP=512 TG=128 REPS=3 WARMUP_MS=2000   (ROUNDS empty: each lever's rounds pre-registered by the
+#                                 calibration under NIGHTLY_OUT, 9 without one; a number is a deviation)
+#   SHARDS=1                      N > 1: abtest nightly --shard i/N for each i (balanced by the previous
+#                                 night's lever times), then abtest merge into NIGHTLY_OUT
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1 (or MODEL=path.gguf)   the default workload's model
 #   MODEL_DIR=/tmp/abtest-models  synthesized models, SHAPE-TYPE-seedSEED.gguf: the default one
 #                                 and each lever's own (abtest nightly --synth-dir): a lever that
@@ -24,6 +29,7 @@
 #                                 when a bundle put it there); a lever whose workload has another weight
 #                                 type gets it quantized to that type, one of another architecture its own
 #   THRESHOLD=2%                  smallest change against the previous night that counts
+#   CALIBRATION=reports           where the calibrations are (reports/calibration/<GPU>/: the committed ones)
 #   NIGHTLY_TIMEOUT=3600          seconds for the whole abtest nightly (SIGTERM: partial reports
 #                                 are kept, each marked INCOMPLETE)
 #
@@ -33,7 +39,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
+cd "$root" || exit 2
 out="${OUT:-$root/out}"
 mkdir -p "$out"
 nout="${NIGHTLY_OUT:-$root/reports/nightly}"
@@ -77,13 +83,33 @@ cmargs=()
 [[ -n "$cm" ]] && cmargs=(--correctness-model "$cm")
 say "abtest nightly on $device, model $model, correctness model ${cm:-none}, levers ${LEVERS:-all}, out $nout"
 mkdir -p "$MODEL_DIR"
-timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly --device "$device" --model "$model" "${cmargs[@]}" \
-    --synth-dir "$MODEL_DIR" --seed "$SEED" --levers "${LEVERS:-all}" --suite-bin 'bin/*.test' --threshold "${THRESHOLD:-2%}" \
-    --rounds "${ROUNDS:-9}" --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-3}" --warmup-ms "${WARMUP_MS:-2000}" \
-    --out "$nout" >>"$log" 2>&1
-rc=$?
-say "abtest nightly: exit $rc"
-summary="$(ls "$nout"/nightly-*.md 2>/dev/null | sort | tail -n 1)"
+rounds=()
+[[ -n "${ROUNDS:-}" ]] && rounds=(--rounds "$ROUNDS")
+nargs=(--device "$device" --model "$model" "${cmargs[@]}" --synth-dir "$MODEL_DIR" --seed "$SEED" --levers "${LEVERS:-all}"
+    --suite-bin 'bin/*.test' --calibration "${CALIBRATION:-$root/reports}" --threshold "${THRESHOLD:-2%}" "${rounds[@]}" --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-3}"
+    --warmup-ms "${WARMUP_MS:-2000}")
+SHARDS="${SHARDS:-1}"
+if [[ "$SHARDS" -le 1 ]]; then
+    timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly "${nargs[@]}" --out "$nout" >>"$log" 2>&1
+    rc=$?
+    say "abtest nightly: exit $rc"
+else
+    # The shards one after another (a pool runs them at once), balanced by
+    # the previous nights of NIGHTLY_OUT, then the merge into it.
+    shards="$(mktemp -d)"
+    for ((i = 0; i < SHARDS; i++)); do
+        timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly "${nargs[@]}" --shard "$i/$SHARDS" --balance-from "$nout" \
+            --out "$shards/shard-$i" >>"$log" 2>&1
+        say "abtest nightly --shard $i/$SHARDS: exit $?"
+    done
+    bin/abtest merge --out "$nout" "$shards"/shard-* >>"$log" 2>&1
+    rc=$?
+    say "abtest merge: exit $rc"
+fi
+summary=""
+for f in "$nout"/nightly-*.md; do # name order is date order; a shard's partial page is not the night's
+    [[ -f "$f" && "$f" != *-shard-* ]] && summary="$f"
+done
 if [[ -n "$summary" ]]; then
     cp "$summary" "$out/"
     head -n 1 "$summary" | tee -a "$log" >&2
