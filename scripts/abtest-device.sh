@@ -69,7 +69,7 @@
 #   PR="slow_decode=0.03;perturb_logit"   abtest pr pages of this build against itself with each planted in the
 #                                   head (MINFER_TEST_MUTATE): each must report a regression (exit 1);
 #                                   PR_WORKLOADS=qwen2-0.5b:Q8_0, PR_TIMEOUT=300
-#   BISECT="GOOD BAD WORKLOAD"      abtest bisect over bin/bisect.tgz (scripts/bisect-builds.sh GOOD BAD): BAD's
+#   BISECT="GOOD BAD WORKLOAD"      abtest bisect over BISECT_PACK=bin/bisect.tgz (scripts/bisect-builds.sh): BAD's
 #                                   kernel sources compiled once here, linked into every build; BISECT_TIMEOUT=480
 #
 #   device run: OUT=... scripts/abtest-device.sh      (carry: bin)
@@ -203,11 +203,11 @@ done
 
 # 3c. A bisect over prebuilt commits (this machine has no Go): BAD's kernel
 # sources compiled once, linked into every build folder.
-BISECT="${BISECT:-}" BISECT_TIMEOUT="${BISECT_TIMEOUT:-480}"
+BISECT="${BISECT:-}" BISECT_TIMEOUT="${BISECT_TIMEOUT:-480}" BISECT_PACK="${BISECT_PACK:-bin/bisect.tgz}"
 if [[ -n "$BISECT" ]]; then
     read -r bgood bbad bwl <<<"$BISECT"
-    bdir=/tmp/abtest-bisect
-    rm -rf "$bdir" && mkdir -p "$bdir/src" && tar -xzf bin/bisect.tgz -C "$bdir" && tar -xzf "$bdir/kernels-src.tgz" -C "$bdir/src"
+    bdir="$work/bisect"
+    rm -rf "$bdir" && mkdir -p "$bdir/src" && tar -xzf "$BISECT_PACK" -C "$bdir" && tar -xzf "$bdir/kernels-src.tgz" -C "$bdir/src"
     if LC_ALL=C timeout -k 10 "$KERNEL_TIMEOUT" "$bdir/src/scripts/build-kernels.sh" "$bdir/kernels.fatbin" >>"$out/build-kernels.log" 2>&1; then
         for d in "$bdir"/*/; do [[ -x "$d/minfer" ]] && ln -sf "$bdir/kernels.fatbin" "$d/minfer-kernels.fatbin"; done
         say "=== abtest bisect --good $bgood --bad $bbad --workload $bwl"

@@ -148,3 +148,47 @@ func TestNightlyScript_PassesTheBundlesTrainedCorrectnessModel(t *testing.T) {
 		t.Errorf("no trained model, yet: %q", ab)
 	}
 }
+
+// The pull-request and bisect stages: each planted defect gets its page of
+// this build against itself; the bisect's builds are unpacked, the bad
+// end's kernel sources built once and linked into every build folder.
+func TestDeviceScript_PullRequestPagesAndBisectStages(t *testing.T) {
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("no tar")
+	}
+	// bin/bisect.tgz as scripts/bisect-builds.sh packs it.
+	src := t.TempDir()
+	for rel, body := range map[string]string{
+		"aaaaaaaaaa/minfer": "#!/bin/sh\n", "bbbbbbbbbb/minfer": "#!/bin/sh\n", "commits.txt": "aaaaaaaaaa\tgood\nbbbbbbbbbb\tbad\n",
+		"k/scripts/build-kernels.sh": "#!/usr/bin/env bash\necho fatbin >\"$1\"\n", "k/cuda/kernels/x.cu": "",
+	} {
+		p := filepath.Join(src, rel)
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pack := filepath.Join(t.TempDir(), "bisect.tgz")
+	for _, c := range [][]string{{"tar", "-C", filepath.Join(src, "k"), "-czf", filepath.Join(src, "kernels-src.tgz"), "."}, {"rm", "-r", filepath.Join(src, "k")},
+		{"tar", "-C", src, "-czf", pack, "."}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", c, err, out)
+		}
+	}
+	calls, _ := runDeviceScript(t, "LEVERS=", "CALIBRATE=", "PR=slow_decode=0.03;perturb_logit", "BISECT=aaaaaaaaaa bbbbbbbbbb qwen3-0.6b:Q8_0",
+		"BISECT_PACK="+pack)
+	if len(calls) != 3 {
+		t.Fatalf("abtest calls: %q", calls)
+	}
+	for i, m := range []string{"slow_decode=0.03", "perturb_logit"} {
+		c := calls[i]
+		if !strings.HasPrefix(c, "pr ") || argAfter(c, "--base") != "bin" || argAfter(c, "--head") != "bin" || !strings.Contains(c, "--head-env MINFER_TEST_MUTATE="+m) {
+			t.Errorf("pr call %d: %q", i, c)
+		}
+	}
+	c := calls[2]
+	if !strings.HasPrefix(c, "bisect ") || argAfter(c, "--good") != "aaaaaaaaaa" || argAfter(c, "--bad") != "bbbbbbbbbb" || argAfter(c, "--workload") != "qwen3-0.6b:Q8_0" ||
+		argAfter(c, "--builds") != "bisect" || argAfter(c, "--device") != "cuda" {
+		t.Errorf("bisect call: %q", c)
+	}
+}
