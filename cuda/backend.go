@@ -13,10 +13,9 @@ import (
 
 // Options configure a Backend.
 type Options struct {
-	// Levers are the parsed MINFER_* gates: DisableCUDA, TestCallFail,
-	// Kernels, LaunchCensus, OpTiming, NoCUDAGraph, NoPrefillCapture,
-	// NoPinnedReadback, NoPrefillGEMM, NoQ80MMVQ, NoQ40MMVQ, NoKQMMVQ,
-	// NoSplitKAttn.
+	// Levers are the parsed MINFER_* settings (engine/levers): the backend
+	// reads those of backend cuda or any, each listed with the path it
+	// switches by `minfer levers` (one registry; no list kept here).
 	Levers levers.Config
 	// Ordinal is the device index.
 	Ordinal int
