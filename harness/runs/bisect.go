@@ -723,12 +723,21 @@ func (b *bisector) search(ctx context.Context, commits []string) bool {
 	good, bad := commits[0], commits[len(commits)-1]
 	bis := gates.NewBisection(commits)
 	eta := harness.ETA{Start: time.Now()}
+	setRange := func() (lg, fb int, between []int) {
+		lg, fb, between = bis.Range()
+		b.run.LastGood, b.run.FirstBad, b.run.Between = commits[lg], commits[fb], nil
+		for _, k := range between {
+			b.run.Between = append(b.run.Between, commits[k])
+		}
+		return lg, fb, between
+	}
 	for {
 		i, ok := bis.Next()
 		if !ok {
 			break
 		}
 		if ctx.Err() != nil {
+			setRange() // an interrupted search still says where it stood
 			return false
 		}
 		c := commits[i]
@@ -743,6 +752,7 @@ func (b *bisector) search(ctx context.Context, commits []string) bool {
 			var err error
 			if step, err = b.probe(ctx, good, bad, c); err != nil {
 				if ctx.Err() != nil {
+					setRange()
 					return false
 				}
 				step = gates.BisectStep{Commit: c, Outcome: gates.Untestable, Why: "its run failed: " + err.Error()}
@@ -754,11 +764,7 @@ func (b *bisector) search(ctx context.Context, commits []string) bool {
 		bis.Record(i, step.Outcome)
 		b.run.Steps = append(b.run.Steps, step)
 	}
-	lg, fb, between := bis.Range()
-	b.run.LastGood, b.run.FirstBad = commits[lg], commits[fb]
-	for _, k := range between {
-		b.run.Between = append(b.run.Between, commits[k])
-	}
+	_, fb, between := setRange()
 	if len(between) > 0 || ctx.Err() != nil {
 		return ctx.Err() == nil
 	}
