@@ -212,7 +212,7 @@ if [[ -n "$BISECT" ]]; then
         for d in "$bdir"/*/; do [[ -x "$d/minfer" ]] && ln -sf "$bdir/kernels.fatbin" "$d/minfer-kernels.fatbin"; done
         say "=== abtest bisect --good $bgood --bad $bbad --workload $bwl"
         timeout -k 15 "$BISECT_TIMEOUT" bin/abtest bisect --minfer bin/minfer --builds "$bdir" --good "$bgood" --bad "$bbad" --workload "$bwl" \
-            --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" --pp "$PP" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
+            --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" --pp "$PP" --tg "$TG" --reps "$REPS" \
             --out "$reports/bisect" >>"$log" 2>&1
         say "=== bisect: exit $? (0: the first bad commit named and confirmed)"
     else

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,7 +12,6 @@ import (
 )
 
 func newBisectCmd() *cobra.Command {
-	var f runFlags
 	var o runs.BisectOptions
 	cmd := &cobra.Command{
 		Use:   "bisect --good REV --bad REV --workload W [--lever L] [--builds DIR] [--out reports/bisect]",
@@ -29,7 +29,6 @@ func newBisectCmd() *cobra.Command {
 			"untestable commits, or not confirmed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Options = *f.opts()
 			r, base, err := runs.Bisect(cmd.Context(), &o, strings.Join(os.Args, " "), os.Stderr)
 			if err != nil {
 				return err
@@ -38,8 +37,21 @@ func newBisectCmd() *cobra.Command {
 			return exit(r.ExitCode())
 		},
 	}
-	f.register(cmd, false)
 	fl := cmd.Flags()
+	// Only the settings a bisect uses (no gates, bars or suite: it judges
+	// speed or output between builds, not a lever's five gates).
+	fl.StringVar(&o.Device, "device", "auto", "auto, cpu or cuda")
+	fl.StringVar(&o.Minfer, "minfer", "", "abtest's own minfer, for the registry, the probes and the workload's synthesis (default: next to abtest, else in PATH)")
+	fl.StringVar(&o.SynthDir, "synth-dir", "", "cache of synthesized models (default: $XDG_CACHE_HOME/minfer/abtest-synth)")
+	fl.Uint64Var(&o.Seed, "seed", 1, "weight seed of the synthesized workload")
+	fl.IntVar(&o.Rounds, "rounds", 9, "interleaved rounds of the ends' run (and of the final re-run)")
+	fl.IntVar(&o.PP, "pp", 512, "prefill tokens per bench test (a workload's @ppN wins)")
+	fl.IntVar(&o.TG, "tg", 128, "decode tokens per bench test")
+	fl.IntVar(&o.Reps, "reps", 3, "repetitions per bench process")
+	fl.IntVar(&o.BenchWarm, "bench-warmup-ms", 500, "in-process warmup of every timed bench (MINFER_BENCH_WARMUP_MS)")
+	fl.IntVar(&o.GenN, "gen-n", 32, "greedy tokens per prompt (output mode)")
+	fl.DurationVar(&o.Timeout, "arm-timeout", 5*time.Minute, "per-process limit (0: no limit)")
+	fl.StringVar(&o.Out, "out", "reports/bisect", "report folder")
 	fl.StringVar(&o.Good, "good", "", "a commit without the change")
 	fl.StringVar(&o.Bad, "bad", "", "a later commit with it")
 	fl.StringVar(&o.Workload, "workload", "embedded", "embedded, or SHAPE:TYPE[@ppN] (synthesized once into --synth-dir)")
@@ -52,7 +64,5 @@ func newBisectCmd() *cobra.Command {
 	fl.StringVar(&o.BuildDir, "build-dir", "", "where commits are built and kept (default OUT/.builds)")
 	fl.IntVar(&o.StepRounds, "step-rounds", 9, "rounds of a probe before it may add more")
 	fl.IntVar(&o.MaxRounds, "max-rounds", 27, "a probe still undecided at this many rounds is unknown")
-	_ = fl.Set("out", "reports/bisect")
-	fl.Lookup("out").DefValue = "reports/bisect"
 	return cmd
 }

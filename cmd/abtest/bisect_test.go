@@ -79,7 +79,7 @@ func readBisect(t *testing.T, out string) *gates.BisectRun {
 	return &r
 }
 
-var bisectArgs = []string{"--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10", "--gen-n", "8", "--device", "cpu"}
+var bisectArgs = []string{"--pp", "16", "--tg", "4", "--reps", "1", "--bench-warmup-ms", "10", "--gen-n", "8", "--device", "cpu"}
 
 // The done-when of bisect: over a scratch repository whose fifth commit
 // plants a 10% decode slowdown through the test seam, abtest bisect names

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // The device recipes (scripts/abtest-device.sh, scripts/nightly.sh), run
@@ -184,6 +186,17 @@ func TestDeviceScript_PullRequestPagesAndBisectStages(t *testing.T) {
 		c := calls[i]
 		if !strings.HasPrefix(c, "pr ") || argAfter(c, "--base") != "bin" || argAfter(c, "--head") != "bin" || !strings.Contains(c, "--head-env MINFER_TEST_MUTATE="+m) {
 			t.Errorf("pr call %d: %q", i, c)
+		}
+	}
+	// abtest itself accepts every flag the script passes.
+	for i, c := range calls {
+		f := strings.Fields(c)
+		cmd := map[string]func() *cobra.Command{"pr": newPRCmd, "bisect": newBisectCmd}[f[0]]
+		if cmd == nil {
+			t.Fatalf("call %d: %q", i, c)
+		}
+		if err := cmd().ParseFlags(f[1:]); err != nil {
+			t.Errorf("abtest %s refuses the script's flags: %v", f[0], err)
 		}
 	}
 	c := calls[2]

@@ -80,6 +80,9 @@ func Bisect(ctx context.Context, o *BisectOptions, cmdline string, progressTo *o
 	default:
 		return nil, "", CannotRun("--mode %q: want auto, speed or output (a lever's gain: --lever)", o.Mode)
 	}
+	if o.Rounds < 3 || o.PP < 1 || o.TG < 1 || o.Reps < 1 || o.GenN < 1 || o.BenchWarm < 1 || o.Timeout < 0 {
+		return nil, "", CannotRun("bisect: --rounds >= 3, and --pp, --tg, --reps, --gen-n, --bench-warmup-ms positive")
+	}
 	if o.StepRounds < 3 || o.MaxRounds < o.StepRounds {
 		return nil, "", CannotRun("--step-rounds %d / --max-rounds %d: want 3 <= step rounds <= max rounds", o.StepRounds, o.MaxRounds)
 	}
@@ -318,9 +321,6 @@ func (b *bisector) setUp(ctx context.Context) error {
 	// abtest's own minfer (--minfer, else beside abtest): the ends may be
 	// builds from before today's command line.
 	opts := b.o.Options
-	if err := opts.Check(); err != nil {
-		return err
-	}
 	s, err := newSetup(ctx, &opts)
 	if err != nil {
 		return err
