@@ -15,8 +15,7 @@ import (
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
-	"github.com/minfer-go/minfer/engine/model/qwen2"
-	"github.com/minfer-go/minfer/engine/model/qwen3"
+	"github.com/minfer-go/minfer/engine/model/arch"
 	"github.com/minfer-go/minfer/engine/tokenizer"
 )
 
@@ -123,14 +122,11 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{f: f, h: h, tok: tok, opts: opts, plans: map[graph.Params]*graph.Plan{}, sleep: time.Sleep}
-	switch h.Arch {
-	case Qwen2:
-		e.build = qwen2.Build
-	case Qwen3:
-		e.build = qwen3.Build
-	default:
-		return nil, fmt.Errorf("no graph builder for architecture %s", h.Arch)
+	a, err := arch.Lookup(string(h.Arch))
+	if err != nil {
+		return nil, err
 	}
+	e.build = a.Build
 	e.nCtx = opts.NCtx
 	if e.nCtx == 0 {
 		e.nCtx = min(h.NCtxTrain, 4096)
@@ -212,15 +208,11 @@ func (e *Engine) Backends() []graph.Backend { return e.backends }
 
 // GraphParams is the topology key of a forward of nt tokens.
 func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers.Config) graph.Params {
-	return graph.Params{
-		Arch: string(h.Arch), NVocab: h.NVocab, NEmbd: h.NEmbd, NLayer: h.NLayer, NHead: h.NHead,
-		NHeadKV: h.NHeadKV, HeadDim: h.HeadDim, NFF: h.NFF, NCtx: nCtx,
-		RopeTheta: h.RopeTheta, RmsEps: h.RmsEps, RopeNeox: h.RopeNeox, QKNorm: h.QKNorm,
-		QKVBias: h.QKVBias, TiedOutput: h.TiedOutput,
-		NT: nt, AllLogits: allLogits && nt > 1, KVFormat: f,
-		FuseQKV: !lv.NoFuseQKV, FuseFFN: !lv.NoFuseFFN,
-		SkipQBias: lv.Mutated(levers.MutateSkipBias),
-	}
+	p := h.modelParams()
+	p.NCtx, p.NT, p.AllLogits, p.KVFormat = nCtx, nt, allLogits && nt > 1, f
+	p.FuseQKV, p.FuseFFN = !lv.NoFuseQKV, !lv.NoFuseFFN
+	p.SkipQBias = lv.Mutated(levers.MutateSkipBias)
+	return p
 }
 
 // HParams returns the model's hyper-parameters.

@@ -12,8 +12,7 @@ import (
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
-	"github.com/minfer-go/minfer/engine/model/qwen2"
-	"github.com/minfer-go/minfer/engine/model/qwen3"
+	"github.com/minfer-go/minfer/engine/model/arch"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden graph dumps in testdata/graphs")
@@ -127,13 +126,11 @@ func goldenVariants(h HParams) []goldenVariant {
 // goldenBuild builds the graph the engine builds for p under lv, before
 // compiling it.
 func goldenBuild(h HParams, p graph.Params, lv levers.Config) (*graph.Graph, error) {
-	switch h.Arch {
-	case Qwen2:
-		return qwen2.Build(p)
-	case Qwen3:
-		return qwen3.Build(p)
+	a, err := arch.Lookup(string(h.Arch))
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("no builder for %s", h.Arch)
+	return a.Build(p)
 }
 
 // offerer runs every op and offers the fusions its func allows.

@@ -1,15 +1,16 @@
-// Package model holds what the Qwen2 and Qwen3 graph builders share: the
-// hyper-parameters read from GGUF metadata and the check that a file carries
-// every tensor the architecture needs, at the right shape and a usable type.
+// Package model holds what the architectures share: the hyper-parameters
+// read from GGUF metadata and the check that a file carries every tensor
+// its architecture's table lists, at the right shape and a usable type.
 package model
 
 import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/model/arch"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -22,8 +23,14 @@ const (
 	Qwen3 Arch = "qwen3"
 )
 
-// Archs lists the supported architectures.
-func Archs() []Arch { return []Arch{Qwen2, Qwen3} }
+// Archs lists the supported architectures: those registered in engine/model/arch.
+func Archs() []Arch {
+	var out []Arch
+	for _, n := range arch.Names() {
+		out = append(out, Arch(n))
+	}
+	return out
+}
 
 // HParams are the hyper-parameters of a Qwen2/Qwen3 model.
 type HParams struct {
@@ -60,21 +67,20 @@ const maxDim = 1 << 24
 // weight type. Each failure names the key or tensor and the reason.
 func ReadHParams(f *gguf.File) (HParams, error) {
 	var h HParams
-	arch, err := f.String("general.architecture")
+	archName, err := f.String("general.architecture")
 	if err != nil {
 		return h, fmt.Errorf("model: general.architecture: %w", err)
 	}
-	switch Arch(arch) {
-	case Qwen2, Qwen3:
-		h.Arch = Arch(arch)
-	default:
-		return h, fmt.Errorf("model: unsupported architecture %q (minfer runs qwen2 and qwen3)", arch)
+	a, err := arch.Lookup(archName)
+	if err != nil {
+		return h, fmt.Errorf("model: %w", err)
 	}
+	h.Arch = Arch(archName)
 	if name, err := f.String("general.name"); err == nil {
 		h.Name = name
 	}
 
-	p := arch + "."
+	p := archName + "."
 	ints := []struct {
 		key string
 		dst *int
@@ -142,20 +148,24 @@ func ReadHParams(f *gguf.File) (HParams, error) {
 	for i := range f.Tensors {
 		tensors[f.Tensors[i].Name] = &f.Tensors[i]
 	}
-	emb, ok := tensors["token_embd.weight"]
+	// n_vocab is the row count of the embedding.
+	embd := a.First(arch.Embedding).Name
+	emb, ok := tensors[embd]
 	if !ok {
-		return h, errors.New("model: tensor token_embd.weight is missing")
+		return h, fmt.Errorf("model: tensor %s is missing", embd)
 	}
 	if len(emb.Dims) != 2 || emb.Dims[1] == 0 || emb.Dims[1] > maxDim {
-		return h, fmt.Errorf("model: tensor token_embd.weight has shape %v, want [%d, n_vocab]", emb.Dims, h.NEmbd)
+		return h, fmt.Errorf("model: tensor %s has shape %v, want [%d, n_vocab]", embd, emb.Dims, h.NEmbd)
 	}
 	h.NVocab = int(emb.Dims[1])
-	_, h.QKVBias = tensors["blk.0.attn_q.bias"]
-	_, h.QKNorm = tensors["blk.0.attn_q_norm.weight"]
-	_, hasOutput := tensors["output.weight"]
-	h.TiedOutput = !hasOutput
-	if h.Arch == Qwen3 && !h.QKNorm {
-		return h, errors.New("model: tensor blk.0.attn_q_norm.weight is missing (qwen3 needs q/k norms)")
+	// An option is on when block 0 (or the file) has its first tensor.
+	has := func(f arch.Feature) bool {
+		t := a.Telltale(f)
+		return t != nil && tensors[t.At(0)] != nil
+	}
+	h.QKVBias, h.QKNorm, h.TiedOutput = has(arch.QKVBias), has(arch.QKNorm), !has(arch.Untied)
+	if a.Needs != 0 && !has(a.Needs) {
+		return h, fmt.Errorf("model: tensor %s is missing (%s needs %s)", a.Telltale(a.Needs).At(0), a.Name, a.Needs)
 	}
 
 	for _, want := range h.Tensors() {
@@ -166,49 +176,30 @@ func ReadHParams(f *gguf.File) (HParams, error) {
 	return h, nil
 }
 
-// TensorSpec is one tensor an architecture needs: its name and shape
-// (Dims[0] = row length).
-type TensorSpec struct {
-	Name string
-	Dims []uint64
+// TensorSpec is one tensor a model needs: its name and shape (Dims[0] =
+// row length) and its declaration in the architecture's table.
+type TensorSpec = arch.Spec
+
+// Tensors lists every tensor the model described by h needs, in the order
+// of its architecture's table (token_embd, per-layer blocks, output_norm,
+// output); none for an architecture that is not registered.
+func (h HParams) Tensors() []TensorSpec {
+	a, err := arch.Lookup(string(h.Arch))
+	if err != nil {
+		return nil
+	}
+	return a.Specs(h.modelParams())
 }
 
-// Tensors lists every tensor the model described by h needs, in the
-// converter's order (token_embd, per-layer blocks, output_norm, output).
-func (h HParams) Tensors() []TensorSpec {
-	e, q, kv, ff, hd := uint64(h.NEmbd), uint64(h.NQ()), uint64(h.NKV()), uint64(h.NFF), uint64(h.HeadDim)
-	out := []TensorSpec{{"token_embd.weight", []uint64{e, uint64(h.NVocab)}}}
-	for i := 0; i < h.NLayer; i++ {
-		b := "blk." + strconv.Itoa(i) + "."
-		add := func(name string, dims ...uint64) { out = append(out, TensorSpec{b + name, dims}) }
-		add("attn_norm.weight", e)
-		add("attn_q.weight", e, q)
-		if h.QKVBias {
-			add("attn_q.bias", q)
-		}
-		add("attn_k.weight", e, kv)
-		if h.QKVBias {
-			add("attn_k.bias", kv)
-		}
-		add("attn_v.weight", e, kv)
-		if h.QKVBias {
-			add("attn_v.bias", kv)
-		}
-		if h.QKNorm {
-			add("attn_q_norm.weight", hd)
-			add("attn_k_norm.weight", hd)
-		}
-		add("attn_output.weight", q, e)
-		add("ffn_norm.weight", e)
-		add("ffn_gate.weight", e, ff)
-		add("ffn_up.weight", e, ff)
-		add("ffn_down.weight", ff, e)
+// modelParams are the graph.Params that the model alone sets: what the
+// tensors' shapes and presence depend on.
+func (h HParams) modelParams() graph.Params {
+	return graph.Params{
+		Arch: string(h.Arch), NVocab: h.NVocab, NEmbd: h.NEmbd, NLayer: h.NLayer, NHead: h.NHead,
+		NHeadKV: h.NHeadKV, HeadDim: h.HeadDim, NFF: h.NFF,
+		RopeTheta: h.RopeTheta, RmsEps: h.RmsEps, RopeNeox: h.RopeNeox, QKNorm: h.QKNorm,
+		QKVBias: h.QKVBias, TiedOutput: h.TiedOutput,
 	}
-	out = append(out, TensorSpec{"output_norm.weight", []uint64{e}})
-	if !h.TiedOutput {
-		out = append(out, TensorSpec{"output.weight", []uint64{e, uint64(h.NVocab)}})
-	}
-	return out
 }
 
 func checkTensor(ti *gguf.TensorInfo, want TensorSpec) error {
