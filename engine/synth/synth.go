@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -8,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/engine/model/arch"
 	"github.com/minfer-go/minfer/engine/quant"
 	"github.com/minfer-go/minfer/engine/quantize"
 )
@@ -97,23 +98,23 @@ func newPlan(opts Options) (*plan, error) {
 	}
 	p := &plan{shape: sh, hp: hp}
 
-	arch := string(sh.Arch)
+	archName := string(sh.Arch)
 	kv := func(k string, v gguf.Value) { p.kvs = append(p.kvs, gguf.KV{Key: k, Value: v}) }
-	kv("general.architecture", gguf.StringValue(arch))
+	kv("general.architecture", gguf.StringValue(archName))
 	kv("general.type", gguf.StringValue("model"))
 	kv("general.name", gguf.StringValue(hp.Name))
 	kv("general.size_label", gguf.StringValue(sh.SizeLabel()))
-	kv(arch+".block_count", gguf.Uint32Value(uint32(sh.NLayer)))
-	kv(arch+".context_length", gguf.Uint32Value(uint32(sh.NCtxTrain)))
-	kv(arch+".embedding_length", gguf.Uint32Value(uint32(sh.NEmbd)))
-	kv(arch+".feed_forward_length", gguf.Uint32Value(uint32(sh.NFF)))
-	kv(arch+".attention.head_count", gguf.Uint32Value(uint32(sh.NHead)))
-	kv(arch+".attention.head_count_kv", gguf.Uint32Value(uint32(sh.NHeadKV)))
-	kv(arch+".rope.freq_base", gguf.Float32Value(sh.RopeTheta))
-	kv(arch+".attention.layer_norm_rms_epsilon", gguf.Float32Value(sh.RmsEps))
+	kv(archName+".block_count", gguf.Uint32Value(uint32(sh.NLayer)))
+	kv(archName+".context_length", gguf.Uint32Value(uint32(sh.NCtxTrain)))
+	kv(archName+".embedding_length", gguf.Uint32Value(uint32(sh.NEmbd)))
+	kv(archName+".feed_forward_length", gguf.Uint32Value(uint32(sh.NFF)))
+	kv(archName+".attention.head_count", gguf.Uint32Value(uint32(sh.NHead)))
+	kv(archName+".attention.head_count_kv", gguf.Uint32Value(uint32(sh.NHeadKV)))
+	kv(archName+".rope.freq_base", gguf.Float32Value(sh.RopeTheta))
+	kv(archName+".attention.layer_norm_rms_epsilon", gguf.Float32Value(sh.RmsEps))
 	if sh.HeadDim != 0 {
-		kv(arch+".attention.key_length", gguf.Uint32Value(uint32(sh.HeadDim)))
-		kv(arch+".attention.value_length", gguf.Uint32Value(uint32(sh.HeadDim)))
+		kv(archName+".attention.key_length", gguf.Uint32Value(uint32(sh.HeadDim)))
+		kv(archName+".attention.value_length", gguf.Uint32Value(uint32(sh.HeadDim)))
 	}
 	kv("general.file_type", gguf.Uint32Value(fileType))
 	kv("general.quantization_version", gguf.Uint32Value(quantize.QuantizationVersion))
@@ -134,10 +135,6 @@ func newPlan(opts Options) (*plan, error) {
 		p.kvs = append(p.kvs, v.kvs()...)
 	}
 
-	e := float32(hp.NEmbd)
-	inv := func(n int) float32 { return float32(1 / math.Sqrt(float64(n))) }
-	norm := dist{Mean: 1, Std: 0.05}
-	outGain := float32(LogitStd) / float32(math.Sqrt(float64(e)))
 	add := func(name string, d dist, dims ...uint64) error {
 		t := quant.F32
 		if len(dims) > 1 {
@@ -149,53 +146,58 @@ func newPlan(opts Options) (*plan, error) {
 		p.tensors = append(p.tensors, tensor{name, dims, t, d})
 		return nil
 	}
-	E, Q, KV, FF, HD := uint64(hp.NEmbd), uint64(hp.NQ()), uint64(hp.NKV()), uint64(hp.NFF), uint64(hp.HeadDim)
 	var errs []error
-	errs = append(errs, add("token_embd.weight", dist{Std: 1}, E, uint64(hp.NVocab)))
-	// Per block in the converter's order (Hugging Face names, sorted).
-	for i := 0; i < hp.NLayer; i++ {
-		b := "blk." + strconv.Itoa(i) + "."
-		errs = append(errs,
-			add(b+"attn_norm.weight", norm, E),
-			add(b+"ffn_down.weight", dist{Std: inv(hp.NFF)}, FF, E),
-			add(b+"ffn_gate.weight", dist{Std: inv(hp.NEmbd)}, E, FF),
-			add(b+"ffn_up.weight", dist{Std: inv(hp.NEmbd)}, E, FF),
-			add(b+"ffn_norm.weight", norm, E))
-		if hp.QKVBias {
-			errs = append(errs, add(b+"attn_k.bias", dist{Std: 0.05}, KV))
-		}
-		if hp.QKNorm {
-			errs = append(errs, add(b+"attn_k_norm.weight", norm, HD))
-		}
-		errs = append(errs,
-			add(b+"attn_k.weight", dist{Std: inv(hp.NEmbd)}, E, KV),
-			add(b+"attn_output.weight", dist{Std: inv(hp.NQ())}, Q, E))
-		if hp.QKVBias {
-			errs = append(errs, add(b+"attn_q.bias", dist{Std: 0.05}, Q))
-		}
-		if hp.QKNorm {
-			errs = append(errs, add(b+"attn_q_norm.weight", norm, HD))
-		}
-		errs = append(errs, add(b+"attn_q.weight", dist{Std: inv(hp.NEmbd)}, E, Q))
-		if hp.QKVBias {
-			errs = append(errs, add(b+"attn_v.bias", dist{Std: 0.05}, KV))
-		}
-		errs = append(errs, add(b+"attn_v.weight", dist{Std: inv(hp.NEmbd)}, E, KV))
-	}
-	if hp.TiedOutput {
-		// With tied embeddings a positive output norm makes every token
-		// predict itself (the residual stream holds its own embedding);
-		// random signs break that alignment.
-		errs = append(errs, add("output_norm.weight", dist{Mean: outGain, Std: 0.05 * outGain, Signed: true}, E))
-	} else {
-		errs = append(errs,
-			add("output_norm.weight", norm, E),
-			add("output.weight", dist{Std: outGain}, E, uint64(hp.NVocab)))
+	for _, t := range fileOrder(hp.Tensors()) {
+		errs = append(errs, add(t.Name, weightDist(t, hp), t.Dims...))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// fileOrder puts the tensors in the converter's order: the tensors of each
+// block sorted by their Hugging Face names (the global ones stay where the
+// architecture's table has them).
+func fileOrder(specs []model.TensorSpec) []model.TensorSpec {
+	out := slices.Clone(specs)
+	for i := 0; i < len(out); i++ {
+		j := i
+		for j < len(out) && out[j].Layer >= 0 {
+			j++
+		}
+		slices.SortStableFunc(out[i:j], func(a, b model.TensorSpec) int {
+			return cmp.Or(cmp.Compare(a.Layer, b.Layer), strings.Compare(a.Tensor.HF, b.Tensor.HF))
+		})
+		i = j
+	}
+	return out
+}
+
+// weightDist is how the values of tensor t are drawn: unit-RMS activations
+// through every projection, norms near 1, peaky logits.
+func weightDist(t model.TensorSpec, hp model.HParams) dist {
+	norm := dist{Mean: 1, Std: 0.05}
+	outGain := float32(LogitStd) / float32(math.Sqrt(float64(hp.NEmbd)))
+	switch t.Tensor.Role {
+	case arch.Embedding:
+		return dist{Std: 1}
+	case arch.Norm:
+		return norm
+	case arch.Bias:
+		return dist{Std: 0.05}
+	case arch.OutputNorm:
+		if hp.TiedOutput {
+			// With tied embeddings a positive output norm makes every token
+			// predict itself (the residual stream holds its own embedding);
+			// random signs break that alignment.
+			return dist{Mean: outGain, Std: 0.05 * outGain, Signed: true}
+		}
+		return norm
+	case arch.Output:
+		return dist{Std: outGain}
+	}
+	return dist{Std: float32(1 / math.Sqrt(float64(t.Dims[0])))} // a matrix: 1/sqrt(row length)
 }
 
 // typeRule returns the type choice for matrices and general.file_type.
