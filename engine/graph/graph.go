@@ -24,9 +24,6 @@ type Params struct {
 	// Fusions the caller allows (levers MINFER_NO_FUSE_QKV / _FFN); the
 	// fuse pass also asks every backend involved.
 	FuseQKV, FuseFFN bool
-
-	// SkipQBias is the skip_bias test seam: the builder leaves out the q bias.
-	SkipQBias bool
 }
 
 // NQ is the query width NHead*HeadDim.

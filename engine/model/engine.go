@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/model/arch"
+	"github.com/minfer-go/minfer/engine/model/qwen2"
 	"github.com/minfer-go/minfer/engine/tokenizer"
 )
 
@@ -211,7 +213,6 @@ func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers
 	p := h.modelParams()
 	p.NCtx, p.NT, p.AllLogits, p.KVFormat = nCtx, nt, allLogits && nt > 1, f
 	p.FuseQKV, p.FuseFFN = !lv.NoFuseQKV, !lv.NoFuseFFN
-	p.SkipQBias = lv.Mutated(levers.MutateSkipBias)
 	return p
 }
 
@@ -259,7 +260,7 @@ func (e *Engine) Plan(nt int, allLogits bool) (*graph.Plan, error) {
 		e.touch(p)
 		return pl, nil
 	}
-	g, err := e.build(p)
+	g, err := buildGraph(e.build, p, e.opts.Levers)
 	if err != nil {
 		return nil, err
 	}
@@ -416,11 +417,37 @@ func (e *Engine) slowDown(frac float64, wall0 time.Time, dev0 time.Duration, clo
 	return nil
 }
 
+// buildGraph builds the graph of p with build and plants the graph's test
+// seam (skip_bias) when lv asks for it.
+func buildGraph(build func(graph.Params) (*graph.Graph, error), p graph.Params, lv levers.Config) (*graph.Graph, error) {
+	g, err := build(p)
+	if err != nil || !lv.Mutated(levers.MutateSkipBias) {
+		return g, err
+	}
+	skipQBias(g)
+	return g, nil
+}
+
+// skipQBias applies skip_bias: every q projection loses its bias add, as if
+// the model had none; the parity gate must catch it. The architectures
+// know nothing of it. The graph gets another UID, so a device never
+// replays a capture of the unmutated topology for it.
+func skipQBias(g *graph.Graph) {
+	for _, n := range g.Nodes {
+		if n.Op == graph.OpMatMul && qwen2.AttnQBias.Is(n.Bias) {
+			n.Bias = ""
+		}
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d %s", g.UID, levers.MutateSkipBias)
+	g.UID = h.Sum64()
+}
+
 // mutate applies perturb_logit (levers.Config.TestMutate): in every
 // returned row the runner-up token's logit is set to the top logit + 1, so
 // greedy decoding always picks a different token than the unmutated engine.
-// (skip_bias lives in the builder: the q bias add is left out; slow_decode
-// and slow_prefill in slowDown.)
+// (skip_bias is a graph rewrite, skipQBias; slow_decode and slow_prefill
+// are in slowDown.)
 func (e *Engine) mutate(out []float32) {
 	if e.opts.Levers.Mutated(levers.MutatePerturbLogit) {
 		n := e.h.NVocab

@@ -130,7 +130,7 @@ func goldenBuild(h HParams, p graph.Params, lv levers.Config) (*graph.Graph, err
 	if err != nil {
 		return nil, err
 	}
-	return a.Build(p)
+	return buildGraph(a.Build, p, lv)
 }
 
 // offerer runs every op and offers the fusions its func allows.

@@ -116,11 +116,7 @@ func block(b *graph.Builder, o Options, i int, x, pos, kvw int) int {
 
 	// attention
 	h := b.RmsNorm(n("attn_norm"), x, w(AttnNorm), p.RmsEps)
-	qBias := opt(o.QKVBias, AttnQBias)
-	if p.SkipQBias {
-		qBias = "" // test seam skip_bias
-	}
-	q := b.MatMul(n("attn_q"), h, w(AttnQ), qBias, p.NQ())
+	q := b.MatMul(n("attn_q"), h, w(AttnQ), opt(o.QKVBias, AttnQBias), p.NQ())
 	k := b.MatMul(n("attn_k"), h, w(AttnK), opt(o.QKVBias, AttnKBias), p.NKV())
 	v := b.MatMul(n("attn_v"), h, w(AttnV), opt(o.QKVBias, AttnVBias), p.NKV())
 	q = b.Reshape(n("attn_q_heads"), q, graph.Sh(p.HeadDim, p.NHead, nt))
