@@ -55,6 +55,9 @@ type NightlyEntry struct {
 	Seconds float64 `json:"seconds,omitempty"`
 	// SuiteSeconds is the part of it the suite gate took.
 	SuiteSeconds float64 `json:"suite_seconds,omitempty"`
+	// From is, in a merged summary, the shard summary the entry came from
+	// (its report is relative to that file's folder).
+	From string `json:"from,omitempty"`
 }
 
 // NightlyDiff is arm B of one metric against the previous nightly's arm B.
@@ -79,6 +82,7 @@ const VerdictNotComparable = "not comparable"
 type NightlySummary struct {
 	Date        string  `json:"date"`
 	Machine     string  `json:"machine"` // GPU name, else CPU model
+	GPU         string  `json:"gpu_uuid,omitempty"`
 	Commit      string  `json:"commit"`
 	Model       string  `json:"model"` // the default workload's model
 	ModelSHA256 string  `json:"model_sha256"`
@@ -104,6 +108,9 @@ type NightlySummary struct {
 	Shard   *ShardInfo    `json:"shard,omitempty"`
 	Merged  []MergedShard `json:"merged,omitempty"`
 	Missing []string      `json:"missing_shards,omitempty"`
+	// Control compares the control lever, run in every shard, across the
+	// shards (their GPUs): it should not move.
+	Control *ControlComparison `json:"control,omitempty"`
 }
 
 // MergedShard is one shard of a merged nightly: where it was read, when it
@@ -114,6 +121,7 @@ type MergedShard struct {
 	Date     string `json:"date"`
 	Complete bool   `json:"complete"`
 	Levers   int    `json:"levers"`
+	GPU      string `json:"gpu_uuid,omitempty"`
 }
 
 // Decide sets the night's verdict by GATES.md's precedence.

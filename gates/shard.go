@@ -6,6 +6,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/stats"
 )
 
 // A nightly split over N machines: each shard runs a deterministic part of
@@ -34,6 +37,10 @@ type ShardInfo struct {
 	// shards' lever reports carry it as deferred until the merge.
 	SuiteEveryShard bool         `json:"suite_every_shard"`
 	Suites          []LeverSuite `json:"suites,omitempty"`
+	// Control is a lever spec every shard runs besides its part (not in
+	// the partition): the same lever on each shard's GPU, so the merge can
+	// say whether the machines agree.
+	Control string `json:"control,omitempty"`
 }
 
 // LeverSuite is gate 4 of one lever (its arm B's settings), run by shard 0
@@ -223,11 +230,15 @@ func MergeShards(shards []ShardResult) (*NightlySummary, error) {
 		{"tg", func(s *NightlySummary) string { return strconv.Itoa(s.TG) }},
 		{"threshold", func(s *NightlySummary) string { return strconv.FormatFloat(s.Threshold, 'g', -1, 64) }},
 		{"suite_every_shard", func(s *NightlySummary) string { return strconv.FormatBool(s.Shard.SuiteEveryShard) }},
-		{"partition", func(s *NightlySummary) string { return fmt.Sprint(s.Shard.Partition) + " balanced " + s.Shard.Balance }},
+		{"partition", func(s *NightlySummary) string { return fmt.Sprint(s.Shard.Partition) }},
+		{"control", func(s *NightlySummary) string { return s.Shard.Control }},
 	}
 	for _, r := range shards[1:] {
 		for _, f := range same {
 			if a, b := f.get(ref.Sum), f.get(r.Sum); a != b {
+				if f.field == "partition" { // say why they split differently
+					a, b = a+" balanced "+ref.Sum.Shard.Balance, b+" balanced "+r.Sum.Shard.Balance
+				}
 				return nil, &IncompatibleShards{f.field, fmt.Sprintf("%s has %q, %s has %q", ref.Path, a, r.Path, b)}
 			}
 		}
@@ -260,9 +271,16 @@ func MergeShards(shards []ShardResult) (*NightlySummary, error) {
 			m.Date = r.Sum.Date
 		}
 		m.Complete = m.Complete && r.Sum.Complete
-		m.Merged = append(m.Merged, MergedShard{Name: name, Path: r.Path, Date: r.Sum.Date, Complete: r.Sum.Complete, Levers: len(r.Sum.Shard.Levers())})
+		m.Merged = append(m.Merged, MergedShard{Name: name, Path: r.Path, Date: r.Sum.Date, Complete: r.Sum.Complete, Levers: len(r.Sum.Shard.Levers()), GPU: r.Sum.GPU})
+	}
+	if ctl := ref.Sum.Shard.Control; ctl != "" {
+		m.Control = compareControl(ctl, byIndex, m.Threshold)
 	}
 	for _, sp := range ref.Sum.Shard.All {
+		if sp == ref.Sum.Shard.Control {
+			m.Entries = append(m.Entries, m.Control.Entry)
+			continue
+		}
 		k := owner[sp]
 		name, _, _ := strings.Cut(sp, "=")
 		r := byIndex[k]
@@ -274,6 +292,7 @@ func MergeShards(shards []ShardResult) (*NightlySummary, error) {
 		found := false
 		for _, e := range r.Sum.Entries {
 			if e.Spec == sp {
+				e.From = r.Path
 				m.Entries, found = append(m.Entries, e), true
 				break
 			}
@@ -289,4 +308,89 @@ func MergeShards(shards []ShardResult) (*NightlySummary, error) {
 		}
 	}
 	return m, nil
+}
+
+// ControlComparison is the control lever of a sharded nightly on each
+// shard's machine: its per-round B/A ratios from each shard against shard
+// 0's (or the first present), by abtest compare's unpaired test.
+type ControlComparison struct {
+	Spec   string         `json:"spec"`
+	Shards []ControlShard `json:"shards"`
+	// Agree: no shard's ratio differs significantly from the first's.
+	Agree bool `json:"agree"`
+	// Entry is the control's line in the night's table: the worst of its
+	// shard verdicts (a FAIL on any machine stays a FAIL).
+	Entry NightlyEntry `json:"entry"`
+}
+
+// ControlShard is the control lever on one shard.
+type ControlShard struct {
+	Shard   string            `json:"shard"`
+	GPU     string            `json:"gpu_uuid,omitempty"`
+	Verdict string            `json:"verdict"`
+	PP, TG  stats.RatioChange `json:"-"`
+	Metrics []ControlMetric   `json:"metrics"`
+}
+
+// ControlMetric is one metric's B/A on a shard against the first shard's.
+type ControlMetric struct {
+	Metric  string      `json:"metric"`
+	Median  harness.Num `json:"median_ratio"`
+	Against harness.Num `json:"against_first"` // this median / the first shard's
+	P       harness.Num `json:"p"`
+	Verdict string      `json:"verdict"` // ~, faster, slower, ?
+}
+
+var verdictRank = map[string]int{VerdictFail: 0, VerdictNotCaught: 0, VerdictCannotRun: 1, VerdictIncomplete: 2, VerdictInconclusive: 3, VerdictSkip: 3, VerdictPartial: 4, VerdictPass: 5}
+
+func compareControl(spec string, byIndex []*ShardResult, threshold float64) *ControlComparison {
+	c := &ControlComparison{Spec: spec, Agree: true}
+	name, _, _ := strings.Cut(spec, "=")
+	var first map[string][]float64
+	for k, r := range byIndex {
+		if r == nil {
+			continue
+		}
+		var e *NightlyEntry
+		for i := range r.Sum.Entries {
+			if r.Sum.Entries[i].Spec == spec {
+				e = &r.Sum.Entries[i]
+			}
+		}
+		sh := ControlShard{Shard: fmt.Sprintf("%d/%d", k, len(byIndex)), GPU: r.Sum.GPU, Verdict: "not run"}
+		if e == nil {
+			c.Shards = append(c.Shards, sh)
+			c.Agree = false
+			continue
+		}
+		sh.Verdict = e.Verdict
+		if c.Entry.Verdict == "" || verdictRank[e.Verdict] < verdictRank[c.Entry.Verdict] {
+			c.Entry = *e
+			c.Entry.From = r.Path
+		}
+		ratios := map[string][]float64{}
+		ratios["pp"], _ = stats.Ratios(e.PPA, e.PPB)
+		ratios["tg"], _ = stats.Ratios(e.TGA, e.TGB)
+		if first == nil {
+			first = ratios
+		}
+		for _, m := range []string{"pp", "tg"} {
+			if len(ratios[m]) == 0 {
+				continue
+			}
+			d := stats.CompareRatios(first[m], ratios[m], threshold)
+			cm := ControlMetric{Metric: m, Median: harness.Num(d.New), Against: harness.Num(d.Change), P: harness.Num(d.P), Verdict: d.Verdict}
+			if d.Verdict != stats.VerdictSame {
+				c.Agree = false
+			}
+			sh.Metrics = append(sh.Metrics, cm)
+		}
+		c.Shards = append(c.Shards, sh)
+	}
+	if c.Entry.Verdict == "" {
+		c.Entry = NightlyEntry{Spec: spec, Lever: name, Verdict: VerdictInconclusive, Line: "the control lever ran on no shard present"}
+	} else {
+		c.Entry.Line += fmt.Sprintf(" (control: ran on every shard, worst verdict kept; machines agree: %v)", c.Agree)
+	}
+	return c
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // SMIQuery is the per-round clock query of DEVICE.md.
-const SMIQuery = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks_event_reasons.active,temperature.gpu,power.draw"
+const SMIQuery = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks_event_reasons.active,temperature.gpu,power.draw,uuid"
 
 // Clocks is one nvidia-smi reading of one GPU.
 type Clocks struct {
@@ -33,6 +33,9 @@ type Clocks struct {
 	EventReasons string  `json:"event_reasons"`
 	TempC        float64 `json:"temp_c"`
 	PowerW       float64 `json:"power_w"`
+	// UUID names the GPU itself, so two shards on a two-GPU machine say
+	// which one each ran on ("" from a reading without it).
+	UUID string `json:"uuid,omitempty"`
 }
 
 func (c Clocks) String() string {
@@ -57,14 +60,18 @@ func ParseSMI(out string) ([]Clocks, error) {
 		}
 		first = false
 		f := strings.Split(line, ",")
-		if len(f) != 8 {
-			return nil, fmt.Errorf("nvidia-smi: %d fields in %q, want 8", len(f), line)
+		if len(f) != 8 && len(f) != 9 { // 8: a reading from before the uuid column
+			return nil, fmt.Errorf("nvidia-smi: %d fields in %q, want 9", len(f), line)
 		}
 		for i := range f {
 			f[i] = strings.TrimSpace(f[i])
 		}
-		cs = append(cs, Clocks{Name: f[0], Driver: f[1], SMMHz: unitNum(f[2]), MemMHz: unitNum(f[3]), MaxSMMHz: unitNum(f[4]),
-			EventReasons: f[5], TempC: unitNum(f[6]), PowerW: unitNum(f[7])})
+		c := Clocks{Name: f[0], Driver: f[1], SMMHz: unitNum(f[2]), MemMHz: unitNum(f[3]), MaxSMMHz: unitNum(f[4]),
+			EventReasons: f[5], TempC: unitNum(f[6]), PowerW: unitNum(f[7])}
+		if len(f) == 9 {
+			c.UUID = f[8]
+		}
+		cs = append(cs, c)
 	}
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("nvidia-smi: no GPU rows")
@@ -116,9 +123,15 @@ func (p Probe) HasGPU(ctx context.Context) (bool, string) {
 	return true, ""
 }
 
-// ReadClocks reads the first GPU's clocks.
+// ReadClocks reads the clocks of the GPU minfer runs on: the first one
+// CUDA_VISIBLE_DEVICES names (nvidia-smi does not read that variable, so a
+// shard pinned to GPU 1 would otherwise report GPU 0), else GPU 0.
 func (p Probe) ReadClocks(ctx context.Context) (*Clocks, error) {
-	out, err := p.Command(ctx, "nvidia-smi", "--query-gpu="+SMIQuery, "--format=csv")
+	args := []string{"--query-gpu=" + SMIQuery, "--format=csv"}
+	if sel := VisibleGPU(os.Getenv("CUDA_VISIBLE_DEVICES")); sel != "" {
+		args = append(args, "-i", sel)
+	}
+	out, err := p.Command(ctx, "nvidia-smi", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +140,15 @@ func (p Probe) ReadClocks(ctx context.Context) (*Clocks, error) {
 		return nil, err
 	}
 	return &cs[0], nil
+}
+
+// VisibleGPU is the GPU CUDA numbers 0 under CUDA_VISIBLE_DEVICES (an
+// index or a GPU-UUID, as nvidia-smi -i takes them; "" when unset). An
+// index is the PCI-bus order nvidia-smi uses when CUDA_DEVICE_ORDER is
+// PCI_BUS_ID, and on a machine of identical GPUs otherwise.
+func VisibleGPU(v string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(v), ",")
+	return strings.TrimSpace(first)
 }
 
 var cudaVersionRE = regexp.MustCompile(`CUDA Version:\s*([0-9.]+)`)

@@ -62,6 +62,32 @@ func TestParseSMI_DeviceQueryWithUnits(t *testing.T) {
 	}
 }
 
+// Each GPU reads its UUID, so a shard names the GPU it ran on; the GPU is
+// the one CUDA_VISIBLE_DEVICES names first.
+func TestParseSMI_UUIDAndTheVisibleGPU(t *testing.T) {
+	out := "name, driver_version, a, b, c, d, e, f, uuid\n" +
+		"NVIDIA H200, 580, 1980 MHz, 3201 MHz, 1980 MHz, 0x0, 41, 312 W, GPU-1111\n" +
+		"NVIDIA H200, 580, 1980 MHz, 3201 MHz, 1980 MHz, 0x0, 40, 300 W, GPU-2222\n"
+	cs, err := ParseSMI(out)
+	if err != nil || len(cs) != 2 || cs[1].UUID != "GPU-2222" {
+		t.Fatalf("%+v %v", cs, err)
+	}
+	for v, want := range map[string]string{"": "", "1": "1", " 1,0": "1", "GPU-2222,GPU-1111": "GPU-2222"} {
+		if got := VisibleGPU(v); got != want {
+			t.Errorf("VisibleGPU(%q) = %q, want %q", v, got, want)
+		}
+	}
+	var asked []string
+	p := Probe{Command: func(_ context.Context, _ string, args ...string) (string, error) {
+		asked = args
+		return out, nil
+	}}
+	t.Setenv("CUDA_VISIBLE_DEVICES", "1")
+	if _, err := p.ReadClocks(context.Background()); err != nil || strings.Join(asked[len(asked)-2:], " ") != "-i 1" {
+		t.Errorf("nvidia-smi asked %q (%v), want the GPU of CUDA_VISIBLE_DEVICES", asked, err)
+	}
+}
+
 func TestOrder_AlternatesABThenBA(t *testing.T) {
 	if Order(0) != "AB" || Order(1) != "BA" || Order(8) != "AB" {
 		t.Fatal("order")

@@ -44,8 +44,12 @@ func NightlyMarkdown(s *gates.NightlySummary, cmdline string) string {
 		s.Verdict, len(s.Entries), count[gates.VerdictPass], count[gates.VerdictFail], count[gates.VerdictInconclusive], count[gates.VerdictPartial], count[gates.VerdictSkip],
 		len(s.Entries)-count[gates.VerdictPass]-count[gates.VerdictFail]-count[gates.VerdictInconclusive]-count[gates.VerdictPartial]-count[gates.VerdictSkip], len(s.Regressions))
 	fmt.Fprintf(&b, "# abtest nightly %s\n\n", s.Date)
+	machine := s.Machine
+	if s.GPU != "" {
+		machine += " (" + s.GPU + ")"
+	}
 	fmt.Fprintf(&b, "Machine %s, commit %s, model %s (sha256 %s), pp%d tg%d: the default workload; a lever that declares its own (`minfer levers`: WORKLOAD) runs on that, as its row says.\n\n",
-		s.Machine, s.Commit, s.Model, s.ModelSHA256, s.PP, s.TG)
+		machine, s.Commit, s.Model, s.ModelSHA256, s.PP, s.TG)
 	fmt.Fprintf(&b, "Every lever ran all five gates; the suite gate ran through a cache, so levers whose arm B has the same settings share one run (each report says so).\n\n")
 	if sh := s.Shard; sh != nil {
 		suite := "shard 0 runs every lever's suite gate; this shard's reports carry it as deferred until the merge"
@@ -64,13 +68,34 @@ func NightlyMarkdown(s *gates.NightlySummary, cmdline string) string {
 			if !m.Complete {
 				state = "**stopped early**"
 			}
-			parts = append(parts, fmt.Sprintf("%s (%d levers, started %s, %s; `%s`)", m.Name, m.Levers, m.Date, state, m.Path))
+			gpu := ""
+			if m.GPU != "" {
+				gpu = ", GPU " + m.GPU
+			}
+			parts = append(parts, fmt.Sprintf("%s (%d levers%s, started %s, %s; `%s`)", m.Name, m.Levers, gpu, m.Date, state, m.Path))
 		}
 		fmt.Fprintf(&b, "Merged from the shards %s.", strings.Join(parts, ", "))
 		if len(s.Missing) > 0 {
 			fmt.Fprintf(&b, " **Missing: shard %s** — its levers are INCONCLUSIVE, never a silent gap.", strings.Join(s.Missing, ", "))
 		}
 		fmt.Fprintf(&b, "\n\n")
+	}
+	if c := s.Control; c != nil {
+		agree := "**yes**: no shard's B/A differs significantly from the first's"
+		if !c.Agree {
+			agree = "**no**: a shard's B/A differs from the first's (or the lever did not run there): the machines do not measure alike"
+		}
+		fmt.Fprintf(&b, "**Control lever %s**, run on every shard: do the machines agree? %s (abtest compare's test, unpaired Mann-Whitney at alpha %.2f).\n\n", c.Spec, agree, stats.CompareAlpha)
+		var rows [][]string
+		for _, sh := range c.Shards {
+			for _, m := range sh.Metrics {
+				rows = append(rows, []string{sh.Shard, orDash(sh.GPU), sh.Verdict, m.Metric, num(float64(m.Median), "%.4f"), num(float64(m.Against), "%.4f"), num(float64(m.P), "%.3f"), m.Verdict})
+			}
+			if len(sh.Metrics) == 0 {
+				rows = append(rows, []string{sh.Shard, orDash(sh.GPU), sh.Verdict, "-", "-", "-", "-", "-"})
+			}
+		}
+		fmt.Fprintf(&b, "%s\n", Table([]string{"shard", "GPU", "verdict", "metric", "B/A (median)", "against the first shard", "p", ""}, rows))
 	}
 
 	fmt.Fprintf(&b, "## Verdict per lever\n\n")

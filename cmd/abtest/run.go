@@ -158,6 +158,7 @@ func newNightlyCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.Shard, "shard", "", "run shard i of N (i/N, i from 0), or auto/N: i from $JOB_COMPLETION_INDEX")
 	cmd.Flags().StringVar(&o.BalanceFrom, "balance-from", "", "nightly summary (or folder of them: the newest) whose lever times balance the shards (default: the previous nightly in --out)")
 	cmd.Flags().BoolVar(&o.SuiteEveryShard, "suite-every-shard", false, "each shard runs its own levers' suite gate (default: shard 0 runs every lever's)")
+	cmd.Flags().StringVar(&o.Control, "control", "", "a lever (NAME[=B]) every shard runs besides its part: the merge compares its B/A across the shards' machines")
 	_ = cmd.Flags().Set("out", "reports/nightly")
 	cmd.Flags().Lookup("out").DefValue = "reports/nightly"
 	return cmd

@@ -184,3 +184,56 @@ func TestNightly_ThreeShardsMergeToTheUnshardedVerdictTable(t *testing.T) {
 		t.Errorf("a refused merge wrote %v", ms)
 	}
 }
+
+// A control lever runs on every shard besides its part; the merge compares
+// its B/A across the shards' GPUs (each named by UUID): alike machines
+// agree, a machine that runs the lever's arm B slower does not, and the
+// control's line keeps the worst verdict.
+func TestNightly_ControlLeverOnEveryShardComparedAcrossTheirGPUs(t *testing.T) {
+	bin := fakeMinfer(t)
+	smi := t.TempDir()
+	if err := os.WriteFile(filepath.Join(smi, "nvidia-smi"), []byte("#!/bin/sh\necho 'name, driver_version, a, b, c, d, e, f, uuid'\necho \"NVIDIA H200, 580, 1980 MHz, 3201 MHz, 1980 MHz, 0x0, 40, 200 W, GPU-fake-${CUDA_VISIBLE_DEVICES:-0}\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", smi+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKEMINFER_GPU", "1")
+	t.Setenv("FAKEMINFER_RATES", "4000,400")
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_MMQ=")
+	root := t.TempDir()
+	shard := func(i int, dir string) {
+		t.Helper()
+		t.Setenv("CUDA_VISIBLE_DEVICES", string(rune('0'+i)))
+		run([]string{"nightly", "--minfer", bin, "--out", filepath.Join(root, dir), "--levers", "MINFER_NO_CUDA_GRAPH,MINFER_PDL", "--control", "MINFER_MMQ",
+			"--shard", string(rune('0'+i)) + "/2", "--gates", "ab", "--rounds", "5", "--pp", "16", "--tg", "4", "--reps", "1", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
+	}
+	shard(0, "s0")
+	shard(1, "s1")
+	t.Setenv("FAKEMINFER_SLOW_WHEN", "MINFER_MMQ=1:0.10") // this machine runs MMQ's arm B 10% slower
+	shard(1, "s1slow")
+
+	merge := func(out string, dirs ...string) *gates.NightlySummary {
+		t.Helper()
+		args := []string{"merge", "--out", filepath.Join(root, out)}
+		for _, d := range dirs {
+			args = append(args, filepath.Join(root, d))
+		}
+		run(args)
+		_, s := readNightly(t, filepath.Join(root, out))
+		return s
+	}
+	m := merge("alike", "s0", "s1")
+	if m.Control == nil || !m.Control.Agree || len(m.Control.Shards) != 2 || len(m.Entries) != 3 {
+		t.Fatalf("alike machines: control %+v, %d entries", m.Control, len(m.Entries))
+	}
+	if m.Merged[0].GPU != "GPU-fake-0" || m.Merged[1].GPU != "GPU-fake-1" {
+		t.Errorf("shards' GPUs %+v", m.Merged)
+	}
+	m = merge("unlike", "s0", "s1slow")
+	if m.Control.Agree || m.Control.Entry.Verdict != gates.VerdictFail {
+		t.Fatalf("a machine slower on the control: agree %v, control verdict %s", m.Control.Agree, m.Control.Entry.Verdict)
+	}
+	md, _ := os.ReadFile(filepath.Join(root, "unlike", "nightly-"+m.Date+".md"))
+	if !strings.Contains(string(md), "**Control lever MINFER_MMQ**") || !strings.Contains(string(md), "**no**") {
+		t.Errorf("the page does not say the machines disagree")
+	}
+}

@@ -65,12 +65,6 @@ func Merge(ctx context.Context, out string, args []string, cmdline string) (*gat
 		lines = append(lines, "# shard "+r.Sum.Shard.Name()+": "+r.Sum.CommandLine)
 	}
 	m.CommandLine = strings.Join(lines, "\n")
-	dirOf := map[string]string{}
-	for _, r := range shards {
-		for _, e := range r.Sum.Entries {
-			dirOf[e.Spec] = filepath.Dir(r.Path)
-		}
-	}
 	for i := range m.Entries {
 		if ctx.Err() != nil {
 			return nil, "", &Error{3, fmt.Errorf("merge: %w", ctx.Err())}
@@ -79,7 +73,7 @@ func Merge(ctx context.Context, out string, args []string, cmdline string) (*gat
 		if e.Report == "" {
 			continue
 		}
-		if err := mergeReport(e, dirOf[e.Spec], out, shard0); err != nil {
+		if err := mergeReport(e, filepath.Dir(e.From), out, shard0); err != nil {
 			e.Verdict, e.Line = gates.VerdictInconclusive, fmt.Sprintf("its report could not be merged: %v", err)
 		}
 	}

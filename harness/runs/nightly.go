@@ -25,7 +25,10 @@ type NightlyOptions struct {
 	// --out).
 	BalanceFrom     string
 	SuiteEveryShard bool
-	Getenv          func(string) string // os.Getenv when nil
+	// Control is a lever spec every shard runs besides its part, so the
+	// merge can compare the shards' machines on one lever.
+	Control string
+	Getenv  func(string) string // os.Getenv when nil
 }
 
 // nightlyItem is one lever spec of the night: run, or an entry decided
@@ -55,9 +58,9 @@ func Nightly(ctx context.Context, f *Options, o NightlyOptions, cmdline string) 
 		if err != nil {
 			return nil, "", CannotRun("--shard %v", err)
 		}
-		shard = &gates.ShardInfo{Index: i, Count: n, SuiteEveryShard: o.SuiteEveryShard}
-	} else if o.BalanceFrom != "" || o.SuiteEveryShard {
-		return nil, "", CannotRun("--balance-from and --suite-every-shard apply to a shard: give --shard i/N")
+		shard = &gates.ShardInfo{Index: i, Count: n, SuiteEveryShard: o.SuiteEveryShard, Control: o.Control}
+	} else if o.BalanceFrom != "" || o.SuiteEveryShard || o.Control != "" {
+		return nil, "", CannotRun("--balance-from, --suite-every-shard and --control apply to a shard: give --shard i/N")
 	}
 	s, err := newSetup(ctx, f)
 	if err != nil {
@@ -66,6 +69,11 @@ func Nightly(ctx context.Context, f *Options, o NightlyOptions, cmdline string) 
 	items, err := s.nightlyItems(f, o.Levers)
 	if err != nil {
 		return nil, "", err
+	}
+	if o.Control != "" {
+		if items, err = s.withControl(f, items, o.Control); err != nil {
+			return nil, "", err
+		}
 	}
 	prevPath, prev, prevSkipped := gates.PreviousNightly(f.Out)
 	times := gates.SecondsByLever(prev)
@@ -80,6 +88,9 @@ func Nightly(ctx context.Context, f *Options, o NightlyOptions, cmdline string) 
 		mine = map[string]bool{}
 		for _, sp := range shard.Levers() {
 			mine[sp] = true
+		}
+		if shard.Control != "" {
+			mine[shard.Control] = true
 		}
 		if !o.SuiteEveryShard && shard.Index != 0 {
 			for i := range items {
@@ -97,6 +108,9 @@ func Nightly(ctx context.Context, f *Options, o NightlyOptions, cmdline string) 
 	}
 	env := s.environment(ctx, envCfg)
 	sum.Machine, sum.Commit, sum.Model, sum.ModelSHA256 = machine(env), env.Commit, env.Model, env.ModelSHA256
+	if env.GPU != nil {
+		sum.GPU = env.GPU.UUID
+	}
 	if err := os.MkdirAll(f.Out, 0o755); err != nil {
 		return nil, "", &Error{2, fmt.Errorf("nightly: --out: %w", err)}
 	}
@@ -229,7 +243,7 @@ func balance(sh *gates.ShardInfo, items []nightlyItem, from, out, prevPath strin
 		if st, err := os.Stat(from); os.IsNotExist(err) {
 			// The first night of a pool: the folder the merge keeps the
 			// nights in does not exist yet. Every shard sees the same.
-			sh.Partition = gates.Partition(sh.All, nil, sh.Count, 0)
+			sh.Partition = gates.Partition(partitioned(sh), nil, sh.Count, 0)
 			sh.Balance = "by count (--balance-from " + from + " does not exist yet)"
 			return nil
 		} else if err == nil && st.IsDir() {
@@ -255,7 +269,7 @@ func balance(sh *gates.ShardInfo, items []nightlyItem, from, out, prevPath strin
 	if !sh.SuiteEveryShard {
 		pre = gates.SuiteSecondsOf(src, sh.Count)
 	}
-	sh.Partition = gates.Partition(sh.All, times, sh.Count, pre)
+	sh.Partition = gates.Partition(partitioned(sh), times, sh.Count, pre)
 	switch {
 	case len(times) > 0:
 		h, _ := harness.FileSHA256(srcPath)
@@ -268,6 +282,40 @@ func balance(sh *gates.ShardInfo, items []nightlyItem, from, out, prevPath strin
 		sh.Balance = "by count (no previous nightly in " + out + ")"
 	}
 	return nil
+}
+
+// partitioned is the night's specs less the control lever, which every
+// shard runs.
+func partitioned(sh *gates.ShardInfo) []string {
+	var out []string
+	for _, sp := range sh.All {
+		if sp != sh.Control {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// withControl makes sure the control lever is one of the night's items (a
+// lever that runs, not a SKIP: a control that does not run compares
+// nothing).
+func (s *setup) withControl(f *Options, items []nightlyItem, spec string) ([]nightlyItem, error) {
+	for _, it := range items {
+		if it.spec == spec {
+			if it.entry != nil {
+				return nil, CannotRun("--control %s: %s", spec, it.entry.Line)
+			}
+			return items, nil
+		}
+	}
+	more, err := s.nightlyItems(f, spec)
+	if err != nil {
+		return nil, err
+	}
+	if more[0].entry != nil {
+		return nil, CannotRun("--control %s: %s", spec, more[0].entry.Line)
+	}
+	return append(items, more[0]), nil
 }
 
 func joinNote(skipped []string) string {
