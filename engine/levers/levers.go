@@ -85,6 +85,11 @@ type Lever struct {
 	// Bars are the pre-registered bars of the A/B gate (GATES.md gate 3).
 	// A flag that changes one is a deviation the report prints first.
 	Bars *Bars `json:"bars,omitempty"`
+	// Memory is the lever's memory bar (GATES.md gate 3, issue 19): arm
+	// B's peak device memory, measured from outside the process, at most
+	// A x (1 + Frac) + MiB. Filled with DefaultMemory for every A/B lever
+	// that declares none; a bar above the default names the cost it buys.
+	Memory *MemoryBar `json:"memory,omitempty"`
 	// HostWork: the path moves host work (launch submission, readback,
 	// capture), so decode is judged on wall time; otherwise, where the
 	// device timed decode, the gate decides on device time (less noise).
@@ -113,6 +118,37 @@ type Bars struct {
 
 // DefaultBars are GATES.md's defaults for whole prefill and decode.
 var DefaultBars = Bars{PP: 1.015, TG: 1.015, Claim: 0.015, MaxRounds: 45}
+
+// MemoryBar is a lever's memory bar: arm B's peak device memory may exceed
+// arm A's by at most Frac of A plus MiB. Above it gate 3 fails with the
+// memory evidence. A lever whose candidate buys its speed with memory
+// declares a bar above the default and names the cost (Cost: what the
+// extra memory holds), printed next to the measured figure.
+type MemoryBar struct {
+	Frac float64 `json:"frac"` // 0.01: 1% of arm A's peak
+	MiB  float64 `json:"mib"`  // a constant allowance (allocator granularity, a context's own)
+	// Cost names what arm B's extra memory buys; required when the bar is
+	// above DefaultMemory, empty otherwise.
+	Cost string `json:"cost,omitempty"`
+}
+
+// DefaultMemory is GATES.md's default memory bar: B <= A + 1% + 64 MiB.
+var DefaultMemory = MemoryBar{Frac: 0.01, MiB: 64}
+
+// AboveDefault reports whether the bar allows more than DefaultMemory.
+func (m MemoryBar) AboveDefault() bool {
+	return m.Frac > DefaultMemory.Frac || m.MiB > DefaultMemory.MiB
+}
+
+// String is the bar as a report states it: "B <= A + 1% + 64 MiB", with
+// the declared cost when there is one.
+func (m MemoryBar) String() string {
+	s := fmt.Sprintf("B <= A + %g%% + %g MiB", m.Frac*100, m.MiB)
+	if m.Cost != "" {
+		s = fmt.Sprintf("declared cost %q: %s", m.Cost, s)
+	}
+	return s
+}
 
 // Liveness is a lever's liveness rule: with the lever at On an arm runs the
 // path, with any other value (an unset lever reads as its default) it does
@@ -296,6 +332,9 @@ var registry = []Lever{
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
 		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_MMVQ_REPACK",
+		// cuda/launch_repack.go: the GGUF copy stays for prefill and
+		// get_rows, so B holds those matrices twice (7B Q8_0: +~7.5 GB).
+		Memory: &MemoryBar{Frac: 1, MiB: 64, Cost: "a 16-byte-aligned second copy of every Q8_0 / Q6_K matrix"},
 		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights reads their 16-byte-aligned repacked copy (minfer_mmvqr_*) only with the lever on; off, minfer_mmvq_* reads the GGUF blocks",
 			[]string{"minfer_mmvqr_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
 	{Name: "MINFER_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode rms_norm Q8_1 activation", Issue: "#6",
@@ -386,6 +425,10 @@ func init() {
 		if l.ArmA != "" && l.ArmB != "" && l.Reserved == "" && l.Bars == nil {
 			b := DefaultBars
 			l.Bars = &b
+		}
+		if l.ArmA != "" && l.ArmB != "" && l.Reserved == "" && l.Memory == nil {
+			m := DefaultMemory
+			l.Memory = &m
 		}
 	}
 }

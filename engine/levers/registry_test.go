@@ -17,13 +17,21 @@ import (
 func registryProblems(l Lever) []string {
 	var bad []string
 	if l.ArmA == "" || l.ArmB == "" || l.Reserved != "" {
-		if l.Liveness != nil || l.Workload != "" || l.Bars != nil {
-			bad = append(bad, "a lever abtest does not run declares liveness, workload or bars")
+		if l.Liveness != nil || l.Workload != "" || l.Bars != nil || l.Memory != nil {
+			bad = append(bad, "a lever abtest does not run declares liveness, workload, bars or a memory bar")
 		}
 		return bad
 	}
 	if l.Bars == nil || !(l.Bars.PP >= 1) || !(l.Bars.TG >= 1) || !(l.Bars.Claim > 0) || l.Bars.MaxRounds < 9 || l.Bars.MaxRounds > 45 {
 		bad = append(bad, "bars missing or out of range")
+	}
+	switch m := l.Memory; {
+	case m == nil || !(m.Frac >= 0) || !(m.MiB >= 0):
+		bad = append(bad, "memory bar missing or negative")
+	case m.AboveDefault() && m.Cost == "":
+		bad = append(bad, "a memory bar above the default ("+DefaultMemory.String()+") names no cost")
+	case !m.AboveDefault() && m.Cost != "":
+		bad = append(bad, "a declared memory cost with the default bar")
 	}
 	switch l.Tolerance {
 	case "", TolKVPrecision, TolActQuant, TolF16WeightTile, TolAccumOrder:
@@ -141,12 +149,34 @@ func TestRegistry_ProblemsAreFound(t *testing.T) {
 		"unknown class":       func(l *Lever) { l.Tolerance = "vibes: max|diff| <= 9" },
 		"bad requirement":     func(l *Lever) { l.Requires = []string{"MINFER_NOPE=1"} },
 		"rounds cap above 45": func(l *Lever) { b := *l.Bars; b.MaxRounds = 99; l.Bars = &b },
+		"memory bar above the default without a cost": func(l *Lever) { l.Memory = &MemoryBar{Frac: 1, MiB: 64} },
+		"memory bar missing":                          func(l *Lever) { l.Memory = nil },
 	} {
 		l := good
 		mutate(&l)
 		if p := registryProblems(l); len(p) == 0 {
 			t.Errorf("%s: not found", what)
 		}
+	}
+}
+
+// The one lever whose candidate holds a second copy of weights declares
+// that cost; every other A/B lever has the default memory bar.
+func TestRegistry_MemoryBarsDefaultUnlessACostIsDeclared(t *testing.T) {
+	for _, l := range All() {
+		if l.Memory == nil {
+			continue
+		}
+		if got := l.Memory.AboveDefault(); got != (l.Name == "MINFER_MMVQ_REPACK") {
+			t.Errorf("%s: memory bar %s", l.Name, l.Memory)
+		}
+	}
+	l, _ := Lookup("MINFER_MMVQ_REPACK")
+	if s := l.Memory.String(); !strings.Contains(s, "second copy") || !strings.Contains(s, "B <= A + 100% + 64 MiB") {
+		t.Errorf("repack bar %q", s)
+	}
+	if s := DefaultMemory.String(); s != "B <= A + 1% + 64 MiB" {
+		t.Errorf("default bar %q", s)
 	}
 }
 
