@@ -40,6 +40,22 @@ type (
 // DefaultBars are GATES.md's defaults (a registry without bars).
 var DefaultBars = levers.DefaultBars
 
+// MemoryBar is a lever's memory bar (B <= A x (1 + Frac) + MiB, and the
+// cost it declares when above the default).
+type MemoryBar = levers.MemoryBar
+
+// DefaultMemory is GATES.md's default memory bar: B <= A + 1% + 64 MiB.
+var DefaultMemory = levers.DefaultMemory
+
+// MemoryOrDefault returns the lever's memory bar, or the default (a
+// registry from before the memory bar, or a run between builds).
+func (l Lever) MemoryOrDefault() MemoryBar {
+	if l.Memory == nil {
+		return DefaultMemory
+	}
+	return *l.Memory
+}
+
 // BarsOrDefault returns the lever's bars, or the defaults.
 func (l Lever) BarsOrDefault() Bars {
 	if l.Bars == nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/minfer-go/minfer/harness/gpumem"
 )
 
 // Runner executes the minfer binary as separate processes, one per call,
@@ -23,6 +25,11 @@ type Runner struct {
 	Timeout time.Duration     // per process; 0 = no limit beyond ctx
 	Pinned  map[string]string // MINFER_* values every process gets (harness pins)
 	Base    []string          // parent environment without MINFER_*; nil = os.Environ() filtered
+	// GPUMem, when set, samples the device memory of every process run
+	// without a wrapper, from outside it, for the process's lifetime
+	// (Exec.DeviceMemory): a peer engine run through the runner is
+	// measured the same way as minfer.
+	GPUMem *gpumem.Monitor
 
 	mu   sync.Mutex
 	work map[string]WorkTime
@@ -92,6 +99,9 @@ type Exec struct {
 	Stdout    []byte        `json:"-"`
 	Stderr    string        `json:"stderr_tail,omitempty"`
 	StderrAll string        `json:"-"`
+	// DeviceMemory is the process's peak device memory and the other
+	// processes on the GPU meanwhile (nil: the runner samples none).
+	DeviceMemory *gpumem.Usage `json:"device_memory,omitempty"`
 }
 
 // Call is one process to run: minfer's args, the MINFER_* values it gets,
@@ -227,8 +237,18 @@ func (r *Runner) RunCall(ctx context.Context, c Call) (*Exec, error) {
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err := cmd.Run()
+	err := cmd.Start()
+	var w *gpumem.Watch
+	if err == nil {
+		if r.GPUMem != nil && len(c.Wrapper) == 0 {
+			w = r.GPUMem.Watch(cmd.Process.Pid)
+		}
+		err = cmd.Wait()
+	}
 	e.Wall = time.Since(start)
+	if w != nil {
+		e.DeviceMemory = w.Stop() // its last reading: who is on the GPU after the process
+	}
 	kind := WorkMinfer
 	if len(c.Wrapper) > 0 {
 		kind = WorkProfilers // ncu / nsys running the arm
