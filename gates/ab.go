@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/harness/stats"
 )
 
@@ -25,6 +26,11 @@ type ArmRun struct {
 	Backend  string              `json:"backend"`
 	KVFormat string              `json:"kv_format"`
 	Wall     time.Duration       `json:"wall_ns"`
+	// Mem is the process's device memory, sampled from outside it (nil:
+	// not sampled); EngineMem the engine's own device_memory field of its
+	// bench JSON (raw, "" without one), the cross-check.
+	Mem       *gpumem.Usage `json:"device_memory,omitempty"`
+	EngineMem string        `json:"engine_device_memory,omitempty"`
 }
 
 // value is the arm's tok/s of a metric ("pp", "tg") on a timing basis.
@@ -54,6 +60,11 @@ type Round struct {
 	Clock  string          `json:"clock"` // the reading, or why there is none
 	A      ArmRun          `json:"a"`
 	B      ArmRun          `json:"b"`
+	// Marked: another process was on the GPU during the round (its arms'
+	// sampling saw it, before, during or after); the speed verdict cannot
+	// rest on a marked round.
+	Marked     string         `json:"marked,omitempty"`
+	Neighbours []gpumem.Other `json:"neighbours,omitempty"`
 }
 
 // Metric is the verdict on one metric (pp or tg) on one timing basis.
@@ -116,6 +127,7 @@ type WarmupRun struct {
 	GoVersion   string              `json:"go_version"`
 	Warmup      harness.BenchWarmup `json:"warmup"`
 	Wall        time.Duration       `json:"wall_ns"`
+	Mem         *gpumem.Usage       `json:"device_memory,omitempty"`
 }
 
 // ABDetail is gate 3's evidence.
@@ -133,6 +145,13 @@ type ABDetail struct {
 	Decode  *ABDecode   `json:"decode,omitempty"`
 	CensusA ArmEvidence `json:"census_a"`
 	CensusB ArmEvidence `json:"census_b"`
+	// Memory is each arm's peak device memory against the lever's memory
+	// bar; Marked the rounds during which another process used the GPU.
+	Memory *MemoryCheck `json:"memory,omitempty"`
+	Marked []int        `json:"marked_rounds,omitempty"`
+	// Failed is the round whose arm process failed (kept out of the
+	// statistics; its device memory counts in the memory check).
+	Failed *Round `json:"failed_round,omitempty"`
 }
 
 // ABDecode is the weight bytes a decode step reads (from `minfer info
@@ -182,6 +201,9 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 		res.Status, res.Reason = Fail, err.Error()
 		finishAB(&res, cfg)
 		res.Status, res.Reason = Fail, err.Error()
+		if d.Memory != nil && d.Memory.Status != MemNotMeasured {
+			res.Reason += " [" + d.Memory.Line() + "]" // an out-of-memory in B where A fits
+		}
 		return res
 	}
 	finishAB(&res, cfg)
@@ -211,7 +233,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 			return fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)
 		}
 		d.Warmup = append(d.Warmup, WarmupRun{Arm: arm.Name, Model: b.Model, ModelSHA256: b.ModelSHA256, Backend: b.Backend,
-			GoVersion: b.GoVersion, Warmup: b.Warmup, Wall: e.Wall})
+			GoVersion: b.GoVersion, Warmup: b.Warmup, Wall: e.Wall, Mem: e.DeviceMemory})
 		env.step("ab warmup %s (%d in-process iterations, %.0f ms)", arm.Name, b.Warmup.Iterations, b.Warmup.ElapsedMS)
 	}
 	for i := 0; i < cfg.Rounds; i++ {
@@ -238,7 +260,12 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 			b, e, err := armMinfer(env.M, arm).Bench(ctx, label, armEnv(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
 			env.Cmd("ab: timed round, arm "+arm.Name, e)
 			ev.Add(label, e)
+			if e != nil {
+				dst.Mem = e.DeviceMemory // kept for a failed arm too: an out-of-memory's evidence
+			}
 			if err != nil {
+				fr := r
+				d.Failed = &fr // its memory is the evidence of an out-of-memory
 				if canceled(ctx) {
 					return ctx.Err()
 				}
@@ -250,7 +277,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 				return fmt.Errorf("round %d arm %s: bench JSON lacks the pp or tg test", i+1, arm.Name)
 			}
 			*dst = ArmRun{PP: pp.Value(), TG: tg.Value(), PPSamp: pp.TokS, TGSamp: tg.TokS, Warmup: b.Warmup,
-				Backend: b.Backend, KVFormat: b.KVFormat, Wall: e.Wall}
+				Backend: b.Backend, KVFormat: b.KVFormat, Wall: e.Wall, Mem: e.DeviceMemory, EngineMem: engineMemory(e.Stdout)}
 			dst.PPDev, _ = pp.DeviceValue()
 			dst.TGDev, _ = tg.DeviceValue()
 		}
@@ -344,6 +371,13 @@ func metricPower(cfg Config, key, basis string, bar float64, ratios []float64) *
 func finishAB(res *Result, cfg Config) {
 	d := res.AB
 	d.Metrics, d.Wall = nil, nil
+	d.Memory = memoryCheck(cfg, d)
+	d.Marked = nil
+	for i := range d.Rounds {
+		if markRound(cfg, &d.Rounds[i]) {
+			d.Marked = append(d.Marked, d.Rounds[i].I)
+		}
+	}
 	if len(d.Rounds) == 0 {
 		res.Status, res.Reason = Fail, "no rounds completed"
 		return
@@ -392,6 +426,12 @@ func finishAB(res *Result, cfg Config) {
 		ev = append(ev, fmt.Sprintf("%s (%s) B/A median %.4f [%.4f, %.4f], slower %d/%d (refuse at %d)%s, power %.2f",
 			m.Name, m.Basis, float64(m.Median), float64(m.CILo), float64(m.CIHi), m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.RefuseAt, sep, float64(m.Power.Power)))
 	}
+	if d.Memory.Status != MemNotMeasured {
+		ev = append(ev, d.Memory.Line())
+	}
+	if len(d.Marked) > 0 {
+		ev = append(ev, fmt.Sprintf("marked rounds %v", d.Marked))
+	}
 	res.Evidence = strings.Join(ev, "; ")
 	claim := "no improvement claimed"
 	if len(claims) > 0 {
@@ -410,6 +450,30 @@ func finishAB(res *Result, cfg Config) {
 	default:
 		res.Status = Pass
 		res.Reason = "not slower on pp and tg (power >= 0.8 at twice the bar); " + claim
+	}
+	// Another process on the GPU during a round: the speed verdict, a pass
+	// or a refusal, cannot rest on it (a neighbour's job is not the
+	// lever's doing).
+	if len(d.Marked) > 0 && res.Status != Inconclusive {
+		first := d.Rounds[0].Marked
+		for _, r := range d.Rounds {
+			if r.Marked != "" {
+				first = fmt.Sprintf("round %d: %s", r.I, r.Marked)
+				break
+			}
+		}
+		res.Reason = fmt.Sprintf("%d of %d rounds marked (%s), so the speed verdict cannot rest on them; without the marks: %s: %s",
+			len(d.Marked), len(d.Rounds), first, res.Status, res.Reason)
+		res.Status = Inconclusive
+	} else if len(d.Marked) > 0 {
+		res.Reason += fmt.Sprintf("; %d of %d rounds marked: another process on the GPU", len(d.Marked), len(d.Rounds))
+	}
+	// Memory is measured per process, a neighbour does not move it: over
+	// the bar is a FAIL with its evidence whatever the speed said.
+	if d.Memory.Status == MemOver {
+		res.Reason = fmt.Sprintf("memory over the bar: arm B's peak device memory %s is above %s (%s at arm A's %s); speed: %s: %s",
+			gpumem.GiB(d.Memory.B.PeakBytes), d.Memory.Bar.String(), gpumem.GiB(d.Memory.LimitBytes), gpumem.GiB(d.Memory.A.PeakBytes), res.Status, res.Reason)
+		res.Status = Fail
 	}
 }
 

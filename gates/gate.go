@@ -28,6 +28,15 @@
 //     wall time; both are reported.
 //   - A mutation is caught by a gate that fails with it and not when re-run
 //     without it (the control).
+//   - Memory (gate 3): an arm's figure is the largest peak of its gate-3
+//     processes (warmup and rounds, a failed one included). Memory not
+//     measured (no NVML, the CPU backend, a process never seen on the GPU)
+//     is stated and changes no verdict; over the lever's bar is a FAIL
+//     whatever the speed said.
+//   - A round is marked when either arm's sampling saw another process on
+//     the GPU (CUDA runs only). With marked rounds gate 3 is INCONCLUSIVE,
+//     a pass or a not-slower refusal alike (a neighbour's job is not the
+//     lever's doing); a memory FAIL stands (it is per process).
 package gates
 
 import (
@@ -159,6 +168,9 @@ type Config struct {
 	BarPP            float64  `json:"bar_pp"`          // not-slower bar (slowdown factor)
 	BarTG            float64  `json:"bar_tg"`
 	ClaimBar         float64  `json:"claim_bar"` // pre-registered improvement bar (fraction)
+	// Memory is the lever's memory bar: arm B's peak device memory at most
+	// A x (1 + Frac) + MiB (zero: the default, B <= A + 1% + 64 MiB).
+	Memory harness.MemoryBar `json:"memory_bar"`
 	// Deviations lists the flags that changed a pre-registered value of
 	// the lever's registry entry (bars, rounds); the report prints them
 	// in its first lines.
@@ -220,6 +232,9 @@ func (c *Config) Defaults() {
 	deff(&c.ClaimBar, 0.015)
 	deff(&c.GraphTol, 0.5)
 	deff(&c.GraphGap, 0.1)
+	if c.Memory == (harness.MemoryBar{}) {
+		c.Memory = harness.DefaultMemory
+	}
 	if len(c.ParityNT) == 0 {
 		c.ParityNT = []int{1, 5, 64}
 	}

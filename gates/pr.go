@@ -39,9 +39,11 @@ type PRWorkload struct {
 	Verdict  string  `json:"verdict"`
 	Why      string  `json:"why"`
 	// Slower names the metrics the not-slower check refused, Changed the
-	// outputs that changed outside the declared class.
+	// outputs that changed outside the declared class, Memory the head's
+	// peak device memory above the bar over the base's.
 	Slower  []string `json:"slower,omitempty"`
 	Changed []string `json:"changed,omitempty"`
+	Memory  []string `json:"memory,omitempty"`
 }
 
 // PRRun is a pull-request run.
@@ -74,12 +76,15 @@ func JudgeWorkload(w *PRWorkload) {
 	for _, g := range r.Gates {
 		switch {
 		case g.Status == Fail && g.Gate == GateAB && g.AB != nil:
+			if m := g.AB.Memory; m != nil && m.Status == MemOver {
+				w.Memory = append(w.Memory, m.Line())
+			}
 			for _, m := range g.AB.Metrics {
 				if !m.NotSlower.Pass {
 					w.Slower = append(w.Slower, fmt.Sprintf("%s (%s, median B/A %.4f, %d of %d rounds slower than 1/%g)", m.Name, m.Basis, float64(m.Median), m.NotSlower.Slower, m.NotSlower.N, m.NotSlower.Bar))
 				}
 			}
-			if len(w.Slower) == 0 {
+			if len(w.Slower) == 0 && len(w.Memory) == 0 {
 				w.Slower = append(w.Slower, g.Reason)
 			}
 		case g.Status == Fail:
@@ -89,15 +94,15 @@ func JudgeWorkload(w *PRWorkload) {
 		}
 	}
 	switch {
-	case len(w.Slower) > 0 || len(w.Changed) > 0:
+	case len(w.Slower) > 0 || len(w.Changed) > 0 || len(w.Memory) > 0:
 		w.Verdict = PRRegression
-		w.Why = strings.Join(append(append([]string{}, w.Slower...), w.Changed...), "; ")
+		w.Why = strings.Join(append(append(append([]string{}, w.Slower...), w.Changed...), w.Memory...), "; ")
 	case !r.Complete:
 		w.Verdict, w.Why = PRInconclusive, "interrupted: "+r.IncompleteReason
 	case len(undecided) > 0:
 		w.Verdict, w.Why = PRInconclusive, strings.Join(undecided, "; ")
 	default:
-		w.Verdict, w.Why = PRNoRegression, "not slower on pp and tg, outputs identical or inside the declared class"
+		w.Verdict, w.Why = PRNoRegression, "not slower on pp and tg, outputs identical or inside the declared class, memory within the bar or not measured"
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/report"
 )
 
@@ -62,7 +63,7 @@ func newSetup(ctx context.Context, f *Options) (*setup, error) {
 	if f.Device == "cuda" && !s.hasGPU {
 		return nil, CannotRun("--device cuda: %s", s.why)
 	}
-	s.m = harness.Minfer{R: &harness.Runner{Bin: bin, Timeout: f.Timeout}, Device: f.Device}
+	s.m = harness.Minfer{R: &harness.Runner{Bin: bin, Timeout: f.Timeout, GPUMem: gpumem.NewMonitor()}, Device: f.Device}
 	if f.Model != "" && (f.Shape != "" || f.Type != "") {
 		return nil, CannotRun("give --model or --shape/--type, not both")
 	}
@@ -300,6 +301,7 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 	// The bars are the registry's; a flag that changes one is a deviation.
 	bars := lv.BarsOrDefault()
 	cfg.BarPP, cfg.BarTG, cfg.ClaimBar, cfg.MaxRounds = bars.PP, bars.TG, bars.Claim, bars.MaxRounds
+	cfg.Memory = lv.MemoryOrDefault()
 	for _, d := range []struct {
 		flag string
 		dst  *float64
