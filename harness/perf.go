@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minfer-go/minfer/harness/gpumem"
 )
 
 // HBMCopyGBs is the HBM copy bandwidth measured on the lent H200
@@ -363,11 +365,15 @@ type PerfResult struct {
 	RefDecode    Decode       `json:"ref_decode"` // the reference's tg at our bytes/token
 	// Launches is the decode launch count of a depth-0 row, from its one
 	// extra census run (nil: not run, e.g. a long-context or failed row).
-	Launches   *DecodeLaunches `json:"decode_launches,omitempty"`
-	Failed     bool            `json:"failed,omitempty"`
-	Stage      string          `json:"stage,omitempty"` // synth, bench, parse, interrupted
-	Error      string          `json:"error,omitempty"`
-	StderrTail string          `json:"stderr_tail,omitempty"`
+	Launches *DecodeLaunches `json:"decode_launches,omitempty"`
+	// DeviceMemory is the timed bench process's peak device memory,
+	// sampled from outside it (nil: not sampled); a peer engine's row is
+	// measured the same way.
+	DeviceMemory *gpumem.Usage `json:"device_memory,omitempty"`
+	Failed       bool          `json:"failed,omitempty"`
+	Stage        string        `json:"stage,omitempty"` // synth, bench, parse, interrupted
+	Error        string        `json:"error,omitempty"`
+	StderrTail   string        `json:"stderr_tail,omitempty"`
 }
 
 // Judged reports whether the row's targets were judged (reference row, the

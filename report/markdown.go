@@ -12,6 +12,7 @@ import (
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/gpumem"
 )
 
 // Paths returns reports/<lever>/<date>-<shortcommit> (no extension) under out.
@@ -92,6 +93,7 @@ func Markdown(rec *gates.Record, plots []string) string {
 	if len(rec.Config.Deviations) > 0 {
 		w("**Deviations from the registry's pre-registered values:** %s.\n\n", strings.Join(rec.Config.Deviations, "; "))
 	}
+	w("%s\n\n", MemoryLine(rec))
 	if line := PowerLine(rec); line != "" {
 		w("**Power (gate 3):** %s\n\n", line)
 	}
@@ -153,6 +155,27 @@ func Markdown(rec *gates.Record, plots []string) string {
 	}
 	w("```\n")
 	return b.String()
+}
+
+// MemoryLine states each arm's peak device memory and the lever's memory
+// bar ("memory: A 10.1 GiB, B 17.8 GiB (+76%) — within the bar: ..."), or
+// why it was not measured, then how it was taken.
+func MemoryLine(rec *gates.Record) string {
+	var m *gates.MemoryCheck
+	var marked, rounds int
+	for _, g := range rec.Gates {
+		if g.AB != nil {
+			m, marked, rounds = g.AB.Memory, len(g.AB.Marked), len(g.AB.Rounds)
+		}
+	}
+	s := "**" + m.Line() + "**"
+	if d := m.Details(); d != "" {
+		s += " " + d
+	}
+	if marked > 0 {
+		s += fmt.Sprintf(" **%d of %d rounds marked: another process used the GPU during them** (gate 3's round table names it).", marked, rounds)
+	}
+	return s
 }
 
 // PowerLine states, per gate-3 metric, its timing basis, sd, rounds, power
@@ -374,12 +397,31 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 		wr = append(wr, []string{x.Arm, fmt.Sprintf("%.0f", x.Warmup.BudgetMS), fmt.Sprint(x.Warmup.Iterations), fmt.Sprintf("%.0f", x.Warmup.ElapsedMS), fmt.Sprintf("%.2f", x.Wall.Seconds())})
 	}
 	fmt.Fprintf(b, "Untimed warmup before round 1 (one process per arm):\n\n%s\n", Table([]string{"arm", "budget ms", "iterations", "elapsed ms", "process s"}, wr))
+	// The memory and mark columns appear where there is something in them.
+	withMem := false
+	for _, r := range d.Rounds {
+		withMem = withMem || r.Marked != "" || (r.A.Mem != nil && r.A.Mem.Measured) || (r.B.Mem != nil && r.B.Mem.Measured)
+	}
 	var rr [][]string
 	for _, r := range d.Rounds {
-		rr = append(rr, []string{fmt.Sprint(r.I), r.Order, fmt.Sprintf("%.2f", r.A.PP), fmt.Sprintf("%.2f", r.B.PP), f4(r.B.PP / r.A.PP),
-			fmt.Sprintf("%.2f", r.A.TG), fmt.Sprintf("%.2f", r.B.TG), f4(r.B.TG / r.A.TG), fmt.Sprintf("%d/%d", r.A.Warmup.Iterations, r.B.Warmup.Iterations), r.Clock})
+		row := []string{fmt.Sprint(r.I), r.Order, fmt.Sprintf("%.2f", r.A.PP), fmt.Sprintf("%.2f", r.B.PP), f4(r.B.PP / r.A.PP),
+			fmt.Sprintf("%.2f", r.A.TG), fmt.Sprintf("%.2f", r.B.TG), f4(r.B.TG / r.A.TG), fmt.Sprintf("%d/%d", r.A.Warmup.Iterations, r.B.Warmup.Iterations)}
+		if withMem {
+			marked := "-"
+			if r.Marked != "" {
+				marked = "**" + r.Marked + "**"
+			}
+			row = append(row, memCell(r.A.Mem)+" / "+memCell(r.B.Mem), marked)
+		}
+		rr = append(rr, append(row, r.Clock))
 	}
-	fmt.Fprintf(b, "Every round (tok/s; clocks read before the round):\n\n%s\n", Table([]string{"round", "order", "pp A", "pp B", "pp B/A", "tg A", "tg B", "tg B/A", "warmup it. A/B", "clocks"}, rr))
+	head := []string{"round", "order", "pp A", "pp B", "pp B/A", "tg A", "tg B", "tg B/A", "warmup it. A/B"}
+	what := "tok/s; clocks read before the round"
+	if withMem {
+		head = append(head, "device memory A / B", "marked")
+		what = "tok/s; device memory: each process's peak, sampled from outside it; marked: another process on the GPU; clocks read before the round"
+	}
+	fmt.Fprintf(b, "Every round (%s):\n\n%s\n", what, Table(append(head, "clocks"), rr))
 	var mr [][]string
 	for _, m := range d.Metrics {
 		if len(m.Ratios) == 0 {
@@ -432,6 +474,15 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 	for _, p := range plots {
 		fmt.Fprintf(b, "![%s](%s)\n\n", p, p)
 	}
+}
+
+// memCell is one process's peak device memory ("0.488 GiB", "-" when not
+// measured).
+func memCell(u *gpumem.Usage) string {
+	if u == nil || !u.Measured {
+		return "-"
+	}
+	return gpumem.GiB(u.PeakBytes)
 }
 
 func refuseAt(d *gates.ABDetail) int {

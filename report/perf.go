@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/gpumem"
 )
 
 // targetCell says whether the target was met, and by how much it was missed.
@@ -56,27 +57,28 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	if p.Comparable != "" {
 		fmt.Fprintf(&b, "**Not like-for-like:** %s.\n\n", p.Comparable)
 	}
+	fmt.Fprintf(&b, "%s\n\n", perfMemoryNote(p))
 	pp, tg := fmt.Sprintf("pp%d", p.PP), fmt.Sprintf("tg%d", p.TG)
 	var rows [][]string
 	for _, r := range p.Rows {
 		if r.Failed {
 			f := "FAILED (" + r.Stage + ")"
-			rows = append(rows, []string{r.Row.Name(), f, thousandsRef(r.Row.RefPP, 0), "-", "-", f, thousandsRef(r.Row.RefTG, 1), "-", "-", "-", "-", "-"})
+			rows = append(rows, []string{r.Row.Name(), f, thousandsRef(r.Row.RefPP, 0), "-", "-", f, thousandsRef(r.Row.RefTG, 1), "-", "-", "-", "-", "-", perfMemCell(r)})
 			continue
 		}
 		if r.Long != nil {
 			rows = append(rows, []string{r.Row.Name(), "-", "-", "-", "-",
 				thousands(float64(r.TG.TokS), 1), "-", Fnum(float64(r.Long.Ratio), "%.3f") + " of d0", longTargetCell(r),
-				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0)})
+				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r)})
 			continue
 		}
 		rows = append(rows, []string{r.Row.Name(),
 			thousands(float64(r.PP.TokS), 0), thousandsRef(r.Row.RefPP, 0), ratioCell(r.PP), targetCell(r.PP, 0),
 			thousands(float64(r.TG.TokS), 1), thousandsRef(r.Row.RefTG, 1), ratioCell(r.TG), targetCell(r.TG, 1),
-			GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0)})
+			GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r)})
 	}
 	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "ours " + pp, "ref pp512", pp + " ratio", pp + " target",
-		"ours " + tg, "ref tg128", tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s"}, rows))
+		"ours " + tg, "ref tg128", tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s", "peak device memory"}, rows))
 
 	rows = nil
 	for _, r := range p.Rows {
@@ -181,6 +183,42 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	}
 	b.WriteString("```\n")
 	return b.String()
+}
+
+// perfMemCell is a row's bench process's peak device memory.
+func perfMemCell(r harness.PerfResult) string {
+	u := r.DeviceMemory
+	if u == nil || !u.Measured {
+		return "not measured"
+	}
+	s := gpumem.GiB(u.PeakBytes)
+	if len(u.Others) > 0 {
+		s += " (**another process on the GPU**: " + gpumem.OthersLine(u.Others) + ")"
+	}
+	return s
+}
+
+// perfMemoryNote says how the memory column was measured, or why not.
+func perfMemoryNote(p *harness.PerfRecord) string {
+	src, why := "", ""
+	for _, r := range p.Rows {
+		switch u := r.DeviceMemory; {
+		case u == nil:
+		case u.Measured && src == "":
+			src = u.Source
+		case !u.Measured && why == "":
+			why = u.Why
+		}
+	}
+	switch {
+	case src != "" && why != "":
+		return fmt.Sprintf("Peak device memory: each row's timed bench process, sampled from outside it by %s for its lifetime (some rows not measured: %s).", src, why)
+	case src != "":
+		return fmt.Sprintf("Peak device memory: each row's timed bench process, sampled from outside it by %s for its lifetime.", src)
+	case why != "":
+		return "Peak device memory: not measured (" + why + ")."
+	}
+	return "Peak device memory: not measured (the harness sampled none)."
 }
 
 // launchesSection is the "Decode launches (per token)" section: the census

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/harness/stats"
 )
 
@@ -28,11 +30,16 @@ func PRMarkdown(p *gates.PRRun) string {
 	}
 	w(". Each workload is one interleaved run of both builds (base = arm A, head = arm B), so drift hits both alike; rounds and power as `abtest run`. Outputs: %s.\n\n", p.Tolerance)
 	var rows [][]string
+	var notMeasured []string
 	for _, wl := range p.Workloads {
 		ab := abOf(wl.Record)
 		if ab == nil {
-			rows = append(rows, []string{wl.Workload, "-", "-", "-", "-", "-", "**" + wl.Verdict + "**"})
+			rows = append(rows, []string{wl.Workload, "-", "-", "-", "-", "-", "-", "**" + wl.Verdict + "**"})
 			continue
+		}
+		mem := prMemCell(ab.Memory)
+		if m := ab.Memory; m != nil && m.Status == gates.MemNotMeasured {
+			notMeasured = append(notMeasured, wl.Workload+": "+m.Why)
 		}
 		for _, m := range ab.Metrics {
 			if len(m.Ratios) == 0 {
@@ -47,10 +54,15 @@ func PRMarkdown(p *gates.PRRun) string {
 				p = m.Claim.P
 			}
 			rows = append(rows, []string{wl.Workload, m.Name + " (" + m.Basis + ")", fmt.Sprintf("%.2f", m.SummaryA.Median), fmt.Sprintf("%.2f", m.SummaryB.Median),
-				fmt.Sprintf("%s [%s, %s]", f4(float64(m.Median)), f4(float64(m.CILo)), f4(float64(m.CIHi))), g3(p), v})
+				fmt.Sprintf("%s [%s, %s]", f4(float64(m.Median)), f4(float64(m.CILo)), f4(float64(m.CIHi))), g3(p), mem, v})
 		}
 	}
-	w("%s\n", Table([]string{"workload", "metric", "base tok/s", "head tok/s", "head/base [95% CI]", "p", "verdict"}, rows))
+	w("%s\n", Table([]string{"workload", "metric", "base tok/s", "head tok/s", "head/base [95% CI]", "p", "peak device memory base / head", "verdict"}, rows))
+	if len(notMeasured) > 0 {
+		w("Device memory not measured: %s.\n\n", clip(strings.Join(notMeasured, "; "), 600))
+	} else {
+		w("Peak device memory: each build's largest per-process peak over its gate-3 processes, sampled from outside the process; the bar: %s.\n\n", harness.DefaultMemory.String())
+	}
 	var orows [][]string
 	for _, wl := range p.Workloads {
 		orows = append(orows, []string{wl.Workload, outputsCell(wl), "**" + wl.Verdict + "**"})
@@ -77,6 +89,17 @@ func PRMarkdown(p *gates.PRRun) string {
 		s = s[:PRPageLimit-200] + "\n\n… (cut at the page limit; the JSON beside this page holds everything)\n"
 	}
 	return s
+}
+
+// prMemCell is a workload's peak device memory, base / head.
+func prMemCell(m *gates.MemoryCheck) string {
+	switch {
+	case m == nil || m.Status == gates.MemNotMeasured:
+		return "not measured"
+	case m.Status == gates.MemOver:
+		return fmt.Sprintf("**%s / %s (%s), over the bar**", gpumem.GiB(m.A.PeakBytes), gpumem.GiB(m.B.PeakBytes), gates.RelPct(m.A.PeakBytes, m.B.PeakBytes))
+	}
+	return fmt.Sprintf("%s / %s (%s)", gpumem.GiB(m.A.PeakBytes), gpumem.GiB(m.B.PeakBytes), gates.RelPct(m.A.PeakBytes, m.B.PeakBytes))
 }
 
 // outputsCell says whether the head's outputs changed: bitwise, inside the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/report"
 )
 
@@ -57,7 +58,7 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	if f.Device == "cuda" && !hasGPU {
 		return nil, "", CannotRun("--device cuda: %s", why)
 	}
-	r := &harness.Runner{Bin: bin, Timeout: f.Timeout,
+	r := &harness.Runner{Bin: bin, Timeout: f.Timeout, GPUMem: gpumem.NewMonitor(),
 		Pinned: map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(f.BenchWarm)}}
 	m := harness.Minfer{R: r, Device: f.Device}
 
@@ -207,6 +208,7 @@ func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, probe harne
 	if e != nil {
 		res.BenchCommand = e.Command(r.Bin)
 		res.BenchWall = e.Wall.Seconds()
+		res.DeviceMemory = e.DeviceMemory
 	}
 	if err != nil {
 		return fail("bench", err)
@@ -299,6 +301,7 @@ func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, row har
 	if e != nil {
 		res.BenchCommand = e.Command(r.Bin)
 		res.BenchWall = e.Wall.Seconds()
+		res.DeviceMemory = e.DeviceMemory
 		if stage == "parse" {
 			res.StderrTail = strings.TrimSpace(e.Stderr)
 		}
