@@ -46,6 +46,19 @@
 // FAKEMINFER_SLOW_WHEN=NAME=VALUE:F divides pp and tg by 1+F in a process
 // whose $NAME is VALUE: a lever planted to be slower in its arm B, with no
 // mutation for the harness to see (a nightly's planted FAIL).
+//
+// Device memory (issue 19), with the harness's test seam
+// ABTEST_FAKE_GPUMEM=FILE (harness/gpumem.FileSampler): with
+// FAKEMINFER_DEVICE_MIB=N a CUDA bench, logits or generate process appends
+// "PID N" to FILE at start (it holds N MiB), waits until the sampler has
+// listed it ("seen PID"), and appends "PID exit" at the end;
+// FAKEMINFER_DEVICE_MIB_WHEN=NAME=VALUE:M makes it M MiB in a process whose
+// $NAME is VALUE (a lever that costs memory in its arm B), and
+// MINFER_TEST_MUTATE=double_weights doubles it (a second copy of the
+// weights: the fake's own mutation site, not the engine's).
+// FAKEMINFER_ENGINE_MEMORY=1 adds the engine's own "device_memory" field
+// to bench's JSON (the cross-check). FAKEMINFER_MEMORY="NAME=JSON;..."
+// sets those levers' "memory" bar in `levers`.
 package main
 
 import (
@@ -168,10 +181,14 @@ func main() {
 		*model, _ = os.Executable()
 	}
 	mut, mutFrac := mutation(os.Getenv("MINFER_TEST_MUTATE"))
+	if cuda && (os.Args[1] == "bench" || os.Args[1] == "logits" || os.Args[1] == "generate") {
+		defer holdDeviceMemory(mut)()
+	}
 	f16 := env("MINFER_CACHE_TYPE") == "f16"
 	switch os.Args[1] {
 	case "levers":
-		os.Stdout.Write(withField(withField(leversJSON, "workload", os.Getenv("FAKEMINFER_WORKLOADS")), "reserved", os.Getenv("FAKEMINFER_RESERVED")))
+		reg := withField(withField(leversJSON, "workload", os.Getenv("FAKEMINFER_WORKLOADS")), "reserved", os.Getenv("FAKEMINFER_RESERVED"))
+		os.Stdout.Write(withField(reg, "memory", os.Getenv("FAKEMINFER_MEMORY")))
 	case "bench":
 		if ignoreDepth {
 			*depth = 0
@@ -356,9 +373,15 @@ func withField(reg []byte, field, spec string) []byte {
 	}
 	for _, kv := range strings.Split(spec, ";") {
 		name, w, _ := strings.Cut(kv, "=")
+		var v any = w
+		if strings.HasPrefix(w, "{") { // a JSON object (the memory bar)
+			if err := json.Unmarshal([]byte(w), &v); err != nil {
+				panic(err)
+			}
+		}
 		for _, l := range ls {
 			if l["name"] == name {
-				l[field] = w
+				l[field] = v
 			}
 		}
 	}
@@ -367,6 +390,54 @@ func withField(reg []byte, field, spec string) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// deviceMiB is what this process holds on the fake GPU (0: nothing).
+func deviceMiB(mut string) float64 {
+	mib, _ := strconv.ParseFloat(os.Getenv("FAKEMINFER_DEVICE_MIB"), 64)
+	if w := os.Getenv("FAKEMINFER_DEVICE_MIB_WHEN"); w != "" {
+		cond, v, _ := strings.Cut(w, ":")
+		name, val, _ := strings.Cut(cond, "=")
+		if x, err := strconv.ParseFloat(v, 64); err == nil && os.Getenv(name) == val {
+			mib = x
+		}
+	}
+	if mut == "double_weights" {
+		mib *= 2
+	}
+	return mib
+}
+
+// holdDeviceMemory puts this process on the fake GPU of the harness's
+// test seam (ABTEST_FAKE_GPUMEM) and returns what takes it off.
+func holdDeviceMemory(mut string) func() {
+	file, mib := os.Getenv("ABTEST_FAKE_GPUMEM"), deviceMiB(mut)
+	if file == "" || !(mib > 0) {
+		return func() {}
+	}
+	pid := os.Getpid()
+	appendTo := func(line string) int64 {
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "minfer (fake):", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		st, _ := f.Stat()
+		fmt.Fprintln(f, line)
+		return st.Size()
+	}
+	at := appendTo(fmt.Sprintf("%d %g", pid, mib))
+	// Wait until the sampler listed this process (after its own line: a
+	// recycled pid's old "seen" does not count), so every process is
+	// sampled whatever the load; a harness that samples nothing costs 2 s.
+	seen := fmt.Sprintf("seen %d\n", pid)
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if b, err := os.ReadFile(file); err == nil && int64(len(b)) > at && strings.Contains(string(b[at:]), seen) {
+			break
+		}
+	}
+	return func() { appendTo(fmt.Sprintf("%d exit", pid)) }
 }
 
 // logBench appends "model=PATH p=N MINFER_X=V ..." (the MINFER_* variables
@@ -689,6 +760,13 @@ func writeBench(format, file string, b schema.Bench) {
 	switch format {
 	case "json":
 		out, _ = json.MarshalIndent(b, "", "  ")
+		if os.Getenv("FAKEMINFER_ENGINE_MEMORY") == "1" { // the engine's own figure (issue 19, item 1)
+			var doc map[string]any
+			_ = json.Unmarshal(out, &doc)
+			mut, _ := mutation(os.Getenv("MINFER_TEST_MUTATE"))
+			doc["device_memory"] = map[string]any{"peak_bytes": int64(deviceMiB(mut) * (1 << 20))}
+			out, _ = json.MarshalIndent(doc, "", "  ")
+		}
 		out = append(out, '\n')
 	case "csv":
 		out = []byte("model,model_sha256,backend,kv_format,threads,test,n_tokens,reps,mean_tok_s,stddev_tok_s,samples_ms\n")
