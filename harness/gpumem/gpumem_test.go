@@ -181,3 +181,13 @@ func TestGiB(t *testing.T) {
 		}
 	}
 }
+
+// Two shards on a two-GPU machine watch only their own GPU: the one
+// CUDA_VISIBLE_DEVICES names first.
+func TestVisibleGPU_FirstEntryOfCUDAVisibleDevices(t *testing.T) {
+	for v, want := range map[string]string{"": "", "1": "1", "1,0": "1", " GPU-ab,GPU-cd": "GPU-ab"} {
+		if got := visibleGPU(v); got != want {
+			t.Errorf("visibleGPU(%q) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package gpumem
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -13,8 +15,20 @@ const (
 	nvmlInit      = "nvmlInit_v2"
 	nvmlCount     = "nvmlDeviceGetCount_v2"
 	nvmlHandle    = "nvmlDeviceGetHandleByIndex_v2"
+	nvmlByUUID    = "nvmlDeviceGetHandleByUUID"
 	nvmlDriverVer = "nvmlSystemGetDriverVersion"
 )
+
+// visibleGPU is the GPU the arm processes run on when CUDA_VISIBLE_DEVICES
+// picks one: its first entry, an index (NVML's order, the PCI bus order,
+// which CUDA follows with CUDA_DEVICE_ORDER=PCI_BUS_ID and on a machine of
+// identical GPUs) or a GPU-UUID; "" when unset (every GPU is watched).
+// Watching only that GPU keeps a shard on GPU 1 from marking the rounds of
+// a shard on GPU 0 as shared.
+func visibleGPU(v string) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(v), ",")
+	return strings.TrimSpace(first)
+}
 
 // nvmlProcsNames: _v3 and _v2 both fill nvmlProcessInfo_t (the v2 layout
 // below); the unversioned v1 takes a 16-byte struct and is not bound.
@@ -61,6 +75,7 @@ type nvml struct {
 	procs    uintptr
 	procsSym string
 	devs     []uintptr
+	sel      string // the CUDA_VISIBLE_DEVICES GPU watched ("": all)
 	driver   string
 	mu       sync.Mutex
 	buf      []nvmlProcessInfo
@@ -139,12 +154,36 @@ func loadNVML(libs []string) (*nvml, error) {
 	if count == 0 {
 		return nil, fmt.Errorf("%s reports no GPU", path)
 	}
-	for i := uint32(0); i < count; i++ {
+	switch sel := visibleGPU(os.Getenv("CUDA_VISIBLE_DEVICES")); {
+	case strings.HasPrefix(sel, "GPU-") || strings.HasPrefix(sel, "MIG-"):
+		fn := dlsym(h, nvmlByUUID)
+		if fn == 0 {
+			return nil, fmt.Errorf("%s lacks %s, needed for CUDA_VISIBLE_DEVICES=%s", path, nvmlByUUID, sel)
+		}
+		b := append([]byte(sel), 0)
+		var d uintptr
+		if r := nvcall(fn, uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&d))); r != nvmlSuccess {
+			return nil, n.err(nvmlByUUID+"("+sel+")", r)
+		}
+		n.devs, n.sel = []uintptr{d}, sel
+	case sel != "":
+		i, err := strconv.ParseUint(sel, 10, 32)
+		if err != nil || uint32(i) >= count {
+			return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%s: not a GPU index below %d nor a GPU-UUID", sel, count)
+		}
 		var d uintptr
 		if r := nvcall(fns[nvmlHandle], uintptr(i), uintptr(unsafe.Pointer(&d))); r != nvmlSuccess {
 			return nil, n.err(fmt.Sprintf("%s(%d)", nvmlHandle, i), r)
 		}
-		n.devs = append(n.devs, d)
+		n.devs, n.sel = []uintptr{d}, sel
+	default:
+		for i := uint32(0); i < count; i++ {
+			var d uintptr
+			if r := nvcall(fns[nvmlHandle], uintptr(i), uintptr(unsafe.Pointer(&d))); r != nvmlSuccess {
+				return nil, n.err(fmt.Sprintf("%s(%d)", nvmlHandle, i), r)
+			}
+			n.devs = append(n.devs, d)
+		}
 	}
 	if p := dlsym(h, nvmlDriverVer); p != 0 {
 		b := make([]byte, 96)
@@ -170,6 +209,9 @@ func (n *nvml) Name() string {
 	d := ""
 	if n.driver != "" {
 		d = " " + n.driver
+	}
+	if n.sel != "" {
+		return fmt.Sprintf("NVML%s (%s %s), GPU %s (CUDA_VISIBLE_DEVICES)", d, n.path, n.procsSym, n.sel)
 	}
 	return fmt.Sprintf("NVML%s (%s %s), %d GPU", d, n.path, n.procsSym, len(n.devs))
 }
