@@ -19,6 +19,8 @@
 #                                 calibration under NIGHTLY_OUT, 9 without one; a number is a deviation)
 #   SHARDS=1                      N > 1: abtest nightly --shard i/N for each i (balanced by the previous
 #                                 night's lever times), then abtest merge into NIGHTLY_OUT
+#   CONTROL=                      with SHARDS: a lever every shard runs besides its part (abtest nightly --control);
+#                                 the merge says whether the shards' machines agree on it
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1 (or MODEL=path.gguf)   the default workload's model
 #   MODEL_DIR=/tmp/abtest-models  synthesized models, SHAPE-TYPE-seedSEED.gguf: the default one
 #                                 and each lever's own (abtest nightly --synth-dir): a lever that
@@ -97,8 +99,10 @@ else
     # The shards one after another (a pool runs them at once), balanced by
     # the previous nights of NIGHTLY_OUT, then the merge into it.
     shards="$(mktemp -d)"
+    ctl=()
+    [[ -n "${CONTROL:-}" ]] && ctl=(--control "$CONTROL")
     for ((i = 0; i < SHARDS; i++)); do
-        timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly "${nargs[@]}" --shard "$i/$SHARDS" --balance-from "$nout" \
+        timeout -k 30 "${NIGHTLY_TIMEOUT:-3600}" bin/abtest nightly "${nargs[@]}" --shard "$i/$SHARDS" --balance-from "$nout" "${ctl[@]}" \
             --out "$shards/shard-$i" >>"$log" 2>&1
         say "abtest nightly --shard $i/$SHARDS: exit $?"
     done
