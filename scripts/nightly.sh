@@ -109,6 +109,9 @@ else
     bin/abtest merge --out "$nout" "$shards"/shard-* >>"$log" 2>&1
     rc=$?
     say "abtest merge: exit $rc"
+    # The merge copied every lever's report into NIGHTLY_OUT; a merge that
+    # could not run leaves the shards' results where they are.
+    if [[ $rc -ne 2 ]]; then rm -rf "$shards"; else say "shard results kept in $shards"; fi
 fi
 summary=""
 for f in "$nout"/nightly-*.md; do # name order is date order; a shard's partial page is not the night's

@@ -205,3 +205,26 @@ func TestDeviceScript_PullRequestPagesAndBisectStages(t *testing.T) {
 		t.Errorf("bisect call: %q", c)
 	}
 }
+
+// nightly.sh SHARDS=N runs the shards one after another, each balanced from
+// the nights folder (with the control lever when given), then merges them
+// there; abtest accepts every flag it passes.
+func TestNightlyScript_ShardsThenMerge(t *testing.T) {
+	ab, _ := runScript(t, "nightly.sh", true, "SHARDS=2", "CONTROL=MINFER_NO_CUDA_GRAPH", "LEVERS=MINFER_MMQ,MINFER_NO_FUSE_QKV")
+	if len(ab) != 3 || !strings.HasPrefix(ab[2], "merge ") {
+		t.Fatalf("calls: %q", ab)
+	}
+	for i, c := range ab[:2] {
+		if !strings.Contains(c, " --shard "+string(rune('0'+i))+"/2 ") || argAfter(c, "--control") != "MINFER_NO_CUDA_GRAPH" || argAfter(c, "--balance-from") != "nightly" ||
+			strings.Contains(c, "--rounds") {
+			t.Errorf("shard %d: %q", i, c)
+		}
+	}
+	for _, c := range ab {
+		f := strings.Fields(c)
+		cmd := map[string]func() *cobra.Command{"nightly": newNightlyCmd, "merge": newMergeCmd}[f[0]]
+		if err := cmd().ParseFlags(f[1:]); err != nil {
+			t.Errorf("abtest %s refuses the script's flags: %v", f[0], err)
+		}
+	}
+}
