@@ -5,6 +5,7 @@ package sample
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -53,6 +54,7 @@ func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(floa
 // Sampler is not safe for concurrent use, and two Samplers never interfere.
 type Sampler struct {
 	p      Params
+	pcg    *rand.PCG // rng's source, whose state RNG and SetRNG carry
 	rng    *rand.Rand
 	logits []float32 // penalized copy of the caller's logits
 	seen   []bool    // per token: already penalized in this call
@@ -67,11 +69,35 @@ type cand struct {
 
 // New returns a Sampler whose generator is PCG seeded from p.Seed.
 func New(p Params) *Sampler {
-	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
+	pcg := rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15)
+	return &Sampler{p: p, pcg: pcg, rng: rand.New(pcg)}
 }
 
 // Params returns the parameters the Sampler was made with.
 func (s *Sampler) Params() Params { return s.p }
+
+// RNG is the generator's state (PCG's 128-bit state, high word first): a
+// Sampler given it with SetRNG draws what this one would draw next. It is
+// what a saved session keeps of the sampler besides its parameters.
+func (s *Sampler) RNG() [2]uint64 {
+	b, err := s.pcg.MarshalBinary() // "pcg:" + hi + lo, big-endian
+	if err != nil || len(b) != len(pcgTag)+16 || string(b[:len(pcgTag)]) != pcgTag {
+		panic(fmt.Sprintf("sample: PCG state encoding changed: %q, %v", b, err))
+	}
+	return [2]uint64{binary.BigEndian.Uint64(b[4:]), binary.BigEndian.Uint64(b[12:])}
+}
+
+// SetRNG sets the generator's state to one RNG returned.
+func (s *Sampler) SetRNG(st [2]uint64) {
+	b := binary.BigEndian.AppendUint64([]byte(pcgTag), st[0])
+	b = binary.BigEndian.AppendUint64(b, st[1])
+	if err := s.pcg.UnmarshalBinary(b); err != nil {
+		panic(fmt.Sprintf("sample: PCG state encoding changed: %v", err))
+	}
+}
+
+// pcgTag starts math/rand/v2's PCG binary encoding.
+const pcgTag = "pcg:"
 
 // Sample returns the next token id for logits given the history of ids so
 // far (prompt and generated). The caller's logits are not modified. An empty

@@ -292,3 +292,27 @@ func TestParamsValidate_RefusesMeaninglessValuesKeepsTheOffValues(t *testing.T) 
 		}
 	}
 }
+
+// A Sampler given another's RNG state draws what that one draws next, for
+// every draw after (the state a saved session carries).
+func TestSetRNG_ContinuesTheSameSequence(t *testing.T) {
+	logits := randLogits(4, 700)
+	p := Params{Temp: 0.9, TopK: 30, TopP: 0.9, Seed: 11}
+	a := New(p)
+	for i := 0; i < 17; i++ {
+		a.Sample(logits, nil)
+	}
+	b := New(Params{Temp: 0.9, TopK: 30, TopP: 0.9, Seed: 999})
+	b.SetRNG(a.RNG())
+	if a.RNG() != b.RNG() {
+		t.Fatalf("state %x after SetRNG(%x)", b.RNG(), a.RNG())
+	}
+	for i := 0; i < 50; i++ {
+		if x, y := a.Sample(logits, nil), b.Sample(logits, nil); x != y {
+			t.Fatalf("draw %d: %d vs %d after SetRNG", i, x, y)
+		}
+	}
+	if New(p).RNG() == a.RNG() {
+		t.Fatal("the state did not move with the draws")
+	}
+}
