@@ -59,6 +59,11 @@ type Engine struct {
 	plans map[graph.Params]*graph.Plan
 	order []graph.Params // least recently used first
 	pos   int
+	// tokens are the ids whose cells the KV cache holds (len == pos): the
+	// context a saved session carries (session.go).
+	tokens []int32
+	// sha is the model file's sha256 once a session needed it.
+	sha *[32]byte
 
 	ids, positions []int32
 	window         [2]int32
@@ -229,7 +234,7 @@ func (e *Engine) Pos() int { return e.pos }
 func (e *Engine) NCtx() int { return e.nCtx }
 
 // Reset empties the KV cache.
-func (e *Engine) Reset() { e.pos = 0 }
+func (e *Engine) Reset() { e.pos, e.tokens = 0, e.tokens[:0] }
 
 // Truncate cuts the context back to its first n tokens: the next token
 // goes to position n. The cells from n on are left as they are; attention
@@ -239,7 +244,7 @@ func (e *Engine) Truncate(n int) error {
 	if n < 0 || n > e.pos {
 		return fmt.Errorf("truncate to %d tokens: the context holds %d", n, e.pos)
 	}
-	e.pos = n
+	e.pos, e.tokens = n, e.tokens[:n]
 	return nil
 }
 
@@ -367,6 +372,7 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 		return nil, fmt.Errorf("model: read logits: %w", err)
 	}
 	e.pos += nt
+	e.tokens = append(e.tokens, tokens...)
 	if e.opts.Levers.GraphDump {
 		e.dumps++
 	}
