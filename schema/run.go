@@ -38,6 +38,20 @@ type Generate struct {
 	Backend     string            `json:"backend"`
 	KVFormat    string            `json:"kv_format"`
 	Levers      map[string]string `json:"levers"`
+	// Session is there with --session: what was restored and saved.
+	Session *GenerateSession `json:"session,omitempty"`
+}
+
+// GenerateSession is what `minfer generate --session FILE` did with FILE.
+// With a restored session the prefill forwards the session's pending token
+// (the last one sampled before it was saved) and then the prompt, so
+// prefill_tok_s counts both.
+type GenerateSession struct {
+	Path           string  `json:"path"`
+	RestoredTokens int     `json:"restored_tokens"` // the context read from FILE; 0 when FILE did not exist
+	RestoreMS      float64 `json:"restore_ms"`      // checking and loading FILE, the model's sha256 included
+	SavedTokens    int     `json:"saved_tokens"`    // the context written to FILE; 0 with --session-readonly
+	SaveMS         float64 `json:"save_ms"`
 }
 
 // Tokens is the document of `minfer tokenize --json`: the ids of the text

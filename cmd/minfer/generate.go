@@ -147,12 +147,21 @@ func chatPrompt(p string) string {
 // encodePrompt tokenizes a prompt (ChatML-wrapped with special tokens
 // parsed when chat is set), with BOS when the vocabulary asks for it.
 func encodePrompt(tok *tokenizer.Tokenizer, prompt string, chat bool) []int32 {
+	return encodeTurn(tok, prompt, chat, false)
+}
+
+// encodeTurn is encodePrompt of a prompt that follows a context when
+// appended is set: no BOS, and a ChatML turn starts on a new line.
+func encodeTurn(tok *tokenizer.Tokenizer, prompt string, chat, appended bool) []int32 {
 	text := prompt
 	if chat {
 		text = chatPrompt(prompt)
+		if appended {
+			text = "\n" + text
+		}
 	}
 	var ids []int32
-	if tok.AddBOS() {
+	if tok.AddBOS() && !appended {
 		ids = append(ids, tok.BOS())
 	}
 	return append(ids, tok.Encode(text, chat)...)
@@ -172,6 +181,7 @@ type generateFlags struct {
 	json          bool
 	ids           string
 	repeat        int
+	session       sessionFlags
 }
 
 func newGenerateCmd(a *app) *cobra.Command {
@@ -179,7 +189,15 @@ func newGenerateCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "generate [flags] (PROMPT | --ids 1,2,3)",
 		Short: "generate text from a prompt, streamed as tokens arrive",
-		Args:  cobra.MaximumNArgs(1),
+		Long: "Generate text from a prompt, streamed as tokens arrive.\n\n" +
+			"With --session FILE the context is saved to FILE after generating (tokens, KV cells in the engine's KV\n" +
+			"format, sampler state), and a later run with the same FILE restores it and appends its prompt (with\n" +
+			"--chat a new ChatML turn) to it; without a prompt it continues the generation where it stopped, token\n" +
+			"for token as the run that never stopped. The sampling flags are this run's; the generator continues\n" +
+			"from the saved state unless --seed names another seed. --ctx defaults to the session's. A FILE of another model,\n" +
+			"KV format or context length, of a newer format, truncated or corrupt is refused in one line naming\n" +
+			"the field (exit 2) and left as it is; so is FILE when a run fails.",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.generate(cmd, &f, args)
 		},
@@ -197,11 +215,12 @@ func newGenerateCmd(a *app) *cobra.Command {
 	fl.BoolVar(&f.chat, "chat", false, "wrap the prompt in the ChatML template")
 	fl.BoolVar(&f.json, "json", false, "print the schema.Generate document at the end instead of streaming text")
 	fl.StringVar(&f.ids, "ids", "", "the prompt as comma-separated token ids instead of text")
+	f.session.register(cmd)
 	fl.IntVar(&f.repeat, "repeat", 1, "run the whole generation this many times from an empty context and print the last run (not streamed when above 1); ids that differ between runs are an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th)")
 	return cmd
 }
 
-// genRun is one generation from an empty context.
+// genRun is one generation.
 type genRun struct {
 	gen               []int32
 	prefill, decode   time.Duration
@@ -213,16 +232,22 @@ type genRun struct {
 // ids from an empty context, handing each generated token that is not an
 // end-of-generation token to emit (nil: none).
 func generateOnce(e lm, ids []int32, sp sample.Params, n, nCtx int, emit func(id int32) error) (genRun, error) {
-	var r genRun
 	e.Reset()
-	smp := sample.New(sp) // every run samples from the same seed
+	return generateAfter(e, nil, ids, sample.New(sp), n, nCtx, emit) // every run samples from the same seed
+}
+
+// generateAfter forwards ids after the context past (the tokens the KV
+// cache holds, for the repeat penalty) and samples at most n tokens with
+// smp. Every generated token is forwarded but the last.
+func generateAfter(e lm, past, ids []int32, smp *sample.Sampler, n, nCtx int, emit func(id int32) error) (genRun, error) {
+	var r genRun
 	t0 := time.Now()
 	logits, err := e.Forward(ids, false)
 	r.prefill = time.Since(t0)
 	if err != nil {
 		return r, fmt.Errorf("prefill: %w", err)
 	}
-	history := append([]int32(nil), ids...)
+	history := append(append([]int32(nil), past...), ids...)
 	for len(r.gen) < n {
 		id := smp.Sample(logits, history)
 		r.gen = append(r.gen, id)
@@ -263,6 +288,12 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 	if f.repeat < 1 {
 		return usagef("--repeat %d: want at least one run", f.repeat)
 	}
+	if f.session.path != "" && f.repeat > 1 {
+		return usagef("--repeat runs from an empty context: not with --session")
+	}
+	if err := f.session.prepare(cmd, &f.ctx); err != nil {
+		return err
+	}
 	var prompt string
 	var ids []int32
 	switch {
@@ -278,7 +309,7 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		}
 	case len(args) == 1:
 		prompt = args[0]
-	default:
+	case !f.session.restore:
 		return usagef("give a prompt: text or --ids")
 	}
 	sp := sample.Params{Temp: f.temp, TopK: f.topK, TopP: f.topP, RepeatPenalty: f.repeatPenalty,
@@ -295,9 +326,18 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		return err
 	}
 	defer e.Close()
+	smp := sample.New(sp)
+	sess, err := f.session.open(cmd, e, smp)
+	if err != nil {
+		return err
+	}
+	var past, unfed []int32 // the restored context; its tokens never forwarded
+	if sess != nil {
+		past, unfed = sess.past, sess.pending
+	}
 	tok := e.Tokenizer()
-	if ids == nil {
-		ids = encodePrompt(tok, prompt, f.chat)
+	if ids == nil && len(args) == 1 {
+		ids = encodeTurn(tok, prompt, f.chat, len(past)+len(unfed) > 0)
 		if len(ids) == 0 {
 			return usagef("the prompt encodes to no tokens")
 		}
@@ -307,8 +347,16 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 			return fmt.Errorf("token id %d is outside the vocabulary of %d", id, e.HParams().NVocab)
 		}
 	}
-	if len(ids) > f.ctx {
+	feed := append(append([]int32(nil), unfed...), ids...)
+	switch {
+	case len(feed) == 0 && len(past) >= f.ctx:
+		return fmt.Errorf("the session's context of %d tokens is full", f.ctx)
+	case len(feed) == 0:
+		return usagef("the session %s ends with no token to continue from: give a prompt", f.session.path)
+	case len(past) == 0 && len(ids) > f.ctx:
 		return fmt.Errorf("prompt of %d tokens does not fit the context of %d (--ctx)", len(ids), f.ctx)
+	case len(past)+len(feed) > f.ctx:
+		return fmt.Errorf("prompt of %d tokens after the session's %d does not fit the context of %d (--ctx)", len(ids), len(past)+len(unfed), f.ctx)
 	}
 
 	out := cmd.OutOrStdout()
@@ -337,7 +385,12 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		if i == f.repeat {
 			emitRun = emit
 		}
-		if r, err = generateOnce(e, ids, sp, f.n, f.ctx, emitRun); err != nil {
+		if sess != nil {
+			r, err = generateAfter(e, past, feed, smp, f.n, f.ctx, emitRun)
+		} else {
+			r, err = generateOnce(e, ids, sp, f.n, f.ctx, emitRun)
+		}
+		if err != nil {
 			if f.repeat > 1 {
 				return fmt.Errorf("run %d of %d: %w", i, f.repeat, err)
 			}
@@ -352,6 +405,9 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 	}
 	if r.contextFullNotice {
 		fmt.Fprintf(cmd.ErrOrStderr(), "minfer: context of %d tokens is full, stopping\n", f.ctx)
+	}
+	if err := f.session.save(sess, r.gen, f.ctx, sp, smp); err != nil {
+		return err
 	}
 	if !f.json {
 		if !stream {
@@ -369,8 +425,14 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		Model: path, Prompt: prompt, PromptIDs: ids, IDs: r.gen, Text: string(text),
 		NPrompt: len(ids), NGen: len(r.gen),
 		PrefillMS: ms(r.prefill), DecodeMS: ms(r.decode),
-		PrefillTokS: rate(len(ids), r.prefill), DecodeTokS: rate(r.decodeSteps, r.decode),
+		PrefillTokS: rate(len(feed), r.prefill), DecodeTokS: rate(r.decodeSteps, r.decode),
 		Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType), Levers: a.cfg.Set(),
+	}
+	if sess != nil {
+		res.Session = sess.doc
+	}
+	if res.PromptIDs == nil {
+		res.PromptIDs = []int32{}
 	}
 	if res.IDs == nil {
 		res.IDs = []int32{}
