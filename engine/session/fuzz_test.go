@@ -72,12 +72,12 @@ func withChecksums(data []byte) []byte {
 		return b
 	}
 	fixHeader(b)
-	h, err := readHeader(bytes.NewReader(b), int64(len(b)))
+	h, err := readHeader(bytes.NewReader(b), int64(len(b)), nil)
 	if err != nil {
 		return b
 	}
-	l, err := h.layout()
-	if err != nil || l.fits(uint64(len(b))) != nil {
+	l, err := h.layout(nil)
+	if err != nil || l.fits(uint64(len(b)), nil) != nil {
 		return b
 	}
 	for _, s := range []section{l.tokens, l.kv, l.sampler} {

@@ -20,6 +20,7 @@ import (
 // tokens and sampler are in memory; its KV cells are read again from the
 // file by ReadKV.
 type Reader struct {
+	off     checks // checks turned off (tests only)
 	h       Header
 	tokens  []int32
 	sampler *Sampler
@@ -84,7 +85,7 @@ func Peek(path string) (Header, error) {
 	if err != nil {
 		return Header{}, fmt.Errorf("session: %w", err)
 	}
-	h, err := readHeader(f, st.Size())
+	h, err := readHeader(f, st.Size(), nil)
 	if err != nil {
 		return Header{}, withPath(err, path)
 	}
@@ -93,23 +94,28 @@ func Peek(path string) (Header, error) {
 
 // Read is Open of a file of size bytes read through r.
 func Read(r io.ReaderAt, size int64, want *Identity) (*Reader, error) {
-	h, err := readHeader(r, size)
+	return read(r, size, want, nil)
+}
+
+// read is Read with the checks in off turned off (tests only).
+func read(r io.ReaderAt, size int64, want *Identity, off checks) (*Reader, error) {
+	h, err := readHeader(r, size, off)
 	if err != nil {
 		return nil, err
 	}
 	if want != nil {
-		if err := h.match(*want); err != nil {
+		if err := h.match(*want, off); err != nil {
 			return nil, err
 		}
 	}
-	lay, err := h.layout()
+	lay, err := h.layout(off)
 	if err != nil {
 		return nil, err
 	}
-	if err := lay.fits(uint64(size)); err != nil {
+	if err := lay.fits(uint64(size), off); err != nil {
 		return nil, err
 	}
-	rd := &Reader{h: h, r: r, lay: lay}
+	rd := &Reader{h: h, r: r, lay: lay, off: off}
 	if err := rd.readTokens(); err != nil {
 		return nil, err
 	}
@@ -159,7 +165,7 @@ func (r *Reader) Close() error {
 
 // readHeader reads and checks the fixed header: magic, version, checksum,
 // then every field on its own (not against an engine: see match).
-func readHeader(r io.ReaderAt, size int64) (Header, error) {
+func readHeader(r io.ReaderAt, size int64, off checks) (Header, error) {
 	var b [headerSize]byte
 	n := int(min(max(size, 0), headerSize))
 	if n > 0 {
@@ -170,7 +176,7 @@ func readHeader(r io.ReaderAt, size int64) (Header, error) {
 		n = got
 	}
 	m := min(n, len(Magic))
-	if err := check(string(b[:m]) == Magic[:m], "magic", "not a minfer session file (it starts %q)", b[:m]); err != nil {
+	if err := off.check(string(b[:m]) == Magic[:m], "magic", "not a minfer session file (it starts %q)", b[:m]); err != nil {
 		return Header{}, err
 	}
 	if n < 12 { // not even the version: nothing more to say
@@ -178,30 +184,30 @@ func readHeader(r io.ReaderAt, size int64) (Header, error) {
 	}
 	var h Header
 	v := binary.LittleEndian.Uint32(b[8:])
-	if err := check(v <= Version, "version", "the file is format version %d, this minfer reads up to %d (written by a newer minfer)", v, Version); err != nil {
+	if err := off.check(v <= Version, "version", "the file is format version %d, this minfer reads up to %d (written by a newer minfer)", v, Version); err != nil {
 		return h, err
 	}
-	if err := check(v != 0, "version", "0 is no session format version"); err != nil {
+	if err := off.check(v != 0, "version", "0 is no session format version"); err != nil {
 		return h, err
 	}
-	if err := check(n == headerSize, "header", "truncated: a file of %d bytes, the header takes %d", size, headerSize); err != nil {
+	if err := off.check(n == headerSize, "header", "truncated: a file of %d bytes, the header takes %d", size, headerSize); err != nil {
 		return h, err
 	}
 	stored, sum := binary.LittleEndian.Uint32(b[headerSize-crcSize:]), crc32.Checksum(b[:headerSize-crcSize], castagnoli)
-	if err := check(stored == sum, "header", "checksum mismatch (stored %08x, computed %08x): the file is corrupt", stored, sum); err != nil {
+	if err := off.check(stored == sum, "header", "checksum mismatch (stored %08x, computed %08x): the file is corrupt", stored, sum); err != nil {
 		return h, err
 	}
 	flags := binary.LittleEndian.Uint32(b[12:])
-	if err := check(flags&^knownFlags == 0, "flags", "unknown bits %#x (written by a newer minfer?)", flags&^knownFlags); err != nil {
+	if err := off.check(flags&^knownFlags == 0, "flags", "unknown bits %#x (written by a newer minfer?)", flags&^knownFlags); err != nil {
 		return h, err
 	}
 	h.Version, h.HasSampler = int(v), flags&flagSampler != 0
 	copy(h.ModelSHA256[:], b[16:48])
 	var err error
-	if h.Arch, err = padded("arch", b[48:48+archSize]); err != nil {
+	if h.Arch, err = padded("arch", b[48:48+archSize], off); err != nil {
 		return h, err
 	}
-	if h.Backend, err = padded("backend", b[80:80+backendSize]); err != nil {
+	if h.Backend, err = padded("backend", b[80:80+backendSize], off); err != nil {
 		return h, err
 	}
 	u := func(off int) int { return int(binary.LittleEndian.Uint32(b[off:])) }
@@ -210,32 +216,32 @@ func readHeader(r io.ReaderAt, size int64) (Header, error) {
 	h.NCtx, h.NLayer, h.RowLen = u(100), u(104), u(108)
 	rowBytes, nVocab := u(112), u(116)
 	h.NVocab, h.NTokens, h.NKV = nVocab, u(120), u(124)
-	if err := check(code <= int(kv.Q8_0), "kv_format", "unknown format code %d (0 f32, 1 f16, 2 q8_0)", code); err != nil {
+	if err := off.check(code <= int(kv.Q8_0), "kv_format", "unknown format code %d (0 f32, 1 f16, 2 q8_0)", code); err != nil {
 		return h, err
 	}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"n_ctx", h.NCtx}, {"n_layer", h.NLayer}, {"row_len", h.RowLen}, {"n_vocab", h.NVocab}} {
-		if err := check(f.v > 0, f.name, "0: want a positive count"); err != nil {
+		if err := off.check(f.v > 0, f.name, "0: want a positive count"); err != nil {
 			return h, err
 		}
 	}
 	want := kv.RowBytes(h.KVFormat, h.RowLen)
-	if err := check(want > 0 && rowBytes == want, "row_bytes", "%d, but %s rows of %d values take %d bytes", rowBytes, h.KVFormat, h.RowLen, want); err != nil {
+	if err := off.check(want > 0 && rowBytes == want, "row_bytes", "%d, but %s rows of %d values take %d bytes", rowBytes, h.KVFormat, h.RowLen, want); err != nil {
 		return h, err
 	}
-	if err := check(h.NTokens <= h.NCtx, "n_tokens", "%d tokens do not fit n_ctx %d", h.NTokens, h.NCtx); err != nil {
+	if err := off.check(h.NTokens <= h.NCtx, "n_tokens", "%d tokens do not fit n_ctx %d", h.NTokens, h.NCtx); err != nil {
 		return h, err
 	}
-	if err := check(h.NKV <= h.NTokens, "n_kv", "%d cells for %d tokens", h.NKV, h.NTokens); err != nil {
+	if err := off.check(h.NKV <= h.NTokens, "n_kv", "%d cells for %d tokens", h.NKV, h.NTokens); err != nil {
 		return h, err
 	}
 	return h, nil
 }
 
 // padded decodes a NUL-padded printable-ASCII field.
-func padded(field string, b []byte) (string, error) {
+func padded(field string, b []byte, off checks) (string, error) {
 	n := 0
 	for n < len(b) && b[n] != 0 {
 		n++
@@ -245,7 +251,7 @@ func padded(field string, b []byte) (string, error) {
 		if i >= n {
 			ok = c == 0
 		}
-		if err := check(ok, field, "byte %d is %#x: want printable ASCII, NUL-padded", i, c); err != nil {
+		if err := off.check(ok, field, "byte %d is %#x: want printable ASCII, NUL-padded", i, c); err != nil {
 			return "", err
 		}
 	}
@@ -254,25 +260,25 @@ func padded(field string, b []byte) (string, error) {
 
 // match refuses a header whose identity is not want's, naming the first
 // field that differs.
-func (h Header) match(want Identity) error {
-	if err := check(h.ModelSHA256 == want.ModelSHA256, "model_sha256", "the file is of model %s, this model is %s",
+func (h Header) match(want Identity, off checks) error {
+	if err := off.check(h.ModelSHA256 == want.ModelSHA256, "model_sha256", "the file is of model %s, this model is %s",
 		short(h.ModelSHA256), short(want.ModelSHA256)); err != nil {
 		return err
 	}
-	if err := check(h.Arch == want.Arch, "arch", "the file has %q, this model is %q", h.Arch, want.Arch); err != nil {
+	if err := off.check(h.Arch == want.Arch, "arch", "the file has %q, this model is %q", h.Arch, want.Arch); err != nil {
 		return err
 	}
-	if err := check(h.KVFormat == want.KVFormat, "kv_format", "the file has %s, this run uses %s", h.KVFormat, want.KVFormat); err != nil {
+	if err := off.check(h.KVFormat == want.KVFormat, "kv_format", "the file has %s, this run uses %s", h.KVFormat, want.KVFormat); err != nil {
 		return err
 	}
-	if err := check(h.NCtx == want.NCtx, "n_ctx", "the file has %d, this run uses %d", h.NCtx, want.NCtx); err != nil {
+	if err := off.check(h.NCtx == want.NCtx, "n_ctx", "the file has %d, this run uses %d", h.NCtx, want.NCtx); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name       string
 		file, this int
 	}{{"n_layer", h.NLayer, want.NLayer}, {"row_len", h.RowLen, want.RowLen}, {"n_vocab", h.NVocab, want.NVocab}} {
-		if err := check(f.file == f.this, f.name, "the file has %d, this model has %d", f.file, f.this); err != nil {
+		if err := off.check(f.file == f.this, f.name, "the file has %d, this model has %d", f.file, f.this); err != nil {
 			return err
 		}
 	}
@@ -284,11 +290,11 @@ func short(s [32]byte) string { return hex.EncodeToString(s[:6]) + "…" }
 
 // layout places the sections of a checked header; a KV section too large to
 // address is refused.
-func (h Header) layout() (layout, error) {
+func (h Header) layout(c checks) (layout, error) {
 	var l layout
 	rb := uint64(kv.RowBytes(h.KVFormat, h.RowLen))               // < 2^35
 	hi, kvLen := bits.Mul64(uint64(h.NLayer)*uint64(h.NKV), 2*rb) // n_layer, n_kv < 2^32
-	if err := check(hi == 0 && kvLen <= math.MaxInt64/2, "n_kv", "2 x %d layers x %d cells x %d bytes overflow", h.NLayer, h.NKV, rb); err != nil {
+	if err := c.check(hi == 0 && kvLen <= math.MaxInt64/2, "n_kv", "2 x %d layers x %d cells x %d bytes overflow", h.NLayer, h.NKV, rb); err != nil {
 		return l, err
 	}
 	smp := uint64(0)
@@ -311,14 +317,14 @@ func (h Header) layout() (layout, error) {
 
 // fits refuses a file whose size is not the one the header describes,
 // naming the section a truncation cut into.
-func (l layout) fits(size uint64) error {
+func (l layout) fits(size uint64, off checks) error {
 	for _, s := range []section{l.tokens, l.kv, l.sampler} {
-		if err := check(size >= s.end(), s.name, "truncated: the file ends at byte %d, the section spans bytes %d to %d",
+		if err := off.check(size >= s.end(), s.name, "truncated: the file ends at byte %d, the section spans bytes %d to %d",
 			size, s.off-frameSize, s.end()); err != nil {
 			return err
 		}
 	}
-	return check(size == l.total, "file size", "%d bytes, the header describes %d (trailing data)", size, l.total)
+	return off.check(size == l.total, "file size", "%d bytes, the header describes %d (trailing data)", size, l.total)
 }
 
 // frame reads and checks a section's tag and length and starts its CRC.
@@ -327,11 +333,11 @@ func (r *Reader) frame(s section) (uint32, error) {
 	if _, err := r.r.ReadAt(b[:], int64(s.off-frameSize)); err != nil {
 		return 0, fmt.Errorf("read %s section: %w", s.name, err)
 	}
-	if err := check(string(b[:4]) == s.tag, s.name, "section tag %q, want %q", b[:4], s.tag); err != nil {
+	if err := r.off.check(string(b[:4]) == s.tag, s.name, "section tag %q, want %q", b[:4], s.tag); err != nil {
 		return 0, err
 	}
 	n := binary.LittleEndian.Uint64(b[4:])
-	if err := check(n == s.len, s.name, "section length %d, the header describes %d", n, s.len); err != nil {
+	if err := r.off.check(n == s.len, s.name, "section length %d, the header describes %d", n, s.len); err != nil {
 		return 0, err
 	}
 	return crc32.Update(0, castagnoli, b[:]), nil
@@ -353,7 +359,7 @@ func (r *Reader) sum(s section, crc uint32) error {
 		return fmt.Errorf("read %s section: %w", s.name, err)
 	}
 	stored := binary.LittleEndian.Uint32(b[:])
-	return check(stored == crc, s.name, "checksum mismatch (stored %08x, computed %08x): the file is corrupt", stored, crc)
+	return r.off.check(stored == crc, s.name, "checksum mismatch (stored %08x, computed %08x): the file is corrupt", stored, crc)
 }
 
 func (r *Reader) readTokens() error {
@@ -372,7 +378,7 @@ func (r *Reader) readTokens() error {
 	r.tokens = make([]int32, r.h.NTokens)
 	for i := range r.tokens {
 		id := int32(binary.LittleEndian.Uint32(b[4*i:]))
-		if err := check(id >= 0 && int(id) < r.h.NVocab, "tokens", "id %d at %d is outside the vocabulary of %d", id, i, r.h.NVocab); err != nil {
+		if err := r.off.check(id >= 0 && int(id) < r.h.NVocab, "tokens", "id %d at %d is outside the vocabulary of %d", id, i, r.h.NVocab); err != nil {
 			return err
 		}
 		r.tokens[i] = id
@@ -433,7 +439,7 @@ func (r *Reader) readSampler() error {
 	if !r.h.HasSampler {
 		return nil
 	}
-	smp, err := decodeSampler(b)
+	smp, err := decodeSampler(b, r.off)
 	if err != nil {
 		return err
 	}
@@ -441,7 +447,7 @@ func (r *Reader) readSampler() error {
 	return nil
 }
 
-func decodeSampler(b [samplerSize]byte) (Sampler, error) {
+func decodeSampler(b [samplerSize]byte, off checks) (Sampler, error) {
 	le := binary.LittleEndian
 	var s Sampler
 	s.Params = sample.Params{
@@ -454,10 +460,10 @@ func decodeSampler(b [samplerSize]byte) (Sampler, error) {
 		Seed:          le.Uint64(b[24:]),
 	}
 	s.RNG = [2]uint64{le.Uint64(b[32:]), le.Uint64(b[40:])}
-	if err := check(le.Uint32(b[20:]) <= 1, "sampler", "greedy flag %d: want 0 or 1", le.Uint32(b[20:])); err != nil {
+	if err := off.check(le.Uint32(b[20:]) <= 1, "sampler", "greedy flag %d: want 0 or 1", le.Uint32(b[20:])); err != nil {
 		return s, err
 	}
-	if err := s.Params.Validate(); err != nil && !checksOff["sampler"] {
+	if err := s.Params.Validate(); err != nil && !off["sampler"] {
 		return s, refuse("sampler", "%v", err)
 	}
 	return s, nil

@@ -120,18 +120,19 @@ func (e *RefusedError) Error() string {
 // Is makes errors.Is(err, ErrRefused) hold.
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
-// checksOff names checks a test has turned off, to show that the test of
-// each refusal fails without its check (TestRefusals_FailWithTheirCheckOff).
-// Nothing else sets it.
-var checksOff map[string]bool
+// checks names the checks turned off (nil: all on). Only a test turns one
+// off, through read, to show that the test of each refusal fails without
+// its check (TestRefusals_FailWithTheirCheckOff); Open, Read and Peek pass
+// nil.
+type checks map[string]bool
 
 func refuse(field, format string, args ...any) error {
 	return &RefusedError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// check refuses field unless ok.
-func check(ok bool, field, format string, args ...any) error {
-	if ok || checksOff[field] {
+// check refuses field unless ok (or the check is off).
+func (c checks) check(ok bool, field, format string, args ...any) error {
+	if ok || c[field] {
 		return nil
 	}
 	return refuse(field, format, args...)

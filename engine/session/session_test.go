@@ -70,11 +70,11 @@ func validFile(t testing.TB, f kv.Format) []byte {
 // sections are the sections of a valid file.
 func sections(t testing.TB, data []byte) layout {
 	t.Helper()
-	h, err := readHeader(bytes.NewReader(data), int64(len(data)))
+	h, err := readHeader(bytes.NewReader(data), int64(len(data)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := h.layout()
+	l, err := h.layout(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,20 +315,18 @@ func u32At(b []byte, off int, v uint32) []byte {
 // without its check. (Truncations inside the version are refused where no
 // check can be turned off: the reader has nothing to read past them.)
 func TestRefusals_FailWithTheirCheckOff(t *testing.T) {
-	defer func() { checksOff = nil }()
 	for _, c := range refusals(t) {
 		if len(c.data) < 12 && c.field == "header" {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			checksOff = map[string]bool{c.field: true}
 			err := func() (err error) {
 				defer func() {
 					if p := recover(); p != nil {
 						err = fmt.Errorf("panic: %v", p)
 					}
 				}()
-				_, err = Read(bytes.NewReader(c.data), int64(len(c.data)), c.want)
+				_, err = read(bytes.NewReader(c.data), int64(len(c.data)), c.want, checks{c.field: true})
 				return err
 			}()
 			var re *RefusedError

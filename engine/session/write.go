@@ -100,7 +100,7 @@ func Encode(w io.Writer, id Identity, c Contents) error {
 	if c.NKV > 0 && c.KV == nil {
 		return errors.New("no KV source for the cells")
 	}
-	lay, err := h.layout()
+	lay, err := h.layout(nil)
 	if err != nil {
 		return err
 	}
