@@ -50,6 +50,13 @@ type SplitKey struct {
 // model on the CPU when the preferred backend returns it.
 var ErrUnsupportedWeight = errors.New("weight not supported by backend")
 
+// ErrOutOfMemory is matched (errors.Is) by every error of a backend whose
+// memory could not hold a request (RegisterWeight, Alloc, AllocKV, or the
+// scratch an Execute grows), and by the engine's refusal of a model whose
+// memory plan does not fit: the model does not fit this machine, which is
+// no defect of the path that ran (minfer exits with schema.ExitOutOfMemory).
+var ErrOutOfMemory = errors.New("out of memory")
+
 // Backend executes graph nodes. The CPU backend is the numerical reference; a
 // device backend (CUDA) implements the same contract. Every method returns an
 // error instead of panicking; no method falls back to another backend.

@@ -16,6 +16,7 @@ import (
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/memplan"
 	"github.com/minfer-go/minfer/engine/model/arch"
 	"github.com/minfer-go/minfer/engine/model/qwen2"
 	"github.com/minfer-go/minfer/engine/tokenizer"
@@ -55,6 +56,11 @@ type Engine struct {
 	kvFormat kv.Format
 	backends []graph.Backend
 	build    func(graph.Params) (*graph.Graph, error)
+	// mem is the memory plan checked at load (memory.go), memFree the
+	// free memory it was checked against; nil for a backend that plans
+	// nothing.
+	mem     *memplan.Plan
+	memFree uint64
 
 	plans map[graph.Params]*graph.Plan
 	order []graph.Params // least recently used first
@@ -136,11 +142,14 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 	e.build = a.Build
 	e.nCtx = opts.NCtx
 	if e.nCtx == 0 {
-		e.nCtx = min(h.NCtxTrain, 4096)
+		e.nCtx = DefaultNCtx(h)
 	}
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
+	}
+	if w := memplan.BeyondTraining(modelName(h), e.nCtx, h.NCtxTrain); w != "" {
+		logf("model: %s", w)
 	}
 	var dev graph.Backend
 	if opts.Device == "cuda" || ((opts.Device == "" || opts.Device == "auto") && opts.NewDevice != nil) {
@@ -161,22 +170,19 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 			}
 		}
 	}
-	switch ct := opts.Levers.CacheType; ct {
-	case "", "auto":
-		e.kvFormat = kv.F32 // the CPU's auto format
-		if dev != nil && h.NLayer*h.NKV() >= deviceF16KVDims {
-			e.kvFormat = kv.F16 // the device's auto format for 7B-class dims
-		}
-	default:
-		if e.kvFormat, err = kv.ParseFormat(ct); err != nil {
-			closeAll(dev)
-			return nil, fmt.Errorf("MINFER_CACHE_TYPE: %w", err)
-		}
+	if e.kvFormat, err = KVFormatFor(h, dev != nil, opts.Levers.CacheType); err != nil {
+		closeAll(dev)
+		return nil, err
 	}
 	c := cpu.New(cpu.Options{Threads: opts.Threads, Census: opts.Levers.LaunchCensus})
 	e.backends = []graph.Backend{c}
 	if dev != nil {
 		e.backends = []graph.Backend{dev, c}
+	}
+	// The plan is checked before the first allocation (the weights).
+	if err := e.checkMemory(logf); err != nil {
+		closeAll(e.backends...)
+		return nil, err
 	}
 	ws, err := GraphWeights(f, h)
 	if err != nil {
@@ -186,7 +192,7 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 	at, err := PlaceWeights(ws, e.backends, logf)
 	if err != nil {
 		closeAll(e.backends...)
-		return nil, err
+		return nil, e.outOfMemory(err)
 	}
 	if dev != nil && at != 0 {
 		// All-or-nothing: the device refused a weight, so the whole model
@@ -197,10 +203,14 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 		}
 		dev.Close()
 		e.backends = []graph.Backend{c}
+		if err := e.checkMemory(logf); err != nil { // planned again for the CPU
+			closeAll(e.backends...)
+			return nil, err
+		}
 	}
 	if err := e.backends[0].AllocKV(graph.KVSpec{Format: e.kvFormat, NLayer: h.NLayer, NCtx: e.nCtx, RowLen: h.NKV()}); err != nil {
 		closeAll(e.backends...)
-		return nil, err
+		return nil, e.outOfMemory(err)
 	}
 	return e, nil
 }
@@ -336,7 +346,7 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 	}
 	pl, err := e.Plan(nt, allLogits)
 	if err != nil {
-		return nil, fmt.Errorf("model: build graph for %d tokens: %w", nt, err)
+		return nil, e.outOfMemory(fmt.Errorf("model: build graph for %d tokens: %w", nt, err))
 	}
 	if cap(e.positions) < nt {
 		e.positions = make([]int32, nt)
@@ -361,7 +371,7 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 		run = func() error { return pl.RunInstrumented(e.dumpNode) }
 	}
 	if err := run(); err != nil {
-		return nil, fmt.Errorf("model: forward at position %d: %w", e.pos, err)
+		return nil, e.outOfMemory(fmt.Errorf("model: forward at position %d: %w", e.pos, err))
 	}
 	rows := 1
 	if allLogits {

@@ -48,7 +48,8 @@ func GraphWeights(f *gguf.File, h HParams) ([]graph.Weight, error) {
 // preference order) that accepts every weight gets the whole model; a backend
 // that refuses any weight gets none of it, and logf says which weight and why.
 // The last backend (the CPU) must accept everything. It returns the index of
-// the chosen backend.
+// the chosen backend. A backend out of memory (graph.ErrOutOfMemory) is an
+// error, not a refusal: no other backend is tried.
 func PlaceWeights(ws []graph.Weight, backends []graph.Backend, logf func(string, ...any)) (int, error) {
 	if len(backends) == 0 {
 		return 0, errors.New("model: no backends")
@@ -64,6 +65,11 @@ func PlaceWeights(ws []graph.Weight, backends []graph.Backend, logf func(string,
 				logf("model: weights placed on %s", b.Name())
 			}
 			return i, nil
+		}
+		if errors.Is(err, graph.ErrOutOfMemory) {
+			// Out of memory is no refusal of a weight: no other backend
+			// takes the model over (ARCHITECTURE.md rule 1).
+			return i, fmt.Errorf("model: %s: %w", b.Name(), err)
 		}
 		last = err
 		if i < len(backends)-1 {
