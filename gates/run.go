@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -198,9 +199,45 @@ func (r *Record) Decide() {
 			line += fmt.Sprintf(" — mutation %s caught by %s", r.Mutate, strings.Join(caught, ", "))
 		case r.Complete:
 			line += fmt.Sprintf(" — MUTATION %s NOT CAUGHT (the harness failed)", r.Mutate)
+			if m := r.maskedSlowdown(); m != "" {
+				line += " — " + m
+			}
 		}
 	}
 	r.VerdictLine = line
+}
+
+// maskedSlowdown says why a slow_decode / slow_prefill mutation could not
+// show in gate 3: arm B was faster than arm A by more than the planted
+// slowdown, so B stays faster and no not-slower rule can refuse it. The
+// verdict stays NOT CAUGHT (GATES.md: exit 1); the line tells the user to
+// plant it on a lever whose arms run that metric alike.
+func (r *Record) maskedSlowdown() string {
+	site, frac, _ := strings.Cut(r.Mutate, "=")
+	key := map[string]string{"slow_decode": "tg", "slow_prefill": "pp"}[site]
+	if key == "" {
+		return ""
+	}
+	f := 1.0 // bare: twice as slow (engine/levers)
+	if frac != "" {
+		v, err := strconv.ParseFloat(frac, 64)
+		if err != nil {
+			return ""
+		}
+		f = v
+	}
+	for _, g := range r.Gates {
+		if g.Gate != GateAB || g.AB == nil {
+			continue
+		}
+		for _, m := range g.AB.Metrics {
+			if m.Key == key && float64(m.Median) > 1+f {
+				return fmt.Sprintf("arm B ran %s x%.3f faster than arm A, more than the planted %g%% slowdown: B stays faster and no not-slower rule can see it; plant it on a lever whose arms run %s alike (e.g. MINFER_MMQ for decode)",
+					m.Name, float64(m.Median), f*100, m.Name)
+			}
+		}
+	}
+	return ""
 }
 
 // ExitCode is the verdict's exit code.

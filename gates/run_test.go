@@ -133,6 +133,7 @@ func TestDecide_PassNeedsAllFiveGatesAndPrecedenceMapsToExitCodes(t *testing.T) 
 		{"interrupted", allGates(Pass, Skip, Skip, Skip, Skip), false, "", VerdictIncomplete, 3, "run interrupted"},
 		{"mutation caught", []Result{{Gate: GateAB, Status: Fail, Control: Pass}}, true, "slow_decode=0.03", VerdictFail, 1, "caught by ab"},
 		{"mutation unnoticed", []Result{{Gate: GateAB, Status: Pass}}, true, "slow_decode=0.03", VerdictNotCaught, 1, "NOT CAUGHT"},
+		{"slowdown masked by a faster arm B", []Result{{Gate: GateAB, Status: Pass, AB: &ABDetail{Metrics: []Metric{{Name: "tg128", Key: "tg", Median: 1.27}}}}}, true, "slow_decode=0.03", VerdictNotCaught, 1, "arm B ran tg128 x1.270 faster than arm A, more than the planted 3% slowdown"},
 		{"the lever fails on its own", []Result{{Gate: GateAB, Status: Fail, Control: Fail}}, true, "slow_decode=0.03", VerdictNotCaught, 1, "NOT CAUGHT"},
 	} {
 		r := &Record{Lever: "MINFER_X", A: "0", B: "1", Complete: c.complete, Mutate: c.mutate, Gates: c.gates, IncompleteReason: "interrupted (context canceled)"}
