@@ -50,7 +50,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl.StringVar(&o.SynthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: $XDG_CACHE_HOME/minfer/abtest-synth)")
 	fl.StringVar(&o.Device, "device", "auto", "auto, cpu or cuda")
 	fl.IntVar(&o.Rounds, "rounds", 9, "A/B rounds (PAIRS) when no calibration pre-registers them; given with a calibration, a deviation")
-	fl.StringVar(&o.Calibration, "calibration", "", "calibration file, or the folder holding calibration/ (default: --out's); abtest calibrate writes them")
+	fl.StringVar(&o.Calibration, "calibration", "", "calibration file, or the folder holding calibration/ (default: the nearest folder at or above --out that holds one); abtest calibrate writes them")
 	fl.StringVar(&o.SuiteCache, "suite-cache", "", "folder of suite results: an identical suite run (same binaries, kernels, settings and GPU by sha256) of the last day is reused and said so")
 	fl.IntVar(&o.PP, "pp", 512, "prefill tokens per bench test")
 	fl.IntVar(&o.TG, "tg", 128, "decode tokens per bench test")

@@ -546,7 +546,7 @@ func (s *setup) planRounds(ctx context.Context, f *Options, cfg *gates.Config, p
 	}
 	dir := f.Calibration
 	if dir == "" {
-		dir = f.Out
+		dir = calibrationDir(f.Out)
 	}
 	sha := ""
 	path := cfg.Model
@@ -652,4 +652,19 @@ func (s *setup) runConfigAt(ctx context.Context, cfg gates.Config, pick func(*ga
 		prog.Note("writing the report: %v", err)
 	}
 	return rec, base
+}
+
+// calibrationDir is where a run without --calibration looks: the nearest
+// folder at or above out that holds calibration/, so `abtest pr --out
+// reports/pr` (whose workloads write below it) finds reports/calibration as
+// `abtest run --out reports` does; out itself when none does.
+func calibrationDir(out string) string {
+	for d := filepath.Clean(out); ; d = filepath.Dir(d) {
+		if st, err := os.Stat(filepath.Join(d, "calibration")); err == nil && st.IsDir() {
+			return d
+		}
+		if p := filepath.Dir(d); p == d || filepath.Base(d) == ".." {
+			return out
+		}
+	}
 }
