@@ -42,6 +42,8 @@ type Backend struct {
 	weights     map[string]*devWeight
 	weightBytes uint64
 	repackBytes uint64 // the repacked copies (MINFER_MMVQ_REPACK), not in weightBytes
+	memOpen     uint64 // the driver's free memory at open (memory.go)
+	memTotal    uint64 // and its total
 
 	kvSpec    graph.KVSpec
 	kvK, kvV  []driver.DevicePtr // per layer
@@ -134,7 +136,7 @@ func New(opts Options) (*Backend, error) {
 			return err
 		}
 		b.s = s
-		return nil
+		return b.openMemory() // before the first allocation
 	})
 	if err != nil {
 		if b.k != nil {
@@ -336,7 +338,7 @@ func (b *Backend) AllocKV(spec graph.KVSpec) error {
 		var ks, vs []driver.DevicePtr
 		for l := range spec.NLayer {
 			for _, side := range []*[]driver.DevicePtr{&ks, &vs} {
-				p, err := b.pool.raw(bytes, fmt.Sprintf("KV layer %d (%s, %d cells of %d bytes)", l, spec.Format, spec.NCtx, rb))
+				p, err := b.pool.raw(MemKV, bytes, fmt.Sprintf("KV layer %d (%s, %d cells of %d bytes)", l, spec.Format, spec.NCtx, rb))
 				if err != nil {
 					return err
 				}
@@ -346,7 +348,7 @@ func (b *Backend) AllocKV(spec graph.KVSpec) error {
 				*side = append(*side, p)
 			}
 		}
-		scratch, err := b.pool.raw(bytes, "KV cell-move scratch")
+		scratch, err := b.pool.raw(MemKV, bytes, "KV cell-move scratch")
 		if err != nil {
 			return err
 		}

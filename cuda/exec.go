@@ -568,7 +568,7 @@ func (b *Backend) ensureFFNUp(n int) error {
 	// moves the pool generation, so captured graphs re-warm).
 	n = max(n, 2*b.ffnUpLen)
 	return b.dev.Do(func() error {
-		ptr, err := b.pool.raw(uint64(n)*4, fmt.Sprintf("fused FFN up scratch (%d values)", n))
+		ptr, err := b.pool.raw(MemActivations, uint64(n)*4, fmt.Sprintf("fused FFN up scratch (%d values)", n))
 		if err != nil {
 			return err
 		}

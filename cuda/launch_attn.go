@@ -183,7 +183,7 @@ func (b *Backend) attnDecodeScratch(p AttnParams) (driver.DevicePtr, int, error)
 		return 0, 0, err
 	}
 	err = b.dev.Do(func() error {
-		ptr, err := b.pool.raw(uint64(need), fmt.Sprintf("split-K attention scratch (%d heads over %d KV heads of %d, %d cells)",
+		ptr, err := b.pool.raw(MemWorkspace, uint64(need), fmt.Sprintf("split-K attention scratch (%d heads over %d KV heads of %d, %d cells)",
 			p.NHead, p.NHeadKV, p.HeadDim, p.NCtx))
 		if err != nil {
 			return err

@@ -265,7 +265,7 @@ func (b *Backend) ensureMMQScratch(wtype quant.Type, nt, kDim, n int) error {
 	size := max(need, 2*b.mm.MMQActBytes)
 	size = (size + 255) &^ 255
 	return b.dev.Do(func() error {
-		p, err := b.pool.raw(size, fmt.Sprintf("MMQ Q8_1 activation scratch (nt=%d k=%d n=%d)", nt, kDim, n))
+		p, err := b.pool.raw(MemWorkspace, size, fmt.Sprintf("MMQ Q8_1 activation scratch (nt=%d k=%d n=%d)", nt, kDim, n))
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"math"
 
 	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -249,9 +250,9 @@ func (b *Backend) repackWeight(dw *devWeight) error {
 	if free < need {
 		return fmt.Errorf("cuda: weight %s: MINFER_MMVQ_REPACK=1 needs %d more bytes for its 16-byte-aligned copy and the device "+
 			"has %d of %d free (the lever doubles the memory of every Q8_0 / Q6_K matrix: %d bytes repacked so far); "+
-			"set MINFER_MMVQ_REPACK=0", dw.name, need, free, total, b.repackBytes)
+			"set MINFER_MMVQ_REPACK=0: %w", dw.name, need, free, total, b.repackBytes, graph.ErrOutOfMemory)
 	}
-	ptr, err := b.pool.raw(need, "repacked weight "+dw.name+" (MINFER_MMVQ_REPACK=1)")
+	ptr, err := b.pool.raw(MemDerived, need, "repacked weight "+dw.name+" (MINFER_MMVQ_REPACK=1)")
 	if err != nil {
 		return err
 	}

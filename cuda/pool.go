@@ -31,7 +31,8 @@ type pool struct {
 	free  map[uint64][]graph.Buffer // bytes -> free ids (LIFO)
 	extra []driver.DevicePtr        // KV regions, weights, scratch: freed at Close
 	gen   uint64
-	total uint64 // bytes held from the driver
+	total uint64   // bytes held from the driver
+	count memCount // total by class (memory.go)
 }
 
 func newPool(dev *driver.Device) *pool {
@@ -40,13 +41,14 @@ func newPool(dev *driver.Device) *pool {
 
 // raw allocates bytes of device memory outside the buffer table (weights,
 // KV regions, scratch); the pool frees it on Close. Inside dev.Do.
-func (p *pool) raw(bytes uint64, what string) (driver.DevicePtr, error) {
+func (p *pool) raw(c MemClass, bytes uint64, what string) (driver.DevicePtr, error) {
 	ptr, err := p.dev.Alloc(bytes)
 	if err != nil {
-		return 0, fmt.Errorf("cuda: pool: allocate %d bytes for %s (pool holds %d bytes): %w", bytes, what, p.total, err)
+		return 0, outOfMemory(fmt.Errorf("cuda: pool: allocate %d bytes for %s (pool holds %d bytes): %w", bytes, what, p.total, err))
 	}
 	p.extra = append(p.extra, ptr)
 	p.total += bytes
+	p.count.add(c, bytes)
 	p.gen++
 	return ptr, nil
 }
@@ -67,10 +69,11 @@ func (p *pool) alloc(n int) (graph.Buffer, error) {
 	}
 	ptr, err := p.dev.Alloc(bytes)
 	if err != nil {
-		return 0, fmt.Errorf("cuda: pool: alloc of %d elements (%d bytes; pool holds %d bytes): %w", n, bytes, p.total, err)
+		return 0, outOfMemory(fmt.Errorf("cuda: pool: alloc of %d elements (%d bytes; pool holds %d bytes): %w", n, bytes, p.total, err))
 	}
 	p.bufs = append(p.bufs, devBuf{ptr: ptr, bytes: bytes, live: true})
 	p.total += bytes
+	p.count.add(MemActivations, bytes)
 	p.gen++
 	return graph.Buffer(len(p.bufs) - 1), nil
 }
@@ -113,7 +116,7 @@ func (p *pool) close() error {
 			first = err
 		}
 	}
-	p.bufs, p.extra, p.free, p.total = nil, nil, map[uint64][]graph.Buffer{}, 0
+	p.bufs, p.extra, p.free, p.total, p.count = nil, nil, map[uint64][]graph.Buffer{}, 0, memCount{}
 	p.gen++
 	return first
 }

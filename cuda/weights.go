@@ -80,7 +80,7 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 		data = w.Data[:rb*rows]
 		dw.typ = w.Type
 	}
-	ptr, err := b.pool.raw(uint64(len(data)), "weight "+w.Name)
+	ptr, err := b.pool.raw(MemWeights, uint64(len(data)), "weight "+w.Name)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (b *Backend) ensureActQ8(k int) error {
 	if need == 0 || need <= b.mm.ActQ8Bytes {
 		return nil
 	}
-	ptr, err := b.pool.raw(need, fmt.Sprintf("Q8_1 activation scratch (k=%d, %d rows)", k, rows))
+	ptr, err := b.pool.raw(MemActivations, need, fmt.Sprintf("Q8_1 activation scratch (k=%d, %d rows)", k, rows))
 	if err != nil {
 		return err
 	}
