@@ -30,10 +30,7 @@ func runApp(t *testing.T, a *app, args ...string) (stdout, stderr string, code i
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		errb.WriteString("minfer: " + err.Error() + "\n")
-		code = 1
-		if isUsage(err) {
-			code = 2
-		}
+		code = exitCode(err)
 	}
 	return out.String(), errb.String(), code
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/schema"
 	"github.com/minfer-go/minfer/version"
 )
 
@@ -149,10 +151,22 @@ func run(args []string) int {
 	a.deviceReport(os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "minfer:", err)
-		if isUsage(err) {
-			return 2
-		}
-		return 1
 	}
-	return 0
+	return exitCode(err)
+}
+
+// exitCode is minfer's exit status for the error a command returned: 2 for
+// how minfer was called, schema.ExitOutOfMemory for a model that does not
+// fit the machine (a refusal before allocating, or an allocation that
+// failed later: no defect of the path that ran), 1 for anything else.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return schema.ExitOK
+	case isUsage(err):
+		return schema.ExitUsage
+	case errors.Is(err, graph.ErrOutOfMemory):
+		return schema.ExitOutOfMemory
+	}
+	return schema.ExitError
 }
