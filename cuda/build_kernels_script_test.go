@@ -8,11 +8,13 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/cuda/kernels"
 )
 
 // fakeNvcc writes, for `nvcc ... -o OUT UNIT.cu`, one fatbin container whose
 // body lists the sources UNIT.cu includes (base names); it fails for a unit
-// including $FAKE_FAIL. fakeCuobjdump prints the ELF symbols of a kernels
+// including $FAKE_FAIL; with $FAKE_UNITS it copies each unit there.
+// fakeCuobjdump prints the ELF symbols of a kernels
 // file: one entry per source container ("k_<source>"), and one more
 // "k_smoke" when $FAKE_DUP is set.
 const fakeNvcc = `#!/usr/bin/env bash
@@ -25,6 +27,7 @@ done
 body=""
 while IFS= read -r l; do [[ "$l" =~ ([a-z0-9_]+\.cu)\" ]] && body+="${BASH_REMATCH[1]} "; done <"$unit"
 body="${body% }"
+[[ -n "${FAKE_UNITS:-}" ]] && cp "$unit" "$FAKE_UNITS/"
 if [[ -n "${FAKE_FAIL:-}" && "$body" == *"$FAKE_FAIL"* ]]; then echo "error: fake failure in $unit" >&2; exit 3; fi
 {
     printf '\x50\xed\x55\xba\x01\x00\x10\x00'
@@ -145,4 +148,55 @@ func TestBuildKernelsScript_SplitUnitsSingleUnitFailuresAndDuplicates(t *testing
 	if _, log, ok = buildKernels(t, fresh, "KERNELS_SPLIT=2"); ok || !strings.Contains(log, "want 0 or 1") {
 		t.Errorf("KERNELS_SPLIT=2: ok %v:\n%s", ok, log)
 	}
+}
+
+// Issue 25: the kernels file names the sources it was built from. The
+// script's hash is the one minfer computes over its embedded sources, and
+// the build writes it, with the compiler and the flags, into exactly one
+// unit as minfer_kernels_stamp (in both modes).
+func TestBuildKernelsScript_StampsTheSourceHashMinferComputes(t *testing.T) {
+	out, err := exec.Command("bash", filepath.Join("..", "scripts", "build-kernels.sh"), "--source-hash").Output()
+	if err != nil {
+		t.Fatalf("--source-hash: %v", err)
+	}
+	want := kernels.SourceHash()
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("build-kernels.sh --source-hash = %s, minfer's embedded sources hash to %s", got, want)
+	}
+	for _, mode := range []string{"KERNELS_SPLIT=0", "KERNELS_SPLIT=1"} {
+		units := t.TempDir()
+		if _, log, ok := buildKernels(t, t.TempDir(), mode, "FAKE_UNITS="+units); !ok {
+			t.Fatalf("%s: build failed:\n%s", mode, log)
+		}
+		ents, _ := os.ReadDir(units)
+		var stamps []string
+		for _, e := range ents {
+			b, _ := os.ReadFile(filepath.Join(units, e.Name()))
+			if i := strings.Index(string(b), "minfer_kernels_stamp[] = \""); i >= 0 {
+				lit := string(b[i:])
+				stamps = append(stamps, lit[:strings.Index(lit, ";")])
+			}
+		}
+		if len(stamps) != 1 {
+			t.Fatalf("%s: %d units carry the stamp, want 1 of %d", mode, len(stamps), len(ents))
+		}
+		st, err := ParseKernelsStamp([]byte(unquoteC(t, stamps[0])))
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if st.Source != want || st.Compiler != "fake nvcc" || !strings.Contains(st.Flags, "-O3") {
+			t.Errorf("%s: stamp %+v, want source %s, the fake compiler and the flags", mode, st, want)
+		}
+	}
+}
+
+// unquoteC takes the string literal out of `name[] = "..."` and turns its
+// \n escapes into newlines, as the compiler does.
+func unquoteC(t *testing.T, decl string) string {
+	t.Helper()
+	i, j := strings.Index(decl, "\""), strings.LastIndex(decl, "\"")
+	if i < 0 || j <= i {
+		t.Fatalf("no string literal in %q", decl)
+	}
+	return strings.ReplaceAll(decl[i+1:j], `\n`, "\n")
 }

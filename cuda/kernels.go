@@ -44,12 +44,25 @@ type KernelsOptions struct {
 	// QuantizeX4 runs QuantizeQ8_1 as minfer_quantize_q8_1_x4 (four Q8_1
 	// blocks per warp, the same bytes).
 	QuantizeX4 bool
+	// Sources is the source hash the kernels file must carry ("": this
+	// binary's embedded sources; a test plants another).
+	Sources string
 }
 
 // LoadKernels loads the fatbin on dev. Call it inside dev.Do.
 func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 	mod, err := dev.LoadKernels(opts.Path)
 	if err != nil {
+		return nil, err
+	}
+	// Before any launch: a file built from other sources is refused
+	// (issue 25), never run under a report that names this commit.
+	raw, err := readStamp(dev, mod)
+	if err == nil {
+		_, err = checkStamp(mod.Path, raw, wantSources(opts))
+	}
+	if err != nil {
+		mod.Unload()
 		return nil, err
 	}
 	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}, pdl: opts.PDL, qx4: opts.QuantizeX4}

@@ -12,4 +12,8 @@ const (
 	// allocation failed for want of memory later; stderr's last line says
 	// what it needed, what was free and what lowers it.
 	ExitOutOfMemory = 3
+	// ExitStaleKernels: the kernels file was not built from the kernel
+	// sources this binary embeds (or carries no stamp); stderr's last
+	// line names both hashes and the command that rebuilds it.
+	ExitStaleKernels = 4
 )

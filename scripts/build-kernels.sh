@@ -29,9 +29,28 @@
 # static or inline with names unique across files (shared helpers go in a .cuh
 # with an include guard). No --use_fast_math: the kernels' numerics must match
 # the CPU reference. -lineinfo keeps source lines for ncu / compute-sanitizer.
+#
+# Stamp: the kernels file carries, as the device string minfer_kernels_stamp,
+# the hash of the sources it was built from (the one cuda/kernels.Hash
+# computes over the sources embedded in minfer), the compiler and the flags;
+# minfer reads it at load and refuses a file built from other sources.
+#   scripts/build-kernels.sh --source-hash    prints that hash (no nvcc needed)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# source_hash: sha256 over every .cu and .cuh of cuda/kernels in byte order
+# of their names, each as "NAME\nSIZE\n" and its bytes (cuda/kernels.Hash).
+source_hash() {
+    local d="$root/cuda/kernels" f
+    (cd "$d" && shopt -s nullglob && printf '%s\n' *.cu *.cuh) | LC_ALL=C sort | while read -r f; do
+        printf '%s\n%s\n' "$f" "$(stat -c %s "$d/$f")"
+        cat "$d/$f"
+    done | sha256sum | cut -d' ' -f1
+}
+if [[ "${1:-}" == --source-hash ]]; then
+    source_hash
+    exit 0
+fi
 out="${1:-$root/bin/minfer-kernels.fatbin}"
 nvcc="${NVCC:-}"
 if [[ -z "$nvcc" ]]; then
@@ -81,17 +100,25 @@ for s in "${srcs[@]}"; do
     fi
 done
 
+srchash="$(source_hash)"
+compiler="$("$nvcc" --version | tail -n 2 | head -n 1)"
 flags=(-fatbin -O3 -lineinfo -std=c++17
     -gencode arch=compute_90a,code=sm_90a
     -gencode arch=compute_90,code=compute_90
     -I "$root/cuda/kernels")
 
-echo "build-kernels: $("$nvcc" --version | tail -n 2 | head -n 1)"
+echo "build-kernels: $compiler"
 echo "build-kernels: sources: ${srcs[*]#$root/}"
+# The stamp goes into the first unit (one container holds it; minfer looks
+# it up in each). Quotes and backslashes cannot occur in these fields, but
+# are dropped all the same: the stamp is a C string literal.
+stamp="minfer-kernels-stamp v1\nsource_sha256=$srchash\ncompiler=${compiler//[\"\\]/}\nflags=${flags[*]//[\"\\]/} split=$split\n"
+printf '\nextern "C" __device__ __attribute__((used)) char minfer_kernels_stamp[] = "%s";\n' "$stamp" >>"${units[0]}"
+echo "build-kernels: stamp: source_sha256=$srchash"
 # A fatbin already built from the same sources, headers, flags and nvcc is
 # reused from the cache (git-ignored .kcache/, kept between device calls
 # while the machine stays warm): the build is ~70 s of every call otherwise.
-key="$( { "$nvcc" --version; echo "${flags[*]} split=$split"; cat "$root"/cuda/kernels/*.cu "$root"/cuda/kernels/*.cuh 2>/dev/null; } | sha256sum | cut -c1-16)"
+key="$( { "$nvcc" --version; echo "${flags[*]} split=$split stamp=v1"; cat "$root"/cuda/kernels/*.cu "$root"/cuda/kernels/*.cuh 2>/dev/null; } | sha256sum | cut -c1-16)"
 cache="${MINFER_KCACHE:-$root/.kcache}/$key.fatbin"
 start=$(date +%s%N)
 if [[ -f "$cache" ]]; then

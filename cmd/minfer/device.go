@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/minfer-go/minfer/cuda"
+	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
@@ -71,6 +73,11 @@ func (a *app) modelOptions(device string, nCtx int) model.Options {
 	}
 	opts.NewDevice = func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
 		b, err := cuda.New(cuda.Options{Levers: lv, Logf: logf})
+		if errors.Is(err, driver.ErrNoDevice) {
+			// The engine's automatic device falls back to the CPU on
+			// this error alone.
+			return nil, noDevice{err}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -79,6 +86,13 @@ func (a *app) modelOptions(device string, nCtx int) model.Options {
 	}
 	return opts
 }
+
+// noDevice is the CUDA backend's "no usable device" as the engine knows
+// it (graph.ErrNoDevice), with the driver's words.
+type noDevice struct{ error }
+
+func (e noDevice) Is(target error) bool { return target == graph.ErrNoDevice }
+func (e noDevice) Unwrap() error        { return e.error }
 
 // deviceReport writes the instrumentation the gate runner reads, each as one
 // JSON line on w (the schema package's exit lines):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/minfer-go/minfer/cuda"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/schema"
@@ -158,7 +159,8 @@ func run(args []string) int {
 // exitCode is minfer's exit status for the error a command returned: 2 for
 // how minfer was called, schema.ExitOutOfMemory for a model that does not
 // fit the machine (a refusal before allocating, or an allocation that
-// failed later: no defect of the path that ran), 1 for anything else.
+// failed later: no defect of the path that ran), schema.ExitStaleKernels
+// for a kernels file of other sources, 1 for anything else.
 func exitCode(err error) int {
 	switch {
 	case err == nil:
@@ -167,6 +169,8 @@ func exitCode(err error) int {
 		return schema.ExitUsage
 	case errors.Is(err, graph.ErrOutOfMemory):
 		return schema.ExitOutOfMemory
+	case errors.Is(err, cuda.ErrStaleKernels):
+		return schema.ExitStaleKernels
 	}
 	return schema.ExitError
 }

@@ -44,6 +44,7 @@ const (
 	symModuleLoadData
 	symModuleUnload
 	symModuleGetFunction
+	symModuleGetGlobal
 	symFuncSetAttribute
 	symFuncGetAttribute
 	symLaunchKernel
@@ -96,6 +97,7 @@ var symNames = [numSyms][]string{
 	symModuleLoadData:     {"cuModuleLoadData"},
 	symModuleUnload:       {"cuModuleUnload"},
 	symModuleGetFunction:  {"cuModuleGetFunction"},
+	symModuleGetGlobal:    {"cuModuleGetGlobal_v2"},
 	symFuncSetAttribute:   {"cuFuncSetAttribute"},
 	symFuncGetAttribute:   {"cuFuncGetAttribute"},
 	symLaunchKernel:       {"cuLaunchKernel"},

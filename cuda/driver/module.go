@@ -168,6 +168,30 @@ func (m *Module) Function(name string) (*Function, error) {
 	return &Function{d: m.d, h: h, Name: name}, nil
 }
 
+// ReadGlobal copies the named __device__ variable (extern "C") of the
+// first module holding it to the host (cuModuleGetGlobal_v2, then a copy on
+// s, synchronized). Inside Do. A name no module holds is CodeNotFound.
+func (m *Module) ReadGlobal(s *Stream, name string) ([]byte, error) {
+	cname := append([]byte(name), 0)
+	var size uint64
+	ptr, err := firstFound(len(m.hs), func(i int) (uintptr, error) {
+		var p uintptr
+		err := m.d.c.errorf(symModuleGetGlobal, m.d.c.invoke(symModuleGetGlobal, uintptr(unsafe.Pointer(&p)), uintptr(unsafe.Pointer(&size)), m.hs[i], uintptr(unsafe.Pointer(&cname[0]))), "%q", name)
+		return p, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if size > 1<<20 {
+		return nil, fmt.Errorf("cuda: global %q is %d bytes: more than a stamp", name, size)
+	}
+	b := make([]byte, size)
+	if err := s.CopyDtoH(b, DevicePtr(ptr)); err != nil {
+		return nil, err
+	}
+	return b, s.Synchronize()
+}
+
 // firstFound returns the first of n lookups that succeeds. A lookup failing
 // with CUDA_ERROR_NOT_FOUND (the name is in another module) moves on; any
 // other error stops the search. None found: the last NOT_FOUND error (no

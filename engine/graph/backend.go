@@ -50,6 +50,13 @@ type SplitKey struct {
 // model on the CPU when the preferred backend returns it.
 var ErrUnsupportedWeight = errors.New("weight not supported by backend")
 
+// ErrNoDevice is matched (errors.Is) by a device backend's error when no
+// device can be used here (no driver, no GPU, disabled): the only error on
+// which an engine asked for the automatic device runs on the CPU instead.
+// Any other failure to open the device (a stale kernels file, a driver
+// error) is an error, never a silent CPU run.
+var ErrNoDevice = errors.New("no usable device")
+
 // ErrOutOfMemory is matched (errors.Is) by every error of a backend whose
 // memory could not hold a request (RegisterWeight, Alloc, AllocKV, or the
 // scratch an Execute grows), and by the engine's refusal of a model whose

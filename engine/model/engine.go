@@ -159,8 +159,10 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 			dev = d
 		case opts.Device == "cuda":
 			return nil, fmt.Errorf("--device cuda: %w", err)
-		default:
+		case errors.Is(err, graph.ErrNoDevice):
 			logf("model: no CUDA device (%v); running on the CPU", err)
+		default:
+			return nil, fmt.Errorf("the CUDA device is there but could not be used (--device cpu runs without it): %w", err)
 		}
 	}
 	closeAll := func(bs ...graph.Backend) {
