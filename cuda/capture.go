@@ -51,6 +51,11 @@ type CaptureStats struct {
 	Invalidations int  // captured graphs dropped for a pool-generation or KV-layout change
 	Aborts        int  // capture windows aborted by a node error
 	Disabled      bool // graphs are off for this session
+	// DecodeCaptures and DecodeReplays are the part of Captures and
+	// Replays of decode-shaped splits (nt = 1): a conversation that keeps
+	// its decode graph across turns captures it once (engine/chat's gate).
+	DecodeCaptures int
+	DecodeReplays  int
 }
 
 type capture struct {
@@ -109,6 +114,9 @@ func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 				b.k.AddCensus(name, n)
 			}
 			c.stats.Replays++
+			if e.nt <= 1 {
+				c.stats.DecodeReplays++
+			}
 			return true, nil
 		}
 		if err := b.dev.Do(e.exec.Destroy); err != nil {
@@ -239,6 +247,9 @@ func (b *Backend) finishCapture() error {
 		return fmt.Errorf("cuda: capture of split %v aborted (CUDA graphs are now disabled for this session): %w", key, err)
 	}
 	c.stats.Captures++
+	if e.nt <= 1 {
+		c.stats.DecodeCaptures++
+	}
 	if census {
 		after := b.k.Census()
 		e.kernels = map[string]int64{}

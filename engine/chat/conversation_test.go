@@ -85,6 +85,10 @@ func templateOf(t *testing.T, path string) Template {
 
 // reuse runs the gate on the CPU for one model and KV format.
 func reuse(t *testing.T, path, kvFormat, defect string) ([]ReuseTurn, error) {
+	return reuseBar(t, path, kvFormat, defect, BitwiseBar)
+}
+
+func reuseBar(t *testing.T, path, kvFormat, defect string, bar ReuseBar) ([]ReuseTurn, error) {
 	t.Helper()
 	fresh := func() (LM, func(), error) {
 		lv, _ := levers.Parse([]string{"MINFER_CACHE_TYPE=" + kvFormat})
@@ -97,7 +101,7 @@ func reuse(t *testing.T, path, kvFormat, defect string) ([]ReuseTurn, error) {
 	conv := loadCPU(t, path, kvFormat)
 	return CheckReuse(conv, fresh, ReuseOptions{
 		Template: templateOf(t, path), System: "You are a terse assistant.", Turns: gateTurns, Max: 12,
-		Bar: BitwiseBar, Defect: defect, IgnoreEOG: true, Graphs: cpuGraphs(conv),
+		Bar: bar, Defect: defect, IgnoreEOG: true, Graphs: cpuGraphs(conv),
 	})
 }
 
@@ -154,6 +158,29 @@ func TestConversation_GateFailsOnEveryPlantedDefect(t *testing.T) {
 				}
 				t.Log(err)
 			})
+		}
+	}
+}
+
+// The device's bar (a tolerance class, for runs on other paths) passes
+// where the bitwise one does, and still fails on every planted defect: the
+// tolerance is no blind spot for a conversation that lost its context.
+func TestConversation_DeviceBarPassesAndFailsOnEveryPlantedDefect(t *testing.T) {
+	ms := gateModels(t)
+	for _, name := range []string{"qwen2-tiny", "tiny-code"} {
+		path, ok := ms[name]
+		if !ok {
+			continue
+		}
+		if _, err := reuseBar(t, path, "q8_0", "", DeviceBar); err != nil {
+			t.Errorf("%s: no defect: %v", name, err)
+		}
+		for _, defect := range []string{DefectDropAnswer, DefectDropPending} {
+			_, err := reuseBar(t, path, "q8_0", defect, DeviceBar)
+			if err == nil || !strings.HasPrefix(err.Error(), "turn 2: activation-quantization bar: answer position ") {
+				t.Errorf("%s, planted %s: %v; want turn 2 to fail the device bar", name, defect, err)
+			}
+			t.Logf("%s, %s: %v", name, defect, err)
 		}
 	}
 }
