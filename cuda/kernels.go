@@ -17,8 +17,9 @@ import (
 // Every launcher in launch_*.go goes through launch, so the census counts
 // exactly what ran and every launch reads its own error.
 type Kernels struct {
-	dev *driver.Device
-	mod *driver.Module
+	dev   *driver.Device
+	mod   *driver.Module
+	stamp KernelsStamp // what the file says of its build, checked at load
 
 	mu     sync.Mutex
 	fns    map[string]*driver.Function
@@ -58,14 +59,15 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 	// Before any launch: a file built from other sources is refused
 	// (issue 25), never run under a report that names this commit.
 	raw, err := readStamp(dev, mod)
+	var st KernelsStamp
 	if err == nil {
-		_, err = checkStamp(mod.Path, raw, wantSources(opts))
+		st, err = checkStamp(mod.Path, raw, wantSources(opts))
 	}
 	if err != nil {
 		mod.Unload()
 		return nil, err
 	}
-	k := &Kernels{dev: dev, mod: mod, fns: map[string]*driver.Function{}, pdl: opts.PDL, qx4: opts.QuantizeX4}
+	k := &Kernels{dev: dev, mod: mod, stamp: st, fns: map[string]*driver.Function{}, pdl: opts.PDL, qx4: opts.QuantizeX4}
 	if opts.Census {
 		k.census = map[string]int64{}
 	}
@@ -74,6 +76,10 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 	}
 	return k, nil
 }
+
+// File is the kernels file's path and the stamp it carries (its source
+// hash equals this binary's: LoadKernels refused any other).
+func (k *Kernels) File() (string, KernelsStamp) { return k.mod.Path, k.stamp }
 
 // Function returns the named kernel (cached).
 func (k *Kernels) Function(name string) (*driver.Function, error) {

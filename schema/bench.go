@@ -25,6 +25,10 @@ type Bench struct {
 	Levers    map[string]string `json:"levers"`
 	GoVersion string            `json:"go_version"`
 	Date      string            `json:"date"` // RFC 3339, UTC
+	// KernelSources is the hash of the kernel sources minfer embeds;
+	// Kernels the file a CUDA run loaded (absent on the CPU).
+	KernelSources string   `json:"kernel_sources_sha256,omitempty"`
+	Kernels       *Kernels `json:"kernels,omitempty"`
 }
 
 // BenchWarmup is the untimed warmup bench ran in-process before its tests.

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/hex"
 	"fmt"
+	"github.com/minfer-go/minfer/cuda/kernels"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -39,7 +40,9 @@ import (
 //	     "launches_per_token": 338.0, "graph_replays_per_token": 1.0,
 //	     "kernels_per_token": {"minfer_...": 168.0, ...}}   (census only)
 //	  ],   (at depth D > 0 the names are "pp512@dD", "tg128@dD")
-//	  "levers": {"MINFER_...": "value"}, "go_version": "go1.26", "date": "RFC 3339, UTC"
+//	  "levers": {"MINFER_...": "value"}, "go_version": "go1.26", "date": "RFC 3339, UTC",
+//	  "kernel_sources_sha256": "hex",   (the kernel sources this minfer embeds)
+//	  "kernels": {"path": "...", "sha256": "hex", "source_sha256": "hex", "compiler": "...", "flags": "..."}   (CUDA only)
 //	}
 //
 // pp<P> times a prefill of P tokens from an empty KV cache; tg<N> times N
@@ -237,7 +240,10 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	res := schema.Bench{
 		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
 		Threads: threads(e), NPrompt: f.p, NGen: f.n, Depth: f.depth, Reps: f.reps, Levers: a.cfg.Set(),
-		GoVersion: runtime.Version(),
+		GoVersion: runtime.Version(), KernelSources: kernels.SourceHash(),
+	}
+	if res.Kernels, err = a.kernelsDoc(); err != nil {
+		return err
 	}
 	res.Warmup.BudgetMS = float64(a.cfg.BenchWarmupMS)
 	budget := time.Duration(a.cfg.BenchWarmupMS) * time.Millisecond

@@ -20,7 +20,7 @@ import (
 // The JSON schema of minfer bench, as the gate runner reads it: every key
 // of the document, of warmup and of each test.
 var (
-	benchKeys       = []string{"model", "model_sha256", "backend", "kv_format", "threads", "n_prompt", "n_gen", "reps", "warmup", "tests", "levers", "go_version", "date"}
+	benchKeys       = []string{"model", "model_sha256", "backend", "kv_format", "threads", "n_prompt", "n_gen", "reps", "warmup", "tests", "levers", "go_version", "date", "kernel_sources_sha256"}
 	benchWarmupKeys = []string{"budget_ms", "iterations", "elapsed_ms"}
 	benchTestKeys   = []string{"name", "n_tokens", "samples_ms", "tok_s", "mean_tok_s", "stddev_tok_s"}
 )

@@ -87,6 +87,20 @@ func (a *app) modelOptions(device string, nCtx int) model.Options {
 	return opts
 }
 
+// kernelsDoc is the kernels file the process's CUDA backend loaded, for
+// the bench document (nil without one). Its stamp was checked at load.
+func (a *app) kernelsDoc() (*schema.Kernels, error) {
+	if len(a.dev.backends) == 0 {
+		return nil, nil
+	}
+	path, st := a.dev.backends[0].Kernels().File()
+	sum, err := fileSHA256(path)
+	if err != nil {
+		return nil, fmt.Errorf("kernels file: %w", err)
+	}
+	return &schema.Kernels{Path: path, SHA256: sum, Source: st.Source, Compiler: st.Compiler, Flags: st.Flags}, nil
+}
+
 // noDevice is the CUDA backend's "no usable device" as the engine knows
 // it (graph.ErrNoDevice), with the driver's words.
 type noDevice struct{ error }
