@@ -91,6 +91,7 @@ func newRoot(a *app) *cobra.Command {
 		newSynthCmd(a),
 		newQuantizeCmd(a),
 		newGenerateCmd(a),
+		newChatCmd(a),
 		newLogitsCmd(a),
 		newBenchCmd(a),
 	)

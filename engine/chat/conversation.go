@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/minfer-go/minfer/engine/sample"
 	"github.com/minfer-go/minfer/engine/tokenizer"
@@ -48,7 +49,10 @@ type Conversation struct {
 	IgnoreEOG bool
 
 	// Chunks are the forward shapes a turn's tokens are prefilled in,
-	// largest first (DefaultChunks; nil: one forward of the whole turn).
+	// largest first (nil: one forward of the whole turn). New sets
+	// DefaultChunks on an engine that captures graphs (CUDA), nil
+	// elsewhere: the CPU captures nothing and prefills a turn faster in
+	// one forward.
 	// A turn of L tokens forwards as many chunks of the largest size as
 	// fit, then of the next, and the rest one token at a time through the
 	// decode graph. So a conversation compiles a fixed set of graphs
@@ -76,7 +80,10 @@ type Conversation struct {
 // message ("": the template's default, if any).
 func New(lm LM, t Template, smp *sample.Sampler, system string, pending []int32) (*Conversation, error) {
 	tok := lm.Tokenizer()
-	c := &Conversation{lm: lm, tok: tok, tmpl: t, smp: smp, system: system, pending: slices.Clone(pending), Chunks: DefaultChunks}
+	c := &Conversation{lm: lm, tok: tok, tmpl: t, smp: smp, system: system, pending: slices.Clone(pending)}
+	if g, ok := lm.(GraphCapturer); ok && g.CapturesGraphs() {
+		c.Chunks = DefaultChunks
+	}
 	c.restored = c.started()
 	for _, s := range []string{IMStart, IMEnd} {
 		id, ok := tok.ID(s)
@@ -370,6 +377,11 @@ type Reply struct {
 	Logits [][]float32 // the logits each token was drawn from, when kept
 	Fed    int         // tokens the turn forwarded before the answer
 	Stop   Stop
+	// FirstToken is the time to the first answer token (Ask: the turn's
+	// prefill and the first draw); Decode the time of the decode steps
+	// after it (Next: DecodeSteps of them), emit's time not included.
+	FirstToken, Decode time.Duration
+	DecodeSteps        int
 }
 
 // Turn asks and decodes the answer until the model ends its turn or max
@@ -381,8 +393,9 @@ func (c *Conversation) Turn(user string, max int, keepLogits bool, emit func(int
 	if max < 1 {
 		return r, fmt.Errorf("chat: an answer of at most %d tokens", max)
 	}
+	t0 := time.Now()
 	id, logits, fed, err := c.Ask(user)
-	r.Fed = fed
+	r.FirstToken, r.Fed = time.Since(t0), fed
 	for err == nil {
 		r.IDs = append(r.IDs, id)
 		if keepLogits {
@@ -401,7 +414,10 @@ func (c *Conversation) Turn(user string, max int, keepLogits bool, emit func(int
 			r.Stop = StopLimit
 			return r, nil
 		}
+		t := time.Now()
 		id, logits, err = c.Next()
+		r.Decode += time.Since(t)
+		r.DecodeSteps++
 	}
 	return r, err
 }

@@ -89,6 +89,10 @@ func reuse(t *testing.T, path, kvFormat, defect string) ([]ReuseTurn, error) {
 }
 
 func reuseBar(t *testing.T, path, kvFormat, defect string, bar ReuseBar) ([]ReuseTurn, error) {
+	return reuseOpts(t, path, kvFormat, defect, bar, false)
+}
+
+func reuseOpts(t *testing.T, path, kvFormat, defect string, bar ReuseBar, chunked bool) ([]ReuseTurn, error) {
 	t.Helper()
 	fresh := func() (LM, func(), error) {
 		lv, _ := levers.Parse([]string{"MINFER_CACHE_TYPE=" + kvFormat})
@@ -101,7 +105,7 @@ func reuseBar(t *testing.T, path, kvFormat, defect string, bar ReuseBar) ([]Reus
 	conv := loadCPU(t, path, kvFormat)
 	return CheckReuse(conv, fresh, ReuseOptions{
 		Template: templateOf(t, path), System: "You are a terse assistant.", Turns: gateTurns, Max: 12,
-		Bar: bar, Defect: defect, IgnoreEOG: true, Graphs: cpuGraphs(conv),
+		Bar: bar, Defect: defect, IgnoreEOG: true, Graphs: cpuGraphs(conv), Chunked: chunked,
 	})
 }
 
@@ -138,6 +142,33 @@ func TestConversation_TurnsTwoAndThreeEqualAFreshPrefillBitwise(t *testing.T) {
 					if tr.Compared != len(tr.Answer) || tr.Compared == 0 || tr.Fed >= tr.Context {
 						t.Errorf("turn %d: compared %d of %d answer tokens; fed %d of a context of %d", i+2, tr.Compared, len(tr.Answer), tr.Fed, tr.Context)
 					}
+				}
+			})
+		}
+	}
+}
+
+// The device's prefill path (each turn in chunks of 256 and 32 tokens,
+// the rest through the decode graph one token at a time) is bitwise the
+// fresh engine's single prefill on the CPU too, in every KV format.
+func TestConversation_ChunkedTurnsEqualAFreshPrefillBitwise(t *testing.T) {
+	ms := gateModels(t)
+	for _, name := range []string{"qwen2-tiny", "qwen3-tiny", "tiny-code"} {
+		path, ok := ms[name]
+		if !ok {
+			continue
+		}
+		for _, f := range kv.Formats() {
+			if name == "tiny-code" && f != kv.F16 {
+				continue // the slow model in one format
+			}
+			t.Run(name+"/"+f.String(), func(t *testing.T) {
+				turns, err := reuseOpts(t, path, f.String(), "", BitwiseBar, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if turns[1].Compared == 0 || turns[1].Fed < 2 {
+					t.Errorf("turn 2: compared %d, fed %d", turns[1].Compared, turns[1].Fed)
 				}
 			})
 		}
@@ -313,7 +344,6 @@ func TestTurn_ClosesEveryKindOfAnswerAsTheTemplateDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Chunks = nil // the fake answers one script token per forward
 	var stops []Stop
 	var shown string
 	for _, user := range []string{"1", "2", "3"} {
@@ -354,7 +384,6 @@ func TestTurn_ContextFullIsAClearErrorNotATruncation(t *testing.T) {
 	n := len(opening) + 3 // the opening and 3 answer tokens fit
 	f := &fakeLM{tok: tok, nCtx: n, script: slices.Repeat([]int32{a}, 20)}
 	c, _ := New(f, tm, sample.New(sample.Params{Greedy: true}), "", nil)
-	c.Chunks = nil
 	r, err := c.Turn("hi", 10, false, nil)
 	if !errors.Is(err, ErrContextFull) || len(f.ctx) != n || len(r.IDs) != 4 {
 		t.Fatalf("answer past the context: %v, context %d of %d, answer %v", err, len(f.ctx), n, r.IDs)
@@ -380,7 +409,6 @@ func TestNew_OnARestoredContextAppendsAndRefusesASystemMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Chunks = nil
 	if _, err := c.Turn("z", 1, false, nil); err != nil {
 		t.Fatal(err)
 	}

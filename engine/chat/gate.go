@@ -64,6 +64,9 @@ type ReuseOptions struct {
 	// tokens masked before sampling, in both runs), so a model that would
 	// end its turn at once still gives answers long enough to compare.
 	IgnoreEOG bool
+	// Chunked prefills every turn in DefaultChunks whatever the engine
+	// (the CPU tests the device's path with it).
+	Chunked bool
 	// Defect plants a fault in the conversation (DefectDropAnswer,
 	// DefectDropPending): the tests show the gate fails on each.
 	Defect string
@@ -126,6 +129,9 @@ func CheckReuse(conv LM, fresh func() (LM, func(), error), o ReuseOptions) ([]Re
 	}
 	c.defect = o.Defect
 	c.IgnoreEOG = o.IgnoreEOG
+	if o.Chunked {
+		c.Chunks = DefaultChunks
+	}
 	turns := make([]ReuseTurn, len(o.Turns))
 	logits := make([][][]float32, len(o.Turns))
 	replays := make([][]int32, len(o.Turns))
