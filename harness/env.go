@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/minfer-go/minfer/schema"
 )
 
 // SMIQuery is the per-round clock query of DEVICE.md.
@@ -181,6 +183,24 @@ type Environment struct {
 	GPUNote       string            `json:"gpu_note"`         // why there is no GPU line
 	Levers        map[string]string `json:"levers"`           // effective value of every lever, per registry default
 	Pinned        map[string]string `json:"pinned,omitempty"` // values the harness set in every process
+	// KernelSources is the hash of the kernel sources the minfer binary
+	// embeds, Kernels the kernels file its CUDA runs loaded (from the
+	// bench document; minfer refuses a file of other sources).
+	KernelSources string          `json:"kernel_sources_sha256,omitempty"`
+	Kernels       *schema.Kernels `json:"kernels,omitempty"`
+}
+
+// KernelsLine states the kernels a run used: the file, its sha256 and the
+// sources it was built from, or why there is none.
+func (e Environment) KernelsLine() string {
+	switch {
+	case e.Kernels != nil:
+		return fmt.Sprintf("%s sha256 %s, built from kernel sources %s (%s; %s); minfer's sources %s",
+			e.Kernels.Path, e.Kernels.SHA256, e.Kernels.Source, e.Kernels.Compiler, e.Kernels.Flags, e.KernelSources)
+	case e.KernelSources != "":
+		return "none loaded (no CUDA run); minfer's kernel sources " + e.KernelSources
+	}
+	return "not reported (a minfer that predates kernel stamps)"
 }
 
 // Capture fills what does not need a minfer run.

@@ -237,6 +237,7 @@ func envSection(b *strings.Builder, rec *gates.Record) {
 		{"CPU", fmt.Sprintf("%s (%d logical CPUs)", e.CPUModel, e.NumCPU)}, {"GPU", gpu},
 		{"Go", fmt.Sprintf("abtest %s, minfer %s", e.GoVersion, e.MinferGo)},
 		{"binary", e.Binary + " sha256 " + e.BinarySHA256},
+		{"kernels", e.KernelsLine()},
 		{"model", modelLine(e)},
 		{"backend", e.Backend}, {"device flag", rec.Config.Device},
 		{"started / finished", rec.Started.UTC().Format(time.RFC3339) + " / " + rec.Finished.UTC().Format(time.RFC3339)},
