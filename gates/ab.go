@@ -201,6 +201,9 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 		res.Status, res.Reason = Fail, err.Error()
 		finishAB(&res, cfg)
 		res.Status, res.Reason = Fail, err.Error()
+		if outOfMemory(&res, cfg, failedArm(err), err) && res.CannotRun {
+			return res // the baseline does not fit: no memory bar to judge
+		}
 		if d.Memory != nil && d.Memory.Status != MemNotMeasured {
 			res.Reason += " [" + d.Memory.Line() + "]" // an out-of-memory in B where A fits
 		}
@@ -230,7 +233,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 		b, e, err := armMinfer(env.M, arm).Bench(ctx, "warmup "+arm.Name, armEnv(arm, warm), cfg.PP, cfg.TG, 1)
 		env.Cmd("ab: warmup arm "+arm.Name, e)
 		if err != nil {
-			return fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)
+			return &armFailure{arm.Name, fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)}
 		}
 		d.Warmup = append(d.Warmup, WarmupRun{Arm: arm.Name, Model: b.Model, ModelSHA256: b.ModelSHA256, Backend: b.Backend,
 			GoVersion: b.GoVersion, Warmup: b.Warmup, Wall: e.Wall, Mem: e.DeviceMemory})
@@ -269,7 +272,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 				if canceled(ctx) {
 					return ctx.Err()
 				}
-				return fmt.Errorf("round %d arm %s failed: %w", i+1, arm.Name, err)
+				return &armFailure{arm.Name, fmt.Errorf("round %d arm %s failed: %w", i+1, arm.Name, err)}
 			}
 			pp, ok1 := b.Test("pp")
 			tg, ok2 := b.Test("tg")

@@ -37,6 +37,10 @@
 //     the GPU (CUDA runs only). With marked rounds gate 3 is INCONCLUSIVE,
 //     a pass or a not-slower refusal alike (a neighbour's job is not the
 //     lever's doing); a memory FAIL stands (it is per process).
+//   - An arm process that exits with schema.ExitOutOfMemory (the model
+//     does not fit): in arm A or the CPU reference the gate could not run
+//     (Result.CannotRun) and the run is COULD NOT RUN, exit 2; in arm B
+//     alone it is a FAIL (the lever's memory cost). oom.go.
 package gates
 
 import (
@@ -108,12 +112,16 @@ type Result struct {
 	Control Status `json:"control,omitempty"`
 	// DeferredTo is set on a suite gate that another shard of a nightly
 	// runs (its name, "0/N"): the gate is undecided until the merge.
-	DeferredTo string         `json:"deferred_to,omitempty"`
-	Parity     *ParityDetail  `json:"parity,omitempty"`
-	Greedy     *GreedyDetail  `json:"greedy,omitempty"`
-	AB         *ABDetail      `json:"ab,omitempty"`
-	Suite      *SuiteDetail   `json:"suite,omitempty"`
-	Profile    *ProfileDetail `json:"profile,omitempty"`
+	DeferredTo string `json:"deferred_to,omitempty"`
+	// CannotRun is set on a gate that could not run for want of memory
+	// in the baseline (arm A or the CPU reference: oom.go); its Status is
+	// SKIP and the run's verdict COULD NOT RUN (exit 2).
+	CannotRun bool           `json:"cannot_run,omitempty"`
+	Parity    *ParityDetail  `json:"parity,omitempty"`
+	Greedy    *GreedyDetail  `json:"greedy,omitempty"`
+	AB        *ABDetail      `json:"ab,omitempty"`
+	Suite     *SuiteDetail   `json:"suite,omitempty"`
+	Profile   *ProfileDetail `json:"profile,omitempty"`
 }
 
 // Arm is one side of the A/B: the lever's value and the MINFER_* variables

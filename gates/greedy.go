@@ -86,12 +86,18 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		env.Cmd("greedy: arm A", e)
 		d.CensusA.Add("greedy A "+p.Name, e)
 		if err != nil {
+			if !canceled(ctx) && outOfMemory(&res, cfg, cfg.A.Name, err) {
+				return res
+			}
 			return stop("arm A could not run: " + err.Error())
 		}
 		gb, e, err := armMinfer(m, cfg.B).Generate(ctx, "greedy B "+p.Name, armEnv(cfg.B, nil), p, cfg.GenN)
 		env.Cmd("greedy: arm B", e)
 		d.CensusB.Add("greedy B "+p.Name, e)
 		if err != nil {
+			if !canceled(ctx) && outOfMemory(&res, cfg, cfg.B.Name, err) {
+				return res
+			}
 			return stop("arm B could not run: " + err.Error())
 		}
 		env.step("greedy %s (%d prompt tokens)", p.Name, ga.NPrompt)

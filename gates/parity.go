@@ -407,6 +407,7 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 	// 2 and 3: whole-graph logits of A, B and the CPU reference.
 	failed := false
 	var armErr error
+	armName := "" // the arm of armErr (oom.go)
 	for _, nt := range cfg.ParityNT {
 		if canceled(ctx) {
 			armErr = ctx.Err()
@@ -422,7 +423,7 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 		ref, e, err := m.Logits(ctx, fmt.Sprintf("parity ref nt=%d", nt), "cpu", refEnv(cfg), ids, 2, tmp("ref"))
 		env.Cmd("parity: CPU reference logits", e)
 		if err != nil {
-			armErr = err
+			armErr, armName = err, "the CPU reference"
 			break
 		}
 		d.NVocab = ref.NVocab
@@ -431,14 +432,14 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 		env.Cmd("parity: arm A logits", ea)
 		d.CensusA.Add(label("A"), ea)
 		if err != nil {
-			armErr = err
+			armErr, armName = err, cfg.A.Name
 			break
 		}
 		b, eb, err := armMinfer(arms, cfg.B).Logits(ctx, label("B"), "", armEnv(cfg.B, nil), ids, 2, tmp("B"))
 		env.Cmd("parity: arm B logits", eb)
 		d.CensusB.Add(label("B"), eb)
 		if err != nil {
-			armErr = err
+			armErr, armName = err, cfg.B.Name
 			break
 		}
 		env.step("parity nt=%d", nt)
@@ -473,6 +474,9 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 		// An interrupt is never a gate FAIL (the run is INCOMPLETE).
 		res.Status, res.Reason = Skip, "interrupted: "+armErr.Error()
 		return res
+	case armErr != nil && outOfMemory(&res, cfg, armName, armErr):
+		// the baseline does not fit (could not run), or arm B does not
+		// where A fits (FAIL): oom.go
 	case armErr != nil:
 		res.Status, res.Reason = Fail, "an arm could not run: "+armErr.Error()
 	case d.KernelStatus == Fail:

@@ -37,6 +37,8 @@ func ExitCodeOf(verdict string) int {
 		return ExitPass
 	case VerdictFail, VerdictNotCaught:
 		return ExitFail
+	case VerdictCannotRun:
+		return ExitCannotRun
 	}
 	return ExitUndecided
 }
@@ -122,10 +124,14 @@ func (r *Record) Unlock() { r.mu.Unlock() }
 // INCONCLUSIVE, PARTIAL that applies. The verdict line names every gate
 // that did not run or could not decide.
 func (r *Record) Decide() {
-	var pass, fail, undecided, caught []string
+	var pass, fail, undecided, caught, cannotRun []string
 	ran := map[string]bool{}
 	for _, g := range r.Gates {
 		ran[g.Gate] = true
+		if g.CannotRun && g.Status != Fail {
+			cannotRun = append(cannotRun, fmt.Sprintf("%s: %s", g.Gate, g.Reason))
+			continue
+		}
 		switch g.Status {
 		case Pass:
 			pass = append(pass, g.Gate)
@@ -152,6 +158,10 @@ func (r *Record) Decide() {
 	switch {
 	case len(fail) > 0 && (!mutation || len(caught) > 0):
 		r.Verdict = VerdictFail
+	case len(cannotRun) > 0:
+		// the baseline does not fit the machine (oom.go): no judgement of
+		// the lever, a planted mutation included
+		r.Verdict = VerdictCannotRun
 	case mutation && r.Complete && len(caught) == 0:
 		r.Verdict = VerdictNotCaught
 	case len(fail) > 0:
@@ -176,6 +186,9 @@ func (r *Record) Decide() {
 	if len(fail) > 0 {
 		line += fmt.Sprintf("; FAIL: %s", strings.Join(fail, ", "))
 	}
+	if len(cannotRun) > 0 {
+		line += "; could not run: " + strings.Join(cannotRun, "; ")
+	}
 	if len(undecided) > 0 {
 		line += "; could not decide: " + strings.Join(undecided, "; ")
 	}
@@ -197,7 +210,7 @@ func (r *Record) Decide() {
 		switch {
 		case len(caught) > 0:
 			line += fmt.Sprintf(" — mutation %s caught by %s", r.Mutate, strings.Join(caught, ", "))
-		case r.Complete:
+		case r.Complete && len(cannotRun) == 0:
 			line += fmt.Sprintf(" — MUTATION %s NOT CAUGHT (the harness failed)", r.Mutate)
 			if m := r.maskedSlowdown(); m != "" {
 				line += " — " + m

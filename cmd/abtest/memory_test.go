@@ -185,3 +185,40 @@ func TestMemory_PRPageHasAMemoryColumnAndAHeadOverTheBarIsARegression(t *testing
 		t.Fatalf("exit %d: %s (%+v)\n%s", code, p.VerdictLine, p.Workloads, md)
 	}
 }
+
+// A workload whose baseline does not fit (minfer exits with
+// schema.ExitOutOfMemory in arm A and the CPU reference) could not run:
+// exit 2 and COULD NOT RUN, never a FAIL of the lever, in every gate that
+// runs arm processes.
+func TestOutOfMemory_BaselineThatDoesNotFitCouldNotRunExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_OOM_WHEN", "always")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "parity,greedy,ab", "--rounds", "3", "--device", "cpu")
+	if code != gates.ExitCannotRun || rec.Verdict != gates.VerdictCannotRun {
+		t.Fatalf("exit %d, verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	for _, g := range rec.Gates {
+		if g.Status == gates.Fail || !g.CannotRun || !strings.Contains(g.Reason, "ran out of memory") {
+			t.Errorf("gate %s: %s, cannot run %v: %s", g.Gate, g.Status, g.CannotRun, g.Reason)
+		}
+	}
+	if !strings.Contains(rec.VerdictLine, "could not run: ") {
+		t.Errorf("verdict line does not say what could not run: %s", rec.VerdictLine)
+	}
+}
+
+// Arm B out of memory where arm A fits is the lever's own cost: a FAIL
+// (exit 1) whose reason says so.
+func TestOutOfMemory_ArmBAloneOutOfMemoryIsAFail(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_OOM_WHEN", "MINFER_CACHE_TYPE=f16")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--gates", "greedy,ab", "--rounds", "3", "--device", "cpu")
+	if code != gates.ExitFail || rec.Verdict != gates.VerdictFail {
+		t.Fatalf("exit %d, verdict %s: %s", code, rec.Verdict, rec.VerdictLine)
+	}
+	for _, g := range rec.Gates {
+		if g.Status != gates.Fail || g.CannotRun || !strings.Contains(g.Reason, "ran out of memory where arm A fits") {
+			t.Errorf("gate %s: %s, cannot run %v: %s", g.Gate, g.Status, g.CannotRun, g.Reason)
+		}
+	}
+}

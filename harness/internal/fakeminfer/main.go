@@ -56,6 +56,10 @@
 // $NAME is VALUE (a lever that costs memory in its arm B), and
 // MINFER_TEST_MUTATE=double_weights doubles it (a second copy of the
 // weights: the fake's own mutation site, not the engine's).
+// FAKEMINFER_OOM_WHEN=NAME=VALUE makes a bench, logits or generate
+// process whose $NAME is VALUE (=always: every one) refuse its model as
+// minfer does when it does not fit: one line on stderr, exit
+// schema.ExitOutOfMemory.
 // FAKEMINFER_ENGINE_MEMORY=1 adds the engine's own "device_memory" field
 // to bench's JSON (the cross-check). FAKEMINFER_MEMORY="NAME=JSON;..."
 // sets those levers' "memory" bar in `levers`.
@@ -138,6 +142,13 @@ func main() {
 	case "hang":
 		if os.Args[1] != "levers" {
 			time.Sleep(time.Hour)
+		}
+	}
+	if ow := os.Getenv("FAKEMINFER_OOM_WHEN"); ow != "" && (os.Args[1] == "bench" || os.Args[1] == "logits" || os.Args[1] == "generate") {
+		name, val, _ := strings.Cut(ow, "=")
+		if ow == "always" || os.Getenv(name) == val {
+			fmt.Fprintln(os.Stderr, "minfer: fake-7b Q8_0 at -c 4096 needs 9.9 GiB (weights 7.5, KV f16 2.2, scratch 0.2); 4.0 GiB free on cuda: no context fits")
+			os.Exit(schema.ExitOutOfMemory)
 		}
 	}
 	// FAKEMINFER_MODE=nodepth: a minfer from before bench --depth, which
