@@ -18,7 +18,10 @@ type Bench struct {
 	NGen        int    `json:"n_gen"`
 	// Depth: tokens in the KV cache before each test (-d); absent at 0 so
 	// that -d 0 prints what bench printed before the flag existed.
-	Depth     int               `json:"depth,omitempty"`
+	Depth int `json:"depth,omitempty"`
+	// Turns: the conversation's turns under --turns (its tests are
+	// "turn1".."turnN", no pp/tg); absent otherwise.
+	Turns     int               `json:"turns,omitempty"`
 	Reps      int               `json:"reps"`
 	Warmup    BenchWarmup       `json:"warmup"`
 	Tests     []BenchTest       `json:"tests"`
@@ -48,6 +51,14 @@ type BenchTest struct {
 	TokS       []float64 `json:"tok_s"`
 	MeanTokS   float64   `json:"mean_tok_s"`
 	StddevTokS float64   `json:"stddev_tok_s"` // sample standard deviation (n-1)
+
+	// A turn of --turns (named "turn<k>"): n_tokens are its decode steps
+	// after the first answer token, samples_ms and tok_s their time and
+	// rate; TTFTMS is each repetition's time to the first answer token
+	// (the turn's prefill and first draw), PromptTokens the tokens the
+	// turn forwarded. Absent in pp and tg tests.
+	TTFTMS       []float64 `json:"ttft_ms,omitempty"`
+	PromptTokens int       `json:"prompt_tokens,omitempty"`
 
 	// Device time of each repetition's timed window and the rate over it;
 	// absent where the backend does not time its work (the CPU).

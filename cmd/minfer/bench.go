@@ -84,6 +84,8 @@ type benchFlags struct {
 	format     string // md, json or csv
 	json       bool   // --json: --format json
 	output     string // -o: the file to write instead of stdout
+	turns      int    // --turns: time a conversation of this many turns (bench_turns.go)
+	script     string // --script: the user turns of --turns
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -105,6 +107,8 @@ func newBenchCmd(a *app) *cobra.Command {
 	fl.StringVar(&f.format, "format", "md", "output format: md, json (schema.Bench) or csv")
 	fl.BoolVar(&f.json, "json", false, "same as --format json")
 	fl.StringVarP(&f.output, "output", "o", "", "write the output to this file instead of stdout")
+	fl.IntVar(&f.turns, "turns", 0, "time a greedy conversation of this many turns instead of pp/tg: per turn the time to first token and the decode tok/s of its -n answer tokens (0: off)")
+	fl.StringVar(&f.script, "script", "", "with --turns: the user turns, separated by lines of --- (cycled; default: a built-in script)")
 	return cmd
 }
 
@@ -181,6 +185,9 @@ func benchTokens(n, nVocab int, seed uint64) []int32 {
 func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	if err := f.resolveOutput(cmd); err != nil {
 		return err
+	}
+	if f.turns != 0 || f.script != "" {
+		return a.benchTurns(cmd, f)
 	}
 	if f.p < 0 || f.n < 0 || (f.p == 0 && f.n == 0) {
 		return usagef("-p %d -n %d: want non-negative sizes, not both 0", f.p, f.n)

@@ -16,7 +16,7 @@ import (
 // positional by design), and every Short starts lowercase.
 func TestCommands_ModelFlagEverywhereAndShortsInOneStyle(t *testing.T) {
 	root := newRoot(&app{})
-	readsModel := map[string]bool{"bench": true, "generate": true, "info": true, "logits": true, "tokenize": true}
+	readsModel := map[string]bool{"bench": true, "chat": true, "generate": true, "info": true, "logits": true, "tokenize": true}
 	for _, c := range root.Commands() {
 		name := c.Name()
 		if c.Hidden {

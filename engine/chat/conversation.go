@@ -274,6 +274,10 @@ func (c *Conversation) prefill(feed []int32) ([]float32, error) {
 	return logits, nil
 }
 
+// Warm warms the engine before the first turn (Ask does it otherwise):
+// benchmarks call it before their timer.
+func (c *Conversation) Warm() error { return c.warm() }
+
 // warm runs every chunk shape once, before the first turn, on an engine
 // that captures graphs: each compiles its graph and grows the device's
 // scratch for its shape now, so that no later turn moves the device pool
