@@ -23,7 +23,7 @@ type memDevice struct {
 	closed    bool
 	failKV    bool
 	failW     bool // RegisterWeight is out of memory
-	failAlloc int // the n-th Alloc (1-based) fails; 0: none
+	failAlloc int  // the n-th Alloc (1-based) fails; 0: none
 }
 
 func (d *memDevice) Name() string { return "memdev" }
