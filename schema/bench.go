@@ -32,6 +32,9 @@ type Bench struct {
 	// Kernels the file a CUDA run loaded (absent on the CPU).
 	KernelSources string   `json:"kernel_sources_sha256,omitempty"`
 	Kernels       *Kernels `json:"kernels,omitempty"`
+	// DeviceMemory is the device's memory by class and the driver's view
+	// at the end of the run (a CUDA run; absent on the CPU).
+	DeviceMemory *DeviceMemory `json:"device_memory,omitempty"`
 }
 
 // BenchWarmup is the untimed warmup bench ran in-process before its tests.

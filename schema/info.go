@@ -20,6 +20,8 @@ type Info struct {
 	Tokenizer     Tokenizer      `json:"tokenizer"`
 	// DecodeRead is what one decode step reads (abtest perf's GB/s).
 	DecodeRead DecodeRead `json:"decode_read"`
+	// MemoryPlan is the plan of info --device (absent without it).
+	MemoryPlan *MemoryPlan `json:"memory_plan,omitempty"`
 }
 
 // HParams are the model's hyper-parameters. Their keys are the engine's

@@ -284,6 +284,9 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		}
 		res.Tests = append(res.Tests, t)
 	}
+	if res.DeviceMemory, err = benchDeviceMemory(e); err != nil {
+		return err
+	}
 	res.Date = time.Now().UTC().Format(time.RFC3339)
 
 	if f.output == "" {

@@ -16,10 +16,12 @@ import (
 	"github.com/minfer-go/minfer/schema"
 )
 
-func newInfoCmd(_ *app) *cobra.Command {
+func newInfoCmd(a *app) *cobra.Command {
 	var (
 		model  string
 		asJSON bool
+		device string
+		nCtx   int
 	)
 	cmd := &cobra.Command{
 		Use:   "info [flags]",
@@ -45,15 +47,36 @@ func newInfoCmd(_ *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var plan func()
+			if device != "" { // the memory plan, without running (issue 19)
+				f, err := gguf.Open(path)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				p, free, note, err := a.infoPlan(f, device, nCtx)
+				if err != nil {
+					return fmt.Errorf("%s: memory plan: %w", path, err)
+				}
+				info.MemoryPlan = planDoc(p, free)
+				plan = func() { printPlan(cmd.OutOrStdout(), p, free, note) }
+			} else if cmd.Flags().Changed("ctx") {
+				return usagef("info: -c plans memory: give --device cpu or --device cuda too")
+			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), info, true)
 			}
 			printInfo(cmd.OutOrStdout(), info)
+			if plan != nil {
+				plan()
+			}
 			return nil
 		},
 	}
 	addModelFlag(cmd, &model)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the schema.Info document instead of text")
+	cmd.Flags().StringVar(&device, "device", "", "also print the memory plan on this backend (cpu or cuda), checked against its free memory")
+	cmd.Flags().IntVarP(&nCtx, "ctx", "c", 0, "context length of the memory plan (0: the engine's default)")
 	return cmd
 }
 

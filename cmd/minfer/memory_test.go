@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -18,5 +19,48 @@ func TestBench_PlanThatDoesNotFitIsOneLineExitOutOfMemory(t *testing.T) {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("refusal %q lacks %q", stderr, want)
 		}
+	}
+}
+
+// info --device prints the plan without running: the classes, the total,
+// the free memory and the answer; --json carries it as memory_plan; -c
+// without --device is a usage error.
+func TestInfo_DeviceAndCtxPrintTheMemoryPlan(t *testing.T) {
+	m := synthModel(t)
+	stdout, stderr, code := runCLI(t, testConfig(t), "info", "-m", m, "--device", "cpu", "-c", "100000")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"memory plan    qwen2-tiny F16 on cpu at -c 100000, KV f32", "  weights      ", "  KV cache     ",
+		"  scratch      ", "  total        ", "beyond the trained context", "  free         "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("info lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, stderr, code = runCLI(t, testConfig(t), "info", "-m", m, "--device", "cpu", "-c", "100000", "--json")
+	var in schema.Info
+	if err := json.Unmarshal([]byte(stdout), &in); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %s", code, err, stderr)
+	}
+	p := in.MemoryPlan
+	if p == nil || p.NCtx != 100000 || p.Backend != "cpu" || p.KVBytes == 0 || p.FreeBytes == 0 || p.Fits == nil || p.MaxCtx == 0 {
+		t.Errorf("memory_plan %+v", p)
+	}
+	if _, _, code := runCLI(t, testConfig(t), "info", "-m", m, "-c", "100"); code != schema.ExitUsage {
+		t.Errorf("-c without --device: exit %d, want %d", code, schema.ExitUsage)
+	}
+	// Without --device, no plan: the document is as before.
+	stdout, _, _ = runCLI(t, testConfig(t), "info", "-m", m, "--json")
+	if strings.Contains(stdout, "memory_plan") {
+		t.Errorf("info --json without --device has a memory plan")
+	}
+}
+
+// A CPU bench has no device_memory (no device to account).
+func TestBench_CPUHasNoDeviceMemory(t *testing.T) {
+	m := synthModel(t)
+	stdout, stderr, code := runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "2", "-r", "1", "--format", "json")
+	if code != 0 || strings.Contains(stdout, "device_memory") {
+		t.Fatalf("exit %d, device_memory on the CPU: %s %s", code, stdout, stderr)
 	}
 }

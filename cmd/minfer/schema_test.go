@@ -13,6 +13,7 @@ import (
 
 	"github.com/minfer-go/minfer/cuda"
 	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/memplan"
 	"github.com/minfer-go/minfer/engine/quant"
 	"github.com/minfer-go/minfer/engine/synth"
 	"github.com/minfer-go/minfer/schema"
@@ -122,6 +123,25 @@ func TestDocuments_DeviceFieldsHaveTheFixturesFieldSets(t *testing.T) {
 		t.Fatalf("bench_device.json: %v", err)
 	}
 	samePaths(t, "bench test on a device", got, []byte(`{"tests":[`+string(want.Tests[len(want.Tests)-1])+`]}`), schema.Bench{})
+
+	// device_memory: the CUDA backend's classes, the driver's view, the plan.
+	fits := memplan.Plan{Model: "m", Backend: "cuda", NCtx: 4096, Weights: 1, Derived: 1, KV: 1, Scratch: 1, Overhead: 1, KVPerCell: 1}
+	dm := deviceMemoryDoc(cuda.DeviceMemory{Weights: 1, Derived: 2, KV: 3, Activations: 4, Workspace: 5, FreeAtOpen: 100, Free: 80, Total: 200},
+		planDoc(fits, 1<<30))
+	if dm.TotalBytes != 15 || dm.Driver.UsedSinceOpenBytes != 20 || dm.Plan.Fits == nil || !*dm.Plan.Fits {
+		t.Errorf("deviceMemoryDoc %+v", dm)
+	}
+	got, err = json.Marshal(map[string]any{"device_memory": dm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantDM struct {
+		DeviceMemory json.RawMessage `json:"device_memory"`
+	}
+	if err := json.Unmarshal(fixture(t, "bench_device.json"), &wantDM); err != nil || wantDM.DeviceMemory == nil {
+		t.Fatalf("bench_device.json has no device_memory: %v", err)
+	}
+	samePaths(t, "bench device_memory", got, []byte(`{"device_memory":`+string(wantDM.DeviceMemory)+`}`), schema.Bench{})
 
 	line := func(v any) []byte {
 		var b bytes.Buffer

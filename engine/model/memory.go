@@ -201,3 +201,7 @@ func modelName(h HParams) string {
 	}
 	return string(h.Arch)
 }
+
+// MemoryFree is the free memory the plan was checked against at load (0
+// when none was read).
+func (e *Engine) MemoryFree() uint64 { return e.memFree }
