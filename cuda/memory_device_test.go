@@ -1,0 +1,143 @@
+package cuda
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/memplan"
+	"github.com/minfer-go/minfer/engine/model"
+)
+
+const mib = 1 << 20
+
+// memRun loads path on the device at nCtx cells with the extra settings
+// and runs a prefill of the plan's size and 8 decode steps, so that every
+// class the plan counts has been allocated.
+func memRun(t *testing.T, path string, nCtx int, extra ...string) (*model.Engine, *Backend) {
+	t.Helper()
+	e := dsEngine(t, path, "cuda", nCtx, extra...)
+	ids := make([]int32, min(nCtx/2, memplan.PrefillTokens))
+	for i := range ids {
+		ids[i] = int32(100 + (i*37)%1000)
+	}
+	if _, err := e.Forward(ids, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if _, err := e.Forward([]int32{int32(200 + i)}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, dsDeviceBackend(t, e)
+}
+
+// Issue 19, item 1: the backend's classes add up to what the driver says
+// the device lost since the backend opened (its context already there:
+// "less the context"), within 64 MiB, with the repacked copy on and off;
+// the weights, derived and KV classes are exactly the plan's (the rules
+// mirror the allocation sites). Run on the H200 with the device suite.
+func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testing.T) {
+	dsNeedDevice(t)
+	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
+	for _, repack := range []string{"0", "1"} {
+		t.Run("MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
+			e, b := memRun(t, path, 4096, "MINFER_MMVQ_REPACK="+repack)
+			m, err := b.DeviceMemory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			used, counted := m.DriverUsed(), m.Counted()
+			t.Logf("classes: weights %d, derived %d, KV %d, activations %d, workspace %d = %d MiB; driver: %d MiB used since open (free %d of %d MiB at open)",
+				m.Weights/mib, m.Derived/mib, m.KV/mib, m.Activations/mib, m.Workspace/mib, counted/mib, used/mib, m.FreeAtOpen/mib, m.Total/mib)
+			diff := int64(used) - int64(counted)
+			if diff < -64*mib || diff > 64*mib {
+				t.Errorf("the classes count %d MiB, the driver %d MiB: %+d MiB apart, want within 64 MiB", counted/mib, used/mib, diff/mib)
+			}
+			for name, v := range map[string]uint64{"weights": m.Weights, "KV": m.KV, "activations": m.Activations, "workspace": m.Workspace} {
+				if v == 0 {
+					t.Errorf("class %s is empty after a prefill and decodes", name)
+				}
+			}
+			if (m.Derived > 0) != (repack == "1") {
+				t.Errorf("derived %d bytes with MINFER_MMVQ_REPACK=%s", m.Derived, repack)
+			}
+			p, ok := e.MemoryPlan()
+			if !ok {
+				t.Fatal("the engine has no memory plan")
+			}
+			if p.Weights != m.Weights || p.Derived != m.Derived || p.KV != m.KV {
+				t.Errorf("plan weights %d, derived %d, KV %d; allocated %d, %d, %d", p.Weights, p.Derived, p.KV, m.Weights, m.Derived, m.KV)
+			}
+			scratch := m.Activations + m.Workspace
+			t.Logf("plan: %s; scratch allocated %d MiB, planned %d MiB", p.Summary(), scratch/mib, p.Scratch/mib)
+			if scratch > p.Scratch+64*mib {
+				t.Errorf("scratch allocated %d MiB, over the plan's %d MiB by more than 64 MiB", scratch/mib, p.Scratch/mib)
+			}
+		})
+	}
+}
+
+// Issue 19, item 4: with the driver's allocations failing
+// (MINFER_TEST_CALL_FAIL=cuMemAlloc_v2, an out-of-memory after the plan
+// fit) the load is an error carrying the plan that matches
+// graph.ErrOutOfMemory (minfer's exit 3), never the model moved to the
+// CPU, and the device's memory is back to where it was.
+func TestDeviceMemory_InjectedAllocFailureIsAnOutOfMemoryWithThePlan(t *testing.T) {
+	dsNeedDevice(t)
+	path := dsSynth(t, "qwen2-tiny", "Q8_0")
+	probe := dsBackend(t, dsLevers(t))
+	before, _, err := probe.FreeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dsLevers(t, "MINFER_TEST_CALL_FAIL=cuMemAlloc_v2")
+	_, err = model.Load(path, model.Options{Device: "cuda", NCtx: 256, Levers: cfg, Logf: t.Logf,
+		NewDevice: func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
+			return New(Options{Levers: lv, Logf: logf})
+		}})
+	var oom *memplan.OOMError
+	if !errors.As(err, &oom) || !errors.Is(err, graph.ErrOutOfMemory) {
+		t.Fatalf("load with cuMemAlloc failing: %v, want an OOMError", err)
+	}
+	t.Log(err)
+	after, _, err := probe.FreeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := int64(before) - int64(after); d > 64*mib {
+		t.Errorf("the failed load kept %d MiB of the device", d/mib)
+	}
+}
+
+// A plan larger than the free memory is refused before anything is
+// allocated: the driver's free memory does not move.
+func TestDeviceMemory_RefusalAllocatesNothing(t *testing.T) {
+	dsNeedDevice(t)
+	path := dsSynth(t, "qwen2-tiny", "Q8_0")
+	probe := dsBackend(t, dsLevers(t))
+	before, total, err := probe.FreeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// qwen2-tiny's f32 KV row: 2 KV heads x 64 x 4 bytes, 2 layers, K and V
+	// and the cell-move row: 5 x 512 bytes a cell. Ask for twice the device.
+	nCtx := int(min(2*total/(5*512), 1<<31-1))
+	_, err = model.Load(path, model.Options{Device: "cuda", NCtx: nCtx, Levers: dsLevers(t, "MINFER_CACHE_TYPE=f32"), Logf: t.Logf,
+		NewDevice: func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
+			return New(Options{Levers: lv, Logf: logf})
+		}})
+	var r *memplan.Refusal
+	if !errors.As(err, &r) {
+		t.Fatalf("load at -c %d: %v, want a refusal", nCtx, err)
+	}
+	t.Log(err)
+	after, _, err := probe.FreeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := int64(before) - int64(after); d > 64*mib {
+		t.Errorf("the refused load kept %d MiB of the device", d/mib)
+	}
+}
