@@ -16,6 +16,9 @@ const (
 	PRNoRegression = "no regression"
 	PRRegression   = "regression"
 	PRInconclusive = "inconclusive"
+	// PRCannotRun: the base build does not fit the machine on a workload
+	// (its arm exited out of memory, oom.go): no judgement of the head.
+	PRCannotRun = "could not run"
 )
 
 // PRGates are the gates of a run between two builds.
@@ -72,9 +75,11 @@ func JudgeWorkload(w *PRWorkload) {
 		w.Verdict, w.Why = PRInconclusive, "not run"
 		return
 	}
-	var undecided []string
+	var undecided, cannotRun []string
 	for _, g := range r.Gates {
 		switch {
+		case g.CannotRun && g.Status != Fail:
+			cannotRun = append(cannotRun, g.Gate+": "+g.Reason)
 		case g.Status == Fail && g.Gate == GateAB && g.AB != nil:
 			if m := g.AB.Memory; m != nil && m.Status == MemOver {
 				w.Memory = append(w.Memory, m.Line())
@@ -97,6 +102,8 @@ func JudgeWorkload(w *PRWorkload) {
 	case len(w.Slower) > 0 || len(w.Changed) > 0 || len(w.Memory) > 0:
 		w.Verdict = PRRegression
 		w.Why = strings.Join(append(append(append([]string{}, w.Slower...), w.Changed...), w.Memory...), "; ")
+	case len(cannotRun) > 0:
+		w.Verdict, w.Why = PRCannotRun, strings.Join(cannotRun, "; ")
 	case !r.Complete:
 		w.Verdict, w.Why = PRInconclusive, "interrupted: "+r.IncompleteReason
 	case len(undecided) > 0:
@@ -109,7 +116,7 @@ func JudgeWorkload(w *PRWorkload) {
 // Decide sets the run's verdict: a regression when any workload has one,
 // inconclusive when any could not decide or the run was cut, else none.
 func (p *PRRun) Decide() {
-	var reg, inc []string
+	var reg, inc, cannot []string
 	for i := range p.Workloads {
 		w := &p.Workloads[i]
 		JudgeWorkload(w)
@@ -118,11 +125,15 @@ func (p *PRRun) Decide() {
 			reg = append(reg, w.Workload)
 		case PRInconclusive:
 			inc = append(inc, w.Workload)
+		case PRCannotRun:
+			cannot = append(cannot, w.Workload)
 		}
 	}
 	switch {
 	case len(reg) > 0:
 		p.Verdict = PRRegression
+	case len(cannot) > 0:
+		p.Verdict = PRCannotRun
 	case !p.Complete || len(inc) > 0:
 		p.Verdict = PRInconclusive
 	default:
@@ -132,6 +143,9 @@ func (p *PRRun) Decide() {
 	if len(reg) > 0 {
 		p.VerdictLine += " — regression in " + strings.Join(reg, ", ")
 	}
+	if len(cannot) > 0 {
+		p.VerdictLine += " — could not run (the base does not fit): " + strings.Join(cannot, ", ")
+	}
 	if len(inc) > 0 {
 		p.VerdictLine += " — could not decide: " + strings.Join(inc, ", ")
 	}
@@ -140,13 +154,16 @@ func (p *PRRun) Decide() {
 	}
 }
 
-// ExitCode: 0 no regression, 1 a regression, 3 inconclusive.
+// ExitCode: 0 no regression, 1 a regression, 2 could not run, 3
+// inconclusive.
 func (p *PRRun) ExitCode() int {
 	switch p.Verdict {
 	case PRNoRegression:
 		return ExitPass
 	case PRRegression:
 		return ExitFail
+	case PRCannotRun:
+		return ExitCannotRun
 	}
 	return ExitUndecided
 }
