@@ -217,20 +217,35 @@ func (p Plan) Check(free uint64) error {
 // GiB formats bytes as GiB with one decimal.
 func GiB(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<30)) }
 
+// classSize is a class's size in the plan's lists: GiB with one decimal,
+// the unit left to the line ("needs 9.3 GiB (weights 7.5, ...)"); under
+// 0.05 GiB, which that would print as 0.0, MiB (under 1 MiB KiB) with its
+// unit.
+func classSize(b uint64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
+	}
+	if b < 1<<30/20 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return GiB(b)
+}
+
 // Classes lists the plan's classes as "weights 7.5, repacked copies 7.5,
-// KV f16 1.8, scratch 0.2" (GiB; a class of 0 bytes left out, the weights
-// and KV always there; the overhead only with overhead).
+// KV f16 1.8, scratch 0.2" (GiB, or MiB said so for a small class; a class
+// of 0 bytes left out, the weights and KV always there; the overhead only
+// with overhead).
 func (p Plan) Classes(overhead bool) string {
-	parts := []string{"weights " + GiB(p.Weights)}
+	parts := []string{"weights " + classSize(p.Weights)}
 	if p.MappedWeights {
 		parts[0] += " mapped from the file"
 	}
 	if p.Derived > 0 {
-		parts = append(parts, p.derivedName()+" "+GiB(p.Derived))
+		parts = append(parts, p.derivedName()+" "+classSize(p.Derived))
 	}
-	parts = append(parts, fmt.Sprintf("KV %s %s", p.KVFormat, GiB(p.KV)), "scratch "+GiB(p.Scratch))
+	parts = append(parts, fmt.Sprintf("KV %s %s", p.KVFormat, classSize(p.KV)), "scratch "+classSize(p.Scratch))
 	if overhead && p.Overhead > 0 {
-		parts = append(parts, p.OverheadWhat+" "+GiB(p.Overhead))
+		parts = append(parts, p.OverheadWhat+" "+classSize(p.Overhead))
 	}
 	return strings.Join(parts, ", ")
 }

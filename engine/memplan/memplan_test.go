@@ -50,7 +50,7 @@ func TestRefusal_OneLineNamesEveryClassTheFreeMemoryTheFitAndTheLevers(t *testin
 	}
 	line := err.Error()
 	for _, want := range []string{"m-7b Q8_0 at -c 4000000 needs ", "GiB (weights 1.1, copies (MINFER_MMVQ_REPACK) 1.1, KV f16 ",
-		", scratch 0.0)", "; 100.0 GiB free on dev: the largest context that fits is about ",
+		", scratch 4.0 MiB)", "; 100.0 GiB free on dev: the largest context that fits is about ",
 		"; -c N, MINFER_CACHE_TYPE=q8_0 or MINFER_MMVQ_REPACK=0 lowers it"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("refusal lacks %q:\n%s", want, line)
