@@ -10,6 +10,7 @@ import (
 
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/gpumem"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // Memory is the other side of gate 3's bill (GATES.md, issue 19): each arm
@@ -200,9 +201,10 @@ func orNone(s string) string {
 	return s
 }
 
-// engineMemory is the raw device_memory field of a bench JSON (""
-// without one): the engine's own figure, a cross-check of the outside
-// measurement.
+// engineMemory is the device_memory field of a bench JSON ("" without
+// one): the engine's own figure, a cross-check of the outside
+// measurement. minfer's document (schema.DeviceMemory) is summed up in
+// one phrase; any other is given raw.
 func engineMemory(stdout []byte) string {
 	var doc map[string]json.RawMessage
 	if json.Unmarshal(stdout, &doc) != nil {
@@ -211,6 +213,12 @@ func engineMemory(stdout []byte) string {
 	raw, ok := doc["device_memory"]
 	if !ok || string(raw) == "null" {
 		return ""
+	}
+	var dm schema.DeviceMemory
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&dm) == nil && dm.Backend != "" {
+		return engineMemoryPhrase(dm)
 	}
 	var c bytes.Buffer
 	if json.Compact(&c, raw) != nil {
@@ -251,4 +259,18 @@ func markRound(cfg Config, r *Round) bool {
 		r.Marked = "another process on the GPU: " + gpumem.OthersLine(r.Neighbours)
 	}
 	return r.Marked != ""
+}
+
+// engineMemoryPhrase is minfer's device_memory in one phrase: the classes
+// and their sum, what the driver lost since the backend opened, and the
+// plan's total (MiB).
+func engineMemoryPhrase(dm schema.DeviceMemory) string {
+	mib := func(b uint64) string { return fmt.Sprintf("%.0f", float64(b)/(1<<20)) }
+	c := dm.Classes
+	s := fmt.Sprintf("%s MiB counted (weights %s, derived %s, KV %s, activations %s, workspace %s), %s MiB by the driver since open",
+		mib(dm.TotalBytes), mib(c.Weights), mib(c.DerivedWeights), mib(c.KVCache), mib(c.Activations), mib(c.Workspace), mib(dm.Driver.UsedSinceOpenBytes))
+	if dm.Plan != nil {
+		s += ", plan " + mib(dm.Plan.TotalBytes) + " MiB with the context"
+	}
+	return s
 }

@@ -59,3 +59,17 @@ func TestDecide_CannotRunGateIsCouldNotRunUnlessAGateFailed(t *testing.T) {
 		t.Fatalf("with a FAIL: verdict %s, exit %d", r.Verdict, r.ExitCode())
 	}
 }
+
+// minfer's own device_memory (schema.DeviceMemory) is summed up in one
+// phrase for the cross-check, not cut raw at 200 characters.
+func TestEngineMemory_MinfersDocumentInOnePhrase(t *testing.T) {
+	out := []byte(`{"tests":[],"device_memory":{"backend":"cuda","classes":{"weights_bytes":1048576,"derived_weights_bytes":0,` +
+		`"kv_cache_bytes":2097152,"activations_bytes":3145728,"workspace_bytes":0},"total_bytes":6291456,` +
+		`"driver":{"free_at_open_bytes":10,"free_bytes":5,"total_bytes":20,"used_since_open_bytes":7340032},` +
+		`"plan":{"model":"m","backend":"cuda","n_ctx":4,"kv_format":"f16","weights_bytes":1,"derived_bytes":0,"kv_bytes":1,` +
+		`"scratch_bytes":1,"overhead_bytes":1,"total_bytes":9437184,"need_bytes":3}}}`)
+	want := "6 MiB counted (weights 1, derived 0, KV 2, activations 3, workspace 0), 7 MiB by the driver since open, plan 9 MiB with the context"
+	if got := engineMemory(out); got != want {
+		t.Errorf("engineMemory = %q, want %q", got, want)
+	}
+}
