@@ -11,6 +11,7 @@ import (
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/harness/stats"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // ArmRun is one arm's timed bench in one round: wall-time tok/s, and
@@ -120,14 +121,18 @@ const NoisierAlpha = 0.01
 
 // WarmupRun is one untimed process before round 1.
 type WarmupRun struct {
-	Arm         string              `json:"arm"`
-	Model       string              `json:"model"`
-	ModelSHA256 string              `json:"model_sha256"`
-	Backend     string              `json:"backend"`
-	GoVersion   string              `json:"go_version"`
-	Warmup      harness.BenchWarmup `json:"warmup"`
-	Wall        time.Duration       `json:"wall_ns"`
-	Mem         *gpumem.Usage       `json:"device_memory,omitempty"`
+	Arm         string `json:"arm"`
+	Model       string `json:"model"`
+	ModelSHA256 string `json:"model_sha256"`
+	Backend     string `json:"backend"`
+	GoVersion   string `json:"go_version"`
+	// KernelSources and Kernels as the arm's bench document states them
+	// (issue 25: which kernels ran).
+	KernelSources string              `json:"kernel_sources_sha256,omitempty"`
+	Kernels       *schema.Kernels     `json:"kernels,omitempty"`
+	Warmup        harness.BenchWarmup `json:"warmup"`
+	Wall          time.Duration       `json:"wall_ns"`
+	Mem           *gpumem.Usage       `json:"device_memory,omitempty"`
 }
 
 // ABDetail is gate 3's evidence.
@@ -201,7 +206,7 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 		res.Status, res.Reason = Fail, err.Error()
 		finishAB(&res, cfg)
 		res.Status, res.Reason = Fail, err.Error()
-		if outOfMemory(&res, cfg, failedArm(err), err) && res.CannotRun {
+		if armSetup(&res, cfg, failedArm(err), err) && res.CannotRun {
 			return res // the baseline does not fit: no memory bar to judge
 		}
 		if d.Memory != nil && d.Memory.Status != MemNotMeasured {
@@ -236,7 +241,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 			return &armFailure{arm.Name, fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)}
 		}
 		d.Warmup = append(d.Warmup, WarmupRun{Arm: arm.Name, Model: b.Model, ModelSHA256: b.ModelSHA256, Backend: b.Backend,
-			GoVersion: b.GoVersion, Warmup: b.Warmup, Wall: e.Wall, Mem: e.DeviceMemory})
+			GoVersion: b.GoVersion, KernelSources: b.KernelSources, Kernels: b.Kernels, Warmup: b.Warmup, Wall: e.Wall, Mem: e.DeviceMemory})
 		env.step("ab warmup %s (%d in-process iterations, %.0f ms)", arm.Name, b.Warmup.Iterations, b.Warmup.ElapsedMS)
 	}
 	for i := 0; i < cfg.Rounds; i++ {

@@ -41,6 +41,9 @@
 //     does not fit): in arm A or the CPU reference the gate could not run
 //     (Result.CannotRun) and the run is COULD NOT RUN, exit 2; in arm B
 //     alone it is a FAIL (the lever's memory cost). oom.go.
+//   - An arm process that exits with schema.ExitStaleKernels (its kernels
+//     file was not built from its minfer's sources), in any arm: the gate
+//     could not run, exit 2. stale.go.
 package gates
 
 import (

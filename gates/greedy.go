@@ -86,7 +86,7 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		env.Cmd("greedy: arm A", e)
 		d.CensusA.Add("greedy A "+p.Name, e)
 		if err != nil {
-			if !canceled(ctx) && outOfMemory(&res, cfg, cfg.A.Name, err) {
+			if !canceled(ctx) && armSetup(&res, cfg, cfg.A.Name, err) {
 				return res
 			}
 			return stop("arm A could not run: " + err.Error())
@@ -95,7 +95,7 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		env.Cmd("greedy: arm B", e)
 		d.CensusB.Add("greedy B "+p.Name, e)
 		if err != nil {
-			if !canceled(ctx) && outOfMemory(&res, cfg, cfg.B.Name, err) {
+			if !canceled(ctx) && armSetup(&res, cfg, cfg.B.Name, err) {
 				return res
 			}
 			return stop("arm B could not run: " + err.Error())

@@ -474,7 +474,7 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 		// An interrupt is never a gate FAIL (the run is INCOMPLETE).
 		res.Status, res.Reason = Skip, "interrupted: "+armErr.Error()
 		return res
-	case armErr != nil && outOfMemory(&res, cfg, armName, armErr):
+	case armErr != nil && armSetup(&res, cfg, armName, armErr):
 		// the baseline does not fit (could not run), or arm B does not
 		// where A fits (FAIL): oom.go
 	case armErr != nil:

@@ -637,6 +637,7 @@ func (s *setup) runConfigAt(ctx context.Context, cfg gates.Config, pick func(*ga
 		if g.AB != nil && len(g.AB.Warmup) > 0 {
 			w := g.AB.Warmup[0]
 			rec.Env.Backend, rec.Env.MinferGo = w.Backend, w.GoVersion
+			rec.Env.KernelSources, rec.Env.Kernels = w.KernelSources, w.Kernels
 			if rec.Env.Model == harness.EmbeddedModel && w.Model != "" {
 				rec.Env.SetModel(w.Model, w.ModelSHA256)
 			}

@@ -60,6 +60,9 @@
 // process whose $NAME is VALUE (=always: every one) refuse its model as
 // minfer does when it does not fit: one line on stderr, exit
 // schema.ExitOutOfMemory.
+// FAKEMINFER_STALE_KERNELS_WHEN=NAME=VALUE (or =always) makes such a
+// process refuse its kernels file as minfer does when the file was built
+// from other sources: one line, exit schema.ExitStaleKernels.
 // FAKEMINFER_ENGINE_MEMORY=1 adds the engine's own "device_memory" field
 // to bench's JSON (the cross-check). FAKEMINFER_MEMORY="NAME=JSON;..."
 // sets those levers' "memory" bar in `levers`.
@@ -149,6 +152,13 @@ func main() {
 		if ow == "always" || os.Getenv(name) == val {
 			fmt.Fprintln(os.Stderr, "minfer: fake-7b Q8_0 at -c 4096 needs 9.9 GiB (weights 7.5, KV f16 2.2, scratch 0.2); 4.0 GiB free on cuda: no context fits")
 			os.Exit(schema.ExitOutOfMemory)
+		}
+	}
+	if sw := os.Getenv("FAKEMINFER_STALE_KERNELS_WHEN"); sw != "" && (os.Args[1] == "bench" || os.Args[1] == "logits" || os.Args[1] == "generate") {
+		name, val, _ := strings.Cut(sw, "=")
+		if sw == "always" || os.Getenv(name) == val {
+			fmt.Fprintln(os.Stderr, "minfer: cuda: kernels file bin/minfer-kernels.fatbin was built from kernel sources aaaaaaaaaaaaaaaa, this minfer's are "+fakeKernelSources[:16]+": rebuild it from this binary's sources: scripts/build-kernels.sh bin/minfer-kernels.fatbin")
+			os.Exit(schema.ExitStaleKernels)
 		}
 	}
 	// FAKEMINFER_MODE=nodepth: a minfer from before bench --depth, which
@@ -736,10 +746,18 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) schema.Be
 	if cuda {
 		backend = "cuda"
 	}
+	var kern *schema.Kernels
+	if cuda {
+		kern = &schema.Kernels{Path: "fake.fatbin", SHA256: strings.Repeat("f", 64), Source: fakeKernelSources, Compiler: "fake nvcc", Flags: "-O3"}
+	}
 	return schema.Bench{Model: model, ModelSHA256: sum, Backend: backend, KVFormat: "f32", Threads: 2, NPrompt: p, NGen: n,
 		Depth: depth, Reps: r, Warmup: schema.BenchWarmup{BudgetMS: float64(w), Iterations: 3, ElapsedMS: 1}, Tests: tests,
-		GoVersion: "go-fake", Date: "now"}
+		GoVersion: "go-fake", Date: "now", KernelSources: fakeKernelSources, Kernels: kern}
 }
+
+// fakeKernelSources is the fake's kernel-source hash (bench's
+// kernel_sources_sha256 and its kernels stamp).
+const fakeKernelSources = "fa4e0000000000000000000000000000000000000000000000000000000000fa"
 
 // benchOutput settles bench's format and output file as minfer does:
 // --json is --format json, and -o md|json|csv without a format is the
