@@ -110,10 +110,11 @@ flags=(-fatbin -O3 -lineinfo -std=c++17
 echo "build-kernels: $compiler"
 echo "build-kernels: sources: ${srcs[*]#$root/}"
 # The stamp goes into the first unit (one container holds it; minfer looks
-# it up in each). Quotes and backslashes cannot occur in these fields, but
+# it up in each). An extern "C", non-const __device__ variable keeps its
+# name and its storage (the host may read it by name), so no attribute. Quotes and backslashes cannot occur in these fields, but
 # are dropped all the same: the stamp is a C string literal.
 stamp="minfer-kernels-stamp v1\nsource_sha256=$srchash\ncompiler=${compiler//[\"\\]/}\nflags=${flags[*]//[\"\\]/} split=$split\n"
-printf '\nextern "C" __device__ __attribute__((used)) char minfer_kernels_stamp[] = "%s";\n' "$stamp" >>"${units[0]}"
+printf '\nextern "C" __device__ char minfer_kernels_stamp[] = "%s";\n' "$stamp" >>"${units[0]}"
 echo "build-kernels: stamp: source_sha256=$srchash"
 # A fatbin already built from the same sources, headers, flags and nvcc is
 # reused from the cache (git-ignored .kcache/, kept between device calls
