@@ -242,9 +242,25 @@ func (a *app) chat(cmd *cobra.Command, f *chatFlags) error {
 			if r.Decode > 0 {
 				rate = float64(r.DecodeSteps) / r.Decode.Seconds()
 			}
-			fmt.Fprintf(errOut, "minfer: turn %d: %d tokens forwarded, %d answered (%s), first token %.1f ms, decode %.2f tok/s, context %d of %d\n",
-				turn, r.Fed, len(r.IDs), r.Stop, ms(r.FirstToken), rate, len(clm.Tokens()), f.ctx)
+			fmt.Fprintf(errOut, "minfer: turn %d: %d tokens forwarded, %d answered (%s), first token %.1f ms, decode %.2f tok/s, context %d of %d%s\n",
+				turn, r.Fed, len(r.IDs), r.Stop, ms(r.FirstToken), rate, len(clm.Tokens()), f.ctx, a.decodeGraphs())
 		}
 	}
 	return f.session.save(sess, c.Pending(), f.ctx, sp, smp)
+}
+
+// decodeGraphs is what --stats says of the CUDA decode graphs so far: how
+// often one was captured and replayed (a chat that keeps its graph
+// captures it once); "" on the CPU, which captures nothing.
+func (a *app) decodeGraphs() string {
+	if len(a.dev.backends) == 0 {
+		return ""
+	}
+	var captured, replayed int
+	for _, b := range a.dev.backends {
+		st := b.CaptureStats()
+		captured += st.DecodeCaptures
+		replayed += st.DecodeReplays
+	}
+	return fmt.Sprintf(", decode graph captured %d times, replayed %d", captured, replayed)
 }
