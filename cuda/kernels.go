@@ -48,11 +48,24 @@ type KernelsOptions struct {
 	// Sources is the source hash the kernels file must carry ("": this
 	// binary's embedded sources; a test plants another).
 	Sources string
+	// NVRTCCache is where the NVRTC build of the embedded sources is
+	// cached when no kernels file is given ("": the user cache directory,
+	// nvrtc.DefaultCacheDir).
+	NVRTCCache string
+	// Logf receives which kernels were loaded and the NVRTC progress; nil
+	// discards them.
+	Logf func(format string, args ...any)
 }
 
-// LoadKernels loads the fatbin on dev. Call it inside dev.Do.
+// LoadKernels loads the kernels on dev: the kernels file (opts.Path, else
+// beside the executable) or, when none is given or found there, the
+// embedded sources compiled with NVRTC (kernels_nvrtc.go). Call it inside
+// dev.Do.
 func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
-	mod, err := dev.LoadKernels(opts.Path)
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	mod, how, err := openKernels(dev, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +80,7 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 		mod.Unload()
 		return nil, err
 	}
+	opts.Logf("%s", how)
 	k := &Kernels{dev: dev, mod: mod, stamp: st, fns: map[string]*driver.Function{}, pdl: opts.PDL, qx4: opts.QuantizeX4}
 	if opts.Census {
 		k.census = map[string]int64{}

@@ -48,5 +48,7 @@
 // minfer-kernels.fatbin, found next to the executable or at a path the
 // caller passes (MINFER_KERNELS through the levers package): one fatbin
 // container, or one per compiled unit concatenated, each loaded as a module
-// (SplitFatbins); see FindKernels and Device.LoadKernels.
+// (SplitFatbins); see FindKernels and Device.LoadKernels. Device.LoadImages
+// loads the units of a build made otherwise (cuda/nvrtc's cubins) the same
+// way.
 package driver

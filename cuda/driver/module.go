@@ -31,14 +31,10 @@ func FindKernels(explicit string) (string, error) {
 		}
 		tried = append(tried, explicit+" (explicit path)")
 	} else {
-		exe, err := os.Executable()
+		p, err := KernelsBesideExecutable()
 		if err != nil {
-			return "", fmt.Errorf("%w: cannot locate the executable: %v; pass the fatbin path (MINFER_KERNELS)", ErrKernelsNotFound, err)
+			return "", fmt.Errorf("%w: %v; pass the fatbin path (MINFER_KERNELS)", ErrKernelsNotFound, err)
 		}
-		if r, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = r
-		}
-		p := filepath.Join(filepath.Dir(exe), KernelsFile)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p, nil
 		}
@@ -46,6 +42,19 @@ func FindKernels(explicit string) (string, error) {
 	}
 	return "", fmt.Errorf("%w: tried %s; build it with scripts/build-kernels.sh (writes bin/%s) and put it next to the binary or pass its path (MINFER_KERNELS)",
 		ErrKernelsNotFound, strings.Join(tried, ", "), KernelsFile)
+}
+
+// KernelsBesideExecutable is where FindKernels looks when no path is
+// given: KernelsFile in the executable's directory (symlinks resolved).
+func KernelsBesideExecutable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cannot locate the executable: %w", err)
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	return filepath.Join(filepath.Dir(exe), KernelsFile), nil
 }
 
 // Module is a loaded CUDA module (CUmodule), or the modules of a kernels
@@ -121,12 +130,19 @@ func (d *Device) LoadKernels(explicit string) (*Module, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, p)
 	}
-	m := &Module{d: d, Path: p}
+	return d.LoadImages(p, imgs)
+}
+
+// LoadImages loads each image (a fatbin container or a cubin: the units
+// of one kernels build) as a module of one Module, searched in order; path
+// names the build. Any image failing unloads the others. Inside Do.
+func (d *Device) LoadImages(path string, imgs [][]byte) (*Module, error) {
+	m := &Module{d: d, Path: path}
 	for i, img := range imgs {
 		one, err := d.LoadModule(img)
 		if err != nil {
 			m.Unload()
-			return nil, fmt.Errorf("%w (fatbin %s, container %d of %d)", err, p, i+1, len(imgs))
+			return nil, fmt.Errorf("%w (kernels %s, image %d of %d)", err, path, i+1, len(imgs))
 		}
 		m.hs = append(m.hs, one.hs...)
 	}
