@@ -3,6 +3,7 @@ package schema
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -103,6 +104,26 @@ func (b Bench) Test(prefix string) (BenchTest, bool) {
 		}
 	}
 	return BenchTest{}, false
+}
+
+// Turn returns the test of turn k (from 1) of a --turns document.
+func (b Bench) Turn(k int) (BenchTest, bool) {
+	name := "turn" + strconv.Itoa(k)
+	for _, t := range b.Tests {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return BenchTest{}, false
+}
+
+// TTFTValue is a turn's time to first token for one round in ms: the
+// median of its repetitions; ok false for a test without ttft_ms (pp, tg).
+func (t BenchTest) TTFTValue() (float64, bool) {
+	if len(t.TTFTMS) == 0 {
+		return 0, false
+	}
+	return median(t.TTFTMS), true
 }
 
 func median(xs []float64) float64 {

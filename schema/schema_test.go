@@ -179,3 +179,29 @@ func TestOpKernel_AvgNS(t *testing.T) {
 		t.Errorf("no launches: AvgNS %v", a)
 	}
 }
+
+// A --turns document: each turn by number, its decode rate and time to
+// first token per round the median of its repetitions.
+func TestBench_TurnsByNumberAndTheirTTFT(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "bench_turns.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Bench
+	if err := json.Unmarshal(data, &b); err != nil {
+		t.Fatal(err)
+	}
+	t2, ok := b.Turn(2)
+	if !ok || t2.Name != "turn2" || b.Turns != 2 {
+		t.Fatalf("Turn(2) = %+v, %v", t2, ok)
+	}
+	if v, ok := t2.TTFTValue(); !ok || v != median(t2.TTFTMS) || v <= 0 {
+		t.Errorf("TTFTValue %v %v", v, ok)
+	}
+	if _, ok := b.Turn(3); ok {
+		t.Error("Turn(3) of a two-turn document")
+	}
+	if _, ok := (BenchTest{Name: "tg4", TokS: []float64{1}}).TTFTValue(); ok {
+		t.Error("a tg test has a time to first token")
+	}
+}
