@@ -57,7 +57,8 @@ func Units(src fs.FS) ([]Unit, error) {
 const preludeName = "minfer_nvrtc_prelude.h"
 
 // prelude supplies what nvcc's implicit host headers give the kernels and
-// NVRTC has not: INFINITY (math.h). stdintShim is the in-memory <stdint.h>:
+// NVRTC has not: INFINITY (math.h; here the device intrinsic the toolkit's
+// CUDART_INF_F is, which folds to the same constant). stdintShim is the in-memory <stdint.h>:
 // the fixed-width types exactly as CCCL declares them under NVRTC (its
 // cstdint prelude), so that a toolkit header pulling CCCL in redeclares
 // them identically. The 64-bit types are long long here where glibc's are
@@ -67,7 +68,7 @@ const prelude = `// minfer: what nvcc's implicit host headers define and NVRTC d
 #ifndef MINFER_NVRTC_PRELUDE_H
 #define MINFER_NVRTC_PRELUDE_H
 #ifndef INFINITY
-#define INFINITY (__builtin_huge_valf())
+#define INFINITY (__int_as_float(0x7f800000))
 #endif
 #endif
 `
