@@ -119,10 +119,7 @@ func TestConversation_DeviceTurnsTwoAndThreeMatchAFreshPrefillAndReplayTheDecode
 				}
 				t.Logf("decode graphs: %d captured, %d replays", c.Built, c.Replayed)
 				if err != nil {
-					t.Fatal(err)
-				}
-				if c.Built != 1 {
-					t.Errorf("%d decode captures over the conversation, want 1", c.Built)
+					t.Fatal(err) // the census check is in it: no decode capture after turn 1
 				}
 			})
 		}
