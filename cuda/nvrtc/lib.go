@@ -265,6 +265,14 @@ func (l *Lib) Compile(name, source string, headers []Header, options []string) (
 		hnames[i], htexts[i] = h.Name, h.Text
 	}
 	hn, ht, opts := newCStrings(hnames), newCStrings(htexts), newCStrings(options)
+	// The char** arrays reach NVRTC as uintptrs computed before the calls:
+	// keep everything they point to alive until Compile returns.
+	defer func() {
+		runtime.KeepAlive(src)
+		runtime.KeepAlive(hn)
+		runtime.KeepAlive(ht)
+		runtime.KeepAlive(opts)
+	}()
 	var prog uintptr
 	code := l.call(symCreateProgram, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(src.ptrs[0])), uintptr(unsafe.Pointer(src.ptrs[1])),
 		uintptr(len(headers)), ht.array(), hn.array())
@@ -275,10 +283,6 @@ func (l *Lib) Compile(name, source string, headers []Header, options []string) (
 		if derr := l.check(symDestroyProgram, l.call(symDestroyProgram, uintptr(unsafe.Pointer(&prog)))); derr != nil && err == nil {
 			err = fmt.Errorf("%w (unit %s)", derr, name)
 		}
-		runtime.KeepAlive(src)
-		runtime.KeepAlive(hn)
-		runtime.KeepAlive(ht)
-		runtime.KeepAlive(opts)
 	}()
 	cerr := l.check(symCompileProgram, l.call(symCompileProgram, prog, uintptr(len(options)), opts.array()))
 	log, lerr := l.programLog(prog)
