@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -149,6 +150,17 @@ func Build(cfg Config) (*Result, error) {
 	jobs = append(jobs, job{name: StampUnit, source: stampSource(stamp)})
 	logf("kernels: compiling %d units of the embedded sources with %s for %s (%d at a time); once: the result is cached in %s",
 		len(jobs), cfg.Compiler, cfg.Arch, min(par, len(jobs)), dir)
+	// The largest units start first, so the slowest is not the last to
+	// begin when there are more units than workers.
+	size := map[string]int{}
+	for _, h := range headers {
+		size[h.Name] = len(h.Text)
+	}
+	for i := range jobs {
+		for _, f := range jobs[i].files {
+			jobs[i].size += size[f]
+		}
+	}
 	cstart := time.Now()
 	compileAll(jobs, par, func(j *job) {
 		t := time.Now()
@@ -198,6 +210,7 @@ func Build(cfg Config) (*Result, error) {
 type job struct {
 	name   string
 	files  []string
+	size   int // bytes of its sources: the larger start first
 	source string
 	cubin  []byte
 	log    string
@@ -205,14 +218,20 @@ type job struct {
 	took   time.Duration
 }
 
-// compileAll runs do on every job, at most par at once, and reports each
-// as it finishes (done counts the finished, in finishing order).
+// compileAll runs do on every job, at most par at once, the largest
+// first, and reports each as it finishes (done counts the finished, in
+// finishing order).
 func compileAll(jobs []job, par int, do func(*job), report func(j *job, done int)) {
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return jobs[order[a]].size > jobs[order[b]].size })
 	sem := make(chan struct{}, par)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	done := 0
-	for i := range jobs {
+	for _, i := range order {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(j *job) {

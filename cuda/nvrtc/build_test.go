@@ -244,3 +244,30 @@ func writeFile(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// With fewer workers than units the largest units start first (the
+// slowest compile is not the last to begin); images stay in unit order.
+func TestBuild_LargestUnitsStartFirst(t *testing.T) {
+	var mu sync.Mutex
+	var started []string
+	f := &fakeCompiler{}
+	cfg := testConfig(t, f)
+	cfg.Sources = fstest.MapFS{"a.cu": {Data: []byte("a")}, "big.cu": {Data: []byte(strings.Repeat("x", 100))}, "mid.cu": {Data: []byte("0123456789")}}
+	cfg.Parallel = 1
+	cfg.Compile = func(name, source string, headers []Header, options []string) ([]byte, string, error) {
+		mu.Lock()
+		started = append(started, name)
+		mu.Unlock()
+		return f.compile(name, source, headers, options)
+	}
+	res, err := Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(started, ","); got != "big,mid,a,stamp" {
+		t.Errorf("units started %s, want big,mid,a,stamp", got)
+	}
+	if got := strings.Join(res.Units, ","); got != "a,big,mid,stamp" {
+		t.Errorf("images in order %s, want a,big,mid,stamp", got)
+	}
+}
