@@ -371,9 +371,13 @@ type PerfResult struct {
 	// measured the same way.
 	DeviceMemory *gpumem.Usage `json:"device_memory,omitempty"`
 	Failed       bool          `json:"failed,omitempty"`
-	Stage        string        `json:"stage,omitempty"` // synth, bench, parse, interrupted
-	Error        string        `json:"error,omitempty"`
-	StderrTail   string        `json:"stderr_tail,omitempty"`
+	// OutOfMemory: the failed row's minfer exited with
+	// schema.ExitOutOfMemory (the row does not fit this machine): the row
+	// could not run, which is no failure of the engine.
+	OutOfMemory bool   `json:"out_of_memory,omitempty"`
+	Stage       string `json:"stage,omitempty"` // synth, bench, parse, interrupted
+	Error       string `json:"error,omitempty"`
+	StderrTail  string `json:"stderr_tail,omitempty"`
 }
 
 // Judged reports whether the row's targets were judged (reference row, the
@@ -401,6 +405,9 @@ const (
 	PerfMissed    = "MISSED"
 	PerfFailed    = "FAILED"
 	PerfNoTargets = "NO TARGETS"
+	// PerfCannotRun: a row does not fit this machine (out of memory) and
+	// no row failed otherwise.
+	PerfCannotRun = "COULD NOT RUN"
 )
 
 // PerfRecord is one `abtest perf` run.
@@ -426,9 +433,11 @@ type PerfRecord struct {
 // was judged, else NO TARGETS.
 func (p *PerfRecord) Decide() {
 	var met, missed, failed, unjudged int
-	var missList, failList []string
+	var missList, failList, noFit []string
 	for _, r := range p.Rows {
 		switch {
+		case r.Failed && r.OutOfMemory:
+			noFit = append(noFit, r.Row.Name())
 		case r.Failed:
 			failed++
 			failList = append(failList, r.Row.Name()+" ("+r.Stage+")")
@@ -444,6 +453,8 @@ func (p *PerfRecord) Decide() {
 	switch {
 	case failed > 0:
 		p.Verdict = PerfFailed
+	case len(noFit) > 0:
+		p.Verdict = PerfCannotRun
 	case missed > 0:
 		p.Verdict = PerfMissed
 	case met > 0:
@@ -459,16 +470,23 @@ func (p *PerfRecord) Decide() {
 	if len(failList) > 0 {
 		line += "; failed: " + strings.Join(failList, ", ")
 	}
+	if len(noFit) > 0 {
+		line += "; could not run (out of memory: does not fit this machine): " + strings.Join(noFit, ", ")
+	}
 	if p.Comparable != "" {
 		line += "; " + p.Comparable
 	}
 	p.VerdictLine = line
 }
 
-// ExitCode is 0 when no row failed and no judged target was missed, else 1.
+// ExitCode is 0 when no row failed and no judged target was missed, 2
+// when a row could not run for want of memory (and none failed), else 1.
 func (p *PerfRecord) ExitCode() int {
-	if p.Verdict == PerfFailed || p.Verdict == PerfMissed {
+	switch p.Verdict {
+	case PerfFailed, PerfMissed:
 		return 1
+	case PerfCannotRun:
+		return 2
 	}
 	return 0
 }

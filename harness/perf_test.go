@@ -138,6 +138,7 @@ func TestPerfRecordDecide_FailedBeatsMissedBeatsMet(t *testing.T) {
 	met := PerfResult{Row: PerfRows[0], PP: &PerfMetric{Met: &yes}, TG: &PerfMetric{Met: &yes}}
 	missed := PerfResult{Row: PerfRows[1], PP: &PerfMetric{Met: &yes}, TG: &PerfMetric{Met: &no}}
 	failed := PerfResult{Row: PerfRows[2], Failed: true, Stage: "bench"}
+	noFit := PerfResult{Row: PerfRows[3], Failed: true, OutOfMemory: true, Stage: "bench (out of memory)"}
 	adhoc := PerfResult{Row: PerfRow{Shape: "qwen2-tiny", Type: "Q8_0"}, PP: &PerfMetric{}, TG: &PerfMetric{}}
 	longMissed := PerfResult{Row: PerfLongContextRows[0], TG: &PerfMetric{Met: &no}, Long: &LongContext{}}
 	longMet := PerfResult{Row: PerfLongContextRows[0], TG: &PerfMetric{Met: &yes}, Long: &LongContext{}}
@@ -152,6 +153,9 @@ func TestPerfRecordDecide_FailedBeatsMissedBeatsMet(t *testing.T) {
 		{[]PerfResult{adhoc}, PerfNoTargets, 0},
 		{[]PerfResult{met, longMet}, PerfMet, 0},
 		{[]PerfResult{met, longMissed}, PerfMissed, 1},
+		// a row out of memory could not run (exit 2), above a miss, below a failure
+		{[]PerfResult{met, missed, noFit}, PerfCannotRun, 2},
+		{[]PerfResult{noFit, failed}, PerfFailed, 1},
 	} {
 		p := &PerfRecord{Rows: c.rows}
 		p.Decide()

@@ -63,6 +63,9 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	for _, r := range p.Rows {
 		if r.Failed {
 			f := "FAILED (" + r.Stage + ")"
+			if r.OutOfMemory {
+				f = "COULD NOT RUN (out of memory)"
+			}
 			rows = append(rows, []string{r.Row.Name(), f, thousandsRef(r.Row.RefPP, 0), "-", "-", f, thousandsRef(r.Row.RefTG, 1), "-", "-", "-", "-", "-", perfMemCell(r)})
 			continue
 		}
@@ -136,7 +139,11 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	if len(failed) > 0 {
 		fmt.Fprintf(&b, "## Failed rows (no numbers: a failure is never a zero)\n\n")
 		for _, r := range failed {
-			fmt.Fprintf(&b, "### %s: FAILED at %s\n\n%s\n\n", r.Row.Name(), r.Stage, r.Error)
+			word := "FAILED"
+			if r.OutOfMemory {
+				word = "COULD NOT RUN (does not fit this machine)"
+			}
+			fmt.Fprintf(&b, "### %s: %s at %s\n\n%s\n\n", r.Row.Name(), word, r.Stage, r.Error)
 			tail := r.StderrTail
 			if tail == "" {
 				tail = "(no stderr)"

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/report"
 )
@@ -220,5 +221,20 @@ func TestOutOfMemory_ArmBAloneOutOfMemoryIsAFail(t *testing.T) {
 		if g.Status != gates.Fail || g.CannotRun || !strings.Contains(g.Reason, "ran out of memory where arm A fits") {
 			t.Errorf("gate %s: %s, cannot run %v: %s", g.Gate, g.Status, g.CannotRun, g.Reason)
 		}
+	}
+}
+
+// A perf row whose bench is out of memory could not run (exit 2): it is
+// listed as such, never a zero and never a FAILED engine.
+func TestOutOfMemory_PerfRowThatDoesNotFitCouldNotRunExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_OOM_WHEN", "always")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0")
+	if code != 2 || rec.Verdict != harness.PerfCannotRun || !rec.Rows[0].OutOfMemory || rec.Rows[0].Stage != "bench (out of memory)" {
+		t.Fatalf("exit %d, verdict %s: %+v", code, rec.Verdict, rec.Rows[0])
+	}
+	if !strings.Contains(rec.VerdictLine, "could not run (out of memory: does not fit this machine): qwen2-0.5b:Q8_0") || strings.Contains(md, "| 0 |") ||
+		!strings.Contains(md, "| qwen2-0.5b:Q8_0 | COULD NOT RUN (out of memory) |") || !strings.Contains(md, "### qwen2-0.5b:Q8_0: COULD NOT RUN (does not fit this machine) at bench") {
+		t.Errorf("verdict line %q; report:\n%s", rec.VerdictLine, md)
 	}
 }

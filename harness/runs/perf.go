@@ -16,6 +16,7 @@ import (
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/gpumem"
 	"github.com/minfer-go/minfer/report"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // PerfOptions are the flags of `abtest perf`.
@@ -158,6 +159,8 @@ func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, probe harne
 			res.StderrTail = strings.TrimSpace(ae.Exec.Stderr)
 			if ae.Exec.TimedOut {
 				res.Stage = stage + " (timed out)"
+			} else if ae.Exec.Exit == schema.ExitOutOfMemory {
+				res.OutOfMemory, res.Stage = true, stage+" (out of memory)"
 			}
 		}
 		if ctx.Err() != nil && stage != "interrupted" {
