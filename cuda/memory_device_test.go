@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/graph"
@@ -139,5 +140,45 @@ func TestDeviceMemory_RefusalAllocatesNothing(t *testing.T) {
 	}
 	if d := int64(before) - int64(after); d > 64*mib {
 		t.Errorf("the refused load kept %d MiB of the device", d/mib)
+	}
+}
+
+// ARCHITECTURE.md rule 11: the plan of a file, KV format and context is
+// within 5% (or 256 MiB, whichever is larger) of what the process then
+// holds on the device. The process's figure is the driver's used memory
+// (total less free) after a prefill and decodes at the context: on an
+// otherwise idle GPU that is the process's peak, its context included
+// (the suite's TestMain holds the one context). qwen2-0.5b Q8_0 at 32768
+// with the repack on and off; MINFER_MEMPLAN_7B=1 adds qwen2-7b Q8_0 (a
+// 7.7 GB synthetic file written once).
+func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
+	dsNeedDevice(t)
+	shapes := []string{"qwen2-0.5b"}
+	if os.Getenv("MINFER_MEMPLAN_7B") == "1" {
+		shapes = append(shapes, "qwen2-7b")
+	}
+	for _, shape := range shapes {
+		path := dsSynth(t, shape, "Q8_0")
+		for _, repack := range []string{"1", "0"} {
+			t.Run(shape+"/MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
+				e, b := memRun(t, path, 32768, "MINFER_MMVQ_REPACK="+repack)
+				m, err := b.DeviceMemory()
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, ok := e.MemoryPlan()
+				if !ok {
+					t.Fatal("the engine has no memory plan")
+				}
+				held := m.Total - m.Free
+				bar := max(uint64(float64(held)*0.05), 256*mib)
+				t.Logf("plan %s = %d MiB; the device holds %d MiB (classes %d MiB, %d MiB of it since the backend opened)",
+					p.Summary(), p.Total()/mib, held/mib, m.Counted()/mib, m.DriverUsed()/mib)
+				if d := int64(p.Total()) - int64(held); d > int64(bar) || -d > int64(bar) {
+					t.Errorf("plan %d MiB, the device holds %d MiB: %+d MiB apart, over the bar of %d MiB (another process on the GPU counts too)",
+						p.Total()/mib, held/mib, d/mib, bar/mib)
+				}
+			})
+		}
 	}
 }
