@@ -419,3 +419,54 @@ func TestNew_OnARestoredContextAppendsAndRefusesASystemMessage(t *testing.T) {
 		t.Error("Replay of a restored conversation: no error")
 	}
 }
+
+// capturingLM is a CPU engine that says it captures graphs (as CUDA does)
+// and records the shape of every forward.
+type capturingLM struct {
+	*model.Engine
+	shapes map[int]int
+	order  []int
+}
+
+func (c *capturingLM) CapturesGraphs() bool { return true }
+func (c *capturingLM) Forward(ids []int32, all bool) ([]float32, error) {
+	c.shapes[len(ids)]++
+	c.order = append(c.order, len(ids))
+	return c.Engine.Forward(ids, all)
+}
+
+// On an engine that captures graphs a conversation warms its shapes first
+// (dummy forwards past the context, cut off again) and then forwards only
+// those shapes, whatever its turns' lengths: the answers stay bitwise those
+// of a fresh prefill, so the warm-up leaves nothing behind in the context.
+func TestConversation_WarmUpOnACapturingEngineKeepsShapesFixedAndAnswersExact(t *testing.T) {
+	path := gateModels(t)["qwen3-tiny"]
+	lm := &capturingLM{Engine: loadCPU(t, path, "q8_0"), shapes: map[int]int{}}
+	fresh := func() (LM, func(), error) {
+		lv, _ := levers.Parse([]string{"MINFER_CACHE_TYPE=q8_0"})
+		e, err := model.Load(path, model.Options{Device: "cpu", Threads: 2, NCtx: 512, Levers: lv})
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, func() { e.Close() }, nil
+	}
+	long := strings.Repeat("the quick brown fox jumps over the lazy dog ", 8)
+	turns, err := CheckReuse(lm, fresh, ReuseOptions{
+		Template: templateOf(t, path), Turns: []string{gateTurns[0], long, gateTurns[2]}, Max: 6,
+		Bar: BitwiseBar, IgnoreEOG: true, Graphs: cpuGraphs(lm.Engine),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range lm.shapes {
+		if n != 1 && n != 32 && n != 256 {
+			t.Errorf("a forward of %d tokens: want only the shapes 256, 32 and 1 (%v)", n, lm.shapes)
+		}
+	}
+	if len(lm.order) < 3 || !slices.Equal(lm.order[:3], []int{256, 32, 1}) || lm.shapes[256] < 2 {
+		t.Errorf("forwards %v: want the warm-up (256, 32, 1) first, and 256 again in the long turn", lm.order)
+	}
+	if turns[1].Fed < 32 {
+		t.Errorf("the long turn forwarded %d tokens", turns[1].Fed)
+	}
+}
