@@ -75,6 +75,10 @@ type BenchTest struct {
 	LaunchesPerToken     *float64           `json:"launches_per_token,omitempty"`
 	GraphReplaysPerToken *float64           `json:"graph_replays_per_token,omitempty"`
 	KernelsPerToken      map[string]float64 `json:"kernels_per_token,omitempty"`
+
+	// Speculative: a tg test run with --draft (its tok_s are generated
+	// tokens per second); absent otherwise.
+	Speculative *Speculative `json:"speculative,omitempty"`
 }
 
 // Value is the test's tok/s for one round: the median of its repetitions

@@ -40,6 +40,8 @@ type Generate struct {
 	Levers      map[string]string `json:"levers"`
 	// Session is there with --session: what was restored and saved.
 	Session *GenerateSession `json:"session,omitempty"`
+	// Speculative is there with --draft.
+	Speculative *Speculative `json:"speculative,omitempty"`
 }
 
 // GenerateSession is what `minfer generate --session FILE` did with FILE.

@@ -182,6 +182,7 @@ type generateFlags struct {
 	ids           string
 	repeat        int
 	session       sessionFlags
+	draft         draftFlags
 }
 
 func newGenerateCmd(a *app) *cobra.Command {
@@ -216,6 +217,7 @@ func newGenerateCmd(a *app) *cobra.Command {
 	fl.BoolVar(&f.json, "json", false, "print the schema.Generate document at the end instead of streaming text")
 	fl.StringVar(&f.ids, "ids", "", "the prompt as comma-separated token ids instead of text")
 	f.session.register(cmd)
+	f.draft.register(cmd)
 	fl.IntVar(&f.repeat, "repeat", 1, "run the whole generation this many times from an empty context and print the last run (not streamed when above 1); ids that differ between runs are an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th)")
 	return cmd
 }
@@ -288,6 +290,9 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 	if f.repeat < 1 {
 		return usagef("--repeat %d: want at least one run", f.repeat)
 	}
+	if err := f.draft.check(cmd); err != nil {
+		return err
+	}
 	if f.session.path != "" && f.repeat > 1 {
 		return usagef("--repeat runs from an empty context: not with --session")
 	}
@@ -326,6 +331,11 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		return err
 	}
 	defer e.Close()
+	dec, closeDraft, err := a.openDraft(&f.draft, e, path, f.device, f.ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	smp := sample.New(sp)
 	sess, err := f.session.open(cmd, e, smp)
 	if err != nil {
@@ -385,9 +395,15 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		if i == f.repeat {
 			emitRun = emit
 		}
-		if sess != nil {
+		switch {
+		case dec != nil && sess != nil:
+			r, err = generateSpec(e, dec, past, feed, smp, f.n, f.ctx, emitRun)
+		case dec != nil:
+			e.Reset()
+			r, err = generateSpec(e, dec, nil, ids, sample.New(sp), f.n, f.ctx, emitRun)
+		case sess != nil:
 			r, err = generateAfter(e, past, feed, smp, f.n, f.ctx, emitRun)
-		} else {
+		default:
 			r, err = generateOnce(e, ids, sp, f.n, f.ctx, emitRun)
 		}
 		if err != nil {
@@ -430,6 +446,9 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 	}
 	if sess != nil {
 		res.Session = sess.doc
+	}
+	if dec != nil {
+		res.Speculative = speculativeDoc(dec, dec.Stats())
 	}
 	if res.PromptIDs == nil {
 		res.PromptIDs = []int32{}

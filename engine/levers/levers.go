@@ -235,11 +235,15 @@ const (
 	// MutateFailDeviceTest: a planted test of the device suite (and of the
 	// CPU packages' suites) fails.
 	MutateFailDeviceTest = "fail_device_test"
+	// MutateAcceptWrongDraft: speculative decoding (--draft) accepts the
+	// first draft token the target disagrees with, once (engine/spec): the
+	// greedy-identity gate must catch it.
+	MutateAcceptWrongDraft = "accept_wrong_draft"
 )
 
 // mutationSites are the sites MINFER_TEST_MUTATE accepts; the slow ones
 // take "=FRACTION".
-var mutationSites = []string{MutatePerturbLogit, MutateSkipBias, MutateSlowDecode, MutateSlowPrefill, MutatePhantom, MutateFailDeviceTest}
+var mutationSites = []string{MutatePerturbLogit, MutateSkipBias, MutateSlowDecode, MutateSlowPrefill, MutatePhantom, MutateFailDeviceTest, MutateAcceptWrongDraft}
 
 // Weight-type sets of the liveness needs.
 var (
@@ -412,7 +416,7 @@ var registry = []Lever{
 		Doc: "directory for MINFER_GRAPH_DUMP output"},
 	{Name: "MINFER_KERNELS", Kind: Path, Default: "", Values: []string{"<file>"}, Backend: "cuda", Path: "kernel fatbin location", Issue: "#4",
 		Doc: "path of the kernels fatbin (default: next to the binary)"},
-	{Name: "MINFER_TEST_MUTATE", Kind: Seam, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode + "[=F]", MutateSlowPrefill + "[=F]", MutatePhantom + "=LEVER", MutateFailDeviceTest}, Backend: "any", Path: "test seam", Issue: "#5",
+	{Name: "MINFER_TEST_MUTATE", Kind: Seam, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode + "[=F]", MutateSlowPrefill + "[=F]", MutatePhantom + "=LEVER", MutateFailDeviceTest, MutateAcceptWrongDraft}, Backend: "any", Path: "test seam", Issue: "#5",
 		Doc: "test seam: plants a named defect so a gate can be shown to fail (slow_decode=0.03: decode 3% slower)"},
 	{Name: "MINFER_TEST_CALL_FAIL", Kind: Path, Default: "", Values: []string{"<site>"}, Backend: "any", Path: "test seam", Issue: "#5",
 		Doc: "test seam: makes a named device call fail"},

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/minfer-go/minfer/engine/gguf"
+	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/engine/sample"
+	"github.com/minfer-go/minfer/engine/spec"
+	"github.com/minfer-go/minfer/engine/tokenizer"
+	"github.com/minfer-go/minfer/schema"
+)
+
+// Speculative decoding (engine/spec) on generate, chat and bench:
+// --draft MODEL drafts with a second model of the target's vocabulary and
+// architecture, --draft lookup with n-grams of the context so far, and
+// --draft none decodes plainly through the same loop (bench's baseline).
+// The output is the target's own, token for token.
+
+// defaultDraftN is --draft-n's default: tokens drafted per step.
+const defaultDraftN = 4
+
+type draftFlags struct {
+	draft string
+	n     int
+}
+
+func (d *draftFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&d.draft, "draft", "", "speculative decoding: a draft GGUF of the model's vocabulary and architecture, lookup (n-grams of the prompt and output so far) or none (plain decoding through the same loop); the output is the model's own, token for token")
+	fl.IntVar(&d.n, "draft-n", defaultDraftN, "with --draft: tokens drafted per step (the model checks them and its next token in one forward)")
+}
+
+// check validates the flags before anything is loaded.
+func (d *draftFlags) check(cmd *cobra.Command) error {
+	if d.draft == "" {
+		if cmd.Flags().Changed("draft-n") {
+			return usagef("--draft-n needs --draft MODEL, lookup or none")
+		}
+		return nil
+	}
+	if d.n < 1 {
+		return usagef("--draft-n %d: want at least one token per step", d.n)
+	}
+	return nil
+}
+
+// noDraft proposes nothing: every step is a plain one-token decode.
+type noDraft struct{}
+
+func (noDraft) Draft([]int32, int) ([]int32, error) { return nil, nil }
+func (noDraft) Name() string                        { return "none" }
+
+// openDraft is the decoder --draft asks for on target (loaded from
+// targetPath on device with nCtx cells), nil without --draft, and the func
+// that closes what it opened. A draft model that cannot draft for the
+// target (another architecture or vocabulary) is refused before its
+// weights are loaded.
+func (a *app) openDraft(f *draftFlags, target lm, targetPath, device string, nCtx int) (*spec.Decoder, func() error, error) {
+	nop := func() error { return nil }
+	opts := spec.Options{K: f.n, NVocab: target.HParams().NVocab, AcceptWrongDraft: a.cfg.Mutated(levers.MutateAcceptWrongDraft)}
+	var d spec.Drafter
+	closeDraft := nop
+	switch f.draft {
+	case "":
+		return nil, nop, nil
+	case "none":
+		d = noDraft{}
+	case "lookup":
+		d = spec.DefaultLookup()
+	default:
+		path, err := resolveModel(f.draft)
+		if err != nil {
+			return nil, nop, fmt.Errorf("--draft: %w", err)
+		}
+		if err := checkDraftFile(path, targetPath, target); err != nil {
+			return nil, nop, err
+		}
+		e, err := model.Load(path, a.modelOptions(device, nCtx))
+		if err != nil {
+			return nil, nop, fmt.Errorf("--draft: %w", err)
+		}
+		a.dev.noteEngine(e)
+		d, closeDraft = spec.NewModel(e, path), e.Close
+	}
+	tgt, ok := target.(spec.Target)
+	if !ok {
+		return nil, nop, errorsJoin(fmt.Errorf("--draft: the engine (%T) cannot roll its context back", target), closeDraft())
+	}
+	dec, err := spec.New(tgt, d, opts)
+	if err != nil {
+		return nil, nop, errorsJoin(err, closeDraft())
+	}
+	return dec, closeDraft, nil
+}
+
+// checkDraftFile reads the draft file's header and tokenizer (no weights)
+// and says why it cannot draft for target, if it cannot.
+func checkDraftFile(path, targetPath string, target lm) error {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return fmt.Errorf("--draft: %w", err)
+	}
+	defer f.Close()
+	hp, err := model.ReadHParams(f)
+	if err != nil {
+		return fmt.Errorf("--draft %s: %w", path, err)
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return fmt.Errorf("--draft %s: %w", path, err)
+	}
+	return spec.CheckPair(
+		spec.Side{Name: targetPath, Arch: string(target.HParams().Arch), Tok: target.Tokenizer()},
+		spec.Side{Name: path, Arch: string(hp.Arch), Tok: tok})
+}
+
+func errorsJoin(err, cerr error) error {
+	if cerr != nil {
+		return fmt.Errorf("%w (and closing the draft model: %v)", err, cerr)
+	}
+	return err
+}
+
+// speculativeDoc is the document's account of what dec did.
+func speculativeDoc(dec *spec.Decoder, st spec.Stats) *schema.Speculative {
+	return &schema.Speculative{
+		Draft: dec.Drafter().Name(), K: dec.K(),
+		Drafted: st.Drafted, Accepted: st.Accepted, AcceptanceRate: st.AcceptanceRate(),
+		TargetForwards: st.Forwards, TokensPerForward: st.TokensPerForward(),
+	}
+}
+
+// generateSpec is generateAfter through speculative steps: the same
+// tokens, the same stops (end of generation, n tokens, the context full)
+// and, at the end, the same context in e (every generated token forwarded
+// but the last). decodeSteps counts the tokens the steps emitted, so the
+// decode rate is tokens per second.
+func generateSpec(e lm, dec *spec.Decoder, past, ids []int32, smp *sample.Sampler, n, nCtx int, emit func(id int32) error) (genRun, error) {
+	var r genRun
+	t0 := time.Now()
+	logits, err := e.Forward(ids, false)
+	r.prefill = time.Since(t0)
+	if err != nil {
+		return r, fmt.Errorf("prefill: %w", err)
+	}
+	history := append(append([]int32(nil), past...), ids...)
+	tok := e.Tokenizer()
+	commit := func(id int32) (bool, error) {
+		r.gen = append(r.gen, id)
+		history = append(history, id)
+		if tok.IsEOG(id) {
+			return false, nil
+		}
+		if emit != nil {
+			if err := emit(id); err != nil {
+				return false, fmt.Errorf("write: %w", err)
+			}
+		}
+		if len(r.gen) == n {
+			return false, nil
+		}
+		if len(history) >= nCtx {
+			r.contextFullNotice = true
+			return false, nil
+		}
+		return true, nil
+	}
+	if n == 0 {
+		return r, nil
+	}
+	more, err := commit(smp.Sample(logits, history))
+	draw := func(row []float32) int32 { return smp.Sample(row, history) }
+	step := func(id int32) (bool, error) {
+		more, err = commit(id)
+		return more, err
+	}
+	for more && err == nil {
+		before := dec.Stats().Emitted
+		t := time.Now()
+		err = dec.Step(history, n-len(r.gen), draw, step)
+		r.decode += time.Since(t)
+		r.decodeSteps += dec.Stats().Emitted - before
+		if err != nil {
+			return r, fmt.Errorf("decode after %d tokens: %w", len(r.gen), err)
+		}
+	}
+	return r, err
+}
