@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/memplan"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -62,5 +66,19 @@ func TestBench_CPUHasNoDeviceMemory(t *testing.T) {
 	stdout, stderr, code := runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-p", "8", "-n", "2", "-r", "1", "--format", "json")
 	if code != 0 || strings.Contains(stdout, "device_memory") {
 		t.Fatalf("exit %d, device_memory on the CPU: %s %s", code, stdout, stderr)
+	}
+}
+
+// An out-of-memory after the plan fit (an *memplan.OOMError, wrapped by the
+// command) exits like the refusal; a usage error 2, any other 1.
+func TestExitCode_OutOfMemoryAfterThePlanIsExitOutOfMemoryToo(t *testing.T) {
+	oom := fmt.Errorf("bench: %w", &memplan.OOMError{Plan: memplan.Plan{Model: "m", NCtx: 8}, Err: fmt.Errorf("cuda: pool: %w", graph.ErrOutOfMemory)})
+	for _, c := range []struct {
+		err  error
+		want int
+	}{{oom, schema.ExitOutOfMemory}, {usagef("bad flag"), schema.ExitUsage}, {errors.New("boom"), schema.ExitError}, {nil, schema.ExitOK}} {
+		if got := exitCode(c.err); got != c.want {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
 	}
 }
