@@ -87,23 +87,34 @@ func (a *app) infoPlan(f *gguf.File, device string, nCtx int) (plan memplan.Plan
 	if err != nil {
 		return plan, 0, "", err
 	}
-	var pl memplan.Planner
+	var freeMem func() (uint64, error)
 	var rules memplan.Rules
 	switch device {
 	case "cpu":
 		c := cpu.New(cpu.Options{})
 		defer c.Close()
-		pl, rules = c, c.MemoryRules()
+		rules = c.MemoryRules()
+		freeMem = func() (uint64, error) { free, _, err := c.FreeMemory(); return free, err }
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Levers: a.cfg})
+		// The device alone (its context), not the backend: no kernels are
+		// loaded (or compiled) to answer what is free.
+		d, err := driver.Open(driver.Options{Disable: a.cfg.DisableCUDA})
 		switch {
 		case errors.Is(err, driver.ErrNoDevice):
 			rules, note = cuda.MemoryRules(a.cfg, 0), fmt.Sprintf("not checked: %v", err)
 		case err != nil:
 			return plan, 0, "", err
 		default:
-			defer b.Close()
-			pl, rules = b, b.MemoryRules()
+			defer d.Close()
+			rules = cuda.MemoryRules(a.cfg, d.Attr.SMCount)
+			freeMem = func() (free uint64, err error) {
+				err = d.Do(func() error {
+					var err error
+					free, _, err = d.MemInfo()
+					return err
+				})
+				return free, err
+			}
 		}
 	default:
 		return plan, 0, "", usagef("info --device %q: want cpu or cuda", device)
@@ -115,8 +126,8 @@ func (a *app) infoPlan(f *gguf.File, device string, nCtx int) (plan memplan.Plan
 	if plan, err = model.PlanMemory(h, ts, nCtx, kvf, a.cfg, rules); err != nil {
 		return plan, 0, "", err
 	}
-	if pl != nil {
-		if free, _, err = pl.FreeMemory(); err != nil {
+	if freeMem != nil {
+		if free, err = freeMem(); err != nil {
 			free, note = 0, fmt.Sprintf("not checked: %v", err)
 		}
 	}
