@@ -264,9 +264,9 @@ func TestLookup_ProposesWhatFollowedTheLatestLongestMatch(t *testing.T) {
 		want []int32
 	}{
 		{[]int32{1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 6, 1, 2, 3}, 3, []int32{4, 5, 6}}, // the latest 3-gram wins
-		{[]int32{5, 6, 7, 8, 0, 6, 7}, 4, []int32{8, 0, 6, 7}},                  // a 2-gram
+		{[]int32{5, 6, 7, 8, 0, 6, 7}, 4, []int32{8, 0, 6, 7}},                   // a 2-gram
 		{[]int32{5, 6, 7, 8, 0, 6, 7}, 1, []int32{8}},
-		{[]int32{1, 2, 3, 4}, 3, nil},                // nothing repeats
+		{[]int32{1, 2, 3, 4}, 3, nil},                 // nothing repeats
 		{[]int32{4, 1, 2, 3, 4}, 3, []int32{1, 2, 3}}, // a 1-gram
 		{[]int32{3, 3}, 5, []int32{3}},                // cut at the end of the context
 		{[]int32{3}, 5, nil},
