@@ -22,6 +22,7 @@ var wireFixtures = []struct {
 	{"bench_census_depth.json", func() any { return new(Bench) }},
 	{"bench_device.json", func() any { return new(Bench) }},
 	{"bench_turns.json", func() any { return new(Bench) }},
+	{"bench_draft.json", func() any { return new(Bench) }},
 	{"info.json", func() any { return new(Info) }},
 	{"logits.json", func() any { return new(Logits) }},
 	{"generate.json", func() any { return new(Generate) }},

@@ -86,6 +86,8 @@ type benchFlags struct {
 	output     string // -o: the file to write instead of stdout
 	turns      int    // --turns: time a conversation of this many turns (bench_turns.go)
 	script     string // --script: the user turns of --turns
+	draft      draftFlags
+	prompt     string // --prompt: the text tg continues with --draft (draft.go)
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -109,6 +111,8 @@ func newBenchCmd(a *app) *cobra.Command {
 	fl.StringVarP(&f.output, "output", "o", "", "write the output to this file instead of stdout")
 	fl.IntVar(&f.turns, "turns", 0, "time a greedy conversation of this many turns instead of pp/tg: per turn the time to first token and the decode tok/s of its -n answer tokens (0: off)")
 	fl.StringVar(&f.script, "script", "", "with --turns: the user turns, separated by lines of --- (cycled; default: a built-in script)")
+	f.draft.register(cmd)
+	fl.StringVar(&f.prompt, "prompt", "", "with --draft: the text the tg test generates after, greedily, drafts checked (default: a built-in Python snippet); tg then times generated tokens")
 	return cmd
 }
 
@@ -186,8 +190,18 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	if err := f.resolveOutput(cmd); err != nil {
 		return err
 	}
+	if err := f.draft.check(cmd); err != nil {
+		return err
+	}
+	if f.prompt != "" && f.draft.draft == "" {
+		return usagef("--prompt is the text of a --draft tg test: give --draft")
+	}
 	if f.turns != 0 || f.script != "" {
 		return a.benchTurns(cmd, f)
+	}
+	draftPrompt := f.prompt
+	if draftPrompt == "" {
+		draftPrompt = benchDraftPrompt
 	}
 	if f.p < 0 || f.n < 0 || (f.p == 0 && f.n == 0) {
 		return usagef("-p %d -n %d: want non-negative sizes, not both 0", f.p, f.n)
@@ -202,6 +216,10 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	need := f.depth + max(f.p, 1+f.n)
 	if f.n == 0 {
 		need = f.depth + f.p
+	}
+	if f.draft.draft != "" && f.n > 0 {
+		// The prompt's tokens are at most its bytes (and BOS).
+		need = max(need, f.depth+len(draftPrompt)+2+f.n)
 	}
 	if f.ctx == 0 {
 		f.ctx = max(need, 16)
@@ -236,11 +254,20 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	defer e.Close()
+	dec, closeDraft, err := a.openDraft(&f.draft, e, path, f.device, f.ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	br := newBenchRunner(e, f.p, f.n, f.depth)
 	br.census = a.censusReader()
 	br.device = deviceClock(e)
 	ppName, tgName := br.ppName(), br.tgName()
 	runPP, runTG := br.runPP, br.runTG
+	if dec != nil {
+		ids := encodePrompt(e.Tokenizer(), draftPrompt, false)
+		runTG = func(steps int) (time.Duration, error) { return br.runTGDraft(dec, ids, steps) }
+	}
 
 	// Untimed warmup: one iteration is the pp shape and one decode step,
 	// repeated until the budget is spent and at least 3 have run.
@@ -262,7 +289,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 			}
 		}
 		if f.n > 0 {
-			if _, err := runTG(1); err != nil {
+			steps := 1
+			if dec != nil { // a few steps: the verify shape compiles (and is captured)
+				steps = min(f.n, 4*(1+dec.K()))
+			}
+			if _, err := runTG(steps); err != nil {
 				return fmt.Errorf("warmup: %w", err)
 			}
 		}
@@ -278,9 +309,15 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		res.Tests = append(res.Tests, t)
 	}
 	if f.n > 0 {
+		if dec != nil {
+			dec.ResetStats()
+		}
 		t, err := br.measure(tgName, f.n, f.reps, func() (time.Duration, error) { return runTG(f.n) })
 		if err != nil {
 			return err
+		}
+		if dec != nil {
+			t.Speculative = speculativeDoc(dec, dec.Stats())
 		}
 		res.Tests = append(res.Tests, t)
 	}

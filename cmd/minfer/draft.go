@@ -114,9 +114,12 @@ func checkDraftFile(path, targetPath string, target lm) error {
 	if err != nil {
 		return fmt.Errorf("--draft %s: %w", path, err)
 	}
-	return spec.CheckPair(
+	if err := spec.CheckPair(
 		spec.Side{Name: targetPath, Arch: string(target.HParams().Arch), Tok: target.Tokenizer()},
-		spec.Side{Name: path, Arch: string(hp.Arch), Tok: tok})
+		spec.Side{Name: path, Arch: string(hp.Arch), Tok: tok}); err != nil {
+		return usageError{fmt.Errorf("--draft: %w", err)} // exit 2, as a refused session file
+	}
+	return nil
 }
 
 func errorsJoin(err, cerr error) error {
@@ -190,4 +193,67 @@ func generateSpec(e lm, dec *spec.Decoder, past, ids []int32, smp *sample.Sample
 		}
 	}
 	return r, err
+}
+
+// benchDraftPrompt is the text bench's tg test continues with --draft
+// (--prompt replaces it): code, where drafts pay.
+const benchDraftPrompt = `import json
+import os
+
+
+class Config:
+    def __init__(self, path):
+        self.path = path
+        self.values = {}
+
+    def load(self):
+        with open(self.path) as f:
+            self.values = json.load(f)
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def save(self):
+        with open(self.path, "w") as f:
+            json.dump(self.values, f)
+
+
+def main():
+    config = Config(os.path.join(os.getcwd(), "config.json"))
+`
+
+// runTGDraft times a greedy generation of steps tokens through dec's
+// speculative steps after the fill, an untimed prefill of prompt and the
+// first token drawn from it (tg's one-token prefill): the steps tokens
+// after the first are timed, the drafter's prefill of the prompt is not.
+// The end-of-generation token does not stop it, so every repetition does
+// the same work.
+func (b *benchRunner) runTGDraft(dec *spec.Decoder, prompt []int32, steps int) (time.Duration, error) {
+	if err := b.fill(b.tgName()); err != nil {
+		return 0, err
+	}
+	logits, err := b.e.Forward(prompt, false)
+	if err != nil {
+		return 0, fmt.Errorf("%s prompt: %w", b.tgName(), err)
+	}
+	hist := append(append([]int32(nil), b.fills...), prompt...)
+	hist = append(hist, sample.Argmax(logits))
+	if _, err := dec.Drafter().Draft(hist, 0); err != nil {
+		return 0, fmt.Errorf("%s: draft prefill: %w", b.tgName(), err)
+	}
+	want := len(hist) + steps
+	done := b.timedWindow()
+	t := time.Now()
+	for len(hist) < want {
+		err := dec.Step(hist, want-len(hist), sample.Argmax, func(id int32) (bool, error) {
+			hist = append(hist, id)
+			return len(hist) < want, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("%s at %d: %w", b.tgName(), len(hist), err)
+		}
+	}
+	d := time.Since(t)
+	done()
+	return d, nil
 }

@@ -79,6 +79,7 @@ func TestDocuments_MinferWritesTheFixturesFieldSets(t *testing.T) {
 		{"bench.json", testConfig(t), []string{"bench", "-m", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "--format", "json"}, schema.Bench{}},
 		{"bench_census_depth.json", census, []string{"bench", "-m", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "-d", "16", "--format", "json"}, schema.Bench{}},
 		{"bench_turns.json", testConfig(t), []string{"bench", "-m", m, "--device", "cpu", "--turns", "2", "-n", "4", "-r", "2", "--format", "json"}, schema.Bench{}},
+		{"bench_draft.json", testConfig(t), []string{"bench", "-m", m, "--device", "cpu", "-p", "8", "-n", "4", "-r", "2", "--draft", m, "--draft-n", "3", "--format", "json"}, schema.Bench{}},
 		{"info.json", testConfig(t), []string{"info", "-m", m, "--json"}, schema.Info{}},
 		{"logits.json", testConfig(t), []string{"logits", "-m", m, "--device", "cpu", "--ids", "1,2,3", "--top", "3", "--json"}, schema.Logits{}},
 		{"generate.json", testConfig(t), []string{"generate", "-m", m, "--device", "cpu", "--greedy", "-n", "4", "--json", "hello"}, schema.Generate{}},
