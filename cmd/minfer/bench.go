@@ -197,6 +197,9 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return usagef("--prompt is the text of a --draft tg test: give --draft")
 	}
 	if f.turns != 0 || f.script != "" {
+		if f.draft.draft != "" {
+			return usagef("--draft times the tg test: not with --turns (minfer chat --draft --stats drafts in a conversation)")
+		}
 		return a.benchTurns(cmd, f)
 	}
 	draftPrompt := f.prompt

@@ -29,6 +29,7 @@ type chatFlags struct {
 	template      string
 	session       sessionFlags
 	showTurnStats bool
+	draft         draftFlags
 }
 
 func newChatCmd(a *app) *cobra.Command {
@@ -67,6 +68,7 @@ func newChatCmd(a *app) *cobra.Command {
 	fl.StringVar(&f.template, "template", "auto", "chat template: auto (the model's) or chatml (plain ChatML, for a model whose template is not recognized)")
 	fl.BoolVar(&f.showTurnStats, "stats", false, "after each answer, print the turn's tokens, time to first token and decode tok/s on stderr")
 	f.session.register(cmd)
+	f.draft.register(cmd)
 	return cmd
 }
 
@@ -148,6 +150,9 @@ func (a *app) chat(cmd *cobra.Command, f *chatFlags) error {
 	if f.n < 1 {
 		return usagef("-n %d: want at least one answer token per turn", f.n)
 	}
+	if err := f.draft.check(cmd); err != nil {
+		return err
+	}
 	s := &f.sampling
 	sp := sample.Params{Temp: s.temp, TopK: s.topK, TopP: s.topP, RepeatPenalty: s.repeatPenalty,
 		RepeatLastN: s.repeatLastN, Seed: s.seed, Greedy: s.greedy}
@@ -203,6 +208,12 @@ func (a *app) chat(cmd *cobra.Command, f *chatFlags) error {
 	if err != nil {
 		return err
 	}
+	dec, closeDraft, err := a.openDraft(&f.draft, e, path, f.device, f.ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
+	c.SetDraft(dec)
 	tok := e.Tokenizer()
 	for turn := 1; ; turn++ {
 		user, ok, err := next()
@@ -243,7 +254,7 @@ func (a *app) chat(cmd *cobra.Command, f *chatFlags) error {
 				rate = float64(r.DecodeSteps) / r.Decode.Seconds()
 			}
 			fmt.Fprintf(errOut, "minfer: turn %d: %d tokens forwarded, %d answered (%s), first token %.1f ms, decode %.2f tok/s, context %d of %d%s\n",
-				turn, r.Fed, len(r.IDs), r.Stop, ms(r.FirstToken), rate, len(clm.Tokens()), f.ctx, a.decodeGraphs())
+				turn, r.Fed, len(r.IDs), r.Stop, ms(r.FirstToken), rate, len(clm.Tokens()), f.ctx, a.decodeGraphs()+draftStats(dec))
 		}
 	}
 	return f.session.save(sess, c.Pending(), f.ctx, sp, smp)

@@ -257,3 +257,14 @@ func (b *benchRunner) runTGDraft(dec *spec.Decoder, prompt []int32, steps int) (
 	done()
 	return d, nil
 }
+
+// draftStats is what chat --stats says of the drafts so far ("" without
+// --draft).
+func draftStats(dec *spec.Decoder) string {
+	if dec == nil {
+		return ""
+	}
+	st := dec.Stats()
+	return fmt.Sprintf(", drafts (%s) accepted %d of %d (%.2f), %.2f tokens per forward",
+		dec.Drafter().Name(), st.Accepted, st.Drafted, st.AcceptanceRate(), st.TokensPerForward())
+}

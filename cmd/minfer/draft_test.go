@@ -146,3 +146,30 @@ func TestBench_DraftWritesAcceptanceAndTokensPerForward(t *testing.T) {
 		}
 	}
 }
+
+// chat --draft answers what chat answers, and --stats says what the drafts
+// did.
+func TestChat_DraftAnswersAsWithout(t *testing.T) {
+	m := synthModel(t)
+	script := filepath.Join(t.TempDir(), "turns.txt")
+	if err := os.WriteFile(script, []byte("def add(a, b):\n---\nand again\n---\nthird\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"chat", "-m", m, "--device", "cpu", "--ctx", "256", "--greedy", "-n", "12", "--script", script, "--stats"}
+	plain, errOut, code := runAppIn(t, "", args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, d := range []string{m, "lookup"} {
+		out, errOut, code := runAppIn(t, "", append(args, "--draft", d)...)
+		if code != 0 {
+			t.Fatalf("--draft %s: exit %d: %s", d, code, errOut)
+		}
+		if out != plain {
+			t.Errorf("--draft %s answered\n%s\nwithout\n%s", d, out, plain)
+		}
+		if n := strings.Count(errOut, ", drafts ("+d+") accepted"); n != 3 {
+			t.Errorf("--draft %s: %d turn stats lines with the drafts, want 3:\n%s", d, n, errOut)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minfer-go/minfer/engine/sample"
+	"github.com/minfer-go/minfer/engine/spec"
 	"github.com/minfer-go/minfer/engine/tokenizer"
 )
 
@@ -67,6 +68,11 @@ type Conversation struct {
 	msgs    []Message // the transcript of the turns run here
 	// restored: the context held a conversation before the first turn.
 	restored bool
+
+	// draft decodes the answers speculatively (draft.go; nil: one token
+	// a forward); draftWarmed: its verify shape was warmed.
+	draft       *spec.Decoder
+	draftWarmed bool
 
 	// defect plants a fault for the tests that show the gate catches it
 	// (conversation_test.go); "" in every real run.
@@ -400,6 +406,9 @@ func (c *Conversation) Turn(user string, max int, keepLogits bool, emit func(int
 	t0 := time.Now()
 	id, logits, fed, err := c.Ask(user)
 	r.FirstToken, r.Fed = time.Since(t0), fed
+	if err == nil && c.draft != nil {
+		return c.answerDrafted(r, id, logits, max, keepLogits, emit)
+	}
 	for err == nil {
 		r.IDs = append(r.IDs, id)
 		if keepLogits {
