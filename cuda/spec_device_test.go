@@ -85,7 +85,7 @@ func TestSpeculative_DeviceGreedyIdentityWithEveryDrafter(t *testing.T) {
 		prompt := tok.Encode(text, false)
 		plain, plainRows := dsSpecGreedy(t, target, nil, prompt, 32)
 		for _, name := range slices.Sorted(maps.Keys(drafters)) {
-			dec, err := spec.New(target, drafters[name], spec.Options{K: 4, NVocab: target.HParams().NVocab})
+			dec, err := spec.New(target, drafters[name], spec.Options{K: 4, NVocab: target.HParams().NVocab, FixedShape: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -63,6 +63,9 @@ func (noDraft) Name() string                        { return "none" }
 func (a *app) openDraft(f *draftFlags, target lm, targetPath, device string, nCtx int) (*spec.Decoder, func() error, error) {
 	nop := func() error { return nil }
 	opts := spec.Options{K: f.n, NVocab: target.HParams().NVocab, AcceptWrongDraft: a.cfg.Mutated(levers.MutateAcceptWrongDraft)}
+	if g, ok := target.(interface{ CapturesGraphs() bool }); ok && g.CapturesGraphs() {
+		opts.FixedShape = true // one verify graph to capture
+	}
 	var d spec.Drafter
 	closeDraft := nop
 	switch f.draft {

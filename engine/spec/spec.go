@@ -80,6 +80,12 @@ type Options struct {
 	// NVocab is the target's vocabulary size: a drafted id at or above
 	// it (a draft model with a larger padded vocabulary) ends the draft.
 	NVocab int
+	// FixedShape pads every verify forward to 1+K tokens (fewer only at
+	// the end of the context), so that a backend that captures graphs
+	// (CUDA) compiles and captures one verify graph; its padding rows cost
+	// what real ones cost. Without it a verify forward is 1+len(drafts)
+	// tokens: the CPU, where every row's logits cost their share.
+	FixedShape bool
 	// AcceptWrongDraft plants the identity gate's defect (tests and the
 	// MINFER_TEST_MUTATE=accept_wrong_draft seam): the first draft token
 	// the target disagrees with is accepted and emitted anyway, once.
@@ -138,10 +144,9 @@ func (d *Decoder) K() int { return d.opts.K }
 // target holds ctx and every emitted token but the last (the next step's
 // last token): the cells of rejected drafts are cut off.
 //
-// The verify forward has a fixed shape, 1+K tokens (fewer only at the end
-// of the context): a shorter draft is padded, so a device compiles and
-// captures one verify graph. A step without a draft is a plain one-token
-// decode.
+// With Options.FixedShape the verify forward has one shape, 1+K tokens
+// (fewer only at the end of the context): a shorter draft is padded. A
+// step without a draft is a plain one-token decode.
 func (d *Decoder) Step(ctx []int32, want int, sample func(logits []float32) int32, commit func(id int32) (bool, error)) error {
 	pos := d.target.Pos()
 	if len(ctx) != pos+1 {
@@ -172,8 +177,11 @@ func (d *Decoder) Step(ctx []int32, want int, sample func(logits []float32) int3
 		}
 	}
 	shape := 1
-	if len(drafts) > 0 {
+	switch {
+	case len(drafts) > 0 && d.opts.FixedShape:
 		shape = min(1+d.opts.K, room)
+	case len(drafts) > 0:
+		shape = 1 + len(drafts)
 	}
 	d.batch = append(append(d.batch[:0], ctx[pos]), drafts...)
 	for len(d.batch) < shape {

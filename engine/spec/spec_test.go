@@ -161,27 +161,29 @@ func TestStep_EveryDrafterGivesThePlainGreedyTokens(t *testing.T) {
 	}
 	for name, d := range cases {
 		for _, k := range []int{1, 3, 8} {
-			t.Run(fmt.Sprintf("%s/k%d", name, k), func(t *testing.T) {
-				m := newFakeLM(nv, 256)
-				got, st := drafted(t, m, d, Options{K: k, NVocab: nv}, prompt, n)
-				if !slices.Equal(got, want) {
-					t.Fatalf("drafted %v\nplain   %v", got, want)
-				}
-				if st.Emitted != n-1 || st.Accepted > st.Drafted || st.Forwards < 1 {
-					t.Errorf("stats %+v for %d tokens after the first", st, n-1)
-				}
-				if name == "oracle" && k > 1 && st.AcceptanceRate() != 1 {
-					t.Errorf("the target's own continuation accepted at %.2f, want 1", st.AcceptanceRate())
-				}
-				if name == "oracle" && st.TokensPerForward() < 0.9*float64(k) {
-					t.Errorf("%.2f tokens per forward with a perfect draft of %d", st.TokensPerForward(), k)
-				}
-				for nt := range m.shapes {
-					if nt != 1 && nt != 1+k && nt != len(prompt) {
-						t.Errorf("a forward of %d tokens: the verify shape is 1+K = %d, padded (shapes %v)", nt, 1+k, m.shapes)
+			for _, fixed := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/k%d/fixed=%v", name, k, fixed), func(t *testing.T) {
+					m := newFakeLM(nv, 256)
+					got, st := drafted(t, m, d, Options{K: k, NVocab: nv, FixedShape: fixed}, prompt, n)
+					if !slices.Equal(got, want) {
+						t.Fatalf("drafted %v\nplain   %v", got, want)
 					}
-				}
-			})
+					if st.Emitted != n-1 || st.Accepted > st.Drafted || st.Forwards < 1 {
+						t.Errorf("stats %+v for %d tokens after the first", st, n-1)
+					}
+					if name == "oracle" && k > 1 && st.AcceptanceRate() != 1 {
+						t.Errorf("the target's own continuation accepted at %.2f, want 1", st.AcceptanceRate())
+					}
+					if name == "oracle" && st.TokensPerForward() < 0.9*float64(k) {
+						t.Errorf("%.2f tokens per forward with a perfect draft of %d", st.TokensPerForward(), k)
+					}
+					for nt := range m.shapes {
+						if fixed && nt != 1 && nt != 1+k && nt != len(prompt) || nt > max(1+k, len(prompt)) {
+							t.Errorf("a forward of %d tokens: the verify shape is 1+K = %d (fixed: %v, shapes %v)", nt, 1+k, fixed, m.shapes)
+						}
+					}
+				})
+			}
 		}
 	}
 }
@@ -213,7 +215,7 @@ func TestStep_StaysInsideTheContext(t *testing.T) {
 		return g[1:]
 	})
 	prompt := []int32{1, 2, 3}
-	got, _ := drafted(t, m, oracle, Options{K: 4, NVocab: nv}, prompt, 10)
+	got, _ := drafted(t, m, oracle, Options{K: 4, NVocab: nv, FixedShape: true}, prompt, 10)
 	if want := plain(t, newFakeLM(nv, 64), prompt, 10); !slices.Equal(got, want) {
 		t.Fatalf("near the end of the context: %v, want %v", got, want)
 	}
