@@ -92,11 +92,11 @@ func (a *app) openDraft(f *draftFlags, target lm, targetPath, device string, nCt
 	}
 	tgt, ok := target.(spec.Target)
 	if !ok {
-		return nil, nop, errorsJoin(fmt.Errorf("--draft: the engine (%T) cannot roll its context back", target), closeDraft())
+		return nil, nop, withClose(fmt.Errorf("--draft: the engine (%T) cannot roll its context back", target), closeDraft())
 	}
 	dec, err := spec.New(tgt, d, opts)
 	if err != nil {
-		return nil, nop, errorsJoin(err, closeDraft())
+		return nil, nop, withClose(err, closeDraft())
 	}
 	return dec, closeDraft, nil
 }
@@ -125,7 +125,8 @@ func checkDraftFile(path, targetPath string, target lm) error {
 	return nil
 }
 
-func errorsJoin(err, cerr error) error {
+// withClose is err, with the error of closing the draft model if any.
+func withClose(err, cerr error) error {
 	if cerr != nil {
 		return fmt.Errorf("%w (and closing the draft model: %v)", err, cerr)
 	}
