@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -395,6 +396,9 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 		if i == f.repeat {
 			emitRun = emit
 		}
+		if dec != nil {
+			dec.ResetStats() // the document speaks of the run it prints
+		}
 		switch {
 		case dec != nil && sess != nil:
 			r, err = generateSpec(e, dec, past, feed, smp, f.n, f.ctx, emitRun)
@@ -418,6 +422,9 @@ func (a *app) generate(cmd *cobra.Command, f *generateFlags, args []string) erro
 			return fmt.Errorf("--repeat: run %d generated %s at step %d, run 1 %s (the same prompt from an empty context must give the same ids)",
 				i, idAt(r.gen, j), j, idAt(first.gen, j))
 		}
+	}
+	if dec != nil && !f.json {
+		fmt.Fprintf(cmd.ErrOrStderr(), "minfer: %s\n", strings.TrimPrefix(draftStats(dec), ", "))
 	}
 	if r.contextFullNotice {
 		fmt.Fprintf(cmd.ErrOrStderr(), "minfer: context of %d tokens is full, stopping\n", f.ctx)
