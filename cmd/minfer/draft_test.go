@@ -173,3 +173,36 @@ func TestChat_DraftAnswersAsWithout(t *testing.T) {
 		}
 	}
 }
+
+// A session saved by a drafted run is byte for byte the one a plain run
+// saves (the rejected drafts' cells are past the context), and continuing
+// it with drafts continues as the plain run does.
+func TestGenerate_DraftSavesTheSessionAPlainRunSaves(t *testing.T) {
+	m := synthShape(t, "qwen2-tiny", 1)
+	dir := t.TempDir()
+	run := func(session string, extra ...string) string {
+		var text string
+		for _, prompt := range []string{"def add(a, b):", ""} {
+			args := []string{"generate", "-m", m, "--device", "cpu", "--greedy", "-n", "10", "--session", session}
+			if prompt != "" {
+				args = append(args, prompt)
+			}
+			stdout, stderr, code := runApp(t, &app{cfg: testConfig(t)}, append(args, extra...)...)
+			if code != 0 {
+				t.Fatalf("%v: exit %d: %s", args, code, stderr)
+			}
+			text += stdout
+		}
+		return text
+	}
+	plain := run(filepath.Join(dir, "plain.session"))
+	drafted := run(filepath.Join(dir, "drafted.session"), "--draft", m, "--draft-n", "3")
+	if drafted != plain {
+		t.Errorf("drafted %q, plain %q", drafted, plain)
+	}
+	a, errA := os.ReadFile(filepath.Join(dir, "plain.session"))
+	b, errB := os.ReadFile(filepath.Join(dir, "drafted.session"))
+	if errA != nil || errB != nil || !slices.Equal(a, b) {
+		t.Errorf("the session files differ (%v, %v)", errA, errB)
+	}
+}
