@@ -197,8 +197,8 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return usagef("--prompt is the text of a --draft tg test: give --draft")
 	}
 	if f.turns != 0 || f.script != "" {
-		if f.draft.draft != "" {
-			return usagef("--draft times the tg test: not with --turns (minfer chat --draft --stats drafts in a conversation)")
+		if f.prompt != "" {
+			return usagef("--prompt is the text of the tg test: --turns takes --script")
 		}
 		return a.benchTurns(cmd, f)
 	}

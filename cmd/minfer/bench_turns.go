@@ -13,6 +13,7 @@ import (
 	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/engine/chat"
 	"github.com/minfer-go/minfer/engine/sample"
+	"github.com/minfer-go/minfer/engine/spec"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -95,6 +96,12 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 	if !ok {
 		return fmt.Errorf("bench --turns: this engine does not expose its context")
 	}
+	dec, closeDraft, err := a.openDraft(&f.draft, e, path, f.device, f.ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
+	drafts := make([]spec.Stats, len(turns)) // per turn, over the timed repetitions (--draft)
 	res := schema.Bench{
 		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
 		Threads: threads(e), NGen: f.n, Turns: f.turns, Reps: f.reps, Levers: a.cfg.Set(),
@@ -111,14 +118,22 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 			return nil, err
 		}
 		c.IgnoreEOG = true
+		c.SetDraft(dec)
 		if err := c.Warm(); err != nil {
 			return nil, err
 		}
 		var out []chat.Reply
 		for i, user := range turns {
+			var before spec.Stats
+			if dec != nil {
+				before = dec.Stats()
+			}
 			r, err := c.Turn(user, f.n, false, nil)
 			if err != nil {
 				return nil, fmt.Errorf("turn %d of %d: %w", i+1, len(turns), err)
+			}
+			if dec != nil {
+				drafts[i] = addStats(drafts[i], subStats(dec.Stats(), before))
 			}
 			out = append(out, r)
 		}
@@ -134,6 +149,7 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 		res.Warmup.Iterations++
 	}
 	res.Warmup.ElapsedMS = ms(time.Since(w0))
+	clear(drafts) // the warmup's drafts are not the timed ones
 	res.Tests = make([]schema.BenchTest, len(turns))
 	for i := range turns {
 		res.Tests[i] = schema.BenchTest{Name: "turn" + strconv.Itoa(i+1), NTokens: f.n - 1}
@@ -153,6 +169,9 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 	}
 	for i := range res.Tests {
 		res.Tests[i].MeanTokS, res.Tests[i].StddevTokS = meanStddev(res.Tests[i].TokS)
+		if dec != nil {
+			res.Tests[i].Speculative = speculativeDoc(dec, drafts[i])
+		}
 	}
 	res.Date = time.Now().UTC().Format(time.RFC3339)
 	if f.output == "" {

@@ -272,3 +272,12 @@ func draftStats(dec *spec.Decoder) string {
 	return fmt.Sprintf(", drafts (%s) accepted %d of %d (%.2f), %.2f tokens per forward",
 		dec.Drafter().Name(), st.Accepted, st.Drafted, st.AcceptanceRate(), st.TokensPerForward())
 }
+
+// addStats and subStats add and subtract the counts of two Stats.
+func addStats(a, b spec.Stats) spec.Stats {
+	return spec.Stats{Forwards: a.Forwards + b.Forwards, Drafted: a.Drafted + b.Drafted, Accepted: a.Accepted + b.Accepted, Emitted: a.Emitted + b.Emitted}
+}
+
+func subStats(a, b spec.Stats) spec.Stats {
+	return spec.Stats{Forwards: a.Forwards - b.Forwards, Drafted: a.Drafted - b.Drafted, Accepted: a.Accepted - b.Accepted, Emitted: a.Emitted - b.Emitted}
+}

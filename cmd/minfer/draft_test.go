@@ -206,3 +206,22 @@ func TestGenerate_DraftSavesTheSessionAPlainRunSaves(t *testing.T) {
 		t.Errorf("the session files differ (%v, %v)", errA, errB)
 	}
 }
+
+// bench --turns --draft: every turn carries what its drafts did.
+func TestBenchTurns_DraftPerTurn(t *testing.T) {
+	m := synthShape(t, "qwen2-tiny", 1)
+	stdout, stderr, code := runApp(t, &app{cfg: testConfig(t)}, "bench", "-m", m, "--device", "cpu", "--turns", "2", "-n", "8", "-r", "2", "--draft", "lookup", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var doc schema.Bench
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 2; k++ {
+		turn, ok := doc.Turn(k)
+		if !ok || turn.Speculative == nil || turn.Speculative.Draft != "lookup" || turn.Speculative.TargetForwards < 1 {
+			t.Errorf("turn %d: %+v", k, turn)
+		}
+	}
+}
