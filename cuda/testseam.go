@@ -8,6 +8,11 @@ import (
 	"github.com/minfer-go/minfer/cuda/driver"
 )
 
+// InjectedFailures is how many driver calls MINFER_TEST_CALL_FAIL has
+// failed on the backend's device (the call-failure sweep's evidence that
+// a failure was reached).
+func (b *Backend) InjectedFailures() int64 { return b.dev.InjectedFailures() }
+
 // testSpinKernel (kernels/testseam.cu) busy-waits on %globaltimer: the
 // device side of the slow_decode / slow_prefill test seams.
 const testSpinKernel = "minfer_test_spin"

@@ -322,6 +322,11 @@ func (d *Device) Synchronize() error {
 	return d.c.errorf(symCtxSynchronize, d.c.invoke(symCtxSynchronize), "device %d", d.Attr.Ordinal)
 }
 
+// InjectedFailures is how many driver calls the test seam
+// (Options.CallFail) has failed on this device so far: a sweep tells a
+// failure that was reached from a call that never ran.
+func (d *Device) InjectedFailures() int64 { return d.c.fail.injected() }
+
 // MemInfo returns the free and total device memory. Inside Do.
 func (d *Device) MemInfo() (free, total uint64, err error) {
 	var f, t uintptr

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -245,6 +246,32 @@ func TestLaunchEx_StructsMatchCudaHLayout(t *testing.T) {
 		{"attrs", unsafe.Offsetof(c.attrs), 40}, {"numAttrs", unsafe.Offsetof(c.numAttrs), 48}} {
 		if f.got != f.want {
 			t.Errorf("launchConfig.%s at %d, want %d", f.name, f.got, f.want)
+		}
+	}
+}
+
+// NAME@N fails only the N-th call of NAME (issue 23's sweep fails each call
+// once); the count is shared by the seam's copies and the failures are
+// counted; N must be a positive count.
+func TestCallFailSeam_AtNFailsOnlyTheNthCall(t *testing.T) {
+	cf, err := parseCallFail("cuMemAlloc_v2@3, cuStreamSynchronize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := caller{lib: &lib{}, fail: cf} // no entry point bound: a call that passes the seam returns CodeNotFound
+	var got []bool
+	for range 5 {
+		got = append(got, c.invoke(symMemAlloc, 0, 1) == codeInjected)
+	}
+	if want := []bool{false, false, true, false, false}; !slices.Equal(got, want) {
+		t.Fatalf("failed calls %v, want %v", got, want)
+	}
+	if !cf.fails(symStreamSynchronize) || !cf.fails(symStreamSynchronize) || cf.injected() != 3 {
+		t.Fatalf("plain entries fail every call; injected %d, want 3", cf.injected())
+	}
+	for _, bad := range []string{"cuMemAlloc_v2@0", "cuMemAlloc_v2@x", "cuNoSuch@1"} {
+		if _, err := parseCallFail(bad); err == nil {
+			t.Errorf("parseCallFail(%q) accepted", bad)
 		}
 	}
 }

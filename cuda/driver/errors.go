@@ -3,7 +3,9 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // CUDA result codes the callers test for; the full list is the driver's
@@ -127,9 +129,15 @@ func staticErrorName(code int) string {
 
 // callFail is the parsed Options.CallFail: which driver calls fail.
 type callFail struct {
-	sym     [numSyms]bool   // every call of the symbol fails
+	sym     [numSyms]bool   // the symbol's calls fail (all of them, or the nth[s]-th)
 	kernels map[string]bool // cuLaunchKernel:NAME fails launches of NAME only
 	any     bool
+	// nth[s] > 0 (NAME@N) fails only the N-th call of s, counted in
+	// calls (shared by the copies of one parsed seam): a sweep can fail each
+	// call once and see the backend recover or name it.
+	nth   [numSyms]int64
+	calls *[numSyms]atomic.Int64
+	hits  *atomic.Int64 // injected failures so far
 }
 
 // parseCallFail reads a comma-separated list of driver entry points
@@ -137,7 +145,7 @@ type callFail struct {
 // ("cuLaunchKernel:minfer_smoke_axpy"). An unknown name is an error, so a
 // typo cannot make a failure test pass vacuously.
 func parseCallFail(s string) (callFail, error) {
-	var cf callFail
+	cf := callFail{calls: new([numSyms]atomic.Int64), hits: new(atomic.Int64)}
 	if strings.TrimSpace(s) == "" {
 		return cf, nil
 	}
@@ -158,9 +166,17 @@ func parseCallFail(s string) (callFail, error) {
 			cf.any = true
 			continue
 		}
-		s, ok := symByName(e)
+		name, at, hasAt := strings.Cut(e, "@")
+		s, ok := symByName(name)
 		if !ok {
-			return callFail{}, fmt.Errorf("cuda: call-failure seam: unknown driver call %q (want a name such as cuMemAlloc_v2, or cuLaunchKernel:KERNEL)", e)
+			return callFail{}, fmt.Errorf("cuda: call-failure seam: unknown driver call %q (want a name such as cuMemAlloc_v2, cuMemAlloc_v2@N for its N-th call only, or cuLaunchKernel:KERNEL)", e)
+		}
+		if hasAt {
+			n, err := strconv.ParseInt(at, 10, 64)
+			if err != nil || n < 1 {
+				return callFail{}, fmt.Errorf("cuda: call-failure seam: %q: want NAME@N with N >= 1", e)
+			}
+			cf.nth[s] = n
 		}
 		cf.sym[s] = true
 		cf.any = true
@@ -169,9 +185,46 @@ func parseCallFail(s string) (callFail, error) {
 }
 
 // fails reports whether the seam fails this call.
-func (cf *callFail) fails(s sym) bool { return cf.any && cf.sym[s] }
+// Call it once per call: a NAME@N entry counts the calls.
+func (cf *callFail) fails(s sym) bool {
+	if !cf.any || !cf.sym[s] {
+		return false
+	}
+	if cf.nth[s] > 0 && cf.calls[s].Add(1) != cf.nth[s] {
+		return false
+	}
+	cf.hits.Add(1)
+	return true
+}
 
-// failsLaunch reports whether the seam fails a launch of the named kernel.
+// covers reports whether the seam names s at all (an injected code of s is
+// the seam's).
+func (cf *callFail) covers(s sym) bool { return cf.any && cf.sym[s] }
+
+// failsLaunch reports whether the seam fails a launch of the named kernel
+// (once per launch, as fails).
 func (cf *callFail) failsLaunch(kernel string) bool {
-	return cf.any && (cf.sym[symLaunchKernel] || cf.kernels[kernel])
+	if cf.any && cf.kernels[kernel] {
+		cf.hits.Add(1)
+		return true
+	}
+	return cf.fails(symLaunchKernel)
+}
+
+// CallNames are the driver entry points the seam can fail, one name each
+// (the first candidate of symNames), in binding order.
+func CallNames() []string {
+	out := make([]string, 0, numSyms)
+	for s := sym(0); s < numSyms; s++ {
+		out = append(out, symNames[s][0])
+	}
+	return out
+}
+
+// injected is how many calls the seam has failed.
+func (cf *callFail) injected() int64 {
+	if cf.hits == nil {
+		return 0
+	}
+	return cf.hits.Load()
 }

@@ -247,7 +247,7 @@ func (c *caller) errorf(s sym, code int, format string, args ...any) error {
 	} else {
 		call += "()"
 	}
-	return &Error{Code: code, Name: c.errorName(code), Call: call, Injected: c.fail.fails(s) && code == codeInjected}
+	return &Error{Code: code, Name: c.errorName(code), Call: call, Injected: c.fail.covers(s) && code == codeInjected}
 }
 
 // errorName asks the driver for a code's name, falling back to the table.
