@@ -419,7 +419,7 @@ var registry = []Lever{
 	{Name: "MINFER_TEST_MUTATE", Kind: Seam, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode + "[=F]", MutateSlowPrefill + "[=F]", MutatePhantom + "=LEVER", MutateFailDeviceTest, MutateAcceptWrongDraft}, Backend: "any", Path: "test seam", Issue: "#5",
 		Doc: "test seam: plants a named defect so a gate can be shown to fail (slow_decode=0.03: decode 3% slower)"},
 	{Name: "MINFER_TEST_CALL_FAIL", Kind: Path, Default: "", Values: []string{"<site>"}, Backend: "any", Path: "test seam", Issue: "#5",
-		Doc: "test seam: makes a named device call fail"},
+		Doc: "test seam: makes named driver calls fail (NAME: every call; NAME@N: its N-th call only; cuLaunchKernel:KERNEL: that kernel's launches); a failed cuMemAlloc_v2 is an out-of-memory"},
 }
 
 func init() {
