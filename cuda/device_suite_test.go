@@ -682,7 +682,7 @@ var dsPrompt = []int32{11, 22, 33, 44, 55, 66, 77}
 func TestWholeModel_SynthLogitsMatchCPUWithinTheirClass(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
-		{"qwen2-tiny", "F32"}, {"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"},
+		{"qwen2-tiny", "F32"}, {"qwen2-tiny", "BF16"}, {"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"},
 		{"qwen3-tiny", "F16"}, {"qwen3-tiny", "Q4_K_M"},
 		{"qwen2-0.5b", "Q8_0"}, {"qwen3-0.6b", "Q8_0"},
 	} {
@@ -692,7 +692,9 @@ func TestWholeModel_SynthLogitsMatchCPUWithinTheirClass(t *testing.T) {
 			host := dsEngine(t, path, "cpu", 256)
 			steps := [][]int32{dsPrompt, {5}, {6}, {7}, {8}}
 			bar := 5e-2
-			if m.typ == "F32" || m.typ == "F16" {
+			if m.typ == "F32" || m.typ == "F16" || m.typ == "BF16" {
+				// BF16 -> f16 and -> f32 are exact for these weights
+				// (issue 23 item 4: the whole-model BF16 test).
 				bar = 1e-5
 			}
 			agree := 0
