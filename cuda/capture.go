@@ -56,6 +56,11 @@ type CaptureStats struct {
 	// its decode graph across turns captures it once (engine/chat's gate).
 	DecodeCaptures int
 	DecodeReplays  int
+	// Fallbacks counts graph failures that were not a node's (a capture
+	// that could not end, an instantiation or a graph launch that failed):
+	// graphs went off for the session and the split ran with direct
+	// launches (the design's rule), logged once each.
+	Fallbacks int
 }
 
 type capture struct {
@@ -106,9 +111,13 @@ func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 				return false, fmt.Errorf("cuda: split %v: %w", key, timerErr)
 			}
 			if err != nil {
+				// The graph failed, not a node: graphs off, and the
+				// scheduler executes the split with direct launches.
 				b.timer.open = false
 				b.disableGraphs()
-				return false, fmt.Errorf("cuda: replay of split %v: %w (CUDA graphs are now disabled for this session)", key, err)
+				c.stats.Fallbacks++
+				b.logf("cuda: replay of split %v failed (%v); CUDA graphs are off for this session, running with direct launches", key, err)
+				return false, nil
 			}
 			for name, n := range e.kernels {
 				b.k.AddCensus(name, n)
@@ -177,6 +186,49 @@ func (b *Backend) disableGraphs() {
 	}
 }
 
+// fallBack finishes a split whose capture failed in the graph machinery
+// (ending the capture, instantiating or launching the graph), not in a
+// node: graphs go off for the session, with one log line, and the split's
+// recorded launches run directly, so the step carries on. A capture still
+// open (its end failed) is ended and its graph dropped first.
+func (b *Backend) fallBack(key graph.SplitKey, pending []func() error, cause error) error {
+	c := &b.cap
+	b.disableGraphs()
+	c.stats.Fallbacks++
+	b.logf("cuda: CUDA graph of split %v failed (%v); CUDA graphs are off for this session, running with direct launches", key, cause)
+	err := b.dev.Do(func() error {
+		if st, err := b.s.IsCapturing(); err != nil {
+			return err
+		} else if st != driver.CaptureNone {
+			g, err := b.s.EndCapture()
+			if g != nil {
+				err = errors.Join(err, g.Destroy())
+			}
+			if err != nil {
+				return fmt.Errorf("ending the failed capture: %w", err)
+			}
+		}
+		for _, launch := range pending {
+			if err := launch(); err != nil {
+				return err
+			}
+		}
+		if err := b.timer.mark(b.s); err != nil {
+			return err
+		}
+		if err := b.s.Synchronize(); err != nil {
+			return err
+		}
+		b.stage.synced()
+		return b.timer.done()
+	})
+	if err != nil {
+		b.timer.open = false
+		return fmt.Errorf("cuda: split %v after its graph failed (%v), with direct launches: %w", key, cause, err)
+	}
+	return nil
+}
+
 // finishCapture runs the recorded split inside one capture window, then
 // instantiates the graph, launches it once and waits for it (the split
 // boundary). A node error inside the window aborts.
@@ -190,6 +242,7 @@ func (b *Backend) finishCapture() error {
 		before = b.k.Census()
 	}
 	var nodeErr error
+	launched := false // the graph ran: its split must not run again
 	err := b.dev.Do(func() error {
 		b.k.SetDirect(false)
 		defer b.k.SetDirect(true)
@@ -223,6 +276,7 @@ func (b *Backend) finishCapture() error {
 		if err := x.Launch(b.s); err != nil {
 			return errors.Join(err, x.Destroy())
 		}
+		launched = true
 		// The split's end event: after the window closed, before the sync
 		// (its start was recorded at BeginSplit, before the window opened).
 		if err := b.timer.mark(b.s); err != nil {
@@ -235,6 +289,9 @@ func (b *Backend) finishCapture() error {
 		e.exec, e.gen, e.kvStamp = x, b.pool.gen, b.kvStamp
 		return b.timer.done()
 	})
+	if err != nil && nodeErr == nil && !launched {
+		return b.fallBack(key, pending, err)
+	}
 	if err != nil {
 		b.timer.open = false
 		c.stats.Aborts++

@@ -32,6 +32,10 @@ type CUDAGraphs struct {
 	Invalidated int  `json:"invalidated"` // dropped for a pool-generation or KV-layout change
 	Aborted     int  `json:"aborted"`     // capture windows aborted by a node error
 	Disabled    bool `json:"disabled"`    // graphs were off for the session
+	// Fallbacks: graph failures that were not a node's (end of capture,
+	// instantiation, graph launch); graphs went off and the splits ran with
+	// direct launches. Absent when none happened.
+	Fallbacks int `json:"fallbacks,omitempty"`
 	// PDLLaunches counts launches issued with programmatic dependent
 	// launch (a captured graph's launches count once).
 	PDLLaunches int64 `json:"pdl_launches"`

@@ -153,6 +153,7 @@ func graphsDoc(stats []cuda.CaptureStats, pdl int64) schema.CUDAGraphs {
 		g.Invalidated += s.Invalidations
 		g.Aborted += s.Aborts
 		g.Disabled = g.Disabled || s.Disabled
+		g.Fallbacks += s.Fallbacks
 	}
 	return g
 }

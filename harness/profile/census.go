@@ -75,6 +75,7 @@ type Graphs struct {
 	Invalidated int  `json:"invalidated,omitempty"` // optional fields of the backend's line
 	Aborted     int  `json:"aborted,omitempty"`
 	Disabled    bool `json:"disabled,omitempty"`
+	Fallbacks   int  `json:"fallbacks,omitempty"` // graph failures run on with direct launches
 	// PDLLaunches counts launches issued with programmatic dependent launch
 	// (MINFER_PDL's evidence; a captured graph's launches count once).
 	PDLLaunches int64 `json:"pdl_launches,omitempty"`
