@@ -121,15 +121,26 @@ type dsCase struct {
 
 // dsRun compiles c on one backend and returns the output.
 func dsRun(t *testing.T, c dsCase, be graph.Backend) ([]float32, error) {
+	y, _, err := dsRunOn(t, c, be)
+	return y, err
+}
+
+// dsRunOn compiles c on the backends (the scheduler's order: a node goes to
+// the first that supports it) and returns the output and the backend of
+// each split in order.
+func dsRunOn(t *testing.T, c dsCase, bes ...graph.Backend) ([]float32, []int, error) {
 	t.Helper()
-	for _, w := range c.weights {
-		if err := be.RegisterWeight(w); err != nil {
-			return nil, err
+	for _, be := range bes {
+		for _, w := range c.weights {
+			if err := be.RegisterWeight(w); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
+	be := bes[0]
 	if c.kv != nil {
 		if err := be.AllocKV(*c.kv); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	nCtx := c.nCtx
@@ -143,13 +154,17 @@ func dsRun(t *testing.T, c dsCase, be graph.Backend) ([]float32, error) {
 	b.Output(c.build(b, ids, pos, kvw))
 	g, err := b.Finish()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	pl, err := graph.Compile(g, []graph.Backend{be})
+	pl, err := graph.Compile(g, bes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer pl.Close()
+	var splits []int
+	for _, sp := range pl.Splits {
+		splits = append(splits, sp.Backend)
+	}
 	idv := make([]int32, c.nt)
 	posv := make([]int32, c.nt)
 	for i := range idv {
@@ -164,17 +179,17 @@ func dsRun(t *testing.T, c dsCase, be graph.Backend) ([]float32, error) {
 			continue
 		}
 		if err := pl.WriteI32(w.id, w.v); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := pl.Run(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	y := make([]float32, g.Nodes[g.Output].Shape.N())
 	if err := pl.Read(g.Output, y); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return y, nil
+	return y, splits, nil
 }
 
 // dsCompare runs c on a fresh CUDA backend and a fresh CPU backend and
