@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/minfer-go/minfer/internal/dynlib"
 )
 
 // sym indexes the driver entry points this package binds.
@@ -144,7 +146,7 @@ func loadLib(candidates []string) (*lib, error) {
 	var path string
 	var reasons []string
 	for _, c := range candidates {
-		hh, err := dlopen(c)
+		hh, err := dynlib.Open(c, dynlib.Global)
 		if err == nil {
 			h, path = hh, c
 			break
@@ -165,7 +167,7 @@ func loadLib(candidates []string) (*lib, error) {
 	var missing []string
 	for s := sym(0); s < numSyms; s++ {
 		for _, n := range symNames[s] {
-			if p := dlsym(h, n); p != 0 {
+			if p := dynlib.Sym(h, n); p != 0 {
 				l.fn[s], l.name[s] = p, n
 				break
 			}
@@ -224,7 +226,7 @@ func (c *caller) invoke(s sym, args ...uintptr) int {
 	if fn == 0 {
 		return CodeNotFound
 	}
-	return int(int32(rawCall(fn, args...)))
+	return int(int32(dynlib.Call(fn, args...)))
 }
 
 // name is the exported name bound for s (the first candidate when unbound).
@@ -257,7 +259,7 @@ func (c *caller) errorName(code int) string {
 	}
 	if c.lib != nil && c.lib.fn[symGetErrorName] != 0 {
 		var p *byte
-		r := int32(rawCall(c.lib.fn[symGetErrorName], uintptr(code), uintptr(unsafe.Pointer(&p))))
+		r := int32(dynlib.Call(c.lib.fn[symGetErrorName], uintptr(code), uintptr(unsafe.Pointer(&p))))
 		if r == 0 && p != nil {
 			return cString(p, 128)
 		}

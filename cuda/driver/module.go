@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"unsafe"
+
+	"github.com/minfer-go/minfer/internal/dynlib"
 )
 
 // KernelsFile is the name of the kernels fatbin scripts/build-kernels.sh
@@ -267,7 +269,7 @@ func (f *Function) Launch(s *Stream, grid, block [3]uint32, smem uint32, args ..
 	if len(args) > 0 {
 		params = uintptr(unsafe.Pointer(&buf[0]))
 	}
-	code := int(int32(rawCall(c.lib.fn[symLaunchKernel], f.h,
+	code := int(int32(dynlib.Call(c.lib.fn[symLaunchKernel], f.h,
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]),
 		uintptr(smem), s.h, params, 0)))
@@ -329,7 +331,7 @@ func (f *Function) LaunchPDL(s *Stream, grid, block [3]uint32, smem uint32, args
 	attr.val[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
 	cfg := &launchConfig{gridX: grid[0], gridY: grid[1], gridZ: grid[2], blockX: block[0], blockY: block[1], blockZ: block[2],
 		smem: smem, stream: s.h, attrs: uintptr(unsafe.Pointer(attr)), numAttrs: 1}
-	code := int(int32(rawCall(c.lib.fn[symLaunchKernelEx], uintptr(unsafe.Pointer(cfg)), f.h, params, 0)))
+	code := int(int32(dynlib.Call(c.lib.fn[symLaunchKernelEx], uintptr(unsafe.Pointer(cfg)), f.h, params, 0)))
 	runtime.KeepAlive(buf)
 	runtime.KeepAlive(attr)
 	runtime.KeepAlive(cfg)

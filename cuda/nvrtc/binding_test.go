@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/kernels"
+	"github.com/minfer-go/minfer/internal/dynlib"
 )
 
 // fakeLib builds testdata/fake_nvrtc.c into a libnvrtc.so.12 with the C
@@ -77,11 +78,11 @@ func TestLib_BindingPassesEveryArgumentAndDestroysEveryProgram(t *testing.T) {
 	if !errors.As(err, &ne) || ne.Code != 6 || ne.Name != "NVRTC_ERROR_COMPILATION" || ne.Call != "nvrtcCompileProgram" || !strings.Contains(log, "planted") {
 		t.Errorf("a failed compile: %v, log %q; want nvrtcCompileProgram's NVRTC_ERROR_COMPILATION (6) and the log", err, log)
 	}
-	h, err := dlopen(path)
+	h, err := dynlib.Open(path, dynlib.Local)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rawCall(dlsym(h, "fake_live")); n != 0 {
+	if n := dynlib.Call(dynlib.Sym(h, "fake_live")); n != 0 {
 		t.Errorf("%d programs were not destroyed", n)
 	}
 }

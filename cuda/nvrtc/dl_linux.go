@@ -7,30 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/ebitengine/purego"
 )
-
-func dlopen(name string) (uintptr, error) {
-	return purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
-}
-
-func dlsym(h uintptr, name string) uintptr {
-	p, err := purego.Dlsym(h, name)
-	if err != nil {
-		return 0
-	}
-	return p
-}
-
-// rawCall calls a C function with integer/pointer arguments and returns
-// its first result register.
-//
-//go:uintptrescapes
-func rawCall(fn uintptr, args ...uintptr) uintptr {
-	r, _, _ := purego.SyscallN(fn, args...)
-	return r
-}
 
 // loadedPath is the file of the first mapping of this process whose base
 // name begins with prefix (a library loaded by its bare name: where the

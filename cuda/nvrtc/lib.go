@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/minfer-go/minfer/internal/dynlib"
 )
 
 // ErrNotFound is matched (errors.Is) by Open's error when no libnvrtc can
@@ -104,7 +106,7 @@ func Open() (*Lib, error) { return OpenFrom(Candidates()) }
 func OpenFrom(candidates []string) (*Lib, error) {
 	var reasons []string
 	for _, c := range candidates {
-		h, err := dlopen(c)
+		h, err := dynlib.Open(c, dynlib.Local)
 		if err != nil {
 			why := err.Error()
 			if !strings.Contains(why, c) {
@@ -116,7 +118,7 @@ func OpenFrom(candidates []string) (*Lib, error) {
 		l := &Lib{path: c}
 		var missing []string
 		for s := sym(0); s < numSyms; s++ {
-			if l.fn[s] = dlsym(h, s.name()); l.fn[s] == 0 {
+			if l.fn[s] = dynlib.Sym(h, s.name()); l.fn[s] == 0 {
 				missing = append(missing, s.name())
 			}
 		}
@@ -178,7 +180,7 @@ func (l *Lib) Compiler() string { return fmt.Sprintf("NVRTC %d.%d", l.major, l.m
 //
 //go:uintptrescapes
 func (l *Lib) call(s sym, args ...uintptr) int {
-	return int(int32(rawCall(l.fn[s], args...)))
+	return int(int32(dynlib.Call(l.fn[s], args...)))
 }
 
 // check turns a non-zero nvrtcResult of s into an error naming the entry
@@ -201,7 +203,7 @@ func (e *Error) Error() string { return fmt.Sprintf("nvrtc: %s: %s (%d)", e.Call
 
 // errorString asks NVRTC for a result code's name.
 func (l *Lib) errorString(code int) string {
-	r := rawCall(l.fn[symGetErrorString], uintptr(code))
+	r := dynlib.Call(l.fn[symGetErrorString], uintptr(code))
 	if r == 0 {
 		return "NVRTC_ERROR_UNKNOWN"
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/minfer-go/minfer/internal/dynlib"
 )
 
 // The NVML entry points the sampler binds (nvml.h): the versioned names
@@ -103,14 +105,14 @@ func openNVML() (Sampler, error) {
 
 func loadNVML(libs []string) (*nvml, error) {
 	if !nvmlSupported {
-		_, err := dlopen(libs[0])
+		_, err := dynlib.Open(libs[0], dynlib.Global)
 		return nil, err
 	}
 	var h uintptr
 	var path string
 	var why []string
 	for _, c := range libs {
-		hh, err := dlopen(c)
+		hh, err := dynlib.Open(c, dynlib.Global)
 		if err == nil {
 			h, path = hh, c
 			break
@@ -128,12 +130,12 @@ func loadNVML(libs []string) (*nvml, error) {
 	fns := map[string]uintptr{}
 	var missing []string
 	for _, s := range []string{nvmlInit, nvmlCount, nvmlHandle} {
-		if fns[s] = dlsym(h, s); fns[s] == 0 {
+		if fns[s] = dynlib.Sym(h, s); fns[s] == 0 {
 			missing = append(missing, s)
 		}
 	}
 	for _, s := range nvmlProcsNames {
-		if p := dlsym(h, s); p != 0 {
+		if p := dynlib.Sym(h, s); p != 0 {
 			n.procs, n.procsSym = p, s
 			break
 		}
@@ -156,7 +158,7 @@ func loadNVML(libs []string) (*nvml, error) {
 	}
 	switch sel := visibleGPU(os.Getenv("CUDA_VISIBLE_DEVICES")); {
 	case strings.HasPrefix(sel, "GPU-") || strings.HasPrefix(sel, "MIG-"):
-		fn := dlsym(h, nvmlByUUID)
+		fn := dynlib.Sym(h, nvmlByUUID)
 		if fn == 0 {
 			return nil, fmt.Errorf("%s lacks %s, needed for CUDA_VISIBLE_DEVICES=%s", path, nvmlByUUID, sel)
 		}
@@ -185,7 +187,7 @@ func loadNVML(libs []string) (*nvml, error) {
 			n.devs = append(n.devs, d)
 		}
 	}
-	if p := dlsym(h, nvmlDriverVer); p != 0 {
+	if p := dynlib.Sym(h, nvmlDriverVer); p != 0 {
 		b := make([]byte, 96)
 		if nvcall(p, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b))) == nvmlSuccess {
 			n.driver = cstr(b)
@@ -251,7 +253,7 @@ func (n *nvml) Processes() ([]Proc, error) {
 //
 //go:uintptrescapes
 func nvcall(fn uintptr, args ...uintptr) uintptr {
-	return uintptr(uint32(call(fn, args...)))
+	return uintptr(uint32(dynlib.Call(fn, args...)))
 }
 
 func cstr(b []byte) string {
