@@ -27,17 +27,7 @@ type mmtSession struct {
 
 func mmtOpen(t *testing.T) *mmtSession {
 	t.Helper()
-	cfg, err := levers.FromEnv()
-	if err != nil {
-		t.Fatalf("levers: %v", err)
-	}
-	dev, err := driver.Open(driver.Options{Disable: cfg.DisableCUDA})
-	if errors.Is(err, driver.ErrNoDevice) {
-		t.Skipf("no CUDA device answers: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, cfg := dsOpenDevice(t) // closed after the cleanup below (LIFO)
 	ms := &mmtSession{dev: dev}
 	t.Cleanup(func() {
 		_ = dev.Do(func() error {
@@ -52,9 +42,8 @@ func mmtOpen(t *testing.T) *mmtSession {
 			}
 			return nil
 		})
-		_ = dev.Close()
 	})
-	err = dev.Do(func() error {
+	err := dev.Do(func() error {
 		k, err := LoadKernels(dev, KernelsOptions{Path: cfg.Kernels})
 		if err != nil {
 			return fmt.Errorf("kernels (build them with scripts/build-kernels.sh, pass MINFER_KERNELS): %w", err)

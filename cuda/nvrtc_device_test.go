@@ -3,7 +3,6 @@ package cuda
 import (
 	"bytes"
 	"debug/elf"
-	"errors"
 	"io/fs"
 	"os"
 	"regexp"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/cuda/kernels"
-	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // On the GPU (issue 25): the embedded sources compile through NVRTC into a
@@ -22,21 +20,10 @@ import (
 // file beside the test binary) exports; loading again is a cache hit that
 // compiles nothing. The cold compile time is logged.
 func TestNVRTCKernels_ExportEveryKernelOfTheNvccFileAndHitTheCache(t *testing.T) {
-	cfg, err := levers.FromEnv()
-	if err != nil {
-		t.Fatalf("levers: %v", err)
-	}
-	dev, err := driver.Open(driver.Options{Disable: cfg.DisableCUDA})
-	if errors.Is(err, driver.ErrNoDevice) {
-		t.Skipf("no CUDA device answers: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	dev, cfg := dsOpenDevice(t)
 	cache := t.TempDir()
 	opts := KernelsOptions{NVRTCCache: cache, Logf: t.Logf}
-	err = dev.Do(func() error {
+	err := dev.Do(func() error {
 		mod, res, err := loadNVRTC(dev, opts)
 		if err != nil {
 			return err

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/cuda/kernels"
-	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // On the GPU: the kernels file the suite runs carries the stamp of the
@@ -17,18 +15,7 @@ import (
 // any launch, by a binary whose sources differ by one byte (a source edited
 // after the build: planted through KernelsOptions.Sources).
 func TestKernelsStamp_FileMatchesSourcesAndAnEditedSourceIsRefused(t *testing.T) {
-	cfg, err := levers.FromEnv()
-	if err != nil {
-		t.Fatalf("levers: %v", err)
-	}
-	dev, err := driver.Open(driver.Options{Disable: cfg.DisableCUDA})
-	if errors.Is(err, driver.ErrNoDevice) {
-		t.Skipf("no CUDA device answers: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	dev, cfg := dsOpenDevice(t)
 	src := kernels.Sources()
 	edited := fstest.MapFS{}
 	names, _ := fs.Glob(src, "*.cu*")
