@@ -274,14 +274,11 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 
 	// Untimed warmup: one iteration is the pp shape and one decode step,
 	// repeated until the budget is spent and at least 3 have run.
-	res := schema.Bench{
-		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
-		Threads: threads(e), NPrompt: f.p, NGen: f.n, Depth: f.depth, Reps: f.reps, Levers: a.cfg.Set(),
-		GoVersion: runtime.Version(), KernelSources: kernels.SourceHash(),
-	}
-	if res.Kernels, err = a.kernelsDoc(); err != nil {
+	res, err := a.benchHead(e, path, sum, f)
+	if err != nil {
 		return err
 	}
+	res.NPrompt, res.Depth = f.p, f.depth
 	res.Warmup.BudgetMS = float64(a.cfg.BenchWarmupMS)
 	budget := time.Duration(a.cfg.BenchWarmupMS) * time.Millisecond
 	w0 := time.Now()
@@ -327,13 +324,31 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	if res.DeviceMemory, err = benchDeviceMemory(e); err != nil {
 		return err
 	}
-	res.Date = time.Now().UTC().Format(time.RFC3339)
+	return emitBench(cmd, f, &res)
+}
 
+// benchHead is what every bench document states before its tests: the
+// model, the engine it ran on, the settings and the kernels.
+func (a *app) benchHead(e lm, path, sum string, f *benchFlags) (schema.Bench, error) {
+	res := schema.Bench{
+		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
+		Threads: threads(e), NGen: f.n, Reps: f.reps, Levers: a.cfg.Set(),
+		GoVersion: runtime.Version(), KernelSources: kernels.SourceHash(),
+	}
+	var err error
+	res.Kernels, err = a.kernelsDoc()
+	return res, err
+}
+
+// emitBench dates the document and writes it in the chosen format to
+// stdout or -o FILE.
+func emitBench(cmd *cobra.Command, f *benchFlags, res *schema.Bench) error {
+	res.Date = time.Now().UTC().Format(time.RFC3339)
 	if f.output == "" {
-		return writeBench(cmd.OutOrStdout(), f.format, &res)
+		return writeBench(cmd.OutOrStdout(), f.format, res)
 	}
 	var buf bytes.Buffer
-	if err := writeBench(&buf, f.format, &res); err != nil {
+	if err := writeBench(&buf, f.format, res); err != nil {
 		return err
 	}
 	if err := os.WriteFile(f.output, buf.Bytes(), 0o644); err != nil {

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/engine/chat"
 	"github.com/minfer-go/minfer/engine/sample"
 	"github.com/minfer-go/minfer/engine/spec"
@@ -102,14 +99,11 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 	}
 	defer closeDraft()
 	drafts := make([]spec.Stats, len(turns)) // per turn, over the timed repetitions (--draft)
-	res := schema.Bench{
-		Model: path, ModelSHA256: sum, Backend: backendName(e, f.device), KVFormat: kvFormat(e, a.cfg.CacheType),
-		Threads: threads(e), NGen: f.n, Turns: f.turns, Reps: f.reps, Levers: a.cfg.Set(),
-		GoVersion: runtime.Version(), KernelSources: kernels.SourceHash(),
-	}
-	if res.Kernels, err = a.kernelsDoc(); err != nil {
+	res, err := a.benchHead(e, path, sum, f)
+	if err != nil {
 		return err
 	}
+	res.Turns = f.turns
 	// conversation runs the turns once from an empty context.
 	conversation := func() ([]chat.Reply, error) {
 		e.Reset()
@@ -173,17 +167,5 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 			res.Tests[i].Speculative = speculativeDoc(dec, drafts[i])
 		}
 	}
-	res.Date = time.Now().UTC().Format(time.RFC3339)
-	if f.output == "" {
-		return writeBench(cmd.OutOrStdout(), f.format, &res)
-	}
-	var buf bytes.Buffer
-	if err := writeBench(&buf, f.format, &res); err != nil {
-		return err
-	}
-	if err := os.WriteFile(f.output, buf.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("bench -o: %w", err)
-	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "minfer: wrote %s (%s)\n", f.output, f.format)
-	return nil
+	return emitBench(cmd, f, &res)
 }
