@@ -15,6 +15,9 @@
 #   scripts/device-suite.sh                 every test
 #   RUN='TestPool|TestCapture' scripts/device-suite.sh   a -test.run filter
 #   TINY_CODE_GGUF=path/to/tiny-code-f16.gguf          the trained model
+#   KERNELS=nvrtc scripts/device-suite.sh   no kernels file: every test loads
+#       the embedded sources' NVRTC build (issue 25), compiled on first use
+#       into the user cache (XDG_CACHE_HOME) and taken from it afterwards
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,13 +37,26 @@ if [[ ${#tests[@]} -eq 0 ]]; then
     exit 2
 fi
 
-if [[ ! -f bin/minfer-kernels.fatbin || -n "${REBUILD_KERNELS:-1}" ]]; then
-    scripts/build-kernels.sh bin/minfer-kernels.fatbin 2>&1 | tee "$outdir/build-kernels.log" || {
-        echo "device-suite: build-kernels.sh failed" >&2
+if [[ "${KERNELS:-}" == nvrtc ]]; then
+    # A kernels file beside the test binaries or in MINFER_KERNELS would be
+    # loaded instead of the NVRTC build: refuse rather than test the wrong one.
+    if [[ -n "${MINFER_KERNELS:-}" || -e bin/minfer-kernels.fatbin ]]; then
+        echo "device-suite: KERNELS=nvrtc, but MINFER_KERNELS is set or bin/minfer-kernels.fatbin exists: unset it or move it away" >&2
         exit 2
-    }
+    fi
+    unset MINFER_KERNELS
+    cache="${XDG_CACHE_HOME:-$HOME/.cache}/minfer/kernels"
+    kernels_line="none given: the embedded sources' NVRTC build, cache $cache ($(ls "$cache" 2>/dev/null | wc -l) entries before the run)"
+else
+    if [[ ! -f bin/minfer-kernels.fatbin || -n "${REBUILD_KERNELS:-1}" ]]; then
+        scripts/build-kernels.sh bin/minfer-kernels.fatbin 2>&1 | tee "$outdir/build-kernels.log" || {
+            echo "device-suite: build-kernels.sh failed" >&2
+            exit 2
+        }
+    fi
+    export MINFER_KERNELS="${MINFER_KERNELS:-$root/bin/minfer-kernels.fatbin}"
+    kernels_line="$(basename "$MINFER_KERNELS") ($(stat -c %s "$MINFER_KERNELS" 2>/dev/null) bytes), $(grep -m1 'build-kernels: Cuda\|build-kernels: Build' "$outdir/build-kernels.log" 2>/dev/null | sed 's/build-kernels: //')"
 fi
-export MINFER_KERNELS="${MINFER_KERNELS:-$root/bin/minfer-kernels.fatbin}"
 
 smi="$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1 || true)"
 : >"$log"
@@ -70,8 +86,8 @@ if [[ $fail -eq 0 && $died -gt 0 ]]; then fail=$died; fi
     echo
     echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "- host: $(hostname)"
-    echo "- command: \`${RUN:+RUN='$RUN' }scripts/device-suite.sh\` (test binaries: ${tests[*]})"
-    echo "- kernels: $(basename "$MINFER_KERNELS") ($(stat -c %s "$MINFER_KERNELS" 2>/dev/null) bytes), $(grep -m1 'build-kernels: Cuda\|build-kernels: Build' "$outdir/build-kernels.log" 2>/dev/null | sed 's/build-kernels: //')"
+    echo "- command: \`${KERNELS:+KERNELS=$KERNELS }${RUN:+RUN='$RUN' }scripts/device-suite.sh\` (test binaries: ${tests[*]})"
+    echo "- kernels: $kernels_line"
     echo "- result: **$pass passed, $fail failed, $skip skipped** (top-level tests)"
     echo
     echo "## Device (nvidia-smi)"
