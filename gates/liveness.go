@@ -61,13 +61,14 @@ func (a *ArmEvidence) Add(label string, e *harness.Exec) {
 }
 
 // armOn reports whether an arm runs the path: its value of the lever (an
-// unset lever reads as its registry default) is the rule's On.
+// unset lever reads as its registry default) is the rule's On, or, for a
+// rule with OffValues (MINFER_DRAFT: any draft path), none of those.
 func armOn(lv harness.Lever, a Arm) bool {
 	v := a.Value
 	if v == harness.Unset {
 		v = lv.Default
 	}
-	return lv.Liveness != nil && v == lv.Liveness.On
+	return lv.Liveness.RunsPath(v)
 }
 
 // Liveness judges one gate's evidence of both arms on backend ("cuda",

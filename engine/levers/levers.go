@@ -101,6 +101,22 @@ type Lever struct {
 	// DefaultSince names the commit or report that made the current
 	// default the default ("" when it has always been).
 	DefaultSince string `json:"default_since,omitempty"`
+	// PairedModel: the candidate value names a model that works with the
+	// run's model (a draft: MINFER_DRAFT). abtest makes a path absolute
+	// (the arms run elsewhere), synthesizes a SHAPE:TYPE value as it does
+	// --shape/--type, refuses a pair minfer refuses (could not run, not a
+	// FAIL), and runs parity and greedy on the run's own model: a
+	// correctness model would not pair with the candidate.
+	PairedModel bool `json:"paired_model,omitempty"`
+	// ExactGreedy: gate 2 demands identical token ids whatever Tolerance
+	// says (speculative decoding's output is the target's own: a
+	// divergence is a defect, never a rounding class).
+	ExactGreedy bool `json:"exact_greedy,omitempty"`
+	// BenchOff are the bench flags of the arm with the path off (gates 3
+	// and 5), so that both arms time the same work: with MINFER_DRAFT the
+	// drafted tg continues a prompt, and "--draft none" makes the plain
+	// arm decode after the same prompt, one token per forward.
+	BenchOff []string `json:"bench_off,omitempty"`
 }
 
 // Bars are a lever's pre-registered A/B bars.
@@ -154,11 +170,32 @@ func (m MemoryBar) String() string {
 // path, with any other value (an unset lever reads as its default) it does
 // not. Each backend the lever runs on has its rule.
 type Liveness struct {
-	On   string    `json:"on"`
-	CUDA *PathRule `json:"cuda,omitempty"`
-	CPU  *PathRule `json:"cpu,omitempty"`
+	On string `json:"on"`
+	// OffValues, when set, replaces On: every value but these runs the
+	// path (a lever whose candidate is open-ended, such as a file path).
+	OffValues []string  `json:"off_values,omitempty"`
+	CUDA      *PathRule `json:"cuda,omitempty"`
+	CPU       *PathRule `json:"cpu,omitempty"`
 	// Why says what the rule defends, for the report.
 	Why string `json:"why"`
+}
+
+// RunsPath reports whether an arm whose lever value is v (an unset lever
+// reads as its default) runs the path: v is On, or, with OffValues, v is
+// none of them.
+func (lv *Liveness) RunsPath(v string) bool {
+	if lv == nil {
+		return false
+	}
+	if len(lv.OffValues) > 0 {
+		for _, off := range lv.OffValues {
+			if v == off {
+				return false
+			}
+		}
+		return true
+	}
+	return v == lv.On
 }
 
 // PathRule is the evidence of one backend's path in the census an arm
@@ -217,6 +254,12 @@ const (
 	TolF16WeightTile = "f16-weight-tile: max|diff| <= 0.5, top-1 equal at every position"
 	// TolAccumOrder: the same f32 sums in another order.
 	TolAccumOrder = "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"
+	// TolVerifyChunk: arm B's logits come from verify forwards of 1+K
+	// tokens, arm A's from one forward of the whole prompt; on the CPU the
+	// rows are bitwise the same, on CUDA a prefill and a small-batch
+	// forward take different matmul routes (MMQ / GEMM against MMVQ).
+	// Gate 2 stays exact for such a lever (Lever.ExactGreedy).
+	TolVerifyChunk = "verify-chunking: max|diff| <= 0.5, top-1 equal at every position"
 )
 
 // Mutation sites of the test seam (MINFER_TEST_MUTATE). slow_decode and
@@ -256,6 +299,20 @@ var (
 func cudaOnly(on string, why string, census []string, needs Needs) *Liveness {
 	return &Liveness{On: on, Why: why, CUDA: &PathRule{Census: census, Needs: needs}}
 }
+
+// Census names of speculative decoding (cmd/minfer adds them to the launch
+// census from its decoders' counts): spec_forward every target forward of
+// a decoder, spec_drafted the draft tokens it checked, spec_accepted those
+// it kept. Only a drafter proposes, so spec_drafted is the path's evidence.
+const (
+	CensusSpecForward  = "spec_forward"
+	CensusSpecDrafted  = "spec_drafted"
+	CensusSpecAccepted = "spec_accepted"
+)
+
+// DraftNone is MINFER_DRAFT's (and --draft's) plain decoding through the
+// speculative loop: nothing is drafted.
+const DraftNone = "none"
 
 var registry = []Lever{
 	{Name: "MINFER_DISABLE_CUDA", Kind: Presence, Default: "unset", Values: []string{"unset", "1"}, Backend: "any", Path: "backend selection", Issue: "#4",
@@ -402,6 +459,20 @@ var registry = []Lever{
 			CUDA: &PathRule{Census: []string{"minfer_qkv*_rope_store", "minfer_mmvq*_qkv_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
 			CPU:  &PathRule{Census: []string{"cpu_fused_qkv_*"}, Funcs: []string{`/engine/cpu\.\(\*Backend\)\.fusedQKV$`}},
 			Why:  "with QKV fusion on, decode runs q/k/v as one fused matmul and bias + rope + KV store as one op (minfer_mmvq*_qkv_* and minfer_qkv_rope_store on CUDA, cpu_fused_qkv_<type> on the CPU); off, three matmuls, two ropes and two KV stores"}},
+	// One lever for the drafter and one for K, not a value syntax such as
+	// PATH@K: the value is a file path, which may hold any character, and
+	// K as an Int lever is validated and printed in every report like any
+	// other pinned setting.
+	{Name: "MINFER_DRAFT", Kind: Path, Default: "", Values: []string{"", DraftNone, "lookup", "<draft.gguf>"}, Backend: "any", Path: "speculative decoding (engine/spec)", Issue: "#23",
+		Doc:  "the default of --draft on generate, chat, bench and logits: a draft GGUF of the model's vocabulary and architecture, lookup (n-grams of the context), none (the speculative loop, nothing drafted); the output is the model's own, token for token (--draft wins)",
+		ArmA: "unset", ArmB: "lookup", PairedModel: true, ExactGreedy: true, BenchOff: []string{"--draft", DraftNone},
+		Tolerance: TolVerifyChunk, Packages: []string{"engine/spec"},
+		Liveness: &Liveness{On: "lookup or a draft GGUF", OffValues: []string{"", DraftNone},
+			CUDA: &PathRule{Census: []string{CensusSpecDrafted}},
+			CPU:  &PathRule{Census: []string{CensusSpecDrafted}, Funcs: []string{`/engine/spec\.(\(\*Model\)|Lookup)\.Draft$`}},
+			Why:  "with a drafter the target checks drafted tokens in verify forwards (spec_drafted > 0 in the census, from the decoder's counts); without one nothing is drafted, so a draft that never ran is caught"}},
+	{Name: "MINFER_DRAFT_N", Kind: Int, Default: "4", Values: []string{"<n>"}, Backend: "any", Path: "speculative decoding (engine/spec)", Issue: "#23",
+		Doc: "the default of --draft-n: tokens drafted per step (>= 1; with MINFER_DRAFT)"},
 	{Name: "MINFER_BENCH_WARMUP_MS", Kind: Int, Default: "2000", Values: []string{"<ms>"}, Backend: "any", Path: "minfer bench warmup", Issue: "#3",
 		Doc: "untimed warmup budget of minfer bench in milliseconds (at least 3 iterations)"},
 	{Name: "MINFER_OP_TIMING", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "instrumentation", Issue: "#4",
@@ -572,6 +643,8 @@ type Config struct {
 	FuseQKNorm       bool
 	NoFuseFFN        bool
 	NoFuseQKV        bool
+	Draft            string // --draft's default: "", none, lookup or a GGUF path
+	DraftN           int    // --draft-n's default
 	BenchWarmupMS    int
 	OpTiming         bool
 	LaunchCensus     bool
@@ -681,6 +754,13 @@ func Parse(environ []string) (Config, error) {
 	c.FuseQKNorm = optOut("MINFER_FUSE_QKNORM")
 	c.NoFuseFFN = on("MINFER_NO_FUSE_FFN")
 	c.NoFuseQKV = on("MINFER_NO_FUSE_QKV")
+	c.Draft = vals["MINFER_DRAFT"]
+	c.DraftN = 4
+	if v, ok := raw["MINFER_DRAFT_N"]; ok {
+		if c.DraftN, _ = strconv.Atoi(v); c.DraftN < 1 {
+			return Config{}, fmt.Errorf("MINFER_DRAFT_N=%q: want at least one token per step", v)
+		}
+	}
 	c.BenchWarmupMS = 2000
 	if v, ok := raw["MINFER_BENCH_WARMUP_MS"]; ok {
 		c.BenchWarmupMS, _ = strconv.Atoi(v)

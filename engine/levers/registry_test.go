@@ -34,7 +34,7 @@ func registryProblems(l Lever) []string {
 		bad = append(bad, "a declared memory cost with the default bar")
 	}
 	switch l.Tolerance {
-	case "", TolKVPrecision, TolActQuant, TolF16WeightTile, TolAccumOrder:
+	case "", TolKVPrecision, TolActQuant, TolF16WeightTile, TolAccumOrder, TolVerifyChunk:
 	default:
 		bad = append(bad, "tolerance is not one of the Tol* classes: "+l.Tolerance)
 	}
@@ -52,7 +52,13 @@ func registryProblems(l Lever) []string {
 		}
 		return bad
 	}
-	if lv.On != l.ArmA && lv.On != l.ArmB || l.ArmA == l.ArmB || lv.Why == "" {
+	armValue := func(v string) string { // "unset" reads as the default
+		if v == "unset" {
+			return l.Default
+		}
+		return v
+	}
+	if lv.RunsPath(armValue(l.ArmA)) == lv.RunsPath(armValue(l.ArmB)) || l.ArmA == l.ArmB || lv.Why == "" {
 		bad = append(bad, "liveness On must be exactly one arm's value, with a why")
 	}
 	wantCUDA, wantCPU := l.Backend == "cuda" || l.Backend == "any", l.Backend == "cpu" || l.Backend == "any"
@@ -78,7 +84,9 @@ func registryProblems(l Lever) []string {
 			bad = append(bad, "needs MaxNT < MinNT")
 		}
 		for _, p := range r.rule.Census {
-			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) {
+			// spec_* names are the speculative decoder's counts, on
+			// either backend (CensusSpec*).
+			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) && !strings.HasPrefix(p, "spec_") {
 				bad = append(bad, "census pattern "+p+" is not a glob of "+r.prefix+"* names")
 			}
 			bad = append(bad, typedPatternProblems(p, r.rule.Needs.WeightTypes)...)
