@@ -309,3 +309,55 @@ func TestModel_ForwardsOnlyTheNewTokens(t *testing.T) {
 		t.Errorf("after a failure: %v, %v", got, err)
 	}
 }
+
+// TestScore_VerifyRowsAreThePlainForwardRowsBitwise: teacher-forced scoring
+// through verify forwards gives, at every position, the row one forward of
+// the whole sequence gives (the fake's rows are exact), drafts were checked,
+// the rejected ones cut off, and the target ends holding the ids.
+func TestScore_VerifyRowsAreThePlainForwardRowsBitwise(t *testing.T) {
+	ids := []int32{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7}
+	ref := newFakeLM(16, 64)
+	want, err := ref.Forward(ids, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half right: the drafter proposes the true next ids, then a wrong one.
+	half := fixedDraft(func(ctx []int32, k int) []int32 {
+		var out []int32
+		for i := 0; i < k && len(ctx)+i < len(ids); i++ {
+			out = append(out, ids[len(ctx)+i])
+		}
+		if len(out) > 1 {
+			out[len(out)-1] = (out[len(out)-1] + 1) % 16
+		}
+		return out
+	})
+	for _, fixed := range []bool{false, true} {
+		m := newFakeLM(16, 64)
+		dec, err := New(m, half, Options{K: 3, NVocab: 16, FixedShape: fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := 0
+		err = dec.Score(ids, func(pos int, row []float32) error {
+			if pos != next {
+				return fmt.Errorf("row of position %d, want %d", pos, next)
+			}
+			next++
+			if !slices.Equal(row, want[pos*16:(pos+1)*16]) {
+				return fmt.Errorf("position %d: the verify row differs from the plain forward's", pos)
+			}
+			return nil
+		})
+		if err != nil || next != len(ids) {
+			t.Fatalf("fixed=%v: %v after %d rows", fixed, err, next)
+		}
+		st := dec.Stats()
+		if st.Drafted == 0 || st.Accepted == 0 || st.Accepted == st.Drafted || st.Emitted != len(ids) {
+			t.Errorf("fixed=%v: stats %+v: want drafts checked, some kept and some rejected", fixed, st)
+		}
+		if !slices.Equal(m.ctx, ids) {
+			t.Errorf("fixed=%v: the target holds %v, want the ids", fixed, m.ctx)
+		}
+	}
+}
