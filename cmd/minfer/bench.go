@@ -111,7 +111,7 @@ func newBenchCmd(a *app) *cobra.Command {
 	fl.StringVarP(&f.output, "output", "o", "", "write the output to this file instead of stdout")
 	fl.IntVar(&f.turns, "turns", 0, "time a greedy conversation of this many turns instead of pp/tg: per turn the time to first token and the decode tok/s of its -n answer tokens (0: off)")
 	fl.StringVar(&f.script, "script", "", "with --turns: the user turns, separated by lines of --- (cycled; default: a built-in script)")
-	f.draft.register(cmd)
+	f.draft.register(cmd, a.cfg)
 	fl.StringVar(&f.prompt, "prompt", "", "with --draft: the text the tg test generates after, greedily, drafts checked (default: a built-in Python snippet); tg then times generated tokens")
 	return cmd
 }

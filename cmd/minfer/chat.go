@@ -68,7 +68,7 @@ func newChatCmd(a *app) *cobra.Command {
 	fl.StringVar(&f.template, "template", "auto", "chat template: auto (the model's) or chatml (plain ChatML, for a model whose template is not recognized)")
 	fl.BoolVar(&f.showTurnStats, "stats", false, "after each answer, print the turn's tokens, time to first token and decode tok/s on stderr")
 	f.session.register(cmd)
-	f.draft.register(cmd)
+	f.draft.register(cmd, a.cfg)
 	return cmd
 }
 

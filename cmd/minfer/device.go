@@ -13,6 +13,7 @@ import (
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/engine/spec"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -23,6 +24,9 @@ import (
 type deviceState struct {
 	backends []*cuda.Backend
 	cpus     []*cpu.Backend
+	// decoders are the speculative decoders opened (--draft): their
+	// counts join the census as spec_* names, MINFER_DRAFT's liveness.
+	decoders []*spec.Decoder
 }
 
 // noteEngine records the CPU backends of an opened engine.
@@ -40,7 +44,8 @@ func (d *deviceState) noteEngine(e lm) {
 
 // census sums the launch census of every backend the process opened: CUDA
 // kernel launches (a graph replay counts each kernel it holds) and CPU
-// node executions (cpu_* names); they never share a name. Empty, not nil,
+// node executions (cpu_* names); they never share a name. The speculative
+// decoders' counts join as spec_* names (levers.CensusSpec*). Empty, not nil,
 // when nothing ran.
 func (d *deviceState) census() map[string]int64 {
 	total := map[string]int64{}
@@ -52,6 +57,14 @@ func (d *deviceState) census() map[string]int64 {
 	for _, c := range d.cpus {
 		for k, n := range c.Census() {
 			total[k] += n
+		}
+	}
+	for _, dec := range d.decoders {
+		st := dec.Stats()
+		for k, n := range map[string]int{levers.CensusSpecForward: st.Forwards, levers.CensusSpecDrafted: st.Drafted, levers.CensusSpecAccepted: st.Accepted} {
+			if n > 0 {
+				total[k] += int64(n)
+			}
 		}
 	}
 	return total

@@ -21,18 +21,18 @@ import (
 // --draft none decodes plainly through the same loop (bench's baseline).
 // The output is the target's own, token for token.
 
-// defaultDraftN is --draft-n's default: tokens drafted per step.
-const defaultDraftN = 4
-
 type draftFlags struct {
 	draft string
 	n     int
 }
 
-func (d *draftFlags) register(cmd *cobra.Command) {
+// register binds --draft and --draft-n; their defaults are the levers
+// MINFER_DRAFT and MINFER_DRAFT_N (so abtest can switch drafting in an arm
+// process), and a flag given wins.
+func (d *draftFlags) register(cmd *cobra.Command, cfg levers.Config) {
 	fl := cmd.Flags()
-	fl.StringVar(&d.draft, "draft", "", "speculative decoding: a draft GGUF of the model's vocabulary and architecture, lookup (n-grams of the prompt and output so far) or none (plain decoding through the same loop); the output is the model's own, token for token")
-	fl.IntVar(&d.n, "draft-n", defaultDraftN, "with --draft: tokens drafted per step (the model checks them and its next token in one forward)")
+	fl.StringVar(&d.draft, "draft", cfg.Draft, "speculative decoding: a draft GGUF of the model's vocabulary and architecture, lookup (n-grams of the prompt and output so far) or none (plain decoding through the same loop); the output is the model's own, token for token (default: MINFER_DRAFT)")
+	fl.IntVar(&d.n, "draft-n", cfg.DraftN, "with --draft: tokens drafted per step (the model checks them and its next token in one forward; default: MINFER_DRAFT_N)")
 }
 
 // check validates the flags before anything is loaded.
@@ -98,6 +98,7 @@ func (a *app) openDraft(f *draftFlags, target lm, targetPath, device string, nCt
 	if err != nil {
 		return nil, nop, withClose(err, closeDraft())
 	}
+	a.dev.decoders = append(a.dev.decoders, dec)
 	return dec, closeDraft, nil
 }
 

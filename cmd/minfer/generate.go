@@ -218,7 +218,7 @@ func newGenerateCmd(a *app) *cobra.Command {
 	fl.BoolVar(&f.json, "json", false, "print the schema.Generate document at the end instead of streaming text")
 	fl.StringVar(&f.ids, "ids", "", "the prompt as comma-separated token ids instead of text")
 	f.session.register(cmd)
-	f.draft.register(cmd)
+	f.draft.register(cmd, a.cfg)
 	fl.IntVar(&f.repeat, "repeat", 1, "run the whole generation this many times from an empty context and print the last run (not streamed when above 1); ids that differ between runs are an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th)")
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/minfer-go/minfer/engine/sample"
+	"github.com/minfer-go/minfer/engine/spec"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -24,6 +25,7 @@ type logitsFlags struct {
 	out    string
 	json   bool
 	repeat int
+	draft  draftFlags
 }
 
 func newLogitsCmd(a *app) *cobra.Command {
@@ -50,6 +52,9 @@ func newLogitsCmd(a *app) *cobra.Command {
 	}
 	fl.BoolVar(&f.json, "json", false, "print the schema.Logits document instead of text")
 	fl.IntVar(&f.repeat, "repeat", 1, "evaluate the ids this many times from an empty context and print the last run; any run whose logits differ bitwise from the first is an error (CUDA graphs are captured at a shape's 3rd execution and replayed from the 4th: --repeat 4 checks a replay)")
+	// --draft: every row comes from a speculative verify forward
+	// (spec.Decoder.Score), the logits gate 1 compares for MINFER_DRAFT.
+	f.draft.register(cmd, a.cfg)
 	return cmd
 }
 
@@ -111,6 +116,9 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 	if f.repeat < 1 {
 		return usagef("--repeat %d: want at least one run", f.repeat)
 	}
+	if err := f.draft.check(cmd); err != nil {
+		return err
+	}
 	var ids []int32
 	if f.ids != "" {
 		var err error
@@ -142,11 +150,21 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 	if len(ids) > f.ctx {
 		return fmt.Errorf("%d tokens do not fit the context of %d (--ctx)", len(ids), f.ctx)
 	}
+	dec, closeDraft, err := a.openDraft(&f.draft, e, path, f.device, f.ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	var first, all []float32
 	for r := 1; r <= f.repeat; r++ {
 		e.Reset()
 		var err error
-		if all, err = e.Forward(ids, true); err != nil {
+		if dec != nil {
+			all, err = scoreRows(dec, ids, nVocab)
+		} else {
+			all, err = e.Forward(ids, true)
+		}
+		if err != nil {
 			return fmt.Errorf("forward (run %d of %d): %w", r, f.repeat, err)
 		}
 		if len(all) != len(ids)*nVocab {
@@ -188,6 +206,21 @@ func (a *app) logits(cmd *cobra.Command, f *logitsFlags) error {
 		}
 	}
 	return w.Flush()
+}
+
+// scoreRows is every position's logits of ids through dec's verify
+// forwards (teacher-forced: the drafts that match ids are kept), token-major
+// as Forward(ids, true) returns them.
+func scoreRows(dec *spec.Decoder, ids []int32, nVocab int) ([]float32, error) {
+	all := make([]float32, 0, len(ids)*nVocab)
+	err := dec.Score(ids, func(_ int, row []float32) error {
+		if len(row) != nVocab {
+			return fmt.Errorf("verify forward row of %d logits, want %d", len(row), nVocab)
+		}
+		all = append(all, row...)
+		return nil
+	})
+	return all, err
 }
 
 // firstBitwiseDiff is the first index at which a and b differ bit for bit

@@ -717,6 +717,9 @@ func Parse(environ []string) (Config, error) {
 			vals[k] = v
 		}
 		vals[l.Name] = l.ArmA
+		if l.ArmA == "unset" { // abtest's "leave it out of the environment"
+			delete(vals, l.Name)
+		}
 	}
 	on := func(name string) bool { // opt-in: "1" is on
 		return vals[name] == "1"
