@@ -67,7 +67,7 @@ func cpuProfiles(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) *C
 	for _, arm := range []Arm{cfg.A, cfg.B} {
 		file := filepath.Join(cfg.TmpDir, "cpu-"+arm.Name+".pprof")
 		ap := ArmCPUProfile{Arm: arm.Name}
-		e, err := env.M.R.Run(ctx, "pprof "+arm.Name, withEnv(armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}), map[string]string{"MINFER_CPU_PROFILE": file}), profileBench(cfg)...)
+		e, err := env.M.R.Run(ctx, "pprof "+arm.Name, withEnv(armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}), map[string]string{"MINFER_CPU_PROFILE": file}), profileBench(cfg, arm)...)
 		env.Cmd("profile: pprof arm "+arm.Name, e)
 		if err == nil {
 			err = readCPUProfile(file, res, &ap)

@@ -136,6 +136,10 @@ type Arm struct {
 	// Bin is the arm's own minfer binary ("": the run's): a run between
 	// two builds (abtest pr) gives each arm its build.
 	Bin string `json:"bin,omitempty"`
+	// BenchArgs are flags every bench process of the arm gets (gates 3
+	// and 5): the lever's BenchOff on the arm with the path off, so both
+	// arms time the same work (MINFER_DRAFT: "--draft none").
+	BenchArgs []string `json:"bench_args,omitempty"`
 }
 
 // armMinfer is m running the arm's own binary when it has one.
@@ -143,6 +147,7 @@ func armMinfer(m harness.Minfer, a Arm) harness.Minfer {
 	if a.Bin != "" {
 		m.Bin = a.Bin
 	}
+	m.BenchArgs = a.BenchArgs
 	return m
 }
 

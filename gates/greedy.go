@@ -65,7 +65,8 @@ func greedyPrompts(cfg Config) []harness.Prompt {
 // Greedy is gate 2.
 func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 	res := Result{Gate: GateGreedy, Defends: Defends(GateGreedy)}
-	d := &GreedyDetail{N: cfg.GenN, MarginBar: cfg.Tol.MarginBar, CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: cfg.B}}
+	tol := greedyTol(cfg)
+	d := &GreedyDetail{N: cfg.GenN, MarginBar: tol.MarginBar, CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: cfg.B}}
 	res.Greedy = d
 	m := correctness(cfg, env)
 	m.Ctx = cfg.GenCtx // the long prompt plus the generated tokens must fit
@@ -109,7 +110,7 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 		}
 		d.Prompts = append(d.Prompts, gp)
 	}
-	res.Status, res.Reason, res.Evidence = judgeGreedy(cfg.Tol, d)
+	res.Status, res.Reason, res.Evidence = judgeGreedy(tol, d)
 	gateLiveness(&res, cfg, d.CensusA, d.CensusB)
 	return res
 }
@@ -121,6 +122,18 @@ func Greedy(ctx context.Context, cfg Config, env *Env) Result {
 // (no class) allows none.
 func divergenceAllowed(tol harness.Tolerance, marginA float64) bool {
 	return !tol.Bitwise && tol.MarginBar > 0 && marginA <= tol.MarginBar
+}
+
+// greedyTol is the class gate 2 judges by: the lever's, or bitwise for a
+// lever that declares its greedy output exact (MINFER_DRAFT: speculative
+// decoding emits the target's own tokens, so any divergence is a defect,
+// whatever class its verify-forward logits are in).
+func greedyTol(cfg Config) harness.Tolerance {
+	if cfg.Lever.ExactGreedy {
+		t, _ := harness.ParseTolerance("")
+		return t
+	}
+	return cfg.Tol
 }
 
 // judgeGreedy decides gate 2 from the prompts' outcomes: it sets each

@@ -71,10 +71,11 @@ type ArmOpTiming struct {
 	Error  string            `json:"error,omitempty"`
 }
 
-// profileBench is the bench every profile process runs: the rounds' shapes,
-// one repetition, a short in-process warmup so clocks are up.
-func profileBench(cfg Config) []string {
-	return append([]string{"bench"}, benchArgs(cfg)...)
+// profileBench is the bench every profile process of arm runs: the rounds'
+// shapes, one repetition, a short in-process warmup so clocks are up, and
+// the arm's own bench flags (Arm.BenchArgs).
+func profileBench(cfg Config, arm Arm) []string {
+	return append(append([]string{"bench"}, benchArgs(cfg)...), arm.BenchArgs...)
 }
 
 // ProfileWarmupMS is the in-process warmup of the profiled bench processes.
@@ -178,7 +179,7 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 // one).
 func armCensus(ctx context.Context, cfg Config, env *Env, arm Arm) (ArmEvidence, error) {
 	in := ArmEvidence{Arm: arm}
-	e, err := env.M.R.RunCall(ctx, harness.Call{Bin: arm.Bin, Label: "census " + arm.Name, Env: armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}), Args: profileBench(cfg)})
+	e, err := env.M.R.RunCall(ctx, harness.Call{Bin: arm.Bin, Label: "census " + arm.Name, Env: armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": "0"}), Args: profileBench(cfg, arm)})
 	env.Cmd("profile: launch census arm "+arm.Name, e)
 	if err != nil {
 		return in, err
@@ -321,7 +322,7 @@ func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []
 			e, err := env.M.R.RunCall(cctx, harness.Call{Bin: arm.Bin, Label: "ncu " + arm.Name + " " + k.Kernel, Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env),
 				Extra:   []string{"LC_ALL=C"},
 				Wrapper: []string{bin, "--clock-control", "none", "--csv", "--metrics", strings.Join(NCUMetrics, ","), "-k", "regex:" + k.Kernel + "$", "--launch-count", "5"},
-				Args:    profileBench(cfg)})
+				Args:    profileBench(cfg, arm)})
 			cancel()
 			env.Cmd("profile: ncu", e)
 			if err != nil {
@@ -392,7 +393,7 @@ func opTiming(ctx context.Context, cfg Config, env *Env, arm Arm) ArmOpTiming {
 	m := withEnv(map[string]string{"MINFER_NO_CUDA_GRAPH": "1", "MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, arm.Env)
 	m["MINFER_OP_TIMING"] = "1"
 	out := ArmOpTiming{Arm: arm.Name}
-	e, err := env.M.R.RunCall(ctx, harness.Call{Bin: arm.Bin, Label: "op timing " + arm.Name, Env: m, Args: profileBench(cfg)})
+	e, err := env.M.R.RunCall(ctx, harness.Call{Bin: arm.Bin, Label: "op timing " + arm.Name, Env: m, Args: profileBench(cfg, arm)})
 	env.Cmd("profile: op timing arm "+arm.Name, e)
 	if e != nil {
 		out.Env = e.Env
@@ -432,7 +433,7 @@ func nsys(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) {
 	defer cancel()
 	e, err := env.M.R.RunCall(cctx, harness.Call{Bin: cfg.B.Bin, Label: "nsys B", Env: withEnv(map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}, cfg.B.Env),
 		Wrapper: []string{bin, "profile", "--trace=cuda", "--cuda-graph-trace=node", "-o", rep, "--force-overwrite", "true"},
-		Args:    profileBench(cfg)})
+		Args:    profileBench(cfg, cfg.B)})
 	env.Cmd("profile: nsys", e)
 	if err != nil {
 		fallback("nsys profile failed: " + err.Error())

@@ -115,6 +115,9 @@ type Minfer struct {
 	// LegacyBench: the binary predates `bench --format` (issue 14) and
 	// takes the format as -o (a bisect runs old builds).
 	LegacyBench bool
+	// BenchArgs are appended to every bench command line (an arm's own
+	// flags: gates.Arm.BenchArgs).
+	BenchArgs []string
 }
 
 func (m Minfer) modelArgs(device string) []string {
@@ -189,6 +192,7 @@ func (m Minfer) Bench(ctx context.Context, label string, env map[string]string, 
 		format = "-o"
 	}
 	args = append(args, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg), "-r", strconv.Itoa(reps), format, "json")
+	args = append(args, m.BenchArgs...)
 	e, err := m.run(ctx, label, env, args...)
 	if err != nil {
 		return BenchResult{}, e, err

@@ -286,6 +286,17 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 	for _, l := range s.levers {
 		cfg.LeverDefaults[l.Name] = l.Default
 	}
+	// The arm with the path off benches with the lever's BenchOff flags,
+	// so both arms time the same work (MINFER_DRAFT: "--draft none").
+	for _, arm := range []*gates.Arm{&cfg.A, &cfg.B} {
+		v := arm.Value
+		if v == harness.Unset {
+			v = lv.Default
+		}
+		if len(lv.BenchOff) > 0 && lv.Liveness != nil && !lv.Liveness.RunsPath(v) {
+			arm.BenchArgs = lv.BenchOff
+		}
+	}
 	// The levers the path requires are pinned in both arms.
 	for _, r := range lv.Requires {
 		name, v, _ := strings.Cut(r, "=")
@@ -456,6 +467,9 @@ func (s *setup) prepare(ctx context.Context, f *Options, cfg *gates.Config, wm *
 		}
 	case f.changed("workload") && f.OnWorkload:
 		prog.Note("note: %s declares no workload: --workload keeps --model and --pp", cfg.Lever.Name)
+	}
+	if err := s.pairArms(ctx, f, cfg, prog); err != nil {
+		return err
 	}
 	var err error
 	if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.SynthDir, prog); err != nil {

@@ -1,0 +1,89 @@
+package runs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/harness"
+)
+
+// A lever whose candidate value names a model paired with the run's model
+// (harness.Lever.PairedModel: MINFER_DRAFT's draft GGUF) is fitted to the
+// run here, before any gate runs:
+//   - a value that is a file becomes its absolute path (the arms' processes
+//     may run elsewhere); a value SHAPE:TYPE that is not a file is the model
+//     `minfer synth --shape SHAPE --type TYPE --seed SEED` writes, made once
+//     into --synth-dir as --shape/--type are (qwen2-0.5b:Q8_0 drafting for
+//     --shape qwen2-7b --type Q4_K_M); other values (lookup) stay;
+//   - parity and greedy run on the run's model, not --correctness-model: the
+//     candidate was paired with the run's model, not with another file;
+//   - the pair is tried once (`minfer generate -n 1` with arm B's setting):
+//     a pair minfer refuses (another vocabulary or architecture: its usage
+//     exit, 2) could not run, with minfer's one line; it is not a FAIL of
+//     the lever.
+
+// pairArms applies the rules above to cfg's arms.
+func (s *setup) pairArms(ctx context.Context, f *Options, cfg *gates.Config, prog *harness.Progress) error {
+	if !cfg.Lever.PairedModel {
+		return nil
+	}
+	for _, arm := range []*gates.Arm{&cfg.A, &cfg.B} {
+		v, err := s.pairedValue(ctx, f, arm.Value)
+		if err != nil {
+			return CannotRun("%s=%s: %v", cfg.Lever.Name, arm.Value, err)
+		}
+		if v != arm.Value {
+			prog.Note("%s: arm %s's %s is %s", cfg.Lever.Name, arm.Name, arm.Value, v)
+			arm.Value, arm.Env[cfg.Lever.Name] = v, v
+		}
+	}
+	if cfg.CorrectnessModel != "" {
+		prog.Note("correctness: %s pairs its value with the run's model: parity and greedy run on the run's model, not %s", cfg.Lever.Name, filepath.Base(cfg.CorrectnessModel))
+		cfg.CorrectnessModel = ""
+	}
+	return s.tryPair(ctx, cfg)
+}
+
+// pairedValue is value as the arms get it: an absolute path for a file, the
+// synthesized model's path for SHAPE:TYPE, value itself otherwise.
+func (s *setup) pairedValue(ctx context.Context, f *Options, value string) (string, error) {
+	if value == "" || value == harness.Unset || !strings.ContainsAny(value, "/.:") {
+		return value, nil // unset, none, lookup
+	}
+	if _, err := os.Stat(value); err == nil {
+		return filepath.Abs(value)
+	}
+	w, err := harness.ParseWorkload(value)
+	if err != nil || !w.HasModel() || w.PP != 0 {
+		return "", fmt.Errorf("neither a file nor SHAPE:TYPE of minfer synth")
+	}
+	path, _, err := synthModel(ctx, s.m.R, f.SynthDir, w.Shape, w.Type, f.Seed)
+	return path, err
+}
+
+// tryPair runs one short drafted generation with arm B's setting on the
+// run's model and device: a refusal (minfer's usage exit) could not run.
+func (s *setup) tryPair(ctx context.Context, cfg *gates.Config) error {
+	m := s.m
+	m.Model = cfg.Model
+	args := []string{"generate"}
+	if m.Model != "" {
+		args = append(args, "--model", m.Model)
+	}
+	args = append(args, "--device", cfg.Device, "--greedy", "-n", "1", "def")
+	env := map[string]string{}
+	for k, v := range cfg.B.Env {
+		if k != "MINFER_TEST_MUTATE" { // the pair, not the planted defect
+			env[k] = v
+		}
+	}
+	e, err := m.R.Run(ctx, "pair check", env, args...)
+	if err != nil && e != nil && e.Exit == 2 {
+		return CannotRun("%s=%s cannot run with %s: %s", cfg.Lever.Name, cfg.B.Value, modelName(cfg.Model), lastLine([]byte(e.Stderr)))
+	}
+	return nil // any other failure is the gates' to judge, with its evidence
+}
