@@ -37,7 +37,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	if withLever {
 		fl.StringVar(&o.Lever, "lever", "", "lever to test: NAME or NAME=B (B: the candidate value)")
 		fl.StringVar(&o.Baseline, "baseline", "", "arm A value (default: the lever's declared arm A)")
-		fl.StringVar(&o.Mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode[=F], slow_prefill[=F], phantom, fail_device_test)")
+		fl.StringVar(&o.Mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode[=F], slow_prefill[=F], phantom, fail_device_test, accept_wrong_draft)")
 		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
 		fl.StringVar(&o.BenchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")
 		fl.BoolVar(&o.OnWorkload, "workload", true, "run on the lever's declared workload (minfer levers: WORKLOAD): its synthesized model (--synth-dir, --seed) and/or prefill size; by default unless --model/--shape/--pp are given or the run is on the CPU backend (a lever's CPU path runs on the default model); given explicitly, always; --workload=false never")

@@ -187,7 +187,25 @@ func main() {
 	output := fs.String("output", "", "")
 	fs.StringVar(output, "o", "", "")
 	fs.StringVar(output, "out", "", "") // logits' deprecated spelling of -o
+	draftFlag := fs.String("draft", "", "")
+	fs.Int("draft-n", 4, "")
+	fs.String("prompt", "", "")
 	_ = fs.Parse(os.Args[2:])
+	// --draft's default is MINFER_DRAFT, as minfer's (abtest's "unset"
+	// under the phantom mutation reads as unset).
+	draft = env("MINFER_DRAFT")
+	if draft == "unset" {
+		draft = ""
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "draft" {
+			draft = *draftFlag
+		}
+	})
+	if strings.HasSuffix(draft, "-othervocab.gguf") { // minfer's refusal of a pair (engine/spec CheckPair)
+		fmt.Fprintf(os.Stderr, "minfer: --draft: draft model %s cannot draft for the model: another vocabulary: 151936 tokens, the target's 256\n", draft)
+		os.Exit(2)
+	}
 	cuda = backendIsCUDA(os.Args[2:])
 	reps = *repeat
 	if *repeat < 1 {
@@ -344,6 +362,9 @@ func main() {
 					best = j
 				}
 			}
+			if mut == "accept_wrong_draft" && drafting() && s == 5 {
+				best = (best + 1) % vocab // the planted defect: a wrong draft kept
+			}
 			gen = append(gen, int32(best))
 			hist = append(hist, int32(best))
 		}
@@ -486,7 +507,23 @@ var (
 	forwards = 0  // forwards of one run (logits 1, generate 1+n)
 	promptNT = 0  // the prompt's token count
 	benchRun bool
+	draft    string // --draft, else MINFER_DRAFT
 )
+
+// drafting: a drafter proposes (not --draft none).
+func drafting() bool { return draft != "" && draft != "none" }
+
+// specCensus adds the speculative decoder's counts (spec_* names) to c, as
+// minfer's census does: spec_drafted only when a drafter proposes.
+func specCensus(c schema.LaunchCensus) {
+	if draft == "" {
+		return
+	}
+	c["spec_forward"] = 10
+	if drafting() {
+		c["spec_drafted"], c["spec_accepted"] = 24, 12
+	}
+}
 
 // backendIsCUDA: --device cuda, or auto with FAKEMINFER_GPU=1.
 func backendIsCUDA(args []string) bool {
@@ -539,6 +576,7 @@ func deviceLines() {
 		} else {
 			c["cpu_matmul_q8_0"] += 72
 		}
+		specCensus(c)
 		exitLine(schema.CensusLine{LaunchCensus: c})
 		return
 	}
@@ -559,6 +597,7 @@ func deviceLines() {
 	if env("MINFER_NO_FUSE_QKV") != "1" {
 		c["minfer_mmvq_qkv_q8_0"], c["minfer_qkv_rope_store"] = 24, 24
 	}
+	specCensus(c)
 	fmt.Fprintln(os.Stderr, "minfer: model: cuda backend (fake)")
 	exitLine(schema.CensusLine{LaunchCensus: c})
 	// Graphs: a bench warms every shape up; logits/generate capture a
@@ -619,6 +658,9 @@ func writeProfile(path string) {
 	}
 	if env("MINFER_CACHE_TYPE") == "f16" {
 		add("github.com/minfer-go/minfer/engine/kv.loadRowF16", 15)
+	}
+	if drafting() {
+		add("github.com/minfer-go/minfer/engine/spec.Lookup.Draft", 10)
 	}
 	f, err := os.Create(path)
 	if err != nil {
