@@ -58,6 +58,10 @@
 #                                   @own: parity and greedy on that model, not CORRECTNESS_MODEL -
 #                                   for a path the correctness model does not have, such as qwen3's q/k norm;
 #                                   @mutate=slow_decode=0.03: a mutation run, --mutate in arm B)
+#                                   (MINFER_DRAFT: VALUE is the draft, a file or SHAPE:TYPE synthesized
+#                                   into MODEL_DIR; @SHAPE:TYPE or MODEL is the target, e.g.
+#                                   LEVERS="MINFER_DRAFT=qwen2-0.5b:Q8_0@qwen2-7b:Q4_K_M", or
+#                                   MODEL=tiny-code-f16.gguf LEVERS="MINFER_DRAFT=/abs/tiny-code-q4_0.gguf")
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
