@@ -87,10 +87,8 @@ func residPtrsOK(res, out driver.DevicePtr, n int) bool {
 // _res_ form: quantize (or the NORM_Q8 scratch) + minfer_mmvq_<t>, or the
 // repacked minfer_mmvqr_<t>.
 func (b *Backend) residPath(m matmulPlan, nt int) bool {
-	if nt != 1 || !b.mmvqDecode(m.w, 1) {
-		return false
-	}
-	return b.mmvqR(m.w, 1) || !b.k.MMVQInline(m.w.rowLen, m.w.rows, b.mm)
+	r := b.matmulRoute(m.w, nt)
+	return r == routeMMVQ || r == routeMMVQR
 }
 
 // residDefer leaves the planned matmul n pending when the rule's matmul

@@ -196,23 +196,20 @@ func MatMulTypes() []quant.Type {
 // (minfer_mmvq_s_<t>) for the row counts Kernels.MMVQSplit picks; the name
 // stays the family's, and the tolerance class too.
 func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
-	ks, ok := matmulTable[wtype]
-	if !ok || nt < 1 {
-		return ""
-	}
-	if nt == 1 && mmvqOn(wtype, opts) {
+	ks := matmulTable[wtype]
+	switch routeFor(wtype, nt, opts) {
+	case routeMMVQ:
 		return mmvqTable[wtype]
-	}
-	if mmvqNTOn(wtype, nt, opts) {
+	case routeMMVQNT:
 		return mmvqNTKernel(wtype)
-	}
-	if nt <= mmvMaxNT || opts.NoPrefillGEMM {
+	case routeMMV:
 		return ks.mmv
-	}
-	if mmqOn(wtype, nt, opts) {
+	case routeMMQ:
 		return mmqTable[wtype]
+	case routeGEMM:
+		return ks.gemm
 	}
-	return ks.gemm
+	return ""
 }
 
 // MatMulTolerance names the tolerance class of the path MatMul takes
@@ -331,17 +328,14 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 			out, x, w, bias, wtype, a)
 	}
 	name := MatMulPath(wtype, nt, opts)
-	ks := matmulTable[wtype]
-	if name == ks.gemm {
+	switch routeFor(wtype, nt, opts) {
+	case routeGEMM:
 		return k.launchGemm(s, name, out, x, w, bias, nt, kDim, n)
-	}
-	if name == mmqTable[wtype] {
+	case routeMMQ:
 		return k.launchMMQ(s, name, out, x, w, wtype, bias, nt, kDim, n, opts)
-	}
-	if name != "" && name == mmvqNTKernel(wtype) {
+	case routeMMVQNT:
 		return k.launchMMVQNT(s, wtype, out, x, w, bias, nt, kDim, n, opts)
-	}
-	if name == mmvqTable[wtype] {
+	case routeMMVQ:
 		if k.MMVQInline(kDim, n, opts) {
 			return k.mmvqxPlain(s, out, x, w, wtype, bias, kDim, n, 0)
 		}

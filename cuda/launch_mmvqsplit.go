@@ -181,7 +181,7 @@ func (k *Kernels) MatMulQ8_1QKVS(s *driver.Stream, out, xq driver.DevicePtr, xqB
 // error of the chosen launch is returned.
 func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
 	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
-	w, rp := m.w.ptr, b.mmvqR(m.w, 1)
+	w, rp := m.w.ptr, b.matmulRoute(m.w, 1) == routeMMVQR
 	if rp {
 		w = m.w.rp
 	}

@@ -266,13 +266,3 @@ func (b *Backend) repackWeight(dw *devWeight) error {
 	b.repackBytes += need
 	return nil
 }
-
-// mmvqR reports whether a decode matmul of w reads its repacked copy:
-// one token, the type takes mmvq, and the copy exists.
-func (b *Backend) mmvqR(w *devWeight, nt int) bool { return w.rp != 0 && b.mmvqDecode(w, nt) }
-
-// runFromQ8R runs one decode matmul of a repacked weight over the Q8_1 row
-// already in the scratch.
-func (b *Backend) runFromQ8R(m matmulPlan) error {
-	return b.mmvqFromQ8(m, m.out, 0) // MatMulQ8_1R, or its split form (MINFER_MMVQ_SPLIT)
-}

@@ -174,7 +174,7 @@ func (b *Backend) planActQ8(x driver.DevicePtr, k int) bool {
 // form), whether the quantize launch is needed. Other paths do not touch
 // the scratch: true (MatMul as before), and the record stays as it is.
 func (b *Backend) planMatMulQ8(x driver.DevicePtr, nt int, m matmulPlan) bool {
-	if !b.lv.NormQ8 || !b.mmvqDecode(m.w, nt) || b.k.MMVQInline(m.w.rowLen, m.w.rows, b.mm) {
+	if r := b.matmulRoute(m.w, nt); !b.lv.NormQ8 || (r != routeMMVQ && r != routeMMVQR) {
 		return true
 	}
 	return b.planActQ8(x, m.w.rowLen)
