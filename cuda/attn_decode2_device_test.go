@@ -1,7 +1,7 @@
 package cuda
 
 // Tests of the lean split-K decode attention (attn_decode2.cu,
-// launch_attn2.go, lever MINFER_ATTN_DECODE_V2): the kernel against the
+// attn_decode2.go, lever MINFER_ATTN_DECODE_V2): the kernel against the
 // port of engine/cpu's attention (adRef, attn_device_test.go) for every KV
 // format and the decode shapes, the backend path across graph replays, the
 // whole model lever on vs off, and the lever's census. Device tests skip

@@ -1,7 +1,7 @@
 package cuda
 
 // Device tests of the split-K decode attention (attn_decode.cu,
-// launch_attn.go): the kernel against a port of engine/cpu's attention for
+// attn_decode.go): the kernel against a port of engine/cpu's attention for
 // every KV format and the shapes decode meets, the backend path against the
 // engine/cpu backend across graph replays, and the lever's liveness.
 

@@ -1,6 +1,6 @@
 package cuda
 
-// Tests of the v2 tiled prefill attention (launch_attn_prefill2.go,
+// Tests of the v2 tiled prefill attention (attn_prefill2.go,
 // kernels/attn_prefill2.cu; lever MINFER_FA_PREFILL_V2). They reuse the v1
 // tests' cases and helpers (attn_prefill_device_test.go). The device tests
 // skip with a message when no device answers; the host test pins the

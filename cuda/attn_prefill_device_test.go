@@ -1,6 +1,6 @@
 package cuda
 
-// Tests of the tiled prefill attention (launch_attn_prefill.go,
+// Tests of the tiled prefill attention (attn_prefill.go,
 // kernels/attn_prefill.cu; lever MINFER_NO_FA_PREFILL). The device tests
 // skip with a message when no device answers; the host tests pin the
 // launcher's variant choice and shared-memory formula.

@@ -51,7 +51,7 @@ type Backend struct {
 	kvScratch driver.DevicePtr // KVMove's bounce buffer (one region)
 	kvStamp   uint64           // moves whenever the KV layout changes
 
-	attnScratch map[attnScratchKey]attnScratchBuf // split-K decode attention scratch per shape (launch_attn.go)
+	attnScratch map[attnScratchKey]attnScratchBuf // split-K decode attention scratch per shape (attn_decode.go)
 
 	cap    capture
 	ops    map[graph.Op]opFunc
@@ -163,10 +163,10 @@ func (b *Backend) Kernels() *Kernels { return b.k }
 
 // SupportsFused implements graph.Backend. Fused QKV is the three matmuls
 // of one input into one output; fused FFN is gate and up of one input and
-// their SwiGLU (exec.go opFusedQKV / opFusedFFN: at decode one mmvq launch
+// their SwiGLU (matmul.go opFusedQKV / opFusedFFN: at decode one mmvq launch
 // each, bitwise the unfused mmvq kernels; otherwise the unfused kernels);
 // bias + rope + KV store is one minfer_qkv_rope_store launch
-// (exec_rope_store.go), bitwise the unfused chain; so is qwen3's variant
+// (qkv_rope_store.go), bitwise the unfused chain; so is qwen3's variant
 // with the q/k norms (minfer_qkv_norm_rope_store), offered only with
 // MINFER_FUSE_QKNORM=1.
 func (b *Backend) SupportsFused(k graph.FuseKind) bool {

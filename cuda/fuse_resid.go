@@ -27,11 +27,9 @@ package cuda
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
-	"github.com/minfer-go/minfer/engine/quant"
 )
 
 // residPending is a planned, not yet launched, decode matmul.
@@ -143,82 +141,4 @@ func (b *Backend) runMatMulRes(p *residPending, res, out driver.DevicePtr) error
 	}
 	// The repacked or GGUF _res_ kernel, one-warp or split (MINFER_MMVQ_SPLIT).
 	return b.mmvqFromQ8(m, out, res)
-}
-
-// mmvqResKernel names the residual form of a type's mmvq kernel.
-func mmvqResKernel(wtype quant.Type) string {
-	name, ok := mmvqTable[wtype]
-	if !ok {
-		return ""
-	}
-	return "minfer_mmvq_res_" + strings.TrimPrefix(name, "minfer_mmvq_")
-}
-
-// mmvqrResKernel names the residual form of a type's repacked kernel.
-func mmvqrResKernel(wtype quant.Type) string {
-	sfx, ok := mmvqrTypes[wtype]
-	if !ok {
-		return ""
-	}
-	return "minfer_mmvqr_res_" + sfx
-}
-
-// checkRes validates the residual and output of a _res_ launch: both f32
-// aligned, the same n values or disjoint.
-func checkRes(op string, wtype quant.Type, out, res driver.DevicePtr, kDim, n int) error {
-	if res == 0 || uint64(res)%4 != 0 {
-		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned residual %v", op, wtype, kDim, n, res)
-	}
-	if !residPtrsOK(res, out, n) {
-		return fmt.Errorf("%s %s k=%d n=%d: residual %v partly overlaps the output %v", op, wtype, kDim, n, res, out)
-	}
-	return nil
-}
-
-// MatMulQ8_1Res is MatMulQ8_1 with the residual add folded in
-// (minfer_mmvq_res_<type>): out[j] = res[j] + (W[j] . a (+ bias[j])),
-// bitwise MatMulQ8_1 followed by Add. res may be out (in place).
-func (k *Kernels) MatMulQ8_1Res(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
-	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQ("matmul_q8_1_res", xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1_res %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	if err := checkRes("matmul_q8_1_res", wtype, out, res, kDim, n); err != nil {
-		return err
-	}
-	name := mmvqResKernel(wtype)
-	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
-	block := [3]uint32{mmvqThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
-}
-
-// MatMulQ8_1RRes is MatMulQ8_1R with the residual add folded in
-// (minfer_mmvqr_res_<type>): bitwise MatMulQ8_1R followed by Add.
-func (k *Kernels) MatMulQ8_1RRes(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
-	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQR("matmul_q8_1r_res", w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if err := checkQ8Act("matmul_q8_1r_res", xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1r_res %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	if err := checkRes("matmul_q8_1r_res", wtype, out, res, kDim, n); err != nil {
-		return err
-	}
-	name := mmvqrResKernel(wtype)
-	grid := [3]uint32{uint32((n + mmvqrRows - 1) / mmvqrRows), 1, 1}
-	block := [3]uint32{mmvqrThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -247,3 +248,95 @@ func (k *Kernels) OpTimes() []OpTime {
 	sort.Slice(out, func(i, j int) bool { return out[i].Total > out[j].Total })
 	return out
 }
+
+const (
+	// defaultDynSmem is the dynamic shared memory a kernel may use without
+	// an opt-in.
+	defaultDynSmem = 48 << 10
+	// maxGridY bounds the gemm's and MMQ's token-tile grid dimension.
+	maxGridY = 65535
+)
+
+// setOptIn records that kernel name was opted in to smem bytes of dynamic
+// shared memory. The record lives on the Kernels (one module), not in a
+// process-wide map, so a second device or a reloaded module starts clean.
+func (k *Kernels) setOptIn(name string, smem int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.optIn == nil {
+		k.optIn = map[string]int{}
+	}
+	k.optIn[name] = smem
+}
+
+// optedIn is the dynamic shared memory kernel name was opted in to (0: none).
+func (k *Kernels) optedIn(name string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.optIn[name]
+}
+
+// The checks and geometry every non-matmul launcher shares.
+const (
+	opsThreads   = 256     // block size of the element-wise, row and KV kernels
+	opsMaxBlocks = 1 << 16 // grid cap of the grid-stride element-wise kernels
+	maxInt32     = math.MaxInt32
+)
+
+// opsErr wraps a launch error with the op name.
+func opsErr(op string, err error) error {
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	return nil
+}
+
+// opsBad is an argument error naming the op.
+func opsBad(op, format string, args ...any) error {
+	return fmt.Errorf("cuda: %s: %s", op, fmt.Sprintf(format, args...))
+}
+
+// opsGrid1 is the grid of a grid-stride kernel over n elements.
+func opsGrid1(n int) [3]uint32 {
+	b := (n + opsThreads - 1) / opsThreads
+	b = max(1, min(b, opsMaxBlocks))
+	return [3]uint32{uint32(b), 1, 1}
+}
+
+// opsRowBlock is the block of a one-block-per-row kernel over rows of n:
+// a multiple of 32, at most opsThreads.
+func opsRowBlock(n int) [3]uint32 {
+	b := min(opsThreads, (n+31)/32*32)
+	return [3]uint32{uint32(max(32, b)), 1, 1}
+}
+
+var opsBlock = [3]uint32{opsThreads, 1, 1}
+
+func opsCheckN(op string, n int) error {
+	if n <= 0 {
+		return opsBad(op, "%d elements: must be positive", n)
+	}
+	return nil
+}
+
+// opsCheckRows checks rows x n with n (the row length) and rows below 2^31
+// and a positive product.
+func opsCheckRows(op string, rows, n int) error {
+	if rows <= 0 || n <= 0 {
+		return opsBad(op, "%d rows of %d: both must be positive", rows, n)
+	}
+	if rows > maxInt32 || n > maxInt32 || rows > math.MaxInt64/n {
+		return opsBad(op, "%d rows of %d: too large", rows, n)
+	}
+	return nil
+}
+
+// boolI32 is a kernel int flag (C has no bool kernel parameter here).
+func boolI32(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func opsChunks(n int) uint32 { return uint32((n + opsThreads - 1) / opsThreads) }

@@ -1,7 +1,15 @@
 package cuda
 
+// matmul.go: the matmul ops (plain, fused q/k/v, fused FFN) and the one
+// route choice they share (matmulRoute), with the type table and the
+// Kernels.MatMul entry point that dispatches a single matmul to its
+// family: mmv.go, gemm.go, mmq.go, mmvq.go, mmvq_nt.go, mmvq_repack.go,
+// mmvq_split.go. No kernel lives here.
+
 import (
 	"fmt"
+	"math"
+	"sort"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
@@ -133,30 +141,6 @@ func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 		return routeMMVQX
 	}
 	return r
-}
-
-// quantizeAct quantizes the one activation row x (k values) into the
-// backend's Q8_1 scratch: the shared first half of the mmvq matmuls of x.
-// launch is planActQ8's plan-time answer: false when the scratch already
-// holds x's quantization (MINFER_NORM_Q8), and then nothing is launched.
-func (b *Backend) quantizeAct(launch bool, x driver.DevicePtr, k int) error {
-	if need := ActQ8Bytes(k, 1); need == 0 || b.mm.ActQ8Bytes < need {
-		return fmt.Errorf("Q8_1 activation scratch of %d bytes, k=%d needs %d", b.mm.ActQ8Bytes, k, need)
-	}
-	if !launch {
-		return nil
-	}
-	return b.k.QuantizeQ8_1(b.s, b.mm.ActQ8, x, k, 1)
-}
-
-// runFromQ8 runs one matmul of a decode step whose activation is already in
-// the Q8_1 scratch: the mmvq kernel when m's type takes it, else the f32
-// path (which leaves the scratch alone).
-func (b *Backend) runFromQ8(x driver.DevicePtr, m matmulPlan) error {
-	if b.matmulRoute(m.w, 1).decode() {
-		return b.mmvqFromQ8(m, m.out, 0) // over the repacked copy when there is one
-	}
-	return b.runMatMul(x, 1, m)
 }
 
 // sharedInput is how the matmuls ms of one input x (k values, nt rows:
@@ -377,4 +361,207 @@ func (b *Backend) ensureFFNUp(n int) error {
 		b.ffnUp, b.ffnUpLen = ptr, n
 		return nil
 	})
+}
+
+// MatMulOptions selects among the matmul paths.
+type MatMulOptions struct {
+	// NoPrefillGEMM (MINFER_NO_PREFILL_GEMM) runs prefill (nt >= 9) through
+	// the per-type mmv kernel, looped over chunks of at most 8 tokens,
+	// instead of the f16 tensor-core GEMM.
+	NoPrefillGEMM bool
+	// NoQ80MMVQ (MINFER_NO_Q80_MMVQ: Q8_0), NoQ40MMVQ (MINFER_NO_Q40_MMVQ:
+	// the legacy 32-value formats Q4_0, Q4_1, Q5_0 and Q5_1) and NoKQMMVQ
+	// (MINFER_NO_KQ_MMVQ: Q4_K and Q6_K) run decode (nt = 1) of those weight
+	// types through the f32-activation mmv kernel instead of the
+	// Q8_1-activation mmvq kernel (and its fused q/k/v and FFN forms).
+	NoQ80MMVQ bool
+	NoQ40MMVQ bool
+	NoKQMMVQ  bool
+	// ActQ8 is a device scratch of ActQ8Bytes bytes (4-byte aligned) that
+	// the mmvq path quantizes the activation row into (k / 32 Q8_1 blocks of
+	// 36 bytes). The mmvq path is taken only when it is set: the Backend
+	// owns one (sized at weight registration for its largest k), callers
+	// without one (kernel-level tests) get the mmv path. A set scratch that
+	// is too small for k is an error, never a fallback.
+	ActQ8      driver.DevicePtr
+	ActQ8Bytes uint64
+	// InlineQ8 runs the decode mmvq path in its in-kernel form where the
+	// shape allows it (Kernels.MMVQInline): the minfer_mmvqx_* kernels
+	// quantize the f32 activation row into shared memory themselves, so
+	// there is no minfer_quantize_q8_1 launch and no scratch; the results
+	// are bitwise the two-launch form's. Off (the zero value, and the
+	// shapes it does not take), decode mmvq is minfer_quantize_q8_1 into
+	// ActQ8 and then the mmvq kernel. With InlineQ8 set the mmvq path runs
+	// without ActQ8 for the shapes the in-kernel form takes.
+	InlineQ8 bool
+	// MMQ (MINFER_MMQ, default on) runs prefill (nt >= 9) of the types in
+	// mmqTable through the int8 tensor-core kernel over Q8_1 activations
+	// (mmq.go) in MMQAct (MMQActBytes >= ActQ8Bytes(k, nt), grown by
+	// the Backend; a missing or small one is an error, not a fallback).
+	MMQ         bool
+	MMQAct      driver.DevicePtr
+	MMQActBytes uint64
+	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the
+	// mmvq types (their mmvq lever off) as minfer_quantize_q8_1 of the nt
+	// rows into ActQ8 (ActQ8Bytes(k, nt)) + minfer_mmvq_nt_<t>
+	// (mmvq_nt.go) instead of the f32-activation mmv kernel.
+	MMVQNT bool
+	// MMVQSplit (MINFER_MMVQ_SPLIT) runs decode mmvq matmuls (plain, _res_
+	// and fused q/k/v, GGUF and repacked) of few rows in the split form,
+	// several warps per row (mmvq_split.go: Kernels.MMVQSplit).
+	MMVQSplit bool
+}
+
+// matmulKernels names the kernels of one weight type.
+type matmulKernels struct {
+	mmv  string // decode / small batch, nt 1..8 (and the NoPrefillGEMM prefill)
+	gemm string // prefill, nt >= 9: f16 tensor-core GEMM
+}
+
+// matmulTable is the dispatch table: every weight type the device matmul
+// reads, and its kernels.
+var matmulTable = map[quant.Type]matmulKernels{
+	quant.F32:  {"minfer_mmv_f32", "minfer_gemm_f32"},
+	quant.F16:  {"minfer_mmv_f16", "minfer_gemm_f16"},
+	quant.BF16: {"minfer_mmv_bf16", "minfer_gemm_bf16"},
+	quant.Q4_0: {"minfer_mmv_q4_0", "minfer_gemm_q4_0"},
+	quant.Q4_1: {"minfer_mmv_q4_1", "minfer_gemm_q4_1"},
+	quant.Q5_0: {"minfer_mmv_q5_0", "minfer_gemm_q5_0"},
+	quant.Q5_1: {"minfer_mmv_q5_1", "minfer_gemm_q5_1"},
+	quant.Q8_0: {"minfer_mmv_q8_0", "minfer_gemm_q8_0"},
+	quant.Q4_K: {"minfer_mmv_q4_k", "minfer_gemm_q4_k"},
+	quant.Q5_K: {"minfer_mmv_q5_k", "minfer_gemm_q5_k"},
+	quant.Q6_K: {"minfer_mmv_q6_k", "minfer_gemm_q6_k"},
+}
+
+// MatMulTypes lists the weight types the device matmul supports, in type-id
+// order (for eligibility checks and test sweeps).
+func MatMulTypes() []quant.Type {
+	ts := make([]quant.Type, 0, len(matmulTable))
+	for t := range matmulTable {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+	return ts
+}
+
+// MatMulPath returns the name of the kernel MatMul launches for wtype and
+// nt tokens ("" for a type without a device matmul or nt < 1). The
+// NoPrefillGEMM prefill runs that one kernel once per chunk of up to 8
+// tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K
+// runs the mmvq kernel (after minfer_quantize_q8_1) when its lever is off
+// and opts.ActQ8 is set; 2..8 tokens of those types run minfer_mmvq_nt_<t>
+// (after minfer_quantize_q8_1 of the nt rows) when opts.MMVQNT is set too.
+// Prefill (nt >= 9) of the mmqTable types runs
+// minfer_mmq_<type> (after minfer_quantize_q8_1) when opts.MMQ is set and
+// NoPrefillGEMM is not; F32, F16 and BF16 keep the f16 GEMM. With
+// opts.MMVQSplit the decode mmvq kernel named here runs in its split form
+// (minfer_mmvq_s_<t>) for the row counts Kernels.MMVQSplit picks; the name
+// stays the family's, and the tolerance class too.
+func MatMulPath(wtype quant.Type, nt int, opts MatMulOptions) string {
+	ks := matmulTable[wtype]
+	switch routeFor(wtype, nt, opts) {
+	case routeMMVQ:
+		return mmvqTable[wtype]
+	case routeMMVQNT:
+		return mmvqNTKernel(wtype)
+	case routeMMV:
+		return ks.mmv
+	case routeMMQ:
+		return mmqTable[wtype]
+	case routeGEMM:
+		return ks.gemm
+	}
+	return ""
+}
+
+// MatMulTolerance names the tolerance class of the path MatMul takes
+// against the CPU reference (GATES.md): "f32-reorder" for the mmv kernels
+// (f32 FMAs, only the accumulation order differs), "f16-weight-tile" for
+// the GEMM (each dequantized weight is rounded to f16: |err| <= 2^-11 *
+// sum_i |w_i x_i| per output), "activation-quantization-q8_1" for the mmvq
+// kernels (the activations are rounded to Q8_1 as the CPU's quantizer does;
+// the integer dot products are exact).
+func MatMulTolerance(wtype quant.Type, nt int, opts MatMulOptions) string {
+	ks, ok := matmulTable[wtype]
+	if !ok || nt < 1 {
+		return ""
+	}
+	switch MatMulPath(wtype, nt, opts) {
+	case ks.gemm:
+		return "f16-weight-tile"
+	case mmvqTable[wtype], mmqTable[wtype], mmvqNTKernel(wtype):
+		return "activation-quantization-q8_1"
+	}
+	return "f32-reorder"
+}
+
+// validateMatMul checks the shape and type of one matmul; errors name the
+// op and the values.
+func validateMatMul(wtype quant.Type, nt, kDim, n int) error {
+	if _, ok := matmulTable[wtype]; !ok {
+		return fmt.Errorf("matmul: weight type %s (id %d) has no device kernel", wtype, uint32(wtype))
+	}
+	if nt < 1 || kDim < 1 || n < 1 {
+		return fmt.Errorf("matmul: empty shape nt=%d k=%d n=%d (%s)", nt, kDim, n, wtype)
+	}
+	if bs := wtype.BlockSize(); kDim%bs != 0 {
+		return fmt.Errorf("matmul: k=%d is not a multiple of the %s block size %d", kDim, wtype, bs)
+	}
+	if kDim > math.MaxInt32 || n > math.MaxInt32 || nt > math.MaxInt32 {
+		return fmt.Errorf("matmul: shape nt=%d k=%d n=%d (%s) exceeds the kernels' int32 range", nt, kDim, n, wtype)
+	}
+	rowBytes := uint64(kDim/wtype.BlockSize()) * uint64(wtype.BlockBytes())
+	if rowBytes*uint64(n) > math.MaxInt64/2 {
+		return fmt.Errorf("matmul: weight of %d rows x %d bytes (%s) is too large", n, rowBytes, wtype)
+	}
+	return nil
+}
+
+// matmulAlign is the byte alignment each device pointer must have: f32 for
+// x, out, bias; the weight's natural element alignment (GGUF blocks are
+// read byte-wise, F32 / F16 / BF16 rows element-wise).
+func matmulAlign(wtype quant.Type) uint64 {
+	switch wtype {
+	case quant.F32:
+		return 4
+	case quant.F16, quant.BF16:
+		return 2
+	}
+	return 1
+}
+
+// MatMul computes out[t][j] = sum_i W[j][i] * x[t][i] (+ bias[j]) on s for
+// t < nt, j < n, i < kDim: w holds n rows of kDim values of wtype in their
+// GGUF block layout, x nt rows of kDim f32, out nt rows of n f32; bias is n
+// f32 or 0 for none. nt <= 8 (or opts.NoPrefillGEMM) runs the per-type mmv
+// kernel, larger nt the f16 tensor-core GEMM (MatMulPath says which).
+// Errors name the op, the kernel and the values; nothing falls back.
+func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
+	nt, kDim, n int, opts MatMulOptions) error {
+	if err := validateMatMul(wtype, nt, kDim, n); err != nil {
+		return err
+	}
+	if out == 0 || x == 0 || w == 0 {
+		return fmt.Errorf("matmul: null device pointer (out=%v x=%v w=%v) for %s nt=%d k=%d n=%d", out, x, w, wtype, nt, kDim, n)
+	}
+	if a := matmulAlign(wtype); uint64(w)%a != 0 || uint64(out)%4 != 0 || uint64(x)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("matmul: misaligned device pointer (out=%v x=%v w=%v bias=%v; %s weights need %d-byte alignment, f32 data 4)",
+			out, x, w, bias, wtype, a)
+	}
+	name := MatMulPath(wtype, nt, opts)
+	switch routeFor(wtype, nt, opts) {
+	case routeGEMM:
+		return k.launchGemm(s, name, out, x, w, bias, nt, kDim, n)
+	case routeMMQ:
+		return k.launchMMQ(s, name, out, x, w, wtype, bias, nt, kDim, n, opts)
+	case routeMMVQNT:
+		return k.launchMMVQNT(s, wtype, out, x, w, bias, nt, kDim, n, opts)
+	case routeMMVQ:
+		if k.MMVQInline(kDim, n, opts) {
+			return k.mmvqxPlain(s, out, x, w, wtype, bias, kDim, n, 0)
+		}
+		return k.launchMMVQ(s, wtype, out, x, w, bias, kDim, n, opts)
+	}
+	return k.launchMMV(s, name, out, x, w, bias, nt, kDim, n)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
-// Device tests of MINFER_MMVQ_NT (launch_mmvqnt.go, kernels/mmvq_nt.cu):
+// Device tests of MINFER_MMVQ_NT (mmvq_nt.go, kernels/mmvq_nt.cu):
 // minfer_mmvq_nt_<t> bitwise against minfer_mmvq_<t> per token, and whole
 // models with the lever on against off, the CPU and themselves without CUDA
 // graphs. They skip with a message when no device answers.

@@ -13,7 +13,7 @@ import (
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
-// Tests of MINFER_MMVQ_REPACK (launch_repack.go, kernels/mmvq_repack.cu):
+// Tests of MINFER_MMVQ_REPACK (mmvq_repack.go, kernels/mmvq_repack.cu):
 // the repacked copy's bytes, minfer_mmvqr_* bitwise against minfer_mmvq_*,
 // whole-model decode with the lever on against off, and the census. The
 // device tests skip with a message when no device answers.

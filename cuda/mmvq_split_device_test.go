@@ -11,7 +11,7 @@ import (
 	"github.com/minfer-go/minfer/engine/synth"
 )
 
-// Device tests of MINFER_MMVQ_SPLIT (launch_mmvqsplit.go,
+// Device tests of MINFER_MMVQ_SPLIT (mmvq_split.go,
 // kernels/mmvq_split.cu): the split kernels against the one-warp kernels
 // (the same per-unit values in another f32 order) and against the exact
 // Q8_1 reference, and the whole model with the lever on against off. They

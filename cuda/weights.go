@@ -23,7 +23,7 @@ type devWeight struct {
 	ptr      driver.DevicePtr
 	vector   bool
 	// rp is the 16-byte-aligned repacked copy the decode mmvqr kernels read
-	// (MINFER_MMVQ_REPACK, launch_repack.go); 0 when there is none.
+	// (MINFER_MMVQ_REPACK, mmvq_repack.go); 0 when there is none.
 	rp driver.DevicePtr
 }
 

@@ -393,7 +393,7 @@ var registry = []Lever{
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
 		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_MMVQ_REPACK",
-		// cuda/launch_repack.go: the GGUF copy stays for prefill and
+		// cuda/mmvq_repack.go: the GGUF copy stays for prefill and
 		// get_rows, so B holds those matrices twice (7B Q8_0: +~7.5 GB).
 		Memory: &MemoryBar{Frac: 1, MiB: 64, Cost: "a 16-byte-aligned second copy of every Q8_0 / Q6_K matrix"},
 		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights reads their 16-byte-aligned repacked copy (minfer_mmvqr_*) only with the lever on; off, minfer_mmvq_* reads the GGUF blocks",

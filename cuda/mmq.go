@@ -1,5 +1,9 @@
 package cuda
 
+// mmq.go: the int8 tensor-core prefill matmul over Q8_1 activations
+// (cuda/kernels/mmq.cu, MINFER_MMQ), its tile and split-K plan, and the
+// backend's growable activation scratch.
+
 import (
 	"fmt"
 	"math"

@@ -1,6 +1,6 @@
 package cuda
 
-// launch_mmvqsplit.go: MINFER_MMVQ_SPLIT. Decode (nt = 1) MMVQ matmuls of
+// mmvq_split.go: MINFER_MMVQ_SPLIT. Decode (nt = 1) MMVQ matmuls of
 // matrices with few rows run MINFER_MMVQS_WARPS warps per output row
 // (minfer_mmvq*_s_*: cuda/kernels/mmvq_split.cu) instead of one.
 //
@@ -172,45 +172,4 @@ func (k *Kernels) MatMulQ8_1QKVS(s *driver.Stream, out, xq driver.DevicePtr, xqB
 		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
 	}
 	return nil
-}
-
-// mmvqFromQ8 runs the decode MMVQ matmul m over the Q8_1 row already in
-// the backend's scratch, writing out (with res folded in when res != 0):
-// over the repacked copy when m's weight has one, in the split form when
-// the rule picks it, else the one-warp kernels. Nothing falls back: an
-// error of the chosen launch is returned.
-func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
-	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
-	w, rp := m.w.ptr, b.matmulRoute(m.w, 1) == routeMMVQR
-	if rp {
-		w = m.w.rp
-	}
-	switch split := b.k.MMVQSplit(m.w.rows, b.mm); {
-	case split && rp:
-		return b.k.MatMulQ8_1RS(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
-	case split:
-		return b.k.MatMulQ8_1S(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
-	case rp && res != 0:
-		return b.k.MatMulQ8_1RRes(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
-	case rp:
-		return b.k.MatMulQ8_1R(b.s, out, q, qb, w, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
-	case res != 0:
-		return b.k.MatMulQ8_1Res(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
-	}
-	return b.k.MatMulQ8_1(b.s, out, q, qb, w, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
-}
-
-// mmvqQKVFromQ8 runs a fused decode q/k/v over the Q8_1 row in the
-// scratch: the split form when the rule picks it for the total row count,
-// else minfer_mmvq[r]_qkv_<type>.
-func (b *Backend) mmvqQKVFromQ8(out driver.DevicePtr, w [3]driver.DevicePtr, wtype quant.Type, bias [3]driver.DevicePtr,
-	kDim int, rows [3]int, repacked bool) error {
-	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
-	switch {
-	case b.k.MMVQSplit(rows[0]+rows[1]+rows[2], b.mm):
-		return b.k.MatMulQ8_1QKVS(b.s, out, q, qb, w, wtype, bias, kDim, rows, repacked)
-	case repacked:
-		return b.k.MatMulQ8_1QKVR(b.s, out, q, qb, w, wtype, bias, kDim, rows)
-	}
-	return b.k.MatMulQ8_1QKV(b.s, out, q, qb, w, wtype, bias, kDim, rows)
 }

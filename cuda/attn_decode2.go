@@ -1,6 +1,6 @@
 package cuda
 
-// launch_attn2.go: the lean split-K decode attention
+// attn_decode2.go: the lean split-K decode attention
 // (cuda/kernels/attn_decode2.cu) and its scratch. opAttn takes this path for
 // nt <= AttnDecodeMaxNT when MINFER_ATTN_DECODE_V2=1
 // (levers.Config.AttnDecodeV2), ahead of the split-K kernel.

@@ -1,6 +1,6 @@
 package cuda
 
-// launch_attn_prefill2.go: the launcher of the v2 tiled prefill attention
+// attn_prefill2.go: the launcher of the v2 tiled prefill attention
 // kernels (cuda/kernels/attn_prefill2.cu), opAttn's path for nt >= 9 when
 // MINFER_FA_PREFILL_V2=1. Five instantiations: head_dim padded to 64 (BM
 // 16, 32, 64 query rows per block) or 128 (BM 32, 64); 8*BM threads per

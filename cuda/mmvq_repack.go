@@ -1,6 +1,6 @@
 package cuda
 
-// launch_repack.go: MINFER_MMVQ_REPACK. Q8_0 and Q6_K matrices get, at
+// mmvq_repack.go: MINFER_MMVQ_REPACK. Q8_0 and Q6_K matrices get, at
 // registration, a device copy whose quants are 16-byte aligned (built by
 // minfer_repack_<t> from the uploaded GGUF bytes), and decode reads it
 // through minfer_mmvqr_<t> / _qkv_ / _ffn_ (cuda/kernels/mmvq_repack.cu):
@@ -264,5 +264,39 @@ func (b *Backend) repackWeight(dw *devWeight) error {
 	}
 	dw.rp = ptr
 	b.repackBytes += need
+	return nil
+}
+
+// mmvqrResKernel names the residual form of a type's repacked kernel.
+func mmvqrResKernel(wtype quant.Type) string {
+	sfx, ok := mmvqrTypes[wtype]
+	if !ok {
+		return ""
+	}
+	return "minfer_mmvqr_res_" + sfx
+}
+
+// MatMulQ8_1RRes is MatMulQ8_1R with the residual add folded in
+// (minfer_mmvqr_res_<type>): bitwise MatMulQ8_1R followed by Add.
+func (k *Kernels) MatMulQ8_1RRes(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
+	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
+	if err := checkMMVQR("matmul_q8_1r_res", w, wtype, kDim, n); err != nil {
+		return err
+	}
+	if err := checkQ8Act("matmul_q8_1r_res", xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("matmul_q8_1r_res %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
+	}
+	if err := checkRes("matmul_q8_1r_res", wtype, out, res, kDim, n); err != nil {
+		return err
+	}
+	name := mmvqrResKernel(wtype)
+	grid := [3]uint32{uint32((n + mmvqrRows - 1) / mmvqrRows), 1, 1}
+	block := [3]uint32{mmvqrThreads, 1, 1}
+	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
 	return nil
 }

@@ -1,6 +1,6 @@
 package cuda
 
-// launch_mmvqnt.go: MINFER_MMVQ_NT (opt-in). A matmul of 2..8 tokens of an
+// mmvq_nt.go: MINFER_MMVQ_NT (opt-in). A matmul of 2..8 tokens of an
 // mmvq weight type quantizes its nt activation rows to Q8_1 (one
 // minfer_quantize_q8_1 launch into the Q8_1 scratch, sized for 8 rows while
 // the lever is on) and runs minfer_mmvq_nt_<t> (cuda/kernels/mmvq_nt.cu):

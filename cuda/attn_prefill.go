@@ -1,6 +1,6 @@
 package cuda
 
-// launch_attn_prefill.go: the launcher of the tiled prefill attention
+// attn_prefill.go: the launcher of the tiled prefill attention
 // kernels (cuda/kernels/attn_prefill.cu), the MINFER_NO_FA_PREFILL=0 path of
 // opAttn for nt > 8. Four instantiations: head_dim padded to 64 or 128 (HD)
 // and 32 or 64 query rows per block (BM); the variants are bitwise equal for

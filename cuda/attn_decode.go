@@ -1,6 +1,6 @@
 package cuda
 
-// launch_attn.go: the split-K decode attention (cuda/kernels/attn_decode.cu)
+// attn_decode.go: the split-K decode attention (cuda/kernels/attn_decode.cu)
 // and its scratch. opAttn takes this path for nt <= AttnDecodeMaxNT unless
 // MINFER_NO_SPLITK_ATTN=1 (levers.Config.NoSplitKAttn).
 //
@@ -155,15 +155,6 @@ func (k *Kernels) AttentionDecode(s *driver.Stream, out, q, kRegion, vRegion dri
 		out, q, kRegion, vRegion, win, scratch.Add(geo.mlOff), scratch.Add(geo.accOff), scratch,
 		int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p),
 		int32(geo.nsplit), int32(geo.nsub), int32(geo.hps)))
-}
-
-// attnScratchKey is the shape a split-K scratch was laid out for.
-type attnScratchKey struct{ nHead, nHeadKV, headDim, nCtx int }
-
-// attnScratchBuf is one split-K scratch allocation.
-type attnScratchBuf struct {
-	ptr   driver.DevicePtr
-	bytes int
 }
 
 // attnDecodeScratch returns the backend's split-K scratch for the shape of

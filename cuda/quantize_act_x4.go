@@ -1,5 +1,9 @@
 package cuda
 
+// quantize_act_x4.go: minfer_quantize_q8_1_x4
+// (cuda/kernels/quantize_act_x4.cu), four Q8_1 blocks per warp with float4
+// loads (MINFER_QUANTIZE_X4); the same bytes as quantize_act.go's kernel.
+
 import (
 	"fmt"
 

@@ -1,0 +1,186 @@
+package cuda
+
+// attention.go: opAttn, the attention op of every family, and the plain
+// kernel minfer_attn_f32 (cuda/kernels/attention.cu), one block per (token,
+// head). attnFamily picks the kernel family of a call: the tiled prefill
+// kernels (attn_prefill*.go), the split-K decode kernels (attn_decode*.go)
+// or the plain one.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
+)
+
+const (
+	// AttnMaxHeadDim is the largest head_dim the attention kernel takes
+	// (its block holds one thread per head-row element).
+	AttnMaxHeadDim = 128
+	attnThreads    = 128 // mops::ATTN_THREADS in attention.cu
+)
+
+// AttnParams is the shape of one attention call.
+type AttnParams struct {
+	NT      int     // query tokens
+	NHead   int     // query heads
+	NHeadKV int     // KV heads (NHead % NHeadKV == 0); a KV row is NHeadKV*HeadDim values
+	HeadDim int     // even, 2..AttnMaxHeadDim
+	NCtx    int     // cells of the regions
+	Window  int     // attend to at most the last Window cells (0: all)
+	Scale   float32 // score scale; 0 means 1/sqrt(HeadDim)
+}
+
+// attnScale is engine/cpu's default: f32(1/sqrt(hd)) in double.
+func attnScale(p AttnParams) float32 {
+	if p.Scale != 0 {
+		return p.Scale
+	}
+	return float32(1 / math.Sqrt(float64(p.HeadDim)))
+}
+
+func (p AttnParams) check(format kv.Format) (rowBytes int, err error) {
+	const op = "attn"
+	if p.HeadDim <= 0 || p.HeadDim%2 != 0 || p.HeadDim > AttnMaxHeadDim {
+		return 0, opsBad(op, "head_dim %d: must be even and in 2..%d", p.HeadDim, AttnMaxHeadDim)
+	}
+	if p.NHead <= 0 || p.NHeadKV <= 0 || p.NHead%p.NHeadKV != 0 {
+		return 0, opsBad(op, "%d heads over %d kv heads: must be positive and divide", p.NHead, p.NHeadKV)
+	}
+	if p.NT <= 0 || p.NT > p.NCtx {
+		return 0, opsBad(op, "%d tokens for %d cells", p.NT, p.NCtx)
+	}
+	if p.NHead > maxInt32/p.NT {
+		return 0, opsBad(op, "%d tokens x %d heads: too many", p.NT, p.NHead)
+	}
+	if p.Window < 0 || p.Window > maxInt32 {
+		return 0, opsBad(op, "window %d", p.Window)
+	}
+	return kvRowBytes(op, format, p.NHeadKV*p.HeadDim, p.NCtx)
+}
+
+// Attention computes causal GQA attention of q [HeadDim, NHead, NT] over one
+// layer's K and V regions (format) into out (same shape), exactly
+// engine/cpu's attn: the query of token t sits at cell win[0]+t and attends
+// to cells [max(0, cell-Window+1), cell]. win is the graph's KV window
+// {start, kv_len} (i32[2] on the device), read by the kernel, so a captured
+// graph replays with the current step's cells; a start the region cannot
+// hold gives NaN outputs. One kernel serves decode (NT = 1) and prefill.
+func (k *Kernels) Attention(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams) error {
+	rb, err := p.check(format)
+	if err != nil {
+		return err
+	}
+	return opsErr("attn", k.launch(s, "minfer_attn_f32", [3]uint32{uint32(p.NT * p.NHead), 1, 1}, [3]uint32{attnThreads, 1, 1}, 0,
+		out, q, kRegion, vRegion, int32(format), win, int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
+		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)))
+}
+
+// The attention kernel families attnFamily chooses from.
+const (
+	attnPlain    = "plain"    // minfer_attn_f32, one block per (token, head)
+	attnPrefill1 = "prefill"  // minfer_attn_prefill_*
+	attnPrefill2 = "prefill2" // minfer_attn_prefill2_*
+	attnDecode1  = "decode"   // minfer_attn_decode_*
+	attnDecode2  = "decode2"  // minfer_attn_decode2_*
+)
+
+// attnFamily is the attention kernel of an nt-token call. The switch-off
+// levers win over the version levers: MINFER_NO_FA_PREFILL=1 and
+// MINFER_NO_SPLITK_ATTN=1 mean the plain kernel whatever MINFER_FA_PREFILL_V2
+// and MINFER_ATTN_DECODE_V2 say (the v2 kernels are tiled and split-K too;
+// with v2 on by default, the other order made those two levers no-ops).
+func attnFamily(nt int, lv levers.Config) string {
+	switch {
+	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
+		if lv.FAPrefillV2 {
+			return attnPrefill2
+		}
+		return attnPrefill1
+	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
+		if lv.AttnDecodeV2 {
+			return attnDecode2
+		}
+		return attnDecode1
+	}
+	return attnPlain
+}
+
+func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(in) < 2 {
+		return nil, errors.New("no KV window input")
+	}
+	win, err := b.kvWindow(in[1])
+	if err != nil {
+		return nil, err
+	}
+	kr, err := b.region(n.P.Layer, graph.SideK)
+	if err != nil {
+		return nil, err
+	}
+	vr, err := b.region(n.P.Layer, graph.SideV)
+	if err != nil {
+		return nil, err
+	}
+	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale}
+	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
+	}
+	if ap.NHeadKV <= 0 || ap.NHead%ap.NHeadKV != 0 {
+		return nil, fmt.Errorf("%d query heads over %d KV heads", ap.NHead, ap.NHeadKV)
+	}
+	if ap.NHeadKV*ap.HeadDim != b.kvSpec.RowLen {
+		return nil, fmt.Errorf("%d KV heads of %d is not the KV row of %d", ap.NHeadKV, ap.HeadDim, b.kvSpec.RowLen)
+	}
+	if in[0].Len != ap.HeadDim*ap.NHead*ap.NT || out.Len != in[0].Len {
+		return nil, fmt.Errorf("q of %d elements, output %d, for %d tokens of %d heads of %d", in[0].Len, out.Len, ap.NT, ap.NHead, ap.HeadDim)
+	}
+	if _, err := ap.check(b.kvSpec.Format); err != nil {
+		return nil, err
+	}
+	f := b.kvSpec.Format
+	switch attnFamily(ap.NT, b.lv) {
+	case attnPrefill2:
+		// Prefill: the v2 tiled kernels (MINFER_FA_PREFILL_V2, default on).
+		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+	case attnPrefill1:
+		// Prefill: the v1 tiled kernel (MINFER_FA_PREFILL_V2=0).
+		return func() error { return b.k.AttentionPrefill(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+	case attnDecode2:
+		// Decode: the lean split-K kernel (MINFER_ATTN_DECODE_V2, default on).
+		scr, scrBytes, err := b.attnDecode2Scratch(ap)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return b.k.AttentionDecode2(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
+	case attnDecode1:
+		// Decode: the v1 split-K kernel (MINFER_ATTN_DECODE_V2=0).
+		scr, scrBytes, err := b.attnDecodeScratch(ap)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return b.k.AttentionDecode(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
+	}
+	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+}
+
+// attnScratchKey is the shape a split-K scratch was laid out for.
+type attnScratchKey struct{ nHead, nHeadKV, headDim, nCtx int }
+
+// attnScratchBuf is one split-K scratch allocation.
+type attnScratchBuf struct {
+	ptr   driver.DevicePtr
+	bytes int
+}

@@ -1,0 +1,58 @@
+package cuda
+
+// embed.go: the embedding gather minfer_get_rows (cuda/kernels/embed.cu),
+// which dequantizes the rows of any device weight type, and its op handler.
+
+import (
+	"fmt"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// getRowsTypes are the weight types the gather decodes (dequant.cuh).
+var getRowsTypes = map[quant.Type]bool{
+	quant.F32: true, quant.F16: true, quant.BF16: true, quant.Q4_0: true, quant.Q4_1: true,
+	quant.Q5_0: true, quant.Q5_1: true, quant.Q8_0: true, quant.Q4_K: true, quant.Q5_K: true, quant.Q6_K: true,
+}
+
+// GetRows gathers rows ids[0..nt) (i32 device array) of the weight w
+// (wRows rows of k values of type wtype) into out [k, nt] as f32. An id
+// outside [0, wRows) gives a NaN row (the kernel cannot return an error).
+func (k *Kernels) GetRows(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, wRows int, ids driver.DevicePtr, nt, rowLen int) error {
+	if err := opsCheckRows("get_rows", nt, rowLen); err != nil {
+		return err
+	}
+	if !getRowsTypes[wtype] {
+		return opsBad("get_rows", "weight type %s has no device decoder", wtype)
+	}
+	if wRows <= 0 || wRows > maxInt32 {
+		return opsBad("get_rows", "weight of %d rows", wRows)
+	}
+	rb, err := wtype.RowBytes(rowLen)
+	if err != nil {
+		return opsBad("get_rows", "%v", err)
+	}
+	return opsErr("get_rows", k.launch(s, "minfer_get_rows", [3]uint32{uint32(nt), 1, 1}, opsRowBlock(rowLen), 0,
+		out, w, int32(wtype), int64(rb), int32(wRows), ids, int32(rowLen)))
+}
+
+func opGetRows(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 1, out, true)
+	if err != nil {
+		return nil, err
+	}
+	w, err := b.weight(n.Weight)
+	if err != nil {
+		return nil, err
+	}
+	rowLen, nt := n.Shape[0], in[0].Len
+	if w.vector || w.rowLen != rowLen || out.Len != rowLen*nt {
+		return nil, fmt.Errorf("weight %s rows of %d, output %d for %d ids", n.Weight, w.rowLen, out.Len, nt)
+	}
+	return func() error { return b.k.GetRows(b.s, o, w.ptr, w.typ, w.rows, p[0], nt, rowLen) }, nil
+}
