@@ -69,10 +69,6 @@ type Backend struct {
 	// norm_q8.go): set by the decode rms_norm that writes it, cleared by
 	// any node, split boundary or host write that could make it stale.
 	q8 actQ8Record
-
-	// resid is the decode matmul planned but not yet launched, waiting
-	// for its residual add (MINFER_FUSE_RESIDUAL, fuse_resid.go).
-	resid *residPending
 }
 
 var _ graph.Backend = (*Backend)(nil)
@@ -161,20 +157,25 @@ func (b *Backend) Device() driver.Attributes { return b.dev.Attr }
 // Kernels returns the loaded kernels (census, op timing).
 func (b *Backend) Kernels() *Kernels { return b.k }
 
-// SupportsFused implements graph.Backend. Fused QKV is the three matmuls
-// of one input into one output; fused FFN is gate and up of one input and
-// their SwiGLU (matmul.go opFusedQKV / opFusedFFN: at decode one mmvq launch
-// each, bitwise the unfused mmvq kernels; otherwise the unfused kernels);
-// bias + rope + KV store is one minfer_qkv_rope_store launch
-// (qkv_rope_store.go), bitwise the unfused chain; so is qwen3's variant
-// with the q/k norms (minfer_qkv_norm_rope_store), offered only with
-// MINFER_FUSE_QKNORM=1.
-func (b *Backend) SupportsFused(k graph.FuseKind) bool {
+// SupportsFused implements graph.Backend: what the device can run; whether
+// a fusion is wanted is graph.Params' (the levers). Fused QKV is the three
+// matmuls of one input into one output; fused FFN is gate and up of one
+// input and their SwiGLU (matmul.go opFusedQKV / opFusedFFN: at decode one
+// mmvq launch each, bitwise the unfused mmvq kernels; otherwise the unfused
+// kernels); bias (+ q/k norm) + rope + KV store is one launch
+// (qkv_rope_store.go), bitwise the unfused chain. Matmul + residual add is
+// one minfer_mmvq[r]_res_<t> launch, which exists for decode MMVQ matmuls
+// only: a chain whose matmul takes another route stays unfused.
+func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 	switch k {
-	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore:
+	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore, graph.FuseQkNormRopeStore:
 		return true
-	case graph.FuseQkNormRopeStore:
-		return b.lv.FuseQKNorm
+	case graph.FuseMatMulAdd:
+		for _, n := range chain {
+			if n.Op == graph.OpMatMul {
+				return b.residRoute(n)
+			}
+		}
 	}
 	return false
 }
@@ -238,9 +239,6 @@ func (b *Backend) WriteI32(id graph.Buffer, off int, src []int32) error {
 }
 
 func (b *Backend) write(id graph.Buffer, off int, src []byte, n int) error {
-	if err := b.flushResid(); err != nil {
-		return err
-	}
 	b.q8 = actQ8Record{} // the host may overwrite the recorded row
 	if b.cap.recording {
 		return errors.New("cuda: write inside a split that is being captured")
@@ -254,9 +252,6 @@ func (b *Backend) write(id graph.Buffer, off int, src []byte, n int) error {
 
 // Read implements graph.Backend (it synchronizes the stream).
 func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
-	if err := b.flushResid(); err != nil {
-		return err
-	}
 	ptr, err := b.pool.tensor(graph.Tensor{Buf: id, Off: off, Len: len(dst)})
 	if err != nil {
 		return fmt.Errorf("cuda: read: %w", err)
@@ -269,9 +264,6 @@ func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
 // Synchronize implements graph.Backend: at a split boundary it closes a
 // pending capture (see capture.go), otherwise it waits for the stream.
 func (b *Backend) Synchronize() error {
-	if err := b.flushResid(); err != nil { // a pending matmul never crosses it either
-		return err
-	}
 	b.q8 = actQ8Record{} // a record never crosses a split boundary
 	if b.cap.recording {
 		return b.finishCapture()
@@ -298,9 +290,6 @@ func (b *Backend) syncTimed() error {
 // direct and capturing executions here, before any launch and before a
 // capture window can open.
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
-	if err := b.flushResid(); err != nil {
-		return false, err
-	}
 	b.q8 = actQ8Record{} // a split never inherits a record (norm_q8.go)
 	replayed, err := b.beginSplit(key)
 	if err != nil || replayed {
@@ -411,7 +400,6 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	b.resid = nil // never launched: nothing reads it after Close
 	err := b.dev.Do(func() error {
 		errs := []error{b.s.Synchronize(), b.cap.close(), b.timer.close(), b.pool.close(), b.stage.close(), b.s.Destroy(), b.k.Close()}
 		return errors.Join(errs...)

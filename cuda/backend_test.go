@@ -27,7 +27,7 @@ func TestNew_DisableCUDAIsErrNoDevice(t *testing.T) {
 func TestOpTable_CoversEveryUnfusedOpOfTheCPU(t *testing.T) {
 	tab := opTable()
 	notYet := map[graph.Op]bool{}
-	for op := graph.OpInput; op <= graph.OpFusedFFN; op++ {
+	for op := graph.OpInput; op <= graph.OpMatMulAdd; op++ {
 		_, ok := tab[op]
 		if want := !notYet[op] || ok; ok != want {
 			t.Errorf("op %s: in the device table %v, want %v", op, ok, want)
@@ -35,7 +35,7 @@ func TestOpTable_CoversEveryUnfusedOpOfTheCPU(t *testing.T) {
 	}
 	b := &Backend{}
 	for kind, op := range map[graph.FuseKind]graph.Op{graph.FuseQKV: graph.OpFusedQKV, graph.FuseFFN: graph.OpFusedFFN,
-		graph.FuseQkvBiasRopeStore: graph.OpQkvBiasRopeStore} {
+		graph.FuseQkvBiasRopeStore: graph.OpQkvBiasRopeStore, graph.FuseQkNormRopeStore: graph.OpQkvBiasRopeStore} {
 		if _, ok := tab[op]; !b.SupportsFused(kind) || !ok {
 			t.Errorf("fuse kind %v: SupportsFused %v, op %s in the table %v", kind, b.SupportsFused(kind), op, ok)
 		}

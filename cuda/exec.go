@@ -27,6 +27,7 @@ func opTable() map[graph.Op]opFunc {
 		graph.OpMatMul:           opMatMul,
 		graph.OpFusedQKV:         opFusedQKV,
 		graph.OpFusedFFN:         opFusedFFN,
+		graph.OpMatMulAdd:        opMatMulAdd,
 		graph.OpAdd:              opAddMul,
 		graph.OpMul:              opAddMul,
 		graph.OpSilu:             opSilu,
@@ -52,13 +53,6 @@ func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 	op := b.ops[n.Op]
 	if op == nil {
 		return fmt.Errorf("cuda: %s %s: op has no device kernel", n.Op, n.Name)
-	}
-	if b.resid != nil {
-		// A deferred decode matmul (MINFER_FUSE_RESIDUAL, fuse_resid.go):
-		// n is its residual add (one fused launch) or it launches first.
-		if fused, err := b.residTake(n, in, out); fused || err != nil {
-			return err
-		}
 	}
 	b.cap.noteNode(n)
 	// The Q8_1 scratch record (MINFER_NORM_Q8, norm_q8.go) is plan-time

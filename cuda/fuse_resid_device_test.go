@@ -11,7 +11,7 @@ import (
 	"github.com/minfer-go/minfer/engine/synth"
 )
 
-// Device tests of MINFER_FUSE_RESIDUAL (fuse_resid.go, the _res_ forms in
+// Device tests of MINFER_FUSE_RESIDUAL (graph.FuseMatMulAdd, matmul.go opMatMulAdd, the _res_ forms in
 // kernels/mmvq.cu and kernels/mmvq_repack.cu). They skip with a message
 // when no device answers.
 

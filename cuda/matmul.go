@@ -74,17 +74,60 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	if m.w.rows != n.Shape[0] {
 		return nil, fmt.Errorf("weight %s has %d rows, node wants %d", n.Weight, m.w.rows, n.Shape[0])
 	}
-	launch := func() error { return b.runMatMul(p[0], nt, m) }
-	q8 := b.planMatMulQ8(p[0], nt, m)
-	if !q8 {
+	if !b.planMatMulQ8(p[0], nt, m) {
 		// The scratch already holds p[0]'s Q8_1 row (MINFER_NORM_Q8): the
 		// mmvq kernel alone, as MatMul would run it after its quantize.
-		launch = func() error { return b.runFromQ8(p[0], m) }
+		return func() error { return b.runFromQ8(p[0], m) }, nil
 	}
-	if b.residDefer(n, nt, out, p[0], q8, m, launch) {
-		return nil, nil // pending: its add fuses it (MINFER_FUSE_RESIDUAL)
+	return func() error { return b.runMatMul(p[0], nt, m) }, nil
+}
+
+// residRoute reports whether the matmul node m takes a route whose kernel
+// has a residual form (SupportsFused(FuseMatMulAdd) asks it at fuse time):
+// one token, quantize + minfer_mmvq_<t> or the repacked minfer_mmvqr_<t>.
+// The in-kernel form and the f32 mmv kernel read the f32 activation from
+// every block while others write the output: no residual form.
+func (b *Backend) residRoute(m *graph.Node) bool {
+	w := b.weights[m.Weight]
+	if w == nil || m.Shape.Rows() != 1 {
+		return false
 	}
-	return launch, nil
+	r := b.matmulRoute(w, 1)
+	return r == routeMMVQ || r == routeMMVQR
+}
+
+// opMatMulAdd runs graph.OpMatMulAdd, out = in[1] + (W in[0] + bias), as
+// one minfer_mmvq[r]_res_<t> launch after the row's quantization: the
+// plain mmvq kernel with the add folded into the lane that writes the row,
+// the same f32 __fadd_rn as minfer_add_f32's, so bitwise the unfused
+// matmul and add. The fuse pass made the node only where residRoute holds;
+// elsewhere it is an error naming the route, never a fallback.
+func opMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	p, o, err := b.ptrs(in, 2, out, true)
+	if err != nil {
+		return nil, err
+	}
+	nt := n.Shape.Rows()
+	m, err := b.planMatMul(n.Weight, n.Bias, in[0], nt, o)
+	if err != nil {
+		return nil, err
+	}
+	if m.w.rows != n.Shape[0] || in[1].Len != out.Len {
+		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[1].Len, n.Shape)
+	}
+	if r := b.matmulRoute(m.w, nt); nt != 1 || (r != routeMMVQ && r != routeMMVQR) {
+		return nil, fmt.Errorf("weight %s (%s) over %d tokens takes route %d: no residual form", n.Weight, m.w.typ, nt, r)
+	}
+	q8 := b.planActQ8(p[0], m.w.rowLen) // plan time: the record is node-ordered
+	return func() error {
+		if err := b.quantizeAct(q8, p[0], m.w.rowLen); err != nil {
+			return err
+		}
+		return b.mmvqFromQ8(m, o, p[1])
+	}, nil
 }
 
 // mmRoute is the kernel path of one weight's matmul over nt tokens: the

@@ -470,3 +470,18 @@ func (b *Backend) runFromQ8(x driver.DevicePtr, m matmulPlan) error {
 	}
 	return b.runMatMul(x, 1, m)
 }
+
+// residPtrsOK: the residual may be the output itself (each element is read
+// and written by the one lane), never a shifted overlap of it.
+func residPtrsOK(res, out driver.DevicePtr, n int) bool {
+	return res == out || !overlapF32(res, n, out, n)
+}
+
+// overlapF32 reports whether the f32 ranges [a, a+n) and [b, b+m) share a
+// byte.
+func overlapF32(a driver.DevicePtr, n int, b driver.DevicePtr, m int) bool {
+	if n <= 0 || m <= 0 {
+		return false
+	}
+	return uint64(a) < uint64(b)+uint64(m)*4 && uint64(b) < uint64(a)+uint64(n)*4
+}

@@ -47,15 +47,6 @@ type actQ8Node struct {
 	outLen int
 }
 
-// overlapF32 reports whether the f32 ranges [a, a+n) and [b, b+m) share a
-// byte.
-func overlapF32(a driver.DevicePtr, n int, b driver.DevicePtr, m int) bool {
-	if n <= 0 || m <= 0 {
-		return false
-	}
-	return uint64(a) < uint64(b)+uint64(m)*4 && uint64(b) < uint64(a)+uint64(n)*4
-}
-
 // before is the rule applied before a node is planned: the record survives
 // only nodes that launch nothing (views, reshapes) and matmul consumers
 // reading exactly the recorded row (one token of k values) without writing

@@ -47,9 +47,6 @@ func (b *Backend) Delay(d time.Duration) error {
 	if b.cap.recording || b.timer.open {
 		return errors.New("cuda: delay inside an open split")
 	}
-	if err := b.flushResid(); err != nil {
-		return err
-	}
 	err := b.dev.Do(func() error {
 		if err := b.timer.begin(b.dev, b.s); err != nil {
 			return err

@@ -133,8 +133,8 @@ func (b *Backend) qkvBiasRopeStore(n *graph.Node, xs [][]float32, y []float32) e
 	if len(xs) != 5 || len(n.Biases) != 3 {
 		return fmt.Errorf("wants q, k, v, positions, KV window and 3 bias names")
 	}
-	if len(n.Weights) != 0 {
-		return fmt.Errorf("q/k norm weights %v: the CPU runs the q/k norms unfused (it does not offer %s)", n.Weights, graph.FuseQkNormRopeStore)
+	if len(n.Weights) != 0 && len(n.Weights) != 2 {
+		return fmt.Errorf("q/k norm weights %v: want none or two (q norm, k norm)", n.Weights)
 	}
 	q, k, v, pos, w := xs[0], xs[1], xs[2], i32(xs[3]), i32(xs[4])
 	hd, nh, nkv := n.P.HeadDim, n.P.NHead, n.P.NHeadKV
@@ -166,6 +166,17 @@ func (b *Backend) qkvBiasRopeStore(n *graph.Node, xs [][]float32, y []float32) e
 	}
 	if err := addBias(n.Biases[2], v, vt); err != nil {
 		return err
+	}
+	if len(n.Weights) == 2 {
+		// FuseQkNormRopeStore: the per-head norms OpQkNorm runs, in place
+		// (rmsNorm reads a row before it writes it), between bias and rope.
+		for i, x := range [][]float32{y, kt} {
+			w, err := b.vector(n.Weights[i], hd)
+			if err != nil {
+				return err
+			}
+			rmsNorm(x, w, x, hd, n.P.Eps)
+		}
 	}
 	if err := b.ropeRows(y, y, pos, hd, nh, nt, n.P.Theta, n.P.Rope); err != nil {
 		return err

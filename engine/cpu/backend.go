@@ -101,11 +101,15 @@ func (b *Backend) Threads() int { return b.threads }
 // Name implements graph.Backend.
 func (b *Backend) Name() string { return "cpu" }
 
-// SupportsFused implements graph.Backend: the CPU runs every fused kind (it
-// is where fused == unfused is proven) except the q/k-norm variant of the
-// QKV tail: it keeps running qwen3's unfused q/k norm + rope + KV store as
-// the reference the device's fused kernel is checked against.
-func (b *Backend) SupportsFused(k graph.FuseKind) bool { return k != graph.FuseQkNormRopeStore }
+// SupportsFused implements graph.Backend. The CPU executes every fused op
+// (it is where fused == unfused is proven, for every kind), and its own
+// graphs take the QKV and FFN fusions; it keeps the unfused q/k norm + rope
+// + KV store of qwen3 and the unfused residual add in its graphs, as the
+// reference the device's fused kernels are checked against (a test fuses
+// them on the CPU through a backend that offers them).
+func (b *Backend) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
+	return k != graph.FuseQkNormRopeStore && k != graph.FuseMatMulAdd
+}
 
 // SupportsOp implements graph.Backend: every op, provided its weights are
 // registered and its KV layer exists.

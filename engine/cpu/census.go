@@ -13,6 +13,7 @@ import (
 // backend's kernel launch census. The names:
 //
 //	cpu_matmul_<wtype>          OpMatMul (wtype: the weight's type, lower case: q8_0, f16, q4_k)
+//	cpu_matmul_add_<wtype>      OpMatMulAdd
 //	cpu_fused_qkv_<wtype>       OpFusedQKV (the q weight's type)
 //	cpu_fused_ffn_<wtype>       OpFusedFFN (the gate weight's type)
 //	cpu_kv_store_<fmt>          every K or V store (fmt: f32, f16, q8_0): one per
@@ -48,7 +49,7 @@ func (b *Backend) countNode(n *graph.Node) {
 	switch n.Op {
 	case graph.OpInput, graph.OpView, graph.OpReshape:
 		return
-	case graph.OpMatMul:
+	case graph.OpMatMul, graph.OpMatMulAdd:
 		b.census[censusKey{n.Op, b.weightType(n.Weight)}]++
 	case graph.OpFusedQKV, graph.OpFusedFFN:
 		w := ""
@@ -98,6 +99,8 @@ func (k censusKey) name() string {
 	switch k.op {
 	case graph.OpMatMul:
 		return "cpu_matmul_" + typ()
+	case graph.OpMatMulAdd:
+		return "cpu_matmul_add_" + typ()
 	case graph.OpFusedQKV:
 		return "cpu_fused_qkv_" + typ()
 	case graph.OpFusedFFN:

@@ -100,15 +100,9 @@ func (b *Backend) execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 		rmsNorm(xs[0], w, y, s[0], n.P.Eps)
 		return nil
 	case graph.OpMatMul:
-		w, err := b.weight(n.Weight)
-		if err != nil {
-			return err
-		}
-		bias, err := b.vector(n.Bias, w.rows)
-		if err != nil {
-			return err
-		}
-		return b.matmul(xs[0], s[1], [3]*weight{w}, [3][]float32{bias}, y)
+		return b.matmulNode(n, xs, y)
+	case graph.OpMatMulAdd:
+		return b.matmulAdd(n, xs, y)
 	case graph.OpFusedQKV:
 		return b.fusedQKV(n, xs[0], y)
 	case graph.OpFusedFFN:
@@ -192,6 +186,37 @@ func (b *Backend) getRows(name string, ids []int32, y []float32, rowLen int) err
 
 // rmsNorm: y = x / sqrt(mean(x^2) + eps) * w per row of n, f32 accumulation
 // in index order; the scale is 1/sqrtf like ggml.
+// matmulAdd is OpMatMulAdd: the matmul into y, then the residual r added
+// as OpAdd adds it (float addition commutes, so the operand order of the
+// unfused add does not matter). y is its own slot, never x's or r's (the
+// alloc pass takes a node's output before it frees its inputs).
+func (b *Backend) matmulAdd(n *graph.Node, xs [][]float32, y []float32) error {
+	if len(xs) != 2 || len(xs[1]) != len(y) {
+		return fmt.Errorf("%d inputs, want the activation and a residual of %d elements", len(xs), len(y))
+	}
+	if err := b.matmulNode(n, xs, y); err != nil {
+		return err
+	}
+	elementwise(false, y, xs[1], y)
+	return nil
+}
+
+// matmulNode is the matmul of node n's Weight (+ Bias) over xs[0] into y.
+func (b *Backend) matmulNode(n *graph.Node, xs [][]float32, y []float32) error {
+	w, err := b.weight(n.Weight)
+	if err != nil {
+		return err
+	}
+	bias, err := b.vector(n.Bias, w.rows)
+	if err != nil {
+		return err
+	}
+	if len(xs) < 1 {
+		return fmt.Errorf("no activation input")
+	}
+	return b.matmul(xs[0], n.Shape[1], [3]*weight{w}, [3][]float32{bias}, y)
+}
+
 func rmsNorm(x, w, y []float32, n int, eps float32) {
 	for r := 0; r+n <= len(x); r += n {
 		row := x[r : r+n]

@@ -78,8 +78,13 @@ type Backend interface {
 	SupportsOp(n *Node) error
 
 	// SupportsFused says whether the backend executes the fused node kind
-	// k; the fuse pass rewrites only when every backend involved says yes.
-	SupportsFused(k FuseKind) bool
+	// k for the chain of nodes the rewrite would replace (the fuse pass
+	// passes them; a caller asking about the kind alone passes none); the
+	// fuse pass rewrites only when every backend involved says yes. A
+	// backend may refuse a chain its fused kernel does not take (the CUDA
+	// residual fusion exists only for decode MMVQ matmuls), so a rewrite
+	// never needs a fallback inside the fused node.
+	SupportsFused(k FuseKind, chain ...*Node) bool
 
 	// RegisterWeight makes a weight available to Execute under its name.
 	// Called once per weight at load: a device uploads (and may repack) it

@@ -6,10 +6,12 @@ import (
 )
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
-// MINFER_NO_FUSE_QKV / MINFER_NO_FUSE_FFN) and the backend every node of the
-// chain is assigned to says SupportsFused. The unfused chain is the reference:
-// a fused node computes exactly the same values. Run after Assign; returns
-// how many rewrites it made.
+// MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL) and
+// the backend every node of the chain is assigned to says SupportsFused for
+// that chain. The unfused chain is the reference: a fused node computes
+// exactly the same values (the CPU backend executes every fused op). This is
+// the only place fusions are decided: a backend executes each node on its
+// own. Run after Assign; returns how many rewrites it made.
 func Fuse(g *Graph, backends []Backend) (int, error) {
 	supports := func(k FuseKind, nodes ...*Node) bool {
 		b := nodes[0].Backend
@@ -18,7 +20,7 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 				return false
 			}
 		}
-		return backends[b].SupportsFused(k)
+		return backends[b].SupportsFused(k, nodes...)
 	}
 	count := 0
 	if g.Params.FuseQKV {
@@ -27,6 +29,9 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	}
 	if g.Params.FuseFFN {
 		count += fuseFFN(g, supports)
+	}
+	if g.Params.FuseResidual {
+		count += fuseMatMulAdd(g, supports)
 	}
 	if count == 0 {
 		return 0, nil
@@ -68,7 +73,7 @@ func fuseQkvBiasRopeStore(g *Graph, supports supportsFn) int {
 		}
 		xq, xk, xv := g.node(rq.Inputs[0]), g.node(rk.Inputs[0]), g.node(sv.Inputs[0])
 		nq, nk, ok := qkNormPair(g, cons, rq, rk, a.P.HeadDim)
-		if !ok {
+		if !ok || (nq != nil && !g.Params.FuseQKNorm) {
 			continue
 		}
 		kind := FuseQkvBiasRopeStore
@@ -219,6 +224,35 @@ func fuseFFN(g *Graph, supports supportsFn) int {
 		s.Name = strings.TrimSuffix(s.Name, "ffn_swiglu") + "ffn_gate_up"
 		gt.dead, up.dead = true, true
 		count++
+	}
+	return count
+}
+
+// fuseMatMulAdd: Add(MatMul(x), r) or Add(r, MatMul(x)), the matmul read by
+// the add alone and r of the add's shape (not a broadcast row) -> the add
+// becomes MatMulAdd(x, r) with the matmul's weight and bias. Float addition
+// commutes, so the operand order of the add does not matter.
+func fuseMatMulAdd(g *Graph, supports supportsFn) int {
+	cons := g.consumers()
+	count := 0
+	for _, a := range g.Nodes {
+		if a.dead || a.Op != OpAdd || len(a.Inputs) != 2 || a.Inputs[0] == a.Inputs[1] {
+			continue
+		}
+		for j, id := range a.Inputs {
+			m, r := g.node(id), g.node(a.Inputs[1-j])
+			if m.dead || m.Op != OpMatMul || m.ID == g.Output || !only(cons, m.ID, a.ID) || m.Shape != a.Shape || r.Shape.N() != a.Shape.N() {
+				continue
+			}
+			if !supports(FuseMatMulAdd, a, m) {
+				continue
+			}
+			a.Op, a.Inputs = OpMatMulAdd, []int{m.Inputs[0], r.ID}
+			a.Weight, a.Bias = m.Weight, m.Bias
+			m.dead = true
+			count++
+			break
+		}
 	}
 	return count
 }

@@ -12,6 +12,7 @@ import (
 func qwen3Params(nt int) graph.Params {
 	p := params(nt)
 	p.Arch, p.QKNorm, p.QKVBias, p.TiedOutput = "qwen3", true, false, false
+	p.FuseQKNorm = true
 	return p
 }
 
@@ -22,7 +23,7 @@ type except struct {
 	k graph.FuseKind
 }
 
-func (e except) SupportsFused(k graph.FuseKind) bool { return k != e.k }
+func (e except) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool { return k != e.k }
 
 // qknFused builds qwen3 at nt, lets edit change it, assigns to be and fuses.
 func qknFused(t *testing.T, nt int, be graph.Backend, edit func(g *graph.Graph)) *graph.Graph {
@@ -113,6 +114,22 @@ func TestFuse_Qwen3QkNormChainDoesNotFuseWhenItMustNot(t *testing.T) {
 	g := qknFused(t, 1, except{k: graph.FuseQkNormRopeStore}, nil)
 	if c := qknCounts(g); c != [4]int{2 * nl, 2 * nl, 2 * nl, 0} {
 		t.Errorf("without FuseQkNormRopeStore: counts %v, want [%d %d %d 0]", c, 2*nl, 2*nl, 2*nl)
+	}
+	// Params.FuseQKNorm off (MINFER_FUSE_QKNORM=0) with every kind offered:
+	// the same unfused tails.
+	off, err := qwen3.Build(func() graph.Params { p := qwen3Params(1); p.FuseQKNorm = false; return p }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bes := []graph.Backend{yes{}}
+	if err := graph.Assign(off, bes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := graph.Fuse(off, bes); err != nil {
+		t.Fatal(err)
+	}
+	if c := qknCounts(off); c != [4]int{2 * nl, 2 * nl, 2 * nl, 0} {
+		t.Errorf("Params.FuseQKNorm off: counts %v, want [%d %d %d 0]", c, 2*nl, 2*nl, 2*nl)
 	}
 	find := func(g *graph.Graph, name string) *graph.Node { return qknNode(t, g, name) }
 	for _, c := range []struct {

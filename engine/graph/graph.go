@@ -21,9 +21,11 @@ type Params struct {
 	AllLogits bool // logits of every position (else the last one only)
 	KVFormat  kv.Format
 
-	// Fusions the caller allows (levers MINFER_NO_FUSE_QKV / _FFN); the
-	// fuse pass also asks every backend involved.
-	FuseQKV, FuseFFN bool
+	// Fusions the caller allows (levers MINFER_NO_FUSE_QKV / _FFN,
+	// MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL); the fuse pass also asks
+	// every backend involved. FuseQKNorm is the q/k-norm variant of the
+	// QKV tail and needs FuseQKV (the registry declares it).
+	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual bool
 }
 
 // NQ is the query width NHead*HeadDim.
@@ -77,9 +79,8 @@ type Node struct {
 	Offset  int // alias ops: element offset into Alias's buffer
 	// Readers (alloc) counts the reads of this node's buffer: each input
 	// slot of a node that names it or a view of it (the view itself counts
-	// too), plus one when it is the graph output. A backend may fold a
-	// node into its only reader (cuda: MINFER_FUSE_RESIDUAL); 0 for nodes
-	// that are views or were never allocated.
+	// too), plus one when it is the graph output; 0 for nodes that are
+	// views or were never allocated.
 	Readers int
 
 	dead bool

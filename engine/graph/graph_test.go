@@ -22,9 +22,9 @@ func params(nt int) graph.Params {
 // yes accepts every op and fusion (topology tests need no weights).
 type yes struct{ graph.Backend }
 
-func (yes) Name() string                      { return "yes" }
-func (yes) SupportsOp(*graph.Node) error      { return nil }
-func (yes) SupportsFused(graph.FuseKind) bool { return true }
+func (yes) Name() string                                      { return "yes" }
+func (yes) SupportsOp(*graph.Node) error                      { return nil }
+func (yes) SupportsFused(graph.FuseKind, ...*graph.Node) bool { return true }
 
 func TestBuild_TopologyIsAPureFunctionOfParams(t *testing.T) {
 	a, err := qwen2.Build(params(3))

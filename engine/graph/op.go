@@ -69,13 +69,17 @@ const (
 	OpQkvBiasRopeStore
 	// OpFusedFFN: silu(x*gate) * (x*up) with Weights = {gate, up} -> [nff, nt].
 	OpFusedFFN
+	// OpMatMulAdd: in[1] + (in[0] times Weight (+ Bias)): a matmul whose
+	// only reader was an add of an operand of its shape (the residual),
+	// folded into that add (FuseMatMulAdd). in[1] has the output's shape.
+	OpMatMulAdd
 	numOps
 )
 
 var opNames = [...]string{
 	"input", "get_rows", "rms_norm", "qk_norm", "mul_mat", "add", "mul", "silu", "swiglu",
 	"rope", "attn", "kvcache_store", "kvcache_load", "view", "reshape", "permute", "scale",
-	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn",
+	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn", "mul_mat_add",
 }
 
 func (o Op) String() string {
@@ -130,6 +134,9 @@ const (
 	// FuseQkNormRopeStore: bias + per-head q/k RMS norm + rope + KV store
 	// -> OpQkvBiasRopeStore with the norm weights in Weights (qwen3).
 	FuseQkNormRopeStore
+	// FuseMatMulAdd: Add(MatMul(x), r) with the matmul read by the add
+	// alone -> OpMatMulAdd (the residual adds of every layer).
+	FuseMatMulAdd
 )
 
 func (k FuseKind) String() string {
@@ -142,6 +149,8 @@ func (k FuseKind) String() string {
 		return "fused_ffn"
 	case FuseQkNormRopeStore:
 		return "qkv_norm_rope_store"
+	case FuseMatMulAdd:
+		return "mul_mat_add"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }

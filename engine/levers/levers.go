@@ -417,7 +417,7 @@ var registry = []Lever{
 		Tolerance: TolAccumOrder, DefaultSince: "reports/MINFER_FA_PREFILL_V2",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs the v2 tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the v1 minfer_attn_prefill_*",
 			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
-	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul + residual add", Issue: "#6",
+	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: matmul + residual add -> MatMulAdd (decode MMVQ on CUDA)", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
 		Liveness: cudaOnly("1", "a decode matmul feeding only the residual add runs as minfer_mmvq[r]_res_<type> (writes x + W a) only with the lever on; off, the plain kernel and minfer_add_f32",
@@ -442,7 +442,7 @@ var registry = []Lever{
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_QUANTIZE_X4",
 		Liveness: cudaOnly("1", "the Q8_1 activation quantize runs as minfer_quantize_q8_1_x4 (four blocks per warp) only with the lever on; off, minfer_quantize_q8_1",
 			[]string{"minfer_quantize_q8_1_x4"}, Needs{WeightTypes: quantTypes})},
-	{Name: "MINFER_FUSE_QKNORM", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "qwen3 q/k norm + rope + KV store", Issue: "#6",
+	{Name: "MINFER_FUSE_QKNORM", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: qwen3 q/k norm + rope + KV store (inside the QKV fusion)", Issue: "#6",
 		Doc: "0: qwen3's per-head q/k RMS norms, both ropes and both KV stores of a layer run as six launches instead of one minfer_qkv_norm_rope_store (bitwise the same; on by default since reports/MINFER_FUSE_QKNORM: qwen3 tg128 +15.2%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen3-0.6b:Q8_0", Requires: []string{"MINFER_NO_FUSE_QKV=0"}, DefaultSince: "c40de5a (reports/MINFER_FUSE_QKNORM)",
 		Liveness: cudaOnly("1", "qwen3's q/k norms, ropes and KV stores run as one minfer_qkv_norm_rope_store launch per layer only with the lever on; off, minfer_rms_norm_f32 twice, minfer_rope_f32 twice and minfer_kv_store twice",
@@ -665,6 +665,30 @@ func (c Config) Set() map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// Value is the lever's setting in c: the value that was set, else its
+// default ("" for an unknown name).
+func (c Config) Value(name string) string {
+	if v, ok := c.raw[name]; ok {
+		return v
+	}
+	l, _ := Lookup(name)
+	return l.Default
+}
+
+// RequiresMet reports whether every NAME=VALUE the lever's registry entry
+// Requires holds in c: a path that needs another lever's setting is on only
+// with it, by the one declaration abtest pins too.
+func (c Config) RequiresMet(name string) bool {
+	l, _ := Lookup(name)
+	for _, r := range l.Requires {
+		k, v, _ := strings.Cut(r, "=")
+		if c.Value(k) != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Mutated reports whether the test seam plants the named defect.

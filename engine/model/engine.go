@@ -230,6 +230,8 @@ func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers
 	p := h.modelParams()
 	p.NCtx, p.NT, p.AllLogits, p.KVFormat = nCtx, nt, allLogits && nt > 1, f
 	p.FuseQKV, p.FuseFFN = !lv.NoFuseQKV, !lv.NoFuseFFN
+	p.FuseQKNorm = lv.FuseQKNorm && lv.RequiresMet("MINFER_FUSE_QKNORM")
+	p.FuseResidual = lv.FuseResidual
 	return p
 }
 

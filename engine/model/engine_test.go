@@ -16,6 +16,7 @@ import (
 	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 )
@@ -298,22 +299,29 @@ func TestFusedEqualsUnfused_Bitwise(t *testing.T) {
 					}
 				}
 			}
-			for _, toks := range [][]int32{{5, 6, 7, 8}, {9}, {100}} {
-				a, err := fused.Forward(toks, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := unfused.Forward(toks, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range a {
-					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-						t.Fatalf("logit %d: fused %v unfused %v", i, a[i], b[i])
-					}
-				}
-			}
+			sameLogits(t, fused, unfused)
 		})
+	}
+}
+
+// sameLogits runs a prefill and two decode steps on both engines and wants
+// bitwise equal logits.
+func sameLogits(t *testing.T, fused, unfused *Engine) {
+	t.Helper()
+	for _, toks := range [][]int32{{5, 6, 7, 8}, {9}, {100}} {
+		a, err := fused.Forward(toks, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := unfused.Forward(toks, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("logit %d: fused %v unfused %v", i, a[i], b[i])
+			}
+		}
 	}
 }
 
@@ -794,6 +802,71 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		if _, err := e.Forward([]int32{42}, false); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// offersAll is a CPU backend that offers every fusion, so the CPU executes
+// each fused kind it keeps out of its own graphs (the residual MatMulAdd,
+// qwen3's q/k-norm QKV tail): the reference a device's fused kernels are
+// held to.
+type offersAll struct{ *cpu.Backend }
+
+func (offersAll) Name() string                                      { return "cpu-fuses-all" }
+func (offersAll) SupportsFused(graph.FuseKind, ...*graph.Node) bool { return true }
+
+// TestFusedEqualsUnfused_EveryFusedKindOnTheCPUReference: with every fusion
+// offered and every fusion param on, the CPU runs one MatMulAdd per
+// residual add, the fused QKV and FFN, and (qwen3) the q/k-norm QKV tail,
+// and its logits are bitwise those of the fully unfused graph, at decode
+// and prefill.
+func TestFusedEqualsUnfused_EveryFusedKindOnTheCPUReference(t *testing.T) {
+	for _, s := range []tinySpec{tinyQwen2, tinyQwen3} {
+		t.Run(s.arch, func(t *testing.T) {
+			fused, err := Load(writeTiny(t, t.TempDir(), s), Options{Device: "cuda", Threads: 2, Levers: levers.Default(),
+				NewDevice: func(levers.Config, func(string, ...any)) (graph.Backend, error) {
+					return offersAll{cpu.New(cpu.Options{Threads: 2})}, nil
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fused.Close() })
+			unfused := loadTiny(t, s, mustEnv(t, "MINFER_NO_FUSE_QKV=1", "MINFER_NO_FUSE_FFN=1", "MINFER_FUSE_RESIDUAL=0", "MINFER_FUSE_QKNORM=0"))
+			nl := fused.HParams().NLayer
+			for _, nt := range []int{1, 4} {
+				p, err := fused.Plan(nt, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for op, want := range map[graph.Op]int{graph.OpMatMulAdd: 2 * nl, graph.OpAdd: 0, graph.OpFusedQKV: nl,
+					graph.OpFusedFFN: nl, graph.OpQkvBiasRopeStore: nl, graph.OpQkNorm: 0} {
+					if got := p.G.Count(op); got != want {
+						t.Errorf("nt=%d: fused graph has %d %s, want %d", nt, got, op, want)
+					}
+				}
+			}
+			sameLogits(t, fused, unfused)
+		})
+	}
+}
+
+// TestGraphParams_FusionLeversAndTheirDeclaredRequirement: the fusion
+// levers reach graph.Params, and MINFER_FUSE_QKNORM is on only while the
+// registry's requirement (MINFER_NO_FUSE_QKV=0) holds.
+func TestGraphParams_FusionLeversAndTheirDeclaredRequirement(t *testing.T) {
+	h := HParams{Arch: Qwen3, NVocab: 8, NEmbd: 8, NLayer: 1, NHead: 2, NHeadKV: 1, HeadDim: 4, NFF: 8, QKNorm: true}
+	for _, c := range []struct {
+		env             []string
+		qkv, qkn, resid bool
+	}{
+		{nil, true, true, true},
+		{[]string{"MINFER_FUSE_QKNORM=0"}, true, false, true},
+		{[]string{"MINFER_NO_FUSE_QKV=1"}, false, false, true},
+		{[]string{"MINFER_FUSE_RESIDUAL=0"}, true, true, false},
+	} {
+		p := GraphParams(h, 1, 8, false, kv.F32, mustEnv(t, c.env...))
+		if p.FuseQKV != c.qkv || p.FuseQKNorm != c.qkn || p.FuseResidual != c.resid {
+			t.Errorf("%v: FuseQKV %v FuseQKNorm %v FuseResidual %v, want %v %v %v", c.env, p.FuseQKV, p.FuseQKNorm, p.FuseResidual, c.qkv, c.qkn, c.resid)
 		}
 	}
 }

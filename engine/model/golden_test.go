@@ -112,7 +112,7 @@ func goldenVariants(h HParams) []goldenVariant {
 	all := func(graph.FuseKind) bool { return true }
 	vs := []goldenVariant{
 		{"offers=all", nil, all},
-		{"offers=all NO_FUSE_QKV NO_FUSE_FFN", []string{"MINFER_NO_FUSE_QKV=1", "MINFER_NO_FUSE_FFN=1"}, all},
+		{"offers=all NO_FUSE_QKV NO_FUSE_FFN FUSE_RESIDUAL=0", []string{"MINFER_NO_FUSE_QKV=1", "MINFER_NO_FUSE_FFN=1", "MINFER_FUSE_RESIDUAL=0"}, all},
 	}
 	if h.QKNorm {
 		vs = append(vs, goldenVariant{"offers=all-but-qknorm", nil, func(k graph.FuseKind) bool { return k != graph.FuseQkNormRopeStore }})
@@ -139,9 +139,11 @@ type offerer struct {
 	offers func(graph.FuseKind) bool
 }
 
-func (offerer) Name() string                          { return "dev" }
-func (offerer) SupportsOp(*graph.Node) error          { return nil }
-func (o offerer) SupportsFused(k graph.FuseKind) bool { return o.offers(k) }
+func (offerer) Name() string                 { return "dev" }
+func (offerer) SupportsOp(*graph.Node) error { return nil }
+func (o offerer) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
+	return o.offers(k)
+}
 
 // goldenDump is, for each variant, the built graph (when it differs from
 // the one before) and the compiled one (assign, fuse, alloc), node by node
