@@ -64,11 +64,6 @@ type Backend struct {
 	// opFusedFFN at plan time, outside any capture window, never shrunk).
 	ffnUp    driver.DevicePtr
 	ffnUpLen int
-
-	// q8 is the plan-time record of what mm.ActQ8 holds (MINFER_NORM_Q8,
-	// norm_q8.go): set by the decode rms_norm that writes it, cleared by
-	// any node, split boundary or host write that could make it stale.
-	q8 actQ8Record
 }
 
 var _ graph.Backend = (*Backend)(nil)
@@ -239,7 +234,6 @@ func (b *Backend) WriteI32(id graph.Buffer, off int, src []int32) error {
 }
 
 func (b *Backend) write(id graph.Buffer, off int, src []byte, n int) error {
-	b.q8 = actQ8Record{} // the host may overwrite the recorded row
 	if b.cap.recording {
 		return errors.New("cuda: write inside a split that is being captured")
 	}
@@ -264,7 +258,6 @@ func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
 // Synchronize implements graph.Backend: at a split boundary it closes a
 // pending capture (see capture.go), otherwise it waits for the stream.
 func (b *Backend) Synchronize() error {
-	b.q8 = actQ8Record{} // a record never crosses a split boundary
 	if b.cap.recording {
 		return b.finishCapture()
 	}
@@ -290,7 +283,6 @@ func (b *Backend) syncTimed() error {
 // direct and capturing executions here, before any launch and before a
 // capture window can open.
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
-	b.q8 = actQ8Record{} // a split never inherits a record (norm_q8.go)
 	replayed, err := b.beginSplit(key)
 	if err != nil || replayed {
 		return replayed, err

@@ -55,22 +55,14 @@ func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) er
 		return fmt.Errorf("cuda: %s %s: op has no device kernel", n.Op, n.Name)
 	}
 	b.cap.noteNode(n)
-	// The Q8_1 scratch record (MINFER_NORM_Q8, norm_q8.go) is plan-time
-	// state: the op functions run here in node order and their closures run
-	// in the same order (now, or recorded for capture and issued at
-	// Synchronize), so what a node plans from the record is what the scratch
-	// holds when its closure runs, also in every replay of a capture.
-	b.q8Before(n, in, out)
 	launch, err := op(b, n, in, out)
 	if err != nil {
-		b.q8 = actQ8Record{}
 		err = fmt.Errorf("cuda: %s %s: %w", n.Op, n.Name, err)
 		if b.cap.recording {
 			b.abandon(err)
 		}
 		return err
 	}
-	b.q8After(n, in, out)
 	if launch == nil {
 		return nil
 	}

@@ -50,7 +50,7 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
 	if b.matmulRoute(m.w, nt) == routeMMVQR {
 		// Kernels.MatMul knows no repacked copy: quantize x, then minfer_mmvqr.
-		if err := b.quantizeAct(true, x, m.w.rowLen); err != nil {
+		if err := b.quantizeAct(x, m.w.rowLen); err != nil {
 			return err
 		}
 		return b.mmvqFromQ8(m, m.out, 0)
@@ -73,11 +73,6 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	}
 	if m.w.rows != n.Shape[0] {
 		return nil, fmt.Errorf("weight %s has %d rows, node wants %d", n.Weight, m.w.rows, n.Shape[0])
-	}
-	if !b.planMatMulQ8(p[0], nt, m) {
-		// The scratch already holds p[0]'s Q8_1 row (MINFER_NORM_Q8): the
-		// mmvq kernel alone, as MatMul would run it after its quantize.
-		return func() error { return b.runFromQ8(p[0], m) }, nil
 	}
 	return func() error { return b.runMatMul(p[0], nt, m) }, nil
 }
@@ -121,9 +116,8 @@ func opMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor)
 	if r := b.matmulRoute(m.w, nt); nt != 1 || (r != routeMMVQ && r != routeMMVQR) {
 		return nil, fmt.Errorf("weight %s (%s) over %d tokens takes route %d: no residual form", n.Weight, m.w.typ, nt, r)
 	}
-	q8 := b.planActQ8(p[0], m.w.rowLen) // plan time: the record is node-ordered
 	return func() error {
-		if err := b.quantizeAct(q8, p[0], m.w.rowLen); err != nil {
+		if err := b.quantizeAct(p[0], m.w.rowLen); err != nil {
 			return err
 		}
 		return b.mmvqFromQ8(m, o, p[1])
@@ -206,8 +200,7 @@ func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (p
 	case any && b.mm.InlineQ8:
 		// Mixed types with in-kernel quantization: each weight's own route.
 	case any:
-		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
-		prep = func() error { return b.quantizeAct(q8, x, k) }
+		prep = func() error { return b.quantizeAct(x, k) }
 		one = func(m matmulPlan) error { return b.runFromQ8(x, m) }
 	}
 	return prep, one
@@ -285,9 +278,8 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		switch {
 		case repacked || !b.mm.InlineQ8:
 			// The repacked copies take precedence over the in-kernel form.
-			q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
 			return func() error {
-				if err := b.quantizeAct(q8, x, k); err != nil {
+				if err := b.quantizeAct(x, k); err != nil {
 					return err
 				}
 				return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, repacked)
@@ -354,9 +346,8 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		case b.k.MMVQInline(k, nff, b.mm):
 			return func() error { return b.k.mmvqxFFN(b.s, o, x, wg, wu, typ, k, nff, 0) }, nil
 		}
-		q8 := b.planActQ8(x, k) // plan time: the record is node-ordered
 		return func() error {
-			if err := b.quantizeAct(q8, x, k); err != nil {
+			if err := b.quantizeAct(x, k); err != nil {
 				return err
 			}
 			if repacked {

@@ -449,14 +449,9 @@ func (b *Backend) mmvqQKVFromQ8(out driver.DevicePtr, w [3]driver.DevicePtr, wty
 
 // quantizeAct quantizes the one activation row x (k values) into the
 // backend's Q8_1 scratch: the shared first half of the mmvq matmuls of x.
-// launch is planActQ8's plan-time answer: false when the scratch already
-// holds x's quantization (MINFER_NORM_Q8), and then nothing is launched.
-func (b *Backend) quantizeAct(launch bool, x driver.DevicePtr, k int) error {
+func (b *Backend) quantizeAct(x driver.DevicePtr, k int) error {
 	if need := ActQ8Bytes(k, 1); need == 0 || b.mm.ActQ8Bytes < need {
 		return fmt.Errorf("Q8_1 activation scratch of %d bytes, k=%d needs %d", b.mm.ActQ8Bytes, k, need)
-	}
-	if !launch {
-		return nil
 	}
 	return b.k.QuantizeQ8_1(b.s, b.mm.ActQ8, x, k, 1)
 }

@@ -1,14 +1,15 @@
 package cuda
 
-// norm.go: the row kernels of cuda/kernels/norm.cu (rms_norm, its Q8_1
-// form for MINFER_NORM_Q8, softmax) and their op handlers.
+// norm.go: the row kernels of cuda/kernels/norm.cu (rms_norm, softmax) and
+// their op handlers. norm.cu still holds minfer_rms_norm_q8_1, the kernel
+// of the retired MINFER_NORM_Q8: nothing launches it; it goes with the next
+// kernel change that can be compiled (reports/MINFER_NORM_Q8/NOTE.md).
 
 import (
 	"fmt"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
-	"github.com/minfer-go/minfer/engine/quant"
 )
 
 // SoftmaxRows: out = softmax(x * scale) per row of n (max-subtracted, f32);
@@ -35,34 +36,6 @@ func (k *Kernels) RmsNorm(s *driver.Stream, out, x, w driver.DevicePtr, rows, n 
 	return opsErr("rms_norm", k.launch(s, "minfer_rms_norm_f32", [3]uint32{uint32(rows), 1, 1}, opsRowBlock(n), 0, out, x, w, int32(n), eps))
 }
 
-// rmsNormQ8Kernel is RmsNorm that also writes its output's Q8_1 blocks
-// (cuda/kernels/norm.cu).
-const rmsNormQ8Kernel = "minfer_rms_norm_q8_1"
-
-// RmsNormQ8_1 is RmsNorm (bitwise the same out, same geometry) that also
-// writes the Q8_1 blocks of each output row to q: the bytes QuantizeQ8_1 of
-// out gives, rows back to back. q holds qBytes bytes, at least
-// ActQ8Bytes(n, rows), 4-byte aligned. n must be a multiple of 32 (a Q8_1
-// block is one warp's values): other n are an error, the caller's shape
-// choice is RmsNorm then QuantizeQ8_1.
-func (k *Kernels) RmsNormQ8_1(s *driver.Stream, out, q, x, w driver.DevicePtr, qBytes uint64, rows, n int, eps float32) error {
-	const op = "rms_norm_q8_1"
-	if err := opsCheckRows(op, rows, n); err != nil {
-		return err
-	}
-	if !(eps >= 0) {
-		return opsBad(op, "eps %g: must be >= 0", eps)
-	}
-	need := ActQ8Bytes(n, rows)
-	if need == 0 {
-		return opsBad(op, "%d rows of %d: n must be a multiple of %d", rows, n, quant.QK)
-	}
-	if q == 0 || qBytes < need || uint64(q)%4 != 0 {
-		return opsBad(op, "Q8_1 destination %v of %d bytes for %d rows of %d (needs %d bytes, 4-byte aligned)", q, qBytes, rows, n, need)
-	}
-	return opsErr(op, k.launch(s, rmsNormQ8Kernel, [3]uint32{uint32(rows), 1, 1}, opsRowBlock(n), 0, out, q, x, w, int32(n), eps))
-}
-
 func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if err := checkOut(n, out); err != nil {
 		return nil, err
@@ -83,13 +56,6 @@ func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (
 		return nil, fmt.Errorf("norm weight is missing")
 	}
 	rows, eps := out.Len/dim, n.P.Eps
-	if b.normQ8(n.Op, rows, dim) {
-		// Decode: also write o's Q8_1 blocks into the scratch, so the MMVQ
-		// matmuls reading o skip their quantize launch (MINFER_NORM_Q8).
-		q, qBytes := b.mm.ActQ8, b.mm.ActQ8Bytes
-		b.q8 = actQ8Record{scratch: q, x: o, k: dim}
-		return func() error { return b.k.RmsNormQ8_1(b.s, o, q, p[0], w, qBytes, rows, dim, eps) }, nil
-	}
 	return func() error { return b.k.RmsNorm(b.s, o, p[0], w, rows, dim, eps) }, nil
 }
 

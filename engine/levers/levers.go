@@ -398,11 +398,6 @@ var registry = []Lever{
 		Memory: &MemoryBar{Frac: 1, MiB: 64, Cost: "a 16-byte-aligned second copy of every Q8_0 / Q6_K matrix"},
 		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights reads their 16-byte-aligned repacked copy (minfer_mmvqr_*) only with the lever on; off, minfer_mmvq_* reads the GGUF blocks",
 			[]string{"minfer_mmvqr_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
-	{Name: "MINFER_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode rms_norm Q8_1 activation", Issue: "#6",
-		Doc: "1: decode rms_norm also writes the Q8_1 activation of the MMVQ matmuls that read it (no quantize launch)", ArmA: "0", ArmB: "1",
-		Workload: "qwen2-0.5b:Q8_0",
-		Liveness: cudaOnly("1", "decode rms_norm writes the Q8_1 activation of the MMVQ matmuls that read it (minfer_rms_norm_q8_1, one minfer_quantize_q8_1 fewer per fused QKV / FFN) only with the lever on; off, minfer_rms_norm_f32 and a separate quantize launch",
-			[]string{"minfer_rms_norm_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_ATTN_DECODE_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (lean split-K)", Issue: "#6",
 		Doc: "0: decode attention through the v1 split-K kernels instead of the lean ones (q in registers, lanes over the head dimension; on by default since reports/MINFER_ATTN_DECODE_V2: tg128 +5.9%)", ArmA: "0", ArmB: "1",
 		// Per-lane partial dots reduced by a shuffle tree, per-slot online
@@ -632,7 +627,6 @@ type Config struct {
 	NoSplitKAttn     bool
 	PDL              bool
 	MMVQInlineQ8     bool
-	NormQ8           bool
 	AttnDecodeV2     bool
 	FAPrefillV2      bool
 	MMVQRepack       bool
@@ -770,7 +764,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.PDL = on("MINFER_PDL")
 	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
-	c.NormQ8 = on("MINFER_NORM_Q8")
 	c.AttnDecodeV2 = optOut("MINFER_ATTN_DECODE_V2")
 	c.FAPrefillV2 = optOut("MINFER_FA_PREFILL_V2")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
