@@ -85,9 +85,6 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
-			// In-kernel Q8_1 quantization for decode mmvq (bitwise the
-			// two-launch form; MINFER_MMVQ_INLINE_Q8=1).
-			InlineQ8: opts.Levers.MMVQInlineQ8,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).

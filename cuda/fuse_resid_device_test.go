@@ -228,7 +228,7 @@ const frSteps = 6
 // MINFER_FUSE_RESIDUAL=1 gives bitwise the logits of =0 at every step. Census of the
 // decode steps: minfer_add_f32 launches drop by exactly 2 per layer per
 // step, and minfer_mmvq*_res_* runs that many times with the lever on and
-// never with it off. In-kernel quantization is pinned off (not fused).
+// never with it off.
 func TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
@@ -241,7 +241,7 @@ func TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches(t *testing.T) {
 		for _, graphs := range []string{"0", "1"} {
 			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
 				p := dsSynth(t, m.shape, m.typ)
-				base := []string{"MINFER_NO_CUDA_GRAPH=" + graphs, "MINFER_MMVQ_INLINE_Q8=0"}
+				base := []string{"MINFER_NO_CUDA_GRAPH=" + graphs}
 				lOff, cOff, _ := frDecode(t, p, append(base, "MINFER_FUSE_RESIDUAL=0")...)
 				lOn, cOn, bOn := frDecode(t, p, append(base, "MINFER_FUSE_RESIDUAL=1")...)
 				for i := range lOff {

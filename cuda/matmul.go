@@ -137,16 +137,14 @@ const (
 	routeMMVQNT                // 2..8 tokens: quantize the rows, minfer_mmvq_nt_<t> (MINFER_MMVQ_NT)
 	routeMMVQ                  // decode: quantize the row, minfer_mmvq_<t> (one-warp or split)
 	routeMMVQR                 // decode: quantize the row, minfer_mmvqr_<t> over the repacked copy
-	routeMMVQX                 // decode: minfer_mmvqx_<t> quantizes the row itself (MINFER_MMVQ_INLINE_Q8)
 )
 
 // decode reports whether r is one of the decode MMVQ routes, whose Q8_1
 // row the fused and residual forms share.
-func (r mmRoute) decode() bool { return r == routeMMVQ || r == routeMMVQR || r == routeMMVQX }
+func (r mmRoute) decode() bool { return r == routeMMVQ || r == routeMMVQR }
 
 // routeFor is the route of a weight type over nt tokens under opts, for
-// the GGUF bytes (no repacked copy) and before the in-kernel choice, which
-// depends on the row count: matmulRoute refines both.
+// the GGUF bytes: matmulRoute adds the repacked copy.
 func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 	if _, ok := matmulTable[wtype]; !ok || nt < 1 {
 		return routeNone
@@ -165,27 +163,19 @@ func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 }
 
 // matmulRoute is the route of weight w over nt tokens on this backend: a
-// decode MMVQ matmul reads the repacked copy when w has one (before the
-// in-kernel form), else the in-kernel form when it takes w's shape.
+// decode MMVQ matmul reads the repacked copy when w has one.
 func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
-	r := routeFor(w.typ, nt, b.mm)
-	switch {
-	case r != routeMMVQ:
+	if r := routeFor(w.typ, nt, b.mm); r != routeMMVQ || w.rp == 0 {
 		return r
-	case w.rp != 0:
-		return routeMMVQR
-	case b.k.MMVQInline(w.rowLen, w.rows, b.mm):
-		return routeMMVQX
 	}
-	return r
+	return routeMMVQR
 }
 
 // sharedInput is how the matmuls ms of one input x (k values, nt rows:
 // fused q/k/v, gate/up) share it when no single fused kernel takes them:
 // prep runs once (the shared quantization, if any), then one per plan. The
 // routes decide: all MMQ or all multi-token MMVQ quantize x once into their
-// scratch; decode with an MMVQ route quantizes the row once (unless the
-// in-kernel form is on: then each weight's own kernel from x); else each
+// scratch; decode with an MMVQ route quantizes the row once; else each
 // weight's own matmul.
 func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (prep func() error, one func(matmulPlan) error) {
 	prep = func() error { return nil }
@@ -197,8 +187,6 @@ func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (p
 	case all == routeMMVQNT:
 		prep = func() error { return b.quantizeActNT(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runFromQ8NT(nt, m) }
-	case any && b.mm.InlineQ8:
-		// Mixed types with in-kernel quantization: each weight's own route.
 	case any:
 		prep = func() error { return b.quantizeAct(x, k) }
 		one = func(m matmulPlan) error { return b.runFromQ8(x, m) }
@@ -236,9 +224,9 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same, repacked bool) {
 
 // opFusedQKV runs the three matmuls of one input into one output (q, then
 // k, then v). Decode with the three of one type on an MMVQ route: one
-// fused launch (minfer_mmvqr_qkv over repacked copies, minfer_mmvqx_qkv
-// when the in-kernel form takes the three together, else quantize once and
-// minfer_mmvq_qkv); otherwise the three share x as sharedInput says.
+// fused launch after the row's quantization (minfer_mmvqr_qkv over
+// repacked copies, else minfer_mmvq_qkv); otherwise the three share x as
+// sharedInput says.
 func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if len(n.Weights) != 3 || len(n.Biases) != 3 {
 		return nil, fmt.Errorf("fused qkv wants 3 weights and 3 bias names")
@@ -275,18 +263,12 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
 		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
 		typ := ms[0].w.typ
-		switch {
-		case repacked || !b.mm.InlineQ8:
-			// The repacked copies take precedence over the in-kernel form.
-			return func() error {
-				if err := b.quantizeAct(x, k); err != nil {
-					return err
-				}
-				return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, repacked)
-			}, nil
-		case b.k.MMVQInline(k, off, b.mm):
-			return func() error { return b.k.mmvqxQKV(b.s, o, x, w, typ, bias, k, rows, 0) }, nil
-		}
+		return func() error {
+			if err := b.quantizeAct(x, k); err != nil {
+				return err
+			}
+			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, repacked)
+		}, nil
 	}
 	prep, one := b.sharedInput(x, k, nt, ms)
 	return func() error {
@@ -304,9 +286,9 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 
 // opFusedFFN computes silu(x*gate) * (x*up) (graph.OpFusedFFN, Weights =
 // {gate, up}, output [n_ff, nt]) as engine/cpu does. Decode with gate and
-// up of one type on an MMVQ route: one fused launch (minfer_mmvqr_ffn over
-// repacked copies, minfer_mmvqx_ffn when the in-kernel form takes the
-// shape, else quantize once and minfer_mmvq_ffn). Otherwise gate into the
+// up of one type on an MMVQ route: one fused launch after the row's
+// quantization (minfer_mmvqr_ffn over repacked copies, else
+// minfer_mmvq_ffn). Otherwise gate into the
 // output, up into the backend's ffnUp scratch (sharing x as sharedInput
 // says), then SwiGLU in place: the unfused graph's kernels, so bitwise its
 // values.
@@ -340,11 +322,8 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	x, k := p[0], g.w.rowLen
 	if same, repacked := b.decodeGroup(nt, []matmulPlan{g, u}); same {
 		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
-		switch {
-		case repacked:
+		if repacked {
 			wg, wu = g.w.rp, u.w.rp
-		case b.k.MMVQInline(k, nff, b.mm):
-			return func() error { return b.k.mmvqxFFN(b.s, o, x, wg, wu, typ, k, nff, 0) }, nil
 		}
 		return func() error {
 			if err := b.quantizeAct(x, k); err != nil {
@@ -419,15 +398,6 @@ type MatMulOptions struct {
 	// is too small for k is an error, never a fallback.
 	ActQ8      driver.DevicePtr
 	ActQ8Bytes uint64
-	// InlineQ8 runs the decode mmvq path in its in-kernel form where the
-	// shape allows it (Kernels.MMVQInline): the minfer_mmvqx_* kernels
-	// quantize the f32 activation row into shared memory themselves, so
-	// there is no minfer_quantize_q8_1 launch and no scratch; the results
-	// are bitwise the two-launch form's. Off (the zero value, and the
-	// shapes it does not take), decode mmvq is minfer_quantize_q8_1 into
-	// ActQ8 and then the mmvq kernel. With InlineQ8 set the mmvq path runs
-	// without ActQ8 for the shapes the in-kernel form takes.
-	InlineQ8 bool
 	// MMQ (MINFER_MMQ, default on) runs prefill (nt >= 9) of the types in
 	// mmqTable through the int8 tensor-core kernel over Q8_1 activations
 	// (mmq.go) in MMQAct (MMQActBytes >= ActQ8Bytes(k, nt), grown by
@@ -592,9 +562,6 @@ func (k *Kernels) MatMul(s *driver.Stream, out, x, w driver.DevicePtr, wtype qua
 	case routeMMVQNT:
 		return k.launchMMVQNT(s, wtype, out, x, w, bias, nt, kDim, n, opts)
 	case routeMMVQ:
-		if k.MMVQInline(kDim, n, opts) {
-			return k.mmvqxPlain(s, out, x, w, wtype, bias, kDim, n, 0)
-		}
 		return k.launchMMVQ(s, wtype, out, x, w, bias, kDim, n, opts)
 	}
 	return k.launchMMV(s, name, out, x, w, bias, nt, kDim, n)

@@ -2,9 +2,11 @@ package cuda
 
 // mmvq.go: the decode matmul kernels over a Q8_1 activation row
 // (cuda/kernels/mmvq.cu): minfer_mmvq_<t> and its fused q/k/v, FFN and
-// residual forms, the in-kernel-quantization forms minfer_mmvqx_*
-// (MINFER_MMVQ_INLINE_Q8), and the backend's decode dispatch over the row
-// in its scratch (one-warp, split or repacked).
+// residual forms, and the backend's decode dispatch over the row in its
+// scratch (one-warp, split or repacked). mmvq.cu still holds the
+// minfer_mmvqx_* kernels of the retired MINFER_MMVQ_INLINE_Q8: nothing
+// launches them; they go with the next kernel change that can be compiled
+// (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md).
 
 import (
 	"fmt"
@@ -40,7 +42,7 @@ func mmvqFusedKernel(wtype quant.Type, form string) string {
 // mmvqOn reports whether the mmvq kernel of wtype is enabled by opts (its
 // lever not set and a scratch given).
 func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
-	if _, ok := mmvqTable[wtype]; !ok || (opts.ActQ8 == 0 && !opts.InlineQ8) {
+	if _, ok := mmvqTable[wtype]; !ok || opts.ActQ8 == 0 {
 		return false
 	}
 	switch wtype {
@@ -177,187 +179,6 @@ func (k *Kernels) FFNQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes ui
 	block := [3]uint32{mmvqThreads, 1, 1}
 	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
 		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
-}
-
-// In-kernel quantization (minfer_mmvqx_*: cuda/kernels/mmvq.cu). Each block
-// quantizes the f32 row into shared memory and then runs one row per warp,
-// striding over the rows, so the geometry trades the separate launch
-// (~1.2 us plus a ~1 us graph-node gap) against every block re-reading
-// the f32 row (4k bytes) from L2 before its first weight load.
-const (
-	mmvqxMaxWarps = 16 // MINFER_MMVQX_MAX_THREADS / 32
-	mmvqxMinWarps = 4
-	// mmvqxWarpsPerSM is the residency the grid cap assumes (64 warps, the
-	// sm_90 maximum): blocks beyond it would only re-quantize.
-	mmvqxWarpsPerSM = 64
-	// mmvqxPrologueBudget bounds the f32 activation bytes the resident
-	// blocks of one SM re-read: about 0.5 us of one SM's L2 bandwidth, well
-	// under the launch it replaces. Shapes above it (7B's ffn_down, k =
-	// 18944: 448 blocks x 74 KiB over 132 SMs = 257 KiB per SM) keep the
-	// two-launch form.
-	mmvqxPrologueBudget = 64 << 10
-)
-
-// mmvqxSmem is the dynamic shared memory of the mmvqx kernels for row
-// length k: k int8 quants and k / 32 f32 scales (MINFER_MMVQX_SMEM).
-func mmvqxSmem(kDim int) int { return kDim + 4*(kDim/quant.QK) }
-
-// mmvqxForms are the kernel-name infixes of the three forms.
-var mmvqxForms = map[string]string{"": "minfer_mmvqx_", "qkv": "minfer_mmvqx_qkv_", "ffn": "minfer_mmvqx_ffn_"}
-
-// mmvqxKernel names the in-kernel-quantization form ("", "qkv" or "ffn")
-// of a type's mmvq kernel ("" for a type without one).
-func mmvqxKernel(wtype quant.Type, form string) string {
-	name, ok := mmvqTable[wtype]
-	prefix, okf := mmvqxForms[form]
-	if !ok || !okf {
-		return ""
-	}
-	return prefix + strings.TrimPrefix(name, "minfer_mmvq_")
-}
-
-// mmvqxGeom is the launch of an mmvqx kernel over rows output rows of
-// length kDim on a device of sms SMs: warps (rows) per block, blocks, and
-// whether the in-kernel form takes the shape at all. Blocks are the
-// largest warp count (16, 8, 4) that still gives two blocks per SM, capped
-// at one residency's worth; the shape is taken when the smem fits the
-// default 48 KiB (no opt-in: every k of qwen2 up to 72B does, 7B's 18944
-// needs 21 KiB) and the re-read f32 bytes per SM stay in the budget.
-func mmvqxGeom(kDim, rows, sms int) (warps, blocks int, ok bool) {
-	if kDim <= 0 || kDim%quant.QK != 0 || rows <= 0 || sms <= 0 {
-		return 0, 0, false
-	}
-	warps = mmvqxMinWarps
-	for w := mmvqxMaxWarps; w > mmvqxMinWarps; w /= 2 {
-		if (rows+w-1)/w >= 2*sms {
-			warps = w
-			break
-		}
-	}
-	blocks = min((rows+warps-1)/warps, sms*(mmvqxWarpsPerSM/warps))
-	if mmvqxSmem(kDim) > defaultDynSmem {
-		return warps, blocks, false
-	}
-	return warps, blocks, uint64(blocks)*uint64(kDim)*4 <= uint64(sms)*mmvqxPrologueBudget
-}
-
-// MMVQInline reports whether a decode mmvq matmul (or fused form) of rows
-// output rows of length kDim runs in-kernel quantization (minfer_mmvqx_*)
-// under opts on this device, rather than minfer_quantize_q8_1 + mmvq.
-func (k *Kernels) MMVQInline(kDim, rows int, opts MatMulOptions) bool {
-	if !opts.InlineQ8 || k.dev == nil {
-		return false
-	}
-	_, _, ok := mmvqxGeom(kDim, rows, k.dev.Attr.SMCount)
-	return ok
-}
-
-// mmvqxLaunch checks the common arguments of the three mmvqx forms and
-// returns the geometry. xq (tests) receives block 0's Q8_1 row when set.
-func (k *Kernels) mmvqxLaunch(op string, x, xq driver.DevicePtr, kDim, rows int) (grid, block [3]uint32, smem uint32, err error) {
-	if x == 0 || uint64(x)%4 != 0 || uint64(xq)%4 != 0 {
-		return grid, block, 0, fmt.Errorf("%s k=%d rows=%d: null or misaligned activation %v (or Q8_1 dump %v)", op, kDim, rows, x, xq)
-	}
-	sms := 0
-	if k.dev != nil {
-		sms = k.dev.Attr.SMCount
-	}
-	warps, blocks, ok := mmvqxGeom(kDim, rows, sms)
-	if !ok && (warps == 0 || mmvqxSmem(kDim) > defaultDynSmem) {
-		return grid, block, 0, fmt.Errorf("%s: k=%d rows=%d on %d SMs: the in-kernel form needs %d bytes of shared memory "+
-			"(at most %d; larger k takes minfer_quantize_q8_1 + mmvq)", op, kDim, rows, sms, mmvqxSmem(kDim), defaultDynSmem)
-	}
-	// Over the prologue budget is only slower, so a direct call may still
-	// run it (the tests do); MatMul and the backend ask MMVQInline first.
-	return [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(32 * warps), 1, 1}, uint32(mmvqxSmem(kDim)), nil
-}
-
-// mmvqxPlain is MatMulQ8_1 of the f32 row x with the quantization in the
-// kernel (minfer_mmvqx_<type>): out bitwise what QuantizeQ8_1 + MatMulQ8_1
-// give.
-func (k *Kernels) mmvqxPlain(s *driver.Stream, out, x, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
-	kDim, n int, xq driver.DevicePtr) error {
-	if err := checkMMVQWeight("matmul_x", w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_x %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	grid, block, smem, err := k.mmvqxLaunch("matmul_x", x, xq, kDim, n)
-	if err != nil {
-		return err
-	}
-	name := mmvqxKernel(wtype, "")
-	if err := k.launch(s, name, grid, block, smem, out, x, w, bias, int32(kDim), int32(n), xq); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
-}
-
-// mmvqxQKV is MatMulQ8_1QKV of the f32 row x with the quantization in the
-// kernel (minfer_mmvqx_qkv_<type>).
-func (k *Kernels) mmvqxQKV(s *driver.Stream, out, x driver.DevicePtr, w [3]driver.DevicePtr, wtype quant.Type,
-	bias [3]driver.DevicePtr, kDim int, n [3]int, xq driver.DevicePtr) error {
-	total := 0
-	for i := range w {
-		if err := checkMMVQWeight("matmul_x_qkv", w[i], wtype, kDim, n[i]); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return fmt.Errorf("matmul_x_qkv: bias %d %v is misaligned", i, bias[i])
-		}
-		total += n[i]
-	}
-	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
-		return fmt.Errorf("matmul_x_qkv %s k=%d n=%v: null or misaligned output %v, or too many rows", wtype, kDim, n, out)
-	}
-	grid, block, smem, err := k.mmvqxLaunch("matmul_x_qkv", x, xq, kDim, total)
-	if err != nil {
-		return err
-	}
-	name := mmvqxKernel(wtype, "qkv")
-	if err := k.launch(s, name, grid, block, smem, out, x, w[0], w[1], w[2], bias[0], bias[1], bias[2],
-		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2]), xq); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
-	}
-	return nil
-}
-
-// mmvqxFFN is FFNQ8_1 of the f32 row x with the quantization in the kernel
-// (minfer_mmvqx_ffn_<type>).
-func (k *Kernels) mmvqxFFN(s *driver.Stream, out, x, wg, wu driver.DevicePtr, wtype quant.Type, kDim, n int,
-	xq driver.DevicePtr) error {
-	for i, w := range []driver.DevicePtr{wg, wu} {
-		if err := checkMMVQWeight("ffn_x", w, wtype, kDim, n); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-	}
-	if out == 0 || uint64(out)%4 != 0 {
-		return fmt.Errorf("ffn_x %s k=%d n=%d: null or misaligned output %v", wtype, kDim, n, out)
-	}
-	grid, block, smem, err := k.mmvqxLaunch("ffn_x", x, xq, kDim, n)
-	if err != nil {
-		return err
-	}
-	name := mmvqxKernel(wtype, "ffn")
-	if err := k.launch(s, name, grid, block, smem, out, x, wg, wu, int32(kDim), int32(n), xq); err != nil {
-		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
-}
-
-// checkMMVQWeight validates one mmvq weight (type, shape, alignment).
-func checkMMVQWeight(op string, w driver.DevicePtr, wtype quant.Type, kDim, n int) error {
-	if _, ok := mmvqTable[wtype]; !ok {
-		return fmt.Errorf("%s: weight type %s has no mmvq kernel", op, wtype)
-	}
-	if err := validateMatMul(wtype, 1, kDim, n); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if a := mmvqAlign(wtype); w == 0 || uint64(w)%a != 0 {
-		return fmt.Errorf("%s %s k=%d n=%d: weight pointer %v is null or not %d-byte aligned", op, wtype, kDim, n, w, a)
 	}
 	return nil
 }

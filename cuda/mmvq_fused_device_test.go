@@ -379,9 +379,6 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					}
 					same := mx.ts[0] == mx.ts[1] && (ffn || mx.ts[0] == mx.ts[2])
 					fk := mmvqFusedKernel(mx.ts[0], form)
-					if rows := map[bool]int{true: g.m, false: 3 * g.m}[ffn]; dev.Kernels().MMVQInline(g.k, rows, dev.MatMulOptions()) {
-						fk = mmvqxKernel(mx.ts[0], form) // the in-kernel-quantization form
-					}
 					if dev.repackWanted(mx.ts[0]) {
 						fk = mmvqrKernel(mx.ts[0], form) // the repacked form takes precedence
 					}
@@ -508,11 +505,10 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 					case k == quantizeQ8_1Kernel, k == quantizeQ8_1X4Kernel:
 						q += n
 					case strings.HasPrefix(k, "minfer_mmvq_qkv_"), strings.HasPrefix(k, "minfer_mmvq_ffn_"),
-						strings.HasPrefix(k, "minfer_mmvqx_qkv_"), strings.HasPrefix(k, "minfer_mmvqx_ffn_"),
 						strings.HasPrefix(k, "minfer_mmvqr_qkv_"), strings.HasPrefix(k, "minfer_mmvqr_ffn_"):
 						fused += n
 						mm += n
-					case strings.HasPrefix(k, "minfer_mmvq_"), strings.HasPrefix(k, "minfer_mmvqx_"), strings.HasPrefix(k, "minfer_mmvqr_"):
+					case strings.HasPrefix(k, "minfer_mmvq_"), strings.HasPrefix(k, "minfer_mmvqr_"):
 						mm += n
 					}
 				}
@@ -521,9 +517,7 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 			qOn, mmOn, fusedOn := mmvqLaunches(cOn)
 			qOff, mmOff, _ := mmvqLaunches(cOff)
 			t.Logf("census (6 decodes): mmvq on: %d quantize, %d mmvq (%d fused); levers set: %d quantize, %d mmvq", qOn, mmOn, fusedOn, qOff, mmOff)
-			// With in-kernel quantization (InlineQ8) the decode needs no
-			// quantize launch (mmvq_inline_device_test.go pins it at 0).
-			if (qOn == 0 && !bOn.MatMulOptions().InlineQ8) || mmOn == 0 || fusedOn == 0 {
+			if qOn == 0 || mmOn == 0 || fusedOn == 0 {
 				t.Errorf("mmvq on: %d quantize, %d mmvq, %d fused launches; want all > 0", qOn, mmOn, fusedOn)
 			}
 			if qOff != 0 || mmOff != 0 {

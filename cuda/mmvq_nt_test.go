@@ -39,7 +39,7 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 			t.Errorf("MatMulPath(%s, nt=9, lever on) = %q, want %q", wt, got, matmulTable[wt].gemm)
 		}
 	}
-	inlineOnly := MatMulOptions{MMVQNT: true, InlineQ8: true}
+	noScratch := MatMulOptions{MMVQNT: true}
 	typeLever := on
 	typeLever.NoKQMMVQ = true
 	for _, c := range []struct {
@@ -47,7 +47,7 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 		opts MatMulOptions
 		want string
 	}{
-		{quant.Q8_0, inlineOnly, "minfer_mmv_q8_0"},    // no scratch to quantize nt rows into
+		{quant.Q8_0, noScratch, "minfer_mmv_q8_0"},     // no scratch to quantize nt rows into
 		{quant.Q4_K, typeLever, "minfer_mmv_q4_k"},     // MINFER_NO_KQ_MMVQ
 		{quant.Q6_K, typeLever, "minfer_mmv_q6_k"},     // MINFER_NO_KQ_MMVQ
 		{quant.Q8_0, typeLever, "minfer_mmvq_nt_q8_0"}, // another type's lever

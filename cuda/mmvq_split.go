@@ -15,8 +15,7 @@ package cuda
 // blocks per SM (1,584 on the 132-SM H200) launches the split form; a
 // taller one (gate/up, lm_head) keeps the one-warp kernel. The split form
 // sums the same per-unit values in another f32 order (tolerance class:
-// accumulation order). The in-kernel-quantization path (minfer_mmvqx_*,
-// MINFER_MMVQ_INLINE_Q8) and the fused FFN keep their kernels.
+// accumulation order). The fused FFN keeps its kernel.
 
 import (
 	"fmt"

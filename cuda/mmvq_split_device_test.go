@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
@@ -338,7 +339,7 @@ func TestMMVQSplitDevice_WholeModelLeverOnVsOffAndCensus(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%v", m.shape, m.typ, m.extra), func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
-			base := append([]string{"MINFER_MMVQ_INLINE_Q8=0"}, m.extra...)
+			base := slices.Clip(m.extra) // each append copies
 			gOff, cOff, _ := rpDecode(t, p, append(base, "MINFER_MMVQ_SPLIT=0")...)
 			gOn, cOn, bOn := rpDecode(t, p, append(base, "MINFER_MMVQ_SPLIT=1")...)
 			gNoGraph, _, _ := rpDecode(t, p, append(base, "MINFER_MMVQ_SPLIT=1", "MINFER_NO_CUDA_GRAPH=1")...)

@@ -69,7 +69,7 @@ func TestMMVQSplitGeometry_MatchesKernelSource(t *testing.T) {
 			}
 		}
 		for _, old := range []string{name, mmvqResKernel(ty), mmvqFusedKernel(ty, "qkv"), mmvqFusedKernel(ty, "ffn"),
-			mmvqxKernel(ty, ""), mmvqxKernel(ty, "qkv"), mmvqNTKernel(ty), mmvqrKernel(ty, ""), mmvqrResKernel(ty),
+			mmvqNTKernel(ty), mmvqrKernel(ty, ""), mmvqrResKernel(ty),
 			mmvqrKernel(ty, "qkv"), mmvqrKernel(ty, "ffn")} {
 			if ok, _ := path.Match(glob, old); ok && old != "" {
 				t.Errorf("the one-warp kernel %s matches %s", old, glob)

@@ -385,11 +385,6 @@ var registry = []Lever{
 		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1",
 		Liveness: &Liveness{On: "1", CUDA: &PathRule{PDL: true},
 			Why: "with PDL on, every launch carries the programmatic-dependent-launch attribute (pdl_launches > 0 on the cuda_graphs line) and the kernels are the same; off, none does"}},
-	{Name: "MINFER_MMVQ_INLINE_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul activation quantization", Issue: "#6",
-		Doc: "1: each decode MMVQ block quantizes the activation into shared memory itself (same bytes) instead of a separate minfer_quantize_q8_1 launch; off by default: it measured slower on the H200 (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md)", ArmA: "0", ArmB: "1",
-		Workload: "qwen2-0.5b:Q8_0",
-		Liveness: cudaOnly("1", "decode MMVQ quantizes its activation in the kernel (minfer_mmvqx_*) only with the lever on; off, a separate minfer_quantize_q8_1 launch feeds minfer_mmvq_*",
-			[]string{"minfer_mmvqx_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
 		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_MMVQ_REPACK",
@@ -626,7 +621,6 @@ type Config struct {
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
 	PDL              bool
-	MMVQInlineQ8     bool
 	AttnDecodeV2     bool
 	FAPrefillV2      bool
 	MMVQRepack       bool
@@ -763,7 +757,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.PDL = on("MINFER_PDL")
-	c.MMVQInlineQ8 = on("MINFER_MMVQ_INLINE_Q8")
 	c.AttnDecodeV2 = optOut("MINFER_ATTN_DECODE_V2")
 	c.FAPrefillV2 = optOut("MINFER_FA_PREFILL_V2")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
