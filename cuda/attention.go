@@ -83,29 +83,22 @@ func (k *Kernels) Attention(s *driver.Stream, out, q, kRegion, vRegion driver.De
 // The attention kernel families attnFamily chooses from.
 const (
 	attnPlain    = "plain"    // minfer_attn_f32, one block per (token, head)
-	attnPrefill1 = "prefill"  // minfer_attn_prefill_*
 	attnPrefill2 = "prefill2" // minfer_attn_prefill2_*
-	attnDecode1  = "decode"   // minfer_attn_decode_*
 	attnDecode2  = "decode2"  // minfer_attn_decode2_*
 )
 
-// attnFamily is the attention kernel of an nt-token call. The switch-off
-// levers win over the version levers: MINFER_NO_FA_PREFILL=1 and
-// MINFER_NO_SPLITK_ATTN=1 mean the plain kernel whatever MINFER_FA_PREFILL_V2
-// and MINFER_ATTN_DECODE_V2 say (the v2 kernels are tiled and split-K too;
-// with v2 on by default, the other order made those two levers no-ops).
+// attnFamily is the attention kernel of an nt-token call: the tiled
+// prefill kernels from AttnPrefillMinNT tokens, the split-K decode kernels
+// up to AttnDecodeMaxNT, each unless its kill switch (MINFER_NO_FA_PREFILL,
+// MINFER_NO_SPLITK_ATTN) sends it to the plain kernel. (The v1 tiled and
+// split-K kernels were retired with MINFER_FA_PREFILL_V2 and
+// MINFER_ATTN_DECODE_V2.)
 func attnFamily(nt int, lv levers.Config) string {
 	switch {
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
-		if lv.FAPrefillV2 {
-			return attnPrefill2
-		}
-		return attnPrefill1
+		return attnPrefill2
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
-		if lv.AttnDecodeV2 {
-			return attnDecode2
-		}
-		return attnDecode1
+		return attnDecode2
 	}
 	return attnPlain
 }
@@ -153,25 +146,13 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	f := b.kvSpec.Format
 	switch attnFamily(ap.NT, b.lv) {
 	case attnPrefill2:
-		// Prefill: the v2 tiled kernels (MINFER_FA_PREFILL_V2, default on).
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
-	case attnPrefill1:
-		// Prefill: the v1 tiled kernel (MINFER_FA_PREFILL_V2=0).
-		return func() error { return b.k.AttentionPrefill(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case attnDecode2:
-		// Decode: the lean split-K kernel (MINFER_ATTN_DECODE_V2, default on).
 		scr, scrBytes, err := b.attnDecode2Scratch(ap)
 		if err != nil {
 			return nil, err
 		}
 		return func() error { return b.k.AttentionDecode2(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
-	case attnDecode1:
-		// Decode: the v1 split-K kernel (MINFER_ATTN_DECODE_V2=0).
-		scr, scrBytes, err := b.attnDecodeScratch(ap)
-		if err != nil {
-			return nil, err
-		}
-		return func() error { return b.k.AttentionDecode(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
 	}
 	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 }

@@ -6,28 +6,26 @@ import (
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
-// TestAttnFamily_SwitchOffLeversWinOverVersionLevers (host): every
-// combination of the four attention levers at a decode and a prefill size.
-// MINFER_NO_SPLITK_ATTN=1 / MINFER_NO_FA_PREFILL=1 give the plain kernel
-// whatever the v2 levers say (with v2 first, as before this test, the two
-// switch-off levers did nothing once v2 was on by default); sizes between
-// the decode and the prefill ranges always take the plain kernel.
-func TestAttnFamily_SwitchOffLeversWinOverVersionLevers(t *testing.T) {
-	for _, noSplit := range []bool{false, true} {
-		for _, v2 := range []bool{false, true} {
-			lv := levers.Config{NoSplitKAttn: noSplit, AttnDecodeV2: v2, NoFAPrefill: noSplit, FAPrefillV2: v2}
-			wantDec, wantPre := attnDecode1, attnPrefill1
-			if v2 {
-				wantDec, wantPre = attnDecode2, attnPrefill2
+// TestAttnFamily_KillSwitchesGiveThePlainKernel (host): at decode and
+// prefill sizes the split-K and tiled kernels run unless
+// MINFER_NO_SPLITK_ATTN=1 / MINFER_NO_FA_PREFILL=1 send them to the plain
+// kernel; sizes between the decode and the prefill ranges always take the
+// plain kernel.
+func TestAttnFamily_KillSwitchesGiveThePlainKernel(t *testing.T) {
+	for _, noDec := range []bool{false, true} {
+		for _, noPre := range []bool{false, true} {
+			lv := levers.Config{NoSplitKAttn: noDec, NoFAPrefill: noPre}
+			wantDec, wantPre := attnDecode2, attnPrefill2
+			if noDec {
+				wantDec = attnPlain
 			}
-			if noSplit {
-				wantDec, wantPre = attnPlain, attnPlain
+			if noPre {
+				wantPre = attnPlain
 			}
-			if got := attnFamily(1, lv); got != wantDec {
-				t.Errorf("nt 1, %+v: %s, want %s", lv, got, wantDec)
-			}
-			if got := attnFamily(AttnDecodeMaxNT, lv); got != wantDec {
-				t.Errorf("nt %d, %+v: %s, want %s", AttnDecodeMaxNT, lv, got, wantDec)
+			for _, nt := range []int{1, AttnDecodeMaxNT} {
+				if got := attnFamily(nt, lv); got != wantDec {
+					t.Errorf("nt %d, %+v: %s, want %s", nt, lv, got, wantDec)
+				}
 			}
 			if got := attnFamily(512, lv); got != wantPre {
 				t.Errorf("nt 512, %+v: %s, want %s", lv, got, wantPre)
@@ -39,7 +37,6 @@ func TestAttnFamily_SwitchOffLeversWinOverVersionLevers(t *testing.T) {
 			}
 		}
 	}
-	// The registry's defaults: v2 for both.
 	def, err := levers.Parse(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,10 +2,10 @@ package cuda
 
 // attn_decode2.go: the lean split-K decode attention
 // (cuda/kernels/attn_decode2.cu) and its scratch. opAttn takes this path for
-// nt <= AttnDecodeMaxNT when MINFER_ATTN_DECODE_V2=1
-// (levers.Config.AttnDecodeV2), ahead of the split-K kernel.
+// nt <= AttnDecodeMaxNT unless MINFER_NO_SPLITK_ATTN=1 (the v1 split-K
+// kernel it replaced was retired with MINFER_ATTN_DECODE_V2).
 //
-// As for the split-K kernel, the grid depends on the shapes and n_ctx only:
+// The grid depends on the shapes and n_ctx only:
 // the kernel reads the window from device memory and picks its active
 // splits at run time (attnDecode2SplitPlan), so a captured graph replays.
 
@@ -98,8 +98,9 @@ func AttnDecode2ScratchBytes(p AttnParams, format kv.Format) (int, error) {
 	return int(attnDecode2Geometry(p, format).bytes), nil
 }
 
-// AttentionDecode2 is AttentionDecode (same operands, same semantics, NaN
-// rows for a start the region cannot hold) by the lean split-K kernel.
+// AttentionDecode2 is Attention (same operands, same semantics, NaN rows
+// for a start the region cannot hold) for up to AttnDecodeMaxNT tokens by
+// the lean split-K kernel.
 // scratch is scratchBytes (AttnDecode2ScratchBytes) of device memory, zeroed
 // when allocated and used for this shape only; every launch leaves its
 // counters zero again. Launches on one scratch must be stream-ordered.
@@ -122,11 +123,13 @@ func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion dr
 
 // attnDecode2Scratch returns the backend's scratch of the lean kernel for
 // the shape of p, allocating and zeroing it the first time the shape asks
-// (see attnDecodeScratch: a direct execution, before any capture). It
-// shares the backend's scratch map with the split-K kernel under a key with
-// the head count negated, so the two layouts never meet.
+// (one per model in practice: every layer and every nt <= AttnDecodeMaxNT
+// share it). That is the first decode-shaped attention node, a direct
+// execution (a split is captured at its third run at the earliest); the
+// allocation moves the pool generation, so no graph captured before it
+// replays, and the memory stays until Close.
 func (b *Backend) attnDecode2Scratch(p AttnParams) (driver.DevicePtr, int, error) {
-	key := attnScratchKey{nHead: -p.NHead, nHeadKV: p.NHeadKV, headDim: p.HeadDim, nCtx: p.NCtx}
+	key := attnScratchKey{nHead: p.NHead, nHeadKV: p.NHeadKV, headDim: p.HeadDim, nCtx: p.NCtx}
 	if sb, ok := b.attnScratch[key]; ok {
 		return sb.ptr, sb.bytes, nil
 	}
@@ -153,4 +156,24 @@ func (b *Backend) attnDecode2Scratch(p AttnParams) (driver.DevicePtr, int, error
 		return 0, 0, err
 	}
 	return b.attnScratch[key].ptr, need, nil
+}
+
+const (
+	// AttnDecodeMaxNT is the most query tokens the split-K kernel takes
+	// (decode and the speculative / multi-token paths).
+	AttnDecodeMaxNT = 8
+	// attnDecodeAlign is the scratch section alignment (bytes).
+	attnDecodeAlign = 256
+)
+
+// checkDecode is check plus the split-K kernel's token limit.
+func (p AttnParams) checkDecode(format kv.Format) (rowBytes int, err error) {
+	rb, err := p.check(format)
+	if err != nil {
+		return 0, err
+	}
+	if p.NT > AttnDecodeMaxNT {
+		return 0, opsBad("attn_decode", "%d tokens: the split-K kernel takes at most %d", p.NT, AttnDecodeMaxNT)
+	}
+	return rb, nil
 }

@@ -1,10 +1,10 @@
 package cuda
 
 // Tests of the lean split-K decode attention (attn_decode2.cu,
-// attn_decode2.go, lever MINFER_ATTN_DECODE_V2): the kernel against the
-// port of engine/cpu's attention (adRef, attn_device_test.go) for every KV
-// format and the decode shapes, the backend path across graph replays, the
-// whole model lever on vs off, and the lever's census. Device tests skip
+// attn_decode2.go): the kernel against the port of engine/cpu's attention
+// (adRef, attn_device_test.go) for every KV format and the decode shapes,
+// the backend path across graph replays, the whole model against the plain
+// kernel, and MINFER_NO_SPLITK_ATTN's census. Device tests skip
 // without a device; the launcher tests are host-only.
 
 import (
@@ -187,8 +187,7 @@ func ad2Census(b *Backend, prefix string) int64 {
 	return n
 }
 
-// TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays: with the lever on,
-// the backend's decode path (opAttn, its scratch, CUDA graph capture and
+// TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays: the backend's decode path (opAttn, its scratch, CUDA graph capture and
 // replay with a new window each step) against the engine/cpu backend, every
 // KV format, no window and a sliding window; the census shows the lean
 // kernels ran.
@@ -197,7 +196,7 @@ func TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 	worst := 0.0
 	for _, f := range kv.Formats() {
 		for _, w := range []int{0, 64} {
-			d, b := adBackendRun(t, dsLevers(t, "MINFER_ATTN_DECODE_V2=1", "MINFER_LAUNCH_CENSUS=1"), f, w)
+			d, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1"), f, w)
 			worst = max(worst, d)
 			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
 				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
@@ -210,23 +209,23 @@ func TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 	t.Logf("worst max|diff| %g", worst)
 }
 
-// TestAttnDecode2_LeverSwitchesTheKernel (census): MINFER_ATTN_DECODE_V2=1
-// launches the lean kernels and neither the split-K nor the plain one for
-// decode; =0 the split-K kernels and no lean one.
+// TestAttnDecode2_LeverSwitchesTheKernel (census): with MINFER_NO_SPLITK_ATTN
+// unset the decode steps launch the lean split-K kernels and no plain
+// attention kernel; with MINFER_NO_SPLITK_ATTN=1 the reverse.
 func TestAttnDecode2_LeverSwitchesTheKernel(t *testing.T) {
 	dsNeedDevice(t)
-	for _, on := range []bool{true, false} {
+	for _, off := range []bool{false, true} {
 		val := "0"
-		if on {
+		if off {
 			val = "1"
 		}
-		_, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_V2="+val), kv.F16, 0)
-		lean, splitK, plain := ad2Census(b, "minfer_attn_decode2_"), ad2Census(b, "minfer_attn_decode_"), ad2Census(b, "minfer_attn_f32")
-		if on && (lean == 0 || splitK != 0 || plain != 0) {
-			t.Errorf("lever on: %d lean launches (want > 0), %d split-K, %d plain (want 0); census %v", lean, splitK, plain, b.Kernels().Census())
+		_, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN="+val), kv.F16, 0)
+		lean, plain := ad2Census(b, "minfer_attn_decode2_"), ad2Census(b, "minfer_attn_f32")
+		if !off && (lean == 0 || plain != 0) {
+			t.Errorf("lever unset: %d split-K launches (want > 0), %d plain (want 0); census %v", lean, plain, b.Kernels().Census())
 		}
-		if !on && (lean != 0 || splitK == 0) {
-			t.Errorf("lever off: %d lean launches (want 0), %d split-K (want > 0); census %v", lean, splitK, b.Kernels().Census())
+		if off && (lean != 0 || plain == 0) {
+			t.Errorf("MINFER_NO_SPLITK_ATTN=1: %d split-K launches (want 0), %d plain (want > 0); census %v", lean, plain, b.Kernels().Census())
 		}
 	}
 }
@@ -255,9 +254,10 @@ func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32
 }
 
 // TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3: whole models decoding
-// at 100+ cells (several splits) with the lean kernel, the v1 split-K kernel
-// and the plain one-block kernel. With f32 activations (qwen2-tiny F32) the
-// three agree within 1e-3 of the largest logit (the accumulation-order
+// at 100+ cells (several splits) with the lean split-K kernel and the plain
+// one-block kernel (MINFER_NO_SPLITK_ATTN=1; the v1 split-K kernel it was
+// also compared with is retired). With f32 activations (qwen2-tiny F32) the
+// two agree within 1e-3 of the largest logit (the accumulation-order
 // class) and on top-1 wherever the top-2 margin is above 0.1. With Q8_0
 // weights the matmuls quantize their activations to int8: a last-bit
 // difference in an attention output flips an int8 rounding now and then,
@@ -265,8 +265,8 @@ func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32
 // bitwise equal for the first steps, then rel 0.010-0.016 on tiny-code and
 // the 0.5b shape). Those models are held to the activation-quantization
 // class instead: rel 5e-2, top-1 equal where the margin is above what that
-// bar can close (dsClassFlipMargin: 0.2 at least). With
-// the lever on, CUDA graph replays give bitwise the direct launches.
+// bar can close (dsClassFlipMargin: 0.2 at least). CUDA graph replays give
+// bitwise the direct launches.
 func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
 	models := []struct {
@@ -280,14 +280,13 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 		{"qwen2-0.5b Q8_0", dsSynth(t, "qwen2-0.5b", "Q8_0"), 5e-2, 0.2},
 	}
 	for _, m := range models {
-		v2 := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1")
-		direct := ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=1", "MINFER_NO_CUDA_GRAPH=1")
+		v2 := ad2LongSteps(t, m.path, 8)
+		direct := ad2LongSteps(t, m.path, 8, "MINFER_NO_CUDA_GRAPH=1")
 		arms := map[string][][]float32{
-			"v1":    ad2LongSteps(t, m.path, 8, "MINFER_ATTN_DECODE_V2=0"),
 			"plain": ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=1"),
 		}
 		worst := 0.0
-		for _, ref := range []string{"v1", "plain"} {
+		for _, ref := range []string{"plain"} {
 			for i, want := range arms[ref] {
 				d := dsLogitDiff(v2[i], want)
 				worst = max(worst, d)
@@ -304,11 +303,10 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 			}
 		}
 		for i := range v2 {
-			t.Logf("%s step %d: v2 vs v1 %.3g, v2 vs plain %.3g, v1 vs plain %.3g", m.name, i,
-				dsLogitDiff(v2[i], arms["v1"][i]), dsLogitDiff(v2[i], arms["plain"][i]), dsLogitDiff(arms["v1"][i], arms["plain"][i]))
+			t.Logf("%s step %d: v2 vs plain %.3g", m.name, i, dsLogitDiff(v2[i], arms["plain"][i]))
 		}
-		dsBitwise(t, m.name+" lever on: graphs vs direct", v2, direct)
-		t.Logf("%s: worst relative logit diff of v2 vs v1 and plain %.3g", m.name, worst)
+		dsBitwise(t, m.name+": graphs vs direct", v2, direct)
+		t.Logf("%s: worst relative logit diff of v2 vs plain %.3g", m.name, worst)
 	}
 }
 

@@ -1,18 +1,16 @@
 package cuda
 
-// Device tests of the split-K decode attention (attn_decode.cu,
-// attn_decode.go): the kernel against a port of engine/cpu's attention for
-// every KV format and the shapes decode meets, the backend path against the
-// engine/cpu backend across graph replays, and the lever's liveness.
+// The helpers of the split-K decode attention tests
+// (attn_decode2_device_test.go): a port of engine/cpu's attention, device
+// regions of every KV format, kernel-level shapes and a backend run against
+// the engine/cpu backend across graph replays. (The tests of the v1 split-K
+// kernel went with it: MINFER_ATTN_DECODE_V2 retired.)
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -129,13 +127,6 @@ type adKernel struct {
 	counterBytes func(AttnParams, kv.Format) uint64
 }
 
-// adSplitK is the split-K kernel (attn_decode.cu).
-var adSplitK = adKernel{name: "attn_decode", scratchBytes: AttnDecodeScratchBytes,
-	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
-		return k.AttentionDecode(s, out, q, kr, vr, f, win, scr, scrB, p)
-	},
-	counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecodeGeometry(p, f).mlOff }}
-
 // adShape is one kernel-level shape with its device buffers.
 type adShape struct {
 	ms          *mmtSession
@@ -147,11 +138,6 @@ type adShape struct {
 	scratch     driver.DevicePtr
 	scratchB    int
 	q, out, win driver.DevicePtr
-}
-
-func adOpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
-	t.Helper()
-	return adOpenKernelShape(t, ms, adSplitK, f, k, v, nh, nkv, hd, nCtx)
 }
 
 func adOpenKernelShape(t *testing.T, ms *mmtSession, kern adKernel, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
@@ -267,40 +253,6 @@ func (sh *adShape) zeroCounters(t *testing.T, what string) {
 	}
 }
 
-// TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3: the split-K
-// kernel against engine/cpu's attention for every KV format, head_dim 64
-// and 128, GQA ratios 1/4/7/8, nt 1..8, no window and sliding windows, KV
-// lengths 1 .. n_ctx (4096+) and starts at the end of the region: one split
-// (up to 256 cells, one and two tiles per warp), 2 .. 31 active splits and
-// all 32 (the case list is checked to cover them). One scratch per shape
-// serves every case without re-zeroing (as in a replayed graph), its
-// counters are read back as zero, a case run twice with different windows
-// on the same buffers gives both answers, and the same launch repeated is
-// bitwise equal (the combine order does not depend on which block is last).
-func TestAttnDecodeDevice_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testing.T) {
-	ms := mmtOpen(t)
-	r := rand.New(rand.NewPCG(61, 62))
-	const nkv, nCtx = 2, 4160
-	lengths := []int{1, 2, 63, 64, 65, 129, 256, 257, 600, 1000, 4096 + 37, nCtx}
-	windows := []int{0, 100, 300}
-	nsplit := attnDecodeGeometry(AttnParams{NT: 1, NHead: nkv, NHeadKV: nkv, HeadDim: 64, NCtx: nCtx}, kv.F16).nsplit
-	covered := map[int]bool{}
-	for _, w := range windows {
-		for _, L := range lengths {
-			n := L
-			if w > 0 {
-				n = min(L, w)
-			}
-			_, nact := attnDecodeSplitPlan(n, nsplit)
-			covered[nact] = true
-		}
-	}
-	if !covered[1] || !covered[attnDecodeMaxSplits] || len(covered) < 4 {
-		t.Fatalf("the cases cover active split counts %v of %d splits: want 1, several between and %d", covered, nsplit, attnDecodeMaxSplits)
-	}
-	adSweepFormats(t, ms, r, adSplitK, nkv, nCtx, lengths, windows)
-}
-
 // adSweepFormats checks kern against adRef for every KV format, head_dim 64
 // and 128, GQA groups 1/4/7/8 of nkv KV heads, each window, nt = 1 at every
 // length and nt 2..8 at four starts; then reruns one query at other starts
@@ -364,98 +316,6 @@ func adUpload(t *testing.T, ms *mmtSession, k, v *adRegion) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestAttnDecodeDevice_OddShapesMatchCPUWithin1e3: head_dims without a
-// compile-time kernel (the pair-load path), a GQA ratio above 8 (query
-// heads split into sub-groups), and tiny contexts; the last cells of each
-// context (300 .. 500 cells) take 3 or 4 splits.
-func TestAttnDecodeDevice_OddShapesMatchCPUWithin1e3(t *testing.T) {
-	ms := mmtOpen(t)
-	r := rand.New(rand.NewPCG(63, 64))
-	worst, worstAt := 0.0, ""
-	for _, c := range []struct {
-		f                 kv.Format
-		hd, nh, nkv, nCtx int
-	}{
-		{kv.F16, 80, 10, 2, 300},
-		{kv.F32, 96, 12, 1, 300},
-		{kv.Q8_0, 96, 6, 2, 300},  // rows of 192 values: six q8_0 blocks, heads straddle blocks
-		{kv.F16, 128, 20, 2, 500}, // G = 10: two sub-groups of 5
-		{kv.Q8_0, 64, 34, 2, 500}, // G = 17: three sub-groups of 6, 6, 5
-		{kv.F32, 16, 4, 4, 400},   // G = 1, four splits of 128, 128, 128, 16 cells at the end
-		{kv.F16, 2, 8, 1, 9},      // the smallest head
-	} {
-		rl := c.nkv * c.hd
-		k, v := adFill(r, c.f, c.nCtx, rl), adFill(r, c.f, c.nCtx, rl)
-		err := ms.dev.Do(func() error {
-			var err error
-			if k.dev, err = ms.upload(k.bytes); err != nil {
-				return err
-			}
-			v.dev, err = ms.upload(v.bytes)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh := adOpenShape(t, ms, c.f, k, v, c.nh, c.nkv, c.hd, c.nCtx)
-		for _, w := range []int{0, 7} {
-			for _, start := range []int{0, 1, 33, c.nCtx - 9, c.nCtx - 1} {
-				for _, nt := range []int{1, 3, 8} {
-					if start+nt <= c.nCtx && nt <= c.nCtx {
-						sh.check(t, r, nt, start, w, 2, &worst, &worstAt)
-					}
-				}
-			}
-		}
-	}
-	t.Logf("worst max|diff| %g (%s)", worst, worstAt)
-}
-
-// TestAttnDecodeDevice_StartOutsideTheRegionGivesNaNRows: a negative start
-// gives NaN everywhere; tokens past the region give NaN rows while the
-// earlier tokens are still right; the next launch is unaffected.
-func TestAttnDecodeDevice_StartOutsideTheRegionGivesNaNRows(t *testing.T) {
-	ms := mmtOpen(t)
-	r := rand.New(rand.NewPCG(65, 66))
-	const f, hd, nh, nkv, nCtx = kv.F16, 128, 28, 4, 600
-	rl := nkv * hd
-	k, v := adFill(r, f, nCtx, rl), adFill(r, f, nCtx, rl)
-	err := ms.dev.Do(func() error {
-		var err error
-		if k.dev, err = ms.upload(k.bytes); err != nil {
-			return err
-		}
-		v.dev, err = ms.upload(v.bytes)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := adOpenShape(t, ms, f, k, v, nh, nkv, hd, nCtx)
-	q := dsRand(r, hd*nh*4, 1)
-	for i, x := range sh.run(t, q, 4, -1, 0) {
-		if !math.IsNaN(float64(x)) {
-			t.Fatalf("start -1: out[%d] = %v, want NaN", i, x)
-		}
-	}
-	// Cells 598, 599 exist, 600 and 601 do not.
-	got := sh.run(t, q, 4, nCtx-2, 0)
-	row := hd * nh
-	want := adRef(q[:2*row], k.f32, v.f32, rl, hd, nh, nkv, 2, nCtx-2, 0, attnScale(sh.p))
-	if d, at := adWorst(got[:2*row], want); d > 1e-3 {
-		t.Errorf("tokens inside the region: max|diff| %g at %d", d, at)
-	}
-	for i, x := range got[2*row:] {
-		if !math.IsNaN(float64(x)) {
-			t.Fatalf("token past the region: out[%d] = %v, want NaN", 2*row+i, x)
-		}
-	}
-	var worst float64
-	var worstAt string
-	sh.check(t, r, 1, 450, 0, 2, &worst, &worstAt)
-	sh.zeroCounters(t, "after NaN rows")
 }
 
 // adGraph is one compiled attention graph on one backend: the decode step
@@ -572,181 +432,4 @@ func adBackendRun(t *testing.T, cfg levers.Config, f kv.Format, window int) (flo
 		}
 	}
 	return worst, dev
-}
-
-// TestAttnDecode_BackendMatchesCPUBackendAcrossReplays: the backend's
-// decode path (opAttn, the scratch it allocates, CUDA graph capture and
-// replay with a new window each step) against the engine/cpu backend, every
-// KV format, no window and a sliding window.
-func TestAttnDecode_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
-	dsNeedDevice(t)
-	worst := 0.0
-	for _, f := range kv.Formats() {
-		for _, w := range []int{0, 64} {
-			d, b := adBackendRun(t, dsLevers(t, "MINFER_ATTN_DECODE_V2=0"), f, w)
-			worst = max(worst, d)
-			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
-				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
-			}
-		}
-	}
-	t.Logf("worst max|diff| %g", worst)
-}
-
-// TestAttnDecode_LeverSwitchesTheKernel: with the census on and
-// MINFER_NO_SPLITK_ATTN unset the decode steps launch a split-K kernel and
-// no plain attention kernel; with MINFER_NO_SPLITK_ATTN=1 the reverse.
-func TestAttnDecode_LeverSwitchesTheKernel(t *testing.T) {
-	dsNeedDevice(t)
-	for _, off := range []bool{false, true} {
-		extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_V2=0"}
-		if off {
-			extra[1] = "MINFER_NO_SPLITK_ATTN=1"
-		}
-		_, b := adBackendRun(t, dsLevers(t, extra...), kv.F16, 0)
-		var splitK, plain int64
-		for name, n := range b.Kernels().Census() {
-			if strings.HasPrefix(name, "minfer_attn_decode_") {
-				splitK += n
-			}
-			if name == "minfer_attn_f32" {
-				plain += n
-			}
-		}
-		if !off && (splitK == 0 || plain != 0) {
-			t.Errorf("lever unset: %d split-K launches (want > 0), %d plain (want 0); census %v", splitK, plain, b.Kernels().Census())
-		}
-		if off && (splitK != 0 || plain == 0) {
-			t.Errorf("MINFER_NO_SPLITK_ATTN=1: %d split-K launches (want 0), %d plain (want > 0); census %v", splitK, plain, b.Kernels().Census())
-		}
-	}
-}
-
-// TestAttnDecodeLauncher_RefusesBadCallsAndLaysScratchOutForEveryNT (no
-// device): the launcher refuses nt > 8 and a short scratch before
-// launching; for every shape each sub-group of query heads is non-empty
-// and at most 8 wide, and one scratch (sized for the shape) holds the
-// counters and partials of every nt without overlap.
-func TestAttnDecodeLauncher_RefusesBadCallsAndLaysScratchOutForEveryNT(t *testing.T) {
-	k := &Kernels{}
-	const p0 = driver.DevicePtr(0x1000)
-	good := AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 640}
-	need, err := AttnDecodeScratchBytes(good, kv.F16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nine := good
-	nine.NT = 9
-	for _, c := range []struct {
-		name, want string
-		err        error
-	}{
-		{"nine tokens", "at most 8", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, nine)},
-		{"short scratch", "needs", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, p0, need-1, good)},
-		{"no scratch", "needs", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, 0, need, good)},
-		{"bad head_dim", "head_dim 130", k.AttentionDecode(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, AttnParams{NT: 1, NHead: 2, NHeadKV: 1, HeadDim: 130, NCtx: 64})},
-	} {
-		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || !strings.Contains(c.err.Error(), "attn") {
-			t.Errorf("%s: error %v, want one naming attn and %q", c.name, c.err, c.want)
-		}
-	}
-	for _, f := range kv.Formats() {
-		for _, hd := range []int{2, 64, 80, 128} {
-			for _, nkv := range []int{1, 2, 4, 8} {
-				for _, g := range []int{1, 2, 3, 4, 5, 7, 8, 9, 10, 16, 17, 71} {
-					for _, nCtx := range []int{8, 33, 640, 4160, 131072} {
-						p := AttnParams{NT: 1, NHead: g * nkv, NHeadKV: nkv, HeadDim: hd, NCtx: nCtx}
-						sb, err := AttnDecodeScratchBytes(p, f)
-						if f == kv.Q8_0 && (nkv*hd)%32 != 0 {
-							if err == nil {
-								t.Errorf("%+v q8_0: no refusal of a row that is not whole blocks", p)
-							}
-							continue
-						}
-						if err != nil {
-							t.Fatalf("%+v %s: %v", p, f, err)
-						}
-						for nt := 1; nt <= min(AttnDecodeMaxNT, nCtx); nt++ {
-							p.NT = nt
-							geo := attnDecodeGeometry(p, f)
-							if geo.hps < 1 || geo.hps > attnDecodeMaxHeads || (geo.nsub-1)*geo.hps >= g || geo.nsub*geo.hps < g {
-								t.Fatalf("%+v: %d sub-groups of %d heads for a group of %d", p, geo.nsub, geo.hps, g)
-							}
-							if geo.nsplit < 1 || geo.nsplit > attnDecodeMaxSplits {
-								t.Fatalf("%+v: %d splits", p, geo.nsplit)
-							}
-							if uint64(4*geo.gridX) > geo.mlOff || geo.bytes != uint64(sb) {
-								t.Fatalf("%+v: %d counters before offset %d; %d bytes, the shape's scratch is %d", p, geo.gridX, geo.mlOff, geo.bytes, sb)
-							}
-							if !strings.HasPrefix(geo.name, "minfer_attn_decode_") || !strings.HasSuffix(geo.name, "_"+f.String()) {
-								t.Fatalf("%+v %s: kernel %q", p, f, geo.name)
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
-// TestAttnDecodeLauncher_EveryKernelNameIsDefined (no device): each name
-// the launcher can pick is an extern "C" kernel of attn_decode.cu.
-func TestAttnDecodeLauncher_EveryKernelNameIsDefined(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("kernels", "attn_decode.cu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range attnDecodeNames {
-		for _, b := range a {
-			for _, name := range b {
-				if !strings.Contains(string(src), " "+name+"(MINFER_ADEC_PARAMS) {") {
-					t.Errorf("kernel %s is not defined in attn_decode.cu", name)
-				}
-			}
-		}
-	}
-}
-
-// TestAttnDecodeGeometry_GoConstantsAndSplitRuleMatchTheKernel (no device):
-// the launcher's geometry constants are the kernel's, attnDecodeSplitPlan is
-// the rule the kernel source states, and for every n_ctx and every attended
-// length n <= n_ctx the rule's active splits fit the grid the launcher
-// sizes (nact <= nsplit), cover the n cells exactly once, take one split
-// (no combine) up to attnDecodeSingleCells cells, and otherwise give every
-// split but the last at least one tile per warp.
-func TestAttnDecodeGeometry_GoConstantsAndSplitRuleMatchTheKernel(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("kernels", "attn_decode.cu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(b)
-	for name, want := range map[string]int{
-		"THREADS": attnDecodeThreads, "MAXS": attnDecodeMaxSplits, "SPLIT": attnDecodeSplitCells,
-		"SINGLE": attnDecodeSingleCells, "GMAX": attnDecodeMaxHeads,
-	} {
-		if decl := fmt.Sprintf("constexpr int %s = %d;", name, want); !strings.Contains(src, decl) {
-			t.Errorf("attn_decode.cu does not declare %q (the Go launcher's value)", decl)
-		}
-	}
-	const rule = "const int chunk = n <= SINGLE ? n : max((n + nsplit - 1) / nsplit, SPLIT);"
-	if !strings.Contains(src, rule) || !strings.Contains(src, "const int nact = (n + chunk - 1) / chunk;") {
-		t.Errorf("attn_decode.cu no longer states the split rule attnDecodeSplitPlan mirrors: %q", rule)
-	}
-	for _, nCtx := range []int{1, 9, 128, 129, 256, 257, 384, 385, 640, 700, 4160, 8192, 32768, 131072} {
-		nsplit := attnDecodeGeometry(AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: nCtx}, kv.F32).nsplit
-		step := max(1, nCtx/20000)
-		for n := 1; n <= nCtx; n += step {
-			chunk, nact := attnDecodeSplitPlan(n, nsplit)
-			switch {
-			case nact < 1 || nact > nsplit:
-				t.Fatalf("n_ctx %d, n %d: %d active splits of a grid of %d", nCtx, n, nact, nsplit)
-			case (nact-1)*chunk >= n || nact*chunk < n:
-				t.Fatalf("n_ctx %d, n %d: %d splits of %d cells do not cover the cells exactly", nCtx, n, nact, chunk)
-			case (nact == 1) != (n <= attnDecodeSingleCells):
-				t.Fatalf("n_ctx %d, n %d: %d active splits; want one exactly up to %d cells", nCtx, n, nact, attnDecodeSingleCells)
-			case nact > 1 && chunk < attnDecodeSplitCells:
-				t.Fatalf("n_ctx %d, n %d: splits of %d cells, fewer than a tile per warp (%d)", nCtx, n, chunk, attnDecodeSplitCells)
-			}
-		}
-	}
 }

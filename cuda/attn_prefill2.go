@@ -1,8 +1,9 @@
 package cuda
 
 // attn_prefill2.go: the launcher of the v2 tiled prefill attention
-// kernels (cuda/kernels/attn_prefill2.cu), opAttn's path for nt >= 9 when
-// MINFER_FA_PREFILL_V2=1. Five instantiations: head_dim padded to 64 (BM
+// kernels (cuda/kernels/attn_prefill2.cu), opAttn's path for nt >= 9 unless
+// MINFER_NO_FA_PREFILL=1 (the v1 tiled kernel it replaced was retired with
+// MINFER_FA_PREFILL_V2). Five instantiations: head_dim padded to 64 (BM
 // 16, 32, 64 query rows per block) or 128 (BM 32, 64); 8*BM threads per
 // block. The BM variants are bitwise equal for a row (tiles are aligned to
 // absolute cells, the per-row reductions do not depend on BM), so the BM
@@ -83,8 +84,7 @@ func AttnPrefill2Kernel(p AttnParams, smCount int) string {
 	return attnPrefill2Name(attnPrefillHD(p.HeadDim), attnPrefill2BM(p, smCount))
 }
 
-// AttentionPrefill2 is Kernels.AttentionPrefill (same contract and
-// semantics: causal GQA attention of q [HeadDim, NHead, NT] over one
+// AttentionPrefill2 is Kernels.Attention (same contract and semantics: causal GQA attention of q [HeadDim, NHead, NT] over one
 // layer's K and V regions, the window read from win on the device, NaN rows
 // for cells the region cannot hold) through the v2 kernels.
 func (k *Kernels) AttentionPrefill2(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams) error {
@@ -129,4 +129,19 @@ func (k *Kernels) attentionPrefill2BM(s *driver.Stream, out, q, kRegion, vRegion
 		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, err)
 	}
 	return nil
+}
+
+const (
+	attnPrefillBN = 64 // fap::BN: KV cells per tile
+	// AttnPrefillMinNT is the smallest nt opAttn sends to AttentionPrefill2
+	// (below it a query tile is mostly padding and decode's kernels win).
+	AttnPrefillMinNT = 9
+)
+
+// attnPrefillHD is the padded head_dim variant for hd.
+func attnPrefillHD(hd int) int {
+	if hd <= 64 {
+		return 64
+	}
+	return 128
 }

@@ -1,8 +1,8 @@
 package cuda
 
 // Tests of the v2 tiled prefill attention (attn_prefill2.go,
-// kernels/attn_prefill2.cu; lever MINFER_FA_PREFILL_V2). They reuse the v1
-// tests' cases and helpers (attn_prefill_device_test.go). The device tests
+// kernels/attn_prefill2.cu). They use the cases and helpers of
+// attn_prefill_device_test.go. The device tests
 // skip with a message when no device answers; the host test pins the
 // launcher's variant choice and shared-memory formula.
 
@@ -20,10 +20,10 @@ import (
 )
 
 // TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3: the v2 kernel
-// (lever on) against engine/cpu's attention, every KV format and every
+// against engine/cpu's attention, every KV format and every
 // fapCases shape (nt 9..4096, hd 48/64/80/128, GQA 1..8, windows, starts
 // 0..near n_ctx), max |diff| <= 1e-3; the census shows the chosen v2
-// variant ran and neither the v1 nor the plain kernel did.
+// variant ran and the plain kernel did not.
 func TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewPCG(71, 72))
@@ -37,7 +37,7 @@ func TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 				if err != nil {
 					t.Fatalf("cpu: %v", err)
 				}
-				dev := dsBackend(t, dsLevers(t, "MINFER_FA_PREFILL_V2=1", "MINFER_LAUNCH_CENSUS=1"))
+				dev := dsBackend(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1"))
 				got, err := fapGraphs(t, dev, f, c, d)
 				if err != nil {
 					t.Fatalf("cuda: %v", err)
@@ -49,10 +49,8 @@ func TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 					t.Errorf("%d NaN placements differ; %s > 1e-3", w.nanMismatch, w)
 				}
 				census := dev.Kernels().Census()
-				v1 := fapCensus(census, "minfer_attn_prefill_")
-				if census[kname] < 1 || census["minfer_attn_f32"] != 0 || v1 != 0 {
-					t.Errorf("census: %s ran %d times, minfer_attn_f32 %d, v1 tiled %d (want >= 1, 0, 0)",
-						kname, census[kname], census["minfer_attn_f32"], v1)
+				if census[kname] < 1 || census["minfer_attn_f32"] != 0 {
+					t.Errorf("census: %s ran %d times, minfer_attn_f32 %d (want >= 1 and 0)", kname, census[kname], census["minfer_attn_f32"])
 				}
 			})
 		}
@@ -186,59 +184,14 @@ func TestAttnPrefill2Device_NaNRowsAndVariantsAgreeWithPlainKernel(t *testing.T)
 	}
 }
 
-// TestAttnPrefill2Device_CensusNamesKernelOnlyWithLeverOn: a prefill
-// forward (24 tokens) with the census on runs the v2 kernels for every
-// layer's attention (and never v1 or the plain one) with
-// MINFER_FA_PREFILL_V2=1, and none with it 0 (v1 instead). The two
-// forwards' logits agree within 1e-3 relative, and the v2 one matches the
-// CPU within 1e-3 as well.
-func TestAttnPrefill2Device_CensusNamesKernelOnlyWithLeverOn(t *testing.T) {
-	dsNeedDevice(t)
-	prompt := make([]int32, 24)
-	for i := range prompt {
-		prompt[i] = int32(7 + 13*i%400)
-	}
-	for _, m := range []struct{ shape, typ string }{{"qwen2-tiny", "F32"}, {"qwen3-tiny", "F16"}} {
-		t.Run(m.shape, func(t *testing.T) {
-			path := dsSynth(t, m.shape, m.typ)
-			logits := map[string][]float32{}
-			for _, lever := range []string{"0", "1"} {
-				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_FA_PREFILL_V2="+lever)
-				y, err := e.Forward(prompt, false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				logits[lever] = y
-				census := dsDeviceBackend(t, e).Kernels().Census()
-				v2, v1, plain := fapCensus(census, "minfer_attn_prefill2_"), fapCensus(census, "minfer_attn_prefill_"), census["minfer_attn_f32"]
-				t.Logf("MINFER_FA_PREFILL_V2=%s: v2 launches %d, v1 %d, plain %d", lever, v2, v1, plain)
-				if lever == "1" && (v2 < 1 || v1 != 0 || plain != 0) {
-					t.Errorf("lever on: v2 %d, v1 %d, plain %d (want >= 1, 0, 0)", v2, v1, plain)
-				}
-				if lever == "0" && (v2 != 0 || v1 < 1) {
-					t.Errorf("lever off: v2 %d, v1 %d (want 0 and >= 1)", v2, v1)
-				}
-			}
-			host := dsEngine(t, path, "cpu", 128)
-			want, err := host.Forward(prompt, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dOnOff, dCPU := dsLogitDiff(logits["1"], logits["0"]), dsLogitDiff(logits["1"], want)
-			t.Logf("relative logit diff: v2 vs v1 %.3g, v2 vs cpu %.3g", dOnOff, dCPU)
-			if dOnOff > 1e-3 || dCPU > 1e-3 {
-				t.Errorf("relative logit diff v2 vs v1 %.3g, v2 vs cpu %.3g: above 1e-3", dOnOff, dCPU)
-			}
-		})
-	}
-}
-
 // TestAttnPrefill2Device_CaptureReplayBitwiseEqualsDirectAtMovingStarts:
-// five 24-token chunks after a 5-token prefix (one shape throughout, see
-// the v1 test), captured at the 3rd run and replayed with the window start
-// read from the device: bitwise the direct launches', lever on.
+// five 24-token chunks forwarded one after another after a 5-token prefix,
+// so the chunk split is captured at its 3rd run and replayed with the window
+// start read from the device (5, 29, 53, ...): bitwise the direct launches'.
+// (One shape throughout: a new activation shape grows the exact-size pool,
+// and a pool growth invalidates the captured graphs, cuda/capture.go.)
 func TestAttnPrefill2Device_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
-	fapCaptureReplayAtMovingStarts(t, "MINFER_FA_PREFILL_V2=1", "minfer_attn_prefill2_")
+	fapCaptureReplayAtMovingStarts(t, "MINFER_NO_FA_PREFILL=0", "minfer_attn_prefill2_")
 }
 
 // TestAttnPrefill2Kernel_VariantAndSharedMemory: head_dim <= 64 takes the

@@ -1,21 +1,19 @@
 package cuda
 
-// Tests of the tiled prefill attention (attn_prefill.go,
-// kernels/attn_prefill.cu; lever MINFER_NO_FA_PREFILL). The device tests
-// skip with a message when no device answers; the host tests pin the
-// launcher's variant choice and shared-memory formula.
+// The cases and helpers of the tiled prefill attention tests
+// (attn_prefill2_device_test.go), and the kill switch MINFER_NO_FA_PREFILL's
+// census test. (The tests of the v1 tiled kernel went with it:
+// MINFER_FA_PREFILL_V2 retired.) The device tests skip with a message when
+// no device answers.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
-	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/model"
@@ -130,43 +128,6 @@ func fapCompare(got, want []float32, hd, nh int) fapWorst {
 	return w
 }
 
-// TestAttnPrefillDevice_EveryKVFormatMatchesCPUWithin1e3: the tiled prefill
-// kernel (lever off) against engine/cpu's attention, every KV format and
-// every fapCases shape, max |diff| <= 1e-3; the census shows the chosen
-// variant ran and the plain kernel did not.
-func TestAttnPrefillDevice_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
-	dsNeedDevice(t)
-	r := rand.New(rand.NewPCG(61, 62))
-	for _, f := range kv.Formats() {
-		for _, c := range fapCases {
-			d := fapMake(r, c)
-			t.Run(fmt.Sprintf("%s/%s", f, c), func(t *testing.T) {
-				host := cpu.New(cpu.Options{Threads: runtime.NumCPU()})
-				defer host.Close()
-				want, err := fapGraphs(t, host, f, c, d)
-				if err != nil {
-					t.Fatalf("cpu: %v", err)
-				}
-				dev := dsBackend(t, dsLevers(t, "MINFER_NO_FA_PREFILL=0", "MINFER_FA_PREFILL_V2=0", "MINFER_LAUNCH_CENSUS=1"))
-				got, err := fapGraphs(t, dev, f, c, d)
-				if err != nil {
-					t.Fatalf("cuda: %v", err)
-				}
-				w := fapCompare(got, want, c.hd, c.nh)
-				kname := AttnPrefillKernel(AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd}, dev.Device().SMCount)
-				t.Logf("%s: %s", kname, w)
-				if w.nanMismatch > 0 || w.diff > 1e-3 {
-					t.Errorf("%d NaN placements differ; %s > 1e-3", w.nanMismatch, w)
-				}
-				census := dev.Kernels().Census()
-				if census[kname] < 1 || census["minfer_attn_f32"] != 0 {
-					t.Errorf("census: %s ran %d times, minfer_attn_f32 %d (want >= 1 and 0)", kname, census[kname], census["minfer_attn_f32"])
-				}
-			})
-		}
-	}
-}
-
 // fapDirect is one direct-launch session: random K / V regions of nCtx
 // cells in format, a q of nt tokens and the window buffer.
 type fapDirect struct {
@@ -190,9 +151,6 @@ func fapDirectOpen(t *testing.T, r *rand.Rand, f kv.Format, p AttnParams) *fapDi
 	}
 	fd := &fapDirect{ms: ms, p: p, f: f}
 	err := ms.dev.Do(func() error {
-		if err := ms.k.PrepareAttnPrefill(); err != nil {
-			return err
-		}
 		var err error
 		if fd.kr, err = ms.upload(region()); err != nil {
 			return err
@@ -212,105 +170,6 @@ func fapDirectOpen(t *testing.T, r *rand.Rand, f kv.Format, p AttnParams) *fapDi
 	return fd
 }
 
-// run sets the window start and returns the plain kernel's output and the
-// tiled kernel's with 32 and 64 rows per block.
-func (fd *fapDirect) run(t *testing.T, start int) (plain, bm32, bm64 []float32) {
-	t.Helper()
-	n := fd.p.HeadDim * fd.p.NHead * fd.p.NT
-	outs := make([][]byte, 3)
-	err := fd.ms.dev.Do(func() error {
-		w := make([]byte, 8)
-		binary.LittleEndian.PutUint32(w, uint32(int32(start)))
-		binary.LittleEndian.PutUint32(w[4:], uint32(int32(start+fd.p.NT)))
-		if err := fd.ms.s.CopyHtoD(fd.win, w); err != nil {
-			return err
-		}
-		for i := range outs {
-			o, err := fd.ms.upload(make([]byte, 4*n))
-			if err != nil {
-				return err
-			}
-			switch i {
-			case 0:
-				err = fd.ms.k.Attention(fd.ms.s, o, fd.q, fd.kr, fd.vr, fd.f, fd.win, fd.p)
-			case 1:
-				err = fd.ms.k.attentionPrefillBM(fd.ms.s, o, fd.q, fd.kr, fd.vr, fd.f, fd.win, fd.p, 32)
-			case 2:
-				err = fd.ms.k.attentionPrefillBM(fd.ms.s, o, fd.q, fd.kr, fd.vr, fd.f, fd.win, fd.p, 64)
-			}
-			if err != nil {
-				return err
-			}
-			if err := fd.ms.s.Synchronize(); err != nil {
-				return err
-			}
-			outs[i] = make([]byte, 4*n)
-			if err := fd.ms.s.CopyDtoH(outs[i], o); err != nil {
-				return err
-			}
-		}
-		return fd.ms.s.Synchronize()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mmtFloats(outs[0]), mmtFloats(outs[1]), mmtFloats(outs[2])
-}
-
-// TestAttnPrefillDevice_NaNRowsAndVariantsAgreeWithPlainKernel: on the same
-// device buffers, the tiled kernel against the plain one (the lever-on
-// path): NaN rows exactly where the plain kernel has them (a negative start;
-// cells at or beyond n_ctx), the other rows within 1e-3, and the BM 32 and
-// BM 64 variants bitwise equal (tiles are aligned to absolute cells, so
-// the SM-count-dependent choice never changes a value).
-func TestAttnPrefillDevice_NaNRowsAndVariantsAgreeWithPlainKernel(t *testing.T) {
-	r := rand.New(rand.NewPCG(63, 64))
-	for _, f := range kv.Formats() {
-		for _, c := range []struct {
-			p      AttnParams
-			starts []int
-		}{
-			{AttnParams{NT: 100, NHead: 14, NHeadKV: 2, HeadDim: 128, NCtx: 256}, []int{0, 100, 200, -1}},
-			{AttnParams{NT: 130, NHead: 16, NHeadKV: 8, HeadDim: 64, NCtx: 256, Window: 50}, []int{0, 126, 180, -5}},
-			{AttnParams{NT: 77, NHead: 7, NHeadKV: 7, HeadDim: 64, NCtx: 300, Scale: 0.3}, []int{223, 250}},
-		} {
-			fd := fapDirectOpen(t, r, f, c.p)
-			for _, start := range c.starts {
-				name := fmt.Sprintf("%s/nt%d/hd%d/heads%d-%d/win%d/start%d/ctx%d", f, c.p.NT, c.p.HeadDim, c.p.NHead, c.p.NHeadKV,
-					c.p.Window, start, c.p.NCtx)
-				plain, b32, b64 := fd.run(t, start)
-				w := fapCompare(b32, plain, c.p.HeadDim, c.p.NHead)
-				nans := 0
-				for _, v := range plain {
-					if math.IsNaN(float64(v)) {
-						nans++
-					}
-				}
-				t.Logf("%s: %d NaN values in the plain output; bm32 vs plain %s", name, nans, w)
-				if w.nanMismatch > 0 || w.diff > 1e-3 {
-					t.Errorf("%s: %d NaN placements differ; %s > 1e-3", name, w.nanMismatch, w)
-				}
-				wantNaN := 0
-				for tok := range c.p.NT {
-					if start < 0 || start+tok >= c.p.NCtx {
-						wantNaN += c.p.HeadDim * c.p.NHead
-					}
-				}
-				if nans != wantNaN {
-					t.Errorf("%s: plain kernel has %d NaN values, want %d", name, nans, wantNaN)
-				}
-				for i := range b32 {
-					if math.Float32bits(b32[i]) != math.Float32bits(b64[i]) &&
-						!(math.IsNaN(float64(b32[i])) && math.IsNaN(float64(b64[i]))) {
-						t.Errorf("%s: bm32 and bm64 differ at %d: %v vs %v", name, i, b32[i], b64[i])
-						break
-					}
-				}
-			}
-		}
-	}
-}
-
 // TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff: a prefill forward
 // (24 tokens) with the backend's census on runs the tiled kernel for every
 // layer's attention and never the plain one; with MINFER_NO_FA_PREFILL=1
@@ -327,7 +186,7 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			logits := map[string][]float32{}
 			for _, lever := range []string{"0", "1"} {
-				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_FA_PREFILL_V2=0", "MINFER_NO_FA_PREFILL="+lever)
+				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FA_PREFILL="+lever)
 				y, err := e.Forward(prompt, false)
 				if err != nil {
 					t.Fatal(err)
@@ -336,7 +195,7 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 				census := dsDeviceBackend(t, e).Kernels().Census()
 				fa := int64(0)
 				for name, n := range census {
-					if strings.HasPrefix(name, "minfer_attn_prefill_") {
+					if strings.HasPrefix(name, "minfer_attn_prefill2_") {
 						fa += n
 					}
 				}
@@ -361,16 +220,6 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts:
-// five 24-token chunks forwarded one after another after a 5-token prefix,
-// so the chunk split is captured at its 3rd run and replayed with the window
-// start read from the device (5, 29, 53, ...): bitwise the direct launches'.
-// (One shape throughout: a new activation shape grows the exact-size pool,
-// and a pool growth invalidates the captured graphs, cuda/capture.go.)
-func TestAttnPrefillDevice_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
-	fapCaptureReplayAtMovingStarts(t, "MINFER_FA_PREFILL_V2=0", "minfer_attn_prefill_")
 }
 
 // fapCaptureReplayAtMovingStarts runs the chunks with the prefill kernel
@@ -411,45 +260,6 @@ func fapCaptureReplayAtMovingStarts(t *testing.T, lever, prefix string) {
 		t.Errorf("no %s* launch: the chunks did not take the path under test", prefix)
 	}
 	dsBitwise(t, lever+": prefill graphs vs direct", graphs, direct)
-}
-
-// TestAttnPrefillKernel_VariantAndSharedMemory: head_dim <= 64 takes the
-// HD 64 kernels, larger the HD 128 ones; 32 rows per block only when 64
-// would leave SMs idle; every variant's shared memory fits the H100/H200
-// opt-in limit (227 KiB) and the formula matches the kernel's layout.
-func TestAttnPrefillKernel_VariantAndSharedMemory(t *testing.T) {
-	for _, c := range []struct {
-		p    AttnParams
-		sms  int
-		want string
-	}{
-		{AttnParams{NT: 512, NHead: 14, NHeadKV: 2, HeadDim: 64}, 132, "minfer_attn_prefill_hd64_bm32"},
-		{AttnParams{NT: 4096, NHead: 14, NHeadKV: 2, HeadDim: 64}, 132, "minfer_attn_prefill_hd64_bm64"},
-		{AttnParams{NT: 512, NHead: 28, NHeadKV: 4, HeadDim: 128}, 132, "minfer_attn_prefill_hd128_bm64"},
-		{AttnParams{NT: 512, NHead: 16, NHeadKV: 8, HeadDim: 128}, 132, "minfer_attn_prefill_hd128_bm32"},
-		{AttnParams{NT: 64, NHead: 8, NHeadKV: 2, HeadDim: 80}, 132, "minfer_attn_prefill_hd128_bm32"},
-		{AttnParams{NT: 33, NHead: 6, NHeadKV: 2, HeadDim: 48}, 1, "minfer_attn_prefill_hd64_bm64"},
-	} {
-		if got := AttnPrefillKernel(c.p, c.sms); got != c.want {
-			t.Errorf("%+v on %d SMs: %s, want %s", c.p, c.sms, got, c.want)
-		}
-	}
-	// (BM + BN) rows of HD+4 floats (Q, the K/V tile) + BN rows of BM+4 (P).
-	want := map[string]int{
-		"minfer_attn_prefill_hd64_bm32": 35328, "minfer_attn_prefill_hd64_bm64": 52224,
-		"minfer_attn_prefill_hd128_bm32": 59904, "minfer_attn_prefill_hd128_bm64": 84992,
-	}
-	for _, hd := range attnPrefillHDs {
-		for _, bm := range attnPrefillBMs {
-			name, smem := attnPrefillName(hd, bm), attnPrefillSmem(hd, bm)
-			if smem != want[name] || smem > 227<<10 {
-				t.Errorf("%s: %d bytes of shared memory, want %d (at most 227 KiB)", name, smem, want[name])
-			}
-			if th := attnPrefillThreads(bm); th != 2*bm || th%32 != 0 {
-				t.Errorf("%s: %d threads", name, th)
-			}
-		}
-	}
 }
 
 // fapCensus sums the launches of the kernels whose names start with prefix.

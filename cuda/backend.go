@@ -111,13 +111,8 @@ func New(opts Options) (*Backend, error) {
 		if err := k.PrepareMatmul(); err != nil {
 			return err
 		}
-		if err := k.PrepareAttnPrefill(); err != nil {
+		if err := k.PrepareAttnPrefill2(); err != nil {
 			return err
-		}
-		if opts.Levers.FAPrefillV2 {
-			if err := k.PrepareAttnPrefill2(); err != nil {
-				return err
-			}
 		}
 		s, err := dev.NewStream()
 		if err != nil {

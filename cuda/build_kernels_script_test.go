@@ -136,7 +136,7 @@ func TestBuildKernelsScript_SplitUnitsSingleUnitFailuresAndDuplicates(t *testing
 	}
 
 	fresh := t.TempDir()
-	if _, log, ok = buildKernels(t, fresh, "KERNELS_SPLIT=1", "FAKE_FAIL=attn_decode.cu"); ok || !strings.Contains(log, "unit-attn_decode.cu failed") || !strings.Contains(log, "fake failure") {
+	if _, log, ok = buildKernels(t, fresh, "KERNELS_SPLIT=1", "FAKE_FAIL=attn_decode2.cu"); ok || !strings.Contains(log, "unit-attn_decode2.cu failed") || !strings.Contains(log, "fake failure") {
 		t.Errorf("a failing unit: ok %v:\n%s", ok, log)
 	}
 	if _, log, ok = buildKernels(t, fresh, "KERNELS_SPLIT=1", "FAKE_DUP=1"); ok || !strings.Contains(log, "kernels defined in more than one unit: k_smoke") {

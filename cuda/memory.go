@@ -155,7 +155,7 @@ const planSMs = 132
 //   - scratch beyond the graph's buffers: the Q8_1 activation rows
 //     (ensureActQ8), the fused FFN's up buffer at decode and at the
 //     prefill (ensureFFNUp), the decode attention's split-K scratch at the
-//     context (attnDecodeScratch / attnDecode2Scratch) and the MMQ scratch
+//     context (attnDecode2Scratch) and the MMQ scratch
 //     of the widest prefill matmul (ensureMMQScratch, which may double).
 func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if sms <= 0 {
@@ -206,11 +206,8 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx}
 	var attn int
 	var err error
-	switch attnFamily(1, b.lv) {
-	case attnDecode2:
+	if attnFamily(1, b.lv) == attnDecode2 {
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
-	case attnDecode1:
-		attn, err = AttnDecodeScratchBytes(ap, p.KVFormat)
 	}
 	if err == nil {
 		n += uint64(attn)

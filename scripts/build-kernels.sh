@@ -15,8 +15,8 @@
 #     fatbins are concatenated in name order. The driver loads each container
 #     as a module (cuda/driver.SplitFatbins) and looks a kernel up in each;
 #     cuobjdump reads the file whole. The single unit took 131 s on the H200
-#     on a cache miss; split units are bound by the slowest (attn_decode.cu:
-#     20 of 60 s here with nvcc 11.8 on 2 cores, against 78 s for one unit).
+#     on a cache miss; split units are bound by the slowest (then attn_decode.cu,
+#     since retired: 20 of 60 s here with nvcc 11.8 on 2 cores, against 78 s for one unit).
 #     Not the default yet: with nvcc 11.8 (sm_90) 204 of 207 kernels compile
 #     to the same SASS (abtest sass-diff one.fatbin split.fatbin), but minfer_qkv_rope_store, minfer_qkv_norm_rope_store
 #     and minfer_attn_f32 do not (register allocation and scheduling follow
@@ -67,8 +67,8 @@ if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
 fi
 
 shopt -s nullglob
-# Globs sort by the locale: the H200's puts attn_decode2.cu before
-# attn_decode.cu (DEVICE.md); the units, their order and the cache key are
+# Globs sort by the locale: the H200's put attn_decode2.cu before the
+# (since retired) attn_decode.cu (DEVICE.md); the units, their order and the cache key are
 # the C locale's everywhere.
 export LC_ALL=C
 srcs=("$root"/cuda/kernels/*.cu)

@@ -372,15 +372,15 @@ var registry = []Lever{
 		// The tiled kernel sums in f32 in another order (online softmax per
 		// 64-cell tile, expf): f32 rounding only.
 		Tolerance: TolAccumOrder,
-		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (v2 minfer_attn_prefill2_* by default, v1 minfer_attn_prefill_* with MINFER_FA_PREFILL_V2=0) only with the lever on; off, the plain minfer_attn_f32",
-			[]string{"minfer_attn_prefill*_*"}, Needs{MinNT: 9})},
+		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the plain minfer_attn_f32",
+			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
 		// order (per-warp partials merged with rescaling): f32 rounding only.
 		Tolerance: TolAccumOrder,
-		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (the lean minfer_attn_decode2_* by default, minfer_attn_decode_* with MINFER_ATTN_DECODE_V2=0) only with the lever on; off, it runs the plain minfer_attn_f32",
-			[]string{"minfer_attn_decode*_*"}, Needs{MaxNT: 8})},
+		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (minfer_attn_decode2_*) only with the lever on; off, it runs the plain minfer_attn_f32",
+			[]string{"minfer_attn_decode2_*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_PDL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "kernel launch (programmatic dependent launch)", Issue: "#6",
 		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1",
 		Liveness: &Liveness{On: "1", CUDA: &PathRule{PDL: true},
@@ -393,20 +393,6 @@ var registry = []Lever{
 		Memory: &MemoryBar{Frac: 1, MiB: 64, Cost: "a 16-byte-aligned second copy of every Q8_0 / Q6_K matrix"},
 		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights reads their 16-byte-aligned repacked copy (minfer_mmvqr_*) only with the lever on; off, minfer_mmvq_* reads the GGUF blocks",
 			[]string{"minfer_mmvqr_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
-	{Name: "MINFER_ATTN_DECODE_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (lean split-K)", Issue: "#6",
-		Doc: "0: decode attention through the v1 split-K kernels instead of the lean ones (q in registers, lanes over the head dimension; on by default since reports/MINFER_ATTN_DECODE_V2: tg128 +5.9%)", ArmA: "0", ArmB: "1",
-		// Per-lane partial dots reduced by a shuffle tree, per-slot online
-		// softmax merged with rescaling: f32 rounding only.
-		Tolerance: TolAccumOrder, DefaultSince: "reports/MINFER_ATTN_DECODE_V2",
-		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the lean split-K kernels (minfer_attn_decode2_*) only with the lever on; off, the split-K minfer_attn_decode_*",
-			[]string{"minfer_attn_decode2_*"}, Needs{MaxNT: 8})},
-	{Name: "MINFER_FA_PREFILL_V2", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tiled v2)", Issue: "#6",
-		Doc: "0: prefill attention through the v1 tiled kernels instead of v2 (more blocks in flight; on by default since reports/MINFER_FA_PREFILL_V2: pp512 +14.1%)", ArmA: "0", ArmB: "1",
-		// Same per-row algorithm as the tiled v1 kernel with 16-lane (not
-		// 8-lane) max / sum trees: f32 rounding only.
-		Tolerance: TolAccumOrder, DefaultSince: "reports/MINFER_FA_PREFILL_V2",
-		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs the v2 tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the v1 minfer_attn_prefill_*",
-			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: matmul + residual add -> MatMulAdd (decode MMVQ on CUDA)", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
@@ -621,8 +607,6 @@ type Config struct {
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
 	PDL              bool
-	AttnDecodeV2     bool
-	FAPrefillV2      bool
 	MMVQRepack       bool
 	FuseResidual     bool
 	MMVQNT           bool
@@ -757,8 +741,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.PDL = on("MINFER_PDL")
-	c.AttnDecodeV2 = optOut("MINFER_ATTN_DECODE_V2")
-	c.FAPrefillV2 = optOut("MINFER_FA_PREFILL_V2")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
