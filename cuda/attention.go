@@ -104,10 +104,7 @@ func attnFamily(nt int, lv levers.Config) string {
 }
 
 func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	p, o, err := b.nodeIO(n, in, 1, out)
 	if err != nil {
 		return nil, err
 	}
@@ -118,11 +115,7 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	if err != nil {
 		return nil, err
 	}
-	kr, err := b.region(n.P.Layer, graph.SideK)
-	if err != nil {
-		return nil, err
-	}
-	vr, err := b.region(n.P.Layer, graph.SideV)
+	kr, vr, err := b.regions(n.P.Layer)
 	if err != nil {
 		return nil, err
 	}

@@ -132,10 +132,7 @@ func (k *Kernels) Permute(s *driver.Stream, out, x driver.DevicePtr, outShape, p
 }
 
 func opAddMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 2, out, true)
+	p, o, err := b.nodeIO(n, in, 2, out)
 	if err != nil {
 		return nil, err
 	}
@@ -161,24 +158,15 @@ func opAddMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 }
 
 func opSilu(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	x, o, err := b.sameShape(n, in, out)
 	if err != nil {
 		return nil, err
 	}
-	if in[0].Len != out.Len {
-		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
-	}
-	return func() error { return b.k.Silu(b.s, o, p[0], out.Len) }, nil
+	return func() error { return b.k.Silu(b.s, o, x, out.Len) }, nil
 }
 
 func opSwiGLU(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 2, out, true)
+	p, o, err := b.nodeIO(n, in, 2, out)
 	if err != nil {
 		return nil, err
 	}
@@ -189,31 +177,19 @@ func opSwiGLU(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 }
 
 func opScale(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	x, o, err := b.sameShape(n, in, out)
 	if err != nil {
 		return nil, err
 	}
-	if in[0].Len != out.Len {
-		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
-	}
 	f := n.P.Scale
-	return func() error { return b.k.Scale(b.s, o, p[0], f, out.Len) }, nil
+	return func() error { return b.k.Scale(b.s, o, x, f, out.Len) }, nil
 }
 
 func opPermute(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	x, o, err := b.sameShape(n, in, out)
 	if err != nil {
 		return nil, err
 	}
-	if in[0].Len != out.Len {
-		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
-	}
 	shape, perm := [4]int(n.Shape), n.P.Perm
-	return func() error { return b.k.Permute(b.s, o, p[0], shape, perm) }, nil
+	return func() error { return b.k.Permute(b.s, o, x, shape, perm) }, nil
 }

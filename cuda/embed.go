@@ -39,10 +39,7 @@ func (k *Kernels) GetRows(s *driver.Stream, out, w driver.DevicePtr, wtype quant
 }
 
 func opGetRows(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	p, o, err := b.nodeIO(n, in, 1, out)
 	if err != nil {
 		return nil, err
 	}

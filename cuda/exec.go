@@ -114,6 +114,28 @@ func (b *Backend) ptrs(in []graph.Tensor, k int, out graph.Tensor, wantOut bool)
 	return ps, o, nil
 }
 
+// sameShape checks a one-input node whose output has its input's length
+// and resolves both (the element-wise and row ops).
+func (b *Backend) sameShape(n *graph.Node, in []graph.Tensor, out graph.Tensor) (x, o driver.DevicePtr, err error) {
+	p, o, err := b.nodeIO(n, in, 1, out)
+	if err != nil {
+		return 0, 0, err
+	}
+	if in[0].Len != out.Len {
+		return 0, 0, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
+	}
+	return p[0], o, nil
+}
+
+// nodeIO checks the output's length against the node's shape and resolves
+// the first k inputs and the output.
+func (b *Backend) nodeIO(n *graph.Node, in []graph.Tensor, k int, out graph.Tensor) ([]driver.DevicePtr, driver.DevicePtr, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, 0, err
+	}
+	return b.ptrs(in, k, out, true)
+}
+
 func checkOut(n *graph.Node, out graph.Tensor) error {
 	if out.Len != n.Shape.N() {
 		return fmt.Errorf("output of %d elements, shape %s", out.Len, n.Shape)

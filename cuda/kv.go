@@ -103,6 +103,15 @@ func (b *Backend) region(layer int, side graph.KVSide) (driver.DevicePtr, error)
 	return b.kvK[layer], nil
 }
 
+// regions returns a layer's K and V regions.
+func (b *Backend) regions(layer int) (k, v driver.DevicePtr, err error) {
+	if k, err = b.region(layer, graph.SideK); err != nil {
+		return 0, 0, err
+	}
+	v, err = b.region(layer, graph.SideV)
+	return k, v, err
+}
+
 func (b *Backend) kvWindow(t graph.Tensor) (driver.DevicePtr, error) {
 	if t.Len != 2 {
 		return 0, fmt.Errorf("KV window of %d values, want 2", t.Len)

@@ -59,10 +59,7 @@ func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
 }
 
 func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	p, o, err := b.nodeIO(n, in, 1, out)
 	if err != nil {
 		return nil, err
 	}
@@ -98,10 +95,7 @@ func (b *Backend) residRoute(m *graph.Node) bool {
 // matmul and add. The fuse pass made the node only where residRoute holds;
 // elsewhere it is an error naming the route, never a fallback.
 func opMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 2, out, true)
+	p, o, err := b.nodeIO(n, in, 2, out)
 	if err != nil {
 		return nil, err
 	}

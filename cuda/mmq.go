@@ -278,18 +278,6 @@ func (b *Backend) ensureMMQScratch(wtype quant.Type, nt, kDim, n int) error {
 	})
 }
 
-// mmqAll reports whether every matmul of ms over nt tokens takes the MMQ
-// path, so a fused op over one input can quantize it once (their k is the
-// input's row length, shared).
-func (b *Backend) mmqAll(nt int, ms ...matmulPlan) bool {
-	for _, m := range ms {
-		if !mmqOn(m.w.typ, nt, b.mm) {
-			return false
-		}
-	}
-	return len(ms) > 0
-}
-
 // quantizeMMQ quantizes the nt activation rows x (k values each) into the
 // backend's MMQ scratch: the shared first half of the fused ops' prefill
 // matmuls (runPreQ8 is the second).

@@ -115,17 +115,6 @@ func actQ8Rows(opts MatMulOptions) int {
 	return 1
 }
 
-// mmvqNTAll reports whether every matmul of ms over nt tokens takes the
-// multi-token mmvq path, so a fused op over one input quantizes it once.
-func (b *Backend) mmvqNTAll(nt int, ms ...matmulPlan) bool {
-	for _, m := range ms {
-		if !mmvqNTOn(m.w.typ, nt, b.mm) {
-			return false
-		}
-	}
-	return len(ms) > 0
-}
-
 // quantizeActNT quantizes the nt activation rows x (k values each) into the
 // backend's Q8_1 scratch: the shared first half of a fused op's multi-token
 // mmvq matmuls (runFromQ8NT is the second).

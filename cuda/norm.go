@@ -37,10 +37,7 @@ func (k *Kernels) RmsNorm(s *driver.Stream, out, x, w driver.DevicePtr, rows, n 
 }
 
 func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	p, o, err := b.nodeIO(n, in, 1, out)
 	if err != nil {
 		return nil, err
 	}
@@ -60,17 +57,11 @@ func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (
 }
 
 func opSoftmax(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 1, out, true)
+	x, o, err := b.sameShape(n, in, out)
 	if err != nil {
 		return nil, err
 	}
-	if in[0].Len != out.Len {
-		return nil, fmt.Errorf("input of %d elements, output %d", in[0].Len, out.Len)
-	}
 	dim, sc := n.Shape[0], n.P.Scale
 	rows := n.Shape.Rows()
-	return func() error { return b.k.SoftmaxRows(b.s, o, p[0], rows, dim, sc) }, nil
+	return func() error { return b.k.SoftmaxRows(b.s, o, x, rows, dim, sc) }, nil
 }

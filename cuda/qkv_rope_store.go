@@ -219,11 +219,7 @@ func opQkvBiasRopeStore(b *Backend, n *graph.Node, in []graph.Tensor, out graph.
 	if err != nil {
 		return nil, err
 	}
-	kr, err := b.region(n.P.Layer, graph.SideK)
-	if err != nil {
-		return nil, err
-	}
-	vr, err := b.region(n.P.Layer, graph.SideV)
+	kr, vr, err := b.regions(n.P.Layer)
 	if err != nil {
 		return nil, err
 	}

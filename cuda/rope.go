@@ -54,10 +54,7 @@ func ropeGeometry(nHeads, nRot int) (hpb int, block [3]uint32) {
 }
 
 func opRope(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
-	if err := checkOut(n, out); err != nil {
-		return nil, err
-	}
-	p, o, err := b.ptrs(in, 2, out, true)
+	p, o, err := b.nodeIO(n, in, 2, out)
 	if err != nil {
 		return nil, err
 	}
