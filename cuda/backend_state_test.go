@@ -37,7 +37,7 @@ var executeMayWrite = map[string]string{
 // loadTime are the other Backend fields: the test fails on a field in
 // neither list, so a new field is classified when it is added.
 var loadTime = []string{"dev", "s", "lv", "logf", "mm", "stage", "weights", "weightBytes", "repackBytes",
-	"kvSpec", "kvK", "kvV", "kvRowB", "kvScratch", "kvStamp", "ops", "closed", "timer"}
+	"kvSpec", "kvK", "kvV", "kvRowB", "kvScratch", "kvStamp", "ops", "closed", "timer", "memOpen", "memTotal"}
 
 // TestBackendState_EveryFieldIsLoadTimeOrPerNode: every field of Backend is
 // in one of the two lists above.
