@@ -174,14 +174,14 @@ func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (prep func() error, one func(matmulPlan) error) {
 	prep = func() error { return nil }
 	one = func(m matmulPlan) error { return b.runMatMul(x, nt, m) }
-	switch all, any := b.routesOf(nt, ms); {
+	switch all, anyDecode := b.routesOf(nt, ms); {
 	case all == routeMMQ:
 		prep = func() error { return b.quantizeMMQ(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runPreQ8(nt, m) }
 	case all == routeMMVQNT:
 		prep = func() error { return b.quantizeActNT(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runFromQ8NT(nt, m) }
-	case any:
+	case anyDecode:
 		prep = func() error { return b.quantizeAct(x, k) }
 		one = func(m matmulPlan) error { return b.runFromQ8(x, m) }
 	}

@@ -254,3 +254,37 @@ func TestMatMulGEMM_UnpreparedKernelsRefusesAndOptInIsPerKernels(t *testing.T) {
 		t.Fatalf("unprepared GEMM: error %v, want a refusal naming %s and the missing opt-in", err, name)
 	}
 }
+
+// TestMatmulRoute_OneChoiceBehindEveryPathName (host): for every device
+// weight type, token count and lever setting, the route the matmul ops
+// take (routeFor) is the family of the kernel MatMulPath names, and a
+// repacked copy changes the route only at decode.
+func TestMatmulRoute_OneChoiceBehindEveryPathName(t *testing.T) {
+	scratch := MatMulOptions{ActQ8: 0x10000, ActQ8Bytes: 1 << 20}
+	optss := map[string]MatMulOptions{"none": {}, "scratch": scratch}
+	for name, edit := range map[string]func(*MatMulOptions){
+		"mmq": func(o *MatMulOptions) { o.MMQ = true }, "nt": func(o *MatMulOptions) { o.MMVQNT = true },
+		"no-gemm": func(o *MatMulOptions) { o.NoPrefillGEMM, o.MMQ = true, true }, "no-q80": func(o *MatMulOptions) { o.NoQ80MMVQ = true },
+	} {
+		o := scratch
+		edit(&o)
+		optss[name] = o
+	}
+	for on, opts := range optss {
+		for _, wt := range MatMulTypes() {
+			for _, nt := range []int{1, 2, 8, 9, 512} {
+				r, path := routeFor(wt, nt, opts), MatMulPath(wt, nt, opts)
+				want := map[mmRoute]string{routeGEMM: matmulTable[wt].gemm, routeMMV: matmulTable[wt].mmv, routeMMQ: mmqTable[wt],
+					routeMMVQNT: mmvqNTKernel(wt), routeMMVQ: mmvqTable[wt]}[r]
+				if path == "" || path != want {
+					t.Errorf("%s %s nt=%d: route %d names %q, MatMulPath %q", on, wt, nt, r, want, path)
+				}
+				b := &Backend{mm: opts}
+				rp := b.matmulRoute(&devWeight{typ: wt, rp: 0x20000}, nt)
+				if (rp == routeMMVQR) != (r == routeMMVQ) || (r != routeMMVQ && rp != r) {
+					t.Errorf("%s %s nt=%d: with a repacked copy route %d, without %d", on, wt, nt, rp, r)
+				}
+			}
+		}
+	}
+}
