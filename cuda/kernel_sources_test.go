@@ -24,11 +24,12 @@ func kernelsMissingEntry(src string) (bad []string, n int) {
 	return bad, n
 }
 
-// TestKernelSources_EveryKernelBeginsWithEntry: the backend launches every
-// kernel with programmatic dependent launch under MINFER_PDL=1, which
-// lets a kernel start before its predecessor finished; only the entry's
-// griddepcontrol.wait makes that safe. One kernel without it would read
-// its inputs early, so the rule is checked over every source.
+// TestKernelSources_EveryKernelBeginsWithEntry: a kernel launched with
+// programmatic dependent launch (driver.Function.LaunchPDL; the backend's
+// MINFER_PDL, retired as slower, did it for every kernel) may start before
+// its predecessor finished; only the entry's griddepcontrol.wait makes that
+// safe. The entries stay in the sources until a kernel change removes
+// them, so the rule is still checked over every source.
 func TestKernelSources_EveryKernelBeginsWithEntry(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("kernels", "*.cu"))
 	if err != nil || len(files) == 0 {

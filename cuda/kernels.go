@@ -28,9 +28,7 @@ type Kernels struct {
 	census map[string]int64 // nil when the census is off
 
 	timing *opTiming // nil when op timing is off
-	pdl    bool      // launch with programmatic dependent launch (MINFER_PDL=1)
 	qx4    bool      // activation quantize through minfer_quantize_q8_1_x4 (MINFER_QUANTIZE_X4=1)
-	pdlN   int64     // launches issued with the PDL attribute (liveness evidence)
 }
 
 // KernelsOptions selects the instrumentation.
@@ -38,11 +36,6 @@ type KernelsOptions struct {
 	Path     string // explicit fatbin path (MINFER_KERNELS); "" = next to the executable
 	Census   bool
 	OpTiming bool
-	// PDL launches every kernel with programmatic dependent launch allowed
-	// (driver.Function.LaunchPDL): each kernel starts with
-	// MINFER_KERNEL_ENTRY (griddepcontrol.wait), so the next kernel's launch
-	// overlaps the tail of the previous one without reading its outputs early.
-	PDL bool
 	// QuantizeX4 runs QuantizeQ8_1 as minfer_quantize_q8_1_x4 (four Q8_1
 	// blocks per warp, the same bytes).
 	QuantizeX4 bool
@@ -82,7 +75,7 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 		return nil, err
 	}
 	opts.Logf("%s", how)
-	k := &Kernels{dev: dev, mod: mod, stamp: st, fns: map[string]*driver.Function{}, pdl: opts.PDL, qx4: opts.QuantizeX4}
+	k := &Kernels{dev: dev, mod: mod, stamp: st, fns: map[string]*driver.Function{}, qx4: opts.QuantizeX4}
 	if opts.Census {
 		k.census = map[string]int64{}
 	}
@@ -117,29 +110,10 @@ func (k *Kernels) launch(s *driver.Stream, name string, grid, block [3]uint32, s
 	if err != nil {
 		return err
 	}
-	run := f.Launch
-	if k.pdl {
-		run = f.LaunchPDL
-	}
 	if k.timing != nil && k.timing.direct {
-		return k.timing.timed(k.dev, s, name, func() error { return k.count(name, run(s, grid, block, smem, args...)) })
+		return k.timing.timed(k.dev, s, name, func() error { return k.count(name, f.Launch(s, grid, block, smem, args...)) })
 	}
-	err = k.count(name, run(s, grid, block, smem, args...))
-	if err == nil && k.pdl {
-		k.mu.Lock()
-		k.pdlN++
-		k.mu.Unlock()
-	}
-	return err
-}
-
-// PDLLaunches is how many launches went out with programmatic dependent
-// launch allowed (a captured graph's launches count once, at capture): the
-// evidence that MINFER_PDL switched something.
-func (k *Kernels) PDLLaunches() int64 {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.pdlN
+	return k.count(name, f.Launch(s, grid, block, smem, args...))
 }
 
 func (k *Kernels) count(name string, err error) error {

@@ -197,9 +197,12 @@ func TestSuite_TestBinaryRunsInItsPackageDirectory(t *testing.T) {
 }
 
 // The census parser used to drop pdl_launches, so MINFER_PDL's rule could
-// never pass; the evidence now sums it over the processes.
+// never pass; the evidence now sums it over the processes. MINFER_PDL is
+// retired from the registry; the rule kind stays for registries that
+// declare it (recorded ones, the fake's), so the lever is declared here.
 func TestLiveness_PDLLeverJudgedByPDLLaunchCount(t *testing.T) {
-	lv := regLever(t, "MINFER_PDL")
+	lv := harness.Lever{Lever: levers.Lever{Name: "MINFER_PDL", KindS: "opt-in", Default: "0", Values: []string{"0", "1"},
+		Backend: "cuda", ArmA: "0", ArmB: "1", Liveness: &levers.Liveness{On: "1", CUDA: &levers.PathRule{PDL: true}}}}
 	var on, off ArmEvidence
 	on.Arm, off.Arm = Arm{Name: "B", Value: "1"}, Arm{Name: "A", Value: "0"}
 	on.Add("B", &harness.Exec{StderrAll: `{"launch_census":{"minfer_mmvq_q8_0":10}}` + "\n" + `{"cuda_graphs":{"captured":1,"replayed":3,"pdl_launches":412}}`})

@@ -141,12 +141,10 @@ func (a *app) deviceReport(w io.Writer) {
 		// What the graph machinery did: the liveness evidence of
 		// MINFER_NO_CUDA_GRAPH (kernels are the same either way).
 		stats := make([]cuda.CaptureStats, len(a.dev.backends))
-		var pdl int64
 		for i, b := range a.dev.backends {
-			pdl += b.Kernels().PDLLaunches()
 			stats[i] = b.CaptureStats()
 		}
-		writeLine(w, schema.GraphsLine{CUDAGraphs: graphsDoc(stats, pdl)})
+		writeLine(w, schema.GraphsLine{CUDAGraphs: graphsDoc(stats)})
 	}
 	if a.cfg.OpTiming {
 		var times []cuda.OpTime
@@ -157,9 +155,11 @@ func (a *app) deviceReport(w io.Writer) {
 	}
 }
 
-// graphsDoc sums the capture statistics of every CUDA backend.
-func graphsDoc(stats []cuda.CaptureStats, pdl int64) schema.CUDAGraphs {
-	g := schema.CUDAGraphs{PDLLaunches: pdl}
+// graphsDoc sums the capture statistics of every CUDA backend. Its
+// pdl_launches stays 0: MINFER_PDL, whose evidence it was, is retired
+// (reports/MINFER_PDL/NOTE.md); the field is kept for the JSON contract.
+func graphsDoc(stats []cuda.CaptureStats) schema.CUDAGraphs {
+	var g schema.CUDAGraphs
 	for _, s := range stats {
 		g.Captured += s.Captures
 		g.Replayed += s.Replays

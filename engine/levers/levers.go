@@ -208,7 +208,9 @@ type PathRule struct {
 	// Graphs: the arm with the path on captures and replays CUDA graphs,
 	// the other none; both run the same names.
 	Graphs bool `json:"graphs,omitempty"`
-	// PDL: the arm with the path on issues PDL launches (pdl_launches > 0),
+	// PDL: the arm with the path on issues PDL launches (pdl_launches > 0;
+	// no lever of this registry declares it since MINFER_PDL was retired,
+	// recorded registries still do),
 	// the other none; both run the same names.
 	PDL bool `json:"pdl,omitempty"`
 	// PrefillGraphs: the arm with the path on captures more graphs than the
@@ -381,10 +383,6 @@ var registry = []Lever{
 		Tolerance: TolAccumOrder,
 		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (minfer_attn_decode2_*) only with the lever on; off, it runs the plain minfer_attn_f32",
 			[]string{"minfer_attn_decode2_*"}, Needs{MaxNT: 8})},
-	{Name: "MINFER_PDL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "kernel launch (programmatic dependent launch)", Issue: "#6",
-		Doc: "1: every kernel is launched with programmatic dependent launch (each waits for its predecessor in griddepcontrol.wait); off by default: it measured slower on the H200 (reports/MINFER_PDL/NOTE.md)", ArmA: "0", ArmB: "1",
-		Liveness: &Liveness{On: "1", CUDA: &PathRule{PDL: true},
-			Why: "with PDL on, every launch carries the programmatic-dependent-launch attribute (pdl_launches > 0 on the cuda_graphs line) and the kernels are the same; off, none does"}},
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
 		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_MMVQ_REPACK",
@@ -606,7 +604,6 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
-	PDL              bool
 	MMVQRepack       bool
 	FuseResidual     bool
 	MMVQNT           bool
@@ -740,7 +737,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
-	c.PDL = on("MINFER_PDL")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
