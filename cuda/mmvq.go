@@ -3,10 +3,9 @@ package cuda
 // mmvq.go: the decode matmul kernels over a Q8_1 activation row
 // (cuda/kernels/mmvq.cu): minfer_mmvq_<t> and its fused q/k/v, FFN and
 // residual forms, and the backend's decode dispatch over the row in its
-// scratch (one-warp, split or repacked). mmvq.cu still holds the
-// minfer_mmvqx_* kernels of the retired MINFER_MMVQ_INLINE_Q8: nothing
-// launches them; they go with the next kernel change that can be compiled
-// (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md).
+// scratch (one-warp, split or repacked). The in-kernel-quantizing
+// minfer_mmvqx_* kernels of the retired MINFER_MMVQ_INLINE_Q8 are removed
+// from the sources (reports/MINFER_MMVQ_INLINE_Q8/NOTE.md).
 
 import (
 	"fmt"

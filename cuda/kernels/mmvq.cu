@@ -41,7 +41,6 @@
 //   Q6_K: unit = one 16-value scale:  d_a * d*sc * sum (q_w - 32) q_a
 #include "dequant.cuh"
 #include "pdl.cuh"
-#include "q8_1.cuh"
 
 #define MINFER_MMVQ_ROWS 4
 #define MINFER_MMVQ_THREADS (32 * MINFER_MMVQ_ROWS)
@@ -51,10 +50,7 @@
 // (the f16 d, widened), and its 8 int32 words of int8 quants, 4 at a time
 // (q4(b, h): words 4h .. 4h+3) or 2 (q2(b, w): words w, w+1, w even).
 // MinferMmvqActG reads the Q8_1 blocks of minfer_quantize_q8_1 in global
-// memory (36-byte blocks, 4-byte loads); MinferMmvqActS reads the mmvqx
-// kernels' shared-memory copy (quants and scales in two arrays, so a unit's
-// words are one 16- or 8-byte load). Both hand the unit code the same
-// values, so the arithmetic, and every result, is the same.
+// memory (36-byte blocks, 4-byte loads).
 struct MinferMmvqActG {
     const uint8_t* a;
     __device__ __forceinline__ const uint8_t* blk(int b) const { return a + (size_t)b * MINFER_MMVQ_Q8_1_BYTES; }
@@ -67,14 +63,6 @@ struct MinferMmvqActG {
         const int* q = reinterpret_cast<const int*>(blk(b) + 4) + w;
         return make_int2(q[0], q[1]);
     }
-};
-
-struct MinferMmvqActS {
-    const int* qs;   // k / 4 words: block b's quants are words 8b .. 8b+7 (16-byte aligned)
-    const float* ds; // k / 32 scales
-    __device__ __forceinline__ float d(int b) const { return ds[b]; }
-    __device__ __forceinline__ int4 q4(int b, int h) const { return *reinterpret_cast<const int4*>(qs + 8 * b + 4 * h); }
-    __device__ __forceinline__ int2 q2(int b, int w) const { return *reinterpret_cast<const int2*>(qs + 8 * b + w); }
 };
 
 // Weight reads by alignment: a 32-bit word at a 2-byte aligned address (two
@@ -400,103 +388,10 @@ __device__ __forceinline__ void minfer_mmvq_ffn_row(float* __restrict__ out, con
     if (lane == 0) out[row] = __fmul_rn(minfer_mmvq_silu(g), u);
 }
 
-// ------------------------------------------------- in-kernel quantization
-//
-// The mmvqx kernels take the f32 activation row x and quantize it to Q8_1
-// themselves, into shared memory, before their rows: no minfer_quantize_q8_1
-// launch. Thread t of the block (any multiple of 32 threads) owns 4
-// consecutive values, float4 index i = t, t + blockDim.x, ...; the 8 lanes
-// i = 8b .. 8b+7 of a warp hold Q8_1 block b. The block's max |x| and the
-// quant sum are reduced over those 8 lanes (max and an integer sum do not
-// depend on the order), and d, id, q come from q8_1.cuh, so the bytes are
-// minfer_quantize_q8_1's. Loads are issued MINFER_MMVQX_BATCH float4 per
-// thread at a time (one L2 round trip per batch, not per block).
-//
-// Shared memory (dynamic, MINFER_MMVQX_SMEM(k) bytes): k int8 quants
-// (k / 4 words), then k / 32 f32 scales (the f16 d widened, exactly what
-// MinferMmvqActG::d reads). xq (tests): when non-null, block 0 also writes
-// its Q8_1 row there in minfer_quantize_q8_1's layout, s included.
-#define MINFER_MMVQX_MAX_THREADS 512
-#define MINFER_MMVQX_BATCH 4
-#define MINFER_MMVQX_SMEM(k) ((k) + 4 * ((k) / 32))
-
-extern __shared__ __align__(16) int minfer_mmvqx_smem[];
-
-__device__ __forceinline__ MinferMmvqActS minfer_mmvqx_quantize(const float* __restrict__ x, int k, uint8_t* xq) {
-    int* qs = minfer_mmvqx_smem;
-    float* ds = reinterpret_cast<float*>(minfer_mmvqx_smem + k / 4);
-    const int n4 = k >> 2, nthr = blockDim.x, tid = threadIdx.x, lane = tid & 31;
-    // x is f32-aligned; 16-byte aligned rows (the common case) load float4.
-    const bool vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-    const bool dump = xq != nullptr && blockIdx.x == 0; // block-uniform
-    for (int base = 0; base < n4; base += MINFER_MMVQX_BATCH * nthr) {
-        float4 v[MINFER_MMVQX_BATCH];
-#pragma unroll
-        for (int j = 0; j < MINFER_MMVQX_BATCH; j++) {
-            const int i = base + j * nthr + tid;
-            if (i >= n4) {
-                v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            } else if (vec) {
-                v[j] = reinterpret_cast<const float4*>(x)[i];
-            } else {
-                v[j] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < MINFER_MMVQX_BATCH; j++) {
-            if (base + j * nthr >= n4) break; // block-uniform
-            // k is a multiple of 32, so n4 is one of 8: the 8 lanes of a
-            // group are all in range or all out (those still shuffle, on zeros).
-            const int i = base + j * nthr + tid;
-            float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
-#pragma unroll
-            for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-            float id;
-            const float d = minfer_q8_1_scale(amax, &id);
-            const int q0 = minfer_q8_1_quant(v[j].x, id), q1 = minfer_q8_1_quant(v[j].y, id);
-            const int q2 = minfer_q8_1_quant(v[j].z, id), q3 = minfer_q8_1_quant(v[j].w, id);
-            const int packed = (int)((uint32_t)(q0 & 0xff) | ((uint32_t)(q1 & 0xff) << 8) | ((uint32_t)(q2 & 0xff) << 16) |
-                                     ((uint32_t)(q3 & 0xff) << 24));
-            const unsigned short dbits = minfer_q8_1_dbits(d);
-            if (i < n4) {
-                qs[i] = packed;
-                if ((lane & 7) == 0) ds[i >> 3] = minfer_h2f(dbits);
-            }
-            if (dump) {
-                int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-                for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-                if (i < n4) {
-                    uint8_t* b = xq + (size_t)(i >> 3) * MINFER_MMVQ_Q8_1_BYTES;
-                    reinterpret_cast<int*>(b + 4)[i & 7] = packed;
-                    if ((lane & 7) == 0) {
-                        unsigned short* h = reinterpret_cast<unsigned short*>(b);
-                        h[0] = dbits;
-                        h[1] = minfer_q8_1_sbits(sum, d);
-                    }
-                }
-            }
-        }
-    }
-    __syncthreads();
-    return MinferMmvqActS{qs, ds};
-}
-
 // mmvq kernels: grid (ceil(rows / MINFER_MMVQ_ROWS)), block
 // (MINFER_MMVQ_THREADS), no smem; rows = n (plain, ffn) or nq + nk + nv.
 // a: the Q8_1 activation row (k / 32 blocks, 4-byte aligned); weights
 // 4-byte aligned; k a multiple of the weight's block size.
-//
-// mmvqx kernels: x the f32 activation row (4-byte aligned), block (32 W
-// threads, W <= 16 warps, one row per warp), grid (G) with rows handled
-// row = blockIdx.x W + warp, then + G W ... (the launcher caps G so a
-// resident block amortizes its quantization over several rows), dynamic
-// smem MINFER_MMVQX_SMEM(k). Each row is bitwise the mmvq kernel's.
-#define MINFER_MMVQX_ROWS_LOOP(rows, body)                                                          \
-    for (int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < (rows);              \
-         row += gridDim.x * (blockDim.x >> 5)) {                                                    \
-        body;                                                                                       \
-    }
 
 #define MINFER_MMVQ_KERNEL(name, Q, BS, BB)                                                                    \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
@@ -526,30 +421,6 @@ __device__ __forceinline__ MinferMmvqActS minfer_mmvqx_quantize(const float* __r
         const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);                                   \
         if (row >= n) return;                                                                                 \
         minfer_mmvq_ffn_row<Q>(out, MinferMmvqActG{a}, wg, wu, k, row, (size_t)(k / (BS)) * (BB));             \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMVQX_MAX_THREADS)                                    \
-        minfer_mmvqx_##name(float* out, const float* x, const uint8_t* w, const float* bias, int k, int n,       \
-                            uint8_t* xq) {                                                                     \
-        MINFER_KERNEL_ENTRY();                                                                                \
-        const MinferMmvqActS a = minfer_mmvqx_quantize(x, k, xq);                                             \
-        MINFER_MMVQX_ROWS_LOOP(n, (minfer_mmvq_plain_row<Q, false>(out, a, w, bias, nullptr, k, row,             \
-                                                                   (size_t)(k / (BS)) * (BB))))               \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMVQX_MAX_THREADS)                                    \
-        minfer_mmvqx_qkv_##name(float* out, const float* x, const uint8_t* wq, const uint8_t* wk,               \
-                                const uint8_t* wv, const float* bq, const float* bk, const float* bv, int k,    \
-                                int nq, int nk, int nv, uint8_t* xq) {                                         \
-        MINFER_KERNEL_ENTRY();                                                                                \
-        const MinferMmvqActS a = minfer_mmvqx_quantize(x, k, xq);                                             \
-        MINFER_MMVQX_ROWS_LOOP(nq + nk + nv, minfer_mmvq_qkv_row<Q>(out, a, wq, wk, wv, bq, bk, bv, k, nq, nk,  \
-                                                                    row, (size_t)(k / (BS)) * (BB)))           \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMVQX_MAX_THREADS)                                    \
-        minfer_mmvqx_ffn_##name(float* out, const float* x, const uint8_t* wg, const uint8_t* wu, int k, int n, \
-                                uint8_t* xq) {                                                                 \
-        MINFER_KERNEL_ENTRY();                                                                                \
-        const MinferMmvqActS a = minfer_mmvqx_quantize(x, k, xq);                                             \
-        MINFER_MMVQX_ROWS_LOOP(n, minfer_mmvq_ffn_row<Q>(out, a, wg, wu, k, row, (size_t)(k / (BS)) * (BB)))   \
     }
 
 MINFER_MMVQ_KERNEL(q8_0, MinferMmvqQ8_0, MINFER_QK, MINFER_Q8_0_BYTES)
@@ -561,4 +432,3 @@ MINFER_MMVQ_KERNEL(q4_k, MinferMmvqQ4_K, MINFER_QKK, MINFER_Q4_K_BYTES)
 MINFER_MMVQ_KERNEL(q6_k, MinferMmvqQ6_K, MINFER_QKK, MINFER_Q6_K_BYTES)
 
 #undef MINFER_MMVQ_KERNEL
-#undef MINFER_MMVQX_ROWS_LOOP

@@ -1,6 +1,6 @@
 // q8_1.cuh: the Q8_1 activation arithmetic shared by minfer_quantize_q8_1
-// (quantize_act.cu) and the in-kernel quantization of the mmvqx kernels
-// (mmvq.cu): one definition, so both give the same bytes.
+// (quantize_act.cu) and minfer_quantize_q8_1_x4 (quantize_act_x4.cu): one
+// definition, so both give the same bytes.
 //   d = amax / 127 (IEEE), id = 1 / d (0 when d is 0),
 //   q = round-half-away-from-zero(x * id) clamped to [-128, 127].
 #ifndef MINFER_Q8_1_CUH
