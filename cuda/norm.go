@@ -1,9 +1,8 @@
 package cuda
 
 // norm.go: the row kernels of cuda/kernels/norm.cu (rms_norm, softmax) and
-// their op handlers. norm.cu still holds minfer_rms_norm_q8_1, the kernel
-// of the retired MINFER_NORM_Q8: nothing launches it; it goes with the next
-// kernel change that can be compiled (reports/MINFER_NORM_Q8/NOTE.md).
+// their op handlers. minfer_rms_norm_q8_1, the kernel of the retired
+// MINFER_NORM_Q8, is removed from the sources (reports/MINFER_NORM_Q8/NOTE.md).
 
 import (
 	"fmt"

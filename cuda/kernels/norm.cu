@@ -7,7 +7,6 @@
 // index order: the difference is f32 rounding).
 #include "common.cuh"
 #include "pdl.cuh"
-#include "q8_1.cuh"
 
 namespace mops {
 // rms_row normalises one row with K values of x and w per thread kept in
@@ -21,17 +20,9 @@ namespace mops {
 // w up front (predicated), so a row costs one global round trip instead of
 // two dependent ones (x for the sum, then x again and w for the scaling),
 // and the scaling reads registers.
-//
-// Q8 (minfer_rms_norm_q8_1) also writes the Q8_1 blocks of the output row to
-// qr. With blockDim a multiple of 32 and n a multiple of 32, the values a
-// warp scales in one step (i = tid + m * B, or one pass of the tail loop) are
-// one whole 32-aligned Q8_1 block, lane j holding value j, and the bounds
-// test is warp-uniform: the warp quantizes the f32 values it just stored,
-// from registers (minfer_q8_1_warp_block, the bytes of minfer_quantize_q8_1).
-template <int K, bool Q8>
-__device__ __forceinline__ void rms_row(float* yr, const float* xr, const float* w, int n, float eps, float* scratch,
-                                        uint8_t* qr) {
-    const int tid = threadIdx.x, nb = blockDim.x, lane = tid & 31;
+template <int K>
+__device__ __forceinline__ void rms_row(float* yr, const float* xr, const float* w, int n, float eps, float* scratch) {
+    const int tid = threadIdx.x, nb = blockDim.x;
     float xv[K], wv[K];
 #pragma unroll
     for (int m = 0; m < K; m++) {
@@ -54,21 +45,14 @@ __device__ __forceinline__ void rms_row(float* yr, const float* xr, const float*
 #pragma unroll
     for (int m = 0; m < K; m++) {
         const int i = tid + m * nb;
-        float y = 0.0f;
         if (i < n) {
             const float v = __fmul_rn(xv[m], scale);
-            y = w ? __fmul_rn(v, wv[m]) : v;
-            yr[i] = y;
-        }
-        if constexpr (Q8) {
-            if (i - lane < n) minfer_q8_1_warp_block(qr + (size_t)(i >> 5) * 36, y, lane);
+            yr[i] = w ? __fmul_rn(v, wv[m]) : v;
         }
     }
     for (int i = tid + K * nb; i < n; i += nb) {
         const float v = __fmul_rn(xr[i], scale);
-        const float y = w ? __fmul_rn(v, w[i]) : v;
-        yr[i] = y;
-        if constexpr (Q8) minfer_q8_1_warp_block(qr + (size_t)(i >> 5) * 36, y, lane);
+        yr[i] = w ? __fmul_rn(v, w[i]) : v;
     }
 }
 } // namespace mops
@@ -85,31 +69,9 @@ extern "C" __global__ void minfer_rms_norm_f32(float* out, const float* x, const
     float* yr = out + row * n;
     const int per = (n + blockDim.x - 1) / blockDim.x;
     if (per <= 4) {
-        mops::rms_row<4, false>(yr, xr, w, n, eps, scratch, nullptr);
+        mops::rms_row<4>(yr, xr, w, n, eps, scratch);
     } else {
-        mops::rms_row<16, false>(yr, xr, w, n, eps, scratch, nullptr);
-    }
-}
-
-// minfer_rms_norm_q8_1 is minfer_rms_norm_f32 (same geometry, same
-// reduction, bitwise the same out) that also writes each output row's Q8_1
-// blocks to q: row r's n / 32 blocks of 36 bytes at r * (n / 32) * 36, the
-// bytes minfer_quantize_q8_1 gives for that out row. The decode rms_norm
-// feeding MMVQ matmuls (lever MINFER_NORM_Q8) so they need no quantize
-// launch. n must be a multiple of 32 and blockDim a multiple of 32 (the
-// launcher, RmsNormQ8_1, refuses other shapes); q 2-byte aligned.
-extern "C" __global__ void minfer_rms_norm_q8_1(float* out, uint8_t* q, const float* x, const float* w, int n, float eps) {
-    MINFER_KERNEL_ENTRY();
-    __shared__ float scratch[32];
-    const long long row = blockIdx.x;
-    const float* xr = x + row * n;
-    float* yr = out + row * n;
-    uint8_t* qr = q + row * (long long)(n / 32) * 36;
-    const int per = (n + blockDim.x - 1) / blockDim.x;
-    if (per <= 4) {
-        mops::rms_row<4, true>(yr, xr, w, n, eps, scratch, qr);
-    } else {
-        mops::rms_row<16, true>(yr, xr, w, n, eps, scratch, qr);
+        mops::rms_row<16>(yr, xr, w, n, eps, scratch);
     }
 }
 
