@@ -223,33 +223,6 @@ func TestSymbolTableIsComplete(t *testing.T) {
 	}
 }
 
-// The structs handed to cuLaunchKernelEx must have cuda.h's layout
-// (CUlaunchAttribute 72 bytes, value at 8; CUlaunchConfig 56 bytes, stream
-// at 32, attrs at 40, numAttrs at 48): a wrong offset would launch with a
-// garbage grid or stream.
-func TestLaunchEx_StructsMatchCudaHLayout(t *testing.T) {
-	var a launchAttr
-	var c launchConfig
-	if got := unsafe.Sizeof(a); got != 72 {
-		t.Errorf("launchAttr is %d bytes, want 72", got)
-	}
-	if got := unsafe.Offsetof(a.val); got != 8 {
-		t.Errorf("launchAttr.val at %d, want 8", got)
-	}
-	if got := unsafe.Sizeof(c); got != 56 {
-		t.Errorf("launchConfig is %d bytes, want 56", got)
-	}
-	for _, f := range []struct {
-		name      string
-		got, want uintptr
-	}{{"smem", unsafe.Offsetof(c.smem), 24}, {"stream", unsafe.Offsetof(c.stream), 32},
-		{"attrs", unsafe.Offsetof(c.attrs), 40}, {"numAttrs", unsafe.Offsetof(c.numAttrs), 48}} {
-		if f.got != f.want {
-			t.Errorf("launchConfig.%s at %d, want %d", f.name, f.got, f.want)
-		}
-	}
-}
-
 // NAME@N fails only the N-th call of NAME (issue 23's sweep fails each call
 // once); the count is shared by the seam's copies and the failures are
 // counted; N must be a positive count.

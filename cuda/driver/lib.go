@@ -59,7 +59,6 @@ const (
 	symGraphDestroy
 	symProfilerStart
 	symProfilerStop
-	symLaunchKernelEx
 	numSyms
 )
 
@@ -112,11 +111,10 @@ var symNames = [numSyms][]string{
 	symGraphDestroy:       {"cuGraphDestroy"},
 	symProfilerStart:      {"cuProfilerStart"},
 	symProfilerStop:       {"cuProfilerStop"},
-	symLaunchKernelEx:     {"cuLaunchKernelEx"},
 }
 
 // optionalSym marks entry points whose absence does not refuse the driver.
-var optionalSym = [numSyms]bool{symProfilerStart: true, symProfilerStop: true, symLaunchKernelEx: true}
+var optionalSym = [numSyms]bool{symProfilerStart: true, symProfilerStop: true}
 
 // symByName finds the entry point one of whose names is name.
 func symByName(name string) (sym, bool) {

@@ -280,67 +280,6 @@ func (f *Function) Launch(s *Stream, grid, block [3]uint32, smem uint32, args ..
 	return nil
 }
 
-// launchAttrPDL is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
-const launchAttrPDL = 6
-
-// launchAttr mirrors CUlaunchAttribute: a 4-byte id, 4 bytes of padding
-// and a 64-byte value union.
-type launchAttr struct {
-	id  uint32
-	_   uint32
-	val [64]byte
-}
-
-// launchConfig mirrors CUlaunchConfig (CUDA 12): seven 32-bit fields,
-// padding, the stream, the attribute array and its length.
-type launchConfig struct {
-	gridX, gridY, gridZ    uint32
-	blockX, blockY, blockZ uint32
-	smem                   uint32
-	_                      uint32
-	stream                 uintptr
-	attrs                  uintptr
-	numAttrs               uint32
-	_                      uint32
-}
-
-// LaunchPDL queues the kernel with programmatic dependent launch allowed
-// (cuLaunchKernelEx with PROGRAMMATIC_STREAM_SERIALIZATION = 1): the
-// kernel may be scheduled before the previous kernel on the stream has
-// finished, so it must begin with griddepcontrol.wait (the kernels'
-// MINFER_KERNEL_ENTRY), which returns once that kernel has completed and
-// its memory is visible. A driver without cuLaunchKernelEx is an error.
-func (f *Function) LaunchPDL(s *Stream, grid, block [3]uint32, smem uint32, args ...any) error {
-	c := &f.d.c
-	call := func() string { return launchCall("cuLaunchKernelEx[pdl]", f.Name, grid, block, smem) }
-	if c.fail.failsLaunch(f.Name) {
-		return &Error{Code: codeInjected, Name: staticErrorName(codeInjected), Injected: true, Call: call()}
-	}
-	if c.lib.fn[symLaunchKernelEx] == 0 {
-		return fmt.Errorf("cuda: %s: the driver has no cuLaunchKernelEx (unset MINFER_PDL for plain launches)", call())
-	}
-	buf, err := packArgs(args)
-	if err != nil {
-		return fmt.Errorf("cuda: %s: %w", call(), err)
-	}
-	var params uintptr
-	if len(args) > 0 {
-		params = uintptr(unsafe.Pointer(&buf[0]))
-	}
-	attr := &launchAttr{id: launchAttrPDL}
-	attr.val[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
-	cfg := &launchConfig{gridX: grid[0], gridY: grid[1], gridZ: grid[2], blockX: block[0], blockY: block[1], blockZ: block[2],
-		smem: smem, stream: s.h, attrs: uintptr(unsafe.Pointer(attr)), numAttrs: 1}
-	code := int(int32(dynlib.Call(c.lib.fn[symLaunchKernelEx], uintptr(unsafe.Pointer(cfg)), f.h, params, 0)))
-	runtime.KeepAlive(buf)
-	runtime.KeepAlive(attr)
-	runtime.KeepAlive(cfg)
-	if code != CodeSuccess {
-		return &Error{Code: code, Name: c.errorName(code), Call: call()}
-	}
-	return nil
-}
-
 func launchCall(sym, kernel string, grid, block [3]uint32, smem uint32) string {
 	return fmt.Sprintf("%s(%s, grid=%v, block=%v, smem=%d)", sym, kernel, grid, block, smem)
 }

@@ -26,7 +26,6 @@ constexpr int ATTN_TILE = 64;
 extern "C" __global__ void __launch_bounds__(mops::ATTN_THREADS)
 minfer_attn_f32(float* out, const float* q, const uint8_t* kreg, const uint8_t* vreg, int format, const int* win,
                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx, int window, float scale) {
-    MINFER_KERNEL_ENTRY();
     __shared__ float q_s[mops::ATTN_THREADS];
     __shared__ float p_s[mops::ATTN_TILE];
     const int task = blockIdx.x;

@@ -55,7 +55,6 @@
 // (zero between launches), part_ml float2[grid.x][nsplit], part_acc
 // float[grid.x][nsplit][hd].
 #include "common.cuh"
-#include "pdl.cuh"
 
 namespace adec2 {
 constexpr int THREADS = 32;   // one warp per block
@@ -436,39 +435,30 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     out, q, kreg, vreg, win, part_ml, part_acc, counters, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale, nsplit
 
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd64_f32(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<64, mops::KV_F32>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd64_f16(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<64, mops::KV_F16>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd64_q8_0(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<64, mops::KV_Q8_0>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd128_f32(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<128, mops::KV_F32>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd128_f16(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<128, mops::KV_F16>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd128_q8_0(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<128, mops::KV_Q8_0>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_any_f32(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<0, mops::KV_F32>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_any_f16(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<0, mops::KV_F16>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_any_q8_0(MINFER_ADEC2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     adec2::decode<0, mops::KV_Q8_0>(MINFER_ADEC2_ARGS);
 }
 

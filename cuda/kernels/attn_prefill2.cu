@@ -29,7 +29,6 @@
 // The KV window is read from device memory (graph replay): the grid depends
 // on nt and the heads only, and each block finds its cells at run time.
 #include "common.cuh"
-#include "pdl.cuh"
 
 namespace fap2 {
 constexpr int BN = 64; // KV cells per tile
@@ -290,23 +289,18 @@ __device__ __forceinline__ void attn_prefill2(float* out, const float* __restric
 // The second __launch_bounds__ argument (blocks per SM) caps the registers
 // at what the variant's shared memory lets reside anyway.
 extern "C" __global__ void __launch_bounds__(128, 5) minfer_attn_prefill2_hd64_bm16(MINFER_FAP2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     fap2::attn_prefill2<64, 16>(MINFER_FAP2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd64_bm32(MINFER_FAP2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     fap2::attn_prefill2<64, 32>(MINFER_FAP2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd64_bm64(MINFER_FAP2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     fap2::attn_prefill2<64, 64>(MINFER_FAP2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd128_bm32(MINFER_FAP2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     fap2::attn_prefill2<128, 32>(MINFER_FAP2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_bm64(MINFER_FAP2_PARAMS) {
-    MINFER_KERNEL_ENTRY();
     fap2::attn_prefill2<128, 64>(MINFER_FAP2_ARGS);
 }
 #undef MINFER_FAP2_PARAMS

@@ -7,8 +7,6 @@
 #ifndef MINFER_COMMON_CUH
 #define MINFER_COMMON_CUH
 
-#include "pdl.cuh"
-
 #include <cuda_fp16.h>
 #include <stdint.h>
 

@@ -23,8 +23,6 @@
 #ifndef MINFER_DEQUANT_CUH
 #define MINFER_DEQUANT_CUH
 
-#include "pdl.cuh"
-
 #include <cuda_fp16.h>
 #include <stdint.h>
 

@@ -16,7 +16,6 @@ __device__ __forceinline__ float silu_ref(float x) {
 // out[i] = a[i] + b[i % nb]: nb == n is the plain add, nb == row length
 // broadcasts one row of b over the rows of a (bias add).
 extern "C" __global__ void minfer_add_f32(float* out, const float* a, const float* b, long long n, long long nb) {
-    MINFER_KERNEL_ENTRY();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         out[i] = __fadd_rn(a[i], b[nb == n ? i : i % nb]);
     }
@@ -24,14 +23,12 @@ extern "C" __global__ void minfer_add_f32(float* out, const float* a, const floa
 
 // out[i] = a[i] * b[i % nb].
 extern "C" __global__ void minfer_mul_f32(float* out, const float* a, const float* b, long long n, long long nb) {
-    MINFER_KERNEL_ENTRY();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         out[i] = __fmul_rn(a[i], b[nb == n ? i : i % nb]);
     }
 }
 
 extern "C" __global__ void minfer_silu_f32(float* out, const float* x, long long n) {
-    MINFER_KERNEL_ENTRY();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         out[i] = mops::silu_ref(x[i]);
     }
@@ -39,21 +36,18 @@ extern "C" __global__ void minfer_silu_f32(float* out, const float* x, long long
 
 // out[i] = silu(gate[i]) * up[i].
 extern "C" __global__ void minfer_swiglu_f32(float* out, const float* gate, const float* up, long long n) {
-    MINFER_KERNEL_ENTRY();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         out[i] = __fmul_rn(mops::silu_ref(gate[i]), up[i]);
     }
 }
 
 extern "C" __global__ void minfer_scale_f32(float* out, const float* x, float f, long long n) {
-    MINFER_KERNEL_ENTRY();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         out[i] = __fmul_rn(x[i], f);
     }
 }
 
 extern "C" __global__ void minfer_copy_f32(float* dst, const float* src, long long n) {
-    MINFER_KERNEL_ENTRY();
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         dst[i] = src[i];
     }
@@ -62,7 +56,6 @@ extern "C" __global__ void minfer_copy_f32(float* dst, const float* src, long lo
 // minfer_copy_bytes copies n bytes (non-overlapping), 4 at a time when both
 // pointers and n are 4-byte aligned.
 extern "C" __global__ void minfer_copy_bytes(uint8_t* dst, const uint8_t* src, long long n) {
-    MINFER_KERNEL_ENTRY();
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | (uintptr_t)n) & 3) == 0) {
@@ -79,7 +72,6 @@ extern "C" __global__ void minfer_copy_bytes(uint8_t* dst, const uint8_t* src, l
 // input by s_i elements (the input stride of axis perm[i]).
 extern "C" __global__ void minfer_permute_f32(float* out, const float* x, int d0, int d1, int d2, int d3,
                                               long long s0, long long s1, long long s2, long long s3) {
-    MINFER_KERNEL_ENTRY();
     const long long n = (long long)d0 * d1 * d2 * d3;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         long long r = i;

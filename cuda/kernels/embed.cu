@@ -11,7 +11,6 @@
 // cannot pass a parity check or go unnoticed in the logits.
 extern "C" __global__ void minfer_get_rows(float* out, const uint8_t* w, int wtype, long long row_bytes, int n_rows,
                                            const int* ids, int k) {
-    MINFER_KERNEL_ENTRY();
     const long long t = blockIdx.x;
     const int id = ids[t];
     float* y = out + t * k;

@@ -173,7 +173,6 @@ __device__ __forceinline__ void minfer_gemm_body(float* __restrict__ out, const 
     extern "C" __global__ void __launch_bounds__(MINFER_GEMM_THREADS)                                     \
         minfer_gemm_##name(float* out, const float* x, const uint8_t* w, const float* bias, int k, int n, \
                            int nt) {                                                                      \
-        MINFER_KERNEL_ENTRY();                                                                               \
         minfer_gemm_body<T>(out, x, w, bias, k, n, nt);                                                   \
     }
 

@@ -6,7 +6,6 @@
 // captured graph replays with the current step's cells.
 #include "common.cuh"
 #include "kvput.cuh"
-#include "pdl.cuh"
 
 // minfer_kv_store writes nt rows of src [row_len, nt] into cells
 // win[0] .. win[0]+nt-1. Grid (nt, ceil(row_len/blockDim)); blockDim a
@@ -15,7 +14,6 @@
 // cannot see the window; the CPU would refuse it).
 extern "C" __global__ void minfer_kv_store(uint8_t* region, int format, const float* src, const int* win, int row_len,
                                            long long row_bytes, int n_ctx) {
-    MINFER_KERNEL_ENTRY();
     const int t = blockIdx.x;
     const long long cell = (long long)win[0] + t;
     if (cell < 0 || cell >= n_ctx) return;
@@ -30,7 +28,6 @@ extern "C" __global__ void minfer_kv_store(uint8_t* region, int format, const fl
 // ceil(row_len/blockDim)).
 extern "C" __global__ void minfer_kv_load(float* out, const uint8_t* region, int format, const int* win, int row_len,
                                           long long row_bytes, int n_ctx) {
-    MINFER_KERNEL_ENTRY();
     const long long cell = blockIdx.x;
     const int kv_len = win[1];
     if (cell >= kv_len || cell >= n_ctx) return;

@@ -457,13 +457,11 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
     extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                      \
         minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
                           int nt) {                                                                         \
-        MINFER_KERNEL_ENTRY();                                                                               \
         minfer_mmq_body<T, 4, 2>(out, a, w, bias, k, n, nt);                                                \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                \
         minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,    \
                                 int n, int nt) {                                                            \
-        MINFER_KERNEL_ENTRY();                                                                               \
         minfer_mmq_body<T, 2, 2>(out, a, w, bias, k, n, nt);                                                \
     }
 
@@ -486,7 +484,6 @@ MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
 extern "C" __global__ void __launch_bounds__(MINFER_MMQ_REDUCE_THREADS)
     minfer_mmq_reduce(float* __restrict__ out, const float* __restrict__ part, const float* __restrict__ bias,
                       int n, int total, int splits) {
-    MINFER_KERNEL_ENTRY();
     const int i = blockIdx.x * MINFER_MMQ_REDUCE_THREADS + threadIdx.x;
     if (i >= total) return;
     float v = part[i];

@@ -94,7 +94,6 @@ __device__ __forceinline__ void minfer_mmv_dispatch(float* out, const float* x, 
     extern "C" __global__ void __launch_bounds__(MINFER_MMV_THREADS)                                     \
         minfer_mmv_##name(float* out, const float* x, const uint8_t* w, const float* bias, int k, int n, \
                           int nt) {                                                                      \
-        MINFER_KERNEL_ENTRY();                                                                               \
         minfer_mmv_dispatch<T>(out, x, w, bias, k, n, nt);                                               \
     }
 

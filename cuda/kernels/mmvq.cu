@@ -40,7 +40,6 @@
 //   Q4_K: unit = half a 32-sub-block: d_a * (d*sc * sum q_w q_a - dmin*m * sum q_a)
 //   Q6_K: unit = one 16-value scale:  d_a * d*sc * sum (q_w - 32) q_a
 #include "dequant.cuh"
-#include "pdl.cuh"
 
 #define MINFER_MMVQ_ROWS 4
 #define MINFER_MMVQ_THREADS (32 * MINFER_MMVQ_ROWS)
@@ -396,20 +395,17 @@ __device__ __forceinline__ void minfer_mmvq_ffn_row(float* __restrict__ out, con
 #define MINFER_MMVQ_KERNEL(name, Q, BS, BB)                                                                    \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
         minfer_mmvq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {    \
-        MINFER_KERNEL_ENTRY();                                                                                \
         minfer_mmvq_plain<Q, false>(out, a, w, bias, nullptr, k, n, (size_t)(k / (BS)) * (BB));                \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
         minfer_mmvq_res_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
                                const float* res) {                                                             \
-        MINFER_KERNEL_ENTRY();                                                                                \
         minfer_mmvq_plain<Q, true>(out, a, w, bias, res, k, n, (size_t)(k / (BS)) * (BB));                     \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
         minfer_mmvq_qkv_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,              \
                                const uint8_t* wv, const float* bq, const float* bk, const float* bv, int k,     \
                                int nq, int nk, int nv) {                                                       \
-        MINFER_KERNEL_ENTRY();                                                                                \
         const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);                                   \
         if (row >= nq + nk + nv) return;                                                                      \
         minfer_mmvq_qkv_row<Q>(out, MinferMmvqActG{a}, wq, wk, wv, bq, bk, bv, k, nq, nk, row,                 \
@@ -417,7 +413,6 @@ __device__ __forceinline__ void minfer_mmvq_ffn_row(float* __restrict__ out, con
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
         minfer_mmvq_ffn_##name(float* out, const uint8_t* a, const uint8_t* wg, const uint8_t* wu, int k, int n) { \
-        MINFER_KERNEL_ENTRY();                                                                                \
         const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);                                   \
         if (row >= n) return;                                                                                 \
         minfer_mmvq_ffn_row<Q>(out, MinferMmvqActG{a}, wg, wu, k, row, (size_t)(k / (BS)) * (BB));             \

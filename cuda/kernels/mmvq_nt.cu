@@ -25,7 +25,6 @@
 // helpers and MINFER_MMVQ_Q8_1_BYTES from mmvq.cu, which the one
 // translation unit includes before it (files in name order).
 #include "dequant.cuh"
-#include "pdl.cuh"
 
 #define MINFER_MMVQNT_ROWS 4
 #define MINFER_MMVQNT_THREADS (32 * MINFER_MMVQNT_ROWS)
@@ -345,7 +344,6 @@ __device__ __forceinline__ void minfer_mmvqnt_dispatch(float* out, const uint8_t
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQNT_THREADS)                                 \
         minfer_mmvq_nt_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, \
                               int n, int nt) {                                                          \
-        MINFER_KERNEL_ENTRY();                                                                          \
         minfer_mmvqnt_dispatch<Q>(out, a, w, bias, k, n, nt, (size_t)(k / (BS)) * (BB));                \
     }
 

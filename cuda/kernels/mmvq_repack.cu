@@ -31,7 +31,6 @@
 // from mmvq.cu, which the one translation unit includes before it (files in
 // name order: "mmvq.cu" < "mmvq_repack.cu").
 #include "dequant.cuh"
-#include "pdl.cuh"
 
 #define MINFER_MMVQR_ROWS 4
 #define MINFER_MMVQR_THREADS (32 * MINFER_MMVQR_ROWS)
@@ -227,20 +226,17 @@ __device__ __forceinline__ void minfer_mmvqr_plain(float* out, const uint8_t* a,
 #define MINFER_MMVQR_KERNEL(name, Q)                                                                          \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS, MINFER_MMVQR_MIN_BLOCKS)               \
         minfer_mmvqr_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {  \
-        MINFER_KERNEL_ENTRY();                                                                               \
         minfer_mmvqr_plain<Q, false>(out, a, w, bias, nullptr, k, n);                                        \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS, MINFER_MMVQR_MIN_BLOCKS)               \
         minfer_mmvqr_res_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
                                 const float* res) {                                                           \
-        MINFER_KERNEL_ENTRY();                                                                               \
         minfer_mmvqr_plain<Q, true>(out, a, w, bias, res, k, n);                                             \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS)                                        \
         minfer_mmvqr_qkv_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,             \
                                 const uint8_t* wv, const float* bq, const float* bk, const float* bv, int k,    \
                                 int nq, int nk, int nv) {                                                      \
-        MINFER_KERNEL_ENTRY();                                                                               \
         const int row = blockIdx.x * MINFER_MMVQR_ROWS + (threadIdx.x >> 5);                                 \
         if (row >= nq + nk + nv) return;                                                                     \
         const uint8_t* w = wq;                                                                               \
@@ -262,7 +258,6 @@ __device__ __forceinline__ void minfer_mmvqr_plain(float* out, const uint8_t* a,
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS)                                        \
         minfer_mmvqr_ffn_##name(float* out, const uint8_t* a, const uint8_t* wg, const uint8_t* wu, int k, int n) { \
-        MINFER_KERNEL_ENTRY();                                                                               \
         const int row = blockIdx.x * MINFER_MMVQR_ROWS + (threadIdx.x >> 5);                                 \
         if (row >= n) return;                                                                                \
         const float v = minfer_mmvqr_ffn<Q>(Q::row(wg, n, k, row), Q::row(wu, n, k, row), MinferMmvqActG{a}, k); \
@@ -294,7 +289,6 @@ __device__ __forceinline__ void minfer_repack_copy16(uint4* dst, const uint8_t* 
 
 extern "C" __global__ void __launch_bounds__(MINFER_REPACK_THREADS)
     minfer_repack_q8_0(uint8_t* dst, const uint8_t* src, long long nblocks) {
-    MINFER_KERNEL_ENTRY();
     uint4* q = reinterpret_cast<uint4*>(dst);
     unsigned short* d = reinterpret_cast<unsigned short*>(dst + (size_t)nblocks * 32);
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < nblocks;
@@ -308,7 +302,6 @@ extern "C" __global__ void __launch_bounds__(MINFER_REPACK_THREADS)
 
 extern "C" __global__ void __launch_bounds__(MINFER_REPACK_THREADS)
     minfer_repack_q6_k(uint8_t* dst, const uint8_t* src, long long nblocks) {
-    MINFER_KERNEL_ENTRY();
     uint4* q = reinterpret_cast<uint4*>(dst);
     uint4* sc = reinterpret_cast<uint4*>(dst + (size_t)nblocks * MINFER_MMVQR_Q6_K_QBYTES);
     unsigned short* d = reinterpret_cast<unsigned short*>(dst + (size_t)nblocks * (MINFER_MMVQR_Q6_K_QBYTES + 16));

@@ -34,7 +34,6 @@
 // mmvq_repack.cu, which the one translation unit includes before it (files
 // in name order).
 #include "dequant.cuh"
-#include "pdl.cuh"
 
 #define MINFER_MMVQS_WARPS 4
 #define MINFER_MMVQS_THREADS (32 * MINFER_MMVQS_WARPS)
@@ -140,20 +139,17 @@ __device__ __forceinline__ void minfer_mmvqrs_qkv(float* out, const uint8_t* a, 
 #define MINFER_MMVQS_KERNEL(name, Q, BS, BB)                                                                     \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQS_THREADS, MINFER_MMVQS_MIN_BLOCKS)                 \
         minfer_mmvq_s_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {   \
-        MINFER_KERNEL_ENTRY();                                                                                  \
         minfer_mmvqs_plain<Q, false>(out, a, w, bias, nullptr, k, (size_t)(k / (BS)) * (BB));                   \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQS_THREADS, MINFER_MMVQS_MIN_BLOCKS)                 \
         minfer_mmvq_res_s_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
                                  const float* res) {                                                             \
-        MINFER_KERNEL_ENTRY();                                                                                  \
         minfer_mmvqs_plain<Q, true>(out, a, w, bias, res, k, (size_t)(k / (BS)) * (BB));                        \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQS_THREADS, MINFER_MMVQS_MIN_BLOCKS)                 \
         minfer_mmvq_qkv_s_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,              \
                                  const uint8_t* wv, const float* bq, const float* bk, const float* bv, int k,     \
                                  int nq, int nk, int nv) {                                                       \
-        MINFER_KERNEL_ENTRY();                                                                                  \
         minfer_mmvqs_qkv<Q>(out, a, wq, wk, wv, bq, bk, bv, k, nq, nk, nv, (size_t)(k / (BS)) * (BB));          \
     }
 
@@ -170,20 +166,17 @@ MINFER_MMVQS_KERNEL(q6_k, MinferMmvqQ6_K, MINFER_QKK, MINFER_Q6_K_BYTES)
 #define MINFER_MMVQRS_KERNEL(name, Q, MB)                                                                          \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQS_THREADS, MB)                                      \
         minfer_mmvqr_s_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {  \
-        MINFER_KERNEL_ENTRY();                                                                                  \
         minfer_mmvqrs_plain<Q, false>(out, a, w, bias, nullptr, k, n);                                          \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQS_THREADS, MB)                                      \
         minfer_mmvqr_res_s_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
                                   const float* res) {                                                            \
-        MINFER_KERNEL_ENTRY();                                                                                  \
         minfer_mmvqrs_plain<Q, true>(out, a, w, bias, res, k, n);                                               \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQS_THREADS, MB)                                      \
         minfer_mmvqr_qkv_s_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,             \
                                   const uint8_t* wv, const float* bq, const float* bk, const float* bv, int k,    \
                                   int nq, int nk, int nv) {                                                      \
-        MINFER_KERNEL_ENTRY();                                                                                  \
         minfer_mmvqrs_qkv<Q>(out, a, wq, wk, wv, bq, bk, bv, k, nq, nk, nv);                                    \
     }
 

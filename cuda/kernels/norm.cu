@@ -6,7 +6,6 @@
 // multiplying with 1/sum. The sums are block tree sums (the CPU sums in
 // index order: the difference is f32 rounding).
 #include "common.cuh"
-#include "pdl.cuh"
 
 namespace mops {
 // rms_row normalises one row with K values of x and w per thread kept in
@@ -62,7 +61,6 @@ __device__ __forceinline__ void rms_row(float* yr, const float* xr, const float*
 // the (block-uniform) values per thread: 4 covers rows up to 1024 at 256
 // threads (qwen2-0.5b's 896, every qk_norm head row), 16 up to 4096.
 extern "C" __global__ void minfer_rms_norm_f32(float* out, const float* x, const float* w, int n, float eps) {
-    MINFER_KERNEL_ENTRY();
     __shared__ float scratch[32];
     const long long row = blockIdx.x;
     const float* xr = x + row * n;
@@ -77,7 +75,6 @@ extern "C" __global__ void minfer_rms_norm_f32(float* out, const float* x, const
 
 // One block per row of n values: out = softmax(x * scale).
 extern "C" __global__ void minfer_softmax_f32(float* out, const float* x, int n, float scale) {
-    MINFER_KERNEL_ENTRY();
     __shared__ float scratch[32];
     const long long row = blockIdx.x;
     const float* xr = x + row * n;

@@ -30,7 +30,6 @@
 // which the H200's FP64 rate absorbs at these sizes.
 #include "common.cuh"
 #include "kvput.cuh"
-#include "pdl.cuh"
 #include "rope.cuh"
 
 namespace mops {
@@ -82,7 +81,6 @@ minfer_qkv_rope_store(float* out, const float* q, const float* k, const float* v
                       const float* bv, const int* pos, const int* win, uint8_t* kreg, uint8_t* vreg, int format,
                       long long row_bytes, int n_ctx, int nh, int nkv, int hd, int n_rot, float theta, int neox,
                       int qhpb) {
-    MINFER_KERNEL_ENTRY();
     extern __shared__ float qrs_krow[];
     const int t = blockIdx.x;
     const int part = blockIdx.y;
@@ -190,7 +188,6 @@ minfer_qkv_norm_rope_store(float* out, const float* q, const float* k, const flo
                            const float* bv, const float* wq, const float* wk, const int* pos, const int* win,
                            uint8_t* kreg, uint8_t* vreg, int format, long long row_bytes, int n_ctx, int nh, int nkv,
                            int hd, int n_rot, float theta, int neox, float eps, int gkv) {
-    MINFER_KERNEL_ENTRY();
     __shared__ float qnrs_xs[mops::QNRS_THREADS];
     __shared__ float qnrs_wsum[mops::QNRS_THREADS / 32];
     const int t = blockIdx.x;

@@ -14,7 +14,6 @@
 // the same order (row t starts at t * (k / 32) * 36 bytes). dst must be
 // 2-byte aligned (the launcher asks for 4).
 #include "dequant.cuh"
-#include "pdl.cuh"
 #include "q8_1.cuh"
 
 #define MINFER_QACT_BLOCKS 4
@@ -25,7 +24,6 @@
 // nblocks = nt * k / 32.
 extern "C" __global__ void __launch_bounds__(MINFER_QACT_THREADS)
     minfer_quantize_q8_1(uint8_t* dst, const float* x, int k, int nt) {
-    MINFER_KERNEL_ENTRY();
     const int lane = threadIdx.x & 31;
     const long long nblocks = (long long)nt * (k / MINFER_QK);
     const long long blk = (long long)blockIdx.x * MINFER_QACT_BLOCKS + (threadIdx.x >> 5);

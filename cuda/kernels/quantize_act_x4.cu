@@ -23,7 +23,6 @@
 //
 // grid (ceil(nblocks / (4 * MINFER_QACTX4_WARPS))), block (32 * MINFER_QACTX4_WARPS).
 #include "dequant.cuh"
-#include "pdl.cuh"
 #include "q8_1.cuh"
 
 #define MINFER_QACTX4_WARPS 4
@@ -31,7 +30,6 @@
 
 extern "C" __global__ void __launch_bounds__(32 * MINFER_QACTX4_WARPS)
     minfer_quantize_q8_1_x4(uint8_t* dst, const float* x, int k, int nt) {
-    MINFER_KERNEL_ENTRY();
     const int lane = threadIdx.x & 31;
     const int grp = lane >> 3; // block of the warp this lane works on
     const long long nblocks = (long long)nt * (k / 32);

@@ -17,12 +17,10 @@
 // threads (half > 256) a thread loops and recomputes only when its pair
 // index changes.
 #include "common.cuh"
-#include "pdl.cuh"
 #include "rope.cuh"
 
 extern "C" __global__ void minfer_rope_f32(float* out, const float* x, const int* pos, int nh, int hd, int n_rot,
                                            float theta, int neox, int hpb) {
-    MINFER_KERNEL_ENTRY();
     const int t = blockIdx.x;
     const int h0 = blockIdx.y * hpb;
     const int nhb = min(nh - h0, hpb);
