@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/minfer-go/minfer/internal/dynlib"
 )
 
 // Device attributes (CUdevice_attribute).
@@ -187,7 +189,7 @@ func (d *Device) setUp() error {
 	if err := c.errorf(symDeviceGetName, c.invoke(symDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(d.dev)), "device %d", d.Attr.Ordinal); err != nil {
 		return err
 	}
-	d.Attr.Name = cString(&name[0], len(name))
+	d.Attr.Name = dynlib.CString(&name[0], len(name))
 	for _, a := range []struct {
 		attr int
 		name string

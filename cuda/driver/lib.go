@@ -259,25 +259,8 @@ func (c *caller) errorName(code int) string {
 		var p *byte
 		r := int32(dynlib.Call(c.lib.fn[symGetErrorName], uintptr(code), uintptr(unsafe.Pointer(&p))))
 		if r == 0 && p != nil {
-			return cString(p, 128)
+			return dynlib.CString(p, 128)
 		}
 	}
 	return staticErrorName(code)
-}
-
-// cString reads a NUL-terminated C string of at most max bytes, one byte
-// at a time so it never reads past the terminator.
-func cString(p *byte, max int) string {
-	if p == nil {
-		return ""
-	}
-	var b []byte
-	for i := 0; i < max; i++ {
-		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
 }

@@ -209,21 +209,7 @@ func (l *Lib) errorString(code int) string {
 	}
 	// The result register holds a const char* into the library's static
 	// data: read the word as a pointer.
-	return cString(*(**byte)(unsafe.Pointer(&r)), 256)
-}
-
-// cString reads a NUL-terminated C string of at most max bytes, one byte
-// at a time so it never reads past the terminator.
-func cString(p *byte, max int) string {
-	var b []byte
-	for i := 0; i < max; i++ {
-		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
+	return dynlib.CString(*(**byte)(unsafe.Pointer(&r)), 256)
 }
 
 // cStrings holds NUL-terminated copies of strs and the C array of their

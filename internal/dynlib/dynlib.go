@@ -4,6 +4,8 @@
 // (harness/gpumem).
 package dynlib
 
+import "unsafe"
+
 // Scope is how a library's symbols are made visible to later loads.
 type Scope int
 
@@ -13,3 +15,20 @@ const (
 	// Local keeps them to this handle (RTLD_LOCAL).
 	Local
 )
+
+// CString reads a NUL-terminated C string of at most max bytes, one byte
+// at a time so it never reads past the terminator ("" for a nil p).
+func CString(p *byte, max int) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for i := 0; i < max; i++ {
+		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
