@@ -138,13 +138,11 @@ func frKernelCase(t *testing.T, ms *mmtSession, rng *rand.Rand, wt quant.Type, k
 				return err
 			}
 		}
-		dr, err := ms.upload(driver.Float32Bytes(res))
-		if err != nil {
-			return err
-		}
-		mm, err := ms.upload(make([]byte, 4*n))
-		if err != nil {
-			return err
+		up := ms.uploads()
+		dr := up.f32(res)
+		mm := up.zeros(4 * n)
+		if up.err != nil {
+			return up.err
 		}
 		// The unfused chain: matmul, then out = residual + matmul.
 		unfused := func(mat func(o driver.DevicePtr) error) ([]float32, error) {

@@ -71,6 +71,40 @@ func (ms *mmtSession) upload(b []byte) (driver.DevicePtr, error) {
 	return p, ms.s.CopyHtoD(p, b)
 }
 
+// mmtUploads uploads buffers one after another (inside Do) and keeps the
+// first error: once one fails the later ones do nothing and return 0, as a
+// chain of upload calls that returns at the first error would.
+type mmtUploads struct {
+	ms  *mmtSession
+	err error
+}
+
+func (ms *mmtSession) uploads() *mmtUploads { return &mmtUploads{ms: ms} }
+
+// bytes uploads b.
+func (u *mmtUploads) bytes(b []byte) driver.DevicePtr {
+	if u.err != nil {
+		return 0
+	}
+	p, err := u.ms.upload(b)
+	u.err = err
+	return p
+}
+
+// f32 uploads f's bytes.
+func (u *mmtUploads) f32(f []float32) driver.DevicePtr { return u.bytes(driver.Float32Bytes(f)) }
+
+// optF32 uploads f's bytes, or nothing (0) for a nil f.
+func (u *mmtUploads) optF32(f []float32) driver.DevicePtr {
+	if f == nil {
+		return 0
+	}
+	return u.f32(f)
+}
+
+// zeros uploads n zero bytes.
+func (u *mmtUploads) zeros(n int) driver.DevicePtr { return u.bytes(make([]byte, n)) }
+
 func mmtFloats(b []byte) []float32 {
 	f := make([]float32, len(b)/4)
 	for i := range f {
@@ -236,17 +270,12 @@ func TestMatmulDevice_OneHotActivations_ReproduceCPUDequantExactly(t *testing.T)
 		got := make([]byte, k*n*4)
 		opts := MatMulOptions{NoPrefillGEMM: true}
 		err := ms.dev.Do(func() error {
-			dw, err := ms.upload(wb)
-			if err != nil {
-				return err
-			}
-			dx, err := ms.upload(driver.Float32Bytes(eye))
-			if err != nil {
-				return err
-			}
-			dout, err := ms.upload(make([]byte, k*n*4))
-			if err != nil {
-				return err
+			up := ms.uploads()
+			dw := up.bytes(wb)
+			dx := up.f32(eye)
+			dout := up.zeros(k * n * 4)
+			if up.err != nil {
+				return up.err
 			}
 			if err := ms.k.MatMul(ms.s, dout, dx, dw, wt, 0, k, k, n, opts); err != nil {
 				return err

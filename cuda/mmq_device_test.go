@@ -80,27 +80,14 @@ func mmqRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias []fl
 	q := make([]byte, ActQ8Bytes(sh.k, sh.nt))
 	got := make([]byte, sh.nt*sh.n*4)
 	err := ms.dev.Do(func() error {
-		dw, err := ms.upload(wb)
-		if err != nil {
-			return err
-		}
-		dx, err := ms.upload(driver.Float32Bytes(x))
-		if err != nil {
-			return err
-		}
-		var db driver.DevicePtr
-		if bias != nil {
-			if db, err = ms.upload(driver.Float32Bytes(bias)); err != nil {
-				return err
-			}
-		}
-		dout, err := ms.upload(make([]byte, len(got)))
-		if err != nil {
-			return err
-		}
-		dq, err := ms.upload(make([]byte, qbytes))
-		if err != nil {
-			return err
+		up := ms.uploads()
+		dw := up.bytes(wb)
+		dx := up.f32(x)
+		db := up.optF32(bias)
+		dout := up.zeros(len(got))
+		dq := up.bytes(make([]byte, qbytes))
+		if up.err != nil {
+			return up.err
 		}
 		if err := ms.s.MemsetD8(dout, 0xff, uint64(len(got))); err != nil { // NaN: unwritten outputs fail
 			return err
@@ -331,17 +318,12 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 			opts := MatMulOptions{MMQ: on}
 			var census map[string]int64
 			err := ms.dev.Do(func() error {
-				dw, err := ms.upload(wb)
-				if err != nil {
-					return err
-				}
-				dx, err := ms.upload(driver.Float32Bytes(x))
-				if err != nil {
-					return err
-				}
-				dout, err := ms.upload(make([]byte, nt*n*4))
-				if err != nil {
-					return err
+				up := ms.uploads()
+				dw := up.bytes(wb)
+				dx := up.f32(x)
+				dout := up.zeros(nt * n * 4)
+				if up.err != nil {
+					return up.err
 				}
 				need := MMQScratchBytes(k, nt, n, ms.dev.Attr.SMCount)
 				dq, err := ms.upload(make([]byte, need))

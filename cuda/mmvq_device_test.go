@@ -7,7 +7,6 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 )
@@ -75,27 +74,14 @@ func mmvqRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias []f
 	q := make([]byte, qbytes)
 	got := make([]byte, n*4)
 	err := ms.dev.Do(func() error {
-		dw, err := ms.upload(wb)
-		if err != nil {
-			return err
-		}
-		dx, err := ms.upload(driver.Float32Bytes(x))
-		if err != nil {
-			return err
-		}
-		var db driver.DevicePtr
-		if bias != nil {
-			if db, err = ms.upload(driver.Float32Bytes(bias)); err != nil {
-				return err
-			}
-		}
-		dout, err := ms.upload(make([]byte, n*4))
-		if err != nil {
-			return err
-		}
-		dq, err := ms.upload(make([]byte, qbytes))
-		if err != nil {
-			return err
+		up := ms.uploads()
+		dw := up.bytes(wb)
+		dx := up.f32(x)
+		db := up.optF32(bias)
+		dout := up.zeros(n * 4)
+		dq := up.bytes(make([]byte, qbytes))
+		if up.err != nil {
+			return up.err
 		}
 		if err := ms.s.MemsetD8(dq, 0xa5, qbytes); err != nil { // unwritten bytes differ
 			return err
@@ -161,13 +147,11 @@ func TestMMVQDevice_Q8_1ActivationBytesEqualCPUQuantizerExactly(t *testing.T) {
 				}
 				got := make([]byte, len(want))
 				err := ms.dev.Do(func() error {
-					dx, err := ms.upload(driver.Float32Bytes(x))
-					if err != nil {
-						return err
-					}
-					dq, err := ms.upload(make([]byte, len(want)))
-					if err != nil {
-						return err
+					up := ms.uploads()
+					dx := up.f32(x)
+					dq := up.zeros(len(want))
+					if up.err != nil {
+						return up.err
 					}
 					if err := ms.s.MemsetD8(dq, 0xa5, uint64(len(want))); err != nil {
 						return err
@@ -320,21 +304,13 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 			var census map[string]int64
 			out := make([]byte, n*4)
 			err := ms.dev.Do(func() error {
-				dw, err := ms.upload(wb)
-				if err != nil {
-					return err
-				}
-				dx, err := ms.upload(driver.Float32Bytes(x))
-				if err != nil {
-					return err
-				}
-				dout, err := ms.upload(make([]byte, n*4))
-				if err != nil {
-					return err
-				}
-				dq, err := ms.upload(make([]byte, ActQ8Bytes(k, 1)))
-				if err != nil {
-					return err
+				up := ms.uploads()
+				dw := up.bytes(wb)
+				dx := up.f32(x)
+				dout := up.zeros(n * 4)
+				dq := up.bytes(make([]byte, ActQ8Bytes(k, 1)))
+				if up.err != nil {
+					return up.err
 				}
 				small := opts
 				small.ActQ8, small.ActQ8Bytes = dq, ActQ8Bytes(k, 1)-1

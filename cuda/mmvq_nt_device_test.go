@@ -136,17 +136,12 @@ func TestMMVQNTDevice_BitwiseEqualsNT1PerToken(t *testing.T) {
 			var viaMatMul []float32
 			const ntMatMul = 5
 			err := ms.dev.Do(func() error {
-				dw, err := ms.upload(wb)
-				if err != nil {
-					return err
-				}
-				dx, err := ms.upload(driver.Float32Bytes(x))
-				if err != nil {
-					return err
-				}
-				db, err := ms.upload(driver.Float32Bytes(bias))
-				if err != nil {
-					return err
+				up := ms.uploads()
+				dw := up.bytes(wb)
+				dx := up.f32(x)
+				db := up.f32(bias)
+				if up.err != nil {
+					return up.err
 				}
 				qb := ActQ8Bytes(k, mmvqntMaxNT)
 				dq, err := ms.upload(make([]byte, qb))

@@ -126,15 +126,11 @@ func msRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias, res 
 		if err != nil {
 			return err
 		}
-		var db driver.DevicePtr
-		if bias != nil {
-			if db, err = ms.upload(driver.Float32Bytes(bias)); err != nil {
-				return err
-			}
-		}
-		dr, err := ms.upload(driver.Float32Bytes(res))
-		if err != nil {
-			return err
+		up := ms.uploads()
+		db := up.optF32(bias)
+		dr := up.f32(res)
+		if up.err != nil {
+			return up.err
 		}
 		run := func(name string, f func(o driver.DevicePtr) error) error {
 			v, err := rpOut(ms, n, f)

@@ -59,17 +59,12 @@ func TestQuantizeX4Device_BytesEqualCPUQuantizerAndScalarKernel(t *testing.T) {
 		}
 		got, scalar := make([]byte, len(want)+tail), make([]byte, len(want))
 		err := ms.dev.Do(func() error {
-			dx, err := ms.upload(driver.Float32Bytes(x))
-			if err != nil {
-				return err
-			}
-			dq, err := ms.upload(make([]byte, len(got)))
-			if err != nil {
-				return err
-			}
-			ds, err := ms.upload(make([]byte, len(scalar)))
-			if err != nil {
-				return err
+			up := ms.uploads()
+			dx := up.f32(x)
+			dq := up.zeros(len(got))
+			ds := up.zeros(len(scalar))
+			if up.err != nil {
+				return up.err
 			}
 			if err := ms.s.MemsetD8(dq, 0xa5, uint64(len(got))); err != nil {
 				return err

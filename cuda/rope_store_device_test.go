@@ -339,19 +339,12 @@ func TestRmsNormDevice_BitwiseOldKernelAndCPUWithin1e4(t *testing.T) {
 				}
 				got := make([]float32, n*rows)
 				err := ms.dev.Do(func() error {
-					dx, err := ms.upload(driver.Float32Bytes(x))
-					if err != nil {
-						return err
-					}
-					var dw driver.DevicePtr
-					if w != nil {
-						if dw, err = ms.upload(driver.Float32Bytes(w)); err != nil {
-							return err
-						}
-					}
-					dy, err := ms.upload(make([]byte, 4*n*rows))
-					if err != nil {
-						return err
+					up := ms.uploads()
+					dx := up.f32(x)
+					dw := up.optF32(w)
+					dy := up.zeros(4 * n * rows)
+					if up.err != nil {
+						return up.err
 					}
 					if err := ms.s.MemsetD8(dy, 0xff, uint64(4*n*rows)); err != nil {
 						return err
