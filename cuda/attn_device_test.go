@@ -194,10 +194,7 @@ func (sh *adShape) run(t *testing.T, q []float32, nt, start, w int) []float32 {
 		if err := sh.kern.launch(ms.k, ms.s, sh.out, sh.q, sh.k.dev, sh.v.dev, sh.f, sh.win, sh.scratch, sh.scratchB, p); err != nil {
 			return err
 		}
-		if err := ms.s.CopyDtoH(out, sh.out); err != nil {
-			return err
-		}
-		return ms.s.Synchronize()
+		return ms.downloadSync(mmtD2H{out, sh.out})
 	})
 	if err != nil {
 		t.Fatalf("%s %+v start %d: %v", sh.kern.name, p, start, err)

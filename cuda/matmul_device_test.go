@@ -71,6 +71,23 @@ func (ms *mmtSession) upload(b []byte) (driver.DevicePtr, error) {
 	return p, ms.s.CopyHtoD(p, b)
 }
 
+// mmtD2H is one device-to-host copy: src into dst.
+type mmtD2H struct {
+	dst []byte
+	src driver.DevicePtr
+}
+
+// downloadSync queues the copies in order and waits for the stream (inside
+// Do), returning at the first error.
+func (ms *mmtSession) downloadSync(cs ...mmtD2H) error {
+	for _, c := range cs {
+		if err := ms.s.CopyDtoH(c.dst, c.src); err != nil {
+			return err
+		}
+	}
+	return ms.s.Synchronize()
+}
+
 // mmtUploads uploads buffers one after another (inside Do) and keeps the
 // first error: once one fails the later ones do nothing and return 0, as a
 // chain of upload calls that returns at the first error would.
@@ -207,10 +224,7 @@ func TestMatmulDevice_AllTypes_MatchesCPUReferenceWithin1e3(t *testing.T) {
 					if err := ms.k.MatMul(ms.s, dout, dx, dw, wt, b, nt, k, n, opts); err != nil {
 						return err
 					}
-					if err := ms.s.CopyDtoH(got, dout); err != nil {
-						return err
-					}
-					return ms.s.Synchronize()
+					return ms.downloadSync(mmtD2H{got, dout})
 				})
 				if err != nil {
 					t.Fatalf("%s nt=%d %+v: %v", wt, nt, opts, err)
@@ -280,10 +294,7 @@ func TestMatmulDevice_OneHotActivations_ReproduceCPUDequantExactly(t *testing.T)
 			if err := ms.k.MatMul(ms.s, dout, dx, dw, wt, 0, k, k, n, opts); err != nil {
 				return err
 			}
-			if err := ms.s.CopyDtoH(got, dout); err != nil {
-				return err
-			}
-			return ms.s.Synchronize()
+			return ms.downloadSync(mmtD2H{got, dout})
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", wt, err)

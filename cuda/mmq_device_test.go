@@ -103,13 +103,7 @@ func mmqRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias []fl
 				return err
 			}
 		}
-		if err := ms.s.CopyDtoH(q, dq); err != nil {
-			return err
-		}
-		if err := ms.s.CopyDtoH(got, dout); err != nil {
-			return err
-		}
-		return ms.s.Synchronize()
+		return ms.downloadSync(mmtD2H{q, dq}, mmtD2H{got, dout})
 	})
 	if err != nil {
 		t.Fatalf("%s %+v %s: %v", wt, sh, MatMulPath(wt, sh.nt, opts), err)

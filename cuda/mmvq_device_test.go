@@ -101,13 +101,7 @@ func mmvqRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias []f
 				return err
 			}
 		}
-		if err := ms.s.CopyDtoH(q, dq); err != nil {
-			return err
-		}
-		if err := ms.s.CopyDtoH(got, dout); err != nil {
-			return err
-		}
-		return ms.s.Synchronize()
+		return ms.downloadSync(mmtD2H{q, dq}, mmtD2H{got, dout})
 	})
 	if err != nil {
 		t.Fatalf("%s k=%d n=%d %s: %v", wt, k, n, MatMulPath(wt, 1, opts), err)
@@ -159,10 +153,7 @@ func TestMMVQDevice_Q8_1ActivationBytesEqualCPUQuantizerExactly(t *testing.T) {
 					if err := ms.k.QuantizeQ8_1(ms.s, dq, dx, k, nt); err != nil {
 						return err
 					}
-					if err := ms.s.CopyDtoH(got, dq); err != nil {
-						return err
-					}
-					return ms.s.Synchronize()
+					return ms.downloadSync(mmtD2H{got, dq})
 				})
 				if err != nil {
 					t.Fatalf("k=%d nt=%d: %v", k, nt, err)
@@ -330,10 +321,7 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 						census[name] = d
 					}
 				}
-				if err := ms.s.CopyDtoH(out, dout); err != nil {
-					return err
-				}
-				return ms.s.Synchronize()
+				return ms.downloadSync(mmtD2H{out, dout})
 			})
 			if err != nil {
 				t.Fatalf("%s lever=%v: %v", wt, lever, err)

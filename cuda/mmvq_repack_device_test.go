@@ -131,10 +131,7 @@ func TestMMVQRepackDevice_BytesEqualHostRepack(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if err := ms.s.CopyDtoH(got, dst); err != nil {
-						return err
-					}
-					return ms.s.Synchronize()
+					return ms.downloadSync(mmtD2H{got, dst})
 				})
 				if err != nil {
 					t.Fatalf("%s k=%d n=%d: %v", wt, k, n, err)

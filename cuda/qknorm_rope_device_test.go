@@ -128,33 +128,8 @@ func qnFusedVsChain(t *testing.T, ms *mmtSession, rng *rand.Rand, sh qnShape, f 
 		if err := ms.k.RmsNorm(ms.s, nkb, tk, dwk, nt*sh.nkv, sh.hd, eps); err != nil {
 			return err
 		}
-		if err := ms.k.Rope(ms.s, outC, nqb, dpos, nt, sh.nh, sh.hd, sh.nRot, theta, neox); err != nil {
-			return err
-		}
-		if err := ms.k.Rope(ms.s, tkr, nkb, dpos, nt, sh.nkv, sh.hd, sh.nRot, theta, neox); err != nil {
-			return err
-		}
-		if err := ms.k.KVStore(ms.s, regs[2], f, tkr, dwin, nt, nk, nCtx); err != nil {
-			return err
-		}
-		if err := ms.k.KVStore(ms.s, regs[3], f, tv, dwin, nt, nk, nCtx); err != nil {
-			return err
-		}
-		qfb, qcb := make([]byte, 4*nq*nt), make([]byte, 4*nq*nt)
-		for _, c := range []struct {
-			dst []byte
-			src driver.DevicePtr
-		}{{qfb, outF}, {qcb, outC}, {r.kF, regs[0]}, {r.vF, regs[1]}, {r.kC, regs[2]}, {r.vC, regs[3]}} {
-			if err := ms.s.CopyDtoH(c.dst, c.src); err != nil {
-				return err
-			}
-		}
-		if err := ms.s.Synchronize(); err != nil {
-			return err
-		}
-		copy(r.qF, mmtFloats(qfb))
-		copy(r.qC, mmtFloats(qcb))
-		return nil
+		return rsChainRopeStore(ms, p, nqb, nkb, tv, outF, outC, tkr, dpos, dwin, regs,
+			r.qF, r.qC, r.kF, r.vF, r.kC, r.vC)
 	})
 	if err != nil {
 		t.Fatal(err)

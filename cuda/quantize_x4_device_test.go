@@ -75,13 +75,7 @@ func TestQuantizeX4Device_BytesEqualCPUQuantizerAndScalarKernel(t *testing.T) {
 			if err := ms.k.QuantizeQ8_1(ms.s, ds, dx, c.k, c.nt); err != nil {
 				return err
 			}
-			if err := ms.s.CopyDtoH(got, dq); err != nil {
-				return err
-			}
-			if err := ms.s.CopyDtoH(scalar, ds); err != nil {
-				return err
-			}
-			return ms.s.Synchronize()
+			return ms.downloadSync(mmtD2H{got, dq}, mmtD2H{scalar, ds})
 		})
 		if err != nil {
 			t.Fatalf("k=%d nt=%d: %v", c.k, c.nt, err)

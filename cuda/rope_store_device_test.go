@@ -58,6 +58,36 @@ func rsRopeRef(x []float32, pos []int32, hd, nh, nRot int, theta float32, neox b
 	return y
 }
 
+// rsChainRopeStore ends the unfused chain both fused-op tests compare
+// against (inside Do): rope q into outC and k into tkr, store tkr and v in
+// the chain's regions (regs[2], regs[3]), then copy both q outputs (fused
+// outF, chain outC) and the four regions (kF, vF fused; kC, vC chain) to
+// the host and wait.
+func rsChainRopeStore(ms *mmtSession, p QkvRopeStoreParams, q, k, v, outF, outC, tkr, dpos, dwin driver.DevicePtr,
+	regs []driver.DevicePtr, qF, qC []float32, kF, vF, kC, vC []byte) error {
+	nq, nk := p.NHead*p.HeadDim, p.NHeadKV*p.HeadDim
+	if err := ms.k.Rope(ms.s, outC, q, dpos, p.NT, p.NHead, p.HeadDim, p.NRot, p.Theta, p.Neox); err != nil {
+		return err
+	}
+	if err := ms.k.Rope(ms.s, tkr, k, dpos, p.NT, p.NHeadKV, p.HeadDim, p.NRot, p.Theta, p.Neox); err != nil {
+		return err
+	}
+	if err := ms.k.KVStore(ms.s, regs[2], p.Format, tkr, dwin, p.NT, nk, p.NCtx); err != nil {
+		return err
+	}
+	if err := ms.k.KVStore(ms.s, regs[3], p.Format, v, dwin, p.NT, nk, p.NCtx); err != nil {
+		return err
+	}
+	qfb, qcb := make([]byte, 4*nq*p.NT), make([]byte, 4*nq*p.NT)
+	if err := ms.downloadSync(mmtD2H{qfb, outF}, mmtD2H{qcb, outC}, mmtD2H{kF, regs[0]}, mmtD2H{vF, regs[1]},
+		mmtD2H{kC, regs[2]}, mmtD2H{vC, regs[3]}); err != nil {
+		return err
+	}
+	copy(qF, mmtFloats(qfb))
+	copy(qC, mmtFloats(qcb))
+	return nil
+}
+
 // rsShape is one fused-op geometry.
 type rsShape struct {
 	name              string
@@ -144,33 +174,8 @@ func rsFusedVsChain(t *testing.T, ms *mmtSession, rng *rand.Rand, sh rsShape, f 
 		if err := ms.k.AddBias(ms.s, tv, dv, dbv, nt, nk); err != nil {
 			return err
 		}
-		if err := ms.k.Rope(ms.s, outC, tq, dpos, nt, sh.nh, sh.hd, sh.nRot, theta, neox); err != nil {
-			return err
-		}
-		if err := ms.k.Rope(ms.s, tkr, tk, dpos, nt, sh.nkv, sh.hd, sh.nRot, theta, neox); err != nil {
-			return err
-		}
-		if err := ms.k.KVStore(ms.s, regs[2], f, tkr, dwin, nt, nk, nCtx); err != nil {
-			return err
-		}
-		if err := ms.k.KVStore(ms.s, regs[3], f, tv, dwin, nt, nk, nCtx); err != nil {
-			return err
-		}
-		qfb, qcb := make([]byte, 4*nq*nt), make([]byte, 4*nq*nt)
-		for _, c := range []struct {
-			dst []byte
-			src driver.DevicePtr
-		}{{qfb, outF}, {qcb, outC}, {kF, regs[0]}, {vF, regs[1]}, {kC, regs[2]}, {vC, regs[3]}} {
-			if err := ms.s.CopyDtoH(c.dst, c.src); err != nil {
-				return err
-			}
-		}
-		if err := ms.s.Synchronize(); err != nil {
-			return err
-		}
-		copy(qF, mmtFloats(qfb))
-		copy(qC, mmtFloats(qcb))
-		return nil
+		return rsChainRopeStore(ms, p, tq, tk, tv, outF, outC, tkr, dpos, dwin, regs,
+			qF, qC, kF, vF, kC, vC)
 	})
 	if err != nil {
 		t.Fatal(err)
