@@ -634,6 +634,29 @@ func dsDeviceBackend(t *testing.T, e *model.Engine) *Backend {
 	return b
 }
 
+// dsDecodeCensus runs prefill (dsPrompt) and steps decode steps with the
+// census on and returns every step's logits, the decode steps' launches and
+// the backend.
+func dsDecodeCensus(t *testing.T, p string, steps int, extra ...string) ([][]float32, map[string]int64, *Backend) {
+	t.Helper()
+	e := dsEngine(t, p, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1"}, extra...)...)
+	b := dsDeviceBackend(t, e)
+	l, err := e.Forward(dsPrompt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := [][]float32{l}
+	census := mfCensusDelta(b, func() {
+		for i := range steps {
+			if l, err = e.Forward([]int32{int32(100 + 7*i)}, false); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l)
+		}
+	})
+	return out, census, b
+}
+
 func dsArgmax(v []float32) int {
 	best := 0
 	for i, x := range v {

@@ -196,28 +196,6 @@ func frKernelCase(t *testing.T, ms *mmtSession, rng *rand.Rand, wt quant.Type, k
 	}
 }
 
-// frDecode runs prefill and 6 decode steps with the census on and returns
-// every step's logits, the decode steps' launches and the backend.
-func frDecode(t *testing.T, p string, extra ...string) ([][]float32, map[string]int64, *Backend) {
-	t.Helper()
-	e := dsEngine(t, p, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1"}, extra...)...)
-	b := dsDeviceBackend(t, e)
-	l, err := e.Forward(dsPrompt, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := [][]float32{l}
-	census := mfCensusDelta(b, func() {
-		for i := range frSteps {
-			if l, err = e.Forward([]int32{int32(100 + 7*i)}, false); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, l)
-		}
-	})
-	return out, census, b
-}
-
 const frSteps = 6
 
 // TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches: synthetic
@@ -240,8 +218,8 @@ func TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
 				p := dsSynth(t, m.shape, m.typ)
 				base := []string{"MINFER_NO_CUDA_GRAPH=" + graphs}
-				lOff, cOff, _ := frDecode(t, p, append(base, "MINFER_FUSE_RESIDUAL=0")...)
-				lOn, cOn, bOn := frDecode(t, p, append(base, "MINFER_FUSE_RESIDUAL=1")...)
+				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_FUSE_RESIDUAL=0")...)
+				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_FUSE_RESIDUAL=1")...)
 				for i := range lOff {
 					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
 						t.Errorf("step %d: %d of %d logits differ between MINFER_FUSE_RESIDUAL=1 and =0", i, bad, len(lOff[i]))

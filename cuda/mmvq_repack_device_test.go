@@ -306,27 +306,8 @@ func rpFused(t *testing.T, ms *mmtSession, rng *rand.Rand, wt quant.Type, k int,
 	}
 }
 
-// rpDecode runs prefill and 8 decode steps with the census on and returns
-// the logits of every step, the decode steps' launches and the backend.
-func rpDecode(t *testing.T, p string, extra ...string) ([][]float32, map[string]int64, *Backend) {
-	t.Helper()
-	e := dsEngine(t, p, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1"}, extra...)...)
-	b := dsDeviceBackend(t, e)
-	l, err := e.Forward(dsPrompt, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := [][]float32{l}
-	census := mfCensusDelta(b, func() {
-		for i := range 8 {
-			if l, err = e.Forward([]int32{int32(100 + 7*i)}, false); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, l)
-		}
-	})
-	return out, census, b
-}
+// rpSteps is how many decode steps the repack test runs.
+const rpSteps = 8
 
 // rpMatching sums the launches of the kernels whose names match pattern.
 func rpMatching(c map[string]int64, pattern string) (n int64, names []string) {
@@ -357,8 +338,8 @@ func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
-			gOff, cOff, bOff := rpDecode(t, p, "MINFER_MMVQ_REPACK=0")
-			gOn, cOn, bOn := rpDecode(t, p, "MINFER_MMVQ_REPACK=1")
+			gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_REPACK=0")
+			gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_REPACK=1")
 			for i := range gOff {
 				if bad := rpDiff(t, fmt.Sprintf("step %d logits (repack on)", i), gOn[i], gOff[i]); bad != 0 {
 					t.Errorf("step %d: %d of %d logits differ between MINFER_MMVQ_REPACK=1 and =0", i, bad, len(gOff[i]))

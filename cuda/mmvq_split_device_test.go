@@ -303,7 +303,7 @@ func TestMMVQSplitDevice_KernelsMatchOneWarpAndQ8_1Reference(t *testing.T) {
 	}
 }
 
-// msSteps is the number of decode steps rpDecode runs (prefill, then 8
+// msSteps is the number of decode steps dsDecodeCensus runs (prefill, then 8
 // single-token steps, census of the steps only).
 const msSteps = 8
 
@@ -336,9 +336,9 @@ func TestMMVQSplitDevice_WholeModelLeverOnVsOffAndCensus(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%s/%v", m.shape, m.typ, m.extra), func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
 			base := slices.Clip(m.extra) // each append copies
-			gOff, cOff, _ := rpDecode(t, p, append(base, "MINFER_MMVQ_SPLIT=0")...)
-			gOn, cOn, bOn := rpDecode(t, p, append(base, "MINFER_MMVQ_SPLIT=1")...)
-			gNoGraph, _, _ := rpDecode(t, p, append(base, "MINFER_MMVQ_SPLIT=1", "MINFER_NO_CUDA_GRAPH=1")...)
+			gOff, cOff, _ := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=0")...)
+			gOn, cOn, bOn := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=1")...)
+			gNoGraph, _, _ := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=1", "MINFER_NO_CUDA_GRAPH=1")...)
 			if !bOn.MatMulOptions().MMVQSplit {
 				t.Fatal("MINFER_MMVQ_SPLIT=1 did not reach MatMulOptions.MMVQSplit")
 			}
