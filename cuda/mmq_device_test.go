@@ -465,15 +465,7 @@ func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 				cu := qactMerged(mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) }))
 				dev := dsBackend(t, mmqLevers(t, extra...))
 				cf := qactMerged(mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) }))
-				bad := 0
-				for i := range fused {
-					if math.Float32bits(fused[i]) != math.Float32bits(unfused[i]) {
-						if bad < 3 {
-							t.Errorf("%s: out[%d] fused %v, unfused %v (bitwise)", name, i, fused[i], unfused[i])
-						}
-						bad++
-					}
-				}
+				bad := mfBitwiseBad(t, name, fused, unfused)
 				t.Logf("%s: %d of %d differ; census fused %v, unfused %v", name, bad, len(fused), cf, cu)
 				nw := 3
 				if ffn {

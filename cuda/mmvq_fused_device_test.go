@@ -297,6 +297,22 @@ func mfRun(t *testing.T, g *mfGraph, be graph.Backend, fuse bool) []float32 {
 	return y
 }
 
+// mfBitwiseBad counts the outputs where fused and unfused differ in any
+// bit; the first three fail the test, named name.
+func mfBitwiseBad(t *testing.T, name string, fused, unfused []float32) int {
+	t.Helper()
+	bad := 0
+	for i := range fused {
+		if math.Float32bits(fused[i]) != math.Float32bits(unfused[i]) {
+			if bad < 3 {
+				t.Errorf("%s: out[%d] fused %v, unfused %v (bitwise)", name, i, fused[i], unfused[i])
+			}
+			bad++
+		}
+	}
+	return bad
+}
+
 // mfCensusDelta runs f and returns the launches it added per kernel.
 func mfCensusDelta(b *Backend, f func()) map[string]int64 {
 	before := b.Kernels().Census()
@@ -353,15 +369,7 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					host := cpu.New(cpu.Options{Threads: 2})
 					want := mfRun(t, g, host, true)
 					host.Close()
-					bad := 0
-					for i := range fused {
-						if math.Float32bits(fused[i]) != math.Float32bits(unfused[i]) {
-							if bad < 3 {
-								t.Errorf("%s: out[%d] fused %v, unfused %v (bitwise)", name, i, fused[i], unfused[i])
-							}
-							bad++
-						}
-					}
+					bad := mfBitwiseBad(t, name, fused, unfused)
 					d := dsLogitDiff(fused, want)
 					var ks []string
 					for k, c := range census {
