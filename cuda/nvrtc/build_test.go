@@ -61,19 +61,27 @@ func testConfig(t *testing.T, f *fakeCompiler) Config {
 	}
 }
 
+// coldBuild runs a first build over f into a fresh cache and returns the
+// config (its Logf appends each line to *logs) and the result.
+func coldBuild(t *testing.T, f *fakeCompiler) (Config, *Result, *[]string) {
+	t.Helper()
+	cfg := testConfig(t, f)
+	logs := new([]string)
+	cfg.Logf = func(format string, a ...any) { *logs = append(*logs, fmt.Sprintf(format, a...)) }
+	cold, err := Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, cold, logs
+}
+
 // A cold build compiles every unit plus the stamp unit, at most Parallel
 // at once, with one progress line each; the second build is a cache hit
 // that compiles nothing and returns the same cubins; the stamp unit
 // carries the stamp text of scripts/build-kernels.sh's format.
 func TestBuild_ColdCompilesEveryUnitThenTheCacheHits(t *testing.T) {
 	f := &fakeCompiler{}
-	cfg := testConfig(t, f)
-	var logs []string
-	cfg.Logf = func(format string, a ...any) { logs = append(logs, fmt.Sprintf(format, a...)) }
-	cold, err := Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, cold, logs := coldBuild(t, f)
 	wantUnits := []string{"a", "b", "mmvq", StampUnit}
 	if cold.Hit || f.calls.Load() != 4 || strings.Join(cold.Units, ",") != strings.Join(wantUnits, ",") || len(cold.Images) != 4 {
 		t.Fatalf("cold: hit %v, %d compiles, units %q, %d images; want a miss compiling %q", cold.Hit, f.calls.Load(), cold.Units, len(cold.Images), wantUnits)
@@ -82,13 +90,13 @@ func TestBuild_ColdCompilesEveryUnitThenTheCacheHits(t *testing.T) {
 		t.Errorf("%d units compiled at once, Parallel is 2", p)
 	}
 	progress := 0
-	for _, l := range logs {
+	for _, l := range *logs {
 		if strings.Contains(l, "] compiled ") {
 			progress++
 		}
 	}
 	if progress != 4 {
-		t.Errorf("%d progress lines, want one per unit (4):\n%s", progress, strings.Join(logs, "\n"))
+		t.Errorf("%d progress lines, want one per unit (4):\n%s", progress, strings.Join(*logs, "\n"))
 	}
 	stampImg := string(cold.Images[3])
 	if !strings.Contains(stampImg, `extern "C" __device__ char minfer_kernels_stamp[] = "minfer-kernels-stamp v1\nsource_sha256=`+cfg.SourceHash+`\ncompiler=NVRTC 13.0\nflags=--gpu-architecture=sm_90a`) {
@@ -169,13 +177,7 @@ func TestBuild_CorruptOrPartialCacheEntryIsRebuilt(t *testing.T) {
 	for name, spoil := range damage {
 		t.Run(name, func(t *testing.T) {
 			f := &fakeCompiler{}
-			cfg := testConfig(t, f)
-			var logs []string
-			cfg.Logf = func(format string, a ...any) { logs = append(logs, fmt.Sprintf(format, a...)) }
-			cold, err := Build(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, cold, logs := coldBuild(t, f)
 			spoil(t, cold.Dir)
 			re, err := Build(cfg)
 			if err != nil {
@@ -184,8 +186,8 @@ func TestBuild_CorruptOrPartialCacheEntryIsRebuilt(t *testing.T) {
 			if re.Hit || f.calls.Load() != 8 {
 				t.Fatalf("after %s: hit %v, %d compiles; want a rebuild (8)", name, re.Hit, f.calls.Load())
 			}
-			if !strings.Contains(strings.Join(logs, "\n"), "unusable") {
-				t.Errorf("the rebuild does not say why:\n%s", strings.Join(logs, "\n"))
+			if !strings.Contains(strings.Join(*logs, "\n"), "unusable") {
+				t.Errorf("the rebuild does not say why:\n%s", strings.Join(*logs, "\n"))
 			}
 			for i := range cold.Images {
 				if string(re.Images[i]) != string(cold.Images[i]) {
