@@ -61,6 +61,28 @@ func mmtOpen(t *testing.T) *mmtSession {
 	return ms
 }
 
+// mmtLoadKernels loads a second Kernels on ms's device from the levers'
+// kernels file (MINFER_KERNELS) with opts, and runs PrepareMatmul on it when
+// prepare is set; the caller closes it.
+func mmtLoadKernels(t *testing.T, ms *mmtSession, opts KernelsOptions, prepare bool) *Kernels {
+	t.Helper()
+	cfg, err := levers.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Path = cfg.Kernels
+	var kc *Kernels
+	if err := ms.dev.Do(func() (err error) {
+		if kc, err = LoadKernels(ms.dev, opts); err != nil || !prepare {
+			return err
+		}
+		return kc.PrepareMatmul()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
 // upload copies b to a new device buffer (inside Do).
 func (ms *mmtSession) upload(b []byte) (driver.DevicePtr, error) {
 	p, err := ms.dev.Alloc(uint64(len(b)))

@@ -274,19 +274,7 @@ func TestMMQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 // BF16 keep the GEMM. A missing or too-small scratch is an error.
 func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 	ms := mmtOpen(t)
-	cfg, err := levers.FromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kc *Kernels
-	if err := ms.dev.Do(func() (err error) {
-		if kc, err = LoadKernels(ms.dev, KernelsOptions{Path: cfg.Kernels, Census: true}); err != nil {
-			return err
-		}
-		return kc.PrepareMatmul()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	kc := mmtLoadKernels(t, ms, KernelsOptions{Census: true}, true)
 	defer func() { _ = ms.dev.Do(kc.Close) }()
 	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
 		if p := MatMulPath(wt, 64, MatMulOptions{MMQ: true}); p != matmulTable[wt].gemm {

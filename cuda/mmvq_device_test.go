@@ -7,7 +7,6 @@ import (
 	"math/rand"
 	"testing"
 
-	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -265,17 +264,7 @@ func TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 // error, not a fallback.
 func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 	ms := mmtOpen(t)
-	cfg, err := levers.FromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kc *Kernels
-	if err := ms.dev.Do(func() (err error) {
-		kc, err = LoadKernels(ms.dev, KernelsOptions{Path: cfg.Kernels, Census: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	kc := mmtLoadKernels(t, ms, KernelsOptions{Census: true}, false)
 	defer func() { _ = ms.dev.Do(kc.Close) }()
 	levered := map[quant.Type]MatMulOptions{
 		quant.Q8_0: {NoQ80MMVQ: true}, quant.Q4_0: {NoQ40MMVQ: true}, quant.Q4_1: {NoQ40MMVQ: true},

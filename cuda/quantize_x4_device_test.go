@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
-	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -24,17 +23,7 @@ import (
 // last block (a 0xa5 tail stays).
 func TestQuantizeX4Device_BytesEqualCPUQuantizerAndScalarKernel(t *testing.T) {
 	ms := mmtOpen(t)
-	cfg, err := levers.FromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kx *Kernels
-	if err := ms.dev.Do(func() (err error) {
-		kx, err = LoadKernels(ms.dev, KernelsOptions{Path: cfg.Kernels, Census: true, QuantizeX4: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	kx := mmtLoadKernels(t, ms, KernelsOptions{Census: true, QuantizeX4: true}, false)
 	defer func() { _ = ms.dev.Do(kx.Close) }()
 	rng := rand.New(rand.NewSource(17))
 	const tail = 64
