@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/cuda/kernels"
 )
 
@@ -72,14 +71,7 @@ func buildKernels(t *testing.T, cache string, env ...string) ([]string, string, 
 		}
 		return nil, string(log), false
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgs, err := driver.SplitFatbins(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	imgs := readFatbins(t, out)
 	var bodies []string
 	for _, img := range imgs {
 		bodies = append(bodies, strings.TrimSpace(string(img[16:])))

@@ -192,6 +192,14 @@ func dsRunOn(t *testing.T, c dsCase, bes ...graph.Backend) ([]float32, []int, er
 	return y, splits, nil
 }
 
+// dsCheck runs dsCompare and fails the test when the diff is over c.tol.
+func dsCheck(t *testing.T, c dsCase) {
+	t.Helper()
+	if d := dsCompare(t, c); d > c.tol {
+		t.Errorf("%s: max |diff| %g > %g", c.name, d, c.tol)
+	}
+}
+
 // dsCompare runs c on a fresh CUDA backend and a fresh CPU backend and
 // returns the largest |diff| relative to max(1, |cpu|).
 func dsCompare(t *testing.T, c dsCase) float64 {
@@ -272,9 +280,7 @@ func TestDeviceOps_ElementwiseNormRopeSoftmaxMatchCPUWithin1e3(t *testing.T) {
 					}
 					return 0
 				}
-				if d := dsCompare(t, cc); d > cc.tol {
-					t.Errorf("%s: max |diff| %g > %g", cc.name, d, cc.tol)
-				}
+				dsCheck(t, cc)
 			}
 		}
 	}
@@ -297,9 +303,7 @@ func TestDeviceOps_RopeAndQkNormMatchCPUWithin1e3(t *testing.T) {
 					v = b.QkNorm("qn", v, "qn", 1e-6)
 					return b.Rope("y", v, pos, 1e6, style)
 				}
-				if d := dsCompare(t, c); d > c.tol {
-					t.Errorf("%s: max |diff| %g > %g", c.name, d, c.tol)
-				}
+				dsCheck(t, c)
 			}
 		}
 	}
@@ -315,9 +319,7 @@ func TestDeviceOps_GetRowsEveryTypeMatchesCPUWithin1e6(t *testing.T) {
 			c.weights = []graph.Weight{dsQuantWeight(t, r, "emb", typ, k, 11)}
 			c.name = fmt.Sprintf("get_rows/%s/k%d", typ, k)
 			c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.GetRows("y", "emb", k, ids) }
-			if d := dsCompare(t, c); d > c.tol {
-				t.Errorf("%s: max |diff| %g > %g", c.name, d, c.tol)
-			}
+			dsCheck(t, c)
 		}
 	}
 }
@@ -424,9 +426,7 @@ func TestDeviceOps_KVStoreLoadAttentionEveryLayoutMatchesCPUWithin1e3(t *testing
 					_ = ld
 					return a
 				}
-				if d := dsCompare(t, c); d > c.tol {
-					t.Errorf("%s: max |diff| %g > %g", c.name, d, c.tol)
-				}
+				dsCheck(t, c)
 				c.name = fmt.Sprintf("kv_load/%s/nt%d/hd%d", f, nt, hd)
 				c.build = func(b *graph.Builder, ids, pos, kvw int) int {
 					sk := b.KvcacheStore("sk", kk(b, ids), kvw, 0, graph.SideK)

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
@@ -26,4 +27,19 @@ func dsOpenDevice(t *testing.T) (*driver.Device, levers.Config) {
 	}
 	t.Cleanup(func() { dev.Close() })
 	return dev, cfg
+}
+
+// readFatbins reads a kernels file and splits it into its fatbin
+// containers' images, failing the test on either error.
+func readFatbins(t *testing.T, path string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := driver.SplitFatbins(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imgs
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"io/fs"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -83,14 +82,7 @@ func compareWithNvccFile(t *testing.T, dev *driver.Device, explicit string, nv *
 	if err != nil {
 		t.Skipf("the NVRTC build loaded, but no nvcc kernels file to compare it with (set MINFER_KERNELS): %v", err)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imgs, err := driver.SplitFatbins(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	imgs := readFatbins(t, path)
 	file, err := dev.LoadImages(path, imgs)
 	if err != nil {
 		t.Fatalf("the nvcc kernels file: %v", err)
