@@ -250,6 +250,18 @@ func (c *caller) errorf(s sym, code int, format string, args ...any) error {
 	return &Error{Code: code, Name: c.errorName(code), Call: call, Injected: c.fail.covers(s) && code == codeInjected}
 }
 
+// destroy releases the handle *h through s (its one argument) and zeroes
+// it first, so a second call does nothing; what names the handle in the
+// error ("stream %#x").
+func (c *caller) destroy(s sym, h *uintptr, what string) error {
+	if *h == 0 {
+		return nil
+	}
+	x := *h
+	*h = 0
+	return c.errorf(s, c.invoke(s, x), what+" %#x", x)
+}
+
 // errorName asks the driver for a code's name, falling back to the table.
 func (c *caller) errorName(code int) string {
 	if n, ok := errorNames[code]; ok {

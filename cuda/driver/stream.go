@@ -46,12 +46,7 @@ func (s *Stream) WaitEvent(e *Event) error {
 
 // Destroy destroys the stream (cuStreamDestroy_v2). Inside Do. Safe twice.
 func (s *Stream) Destroy() error {
-	if s.h == 0 {
-		return nil
-	}
-	h := s.h
-	s.h = 0
-	return s.d.c.errorf(symStreamDestroy, s.d.c.invoke(symStreamDestroy, h), "stream %#x", h)
+	return s.d.c.destroy(symStreamDestroy, &s.h, "stream")
 }
 
 // CaptureStatus is a stream's capture state (CUstreamCaptureStatus).
@@ -135,12 +130,7 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 
 // Destroy destroys the graph; executable graphs made from it stay valid.
 func (g *Graph) Destroy() error {
-	if g.h == 0 {
-		return nil
-	}
-	h := g.h
-	g.h = 0
-	return g.d.c.errorf(symGraphDestroy, g.d.c.invoke(symGraphDestroy, h), "graph %#x", h)
+	return g.d.c.destroy(symGraphDestroy, &g.h, "graph")
 }
 
 // GraphExec is an instantiated graph (CUgraphExec).
@@ -156,12 +146,7 @@ func (x *GraphExec) Launch(s *Stream) error {
 
 // Destroy destroys the executable graph. Safe twice.
 func (x *GraphExec) Destroy() error {
-	if x.h == 0 {
-		return nil
-	}
-	h := x.h
-	x.h = 0
-	return x.d.c.errorf(symGraphExecDestroy, x.d.c.invoke(symGraphExecDestroy, h), "graph exec %#x", h)
+	return x.d.c.destroy(symGraphExecDestroy, &x.h, "graph exec")
 }
 
 // Event is a CUDA event.
@@ -197,12 +182,7 @@ func (e *Event) Synchronize() error {
 
 // Destroy destroys the event (cuEventDestroy_v2). Safe twice.
 func (e *Event) Destroy() error {
-	if e.h == 0 {
-		return nil
-	}
-	h := e.h
-	e.h = 0
-	return e.d.c.errorf(symEventDestroy, e.d.c.invoke(symEventDestroy, h), "event %#x", h)
+	return e.d.c.destroy(symEventDestroy, &e.h, "event")
 }
 
 // Elapsed is the device time between two recorded, completed timing events
