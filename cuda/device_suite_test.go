@@ -846,6 +846,22 @@ func dsStepsErr(e *model.Engine, n int) ([][]float32, error) {
 	return out, nil
 }
 
+// dsReplayedStepCensus runs prefill and 4 decode steps of the model at
+// path with the census on (the decode split is captured at the 3rd), then
+// one more decode step (a replay); it returns the census before and after
+// that step and the backend.
+func dsReplayedStepCensus(t *testing.T, path string, extra ...string) (before, after map[string]int64, b *Backend) {
+	t.Helper()
+	e := dsEngine(t, path, "cuda", 64, append([]string{"MINFER_LAUNCH_CENSUS=1"}, extra...)...)
+	b = dsDeviceBackend(t, e)
+	dsSteps(t, e, 4)
+	before = b.Kernels().Census()
+	if _, err := e.Forward([]int32{9}, false); err != nil {
+		t.Fatal(err)
+	}
+	return before, b.Kernels().Census(), b
+}
+
 func dsBitwise(t *testing.T, what string, got, want [][]float32) {
 	t.Helper()
 	for i := range want {
@@ -1071,14 +1087,7 @@ func TestKVLayouts_WholeModelEveryFormatMatchesCPUWithinItsClass(t *testing.T) {
 func TestCensus_ReplayCountsEveryCapturedKernel(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
-	e := dsEngine(t, path, "cuda", 64, "MINFER_LAUNCH_CENSUS=1")
-	b := dsDeviceBackend(t, e)
-	dsSteps(t, e, 4) // prefill + 4 decodes: the decode split is captured at the 3rd
-	c1 := b.Kernels().Census()
-	if _, err := e.Forward([]int32{9}, false); err != nil {
-		t.Fatal(err)
-	}
-	c2 := b.Kernels().Census()
+	c1, c2, b := dsReplayedStepCensus(t, path)
 	rms := c2["minfer_rms_norm_f32"] - c1["minfer_rms_norm_f32"]
 	want := int64(2*2 + 1) // qwen2-tiny: 2 layers x 2 norms + the output norm
 	if rms != want || b.CaptureStats().Replays < 1 {

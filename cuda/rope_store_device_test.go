@@ -447,14 +447,7 @@ func TestCensus_QwenDecodeRunsFusedQkvRopeStoreOnlyWithTheLeverOff(t *testing.T)
 	const nLayer = 2 // qwen2-tiny
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
 	for _, lever := range []string{"0", "1"} {
-		e := dsEngine(t, path, "cuda", 64, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FUSE_QKV="+lever)
-		b := dsDeviceBackend(t, e)
-		dsSteps(t, e, 4) // prefill + 4 decodes: the decode split is captured at the 3rd
-		c1 := b.Kernels().Census()
-		if _, err := e.Forward([]int32{9}, false); err != nil {
-			t.Fatal(err)
-		}
-		c2 := b.Kernels().Census()
+		c1, c2, b := dsReplayedStepCensus(t, path, "MINFER_NO_FUSE_QKV="+lever)
 		step := func(name string) int64 { return c2[name] - c1[name] }
 		t.Logf("MINFER_NO_FUSE_QKV=%s: one decode step: qkv_rope_store %d, rope %d, kv_store %d; whole run: %d, %d, %d",
 			lever, step("minfer_qkv_rope_store"), step("minfer_rope_f32"), step("minfer_kv_store"),
