@@ -56,14 +56,7 @@ func TestMMVQSplitGeometry_MatchesKernelSource(t *testing.T) {
 	const glob = "minfer_mmvq*_s_*"
 	for ty, name := range mmvqTable {
 		sfx := strings.TrimPrefix(name, "minfer_mmvq_")
-		if m := "MINFER_MMVQS_KERNEL(" + sfx + ","; !strings.Contains(src, m) {
-			t.Errorf("%s: mmvq_split.cu has no %s", ty, m)
-		}
-		for form, want := range map[string]string{"": "minfer_mmvq_s_" + sfx, "res": "minfer_mmvq_res_s_" + sfx,
-			"qkv": "minfer_mmvq_qkv_s_" + sfx} {
-			if got := mmvqSplitKernel(ty, form, false); got != want {
-				t.Errorf("mmvqSplitKernel(%s, %q, GGUF) = %q, want %q", ty, form, got, want)
-			}
+		for _, want := range splitKernelNames(t, src, ty, "MINFER_MMVQS_KERNEL", "minfer_mmvq", sfx, false) {
 			if ok, _ := path.Match(glob, want); !ok {
 				t.Errorf("%s does not match %s", want, glob)
 			}
@@ -77,20 +70,33 @@ func TestMMVQSplitGeometry_MatchesKernelSource(t *testing.T) {
 		}
 	}
 	for ty, sfx := range mmvqrTypes {
-		if m := "MINFER_MMVQRS_KERNEL(" + sfx + ","; !strings.Contains(src, m) {
-			t.Errorf("%s: mmvq_split.cu has no %s", ty, m)
-		}
-		for form, want := range map[string]string{"": "minfer_mmvqr_s_" + sfx, "res": "minfer_mmvqr_res_s_" + sfx,
-			"qkv": "minfer_mmvqr_qkv_s_" + sfx} {
-			if got := mmvqSplitKernel(ty, form, true); got != want {
-				t.Errorf("mmvqSplitKernel(%s, %q, repacked) = %q, want %q", ty, form, got, want)
-			}
-		}
+		splitKernelNames(t, src, ty, "MINFER_MMVQRS_KERNEL", "minfer_mmvqr", sfx, true)
 	}
 	if mmvqSplitKernel(quant.Q4_K, "", true) != "" || mmvqSplitKernel(quant.F16, "", false) != "" ||
 		mmvqSplitKernel(quant.Q8_0, "ffn", false) != "" {
 		t.Error("mmvqSplitKernel names a kernel that does not exist (repacked Q4_K, F16, or an ffn form)")
 	}
+}
+
+// splitKernelNames checks that mmvq_split.cu instantiates macro for sfx
+// and that mmvqSplitKernel names ty's plain, res and qkv split kernels
+// prefix_s_sfx, prefix_res_s_sfx and prefix_qkv_s_sfx; it returns those
+// names.
+func splitKernelNames(t *testing.T, src string, ty quant.Type, macro, prefix, sfx string, repacked bool) []string {
+	t.Helper()
+	if m := macro + "(" + sfx + ","; !strings.Contains(src, m) {
+		t.Errorf("%s: mmvq_split.cu has no %s", ty, m)
+	}
+	layout := map[bool]string{false: "GGUF", true: "repacked"}[repacked]
+	var names []string
+	for form, want := range map[string]string{"": prefix + "_s_" + sfx, "res": prefix + "_res_s_" + sfx,
+		"qkv": prefix + "_qkv_s_" + sfx} {
+		if got := mmvqSplitKernel(ty, form, repacked); got != want {
+			t.Errorf("mmvqSplitKernel(%s, %q, %s) = %q, want %q", ty, form, layout, got, want)
+		}
+		names = append(names, want)
+	}
+	return names
 }
 
 // TestMMVQSplit_LaunchersRefuseBadArguments (host): the checks run before
