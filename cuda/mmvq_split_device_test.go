@@ -109,6 +109,14 @@ func msVsReference(t *testing.T, what string, got []float32, dot, mag []float64,
 // msOut is one kernel-level run's outputs, named by form.
 type msOut map[string][]float32
 
+// msStep is one form msRun launches: f writes the outputs to o; ip runs it
+// in place over a fresh copy of the residual.
+type msStep struct {
+	name string
+	ip   bool
+	f    func(o driver.DevicePtr) error
+}
+
 // msRun runs every form on the device for one weight (wb: n rows of k),
 // activation x, bias (nil: none) and residual res, and returns the outputs
 // and the Q8_1 bytes of x. qkv are the q/k/v row counts (sum n): the
@@ -149,25 +157,27 @@ func msRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias, res 
 			out[name] = v
 			return err
 		}
-		steps := []struct {
-			name string
-			ip   bool
-			f    func(o driver.DevicePtr) error
-		}{
+		runSteps := func(steps []msStep) error {
+			for _, st := range steps {
+				f := run
+				if st.ip {
+					f = inPlace
+				}
+				if err := f(st.name, st.f); err != nil {
+					return fmt.Errorf("%s: %w", st.name, err)
+				}
+			}
+			return nil
+		}
+		steps := []msStep{
 			{"one", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1(ms.s, o, dq, qb, w, wt, db, k, n) }},
 			{"split", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1S(ms.s, o, dq, qb, w, wt, db, 0, k, n) }},
 			{"one_res", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1Res(ms.s, o, dq, qb, w, wt, db, dr, k, n) }},
 			{"split_res", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1S(ms.s, o, dq, qb, w, wt, db, dr, k, n) }},
 			{"split_res_ip", true, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1S(ms.s, o, dq, qb, w, wt, db, o, k, n) }},
 		}
-		for _, st := range steps {
-			f := run
-			if st.ip {
-				f = inPlace
-			}
-			if err := f(st.name, st.f); err != nil {
-				return fmt.Errorf("%s: %w", st.name, err)
-			}
+		if err := runSteps(steps); err != nil {
+			return err
 		}
 		// Fused q/k/v: the weight's rows as three uploads (and their biases).
 		var wq, bq [3]driver.DevicePtr
@@ -208,11 +218,7 @@ func msRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias, res 
 			}
 			off += r
 		}
-		rsteps := []struct {
-			name string
-			ip   bool
-			f    func(o driver.DevicePtr) error
-		}{
+		rsteps := []msStep{
 			{"r_one", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1R(ms.s, o, dq, qb, wr, wt, db, k, n) }},
 			{"r_split", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1RS(ms.s, o, dq, qb, wr, wt, db, 0, k, n) }},
 			{"r_one_res", false, func(o driver.DevicePtr) error { return ms.k.MatMulQ8_1RRes(ms.s, o, dq, qb, wr, wt, db, dr, k, n) }},
@@ -223,16 +229,7 @@ func msRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias, res 
 				return ms.k.MatMulQ8_1QKVS(ms.s, o, dq, qb, wqr, wt, bq, k, qkv, true)
 			}},
 		}
-		for _, st := range rsteps {
-			f := run
-			if st.ip {
-				f = inPlace
-			}
-			if err := f(st.name, st.f); err != nil {
-				return fmt.Errorf("%s: %w", st.name, err)
-			}
-		}
-		return nil
+		return runSteps(rsteps)
 	})
 	if err != nil {
 		t.Fatalf("%s k=%d n=%d: %v", wt, k, n, err)
