@@ -94,22 +94,13 @@ func TestDeviceMemory_InjectedAllocFailureIsAnOutOfMemoryWithThePlan(t *testing.
 		t.Fatal(err)
 	}
 	cfg := dsLevers(t, "MINFER_TEST_CALL_FAIL=cuMemAlloc_v2")
-	_, err = model.Load(path, model.Options{Device: "cuda", NCtx: 256, Levers: cfg, Logf: t.Logf,
-		NewDevice: func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
-			return New(Options{Levers: lv, Logf: logf})
-		}})
+	err = mdLoadCUDA(t, path, 256, cfg)
 	var oom *memplan.OOMError
 	if !errors.As(err, &oom) || !errors.Is(err, graph.ErrOutOfMemory) {
 		t.Fatalf("load with cuMemAlloc failing: %v, want an OOMError", err)
 	}
 	t.Log(err)
-	after, _, err := probe.FreeMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := int64(before) - int64(after); d > 64*mib {
-		t.Errorf("the failed load kept %d MiB of the device", d/mib)
-	}
+	mdNothingKept(t, probe, before, "failed")
 }
 
 // A plan larger than the free memory is refused before anything is
@@ -125,22 +116,13 @@ func TestDeviceMemory_RefusalAllocatesNothing(t *testing.T) {
 	// qwen2-tiny's f32 KV row: 2 KV heads x 64 x 4 bytes, 2 layers, K and V
 	// and the cell-move row: 5 x 512 bytes a cell. Ask for twice the device.
 	nCtx := int(min(2*total/(5*512), 1<<31-1))
-	_, err = model.Load(path, model.Options{Device: "cuda", NCtx: nCtx, Levers: dsLevers(t, "MINFER_CACHE_TYPE=f32"), Logf: t.Logf,
-		NewDevice: func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
-			return New(Options{Levers: lv, Logf: logf})
-		}})
+	err = mdLoadCUDA(t, path, nCtx, dsLevers(t, "MINFER_CACHE_TYPE=f32"))
 	var r *memplan.Refusal
 	if !errors.As(err, &r) {
 		t.Fatalf("load at -c %d: %v, want a refusal", nCtx, err)
 	}
 	t.Log(err)
-	after, _, err := probe.FreeMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := int64(before) - int64(after); d > 64*mib {
-		t.Errorf("the refused load kept %d MiB of the device", d/mib)
-	}
+	mdNothingKept(t, probe, before, "refused")
 }
 
 // ARCHITECTURE.md rule 11: the plan of a file, KV format and context is
@@ -180,5 +162,28 @@ func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// mdLoadCUDA loads the model at path on a new CUDA backend at nCtx cells
+// under lv and returns the load's error.
+func mdLoadCUDA(t *testing.T, path string, nCtx int, lv levers.Config) error {
+	_, err := model.Load(path, model.Options{Device: "cuda", NCtx: nCtx, Levers: lv, Logf: t.Logf,
+		NewDevice: func(lv levers.Config, logf func(string, ...any)) (graph.Backend, error) {
+			return New(Options{Levers: lv, Logf: logf})
+		}})
+	return err
+}
+
+// mdNothingKept fails the test when the device's free memory (asked of
+// probe) is more than 64 MiB below before: the what ("failed") load kept it.
+func mdNothingKept(t *testing.T, probe *Backend, before uint64, what string) {
+	t.Helper()
+	after, _, err := probe.FreeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := int64(before) - int64(after); d > 64*mib {
+		t.Errorf("the %s load kept %d MiB of the device", what, d/mib)
 	}
 }
