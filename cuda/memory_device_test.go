@@ -86,15 +86,9 @@ func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testin
 // graph.ErrOutOfMemory (minfer's exit 3), never the model moved to the
 // CPU, and the device's memory is back to where it was.
 func TestDeviceMemory_InjectedAllocFailureIsAnOutOfMemoryWithThePlan(t *testing.T) {
-	dsNeedDevice(t)
-	path := dsSynth(t, "qwen2-tiny", "Q8_0")
-	probe := dsBackend(t, dsLevers(t))
-	before, _, err := probe.FreeMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, probe, before, _ := mdProbe(t)
 	cfg := dsLevers(t, "MINFER_TEST_CALL_FAIL=cuMemAlloc_v2")
-	err = mdLoadCUDA(t, path, 256, cfg)
+	err := mdLoadCUDA(t, path, 256, cfg)
 	var oom *memplan.OOMError
 	if !errors.As(err, &oom) || !errors.Is(err, graph.ErrOutOfMemory) {
 		t.Fatalf("load with cuMemAlloc failing: %v, want an OOMError", err)
@@ -106,17 +100,11 @@ func TestDeviceMemory_InjectedAllocFailureIsAnOutOfMemoryWithThePlan(t *testing.
 // A plan larger than the free memory is refused before anything is
 // allocated: the driver's free memory does not move.
 func TestDeviceMemory_RefusalAllocatesNothing(t *testing.T) {
-	dsNeedDevice(t)
-	path := dsSynth(t, "qwen2-tiny", "Q8_0")
-	probe := dsBackend(t, dsLevers(t))
-	before, total, err := probe.FreeMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, probe, before, total := mdProbe(t)
 	// qwen2-tiny's f32 KV row: 2 KV heads x 64 x 4 bytes, 2 layers, K and V
 	// and the cell-move row: 5 x 512 bytes a cell. Ask for twice the device.
 	nCtx := int(min(2*total/(5*512), 1<<31-1))
-	err = mdLoadCUDA(t, path, nCtx, dsLevers(t, "MINFER_CACHE_TYPE=f32"))
+	err := mdLoadCUDA(t, path, nCtx, dsLevers(t, "MINFER_CACHE_TYPE=f32"))
 	var r *memplan.Refusal
 	if !errors.As(err, &r) {
 		t.Fatalf("load at -c %d: %v, want a refusal", nCtx, err)
@@ -163,6 +151,20 @@ func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 			})
 		}
 	}
+}
+
+// mdProbe (device tests) writes the qwen2-tiny Q8_0 file and opens a probe
+// backend; it returns them and the device's free and total memory now.
+func mdProbe(t *testing.T) (path string, probe *Backend, free, total uint64) {
+	t.Helper()
+	dsNeedDevice(t)
+	path = dsSynth(t, "qwen2-tiny", "Q8_0")
+	probe = dsBackend(t, dsLevers(t))
+	free, total, err := probe.FreeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, probe, free, total
 }
 
 // mdLoadCUDA loads the model at path on a new CUDA backend at nCtx cells
