@@ -64,16 +64,9 @@ func attnPrefill2BM(p AttnParams, smCount int) int {
 func (k *Kernels) PrepareAttnPrefill2() error {
 	for _, v := range attnPrefill2Variants {
 		name, smem := attnPrefill2Name(v[0], v[1]), attnPrefill2Smem(v[0], v[1])
-		f, err := k.Function(name)
-		if err != nil {
-			return fmt.Errorf("attn_prefill2: prepare: %w", err)
+		if err := k.prepareOptIn("attn_prefill2", name, smem); err != nil {
+			return err
 		}
-		if smem > defaultDynSmem {
-			if err := f.SetMaxDynamicSmem(smem); err != nil {
-				return fmt.Errorf("attn_prefill2: prepare %s: opt-in to %d bytes of dynamic shared memory: %w", name, smem, err)
-			}
-		}
-		k.setOptIn(name, smem)
 	}
 	return nil
 }

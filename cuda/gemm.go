@@ -37,16 +37,9 @@ func (k *Kernels) PrepareMatmul() error {
 	smem := gemmSmemBytes()
 	for _, t := range MatMulTypes() {
 		name := matmulTable[t].gemm
-		f, err := k.Function(name)
-		if err != nil {
-			return fmt.Errorf("matmul: prepare: %w", err)
+		if err := k.prepareOptIn("matmul", name, smem); err != nil {
+			return err
 		}
-		if smem > defaultDynSmem {
-			if err := f.SetMaxDynamicSmem(smem); err != nil {
-				return fmt.Errorf("matmul: prepare %s: opt-in to %d bytes of dynamic shared memory: %w", name, smem, err)
-			}
-		}
-		k.setOptIn(name, smem)
 	}
 	return nil
 }

@@ -231,6 +231,23 @@ const (
 	maxGridY = 65535
 )
 
+// prepareOptIn resolves kernel name and, when smem is over the default,
+// opts it in to smem bytes of dynamic shared memory, recording the opt-in;
+// op names the caller in the error ("matmul: prepare ...").
+func (k *Kernels) prepareOptIn(op, name string, smem int) error {
+	f, err := k.Function(name)
+	if err != nil {
+		return fmt.Errorf("%s: prepare: %w", op, err)
+	}
+	if smem > defaultDynSmem {
+		if err := f.SetMaxDynamicSmem(smem); err != nil {
+			return fmt.Errorf("%s: prepare %s: opt-in to %d bytes of dynamic shared memory: %w", op, name, smem, err)
+		}
+	}
+	k.setOptIn(name, smem)
+	return nil
+}
+
 // setOptIn records that kernel name was opted in to smem bytes of dynamic
 // shared memory. The record lives on the Kernels (one module), not in a
 // process-wide map, so a second device or a reloaded module starts clean.
