@@ -130,24 +130,52 @@ func (k *Kernels) MatMulQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes
 	return nil
 }
 
+// qkvWeightRows checks, under op, the three weights of a fused q/k/v
+// launch (checkMMVQ; checkMMVQR for repacked copies) and their biases'
+// alignment, and returns their rows in all.
+func qkvWeightRows(op string, xq driver.DevicePtr, xqBytes uint64, w, bias [3]driver.DevicePtr, wtype quant.Type,
+	kDim int, n [3]int, repacked bool) (int, error) {
+	total := 0
+	for i := range w {
+		var err error
+		if repacked {
+			err = checkMMVQR(op, w[i], wtype, kDim, n[i])
+		} else {
+			err = checkMMVQ(op, xq, xqBytes, w[i], wtype, kDim, n[i])
+		}
+		if err != nil {
+			return 0, fmt.Errorf("weight %d: %w", i, err)
+		}
+		if uint64(bias[i])%4 != 0 {
+			return 0, fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
+		}
+		total += n[i]
+	}
+	return total, nil
+}
+
+// checkQKVOut refuses, under op, a null or misaligned fused q/k/v output
+// or more rows in all (total) than an int32 holds.
+func checkQKVOut(op string, out driver.DevicePtr, wtype quant.Type, kDim int, n [3]int, total int) error {
+	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
+		return fmt.Errorf("%s %s k=%d n=%v: null or misaligned output %v, or too many rows", op, wtype, kDim, n, out)
+	}
+	return nil
+}
+
 // MatMulQ8_1QKV runs the q, k and v projections of one Q8_1 activation row
 // in one launch (minfer_mmvq_qkv_<type>): out holds n[0] + n[1] + n[2]
 // values, q then k then v, each row bitwise what MatMulQ8_1 gives for it.
 // The three weights share wtype and kDim; a bias may be 0.
 func (k *Kernels) MatMulQ8_1QKV(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
-	total := 0
-	for i := range w {
-		if err := checkMMVQ("matmul_q8_1_qkv", xq, xqBytes, w[i], wtype, kDim, n[i]); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return fmt.Errorf("matmul_q8_1_qkv: bias %d %v is misaligned", i, bias[i])
-		}
-		total += n[i]
+	const op = "matmul_q8_1_qkv"
+	total, err := qkvWeightRows(op, xq, xqBytes, w, bias, wtype, kDim, n, false)
+	if err != nil {
+		return err
 	}
-	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
-		return fmt.Errorf("matmul_q8_1_qkv %s k=%d n=%v: null or misaligned output %v, or too many rows", wtype, kDim, n, out)
+	if err := checkQKVOut(op, out, wtype, kDim, n, total); err != nil {
+		return err
 	}
 	name := mmvqFusedKernel(wtype, "qkv")
 	grid := [3]uint32{uint32((total + mmvqRows - 1) / mmvqRows), 1, 1}

@@ -10,7 +10,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
@@ -168,21 +167,16 @@ func (k *Kernels) MatMulQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqByte
 // minfer_mmvqr_qkv_<type>): bitwise MatMulQ8_1QKV of the GGUF bytes.
 func (k *Kernels) MatMulQ8_1QKVR(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
-	total := 0
-	for i := range w {
-		if err := checkMMVQR("matmul_q8_1r_qkv", w[i], wtype, kDim, n[i]); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return fmt.Errorf("matmul_q8_1r_qkv: bias %d %v is misaligned", i, bias[i])
-		}
-		total += n[i]
-	}
-	if err := checkQ8Act("matmul_q8_1r_qkv", xq, xqBytes, kDim); err != nil {
+	const op = "matmul_q8_1r_qkv"
+	total, err := qkvWeightRows(op, xq, xqBytes, w, bias, wtype, kDim, n, true)
+	if err != nil {
 		return err
 	}
-	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
-		return fmt.Errorf("matmul_q8_1r_qkv %s k=%d n=%v: null or misaligned output %v, or too many rows", wtype, kDim, n, out)
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	if err := checkQKVOut(op, out, wtype, kDim, n, total); err != nil {
+		return err
 	}
 	name := mmvqrKernel(wtype, "qkv")
 	grid := [3]uint32{uint32((total + mmvqrRows - 1) / mmvqrRows), 1, 1}

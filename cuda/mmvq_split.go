@@ -143,27 +143,15 @@ func (k *Kernels) matMulSplit(op string, s *driver.Stream, out, xq, w driver.Dev
 func (k *Kernels) MatMulQ8_1QKVS(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int, repacked bool) error {
 	const op = "matmul_q8_1_qkv_split"
-	total := 0
-	for i := range w {
-		var err error
-		if repacked {
-			err = checkMMVQR(op, w[i], wtype, kDim, n[i])
-		} else {
-			err = checkMMVQ(op, xq, xqBytes, w[i], wtype, kDim, n[i])
-		}
-		if err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
-		}
-		total += n[i]
+	total, err := qkvWeightRows(op, xq, xqBytes, w, bias, wtype, kDim, n, repacked)
+	if err != nil {
+		return err
 	}
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return err
 	}
-	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
-		return fmt.Errorf("%s %s k=%d n=%v: null or misaligned output %v, or too many rows", op, wtype, kDim, n, out)
+	if err := checkQKVOut(op, out, wtype, kDim, n, total); err != nil {
+		return err
 	}
 	name := mmvqSplitKernel(wtype, "qkv", repacked)
 	if err := k.mmvqsLaunch(s, name, total, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
