@@ -130,10 +130,11 @@ func (k *Kernels) MatMulQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes
 	return nil
 }
 
-// qkvWeightRows checks, under op, the three weights of a fused q/k/v
-// launch (checkMMVQ; checkMMVQR for repacked copies) and their biases'
-// alignment, and returns their rows in all.
-func qkvWeightRows(op string, xq driver.DevicePtr, xqBytes uint64, w, bias [3]driver.DevicePtr, wtype quant.Type,
+// checkQKV checks, under op, the three weights of a fused q/k/v launch
+// (checkMMVQ; checkMMVQR for repacked copies), their biases' alignment,
+// the Q8_1 activation and the output (not null, aligned, at most MaxInt32
+// rows in all), and returns the rows in all.
+func checkQKV(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias [3]driver.DevicePtr, wtype quant.Type,
 	kDim int, n [3]int, repacked bool) (int, error) {
 	total := 0
 	for i := range w {
@@ -151,16 +152,14 @@ func qkvWeightRows(op string, xq driver.DevicePtr, xqBytes uint64, w, bias [3]dr
 		}
 		total += n[i]
 	}
-	return total, nil
-}
-
-// checkQKVOut refuses, under op, a null or misaligned fused q/k/v output
-// or more rows in all (total) than an int32 holds.
-func checkQKVOut(op string, out driver.DevicePtr, wtype quant.Type, kDim int, n [3]int, total int) error {
-	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
-		return fmt.Errorf("%s %s k=%d n=%v: null or misaligned output %v, or too many rows", op, wtype, kDim, n, out)
+	// After checkMMVQ (GGUF weights) this cannot fail: it checks the same.
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return 0, err
 	}
-	return nil
+	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
+		return 0, fmt.Errorf("%s %s k=%d n=%v: null or misaligned output %v, or too many rows", op, wtype, kDim, n, out)
+	}
+	return total, nil
 }
 
 // MatMulQ8_1QKV runs the q, k and v projections of one Q8_1 activation row
@@ -170,11 +169,8 @@ func checkQKVOut(op string, out driver.DevicePtr, wtype quant.Type, kDim int, n 
 func (k *Kernels) MatMulQ8_1QKV(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
 	const op = "matmul_q8_1_qkv"
-	total, err := qkvWeightRows(op, xq, xqBytes, w, bias, wtype, kDim, n, false)
+	total, err := checkQKV(op, out, xq, xqBytes, w, bias, wtype, kDim, n, false)
 	if err != nil {
-		return err
-	}
-	if err := checkQKVOut(op, out, wtype, kDim, n, total); err != nil {
 		return err
 	}
 	name := mmvqFusedKernel(wtype, "qkv")

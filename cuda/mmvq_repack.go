@@ -168,14 +168,8 @@ func (k *Kernels) MatMulQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqByte
 func (k *Kernels) MatMulQ8_1QKVR(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
 	const op = "matmul_q8_1r_qkv"
-	total, err := qkvWeightRows(op, xq, xqBytes, w, bias, wtype, kDim, n, true)
+	total, err := checkQKV(op, out, xq, xqBytes, w, bias, wtype, kDim, n, true)
 	if err != nil {
-		return err
-	}
-	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if err := checkQKVOut(op, out, wtype, kDim, n, total); err != nil {
 		return err
 	}
 	name := mmvqrKernel(wtype, "qkv")

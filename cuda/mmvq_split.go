@@ -143,14 +143,8 @@ func (k *Kernels) matMulSplit(op string, s *driver.Stream, out, xq, w driver.Dev
 func (k *Kernels) MatMulQ8_1QKVS(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int, repacked bool) error {
 	const op = "matmul_q8_1_qkv_split"
-	total, err := qkvWeightRows(op, xq, xqBytes, w, bias, wtype, kDim, n, repacked)
+	total, err := checkQKV(op, out, xq, xqBytes, w, bias, wtype, kDim, n, repacked)
 	if err != nil {
-		return err
-	}
-	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if err := checkQKVOut(op, out, wtype, kDim, n, total); err != nil {
 		return err
 	}
 	name := mmvqSplitKernel(wtype, "qkv", repacked)
