@@ -150,18 +150,12 @@ func adOpenKernelShape(t *testing.T, ms *mmtSession, kern adKernel, f kv.Format,
 	}
 	sh.scratchB = sb
 	err = ms.dev.Do(func() error {
-		var err error
-		if sh.scratch, err = ms.upload(make([]byte, sb)); err != nil { // zeroed, as the backend does
-			return err
-		}
-		if sh.q, err = ms.upload(make([]byte, 4*hd*nh*AttnDecodeMaxNT)); err != nil {
-			return err
-		}
-		if sh.out, err = ms.upload(make([]byte, 4*hd*nh*AttnDecodeMaxNT)); err != nil {
-			return err
-		}
-		sh.win, err = ms.upload(make([]byte, 8))
-		return err
+		up := ms.uploads()
+		sh.scratch = up.bytes(make([]byte, sb)) // zeroed, as the backend does
+		sh.q = up.zeros(4 * hd * nh * AttnDecodeMaxNT)
+		sh.out = up.zeros(4 * hd * nh * AttnDecodeMaxNT)
+		sh.win = up.zeros(8)
+		return up.err
 	})
 	if err != nil {
 		t.Fatal(err)
