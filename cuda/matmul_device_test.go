@@ -43,18 +43,7 @@ func mmtOpen(t *testing.T) *mmtSession {
 			return nil
 		})
 	})
-	err := dev.Do(func() error {
-		k, err := LoadKernels(dev, KernelsOptions{Path: cfg.Kernels})
-		if err != nil {
-			return fmt.Errorf("kernels (build them with scripts/build-kernels.sh, pass MINFER_KERNELS): %w", err)
-		}
-		ms.k = k
-		if err := k.PrepareMatmul(); err != nil {
-			return err
-		}
-		ms.s, err = dev.NewStream()
-		return err
-	})
+	err := dev.Do(func() error { return ms.loadMatmul(cfg.Kernels) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +80,21 @@ func (ms *mmtSession) upload(b []byte) (driver.DevicePtr, error) {
 	}
 	ms.bufs = append(ms.bufs, p)
 	return p, ms.s.CopyHtoD(p, b)
+}
+
+// loadMatmul (inside Do) loads the kernels file at path into ms, prepares
+// the matmul kernels and opens ms's stream.
+func (ms *mmtSession) loadMatmul(path string) error {
+	k, err := LoadKernels(ms.dev, KernelsOptions{Path: path})
+	if err != nil {
+		return fmt.Errorf("kernels (build them with scripts/build-kernels.sh, pass MINFER_KERNELS): %w", err)
+	}
+	ms.k = k
+	if err := k.PrepareMatmul(); err != nil {
+		return err
+	}
+	ms.s, err = ms.dev.NewStream()
+	return err
 }
 
 // mmtD2H is one device-to-host copy: src into dst.
@@ -389,18 +393,7 @@ func BenchmarkMatmulDevice(b *testing.B) {
 	defer dev.Close()
 	ms := &mmtSession{dev: dev}
 	const k, n, maxNT = 4096, 4096, 512
-	err = dev.Do(func() error {
-		kk, err := LoadKernels(dev, KernelsOptions{Path: cfg.Kernels})
-		if err != nil {
-			return err
-		}
-		ms.k = kk
-		if err := kk.PrepareMatmul(); err != nil {
-			return err
-		}
-		ms.s, err = dev.NewStream()
-		return err
-	})
+	err = dev.Do(func() error { return ms.loadMatmul(cfg.Kernels) })
 	if err != nil {
 		b.Fatal(err)
 	}
