@@ -140,19 +140,30 @@ func checkQ8Act(op string, xq driver.DevicePtr, xqBytes uint64, kDim int) error 
 	return nil
 }
 
+// checkMMVQRCall checks, under op, one repacked matmul's weight
+// (checkMMVQR), its Q8_1 activation, and its output and bias (output not
+// null, both 4-byte aligned).
+func checkMMVQRCall(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias driver.DevicePtr, wtype quant.Type,
+	kDim, n int) error {
+	if err := checkMMVQR(op, w, wtype, kDim, n); err != nil {
+		return err
+	}
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
+	}
+	return nil
+}
+
 // MatMulQ8_1R is MatMulQ8_1 over the repacked copy w (RepackMMVQ) of an
 // n x kDim wtype matrix: out bitwise what MatMulQ8_1 gives for the GGUF
 // bytes.
 func (k *Kernels) MatMulQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type,
 	bias driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQR("matmul_q8_1r", w, wtype, kDim, n); err != nil {
+	if err := checkMMVQRCall("matmul_q8_1r", out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
 		return err
-	}
-	if err := checkQ8Act("matmul_q8_1r", xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1r %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
 	}
 	name := mmvqrKernel(wtype, "")
 	grid := [3]uint32{uint32((n + mmvqrRows - 1) / mmvqrRows), 1, 1}
@@ -268,14 +279,8 @@ func mmvqrResKernel(wtype quant.Type) string {
 // (minfer_mmvqr_res_<type>): bitwise MatMulQ8_1R followed by Add.
 func (k *Kernels) MatMulQ8_1RRes(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQR("matmul_q8_1r_res", w, wtype, kDim, n); err != nil {
+	if err := checkMMVQRCall("matmul_q8_1r_res", out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
 		return err
-	}
-	if err := checkQ8Act("matmul_q8_1r_res", xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1r_res %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
 	}
 	if err := checkRes("matmul_q8_1r_res", wtype, out, res, kDim, n); err != nil {
 		return err
