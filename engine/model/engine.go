@@ -191,18 +191,23 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 		closeAll(e.backends...)
 		return nil, err
 	}
-	at, err := PlaceWeights(ws, e.backends, logf)
+	place := e.backends
+	if opts.Device == "cuda" {
+		// No CPU fallback was asked for: the device's refusal is the
+		// error, naming the weight and why.
+		place = e.backends[:1]
+	}
+	at, err := PlaceWeights(ws, place, logf)
 	if err != nil {
 		closeAll(e.backends...)
+		if opts.Device == "cuda" && errors.Is(err, graph.ErrUnsupportedWeight) {
+			return nil, fmt.Errorf("--device cuda: %w", err)
+		}
 		return nil, e.outOfMemory(err)
 	}
 	if dev != nil && at != 0 {
 		// All-or-nothing: the device refused a weight, so the whole model
 		// runs on the CPU (PlaceWeights logged which weight and why).
-		if opts.Device == "cuda" {
-			closeAll(e.backends...)
-			return nil, errors.New("model: --device cuda: the device cannot hold the model (see the log for the weight it refused)")
-		}
 		dev.Close()
 		e.backends = []graph.Backend{c}
 		if err := e.checkMemory(logf); err != nil { // planned again for the CPU

@@ -48,8 +48,9 @@ func GraphWeights(f *gguf.File, h HParams) ([]graph.Weight, error) {
 // preference order) that accepts every weight gets the whole model; a backend
 // that refuses any weight gets none of it, and logf says which weight and why.
 // The last backend (the CPU) must accept everything. It returns the index of
-// the chosen backend. A backend out of memory (graph.ErrOutOfMemory) is an
-// error, not a refusal: no other backend is tried.
+// the chosen backend. Only an error wrapping graph.ErrUnsupportedWeight is a
+// refusal; any other (out of memory, a failed driver call) is returned as
+// it is and no other backend is tried.
 func PlaceWeights(ws []graph.Weight, backends []graph.Backend, logf func(string, ...any)) (int, error) {
 	if len(backends) == 0 {
 		return 0, errors.New("model: no backends")
@@ -66,9 +67,10 @@ func PlaceWeights(ws []graph.Weight, backends []graph.Backend, logf func(string,
 			}
 			return i, nil
 		}
-		if errors.Is(err, graph.ErrOutOfMemory) {
-			// Out of memory is no refusal of a weight: no other backend
-			// takes the model over (ARCHITECTURE.md rule 1).
+		if !errors.Is(err, graph.ErrUnsupportedWeight) {
+			// Only a refused weight moves the model to the next backend.
+			// Out of memory (ARCHITECTURE.md rule 1) or a failed driver
+			// call is an error: falling back would hide it.
 			return i, fmt.Errorf("model: %s: %w", b.Name(), err)
 		}
 		last = err

@@ -76,6 +76,36 @@ func TestPlaceWeights_OneRefusedWeightKeepsTheWholeModelOnCPU(t *testing.T) {
 	}
 }
 
+// failing is a preferred backend whose upload of one weight fails (a
+// driver call, not a refusal).
+type failing struct{ picky }
+
+func (f failing) RegisterWeight(w graph.Weight) error {
+	if w.Type == f.refuse {
+		return errors.New("cuMemcpyHtoDAsync_v2: CUDA_ERROR_UNKNOWN (999)")
+	}
+	return f.Backend.RegisterWeight(w)
+}
+
+// A failed upload is an error that names its cause; the model does not
+// move to the next backend as it does for a refused weight (the device
+// call sweep found the failure hidden behind the CPU fallback).
+func TestPlaceWeights_AFailedUploadIsAnErrorNotAFallback(t *testing.T) {
+	ws := tinyWeights(t, withType(tinyQwen2, quant.Q8_0))
+	dev := failing{picky{cpu.New(cpu.Options{Threads: 1}), quant.Q8_0}}
+	host := cpu.New(cpu.Options{Threads: 1})
+	defer dev.Close()
+	defer host.Close()
+	var log []string
+	i, err := PlaceWeights(ws, []graph.Backend{dev, host}, func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) })
+	if err == nil || !strings.Contains(err.Error(), "cuMemcpyHtoDAsync_v2") || !strings.Contains(err.Error(), "token_embd.weight") {
+		t.Fatalf("placed on backend %d, err %v: want the failed upload named", i, err)
+	}
+	if len(log) != 0 {
+		t.Errorf("a failure logged as a fallback: %q", log)
+	}
+}
+
 // Registering the same weights twice is a no-op (no second copy).
 func TestRegisterWeight_SameNameAndSizeIsANoOp(t *testing.T) {
 	ws := tinyWeights(t, tinyQwen3)
