@@ -4,6 +4,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -163,17 +164,17 @@ type opTiming struct {
 	count  map[string]int64
 }
 
-func (t *opTiming) timed(dev *driver.Device, s *driver.Stream, name string, launch func() error) error {
+func (t *opTiming) timed(dev *driver.Device, s *driver.Stream, name string, launch func() error) (err error) {
 	start, err := dev.NewEvent(true)
 	if err != nil {
 		return err
 	}
-	defer start.Destroy()
+	defer func() { err = errors.Join(err, start.Destroy()) }()
 	end, err := dev.NewEvent(true)
 	if err != nil {
 		return err
 	}
-	defer end.Destroy()
+	defer func() { err = errors.Join(err, end.Destroy()) }()
 	if err := start.Record(s); err != nil {
 		return err
 	}

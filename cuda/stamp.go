@@ -86,13 +86,15 @@ func short(h string) string { return h[:min(len(h), 16)] }
 
 // readStamp reads the stamp from the loaded module: nil, nil when the file
 // has none.
-func readStamp(dev *driver.Device, mod *driver.Module) ([]byte, error) {
+func readStamp(dev *driver.Device, mod *driver.Module) (b []byte, err error) {
 	s, err := dev.NewStream()
 	if err != nil {
 		return nil, err
 	}
-	defer s.Destroy()
-	b, err := mod.ReadGlobal(s, stampSymbol)
+	// A failed destroy is an error too (the driver-call sweep found it
+	// dropped here).
+	defer func() { err = errors.Join(err, s.Destroy()) }()
+	b, err = mod.ReadGlobal(s, stampSymbol)
 	if driver.IsCode(err, driver.CodeNotFound) {
 		return nil, nil
 	}
