@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/minfer-go/minfer/cuda/driver"
-	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/cuda/nvrtc"
 )
 
@@ -64,13 +63,7 @@ func loadNVRTC(dev *driver.Device, opts KernelsOptions) (*driver.Module, *nvrtc.
 			opts.Logf("kernels: %v; caching the NVRTC build in %s", err, cache)
 		}
 	}
-	arch := nvrtc.Arch(dev.Attr.CCMajor, dev.Attr.CCMinor)
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	res, err := nvrtc.Build(nvrtc.Config{
-		Sources: kernels.Sources(), SourceHash: kernels.SourceHash(),
-		Compiler: lib.Compiler(), Arch: arch, Options: nvrtc.Options(arch, nvrtc.IncludeDirs(lib.Path(), exists)),
-		CacheDir: cache, Compile: lib.Compile, Logf: opts.Logf,
-	})
+	res, err := nvrtc.BuildEmbedded(lib, nvrtc.Arch(dev.Attr.CCMajor, dev.Attr.CCMinor), cache, opts.Logf)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cuda: compiling the embedded kernel sources (no kernels file given; %s at %s): %w", lib.Compiler(), lib.Path(), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/minfer-go/minfer/cuda/nvrtc"
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
@@ -62,7 +63,11 @@ func smokeKernel(t *testing.T, d *Device) *Function {
 	t.Helper()
 	var f *Function
 	err := d.Do(func() error {
-		m, err := d.LoadKernels(testConfig(t).Kernels)
+		path := testConfig(t).Kernels
+		m, err := d.LoadKernels(path)
+		if path == "" && errors.Is(err, ErrKernelsNotFound) {
+			m, err = nvrtcKernels(d)
+		}
 		if err != nil {
 			return err
 		}
@@ -74,6 +79,25 @@ func smokeKernel(t *testing.T, d *Device) *Function {
 		t.Fatalf("kernels (build them with scripts/build-kernels.sh, pass MINFER_KERNELS): %v", err)
 	}
 	return f
+}
+
+// nvrtcKernels loads the embedded sources' NVRTC build when no kernels
+// file is given, as the backend does (the device suite's KERNELS=nvrtc
+// mode runs these tests too).
+func nvrtcKernels(d *Device) (*Module, error) {
+	lib, err := nvrtc.Open()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := nvrtc.DefaultCacheDir()
+	if err != nil {
+		return nil, err
+	}
+	res, err := nvrtc.BuildEmbedded(lib, nvrtc.Arch(d.Attr.CCMajor, d.Attr.CCMinor), cache, nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.LoadImages(res.Manifest, res.Images)
 }
 
 func must(t *testing.T, err error) {

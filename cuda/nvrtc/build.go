@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/minfer-go/minfer/cuda/kernels"
 )
 
 // CompileFunc compiles one unit's source to a cubin: (*Lib).Compile in use,
@@ -373,3 +375,15 @@ func writeAtomic(dir, name string, data []byte) error {
 }
 
 func short(h string) string { return h[:min(len(h), 16)] }
+
+// BuildEmbedded builds minfer's embedded kernel sources (cuda/kernels) for
+// arch with lib, cached under cache: the one configuration the backend and
+// the driver's device tests both load.
+func BuildEmbedded(lib *Lib, arch, cache string, logf func(string, ...any)) (*Result, error) {
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	return Build(Config{
+		Sources: kernels.Sources(), SourceHash: kernels.SourceHash(),
+		Compiler: lib.Compiler(), Arch: arch, Options: Options(arch, IncludeDirs(lib.Path(), exists)),
+		CacheDir: cache, Compile: lib.Compile, Logf: logf,
+	})
+}
