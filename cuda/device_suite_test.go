@@ -117,6 +117,9 @@ type dsCase struct {
 	weights []graph.Weight
 	build   func(b *graph.Builder, ids, pos, kvw int) int
 	tol     float64 // max |diff| allowed (relative to max(1, |cpu|))
+	// defined is how many leading output values the graph defines (0: all);
+	// a KV load leaves the cells past the KV length as the buffer held them.
+	defined int
 }
 
 // dsRun compiles c on one backend and returns the output.
@@ -214,6 +217,9 @@ func dsCompare(t *testing.T, c dsCase) float64 {
 	got, err := dsRun(t, c, dev)
 	if err != nil {
 		t.Fatalf("%s: cuda: %v", c.name, err)
+	}
+	if c.defined > 0 && len(got) >= c.defined && len(want) >= c.defined {
+		got, want = got[:c.defined], want[:c.defined]
 	}
 	return dsMaxDiff(t, c.name, got, want)
 }
@@ -432,6 +438,11 @@ func TestDeviceOps_KVStoreLoadAttentionEveryLayoutMatchesCPUWithin1e3(t *testing
 					sk := b.KvcacheStore("sk", kk(b, ids), kvw, 0, graph.SideK)
 					return b.KvcacheLoad("y", kvw, 0, graph.SideK, rl, sk)
 				}
+				// Cells [0, start+nt) are defined: the zeroed cells below
+				// the window and the stored rows. The rest of the output
+				// is whatever the pool's buffer held (2026-12-02 on the
+				// H200: another test's leftovers, compared as a diff of 2-47).
+				c.defined = (c.start + nt) * rl
 				if d := dsCompare(t, c); d > 1e-6 {
 					t.Errorf("%s: max |diff| %g > 1e-6", c.name, d)
 				}
