@@ -208,7 +208,7 @@ func TestConversation_DeviceBarPassesAndFailsOnEveryPlantedDefect(t *testing.T) 
 		}
 		for _, defect := range []string{DefectDropAnswer, DefectDropPending} {
 			_, err := reuseBar(t, path, "q8_0", defect, DeviceBar)
-			if err == nil || !strings.HasPrefix(err.Error(), "turn 2: activation-quantization bar: answer position ") {
+			if err == nil || !strings.HasPrefix(err.Error(), "turn 2: "+DeviceBar.Class+" bar: answer position ") {
 				t.Errorf("%s, planted %s: %v; want turn 2 to fail the device bar", name, defect, err)
 			}
 			t.Logf("%s, %s: %v", name, defect, err)
