@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -62,8 +63,8 @@ func testDevice(t *testing.T) *Device {
 func smokeKernel(t *testing.T, d *Device) *Function {
 	t.Helper()
 	var f *Function
+	path := testConfig(t).Kernels
 	err := d.Do(func() error {
-		path := testConfig(t).Kernels
 		m, err := d.LoadKernels(path)
 		if path == "" && errors.Is(err, ErrKernelsNotFound) {
 			m, err = nvrtcKernels(d)
@@ -141,10 +142,18 @@ func TestDeviceAllocCopyRoundTrip(t *testing.T) {
 			return err
 		}
 		defer d.Free(b)
-		must(t, s.CopyHtoD(a, src))
-		must(t, s.CopyDtoD(b, a, n))
-		must(t, s.MemsetD8(b.Add(100), 0xAB, 50))
-		must(t, s.CopyDtoH(got, b))
+		if err := s.CopyHtoD(a, src); err != nil {
+			return err
+		}
+		if err := s.CopyDtoD(b, a, n); err != nil {
+			return err
+		}
+		if err := s.MemsetD8(b.Add(100), 0xAB, 50); err != nil {
+			return err
+		}
+		if err := s.CopyDtoH(got, b); err != nil {
+			return err
+		}
 		return s.Synchronize()
 	}))
 	for i := range src {
@@ -185,17 +194,23 @@ func TestDevicePinnedMemoryRoundTrip(t *testing.T) {
 			return err
 		}
 		defer d.Free(p)
-		must(t, s.CopyHtoD(p, in.Bytes()))
-		must(t, s.CopyDtoH(out.Bytes(), p))
-		must(t, s.Synchronize())
+		if err := s.CopyHtoD(p, in.Bytes()); err != nil {
+			return err
+		}
+		if err := s.CopyDtoH(out.Bytes(), p); err != nil {
+			return err
+		}
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
 		o := out.Float32s()
 		for i := range o {
 			if o[i] != float32(i)*0.5 {
-				t.Fatalf("float %d = %v", i, o[i])
+				return fmt.Errorf("float %d = %v", i, o[i])
 			}
 		}
 		if err := in.Free(); err != nil || in.Bytes() != nil || in.Free() != nil {
-			t.Fatalf("double free: %v", err)
+			return fmt.Errorf("double free: %v", err)
 		}
 		return nil
 	}))
@@ -226,17 +241,27 @@ func axpyRun(t *testing.T, d *Device, f *Function, x, y0 []float32, as []float32
 			return err
 		}
 		defer d.Free(yp)
-		must(t, s.CopyHtoD(xp, Float32Bytes(x)))
-		must(t, s.CopyHtoD(yp, Float32Bytes(y0)))
+		if err := s.CopyHtoD(xp, Float32Bytes(x)); err != nil {
+			return err
+		}
+		if err := s.CopyHtoD(yp, Float32Bytes(y0)); err != nil {
+			return err
+		}
 		if !graph {
 			for r := 0; r < reps; r++ {
 				for _, a := range as {
-					must(t, f.Launch(s, grid, block, 0, yp, xp, a, int32(n)))
+					if err := f.Launch(s, grid, block, 0, yp, xp, a, int32(n)); err != nil {
+						return err
+					}
 				}
 			}
 		} else {
-			must(t, s.Synchronize()) // never synchronize inside the window
-			must(t, s.BeginCapture())
+			if err := s.Synchronize(); err != nil { // never synchronize inside the window
+				return err
+			}
+			if err := s.BeginCapture(); err != nil {
+				return err
+			}
 			for _, a := range as {
 				if err := f.Launch(s, grid, block, 0, yp, xp, a, int32(n)); err != nil {
 					_, _ = s.EndCapture()
@@ -261,10 +286,14 @@ func axpyRun(t *testing.T, d *Device, f *Function, x, y0 []float32, as []float32
 			}
 			defer x.Destroy()
 			for r := 0; r < reps; r++ {
-				must(t, x.Launch(s))
+				if err := x.Launch(s); err != nil {
+					return err
+				}
 			}
 		}
-		must(t, s.CopyDtoH(Float32Bytes(y), yp))
+		if err := s.CopyDtoH(Float32Bytes(y), yp); err != nil {
+			return err
+		}
 		return s.Synchronize()
 	}))
 	return y
@@ -338,7 +367,9 @@ func TestDeviceEventTimingIsPositive(t *testing.T) {
 			return err
 		}
 		defer d.Free(p)
-		must(t, s.MemsetD8(p, 0, 8*n))
+		if err := s.MemsetD8(p, 0, 8*n); err != nil {
+			return err
+		}
 		start, err := d.NewEvent(true)
 		if err != nil {
 			return err
@@ -349,18 +380,26 @@ func TestDeviceEventTimingIsPositive(t *testing.T) {
 			return err
 		}
 		defer end.Destroy()
-		must(t, start.Record(s))
-		for i := 0; i < 20; i++ {
-			must(t, f.Launch(s, [3]uint32{n / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, p, p.Add(4*n), float32(0.5), int32(n)))
+		if err := start.Record(s); err != nil {
+			return err
 		}
-		must(t, end.Record(s))
-		must(t, end.Synchronize())
+		for i := 0; i < 20; i++ {
+			if err := f.Launch(s, [3]uint32{n / 256, 1, 1}, [3]uint32{256, 1, 1}, 0, p, p.Add(4*n), float32(0.5), int32(n)); err != nil {
+				return err
+			}
+		}
+		if err := end.Record(s); err != nil {
+			return err
+		}
+		if err := end.Synchronize(); err != nil {
+			return err
+		}
 		el, err := Elapsed(start, end)
 		if err != nil {
 			return err
 		}
 		if el <= 0 {
-			t.Fatalf("elapsed %v, want > 0", el)
+			return fmt.Errorf("elapsed %v, want > 0", el)
 		}
 		gbs := float64(20*3*4*n) / el.Seconds() / 1e9
 		t.Logf("20 axpy launches over %d floats: %v (%.0f GB/s)", n, el, gbs)
@@ -483,7 +522,9 @@ func TestDeviceSmemOptinSetAndReadBack(t *testing.T) {
 	f := smokeKernel(t, d)
 	lim := d.Attr.SmemOptin
 	must(t, d.Do(func() error {
-		must(t, f.SetMaxDynamicSmem(lim))
+		if err := f.SetMaxDynamicSmem(lim); err != nil {
+			return err
+		}
 		got, err := f.MaxDynamicSmem()
 		if err != nil {
 			return err
