@@ -3,6 +3,7 @@ package gates
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -89,5 +90,20 @@ func TestSpeedPosition_JudgesBySideOfTheMidpointEitherDirection(t *testing.T) {
 	}
 	if p := RatioPosition(math.Log(1.10), 0, round(1.002, 9)); p.Judge() != LikeBad {
 		t.Errorf("gain gone: %s", p.Judge())
+	}
+}
+
+// A bisect's old build predates `bench --format`: its profile bench must
+// give the format as -o, or the per-kernel difference goes missing (the
+// first H200 bisect, 2026-12-02: "unknown flag: --format").
+func TestProfileBench_LegacyArmTakesTheFormatAsO(t *testing.T) {
+	cfg := Config{PP: 16, TG: 4, Device: "cuda", Model: "m.gguf"}
+	old := strings.Join(profileBench(cfg, Arm{LegacyBench: true}), " ")
+	now := strings.Join(profileBench(cfg, Arm{}), " ")
+	if !strings.Contains(old, "-o json") || strings.Contains(old, "--format") {
+		t.Errorf("legacy arm: %s", old)
+	}
+	if !strings.Contains(now, "--format json") {
+		t.Errorf("current arm: %s", now)
 	}
 }

@@ -140,6 +140,9 @@ type Arm struct {
 	// and 5): the lever's BenchOff on the arm with the path off, so both
 	// arms time the same work (MINFER_DRAFT: "--draft none").
 	BenchArgs []string `json:"bench_args,omitempty"`
+	// LegacyBench: the arm's binary predates `bench --format` and takes the
+	// format as -o (abtest bisect's old builds).
+	LegacyBench bool `json:"legacy_bench,omitempty"`
 }
 
 // armMinfer is m running the arm's own binary when it has one.
@@ -148,6 +151,7 @@ func armMinfer(m harness.Minfer, a Arm) harness.Minfer {
 		m.Bin = a.Bin
 	}
 	m.BenchArgs = a.BenchArgs
+	m.LegacyBench = a.LegacyBench
 	return m
 }
 

@@ -75,7 +75,7 @@ type ArmOpTiming struct {
 // shapes, one repetition, a short in-process warmup so clocks are up, and
 // the arm's own bench flags (Arm.BenchArgs).
 func profileBench(cfg Config, arm Arm) []string {
-	return append(append([]string{"bench"}, benchArgs(cfg)...), arm.BenchArgs...)
+	return append(append([]string{"bench"}, benchArgs(cfg, arm.LegacyBench)...), arm.BenchArgs...)
 }
 
 // ProfileWarmupMS is the in-process warmup of the profiled bench processes.
@@ -357,8 +357,12 @@ func ncu(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []
 	}
 }
 
-func benchArgs(cfg Config) []string {
-	a := []string{"-p", strconv.Itoa(cfg.PP), "-n", strconv.Itoa(cfg.TG), "-r", "1", "--format", "json"}
+func benchArgs(cfg Config, legacy bool) []string {
+	format := "--format"
+	if legacy {
+		format = "-o"
+	}
+	a := []string{"-p", strconv.Itoa(cfg.PP), "-n", strconv.Itoa(cfg.TG), "-r", "1", format, "json"}
 	if cfg.Model != "" {
 		a = append(a, "--model", cfg.Model)
 	}

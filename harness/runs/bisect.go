@@ -815,8 +815,8 @@ func (b *bisector) finalOutput(ctx context.Context, lastGood, firstBad string) (
 func (b *bisector) kernelDiff(ctx context.Context) *gates.Result {
 	lg, fb := b.run.LastGood, b.run.FirstBad
 	cfg := gates.Config{Between: true, Backend: b.backend, Device: b.o.Device, Model: b.model, PP: b.pp, TG: b.o.TG,
-		A: gates.Arm{Name: "A", Value: gates.Short(lg), Env: b.armEnv(lg, ""), Bin: filepath.Join(b.builds[lg], "minfer")},
-		B: gates.Arm{Name: "B", Value: gates.Short(fb), Env: b.armEnv(fb, ""), Bin: filepath.Join(b.builds[fb], "minfer")}}
+		A: gates.Arm{Name: "A", Value: gates.Short(lg), Env: b.armEnv(lg, ""), Bin: filepath.Join(b.builds[lg], "minfer"), LegacyBench: b.legacy[lg]},
+		B: gates.Arm{Name: "B", Value: gates.Short(fb), Env: b.armEnv(fb, ""), Bin: filepath.Join(b.builds[fb], "minfer"), LegacyBench: b.legacy[fb]}}
 	tmp, err := os.MkdirTemp("", "abtest-bisect-profile-")
 	if err == nil {
 		defer os.RemoveAll(tmp)
