@@ -3,6 +3,7 @@ package gates
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -112,6 +113,18 @@ func Liveness(lv harness.Lever, backend string, a, b ArmEvidence) (Status, strin
 			oks = append(oks, fmt.Sprintf("arm %s ran none", off.Arm.Name))
 		}
 	}
+	for _, pat := range rule.OffCensus {
+		offN, offK := matching(off.Census, pat)
+		onN, onK := matching(on.Census, pat)
+		if offN == 0 {
+			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path off) ran no %s", off.Arm.Name, lv.Name, off.Arm.Value, pat))
+		} else {
+			oks = append(oks, fmt.Sprintf("arm %s ran %s %d times (%s)", off.Arm.Name, pat, offN, strings.Join(offK, ", ")))
+		}
+		if onN > 0 {
+			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path on) still ran %s %d times (%s)", on.Arm.Name, lv.Name, on.Arm.Value, pat, onN, strings.Join(onK, ", ")))
+		}
+	}
 	graphLine := func(what string) {
 		for _, x := range []ArmEvidence{on, off} {
 			if !x.HasGraphs {
@@ -119,12 +132,19 @@ func Liveness(lv harness.Lever, backend string, a, b ArmEvidence) (Status, strin
 			}
 		}
 	}
+	// sameKernels: the names outside the rule's own patterns (the
+	// evidence of where the path went) are the same in both arms.
 	sameKernels := func() {
-		if only := kernelSetDiff(on.Census, off.Census); only != "" {
+		own := slices.Concat(rule.Census, rule.OffCensus)
+		onK, offK := without(on.Census, own), without(off.Census, own)
+		if only := kernelSetDiff(onK, offK); only != "" {
 			fails = append(fails, "the arms ran different kernels: "+only)
 		} else {
-			oks = append(oks, fmt.Sprintf("same %d kernels in both arms", len(launched(on.Census))))
+			oks = append(oks, fmt.Sprintf("same %d kernels in both arms", len(launched(onK))))
 		}
+	}
+	if rule.SameKernels {
+		sameKernels()
 	}
 	if rule.Graphs {
 		graphLine("graphs")
@@ -222,6 +242,22 @@ func gateLiveness(res *Result, cfg Config, a, b ArmEvidence) {
 	case st != Pass:
 		res.Status, res.Reason = Inconclusive, "liveness could not decide: "+why+"; "+res.Reason
 	}
+}
+
+// without is c less the names matching any of pats.
+func without(c profile.Census, pats []string) profile.Census {
+	out := profile.Census{}
+	for k, v := range c {
+		hit := false
+		for _, p := range pats {
+			ok, _ := path.Match(p, k)
+			hit = hit || ok
+		}
+		if !hit {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // matching sums the launches of the names matching pat.

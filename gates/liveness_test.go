@@ -234,3 +234,46 @@ func TestLiveness_FailOffTheDeclaredWorkloadNamesIt(t *testing.T) {
 		t.Fatalf("%s: %s\nwant %q", r.Status, r.Reason, want)
 	}
 }
+
+// MINFER_KERNELS (issue 25): the file arm's census names kernels_file, the
+// nvrtc arm's kernels_nvrtc, and both launch the same minfer_ kernels. A
+// phantom file arm (it loaded the NVRTC build), an nvrtc arm that loaded a
+// file, or arms that launched different kernels fail.
+func TestLiveness_KernelsLeverJudgedByWhereTheKernelsCameFrom(t *testing.T) {
+	lv := regLever(t, "MINFER_KERNELS")
+	kern := profile.Census{"minfer_mmq_q8_0": 28, "minfer_rms_norm_f32": 49}
+	with := func(name string) profile.Census {
+		c := profile.Census{name: 1}
+		for k, v := range kern {
+			c[k] = v
+		}
+		return c
+	}
+	a := ev(Arm{Name: "A", Value: levers.KernelsNVRTC}, with(levers.CensusKernelsNVRTC), nil)
+	b := ev(Arm{Name: "B", Value: "/abs/minfer-kernels.fatbin"}, with(levers.CensusKernelsFile), nil)
+	if st, why := Liveness(lv, "cuda", a, b); st != Pass || !strings.Contains(why, "kernels_file") || !strings.Contains(why, "kernels_nvrtc") || !strings.Contains(why, "same 2 kernels") {
+		t.Errorf("file against nvrtc: %s %s", st, why)
+	}
+	// --baseline FILE --lever MINFER_KERNELS=nvrtc: the arms swap sides.
+	a2, b2 := b, a
+	a2.Arm.Name, b2.Arm.Name = "A", "B"
+	if st, why := Liveness(lv, "cuda", a2, b2); st != Pass {
+		t.Errorf("file as arm A: %s %s", st, why)
+	}
+	phantom := b
+	phantom.Census = with(levers.CensusKernelsNVRTC)
+	if st, why := Liveness(lv, "cuda", a, phantom); st != Fail || !strings.Contains(why, "ran no kernels_file") || !strings.Contains(why, "path on) still ran kernels_nvrtc") {
+		t.Errorf("file arm that ran the NVRTC build: %s %s", st, why)
+	}
+	besides := a
+	besides.Census = with(levers.CensusKernelsFile)
+	if st, why := Liveness(lv, "cuda", besides, b); st != Fail || !strings.Contains(why, "path off) ran no kernels_nvrtc") || !strings.Contains(why, "path off) still ran kernels_file") {
+		t.Errorf("nvrtc arm that loaded a file: %s %s", st, why)
+	}
+	other := b
+	other.Census = with(levers.CensusKernelsFile)
+	other.Census["minfer_gemm_q8_0"] = 3
+	if st, why := Liveness(lv, "cuda", a, other); st != Fail || !strings.Contains(why, "minfer_gemm_q8_0 only with the path on") {
+		t.Errorf("different kernels: %s %s", st, why)
+	}
+}

@@ -103,7 +103,9 @@ func ParseLevers(data []byte) ([]Lever, error) {
 	return ls, nil
 }
 
-// ABAble reports whether the lever declares its two arms.
+// ABAble reports whether the lever declares its two arms (a lever whose
+// arm B has no default, levers.Lever.NeedsB, runs only as NAME=B: not in
+// a nightly's "all" nor a pull request's workload matrix).
 func (l Lever) ABAble() bool { return l.ArmA != "" && l.ArmB != "" }
 
 // FindLever returns the lever called name; the error lists the A/B-able
@@ -116,7 +118,7 @@ func FindLever(ls []Lever, name string) (Lever, error) {
 	}
 	var names []string
 	for _, l := range ls {
-		if l.ABAble() {
+		if l.HasArms() {
 			names = append(names, l.Name)
 		}
 	}

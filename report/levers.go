@@ -15,8 +15,12 @@ func LeversTable(levers []harness.Lever) string {
 		arms, gs := "-", "- (not A/B-able: instrumentation or test seam)"
 		if l.Reserved != "" {
 			gs = "none: reserved, " + l.Reserved
-		} else if l.ABAble() {
-			arms = fmt.Sprintf("A=%s B=%s", l.ArmA, l.ArmB)
+		} else if l.HasArms() {
+			b := l.ArmB
+			if l.NeedsB() {
+				b = "(given: " + l.Name + "=B)"
+			}
+			arms = fmt.Sprintf("A=%s B=%s", l.ArmA, b)
 			gs = "all five; liveness: "
 			if l.Liveness != nil {
 				gs += "on at " + l.Liveness.On + " (" + livenessBackends(l) + ")"

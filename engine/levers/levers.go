@@ -216,6 +216,14 @@ type PathRule struct {
 	// PrefillGraphs: the arm with the path on captures more graphs than the
 	// other, which still captures and replays its decode graph; same names.
 	PrefillGraphs bool `json:"prefill_graphs,omitempty"`
+	// OffCensus are name patterns the arm with the path off runs (at least
+	// one name matching each) and the arm with it on none: evidence that
+	// the off arm took its own path (MINFER_KERNELS: kernels_nvrtc).
+	OffCensus []string `json:"off_census,omitempty"`
+	// SameKernels: both arms launch the same set of names, apart from
+	// those matching Census and OffCensus (the path is where the kernels
+	// come from, not which run).
+	SameKernels bool `json:"same_kernels,omitempty"`
 	// Funcs (the CPU backend) are regular expressions of Go function names
 	// (as pprof prints them): a pprof CPU profile of the arm with the path
 	// on has samples in a matching function, the other none.
@@ -310,6 +318,19 @@ const (
 	CensusSpecForward  = "spec_forward"
 	CensusSpecDrafted  = "spec_drafted"
 	CensusSpecAccepted = "spec_accepted"
+)
+
+// MINFER_KERNELS: KernelsNVRTC names the NVRTC build of the embedded
+// kernel sources explicitly (no file is looked for, not even beside the
+// executable); any other non-empty value is a kernels file, which must
+// exist. The CUDA backend's census (cmd/minfer) names where the kernels
+// came from with one pseudo-entry per backend: CensusKernelsFile (a
+// kernels file) or CensusKernelsNVRTC (the NVRTC build); kernel names all
+// start with minfer_, so these cannot collide with one.
+const (
+	KernelsNVRTC       = "nvrtc"
+	CensusKernelsFile  = "kernels_file"
+	CensusKernelsNVRTC = "kernels_nvrtc"
 )
 
 // DraftNone is MINFER_DRAFT's (and --draft's) plain decoding through the
@@ -459,8 +480,17 @@ var registry = []Lever{
 		Doc: "1: dump node outputs to MINFER_DUMP_DIR (instrumented runs are never timed runs)"},
 	{Name: "MINFER_DUMP_DIR", Kind: Path, Default: "", Values: []string{"<dir>"}, Backend: "any", Path: "instrumentation", Issue: "#3",
 		Doc: "directory for MINFER_GRAPH_DUMP output"},
-	{Name: "MINFER_KERNELS", Kind: Path, Default: "", Values: []string{"<file>"}, Backend: "cuda", Path: "kernel fatbin location", Issue: "#4",
-		Doc: "path of the kernels fatbin (default: next to the binary)"},
+	// Arm B has no default (a kernels file is the user's): abtest requires
+	// --lever MINFER_KERNELS=FILE. Bitwise: both arms run the same minfer_
+	// kernels of the same sources, so any parity or greedy difference
+	// between the two compilers' builds is the finding, never a class.
+	{Name: "MINFER_KERNELS", Kind: Path, Default: "", Values: []string{KernelsNVRTC, "<file>"}, Backend: "cuda", Path: "kernels: a kernels file (nvcc) or the embedded sources' NVRTC build", Issue: "#4, #25",
+		Doc: "path of the kernels fatbin (unset: the file beside the binary, else the embedded sources compiled with NVRTC); nvrtc: the NVRTC build even when a file lies beside the binary; a named file that does not exist is an error. " +
+			"A/B (issue 25): arm A nvrtc, arm B the file given as --lever MINFER_KERNELS=FILE (no default); same kernels and sources in both arms, so the tolerance is bitwise: a parity or greedy difference is the finding",
+		ArmA: KernelsNVRTC,
+		Liveness: &Liveness{On: "a kernels file", OffValues: []string{"", KernelsNVRTC},
+			CUDA: &PathRule{Census: []string{CensusKernelsFile}, OffCensus: []string{CensusKernelsNVRTC}, SameKernels: true},
+			Why:  "the arm given a file loads it (kernels_file in the census), the nvrtc arm compiles the embedded sources (kernels_nvrtc), and both launch the same minfer_ kernels: an arm that silently loaded the other build is caught"}},
 	{Name: "MINFER_TEST_MUTATE", Kind: Seam, Default: "", Values: []string{"", MutatePerturbLogit, MutateSkipBias, MutateSlowDecode + "[=F]", MutateSlowPrefill + "[=F]", MutatePhantom + "=LEVER", MutateFailDeviceTest, MutateAcceptWrongDraft}, Backend: "any", Path: "test seam", Issue: "#5",
 		Doc: "test seam: plants a named defect so a gate can be shown to fail (slow_decode=0.03: decode 3% slower)"},
 	{Name: "MINFER_TEST_CALL_FAIL", Kind: Path, Default: "", Values: []string{"<site>"}, Backend: "any", Path: "test seam", Issue: "#5",
@@ -471,16 +501,24 @@ func init() {
 	for i := range registry {
 		l := &registry[i]
 		l.KindS = l.Kind.String()
-		if l.ArmA != "" && l.ArmB != "" && l.Reserved == "" && l.Bars == nil {
+		if l.HasArms() && l.Reserved == "" && l.Bars == nil {
 			b := DefaultBars
 			l.Bars = &b
 		}
-		if l.ArmA != "" && l.ArmB != "" && l.Reserved == "" && l.Memory == nil {
+		if l.HasArms() && l.Reserved == "" && l.Memory == nil {
 			m := DefaultMemory
 			l.Memory = &m
 		}
 	}
 }
+
+// HasArms reports whether the lever is A/B-able: it declares arm A, and
+// arm B too unless its candidate has no default (MINFER_KERNELS: a file
+// the user names), which abtest then requires as NAME=B.
+func (l Lever) HasArms() bool { return l.ArmA != "" }
+
+// NeedsB reports whether the lever is A/B-able only with arm B given.
+func (l Lever) NeedsB() bool { return l.ArmA != "" && l.ArmB == "" }
 
 // All returns a copy of the registry, sorted by name.
 func All() []Lever {
@@ -568,7 +606,7 @@ func ParseMutation(v string) (Mutation, error) {
 		m.Frac = f
 	case MutatePhantom:
 		l, ok := Lookup(arg)
-		if !hasArg || !ok || l.ArmA == "" || l.ArmB == "" {
+		if !hasArg || !ok || !l.HasArms() {
 			return Mutation{}, fmt.Errorf("mutation phantom=%q: want phantom=NAME of a lever with arms", arg)
 		}
 		m.Lever = arg
@@ -760,7 +798,7 @@ func Parse(environ []string) (Config, error) {
 	c.LaunchCensus = on("MINFER_LAUNCH_CENSUS")
 	c.GraphDump = on("MINFER_GRAPH_DUMP")
 	c.DumpDir = raw["MINFER_DUMP_DIR"]
-	c.Kernels = raw["MINFER_KERNELS"]
+	c.Kernels = vals["MINFER_KERNELS"] // phantom: the nvrtc build (arm A)
 	c.CPUProfile = raw["MINFER_CPU_PROFILE"]
 	c.TestMutate, c.TestMutateFrac = mut.Site, mut.Frac
 	c.TestCallFail = raw["MINFER_TEST_CALL_FAIL"]

@@ -16,7 +16,7 @@ import (
 // the backend's names, and weight-type needs its typed patterns can meet.
 func registryProblems(l Lever) []string {
 	var bad []string
-	if l.ArmA == "" || l.ArmB == "" || l.Reserved != "" {
+	if !l.HasArms() || l.Reserved != "" {
 		if l.Liveness != nil || l.Workload != "" || l.Bars != nil || l.Memory != nil {
 			bad = append(bad, "a lever abtest does not run declares liveness, workload, bars or a memory bar")
 		}
@@ -58,7 +58,16 @@ func registryProblems(l Lever) []string {
 		}
 		return v
 	}
-	if lv.RunsPath(armValue(l.ArmA)) == lv.RunsPath(armValue(l.ArmB)) || l.ArmA == l.ArmB || lv.Why == "" {
+	armB := l.ArmB
+	if l.NeedsB() {
+		// Arm B is the user's (a kernels file): the rule must name the
+		// values that do not run the path, arm A's among them.
+		armB = "candidate-the-user-names"
+		if len(lv.OffValues) == 0 {
+			bad = append(bad, "a lever whose arm B has no default needs liveness OffValues (its candidate is open-ended)")
+		}
+	}
+	if lv.RunsPath(armValue(l.ArmA)) == lv.RunsPath(armValue(armB)) || l.ArmA == armB || lv.Why == "" {
 		bad = append(bad, "liveness On must be exactly one arm's value, with a why")
 	}
 	wantCUDA, wantCPU := l.Backend == "cuda" || l.Backend == "any", l.Backend == "cpu" || l.Backend == "any"
@@ -72,7 +81,7 @@ func registryProblems(l Lever) []string {
 		if r.rule == nil {
 			continue
 		}
-		if len(r.rule.Census) == 0 && !r.rule.Graphs && !r.rule.PDL && !r.rule.PrefillGraphs {
+		if len(r.rule.Census) == 0 && len(r.rule.OffCensus) == 0 && !r.rule.Graphs && !r.rule.PDL && !r.rule.PrefillGraphs {
 			bad = append(bad, "a rule with no evidence")
 		}
 		for _, t := range r.rule.Needs.WeightTypes {
@@ -83,10 +92,12 @@ func registryProblems(l Lever) []string {
 		if n := r.rule.Needs; n.MaxNT != 0 && n.MaxNT < n.MinNT {
 			bad = append(bad, "needs MaxNT < MinNT")
 		}
-		for _, p := range r.rule.Census {
+		for _, p := range slices.Concat(r.rule.Census, r.rule.OffCensus) {
 			// spec_* names are the speculative decoder's counts, on
-			// either backend (CensusSpec*).
-			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) && !strings.HasPrefix(p, "spec_") {
+			// either backend (CensusSpec*); kernels_* where the CUDA
+			// backend's kernels came from (CensusKernels*).
+			pseudo := strings.HasPrefix(p, "spec_") || r.prefix == "minfer_" && (p == CensusKernelsFile || p == CensusKernelsNVRTC)
+			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) && !pseudo {
 				bad = append(bad, "census pattern "+p+" is not a glob of "+r.prefix+"* names")
 			}
 			bad = append(bad, typedPatternProblems(p, r.rule.Needs.WeightTypes)...)
@@ -224,5 +235,43 @@ func TestParse_PhantomMakesOnlyItsLeverReadAsBaseline(t *testing.T) {
 	plain, _ := Parse([]string{"MINFER_MMQ=1"})
 	if !plain.MMQ {
 		t.Fatal("MINFER_MMQ=1 reads as off without the mutation")
+	}
+}
+
+// MINFER_KERNELS is A/B-able with arm B given (a kernels file has no
+// default): arm A is the NVRTC build, the rule's off values are unset and
+// nvrtc, and any file runs the path. A phantom reads as the NVRTC build.
+func TestRegistry_KernelsLeverArmBIsTheUsers(t *testing.T) {
+	l, _ := Lookup("MINFER_KERNELS")
+	if !l.HasArms() || !l.NeedsB() || l.ArmA != KernelsNVRTC || l.Tolerance != "" || l.Workload != "" {
+		t.Fatalf("MINFER_KERNELS: arms A=%q B=%q tolerance %q workload %q; want A=nvrtc, B given, bitwise, the default workload", l.ArmA, l.ArmB, l.Tolerance, l.Workload)
+	}
+	if l.Bars == nil || l.Memory == nil {
+		t.Errorf("MINFER_KERNELS has no bars or memory bar: %+v %+v", l.Bars, l.Memory)
+	}
+	lv := l.Liveness
+	if lv.RunsPath(KernelsNVRTC) || lv.RunsPath("") || !lv.RunsPath("/abs/minfer-kernels.fatbin") {
+		t.Errorf("liveness: nvrtc %v, unset %v, a file %v; want false, false, true", lv.RunsPath(KernelsNVRTC), lv.RunsPath(""), lv.RunsPath("/abs/minfer-kernels.fatbin"))
+	}
+	if r := lv.CUDA; r == nil || !slices.Equal(r.Census, []string{CensusKernelsFile}) || !slices.Equal(r.OffCensus, []string{CensusKernelsNVRTC}) || !r.SameKernels {
+		t.Errorf("MINFER_KERNELS's CUDA rule %+v", lv.CUDA)
+	}
+	if !strings.Contains(l.Doc, "bitwise") || !strings.Contains(l.Doc, "finding") {
+		t.Errorf("the doc does not say a parity difference is the finding: %s", l.Doc)
+	}
+	// Without OffValues the check refuses such a lever.
+	x := l
+	y := *x.Liveness
+	y.OffValues = nil
+	x.Liveness = &y
+	if p := registryProblems(x); len(p) == 0 {
+		t.Error("a lever with arm B given and no OffValues passes the registry check")
+	}
+	c, err := Parse([]string{"MINFER_KERNELS=/abs/k.fatbin", "MINFER_TEST_MUTATE=phantom=MINFER_KERNELS"})
+	if err != nil || c.Kernels != KernelsNVRTC || c.Set()["MINFER_KERNELS"] != "/abs/k.fatbin" {
+		t.Errorf("phantom: Kernels %q (set %q), %v; want nvrtc, the file kept in Set", c.Kernels, c.Set()["MINFER_KERNELS"], err)
+	}
+	if c, err := Parse([]string{"MINFER_KERNELS=nvrtc"}); err != nil || c.Kernels != KernelsNVRTC {
+		t.Errorf("MINFER_KERNELS=nvrtc: %q, %v", c.Kernels, err)
 	}
 }

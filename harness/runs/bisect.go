@@ -348,11 +348,13 @@ func (b *bisector) setUp(ctx context.Context) error {
 		if err != nil {
 			return CannotRun("--lever: %v", err)
 		}
-		if !l.ABAble() {
+		if !l.HasArms() {
 			return CannotRun("--lever %s has no arms to compare", name)
 		}
 		if hasB {
 			l.ArmB = bval
+		} else if l.NeedsB() {
+			return CannotRun("--lever %s: its arm B has no default: give it as --lever %s=B", name, name)
 		}
 		b.lever = l
 		b.run.Mode, b.run.Lever = gates.BisectLever, l.Name+"="+l.ArmB
