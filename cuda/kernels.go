@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // Kernels is the loaded fatbin with a per-name function cache, the launch
@@ -22,6 +23,7 @@ type Kernels struct {
 	dev   *driver.Device
 	mod   *driver.Module
 	stamp KernelsStamp // what the file says of its build, checked at load
+	nvrtc bool         // the embedded sources' NVRTC build, not a kernels file
 
 	mu     sync.Mutex
 	fns    map[string]*driver.Function
@@ -34,7 +36,7 @@ type Kernels struct {
 
 // KernelsOptions selects the instrumentation.
 type KernelsOptions struct {
-	Path     string // explicit fatbin path (MINFER_KERNELS); "" = next to the executable
+	Path     string // explicit fatbin path (MINFER_KERNELS); "" = next to the executable, else NVRTC; levers.KernelsNVRTC = NVRTC
 	Census   bool
 	OpTiming bool
 	// QuantizeX4 runs QuantizeQ8_1 as minfer_quantize_q8_1_x4 (four Q8_1
@@ -53,14 +55,14 @@ type KernelsOptions struct {
 }
 
 // LoadKernels loads the kernels on dev: the kernels file (opts.Path, else
-// beside the executable) or, when none is given or found there, the
-// embedded sources compiled with NVRTC (kernels_nvrtc.go). Call it inside
-// dev.Do.
+// beside the executable) or, when none is given or found there or
+// opts.Path is levers.KernelsNVRTC, the embedded sources compiled with
+// NVRTC (kernels_nvrtc.go). Call it inside dev.Do.
 func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	mod, how, err := openKernels(dev, opts)
+	mod, how, fromNVRTC, err := openKernels(dev, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +78,7 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 		return nil, err
 	}
 	opts.Logf("%s", how)
-	k := &Kernels{dev: dev, mod: mod, stamp: st, fns: map[string]*driver.Function{}, qx4: opts.QuantizeX4}
+	k := &Kernels{dev: dev, mod: mod, stamp: st, nvrtc: fromNVRTC, fns: map[string]*driver.Function{}, qx4: opts.QuantizeX4}
 	if opts.Census {
 		k.census = map[string]int64{}
 	}
@@ -89,6 +91,17 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 // File is the kernels file's path and the stamp it carries (its source
 // hash equals this binary's: LoadKernels refused any other).
 func (k *Kernels) File() (string, KernelsStamp) { return k.mod.Path, k.stamp }
+
+// Origin is the census name of where the kernels came from:
+// levers.CensusKernelsNVRTC for the embedded sources' NVRTC build,
+// levers.CensusKernelsFile for a kernels file (cmd/minfer adds it to the
+// launch census, MINFER_KERNELS's liveness evidence).
+func (k *Kernels) Origin() string {
+	if k.nvrtc {
+		return levers.CensusKernelsNVRTC
+	}
+	return levers.CensusKernelsFile
+}
 
 // Function returns the named kernel (cached).
 func (k *Kernels) Function(name string) (*driver.Function, error) {

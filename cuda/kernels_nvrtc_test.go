@@ -12,6 +12,7 @@ import (
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/cuda/nvrtc"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // The NVRTC build compiles the units scripts/build-kernels.sh compiles with
@@ -71,7 +72,7 @@ func TestNVRTCStamp_IsTheFileStampFormat(t *testing.T) {
 // NVRTC build is made in its place.
 func TestOpenKernels_NamedMissingFileIsAnErrorNeverACompile(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "gone.fatbin")
-	_, _, err := openKernels(nil, KernelsOptions{Path: missing, NVRTCCache: t.TempDir()})
+	_, _, _, err := openKernels(nil, KernelsOptions{Path: missing, NVRTCCache: t.TempDir()})
 	if !errors.Is(err, driver.ErrKernelsNotFound) || errors.Is(err, nvrtc.ErrNotFound) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("MINFER_KERNELS=%s (absent): %v; want the file's not-found error, nothing of NVRTC", missing, err)
 	}
@@ -88,7 +89,7 @@ func TestOpenKernels_NoFileAndNoNVRTCIsOneErrorNamingBothWays(t *testing.T) {
 	if p, err := driver.FindKernels(""); err == nil {
 		t.Skipf("a kernels file lies beside the test binary: %s", p)
 	}
-	_, _, err := openKernels(nil, KernelsOptions{NVRTCCache: t.TempDir()})
+	_, _, _, err := openKernels(nil, KernelsOptions{NVRTCCache: t.TempDir()})
 	if !errors.Is(err, driver.ErrKernelsNotFound) || !errors.Is(err, nvrtc.ErrNotFound) {
 		t.Fatalf("%v: want ErrKernelsNotFound and nvrtc.ErrNotFound", err)
 	}
@@ -101,5 +102,36 @@ func TestOpenKernels_NoFileAndNoNVRTCIsOneErrorNamingBothWays(t *testing.T) {
 	}
 	if strings.Contains(msg, "\n") {
 		t.Errorf("the error spans lines: %q", msg)
+	}
+}
+
+// MINFER_KERNELS=nvrtc names the NVRTC build: no file is looked for, not
+// even beside the executable (so an A/B arm cannot silently load one); a
+// named path that does not exist stays an error, never compiled around;
+// unset looks beside the executable and falls back to NVRTC.
+func TestPlanKernels_NVRTCIsExplicitAndAMissingFileStaysAnError(t *testing.T) {
+	for v, want := range map[string]kernelsPlan{
+		levers.KernelsNVRTC:        {NVRTC: true},
+		"":                         {Fallback: true},
+		"/abs/k.fatbin":            {File: "/abs/k.fatbin"},
+		"nvrtc.fatbin":             {File: "nvrtc.fatbin"},
+		"./" + levers.KernelsNVRTC: {File: "./" + levers.KernelsNVRTC},
+	} {
+		if got := planKernels(v); got != want {
+			t.Errorf("MINFER_KERNELS=%q: plan %+v, want %+v", v, got, want)
+		}
+	}
+	c, err := levers.Parse([]string{"MINFER_KERNELS=nvrtc"})
+	if err != nil || !planKernels(c.Kernels).NVRTC {
+		t.Errorf("the levers' MINFER_KERNELS=nvrtc (%q, %v) does not plan the NVRTC build", c.Kernels, err)
+	}
+	// Without libnvrtc (this machine) the explicit NVRTC build fails with
+	// NVRTC's own error, naming the setting, and never a file's.
+	if _, err := nvrtc.Open(); err == nil {
+		t.Skip("libnvrtc loads here: the device tests load the build")
+	}
+	_, _, _, err = openKernels(nil, KernelsOptions{Path: levers.KernelsNVRTC, NVRTCCache: t.TempDir()})
+	if !errors.Is(err, nvrtc.ErrNotFound) || errors.Is(err, driver.ErrKernelsNotFound) || !strings.Contains(err.Error(), "MINFER_KERNELS=nvrtc") {
+		t.Errorf("MINFER_KERNELS=nvrtc without libnvrtc: %v; want NVRTC's error naming the setting, no file's", err)
 	}
 }

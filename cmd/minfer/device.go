@@ -45,13 +45,20 @@ func (d *deviceState) noteEngine(e lm) {
 // census sums the launch census of every backend the process opened: CUDA
 // kernel launches (a graph replay counts each kernel it holds) and CPU
 // node executions (cpu_* names); they never share a name. The speculative
-// decoders' counts join as spec_* names (levers.CensusSpec*). Empty, not nil,
-// when nothing ran.
+// decoders' counts join as spec_* names (levers.CensusSpec*). Each CUDA
+// backend adds one pseudo-entry naming where its kernels came from,
+// kernels_file or kernels_nvrtc (levers.CensusKernels*: MINFER_KERNELS's
+// liveness); a constant, so a bench's timed-window difference drops it.
+// Empty, not nil, when nothing ran.
 func (d *deviceState) census() map[string]int64 {
 	total := map[string]int64{}
 	for _, b := range d.backends {
-		for k, n := range b.Kernels().Census() {
+		c := b.Kernels().Census()
+		for k, n := range c {
 			total[k] += n
+		}
+		if c != nil {
+			total[b.Kernels().Origin()]++
 		}
 	}
 	for _, c := range d.cpus {

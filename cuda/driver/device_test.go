@@ -59,14 +59,18 @@ func testDevice(t *testing.T) *Device {
 }
 
 // smokeKernel loads the kernels fatbin (MINFER_KERNELS, else next to the
-// test binary) and returns minfer_smoke_axpy. Inside Do.
+// test binary; MINFER_KERNELS=nvrtc, or no file there: the NVRTC build)
+// and returns minfer_smoke_axpy. Inside Do.
 func smokeKernel(t *testing.T, d *Device) *Function {
 	t.Helper()
 	var f *Function
 	path := testConfig(t).Kernels
 	err := d.Do(func() error {
-		m, err := d.LoadKernels(path)
-		if path == "" && errors.Is(err, ErrKernelsNotFound) {
+		var m *Module
+		var err error
+		if path == levers.KernelsNVRTC {
+			m, err = nvrtcKernels(d)
+		} else if m, err = d.LoadKernels(path); path == "" && errors.Is(err, ErrKernelsNotFound) {
 			m, err = nvrtcKernels(d)
 		}
 		if err != nil {
