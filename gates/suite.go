@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/profile"
 )
@@ -333,10 +334,7 @@ func suiteKey(bins []suiteBinary, kernels, filter string, leverEnv map[string]st
 // runs carry it in Reused); a fresh run is stored. Without a cache folder
 // it always runs.
 func runSuiteCached(ctx context.Context, cfg Config, env *Env, bins []suiteBinary, filter string, leverEnv map[string]string) ([]profile.TestRun, error) {
-	kernels := absKernels(cfg)
-	if kernels == "" && cfg.Backend == "cuda" {
-		kernels = defaultKernels(env)
-	}
+	kernels, leverEnv := suiteKernels(cfg, env, leverEnv)
 	gpu := "none"
 	if env.HasGPU {
 		if c, err := env.Probe.ReadClocks(ctx); err == nil {
@@ -378,6 +376,40 @@ func runSuiteCached(ctx context.Context, cfg Config, env *Env, bins []suiteBinar
 	}
 	return runs, nil
 }
+
+// suiteKernels is the kernels file the test binaries get as MINFER_KERNELS
+// ("": none, they look beside themselves) and the lever settings they run
+// with. An arm that sets MINFER_KERNELS itself (the MINFER_KERNELS lever)
+// keeps its value: a file (made absolute, hashed into the cache key like
+// any kernels file) or nvrtc, which --kernels or the fatbin beside minfer
+// never override (--kernels then names only the SASS census's file).
+// Otherwise --kernels, else on CUDA the fatbin beside minfer.
+func suiteKernels(cfg Config, env *Env, leverEnv map[string]string) (string, map[string]string) {
+	if v, ok := leverEnv[kernelsLever]; ok && v != harness.Unset {
+		if v == levers.KernelsNVRTC {
+			return "", leverEnv
+		}
+		rest := map[string]string{}
+		for k, x := range leverEnv {
+			if k != kernelsLever {
+				rest[k] = x
+			}
+		}
+		abs, err := filepath.Abs(v)
+		if err != nil {
+			abs = v
+		}
+		return abs, rest
+	}
+	kernels := absKernels(cfg)
+	if kernels == "" && cfg.Backend == "cuda" {
+		kernels = defaultKernels(env)
+	}
+	return kernels, leverEnv
+}
+
+// kernelsLever is the lever that names the kernels a process loads.
+const kernelsLever = "MINFER_KERNELS"
 
 // defaultKernels is the kernels fatbin beside minfer ("" when none): where
 // minfer and the test binaries find it.
@@ -474,6 +506,12 @@ func Suite(ctx context.Context, cfg Config, env *Env) Result {
 	}
 	if len(d.Refused) > 0 {
 		res.Evidence += "; not the suite's: " + strings.Join(d.Refused, "; ")
+	}
+	if v, ok := benv[kernelsLever]; ok && v != harness.Unset {
+		res.Evidence += fmt.Sprintf("; kernels: arm B's %s=%s", kernelsLever, v)
+		if cfg.Kernels != "" {
+			res.Evidence += " (--kernels " + cfg.Kernels + " names the SASS census's file only)"
+		}
 	}
 	switch {
 	case err != nil && canceled(ctx):

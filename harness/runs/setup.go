@@ -244,6 +244,10 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 		return gates.Config{}, CannotRun("%s switches no path in this build (reserved: %s)", lv.Name, lv.Reserved)
 	}
 	if !hasB {
+		if lv.NeedsB() {
+			return gates.Config{}, CannotRun("%s's arm B has no default: give it as --lever %s=B (arm A is %s=%s; values: %s)",
+				lv.Name, lv.Name, lv.Name, lv.ArmA, strings.Join(lv.ValidValues(), ", "))
+		}
 		bval = lv.ArmB
 	}
 	aval := baseline
@@ -257,6 +261,9 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 		if err := lv.Validate(v); err != nil {
 			return gates.Config{}, CannotRun("%v", err)
 		}
+	}
+	if aval, bval, err = pathArms(lv, aval, bval); err != nil {
+		return gates.Config{}, err
 	}
 	if aval == bval {
 		// The usual slip: naming a kill switch's baseline value as the
@@ -364,6 +371,32 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 	}
 	cfg.Defaults()
 	return cfg, nil
+}
+
+// pathArms: an arm of a path lever (MINFER_KERNELS; not a paired model,
+// which pairArms fits) whose value is none of the lever's literal values
+// (nvrtc) is a file: it must exist (could not run otherwise, as minfer
+// refuses a named file that does not), and the arms get its absolute path,
+// since they may run elsewhere.
+func pathArms(lv harness.Lever, vals ...string) (string, string, error) {
+	if lv.KindS == "path" && lv.HasArms() && !lv.PairedModel {
+		for i, v := range vals {
+			if v == harness.Unset || slices.Contains(lv.Values, v) {
+				continue
+			}
+			st, err := os.Stat(v)
+			if err == nil && st.IsDir() {
+				err = fmt.Errorf("a directory, not a file")
+			}
+			if err != nil {
+				return "", "", CannotRun("%s=%s: %v", lv.Name, v, err)
+			}
+			if vals[i], err = filepath.Abs(v); err != nil {
+				return "", "", CannotRun("%s=%s: %v", lv.Name, v, err)
+			}
+		}
+	}
+	return vals[0], vals[1], nil
 }
 
 // backend is where the arms of a run on device run: the CUDA backend for

@@ -31,7 +31,9 @@
 // census names CUDA kernels (minfer_mmq_q8_0 with MMQ on, minfer_gemm_q8_0
 // otherwise unless MINFER_NO_PREFILL_GEMM=1, the fused FFN/QKV kernels unless
 // their kill switch is set, minfer_attn_decode2_hd64_<kv>) and
-// {"cuda_graphs":...} (pdl_launches under MINFER_PDL=1); otherwise the CPU
+// {"cuda_graphs":...} (pdl_launches under MINFER_PDL=1), and with
+// MINFER_KERNELS set kernels_nvrtc (=nvrtc) or kernels_file (a file), where
+// the kernels came from; otherwise the CPU
 // backend's "cpu_*" op names (cpu_fused_ffn_q8_0, cpu_fused_qkv_q8_0,
 // cpu_kv_store_<kv>). MINFER_CPU_PROFILE=FILE writes a real pprof profile
 // of a busy loop in functions named like the engine's (fusedFFN,
@@ -525,6 +527,20 @@ func specCensus(c schema.LaunchCensus) {
 	}
 }
 
+// kernelsCensus names where the CUDA backend's kernels came from, as
+// minfer's census does (levers.CensusKernels*), only when MINFER_KERNELS
+// is set (minfer names it always; the fake's other censuses stay as they
+// were): kernels_nvrtc for nvrtc, kernels_file for a file.
+func kernelsCensus(c schema.LaunchCensus) {
+	switch v := env("MINFER_KERNELS"); v {
+	case "":
+	case "nvrtc":
+		c["kernels_nvrtc"] = 1
+	default:
+		c["kernels_file"] = 1
+	}
+}
+
 // backendIsCUDA: --device cuda, or auto with FAKEMINFER_GPU=1.
 func backendIsCUDA(args []string) bool {
 	dev := "auto"
@@ -597,6 +613,7 @@ func deviceLines() {
 	if env("MINFER_NO_FUSE_QKV") != "1" {
 		c["minfer_mmvq_qkv_q8_0"], c["minfer_qkv_rope_store"] = 24, 24
 	}
+	kernelsCensus(c)
 	specCensus(c)
 	fmt.Fprintln(os.Stderr, "minfer: model: cuda backend (fake)")
 	exitLine(schema.CensusLine{LaunchCensus: c})
