@@ -47,7 +47,7 @@
 #   PP=512 TG=128 REPS=3            bench shapes
 #   WARMUP_MS=2000                  untimed warmup before round 1
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
-#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own][@mutate=SITE[=F]]
+#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own][@mutate=SITE[=F]][@baseline=A]
 #                                   (a bare NAME[=VALUE] runs on the lever's declared workload, `minfer
 #                                   levers`: WORKLOAD, through abtest run --workload; the @ options below
 #                                   set it by hand instead)
@@ -62,6 +62,17 @@
 #                                   into MODEL_DIR; @SHAPE:TYPE or MODEL is the target, e.g.
 #                                   LEVERS="MINFER_DRAFT=qwen2-0.5b:Q8_0@qwen2-7b:Q4_K_M", or
 #                                   MODEL=tiny-code-f16.gguf LEVERS="MINFER_DRAFT=/abs/tiny-code-q4_0.gguf")
+#                                   (MINFER_KERNELS, issue 25: nvcc's file against the NVRTC build, both of this
+#                                   commit's sources; @baseline=FILE sets arm A (abtest --baseline):
+#                                   LEVERS="MINFER_KERNELS=nvrtc@baseline=$PWD/bin/minfer-kernels.fatbin" makes arm A
+#                                   the file step 1 builds and arm B the NVRTC build, so gate 3 asks whether NVRTC's
+#                                   is slower (the claim issue 25 needs); LEVERS="MINFER_KERNELS=$PWD/bin/minfer-kernels.fatbin"
+#                                   is the registry's orientation (A nvrtc, B the file). A path is split only at '@'
+#                                   and its first '=' belongs to NAME=, so '/' and later '=' pass; a path with '@' does
+#                                   not. KERNELS_SPLIT=1 builds the split file instead. Each arm's MINFER_KERNELS
+#                                   reaches the device suite; --kernels below names only the SASS census's file.
+#                                   The whole H200 call: OUT=... GATES=parity,greedy,ab,suite,profile
+#                                   LEVERS="MINFER_KERNELS=nvrtc@baseline=$PWD/bin/minfer-kernels.fatbin" scripts/abtest-device.sh)
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
@@ -233,16 +244,17 @@ for spec in $LEVERS; do
     # NAME[=VALUE][@ppN][@SHAPE:TYPE][@own] (header): a 2..8-token path such
     # as MINFER_MMVQ_NT never runs at pp512, a K-quant or qwen3 path never
     # on qwen2-0.5b Q8_0.
-    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=()
+    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=() base=()
     IFS=@ read -r -a opts <<<"${spec#"$lever"}"
     for o in "${opts[@]}"; do
         case "$o" in
         "") ;;
         own) own=1 ;;
         mutate=*) mutate=(--mutate "${o#mutate=}") ;;
+        baseline=*) base=(--baseline "${o#baseline=}") ;;
         pp[0-9]*) pp="${o#pp}" ;;
         *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; } ;;
-        *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE or @own)"; rc=1; continue 2 ;;
+        *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE, @own, @mutate=, @baseline=)"; rc=1; continue 2 ;;
         esac
     done
     cmodel=""
@@ -260,8 +272,8 @@ for spec in $LEVERS; do
     # (abtest run --workload: its model, pp and correctness model; none
     # declared: the default model); any @ option is taken as given instead.
     wl=(--synth-dir "$MODEL_DIR")
-    [[ "$spec" != *@[!m]* ]] && wl+=(--workload --seed "$SEED")
-    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" \
+    [[ "$spec" != *@[!mb]* ]] && wl+=(--workload --seed "$SEED")
+    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" "${base[@]}" \
         --suite-bin 'bin/*.test' --suite-cache "$work/suite-cache" --kernels bin/minfer-kernels.fatbin --gates "$gates" \
         "${rounds[@]}" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1

@@ -228,3 +228,19 @@ func TestNightlyScript_ShardsThenMerge(t *testing.T) {
 		}
 	}
 }
+
+// MINFER_KERNELS (issue 25): a path with '/' and '=' reaches abtest whole,
+// and @baseline=FILE becomes --baseline (arm A the file, arm B nvrtc)
+// without losing the registry's --workload.
+func TestDeviceScript_KernelsLeverTakesAPathAndABaseline(t *testing.T) {
+	calls, _ := runDeviceScript(t, "LEVERS=MINFER_KERNELS=nvrtc@baseline=/w/bin/minfer-kernels.fatbin MINFER_KERNELS=/w/a=b/split.fatbin", "CALIBRATE=")
+	if len(calls) != 2 {
+		t.Fatalf("abtest calls: %q", calls)
+	}
+	if !strings.Contains(calls[0], " --lever MINFER_KERNELS=nvrtc ") || !strings.Contains(calls[0], " --baseline /w/bin/minfer-kernels.fatbin ") || !strings.Contains(calls[0], " --workload ") {
+		t.Errorf("baseline spec: %q", calls[0])
+	}
+	if !strings.Contains(calls[1], " --lever MINFER_KERNELS=/w/a=b/split.fatbin ") || strings.Contains(calls[1], "--baseline") {
+		t.Errorf("file spec: %q", calls[1])
+	}
+}
