@@ -21,44 +21,10 @@ func (d *Decoder) Score(ids []int32, row func(pos int, logits []float32) error) 
 	}
 	for p := 0; p < len(ids); {
 		room := d.target.NCtx() - p
-		k := min(d.opts.K, len(ids)-p-1, room-1)
-		var drafts []int32
-		if k > 0 {
-			var err error
-			if drafts, err = d.draft.Draft(ids[:p+1], k); err != nil {
-				return fmt.Errorf("spec: draft (%s) at position %d: %w", d.draft.Name(), p, err)
-			}
-			if len(drafts) > k {
-				return fmt.Errorf("spec: the drafter %s proposed %d tokens, %d asked", d.draft.Name(), len(drafts), k)
-			}
-			for i, t := range drafts {
-				if t < 0 || int(t) >= d.opts.NVocab {
-					drafts = drafts[:i]
-					break
-				}
-			}
-		}
-		shape := 1
-		switch {
-		case len(drafts) > 0 && d.opts.FixedShape:
-			shape = min(1+d.opts.K, room)
-		case len(drafts) > 0:
-			shape = 1 + len(drafts)
-		}
-		d.batch = append(append(d.batch[:0], ids[p]), drafts...)
-		for len(d.batch) < shape {
-			d.batch = append(d.batch, d.batch[len(d.batch)-1])
-		}
-		logits, err := d.target.Forward(d.batch, shape > 1)
+		drafts, logits, nv, err := d.verify(ids, p, min(d.opts.K, len(ids)-p-1, room-1), room)
 		if err != nil {
-			return fmt.Errorf("spec: verify forward of %d tokens at position %d: %w", shape, p, err)
+			return err
 		}
-		if len(logits)%shape != 0 {
-			return fmt.Errorf("spec: %d logits for %d positions", len(logits), shape)
-		}
-		nv := len(logits) / shape
-		d.stats.Forwards++
-		d.stats.Drafted += len(drafts)
 		used := 1
 		for used <= len(drafts) && drafts[used-1] == ids[p+used] {
 			used++

@@ -159,44 +159,10 @@ func (d *Decoder) Step(ctx []int32, want int, sample func(logits []float32) int3
 	if room < 1 {
 		return fmt.Errorf("spec: the context of %d tokens is full", d.target.NCtx())
 	}
-	k := min(d.opts.K, want-1, room-1)
-	var drafts []int32
-	if k > 0 {
-		var err error
-		if drafts, err = d.draft.Draft(ctx, k); err != nil {
-			return fmt.Errorf("spec: draft (%s) at position %d: %w", d.draft.Name(), pos, err)
-		}
-		if len(drafts) > k {
-			return fmt.Errorf("spec: the drafter %s proposed %d tokens, %d asked", d.draft.Name(), len(drafts), k)
-		}
-		for i, t := range drafts {
-			if t < 0 || int(t) >= d.opts.NVocab {
-				drafts = drafts[:i]
-				break
-			}
-		}
-	}
-	shape := 1
-	switch {
-	case len(drafts) > 0 && d.opts.FixedShape:
-		shape = min(1+d.opts.K, room)
-	case len(drafts) > 0:
-		shape = 1 + len(drafts)
-	}
-	d.batch = append(append(d.batch[:0], ctx[pos]), drafts...)
-	for len(d.batch) < shape {
-		d.batch = append(d.batch, d.batch[len(d.batch)-1]) // padding: its rows are never read
-	}
-	logits, err := d.target.Forward(d.batch, shape > 1)
+	drafts, logits, nv, err := d.verify(ctx, pos, min(d.opts.K, want-1, room-1), room)
 	if err != nil {
-		return fmt.Errorf("spec: verify forward of %d tokens at position %d: %w", shape, pos, err)
+		return err
 	}
-	if len(logits)%shape != 0 {
-		return fmt.Errorf("spec: %d logits for %d positions", len(logits), shape)
-	}
-	nv := len(logits) / shape
-	d.stats.Forwards++
-	d.stats.Drafted += len(drafts)
 	used := 0
 	for j := 0; j <= len(drafts); j++ {
 		id := sample(logits[j*nv : (j+1)*nv])
@@ -221,4 +187,46 @@ func (d *Decoder) Step(ctx []int32, want int, sample func(logits []float32) int3
 		return fmt.Errorf("spec: roll back the rejected drafts: %w", err)
 	}
 	return nil
+}
+
+// verify asks the drafter for up to k tokens after ctx[:pos+1] (dropping
+// any outside the vocabulary and what follows them), forwards ctx[pos] and
+// the drafts in one verify forward of the step's shape (padded under
+// Options.FixedShape: the padding rows are never read), counts the forward
+// and the drafts, and returns the drafts and the logits, nv per position.
+func (d *Decoder) verify(ctx []int32, pos, k, room int) (drafts []int32, logits []float32, nv int, err error) {
+	if k > 0 {
+		if drafts, err = d.draft.Draft(ctx[:pos+1], k); err != nil {
+			return nil, nil, 0, fmt.Errorf("spec: draft (%s) at position %d: %w", d.draft.Name(), pos, err)
+		}
+		if len(drafts) > k {
+			return nil, nil, 0, fmt.Errorf("spec: the drafter %s proposed %d tokens, %d asked", d.draft.Name(), len(drafts), k)
+		}
+		for i, t := range drafts {
+			if t < 0 || int(t) >= d.opts.NVocab {
+				drafts = drafts[:i]
+				break
+			}
+		}
+	}
+	shape := 1
+	switch {
+	case len(drafts) > 0 && d.opts.FixedShape:
+		shape = min(1+d.opts.K, room)
+	case len(drafts) > 0:
+		shape = 1 + len(drafts)
+	}
+	d.batch = append(append(d.batch[:0], ctx[pos]), drafts...)
+	for len(d.batch) < shape {
+		d.batch = append(d.batch, d.batch[len(d.batch)-1])
+	}
+	if logits, err = d.target.Forward(d.batch, shape > 1); err != nil {
+		return nil, nil, 0, fmt.Errorf("spec: verify forward of %d tokens at position %d: %w", shape, pos, err)
+	}
+	if len(logits)%shape != 0 {
+		return nil, nil, 0, fmt.Errorf("spec: %d logits for %d positions", len(logits), shape)
+	}
+	d.stats.Forwards++
+	d.stats.Drafted += len(drafts)
+	return drafts, logits, len(logits) / shape, nil
 }
