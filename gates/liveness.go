@@ -99,31 +99,26 @@ func Liveness(lv harness.Lever, backend string, a, b ArmEvidence) (Status, strin
 		return Inconclusive, fmt.Sprintf("the rule needs one arm with %s=%s and one without; the arms are A=%s B=%s", lv.Name, lv.Liveness.On, a.Arm.Value, b.Arm.Value)
 	}
 	var fails, oks []string
-	for _, pat := range rule.Census {
-		onN, onK := matching(on.Census, pat)
-		offN, offK := matching(off.Census, pat)
-		if onN == 0 {
-			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path on) ran no %s", on.Arm.Name, lv.Name, on.Arm.Value, pat))
+	// needs: arm has ran pat (its path role hasRole), arm hasNot none.
+	needs := func(pat string, has, hasNot ArmEvidence, hasRole, notRole string) {
+		n, k := matching(has.Census, pat)
+		m, mk := matching(hasNot.Census, pat)
+		if n == 0 {
+			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path %s) ran no %s", has.Arm.Name, lv.Name, has.Arm.Value, hasRole, pat))
 		} else {
-			oks = append(oks, fmt.Sprintf("arm %s ran %s %d times (%s)", on.Arm.Name, pat, onN, strings.Join(onK, ", ")))
+			oks = append(oks, fmt.Sprintf("arm %s ran %s %d times (%s)", has.Arm.Name, pat, n, strings.Join(k, ", ")))
 		}
-		if offN > 0 {
-			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path off) still ran %s %d times (%s)", off.Arm.Name, lv.Name, off.Arm.Value, pat, offN, strings.Join(offK, ", ")))
+		if m > 0 {
+			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path %s) still ran %s %d times (%s)", hasNot.Arm.Name, lv.Name, hasNot.Arm.Value, notRole, pat, m, strings.Join(mk, ", ")))
 		} else {
-			oks = append(oks, fmt.Sprintf("arm %s ran none", off.Arm.Name))
+			oks = append(oks, fmt.Sprintf("arm %s ran none", hasNot.Arm.Name))
 		}
 	}
+	for _, pat := range rule.Census {
+		needs(pat, on, off, "on", "off")
+	}
 	for _, pat := range rule.OffCensus {
-		offN, offK := matching(off.Census, pat)
-		onN, onK := matching(on.Census, pat)
-		if offN == 0 {
-			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path off) ran no %s", off.Arm.Name, lv.Name, off.Arm.Value, pat))
-		} else {
-			oks = append(oks, fmt.Sprintf("arm %s ran %s %d times (%s)", off.Arm.Name, pat, offN, strings.Join(offK, ", ")))
-		}
-		if onN > 0 {
-			fails = append(fails, fmt.Sprintf("arm %s (%s=%s, path on) still ran %s %d times (%s)", on.Arm.Name, lv.Name, on.Arm.Value, pat, onN, strings.Join(onK, ", ")))
-		}
+		needs(pat, off, on, "off", "on")
 	}
 	graphLine := func(what string) {
 		for _, x := range []ArmEvidence{on, off} {
