@@ -177,17 +177,18 @@ func WeightBytesFromInfo(info ModelInfo) (WeightBytes, error) {
 
 // PerfMetric is one test (pp or tg) of one row.
 type PerfMetric struct {
-	Test    string  `json:"test"`     // pp512, tg128
-	TokS    Num     `json:"tok_s"`    // median of the repetitions (what the reference reports)
-	Mean    Num     `json:"mean"`     // mean of the repetitions
-	Stddev  Num     `json:"stddev"`   // sample standard deviation
-	Samples []Num   `json:"samples"`  // tok/s of every repetition
-	Ref     Num     `json:"ref"`      // reference tok/s (NaN: none)
-	Ratio   Num     `json:"ratio"`    // TokS / Ref
-	Target  Num     `json:"target"`   // ours must be >= Target
-	Met     *bool   `json:"met"`      // nil: not judged
-	Short   Num     `json:"short"`    // Target - TokS when missed
-	ShortBy float64 `json:"short_by"` // (Target - TokS) / Target when missed
+	Test    string  `json:"test"`               // pp512, tg128
+	TokS    Num     `json:"tok_s"`              // median of the repetitions (what the reference reports)
+	Mean    Num     `json:"mean"`               // mean of the repetitions
+	Stddev  Num     `json:"stddev"`             // sample standard deviation
+	Samples []Num   `json:"samples"`            // tok/s of every repetition
+	Ref     Num     `json:"ref"`                // reference tok/s (NaN: none)
+	RefFrom string  `json:"ref_from,omitempty"` // the peer measured in this run, or StoredReference
+	Ratio   Num     `json:"ratio"`              // TokS / Ref
+	Target  Num     `json:"target"`             // ours must be >= Target
+	Met     *bool   `json:"met"`                // nil: not judged
+	Short   Num     `json:"short"`              // Target - TokS when missed
+	ShortBy float64 `json:"short_by"`           // (Target - TokS) / Target when missed
 }
 
 // NewPerfMetric compares one bench test with the reference and the target
@@ -370,7 +371,9 @@ type PerfResult struct {
 	// sampled from outside it (nil: not sampled); a peer engine's row is
 	// measured the same way.
 	DeviceMemory *gpumem.Usage `json:"device_memory,omitempty"`
-	Failed       bool          `json:"failed,omitempty"`
+	// Peer is the peer engine's measurement of the row (nil: no --peer).
+	Peer   *PeerRow `json:"peer,omitempty"`
+	Failed bool     `json:"failed,omitempty"`
 	// OutOfMemory: the failed row's minfer exited with
 	// schema.ExitOutOfMemory (the row does not fit this machine): the row
 	// could not run, which is no failure of the engine.
@@ -426,6 +429,10 @@ type PerfRecord struct {
 	Comparable    string       `json:"comparable_note,omitempty"` // why ratios are not like-for-like
 	Env           Environment  `json:"environment"`
 	Rows          []PerfResult `json:"rows"`
+	// Peer is the peer engine measured beside minfer (nil: no --peer; the
+	// ratios then use the stored reference constants).
+	Peer   *PerfPeer   `json:"peer,omitempty"`
+	Slopes []PerfSlope `json:"slopes,omitempty"`
 }
 
 // Decide sets Verdict and VerdictLine: FAILED when a row failed, else
@@ -472,6 +479,14 @@ func (p *PerfRecord) Decide() {
 	}
 	if len(noFit) > 0 {
 		line += "; could not run (out of memory: does not fit this machine): " + strings.Join(noFit, ", ")
+	}
+	for _, sl := range p.Slopes {
+		if sl.Met != nil && !*sl.Met {
+			if failed == 0 && len(noFit) == 0 {
+				p.Verdict = PerfMissed
+			}
+			line += fmt.Sprintf("; pp%d chunk-time slope of %s %.2f ms per 1,024 cached tokens, above the peer's %.2f", sl.PP, sl.Model, float64(sl.Ours), float64(sl.Peer))
+		}
 	}
 	if p.Comparable != "" {
 		line += "; " + p.Comparable
