@@ -13,7 +13,7 @@
 // `synth` writes a small file and appends its arguments to
 // $FAKEMINFER_SYNTH_LOG; `info [-m MODEL] --json` and bench report a real model
 // file (the model given, else the fake's own executable as the "embedded
-// default"); FAKEMINFER_RATES=PP,TG[,TGDEPTH] makes bench report exactly
+// default"); FAKEMINFER_RATES=PP,TG[,TGDEPTH[,PPDEPTH]] makes bench report exactly
 // those tok/s (TGDEPTH: tg under -d > 0, default TG); bench -d N names its
 // tests pp<P>@dN / tg<T>@dN and leaves out a test of size 0, as minfer does;
 // info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
@@ -729,8 +729,12 @@ func bench(p, n, r, depth int, mut string, frac float64, model string) schema.Be
 		b, c, hasDepthRate := strings.Cut(b, ",")
 		pp, _ = strconv.ParseFloat(a, 64)
 		tg, _ = strconv.ParseFloat(b, 64)
+		c, d, hasDepthPP := strings.Cut(c, ",") // PP,TG,TGDEPTH,PPDEPTH
 		if hasDepthRate && depth > 0 {
 			tg, _ = strconv.ParseFloat(c, 64)
+		}
+		if hasDepthPP && depth > 0 {
+			pp, _ = strconv.ParseFloat(d, 64)
 		}
 		noise = func() float64 { return 1 }
 	}
