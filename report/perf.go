@@ -45,7 +45,15 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "**Perf: %s** — %s\n\n", p.Verdict, p.VerdictLine)
 	fmt.Fprintf(&b, "# minfer speed against the reference engine (issue 6), %s\n\n", p.Started.UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(&b, "Reference: %s.\n\n", p.Reference)
+	if pe := p.Peer; pe != nil {
+		fmt.Fprintf(&b, "Reference: **measured in this run** by the peer engine %s (`%s`, sha256 %s) on every row's same GGUF file: "+
+			"per row one untimed warm-up process of each engine (-r 1), then %d round(s) of one `minfer bench` and one `%s -m FILE -ngl 99 -p %d -n %d -r %d -o json` process "+
+			"(`-d DEPTH` on a depth row), odd rounds minfer first, even rounds the peer first; each engine's cell is the median of all its rounds' repetitions "+
+			"(llama-bench's samples_ts). The ratio columns are ours / the peer's; the stored constants of issue 6 are not used where the peer ran.\n\n",
+			pe.Name, pe.Path, pe.SHA256, pe.Rounds, pe.Name, p.PP, p.TG, p.Reps)
+	} else {
+		fmt.Fprintf(&b, "Reference: %s: %s; no peer ran in this run (`--peer llama-bench=PATH` measures one).\n\n", harness.StoredReference, p.Reference)
+	}
 	fmt.Fprintf(&b, "Ours: one `minfer bench -p %d -n %d -r %d --format json` process per row on the synthesized model of that shape and weight type (seed 1), "+
 		"after an untimed in-process warmup of MINFER_BENCH_WARMUP_MS=%d (at least 3 iterations; on the H200 the GPU idles near 375 MHz and ramps under load). "+
 		"A cell is the **median** of the %d repetitions, as the reference's (mean ± sd in the details). "+
@@ -66,22 +74,38 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 			if r.OutOfMemory {
 				f = "COULD NOT RUN (out of memory)"
 			}
-			rows = append(rows, []string{r.Row.Name(), f, thousandsRef(r.Row.RefPP, 0), "-", "-", f, thousandsRef(r.Row.RefTG, 1), "-", "-", "-", "-", "-", perfMemCell(r)})
+			refPP, refTG, from := thousandsRef(r.Row.RefPP, 0), thousandsRef(r.Row.RefTG, 1), "-"
+			if p.Peer != nil {
+				refPP, refTG = "-", "-"
+			} else if r.Row.RefPP > 0 {
+				from = harness.StoredReference
+			}
+			rows = append(rows, []string{r.Row.Name(), f, refPP, "-", "-", f, refTG, "-", "-", "-", "-", "-", perfMemCell(r), from})
 			continue
 		}
 		if r.Long != nil {
-			rows = append(rows, []string{r.Row.Name(), "-", "-", "-", "-",
-				thousands(float64(r.TG.TokS), 1), "-", Fnum(float64(r.Long.Ratio), "%.3f") + " of d0", longTargetCell(r),
-				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r)})
+			ppCell, ppRef, ppRatio := "-", "-", "-"
+			if r.PP != nil {
+				ppCell, ppRef, ppRatio = thousands(float64(r.PP.TokS), 0), refCell(r.PP, 0), ratioCell(r.PP)
+			}
+			tgRatio := Fnum(float64(r.Long.Ratio), "%.3f") + " of d0"
+			if r.TG.RefFrom != "" {
+				tgRatio = ratioCell(r.TG) + "; " + tgRatio
+			}
+			rows = append(rows, []string{r.Row.Name(), ppCell, ppRef, ppRatio, "-",
+				thousands(float64(r.TG.TokS), 1), refCell(r.TG, 1), tgRatio, longTargetCell(r),
+				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)})
 			continue
 		}
 		rows = append(rows, []string{r.Row.Name(),
-			thousands(float64(r.PP.TokS), 0), thousandsRef(r.Row.RefPP, 0), ratioCell(r.PP), targetCell(r.PP, 0),
-			thousands(float64(r.TG.TokS), 1), thousandsRef(r.Row.RefTG, 1), ratioCell(r.TG), targetCell(r.TG, 1),
-			GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r)})
+			thousands(float64(r.PP.TokS), 0), refCell(r.PP, 0), ratioCell(r.PP), targetCell(r.PP, 0),
+			thousands(float64(r.TG.TokS), 1), refCell(r.TG, 1), ratioCell(r.TG), targetCell(r.TG, 1),
+			GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)})
 	}
-	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "ours " + pp, "ref pp512", pp + " ratio", pp + " target",
-		"ours " + tg, "ref tg128", tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s", "peak device memory"}, rows))
+	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "ours " + pp, "ref " + pp, pp + " ratio", pp + " target",
+		"ours " + tg, "ref " + tg, tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s", "peak device memory", "reference"}, rows))
+	b.WriteString(slopeSection(p))
+	b.WriteString(peerSection(p))
 
 	rows = nil
 	for _, r := range p.Rows {
@@ -181,6 +205,9 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 		if r.BenchCommand != "" {
 			fmt.Fprintf(&b, "%s\n", r.BenchCommand)
 		}
+		if r.Peer != nil {
+			fmt.Fprintf(&b, "%s   # the peer, on the same file\n", r.Peer.Command)
+		}
 		if r.Long != nil && r.Long.TG0Command != "" {
 			fmt.Fprintf(&b, "%s   # depth 0, for the ratio\n", r.Long.TG0Command)
 		}
@@ -192,9 +219,98 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	return b.String()
 }
 
-// perfMemCell is a row's bench process's peak device memory.
+// refCell is a metric's reference tok/s: the peer's measured number or a
+// stored constant ("-": none).
+func refCell(m *harness.PerfMetric, decimals int) string {
+	if m == nil || m.RefFrom == "" {
+		return "-"
+	}
+	return thousands(float64(m.Ref), decimals)
+}
+
+// refFromCell says where a row's reference numbers come from.
+func refFromCell(r harness.PerfResult) string {
+	for _, m := range []*harness.PerfMetric{r.PP, r.TG} {
+		if m != nil && m.RefFrom != "" {
+			return m.RefFrom
+		}
+	}
+	return "-"
+}
+
+// perfMemCell is a row's peak device memory: minfer's timed bench
+// processes, and the peer's beside it when one ran.
 func perfMemCell(r harness.PerfResult) string {
-	u := r.DeviceMemory
+	s := perfMem(r.DeviceMemory)
+	if r.Peer != nil {
+		s = "ours " + s + "; peer " + perfMem(r.Peer.DeviceMemory)
+	}
+	return s
+}
+
+// slopeSection is the pp chunk time's growth with the KV depth, per model
+// with a depth-0 row and depth rows ("" when none).
+func slopeSection(p *harness.PerfRecord) string {
+	if len(p.Slopes) == 0 {
+		return ""
+	}
+	var rows [][]string
+	for _, s := range p.Slopes {
+		var pts []string
+		for i, d := range s.Depths {
+			pt := fmt.Sprintf("d%d: %.2f", d, float64(s.OursMS[i]))
+			if len(s.PeerMS) == len(s.Depths) {
+				pt += fmt.Sprintf(" / %.2f", float64(s.PeerMS[i]))
+			}
+			pts = append(pts, pt)
+		}
+		verdict := "- (no peer)"
+		if s.Met != nil && *s.Met {
+			verdict = "met (ours <= the peer's)"
+		} else if s.Met != nil {
+			verdict = "**MISSED** (ours above the peer's)"
+		}
+		rows = append(rows, []string{s.Model, Fnum(float64(s.Ours), "%.3f"), Fnum(float64(s.Peer), "%.3f"), verdict, strings.Join(pts, ", ")})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## pp%d chunk time over the KV depth\n\n"+
+		"Per model with a depth-0 row and depth rows in this run: the time of one pp%d chunk (%d / median tok/s, in ms) at each depth, "+
+		"and its least-squares slope over the depths in ms per 1,024 cached tokens, ours and the peer's (issue 20's bar: ours <= the peer's).\n\n", p.PP, p.PP, p.PP)
+	fmt.Fprintf(&b, "%s\n", Table([]string{"model", "ours ms / 1,024 tokens", "peer ms / 1,024 tokens", "bar", "chunk ms at each depth (ours / peer)"}, rows))
+	return b.String()
+}
+
+// peerSection lists, per row, the order of the rounds and the peer's
+// numbers ("" without a peer).
+func peerSection(p *harness.PerfRecord) string {
+	if p.Peer == nil {
+		return ""
+	}
+	var rows [][]string
+	for _, r := range p.Rows {
+		if r.Peer == nil {
+			continue
+		}
+		var order []string
+		for _, rd := range r.Peer.Rounds {
+			order = append(order, fmt.Sprintf("%d: %s first", rd.Round, rd.First))
+		}
+		cell := func(m *harness.PerfMetric, d int) string {
+			if m == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%s (%s ± %s, %d samples)", thousands(float64(m.TokS), d), thousands(float64(m.Mean), d), thousands(float64(m.Stddev), d), len(m.Samples))
+		}
+		rows = append(rows, []string{r.Row.Name(), cell(r.Peer.PP, 0), cell(r.Peer.TG, 1), perfMem(r.Peer.DeviceMemory), orDash(strings.Join(order, ", "))})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Peer engine: %s\n\n%s, sha256 %s; its peak device memory is sampled from outside each of its timed processes, as minfer's.\n\n", p.Peer.Name, p.Peer.Path, p.Peer.SHA256)
+	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "peer pp median (mean ± sd, samples)", "peer tg median (mean ± sd, samples)", "peer peak device memory", "rounds"}, rows))
+	return b.String()
+}
+
+// perfMem is one peak device memory reading of a perf row.
+func perfMem(u *gpumem.Usage) string {
 	if u == nil || !u.Measured {
 		return "not measured"
 	}

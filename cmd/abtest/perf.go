@@ -16,7 +16,7 @@ import (
 func newPerfCmd() *cobra.Command {
 	var f runs.PerfOptions
 	cmd := &cobra.Command{
-		Use:   "perf [--rows all|SHAPE:TYPE,...] [--device cuda] [--out reports/perf]",
+		Use:   "perf [--rows all|SHAPE:TYPE[@dDEPTH],...] [--device cuda] [--peer llama-bench=PATH] [--out reports/perf]",
 		Short: "measure issue 6's speed table: minfer bench on every synthesized row against the reference engine's numbers, with decode GB/s and the share of the HBM floor",
 		Long: "For each row of issue 6's target table: synthesize the model (cached), run one `minfer bench`\n" +
 			"process (in-process warmup of --bench-warmup-ms first), and write reports/perf/<date>-<commit>.md/.json:\n" +
@@ -26,7 +26,13 @@ func newPerfCmd() *cobra.Command {
 			"counts kernels and graph replays per decoded token; ms per token and µs per launch come from the timed bench.\n" +
 			"The long-context row qwen2-7b:Q4_K_M@d4096 (in --rows all) runs `minfer bench -p 0 -d 4096` and is judged\n" +
 			"against the same invocation's tg at depth 0 of qwen2-7b:Q4_K_M (>= 0.85 x; measured by the row itself when\n" +
-			"that row is not run).\n" +
+			"that row is not run). A depth row SHAPE:TYPE@dDEPTH runs pp and tg at that depth in one process\n" +
+			"(`minfer bench -p PP -n TG -d DEPTH --ctx DEPTH+PP+TG`); its tg keeps issue 6's judgement.\n" +
+			"--peer llama-bench=PATH: per row, after one untimed warm-up process of each engine, --peer-rounds rounds of\n" +
+			"one `minfer bench` and one `llama-bench -m FILE -ngl 99 -p PP -n TG -r REPS -o json [-d DEPTH]` on the same\n" +
+			"GGUF file, the order alternating; the peer's medians are the ratio column and its peak device memory is\n" +
+			"sampled as minfer's. With a depth-0 row and depth rows of one model, the pp chunk time's slope over depth\n" +
+			"(ms per 1,024 cached tokens) is reported for both engines (ours above the peer's is a missed target).\n" +
 			"Exit 0: every judged row met its targets; 1: a row missed a target or failed; 2: could not run.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,6 +55,8 @@ func newPerfCmd() *cobra.Command {
 	fl.StringVar(&f.Minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
 	fl.StringVar(&f.SynthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: $XDG_CACHE_HOME/minfer/abtest-synth)")
 	fl.Uint64Var(&f.Seed, "seed", 1, "weight seed of the synthesized models")
+	fl.StringVar(&f.Peer, "peer", "", "llama-bench=PATH: measure the peer engine on every row's same GGUF file, interleaved with minfer (its numbers become the ratio column; without it the ratios use the stored reference constants of issue 6)")
+	fl.IntVar(&f.PeerRounds, "peer-rounds", 2, "with --peer: rounds per row, each one minfer bench and one llama-bench process of --reps repetitions, odd rounds minfer first, even rounds the peer first (after one untimed -r 1 warm-up process of each)")
 	fl.DurationVar(&f.Timeout, "row-timeout", 20*time.Minute, "limit of each minfer process (synth, bench): a hung row is FAILED (0: no limit)")
 	return cmd
 }

@@ -26,6 +26,44 @@ type PerfOptions struct {
 	PP, TG, Reps, BenchWarm             int
 	Seed                                uint64
 	Timeout                             time.Duration
+	// Peer is "llama-bench=PATH" (empty: no peer; the ratios use the
+	// stored reference constants). PeerRounds is the number of rounds per
+	// row with a peer: one minfer bench and one peer process each, the
+	// order alternating (odd rounds minfer first), after one untimed
+	// warm-up process of each engine.
+	Peer       string
+	PeerRounds int
+}
+
+// peerRun is the peer engine of a perf run: its runner (the same device
+// memory monitor as minfer's) and how many rounds a row gets.
+type peerRun struct {
+	name   string
+	r      *harness.Runner
+	rounds int
+}
+
+// parsePeer reads --peer NAME=PATH: llama-bench is the one peer known.
+func parsePeer(spec string) (name, path, sum string, err error) {
+	name, path, ok := strings.Cut(spec, "=")
+	if !ok || name != harness.PeerLlamaBench || path == "" {
+		return "", "", "", CannotRun("--peer %q: want llama-bench=PATH (the llama.cpp benchmark binary)", spec)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", "", "", CannotRun("--peer: %v", err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", "", "", CannotRun("--peer: %s is not an executable file", path)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	sum, err = harness.FileSHA256(path)
+	if err != nil {
+		return "", "", "", CannotRun("--peer: %v", err)
+	}
+	return name, path, sum, nil
 }
 
 // runPerf measures every row and writes the report; the error is a
@@ -50,6 +88,17 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	default:
 		return nil, "", CannotRun("--device %q: want cuda, cpu or auto", f.Device)
 	}
+	var peer *harness.PerfPeer
+	if f.Peer != "" {
+		if f.PeerRounds < 1 {
+			return nil, "", CannotRun("--peer-rounds %d: want at least one round", f.PeerRounds)
+		}
+		name, path, sum, err := parsePeer(f.Peer)
+		if err != nil {
+			return nil, "", err
+		}
+		peer = &harness.PerfPeer{Name: name, Path: path, SHA256: sum, Rounds: f.PeerRounds}
+	}
 	bin, err := findMinfer(f.Minfer)
 	if err != nil {
 		return nil, "", err
@@ -62,9 +111,13 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	r := &harness.Runner{Bin: bin, Timeout: f.Timeout, GPUMem: gpumem.NewMonitor(),
 		Pinned: map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(f.BenchWarm)}}
 	m := harness.Minfer{R: r, Device: f.Device}
+	var pr *peerRun
+	if peer != nil {
+		pr = &peerRun{name: peer.Name, rounds: peer.Rounds, r: &harness.Runner{Bin: peer.Path, Timeout: f.Timeout, GPUMem: r.GPUMem}}
+	}
 
 	rec := &harness.PerfRecord{Started: time.Now(), Command: cmdline, Device: f.Device, PP: f.PP, TG: f.TG, Reps: f.Reps,
-		BenchWarmupMS: f.BenchWarm, Reference: harness.PerfReference, HBMCopyGBs: harness.HBMCopyGBs}
+		BenchWarmupMS: f.BenchWarm, Reference: harness.PerfReference, HBMCopyGBs: harness.HBMCopyGBs, Peer: peer}
 	rec.Env = probe.Capture(ctx, bin, "")
 	rec.Env.Model = "one per row (see the rows)"
 	rec.Env.Pinned = map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(f.BenchWarm)}
@@ -80,10 +133,14 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	}
 	sameShape := f.PP == harness.PerfRefPP && f.TG == harness.PerfRefTG
 	var notes []string
-	if !sameShape {
+	if !sameShape && peer == nil {
 		notes = append(notes, fmt.Sprintf("--pp %d --tg %d is not the reference's pp%d/tg%d: no ratio, no target judged", f.PP, f.TG, harness.PerfRefPP, harness.PerfRefTG))
+	} else if !sameShape {
+		notes = append(notes, fmt.Sprintf("--pp %d --tg %d is not issue 6's pp%d/tg%d: no target judged (the ratios are against the peer at the same sizes)", f.PP, f.TG, harness.PerfRefPP, harness.PerfRefTG))
 	}
-	if f.Device != "cuda" {
+	if f.Device != "cuda" && peer != nil {
+		notes = append(notes, fmt.Sprintf("--device %s: the peer runs with -ngl 99 (its GPU build offloads every layer), so the ratios are not like-for-like", f.Device))
+	} else if f.Device != "cuda" {
 		notes = append(notes, fmt.Sprintf("--device %s: the reference ran on the H200 (CUDA), so the ratios are not like-for-like", f.Device))
 	}
 	rec.Comparable = strings.Join(notes, "; ")
@@ -95,7 +152,7 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	for i, idx := range perfOrder(rows) {
 		row := rows[idx]
 		fmt.Fprintf(progress, "perf: row %d/%d %s\n", i+1, len(rows), row.Name())
-		res := perfRow(ctx, f, r, probe, hasGPU && f.Device != "cpu", row, sameShape, tg0[strings.ToLower(row.BaseName())])
+		res := perfRow(ctx, f, r, pr, probe, hasGPU && f.Device != "cpu", row, sameShape, tg0[strings.ToLower(row.BaseName())])
 		switch {
 		case res.Failed:
 			fmt.Fprintf(progress, "perf: %s FAILED at %s: %s\n", row.Name(), res.Stage, res.Error)
@@ -112,6 +169,7 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 		}
 		rec.Rows[idx] = res
 	}
+	rec.Slopes = harness.NewPerfSlopes(rec.Rows, f.PP)
 	rec.Decide()
 	base := filepath.Join(f.Out, rec.Started.UTC().Format("2006-01-02T150405")+"-"+rec.Env.ShortCommit())
 	if err := os.MkdirAll(f.Out, 0o755); err != nil {
@@ -147,7 +205,7 @@ func perfOrder(rows []harness.PerfRow) []int {
 // perfRow synthesizes (or reuses) one row's model and benches it. tg0 is
 // the tg at depth 0 of the row's model measured earlier in this invocation
 // (nil: none), what a long-context row is compared with.
-func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, probe harness.Probe, readClocks bool, row harness.PerfRow, sameShape bool, tg0 *harness.PerfMetric) harness.PerfResult {
+func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, probe harness.Probe, readClocks bool, row harness.PerfRow, sameShape bool, tg0 *harness.PerfMetric) harness.PerfResult {
 	res := harness.PerfResult{Row: row, Synth: "not run"}
 	nan := harness.Num(math.NaN())
 	res.Decode = harness.Decode{GBs: nan, HBMShare: nan, FloorTokS: nan}
@@ -203,36 +261,27 @@ func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, probe harne
 		res.ClocksNote = "no GPU clocks (no device, or --device cpu)"
 	}
 	if row.Depth > 0 {
-		return perfLongRow(ctx, f, r, row, &res, path, tg0, fail)
+		return perfLongRow(ctx, f, r, pr, row, &res, path, tg0, fail)
 	}
 	args := []string{"bench", "--model", path, "--device", f.Device, "-p", strconv.Itoa(f.PP), "-n", strconv.Itoa(f.TG),
 		"-r", strconv.Itoa(f.Reps), "--format", "json"}
-	e, err := r.Run(ctx, "bench "+row.Name(), nil, args...)
-	if e != nil {
-		res.BenchCommand = e.Command(r.Bin)
-		res.BenchWall = e.Wall.Seconds()
-		res.DeviceMemory = e.DeviceMemory
-	}
+	pp, tg, stage, err := perfMeasure(ctx, f, r, pr, row, path, args, &res)
 	if err != nil {
-		return fail("bench", err)
+		return fail(stage, err)
 	}
-	b, err := harness.ParseBench(e.Stdout)
-	if err != nil {
-		res.StderrTail = strings.TrimSpace(e.Stderr)
-		return fail("parse", err)
-	}
-	pp, okP := b.Test("pp")
-	tg, okT := b.Test("tg")
-	if !okP || !okT {
-		res.StderrTail = strings.TrimSpace(e.Stderr)
-		return fail("parse", fmt.Errorf("bench json has tests %v, want a pp and a tg test", testNames(b)))
-	}
-	res.ModelSHA256, res.Backend, res.KVFormat, res.Warmup = b.ModelSHA256, b.Backend, b.KVFormat, b.Warmup
 	refPP, refTG, tgtPP, tgtTG := row.RefPP, row.RefTG, row.TargetPP, row.TargetTG
 	if !sameShape {
 		refPP, refTG, tgtPP, tgtTG = 0, 0, 0, 0
 	}
+	from := harness.StoredReference
+	if res.Peer != nil {
+		refPP, refTG = float64(res.Peer.PP.TokS), float64(res.Peer.TG.TokS)
+		from = pr.name + ", measured in this run"
+	}
 	pm, tm := harness.NewPerfMetric(pp, refPP, tgtPP), harness.NewPerfMetric(tg, refTG, tgtTG)
+	if refPP > 0 {
+		pm.RefFrom, tm.RefFrom = from, from
+	}
 	res.PP, res.TG = &pm, &tm
 	res.Decode = harness.DecodeBandwidth(res.Weights.PerToken, tg.Value())
 	if refTG > 0 {
@@ -272,58 +321,37 @@ func perfCensus(ctx context.Context, f *PerfOptions, r *harness.Runner, row harn
 // of that model) or, when none was measured, against a depth-0 bench it
 // runs itself right after: never a number from another run. res is
 // perfRow's result so far, the one fail records a failure on.
-func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, row harness.PerfRow, res *harness.PerfResult, path string,
+func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, row harness.PerfRow, res *harness.PerfResult, path string,
 	tg0 *harness.PerfMetric, fail func(string, error) harness.PerfResult) harness.PerfResult {
-	bench := func(label string, depth int) (harness.BenchTest, harness.BenchResult, *harness.Exec, string, error) {
-		args := []string{"bench", "--model", path, "--device", f.Device, "-p", "0", "-n", strconv.Itoa(f.TG)}
-		if depth > 0 {
-			args = append(args, "-d", strconv.Itoa(depth))
-		}
-		args = append(args, "-r", strconv.Itoa(f.Reps), "--format", "json")
-		e, err := r.Run(ctx, label, nil, args...)
-		if err != nil {
-			return harness.BenchTest{}, harness.BenchResult{}, e, "bench", err
-		}
-		b, err := harness.ParseBench(e.Stdout)
-		if err != nil {
-			return harness.BenchTest{}, b, e, "parse", err
-		}
-		// The name proves minfer ran at that depth (one that ignored -d
-		// would answer a plain tgN).
-		want := fmt.Sprintf("tg%d", f.TG)
-		if depth > 0 {
-			want += fmt.Sprintf("@d%d", depth)
-		}
-		t, ok := b.Test("tg")
-		if !ok || t.Name != want {
-			return t, b, e, "parse", fmt.Errorf("bench json has tests %v, want %s", testNames(b), want)
-		}
-		return t, b, e, "", nil
-	}
-	td, b, e, stage, err := bench("bench "+row.Name(), row.Depth)
-	if e != nil {
-		res.BenchCommand = e.Command(r.Bin)
-		res.BenchWall = e.Wall.Seconds()
-		res.DeviceMemory = e.DeviceMemory
-		if stage == "parse" {
-			res.StderrTail = strings.TrimSpace(e.Stderr)
-		}
-	}
+	// pp and tg at depth in one process, as llama-bench -p PP -n TG -d D
+	// runs them; the context holds the fill and both tests, as llama-bench's
+	// n_ctx = n_prompt + n_gen + n_depth.
+	args := []string{"bench", "--model", path, "--device", f.Device, "-p", strconv.Itoa(f.PP), "-n", strconv.Itoa(f.TG),
+		"-d", strconv.Itoa(row.Depth), "-r", strconv.Itoa(f.Reps), "--format", "json", "--ctx", strconv.Itoa(row.Depth + f.PP + f.TG)}
+	pd, td, stage, err := perfMeasure(ctx, f, r, pr, row, path, args, res)
 	if err != nil {
 		return fail(stage, err)
 	}
-	res.ModelSHA256, res.Backend, res.KVFormat, res.Warmup = b.ModelSHA256, b.Backend, b.KVFormat, b.Warmup
 	from, cmd0 := "row "+row.BaseName()+" of this run", ""
 	if tg0 == nil {
-		t0, _, e0, stage, err := bench("bench "+row.BaseName()+" at depth 0 for "+row.Name(), 0)
+		// The depth-0 tg of this model, measured by this row: never a
+		// number from another run.
+		args0 := []string{"bench", "--model", path, "--device", f.Device, "-p", "0", "-n", strconv.Itoa(f.TG), "-r", strconv.Itoa(f.Reps), "--format", "json"}
+		e0, err := r.Run(ctx, "bench "+row.BaseName()+" at depth 0 for "+row.Name(), nil, args0...)
 		if e0 != nil {
 			cmd0 = e0.Command(r.Bin)
-			if stage == "parse" {
-				res.StderrTail = strings.TrimSpace(e0.Stderr)
-			}
 		}
 		if err != nil {
-			return fail(stage+" at depth 0", err)
+			return fail("bench at depth 0", err)
+		}
+		b0, err := harness.ParseBench(e0.Stdout)
+		t0, ok := b0.Test("tg")
+		if err == nil && (!ok || t0.Name != fmt.Sprintf("tg%d", f.TG)) {
+			err = fmt.Errorf("bench json has tests %v, want tg%d", testNames(b0), f.TG)
+		}
+		if err != nil {
+			res.StderrTail = strings.TrimSpace(e0.Stderr)
+			return fail("parse at depth 0", err)
 		}
 		m0 := harness.NewPerfMetric(t0, 0, 0)
 		tg0 = &m0
@@ -335,9 +363,151 @@ func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, row har
 	}
 	tm, lc := harness.NewLongContext(row.Depth, td, *tg0, from, minRatio)
 	lc.TG0Command = cmd0
-	res.TG, res.Long = &tm, &lc
+	pm := harness.NewPerfMetric(pd, 0, 0)
+	if res.Peer != nil {
+		// The peer ran the same depth: its numbers are the ratios' (no
+		// stored constant exists at depth).
+		from := pr.name + ", measured in this run"
+		pm = harness.NewPerfMetric(pd, float64(res.Peer.PP.TokS), 0)
+		tm.Ref, tm.Ratio = res.Peer.TG.TokS, harness.Num(td.Value()/float64(res.Peer.TG.TokS))
+		pm.RefFrom, tm.RefFrom = from, from
+		res.RefDecode = harness.DecodeBandwidth(res.Weights.PerToken, float64(res.Peer.TG.TokS))
+	}
+	res.PP, res.TG, res.Long = &pm, &tm, &lc
 	res.Decode = harness.DecodeBandwidth(res.Weights.PerToken, td.Value())
 	return *res
+}
+
+// perfMeasure runs a row's timed processes on the model at path: without a
+// peer one `minfer bench` process (args); with one, an untimed warm-up
+// process of each engine (-r 1), then pr.rounds rounds of one minfer and
+// one peer process each, odd rounds minfer first, even rounds the peer
+// first. Each engine's pp and tg pool the repetitions of all its rounds
+// (the cell is their median). It fills res's commands, wall, memory (the
+// peak over the timed processes, each engine's own) and Peer; on an error
+// the stage says whose and the stderr tail is in res.
+func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, row harness.PerfRow, path string, args []string,
+	res *harness.PerfResult) (pp, tg harness.BenchTest, stage string, err error) {
+	suffix := ""
+	if row.Depth > 0 {
+		suffix = fmt.Sprintf("@d%d", row.Depth)
+	}
+	wantPP, wantTG := fmt.Sprintf("pp%d%s", f.PP, suffix), fmt.Sprintf("tg%d%s", f.TG, suffix)
+	ours := func(label string, args []string) (harness.BenchTest, harness.BenchTest, *harness.Exec, string, error) {
+		e, err := r.Run(ctx, label, nil, args...)
+		if err != nil {
+			return pp, tg, e, "bench", err
+		}
+		b, err := harness.ParseBench(e.Stdout)
+		if err != nil {
+			res.StderrTail = strings.TrimSpace(e.Stderr)
+			return pp, tg, e, "parse", err
+		}
+		// The names prove minfer ran at the depth asked (one that ignored
+		// -d would answer a plain tgN).
+		t, okT := b.Test("tg")
+		p, okP := b.Test("pp")
+		switch {
+		case !okT || t.Name != wantTG:
+			err = fmt.Errorf("bench json has tests %v, want %s", testNames(b), wantTG)
+		case !okP || p.Name != wantPP:
+			err = fmt.Errorf("bench json has tests %v, want %s", testNames(b), wantPP)
+		}
+		if err != nil {
+			res.StderrTail = strings.TrimSpace(e.Stderr)
+			return p, t, e, "parse", err
+		}
+		res.ModelSHA256, res.Backend, res.KVFormat, res.Warmup = b.ModelSHA256, b.Backend, b.KVFormat, b.Warmup
+		return p, t, e, "", nil
+	}
+	timedOurs := func(label string) (harness.BenchTest, harness.BenchTest, string, error) {
+		p, t, e, stage, err := ours(label, args)
+		if e != nil {
+			if res.BenchCommand == "" {
+				res.BenchCommand = e.Command(r.Bin)
+			}
+			res.BenchWall += e.Wall.Seconds()
+			res.DeviceMemory = harness.PeakOf(res.DeviceMemory, e.DeviceMemory)
+		}
+		return p, t, stage, err
+	}
+	if pr == nil {
+		p, t, stage, err := timedOurs("bench " + row.Name())
+		return p, t, stage, err
+	}
+	peerArgs := func(reps int) []string { return harness.PeerArgs(path, f.PP, f.TG, reps, row.Depth) }
+	peer := func(label string, reps int) (harness.BenchTest, harness.BenchTest, *harness.Exec, string, error) {
+		e, err := pr.r.RunCall(ctx, harness.Call{Label: label, Args: peerArgs(reps)})
+		if err != nil {
+			what := fmt.Sprintf("exit %d", e.Exit)
+			if e.TimedOut {
+				what = "timed out after " + e.Wall.Round(time.Millisecond).String()
+			} else if e.Exit < 0 {
+				what = err.Error()
+			}
+			res.StderrTail = strings.TrimSpace(e.Stderr)
+			return pp, tg, e, pr.name, fmt.Errorf("%s: %s: %s", label, e.Command(pr.r.Bin), what)
+		}
+		p, t, err := harness.ParseLlamaBench(e.Stdout, f.PP, f.TG, row.Depth)
+		if err != nil {
+			res.StderrTail = strings.TrimSpace(e.Stderr)
+			return p, t, e, pr.name + " parse", err
+		}
+		return p, t, e, "", nil
+	}
+	warm := append([]string(nil), args...)
+	for i := range warm {
+		if warm[i] == "-r" && i+1 < len(warm) {
+			warm[i+1] = "1"
+		}
+	}
+	res.Peer = &harness.PeerRow{Command: harness.ShellQuote(pr.r.Bin) + " " + quoteAll(peerArgs(f.Reps))}
+	if _, _, _, stage, err := ours("warm-up bench "+row.Name(), warm); err != nil {
+		return pp, tg, stage + " (warm-up)", err
+	}
+	if _, _, _, stage, err := peer("warm-up "+pr.name+" "+row.Name(), 1); err != nil {
+		return pp, tg, stage + " (warm-up)", err
+	}
+	var oursPP, oursTG, peerPP, peerTG []harness.BenchTest
+	for i := 1; i <= pr.rounds; i++ {
+		order := []string{"minfer", pr.name}
+		if i%2 == 0 {
+			order[0], order[1] = order[1], order[0]
+		}
+		res.Peer.Rounds = append(res.Peer.Rounds, harness.PeerRound{Round: i, First: order[0]})
+		for _, who := range order {
+			if ctx.Err() != nil {
+				return pp, tg, "interrupted", fmt.Errorf("round %d: %v", i, ctx.Err())
+			}
+			if who == "minfer" {
+				p, t, stage, err := timedOurs(fmt.Sprintf("bench %s round %d", row.Name(), i))
+				if err != nil {
+					return pp, tg, stage, err
+				}
+				oursPP, oursTG = append(oursPP, p), append(oursTG, t)
+				continue
+			}
+			p, t, e, stage, err := peer(fmt.Sprintf("%s %s round %d", pr.name, row.Name(), i), f.Reps)
+			if e != nil {
+				res.Peer.DeviceMemory = harness.PeakOf(res.Peer.DeviceMemory, e.DeviceMemory)
+			}
+			if err != nil {
+				return pp, tg, stage, err
+			}
+			peerPP, peerTG = append(peerPP, p), append(peerTG, t)
+		}
+	}
+	ppm, tgm := harness.NewPerfMetric(harness.PoolTests(peerPP), 0, 0), harness.NewPerfMetric(harness.PoolTests(peerTG), 0, 0)
+	res.Peer.PP, res.Peer.TG = &ppm, &tgm
+	return harness.PoolTests(oursPP), harness.PoolTests(oursTG), "", nil
+}
+
+func quoteAll(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = harness.ShellQuote(a)
+	}
+	return strings.Join(q, " ")
 }
 
 // stderrTailOf extracts the "stderr tail: ..." part of an ArmError message.
