@@ -59,9 +59,9 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 		"A cell is the **median** of the %d repetitions, as the reference's (mean ± sd in the details). "+
 		"Decode GB/s = weight bytes read per token × tg tok/s; share of the HBM floor = GB/s / %.0f (DEVICE.md's measured HBM copy, ~4.3 TB/s), "+
 		"which is also tg tok/s / floor tok/s. "+
-		"A long-context row (SHAPE:TYPE@dDEPTH) runs `minfer bench -p 0 -n %d -d DEPTH` (an untimed fill of DEPTH tokens before every repetition) "+
-		"and has no reference engine number: it is judged against the same run's tg at depth 0 of that model (section \"Long context\").\n\n",
-		p.PP, p.TG, p.Reps, p.BenchWarmupMS, p.Reps, p.HBMCopyGBs, p.TG)
+		"A depth row (SHAPE:TYPE@dDEPTH) runs `minfer bench -p %d -n %d -d DEPTH --ctx DEPTH+%d` (an untimed fill of DEPTH tokens before every repetition): "+
+		"its pp and tg at that depth; no stored constant exists there (only a peer gives it a ratio), and its tg is judged against the same run's tg at depth 0 of that model (section \"Long context\").\n\n",
+		p.PP, p.TG, p.Reps, p.BenchWarmupMS, p.Reps, p.HBMCopyGBs, p.PP, p.TG, p.PP+p.TG)
 	if p.Comparable != "" {
 		fmt.Fprintf(&b, "**Not like-for-like:** %s.\n\n", p.Comparable)
 	}
@@ -337,6 +337,9 @@ func perfMemoryNote(p *harness.PerfRecord) string {
 	case src != "" && why != "":
 		return fmt.Sprintf("Peak device memory: each row's timed bench process, sampled from outside it by %s for its lifetime (some rows not measured: %s).", src, why)
 	case src != "":
+		if p.Peer != nil {
+			return fmt.Sprintf("Peak device memory: each row's timed bench processes (the peak over its rounds), and the peer's beside it (\"ours X; peer Y\"), sampled from outside each process by %s for its lifetime.", src)
+		}
 		return fmt.Sprintf("Peak device memory: each row's timed bench process, sampled from outside it by %s for its lifetime.", src)
 	case why != "":
 		return "Peak device memory: not measured (" + why + ")."

@@ -28,7 +28,7 @@
 #
 # Long context: "all" ends with issue 6's long-context row
 # qwen2-7b:Q4_K_M@d4096 (ROWS=qwen2-7b:Q4_K_M@d4096 runs it alone): one
-# `minfer bench -p 0 -n 128 -d 4096 -r 5 --format json`, judged met when its tg128
+# `minfer bench -p 512 -n 128 -d 4096 -r 5 --format json --ctx 4736`, its tg128 judged met when it
 # is >= 0.85 x the same run's tg128 at depth 0 of qwen2-7b:Q4_K_M (the
 # depth-0 row's number; run alone, the row benches depth 0 itself first). No
 # llama.cpp number: the report's "Long context" section gives both tok/s and
@@ -37,9 +37,25 @@
 # repetition and warmup iteration starts from it (Engine.Truncate); 5 x tg128
 # is ~3 s.
 #
+# Peer (issue 20): PEER=path/to/llama-bench measures llama.cpp's llama-bench
+# on every row's same synthesized GGUF file in the same run (`abtest perf
+# --peer llama-bench=$PEER`): per row one untimed -r 1 warm-up process of each
+# engine, then PEER_ROUNDS rounds (default 2) of one `minfer bench` and one
+# `llama-bench -m FILE -ngl 99 -p 512 -n 128 -r $REPS -o json [-d DEPTH]`,
+# odd rounds minfer first, even rounds the peer first. The peer's medians are
+# the ratio column (the stored issue-6 constants only without PEER, labelled
+# "stored reference (issue 6)"), its peak device memory is sampled beside
+# ours, and the report names its command and sha256. Building llama-bench on
+# the H200: /work/shared/DEVICE.md, "The reference engine as a measured peer".
+# Issue 20's depth rows, with the pp512 chunk-time slope over depth:
+#   PEER=/tmp/llama.cpp/b/bin/llama-bench ROWS=qwen2-7b:Q4_K_M,qwen2-7b:Q4_K_M@d8192,qwen2-7b:Q4_K_M@d16384,qwen2-7b:Q4_K_M@d32128 REPS=2 OUT=... scripts/perf.sh
+# (a depth row SHAPE:TYPE@dDEPTH runs pp and tg at that depth in one process,
+# `minfer bench -p PP -n TG -d DEPTH --ctx DEPTH+PP+TG`).
+#
 # Settings (env):
 #   ROWS=all                  or SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)
 #   DEVICE=cuda PP=512 TG=128 REPS=5 WARMUP_MS=2000 (MINFER_BENCH_WARMUP_MS of every bench)
+#   PEER=path/to/llama-bench PEER_ROUNDS=2   (no PEER: the stored constants, labelled)
 #   MODEL_DIR=/tmp/abtest-models    synth cache, shared with nightly.sh
 #   ROW_TIMEOUT=15m           limit of each minfer process (synth, bench)
 #   PERF_TIMEOUT=540          seconds for the whole abtest perf (SIGTERM: the rows done so far
@@ -75,10 +91,15 @@ fi
 
 MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
 mkdir -p "$MODEL_DIR"
-say "abtest perf on $DEVICE, rows ${ROWS:-all}, models in $MODEL_DIR ($(df -h --output=avail "$MODEL_DIR" 2>/dev/null | tail -n 1 | tr -d ' ') free)"
+peer=()
+if [[ -n "${PEER:-}" ]]; then
+    [[ -x "$PEER" ]] || { say "PEER=$PEER is not an executable llama-bench"; exit 2; }
+    peer=(--peer "llama-bench=$PEER" --peer-rounds "${PEER_ROUNDS:-2}")
+fi
+say "abtest perf on $DEVICE, rows ${ROWS:-all}, peer ${PEER:-none}, models in $MODEL_DIR ($(df -h --output=avail "$MODEL_DIR" 2>/dev/null | tail -n 1 | tr -d ' ') free)"
 timeout -k 30 "${PERF_TIMEOUT:-540}" bin/abtest perf --device "$DEVICE" --rows "${ROWS:-all}" \
     --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-5}" --bench-warmup-ms "${WARMUP_MS:-2000}" \
-    --synth-dir "$MODEL_DIR" --row-timeout "${ROW_TIMEOUT:-15m}" --out "$out/perf" 2>&1 | tee -a "$log" >&2
+    --synth-dir "$MODEL_DIR" --row-timeout "${ROW_TIMEOUT:-15m}" --out "$out/perf" "${peer[@]}" 2>&1 | tee -a "$log" >&2
 rc=${PIPESTATUS[0]}
 say "abtest perf: exit $rc"
 report="$(ls "$out"/perf/*.md 2>/dev/null | sort | tail -n 1)"

@@ -24,7 +24,7 @@ func newPerfCmd() *cobra.Command {
 			"GB/s (weight bytes read per token x tg tok/s) and its share of the 4.3 TB/s HBM floor.\n" +
 			"After each depth-0 row's timed bench, one short census process (MINFER_LAUNCH_CENSUS=1 minfer bench -p 0 -n 32 -r 1)\n" +
 			"counts kernels and graph replays per decoded token; ms per token and µs per launch come from the timed bench.\n" +
-			"The long-context row qwen2-7b:Q4_K_M@d4096 (in --rows all) runs `minfer bench -p 0 -d 4096` and is judged\n" +
+			"The long-context row qwen2-7b:Q4_K_M@d4096 (in --rows all) runs `minfer bench -d 4096`; its tg is judged\n" +
 			"against the same invocation's tg at depth 0 of qwen2-7b:Q4_K_M (>= 0.85 x; measured by the row itself when\n" +
 			"that row is not run). A depth row SHAPE:TYPE@dDEPTH runs pp and tg at that depth in one process\n" +
 			"(`minfer bench -p PP -n TG -d DEPTH --ctx DEPTH+PP+TG`); its tg keeps issue 6's judgement.\n" +
@@ -45,7 +45,7 @@ func newPerfCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.Rows, "rows", "all", "all (issue 6's table and its long-context row) or SHAPE:TYPE[@dDEPTH],... (a pair outside the table runs without reference numbers or targets)")
+	fl.StringVar(&f.Rows, "rows", "all", "all (issue 6's table and its long-context row) or SHAPE:TYPE[@dDEPTH],... (a pair outside the table runs without reference numbers or targets; @dDEPTH runs pp and tg at that depth)")
 	fl.StringVar(&f.Device, "device", "cuda", "cuda, cpu or auto (the reference ran on the H200: only cuda is like-for-like)")
 	fl.IntVar(&f.PP, "pp", harness.PerfRefPP, "prefill tokens (the reference is pp512: other sizes are not compared)")
 	fl.IntVar(&f.TG, "tg", harness.PerfRefTG, "decode tokens (the reference is tg128: other sizes are not compared)")

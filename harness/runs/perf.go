@@ -157,7 +157,7 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 		case res.Failed:
 			fmt.Fprintf(progress, "perf: %s FAILED at %s: %s\n", row.Name(), res.Stage, res.Error)
 		case res.Long != nil:
-			fmt.Fprintf(progress, "perf: %s tg %.2f tok/s at depth %d, %.2f at depth 0: ratio %.3f\n", row.Name(), float64(res.TG.TokS), res.Long.Depth, float64(res.Long.TG0.TokS), float64(res.Long.Ratio))
+			fmt.Fprintf(progress, "perf: %s pp %.1f tok/s, tg %.2f tok/s at depth %d, tg %.2f at depth 0: ratio %.3f\n", row.Name(), float64(res.PP.TokS), float64(res.TG.TokS), res.Long.Depth, float64(res.Long.TG0.TokS), float64(res.Long.Ratio))
 		default:
 			fmt.Fprintf(progress, "perf: %s pp %.1f tok/s, tg %.2f tok/s, decode %s GB/s (%s of the HBM floor)\n", row.Name(), float64(res.PP.TokS), float64(res.TG.TokS), report.GBs(float64(res.Decode.GBs)), report.Pct(float64(res.Decode.HBMShare)))
 			tg0[strings.ToLower(row.Name())] = res.TG
@@ -166,6 +166,9 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 			} else if l != nil {
 				fmt.Fprintf(progress, "perf: %s %.1f kernels and %.2f graph replays per token, %s µs per launch\n", row.Name(), float64(l.LaunchesPerToken), float64(l.GraphReplaysPerToken), report.Fnum(float64(l.USPerLaunch), "%.2f"))
 			}
+		}
+		if p := res.Peer; p != nil && !res.Failed {
+			fmt.Fprintf(progress, "perf: %s peer %s pp %.1f tok/s, tg %.2f tok/s: ratios %.3f, %.3f\n", row.Name(), pr.name, float64(p.PP.TokS), float64(p.TG.TokS), float64(res.PP.Ratio), float64(res.TG.Ratio))
 		}
 		rec.Rows[idx] = res
 	}
