@@ -2,47 +2,27 @@ package gates
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/harness"
-)
-
-var (
-	fakeOnce sync.Once
-	fakeDir  string
-	fakeBin  string
-	fakeErr  error
+	"github.com/minfer-go/minfer/internal/gobuild"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if fakeDir != "" {
-		os.RemoveAll(fakeDir)
-	}
+	gobuild.Cleanup()
 	os.Exit(code)
 }
 
 // fake builds the CLI test double once per test binary.
 func fake(t *testing.T) harness.Minfer {
 	t.Helper()
-	fakeOnce.Do(func() {
-		if fakeDir, fakeErr = os.MkdirTemp("", "gates-fake-"); fakeErr != nil {
-			return
-		}
-		fakeBin = filepath.Join(fakeDir, "minfer")
-		if out, err := exec.Command("go", "build", "-o", fakeBin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput(); err != nil {
-			fakeErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if fakeErr != nil {
-		t.Fatal(fakeErr)
+	fakeBin, err := gobuild.Once("github.com/minfer-go/minfer/harness/internal/fakeminfer", "minfer")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return harness.Minfer{R: &harness.Runner{Bin: fakeBin}, Device: "cpu"}
 }

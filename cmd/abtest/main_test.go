@@ -13,19 +13,14 @@ import (
 	"time"
 
 	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/internal/gobuild"
 	"github.com/minfer-go/minfer/report"
-)
-
-var (
-	fakeOnce sync.Once
-	fakeDir  string
-	fakeBin  string
-	fakeErr  error
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range []string{fakeDir, testBinsDir} {
+	gobuild.Cleanup()
+	for _, d := range []string{testBinsDir} {
 		if d != "" {
 			os.RemoveAll(d)
 		}
@@ -36,19 +31,11 @@ func TestMain(m *testing.M) {
 // fakeMinfer builds the CLI test double once per test binary.
 func fakeMinfer(t *testing.T) string {
 	t.Helper()
-	fakeOnce.Do(func() {
-		if fakeDir, fakeErr = os.MkdirTemp("", "abtest-fake-"); fakeErr != nil {
-			return
-		}
-		fakeBin = filepath.Join(fakeDir, "minfer")
-		if out, err := exec.Command("go", "build", "-o", fakeBin, "github.com/minfer-go/minfer/harness/internal/fakeminfer").CombinedOutput(); err != nil {
-			fakeErr = fmt.Errorf("building fakeminfer: %v\n%s", err, out)
-		}
-	})
-	if fakeErr != nil {
-		t.Fatal(fakeErr)
+	bin, err := gobuild.Once("github.com/minfer-go/minfer/harness/internal/fakeminfer", "minfer")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return fakeBin
+	return bin
 }
 
 // runAbtest runs `abtest run` in-process and returns its exit code and record.
@@ -318,7 +305,7 @@ func TestSuite_ForeignOrOffPackageTestBinariesAreRefusedByTheirStamp(t *testing.
 // with INCOMPLETE.
 func TestRun_SIGINTIsIncompleteExit3(t *testing.T) {
 	bin := fakeMinfer(t)
-	abtest := filepath.Join(fakeDir, "abtest")
+	abtest := filepath.Join(t.TempDir(), "abtest")
 	if out, err := exec.Command("go", "build", "-o", abtest, ".").CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -3,40 +3,23 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/minfer-go/minfer/harness"
-)
-
-var (
-	fakeLlamaOnce sync.Once
-	fakeLlamaBin  string
-	fakeLlamaErr  error
+	"github.com/minfer-go/minfer/internal/gobuild"
 )
 
 // fakeLlamaBench builds harness/internal/fakellamabench once per test
 // binary: a llama-bench that prints llama-bench's JSON.
 func fakeLlamaBench(t *testing.T) string {
 	t.Helper()
-	fakeLlamaOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "abtest-fakellama-")
-		if err != nil {
-			fakeLlamaErr = err
-			return
-		}
-		fakeLlamaBin = filepath.Join(dir, "llama-bench")
-		if out, err := exec.Command("go", "build", "-o", fakeLlamaBin, "github.com/minfer-go/minfer/harness/internal/fakellamabench").CombinedOutput(); err != nil {
-			fakeLlamaErr = fmt.Errorf("building fakellamabench: %v\n%s", err, out)
-		}
-	})
-	if fakeLlamaErr != nil {
-		t.Fatal(fakeLlamaErr)
+	bin, err := gobuild.Once("github.com/minfer-go/minfer/harness/internal/fakellamabench", "llama-bench")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return fakeLlamaBin
+	return bin
 }
 
 // benchOrder is the order of the bench processes both fakes logged to one
