@@ -26,6 +26,9 @@ func longTargetCell(r harness.PerfResult) string {
 	if r.Long == nil || r.TG == nil || r.TG.Met == nil {
 		return "-"
 	}
+	if r.Long.MinRatio == 0 {
+		return targetCell(r.TG, 1) // an absolute target at depth (issue 20)
+	}
 	t := fmt.Sprintf(">= %.2f x d0 = %s", r.Long.MinRatio, thousands(float64(r.TG.Target), 1))
 	if *r.TG.Met {
 		return "met (" + t + ")"
@@ -84,15 +87,15 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 			continue
 		}
 		if r.Long != nil {
-			ppCell, ppRef, ppRatio := "-", "-", "-"
+			ppCell, ppRef, ppRatio, ppTarget := "-", "-", "-", "-"
 			if r.PP != nil {
-				ppCell, ppRef, ppRatio = thousands(float64(r.PP.TokS), 0), refCell(r.PP, 0), ratioCell(r.PP)
+				ppCell, ppRef, ppRatio, ppTarget = thousands(float64(r.PP.TokS), 0), refCell(r.PP, 0), ratioCell(r.PP), targetCell(r.PP, 0)
 			}
 			tgRatio := Fnum(float64(r.Long.Ratio), "%.3f") + " of d0"
 			if r.TG.RefFrom != "" {
 				tgRatio = ratioCell(r.TG) + "; " + tgRatio
 			}
-			rows = append(rows, []string{r.Row.Name(), ppCell, ppRef, ppRatio, "-",
+			rows = append(rows, []string{r.Row.Name(), ppCell, ppRef, ppRatio, ppTarget,
 				thousands(float64(r.TG.TokS), 1), refCell(r.TG, 1), tgRatio, longTargetCell(r),
 				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)})
 			continue

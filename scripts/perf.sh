@@ -53,7 +53,9 @@
 # `minfer bench -p PP -n TG -d DEPTH --ctx DEPTH+PP+TG`).
 #
 # Settings (env):
-#   ROWS=all                  or SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)
+#   ROWS=all                  issue 6's table; issue20: issue 20's Must rows, judged at depth (7B rows up to
+#                             depth 32128: run them with PEER= for the slope, alone in a call); or
+#                             SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)
 #   DEVICE=cuda PP=512 TG=128 REPS=5 WARMUP_MS=2000 (MINFER_BENCH_WARMUP_MS of every bench)
 #   PEER=path/to/llama-bench PEER_ROUNDS=2   (no PEER: the stored constants, labelled)
 #   MODEL_DIR=/tmp/abtest-models    synth cache, shared with nightly.sh

@@ -375,3 +375,30 @@ func TestPerf_LongContextRowRunsNoCensus(t *testing.T) {
 		t.Errorf("report has a launches section without a depth-0 row:\n%s", md)
 	}
 }
+
+// --rows issue20 judges issue 20's Must table: pp512 and tg128 targets hold
+// at a row's depth (the fake answers the same rates for every model: pp
+// 60,000 and tg 1,000 at depth 0, pp 45,000 and tg 250 at depth), and one
+// target missed at depth makes the run MISSED naming that row.
+func TestPerf_Issue20RowsJudgeTheirTargetsAtDepth(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1000,250,45000")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "issue20")
+	if code != 0 || rec.Verdict != harness.PerfMet || len(rec.Rows) != len(harness.PerfIssue20Rows) {
+		t.Fatalf("exit %d %s: %s (%d rows)", code, rec.Verdict, rec.VerdictLine, len(rec.Rows))
+	}
+	for _, r := range rec.Rows {
+		if !r.MetAll() {
+			t.Errorf("%s: not met: pp %+v tg %+v", r.Row.Name(), r.PP, r.TG)
+		}
+	}
+	if !strings.Contains(md, "met (>= 6,800)") || !strings.Contains(md, "met (>= 245)") {
+		t.Errorf("the depth rows' targets are not in the table:\n%s", md)
+	}
+	t.Setenv("FAKEMINFER_RATES", "60000,1000,230,45000") // tg at depth 230: under 245, over 220
+	code, rec, _ = runPerfCmd(t, bin, perfCache(t), "--rows", "issue20")
+	if code != 1 || rec.Verdict != harness.PerfMissed || !strings.Contains(rec.VerdictLine, "qwen2-7b:Q4_K_M@d30000") ||
+		strings.Contains(rec.VerdictLine, "qwen2-7b:Q8_0@d32128") {
+		t.Errorf("exit %d %s: %s; want only qwen2-7b:Q4_K_M@d30000 missed", code, rec.Verdict, rec.VerdictLine)
+	}
+}

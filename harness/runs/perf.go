@@ -366,12 +366,24 @@ func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 	}
 	tm, lc := harness.NewLongContext(row.Depth, td, *tg0, from, minRatio)
 	lc.TG0Command = cmd0
-	pm := harness.NewPerfMetric(pd, 0, 0)
+	// Absolute targets at depth (issue 20's rows), only at the shapes
+	// they were set for.
+	tgtPP, tgtTG := row.TargetPP, row.TargetTG
+	if f.PP != harness.PerfRefPP {
+		tgtPP = 0
+	}
+	if f.TG != harness.PerfRefTG {
+		tgtTG = 0
+	}
+	if tgtTG > 0 && minRatio == 0 {
+		tm = harness.NewPerfMetric(td, 0, tgtTG)
+	}
+	pm := harness.NewPerfMetric(pd, 0, tgtPP)
 	if res.Peer != nil {
 		// The peer ran the same depth: its numbers are the ratios' (no
 		// stored constant exists at depth).
 		from := pr.name + ", measured in this run"
-		pm = harness.NewPerfMetric(pd, float64(res.Peer.PP.TokS), 0)
+		pm = harness.NewPerfMetric(pd, float64(res.Peer.PP.TokS), tgtPP)
 		tm.Ref, tm.Ratio = res.Peer.TG.TokS, harness.Num(td.Value()/float64(res.Peer.TG.TokS))
 		pm.RefFrom, tm.RefFrom = from, from
 		res.RefDecode = harness.DecodeBandwidth(res.Weights.PerToken, float64(res.Peer.TG.TokS))
