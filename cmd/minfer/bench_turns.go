@@ -84,15 +84,11 @@ func (a *app) benchTurns(cmd *cobra.Command, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	e, err := a.open(path, f.device, f.ctx)
+	e, clm, err := a.openChat(path, f.device, f.ctx, "bench --turns")
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	clm, ok := e.(chat.LM)
-	if !ok {
-		return fmt.Errorf("bench --turns: this engine does not expose its context")
-	}
 	dec, closeDraft, err := a.openDraft(&f.draft, e, path, f.device, f.ctx)
 	if err != nil {
 		return err

@@ -183,15 +183,11 @@ func (a *app) chat(cmd *cobra.Command, f *chatFlags) error {
 			return err
 		}
 	}
-	e, err := a.open(path, f.device, f.ctx)
+	e, clm, err := a.openChat(path, f.device, f.ctx, "chat")
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	clm, ok := e.(chat.LM)
-	if !ok {
-		return errors.New("chat: this engine does not expose its context")
-	}
 	smp := sample.New(sp)
 	sess, err := f.session.open(cmd, e, smp)
 	if err != nil {
@@ -274,4 +270,18 @@ func (a *app) decodeGraphs() string {
 		replayed += st.DecodeReplays
 	}
 	return fmt.Sprintf(", decode graph captured %d times, replayed %d", captured, replayed)
+}
+
+// openChat opens the model as an engine that exposes its context (a
+// conversation appends to it); what names the command in the error.
+func (a *app) openChat(path, device string, nCtx int, what string) (lm, chat.LM, error) {
+	e, err := a.open(path, device, nCtx)
+	if err != nil {
+		return nil, nil, err
+	}
+	clm, ok := e.(chat.LM)
+	if !ok {
+		return nil, nil, errors.Join(fmt.Errorf("%s: this engine does not expose its context", what), e.Close())
+	}
+	return e, clm, nil
 }

@@ -150,13 +150,10 @@ func speculativeDoc(dec *spec.Decoder, st spec.Stats) *schema.Speculative {
 // decode rate is tokens per second.
 func generateSpec(e lm, dec *spec.Decoder, past, ids []int32, smp *sample.Sampler, n, nCtx int, emit func(id int32) error) (genRun, error) {
 	var r genRun
-	t0 := time.Now()
-	logits, err := e.Forward(ids, false)
-	r.prefill = time.Since(t0)
+	logits, history, err := r.prefillAfter(e, past, ids)
 	if err != nil {
-		return r, fmt.Errorf("prefill: %w", err)
+		return r, err
 	}
-	history := append(append([]int32(nil), past...), ids...)
 	tok := e.Tokenizer()
 	commit := func(id int32) (bool, error) {
 		r.gen = append(r.gen, id)

@@ -244,13 +244,10 @@ func generateOnce(e lm, ids []int32, sp sample.Params, n, nCtx int, emit func(id
 // smp. Every generated token is forwarded but the last.
 func generateAfter(e lm, past, ids []int32, smp *sample.Sampler, n, nCtx int, emit func(id int32) error) (genRun, error) {
 	var r genRun
-	t0 := time.Now()
-	logits, err := e.Forward(ids, false)
-	r.prefill = time.Since(t0)
+	logits, history, err := r.prefillAfter(e, past, ids)
 	if err != nil {
-		return r, fmt.Errorf("prefill: %w", err)
+		return r, err
 	}
-	history := append(append([]int32(nil), past...), ids...)
 	for len(r.gen) < n {
 		id := smp.Sample(logits, history)
 		r.gen = append(r.gen, id)
@@ -505,4 +502,17 @@ func writeJSON(w io.Writer, v any, indent bool) error {
 		return fmt.Errorf("json: %w", err)
 	}
 	return nil
+}
+
+// prefillAfter forwards ids after the context past, timed into r.prefill,
+// and returns the last position's logits and the history (past and ids)
+// the sampler's repeat penalty reads.
+func (r *genRun) prefillAfter(e lm, past, ids []int32) ([]float32, []int32, error) {
+	t0 := time.Now()
+	logits, err := e.Forward(ids, false)
+	r.prefill = time.Since(t0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("prefill: %w", err)
+	}
+	return logits, append(append([]int32(nil), past...), ids...), nil
 }
