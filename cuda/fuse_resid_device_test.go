@@ -16,7 +16,7 @@ import (
 // when no device answers.
 
 // frTypes are the weight types with an mmvq kernel.
-var frTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q6_K}
+var frTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
 // frWeight is n rows of k values of wt as GGUF blocks: random quants and
 // random finite f16 scales (and mins) at each type's scale offsets.
@@ -28,7 +28,7 @@ func frWeight(rng *rand.Rand, wt quant.Type, k, n int) []byte {
 	switch wt {
 	case quant.Q8_0, quant.Q4_0, quant.Q5_0:
 		offs = []int{0}
-	case quant.Q4_1, quant.Q5_1, quant.Q4_K:
+	case quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q5_K:
 		offs = []int{0, 2}
 	case quant.Q6_K:
 		offs = []int{208}

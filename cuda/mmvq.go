@@ -25,6 +25,7 @@ var mmvqTable = map[quant.Type]string{
 	quant.Q5_0: "minfer_mmvq_q5_0",
 	quant.Q5_1: "minfer_mmvq_q5_1",
 	quant.Q4_K: "minfer_mmvq_q4_k",
+	quant.Q5_K: "minfer_mmvq_q5_k",
 	quant.Q6_K: "minfer_mmvq_q6_k",
 }
 
@@ -39,7 +40,9 @@ func mmvqFusedKernel(wtype quant.Type, form string) string {
 }
 
 // mmvqOn reports whether the mmvq kernel of wtype is enabled by opts (its
-// lever not set and a scratch given).
+// lever not set and a scratch given). Q5_K is new and opt-in until an H200
+// A/B shows it no slower: MINFER_Q5K_MMVQ=1 (Q5KMMVQ) turns it on, and
+// MINFER_NO_KQ_MMVQ=1 still turns it off with the other K-quants.
 func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
 	if _, ok := mmvqTable[wtype]; !ok || opts.ActQ8 == 0 {
 		return false
@@ -51,6 +54,8 @@ func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
 		return !opts.NoQ40MMVQ
 	case quant.Q4_K, quant.Q6_K:
 		return !opts.NoKQMMVQ
+	case quant.Q5_K:
+		return opts.Q5KMMVQ && !opts.NoKQMMVQ
 	}
 	return false
 }
@@ -80,10 +85,12 @@ func (k *Kernels) launchMMVQ(s *driver.Stream, wtype quant.Type, out, x, w, bias
 }
 
 // mmvqAlign is the weight base alignment the mmvq kernels read with: the
-// Q4_K quants are loaded 16 bytes at a time, every other type's fields 2 or
-// 4 (cuda/kernels/mmvq.cu); device allocations are 256-byte aligned.
+// Q4_K quants and the Q5_K quants and high bits are loaded 16 bytes at a
+// time (their 144 / 176-byte blocks keep a 16-byte aligned base aligned),
+// every other type's fields 2 or 4 (cuda/kernels/mmvq.cu); device
+// allocations are 256-byte aligned.
 func mmvqAlign(wtype quant.Type) uint64 {
-	if wtype == quant.Q4_K {
+	if wtype == quant.Q4_K || wtype == quant.Q5_K {
 		return 16
 	}
 	return 4

@@ -14,7 +14,11 @@ import (
 // minfer_mmvq_<type>); they skip with a message when no device answers.
 
 // mmvqTypes are the weight types with an mmvq kernel, in a fixed order.
-var mmvqTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q6_K}
+var mmvqTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+
+// mmvqAllOn are options that take every mmvq type's decode kernel: the
+// opt-in ones (Q5_K: MINFER_Q5K_MMVQ) on, every kill switch off.
+var mmvqAllOn = MatMulOptions{Q5KMMVQ: true}
 
 // mmvqKs are the row lengths tested per type: 256, 896 (qwen2-0.5b's width)
 // and 4864 (its FFN width) for the 32-value formats; a K-quant needs whole
@@ -195,7 +199,7 @@ func TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 					bias[i] = 2*rng.Float32() - 1
 				}
 			}
-			opts := mmvqScratchOn(MatMulOptions{})
+			opts := mmvqScratchOn(mmvqAllOn)
 			path := MatMulPath(wt, 1, opts)
 			if path != mmvqTable[wt] {
 				t.Fatalf("%s: MatMulPath = %q, want %q", wt, path, mmvqTable[wt])
@@ -256,8 +260,8 @@ func TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 }
 
 // TestMMVQDevice_LeverSwitchesToMMVKernel: with each type's lever set
-// (NoQ80MMVQ / NoQ40MMVQ for Q4_0, Q4_1, Q5_0, Q5_1 / NoKQMMVQ) and a
-// scratch given, MatMulPath names
+// (NoQ80MMVQ / NoQ40MMVQ for Q4_0, Q4_1, Q5_0, Q5_1 / NoKQMMVQ, which
+// wins over Q5_K's opt-in Q5KMMVQ) and a scratch given, MatMulPath names
 // the mmv kernel and the launch census shows exactly that kernel ran (and
 // no quantize); with the lever off it shows quantize + mmvq. The lever-on
 // output is bitwise the scratch-less mmv output. A too-small scratch is an
@@ -269,7 +273,7 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 	levered := map[quant.Type]MatMulOptions{
 		quant.Q8_0: {NoQ80MMVQ: true}, quant.Q4_0: {NoQ40MMVQ: true}, quant.Q4_1: {NoQ40MMVQ: true},
 		quant.Q5_0: {NoQ40MMVQ: true}, quant.Q5_1: {NoQ40MMVQ: true},
-		quant.Q4_K: {NoKQMMVQ: true}, quant.Q6_K: {NoKQMMVQ: true},
+		quant.Q4_K: {NoKQMMVQ: true}, quant.Q6_K: {NoKQMMVQ: true}, quant.Q5_K: {Q5KMMVQ: true, NoKQMMVQ: true},
 	}
 	const k, n = 256, 37
 	rng := rand.New(rand.NewSource(13))
@@ -277,7 +281,7 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 		wb, _ := mmtWeights(t, rng, wt, n, k, 0.0625)
 		x := mmvqActivation(rng, k, true)
 		for _, lever := range []bool{false, true} {
-			opts := MatMulOptions{}
+			opts := mmvqAllOn
 			if lever {
 				opts = levered[wt]
 			}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand"
 	randv2 "math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -346,6 +347,7 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 	}
 	mixes := []mix{{"q8_0", []quant.Type{quant.Q8_0, quant.Q8_0, quant.Q8_0}}, {"q5_0", []quant.Type{quant.Q5_0, quant.Q5_0, quant.Q5_0}},
 		{"q4_k", []quant.Type{quant.Q4_K, quant.Q4_K, quant.Q4_K}}, {"q6_k", []quant.Type{quant.Q6_K, quant.Q6_K, quant.Q6_K}},
+		{"q5_k", []quant.Type{quant.Q5_K, quant.Q5_K, quant.Q5_K}}, {"q5_k-mixed", []quant.Type{quant.Q5_K, quant.Q5_K, quant.Q6_K}},
 		{"mixed", []quant.Type{quant.Q5_0, quant.Q4_K, quant.Q8_0}}, {"with-f16", []quant.Type{quant.Q8_0, quant.F16, quant.Q6_K}},
 		{"f16", []quant.Type{quant.F16, quant.F16, quant.F16}}}
 	for _, ffn := range []bool{false, true} {
@@ -357,7 +359,9 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					}
 					g := &mfGraph{ffn: ffn, k: 256, m: 133, nt: nt}
 					mfWeights(t, r, g, mx.ts...)
-					extra := []string{"MINFER_LAUNCH_CENSUS=1"}
+					// Q5_K's MMVQ is opt-in (MINFER_Q5K_MMVQ); the kill
+					// switches (dsNoMMVQ) turn it off again.
+					extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_Q5K_MMVQ=1"}
 					if lever {
 						extra = append(extra, dsNoMMVQ...)
 					}
@@ -444,17 +448,24 @@ func mfTop2(v []float32) (int, float64) {
 // <= 0.05 at every step, top-1 equal wherever the reference's top-2 margin
 // is above max(0.2, 0.1 x max |ref|) (dsClassFlipMargin). Liveness from the launch census: levers off, decode runs
 // minfer_quantize_q8_1 and mmvq kernels (the fused ones where q/k/v resp.
-// gate/up share a type); levers on, neither.
+// gate/up share a type); levers on, neither. The Q5_K_M files run with
+// MINFER_Q5K_MMVQ=1 in both arms (the kill switches win over it), and
+// with the MMVQ path on their decode runs minfer_mmvq*_q5_k.
 func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
 		{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"},
 		{"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"},
+		{"qwen2-tiny", "Q5_K_M"}, {"qwen3-tiny", "Q5_K_M"}, {"qwen2-0.5b", "Q5_K_M"},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
-			on := dsEngine(t, path, "cuda", 256, "MINFER_LAUNCH_CENSUS=1")
-			off := dsEngine(t, path, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1"}, dsNoMMVQ...)...)
+			env := []string{"MINFER_LAUNCH_CENSUS=1"}
+			if m.typ == "Q5_K_M" {
+				env = append(env, "MINFER_Q5K_MMVQ=1")
+			}
+			on := dsEngine(t, path, "cuda", 256, env...)
+			off := dsEngine(t, path, "cuda", 256, append(slices.Clone(env), dsNoMMVQ...)...)
 			host := dsEngine(t, path, "cpu", 256)
 			bOn, bOff := dsDeviceBackend(t, on), dsDeviceBackend(t, off)
 			// The census counts the decode steps only (prefill, nt = 7,
@@ -530,6 +541,19 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 			}
 			if qOff != 0 || mmOff != 0 {
 				t.Errorf("levers set: %d quantize, %d mmvq launches; want none", qOff, mmOff)
+			}
+			if m.typ == "Q5_K_M" {
+				var q5k int64
+				for k, n := range cOn {
+					if strings.HasPrefix(k, "minfer_mmvq") && strings.HasSuffix(k, "_q5_k") {
+						q5k += n
+					}
+				}
+				t.Logf("census (6 decodes): %d minfer_mmvq*_q5_k launches", q5k)
+				if q5k == 0 || cOn[matmulTable[quant.Q5_K].mmv] != 0 {
+					t.Errorf("MINFER_Q5K_MMVQ=1: %d minfer_mmvq*_q5_k and %d %s launches; want some and none",
+						q5k, cOn[matmulTable[quant.Q5_K].mmv], matmulTable[quant.Q5_K].mmv)
+				}
 			}
 		})
 	}

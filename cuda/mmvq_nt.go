@@ -26,11 +26,17 @@ const (
 	mmvqntMaxNT   = 8   // MINFER_MMVQNT_MAX_NT
 )
 
+// mmvqNTMissing are the mmvq types mmvq_nt.cu has no multi-token kernel
+// for (its per-type structs are not mmvq.cu's): their 2..8-token matmuls
+// keep the f32-activation minfer_mmv_<t>. Q5_K's decode MMVQ is new
+// (MINFER_Q5K_MMVQ); a minfer_mmvq_nt_q5_k can follow its A/B.
+var mmvqNTMissing = map[quant.Type]bool{quant.Q5_K: true}
+
 // mmvqNTKernel names the multi-token mmvq kernel of wtype ("" for a type
-// without an mmvq kernel).
+// without one: no mmvq kernel, or in mmvqNTMissing).
 func mmvqNTKernel(wtype quant.Type) string {
 	name, ok := mmvqTable[wtype]
-	if !ok {
+	if !ok || mmvqNTMissing[wtype] {
 		return ""
 	}
 	return "minfer_mmvq_nt_" + strings.TrimPrefix(name, "minfer_mmvq_")
@@ -41,7 +47,8 @@ func mmvqNTKernel(wtype quant.Type) string {
 // off (mmvqOn) and a Q8_1 scratch given (the in-kernel form alone is not
 // enough: the nt rows are quantized into the scratch).
 func mmvqNTOn(wtype quant.Type, nt int, opts MatMulOptions) bool {
-	return opts.MMVQNT && nt >= mmvqntMinNT && nt <= mmvqntMaxNT && opts.ActQ8 != 0 && mmvqOn(wtype, opts)
+	return opts.MMVQNT && nt >= mmvqntMinNT && nt <= mmvqntMaxNT && opts.ActQ8 != 0 && mmvqOn(wtype, opts) &&
+		mmvqNTKernel(wtype) != ""
 }
 
 // launchMMVQNT quantizes the nt activation rows x into opts.ActQ8, then
@@ -74,7 +81,7 @@ func (k *Kernels) MatMulQ8_1NT(s *driver.Stream, out, xq driver.DevicePtr, xqByt
 	wtype quant.Type, bias driver.DevicePtr, nt, kDim, n int) error {
 	name := mmvqNTKernel(wtype)
 	if name == "" {
-		return fmt.Errorf("matmul_q8_1_nt: weight type %s has no mmvq kernel", wtype)
+		return fmt.Errorf("matmul_q8_1_nt: weight type %s has no multi-token mmvq kernel", wtype)
 	}
 	if nt < mmvqntMinNT || nt > mmvqntMaxNT {
 		return fmt.Errorf("matmul_q8_1_nt %s nt=%d k=%d n=%d: the multi-token mmvq kernel takes %d..%d tokens",

@@ -46,7 +46,7 @@ func ntWeight(rng *rand.Rand, wt quant.Type, k, n int) []byte {
 		switch wt {
 		case quant.Q8_0, quant.Q4_0, quant.Q5_0:
 			put(b, 0)
-		case quant.Q4_1, quant.Q5_1, quant.Q4_K:
+		case quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q5_K:
 			put(b, 0)
 			put(b, 2)
 		case quant.Q6_K:
@@ -119,6 +119,10 @@ func TestMMVQNTDevice_BitwiseEqualsNT1PerToken(t *testing.T) {
 	ms := mmtOpen(t)
 	rng := rand.New(rand.NewSource(71))
 	for _, wt := range mmvqTypes {
+		if mmvqNTMissing[wt] {
+			t.Logf("%s: no multi-token kernel (mmvqNTMissing): 2..8 tokens keep minfer_mmv_<t>", wt)
+			continue
+		}
 		for _, sh := range ntShapes(wt) {
 			n, k := sh[0], sh[1]
 			wb := ntWeight(rng, wt, k, n)
@@ -197,8 +201,10 @@ func TestMMVQNTDevice_BitwiseEqualsNT1PerToken(t *testing.T) {
 // lever on no minfer_mmv_<suffix> launch may remain for nt 2..8.
 func ntQuantSuffixes() []string {
 	var s []string
-	for _, name := range mmvqTable {
-		s = append(s, strings.TrimPrefix(name, "minfer_mmvq_"))
+	for ty, name := range mmvqTable {
+		if !mmvqNTMissing[ty] { // those keep minfer_mmv_<t> for nt 2..8
+			s = append(s, strings.TrimPrefix(name, "minfer_mmvq_"))
+		}
 	}
 	return s
 }

@@ -17,6 +17,9 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 	on := sc
 	on.MMVQNT = true
 	for _, wt := range mmvqTypes {
+		if mmvqNTMissing[wt] {
+			continue // below
+		}
 		sfx := strings.TrimPrefix(mmvqTable[wt], "minfer_mmvq_")
 		for nt := mmvqntMinNT; nt <= mmvqntMaxNT; nt++ {
 			if got, want := MatMulPath(wt, nt, on), "minfer_mmvq_nt_"+sfx; got != want {
@@ -42,6 +45,14 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 	noScratch := MatMulOptions{MMVQNT: true}
 	typeLever := on
 	typeLever.NoKQMMVQ = true
+	q5k := on
+	q5k.Q5KMMVQ = true
+	if got := MatMulPath(quant.Q5_K, 1, q5k); got != "minfer_mmvq_q5_k" {
+		t.Errorf("MatMulPath(Q5_K, nt=1, Q5KMMVQ) = %q, want the decode kernel", got)
+	}
+	if got := MatMulTolerance(quant.Q5_K, 4, q5k); got != "f32-reorder" {
+		t.Errorf("MatMulTolerance(Q5_K, nt=4, Q5KMMVQ) = %q: the mmv kernel's class", got)
+	}
 	for _, c := range []struct {
 		wt   quant.Type
 		opts MatMulOptions
@@ -51,7 +62,8 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 		{quant.Q4_K, typeLever, "minfer_mmv_q4_k"},     // MINFER_NO_KQ_MMVQ
 		{quant.Q6_K, typeLever, "minfer_mmv_q6_k"},     // MINFER_NO_KQ_MMVQ
 		{quant.Q8_0, typeLever, "minfer_mmvq_nt_q8_0"}, // another type's lever
-		{quant.Q5_K, on, "minfer_mmv_q5_k"},            // no mmvq kernel
+		{quant.Q5_K, on, "minfer_mmv_q5_k"},            // MINFER_Q5K_MMVQ off
+		{quant.Q5_K, q5k, "minfer_mmv_q5_k"},           // on, but no multi-token kernel
 		{quant.F16, on, "minfer_mmv_f16"},
 	} {
 		if got := MatMulPath(c.wt, 4, c.opts); got != c.want {
@@ -80,7 +92,8 @@ func TestMMVQNT_LaunchersRefuseBadArgumentsBeforeLaunch(t *testing.T) {
 		{k.MatMulQ8_1NT(nil, 0x1000, 0x2000, ActQ8Bytes(kd, 4)-1, 0x3000, quant.Q8_0, 0, 4, kd, n), "Q8_1 activation"},
 		{k.MatMulQ8_1NT(nil, 0x1000, 0x2002, full, 0x3000, quant.Q8_0, 0, 4, kd, n), "Q8_1 activation"},
 		{k.MatMulQ8_1NT(nil, 0x1000, 0x2000, full, 0x3008, quant.Q4_K, 0, 4, 1024, n), "16-byte aligned"},
-		{k.MatMulQ8_1NT(nil, 0x1000, 0x2000, full, 0x3000, quant.Q5_K, 0, 4, 1024, n), "no mmvq kernel"},
+		{k.MatMulQ8_1NT(nil, 0x1000, 0x2000, full, 0x3000, quant.Q5_K, 0, 4, 1024, n), "no multi-token mmvq kernel"},
+		{k.MatMulQ8_1NT(nil, 0x1000, 0x2000, full, 0x3000, quant.F16, 0, 4, 1024, n), "no multi-token mmvq kernel"},
 		{k.MatMulQ8_1NT(nil, 0x1000, 0x2000, full, 0x3000, quant.Q8_0, 0, 4, 100, n), "block size"},
 		{k.MatMulQ8_1NT(nil, 0x1002, 0x2000, full, 0x3000, quant.Q8_0, 0, 4, kd, n), "misaligned output"},
 		{k.launchMMVQNT(nil, quant.Q8_0, 0x1000, 0x4000, 0x3000, 0, 9, kd, n,
@@ -119,6 +132,12 @@ func TestMMVQNTGeometry_MatchesKernelSource(t *testing.T) {
 	}
 	for ty, name := range mmvqTable {
 		sfx := strings.TrimPrefix(name, "minfer_mmvq_")
+		if mmvqNTMissing[ty] {
+			if m := "MINFER_MMVQNT_KERNEL(" + sfx + ","; strings.Contains(src, m) {
+				t.Errorf("%s: mmvq_nt.cu has %s but mmvqNTMissing lists it", ty, m)
+			}
+			continue
+		}
 		if m := "MINFER_MMVQNT_KERNEL(" + sfx + ","; !strings.Contains(src, m) {
 			t.Errorf("%s: mmvq_nt.cu has no %s", ty, m)
 		}

@@ -49,6 +49,7 @@ func TestSupportsFused_MatMulAddOnlyWhereTheResidualKernelRuns(t *testing.T) {
 		"q8":  {name: "q8", typ: quant.Q8_0, rowLen: 64, rows: 32},
 		"q8r": {name: "q8r", typ: quant.Q8_0, rowLen: 64, rows: 32, rp: 0x20000},
 		"f16": {name: "f16", typ: quant.F16, rowLen: 64, rows: 32},
+		"q5k": {name: "q5k", typ: quant.Q5_K, rowLen: 256, rows: 32},
 	}}
 	add := &graph.Node{Op: graph.OpAdd, Shape: graph.Sh(32, 1)}
 	mm := func(w string, nt int) *graph.Node {
@@ -65,10 +66,19 @@ func TestSupportsFused_MatMulAddOnlyWhereTheResidualKernelRuns(t *testing.T) {
 		{"F16", []*graph.Node{add, mm("f16", 1)}, false},
 		{"unregistered", []*graph.Node{add, mm("none", 1)}, false},
 		{"no matmul", []*graph.Node{add}, false},
+		{"Q5_K, MINFER_Q5K_MMVQ off", []*graph.Node{add, mm("q5k", 1)}, false},
 	} {
 		if got := b.SupportsFused(graph.FuseMatMulAdd, c.chain...); got != c.want {
 			t.Errorf("%s: SupportsFused = %v, want %v", c.what, got, c.want)
 		}
+	}
+	b.mm.Q5KMMVQ = true
+	if !b.SupportsFused(graph.FuseMatMulAdd, add, mm("q5k", 1)) {
+		t.Error("MINFER_Q5K_MMVQ=1: no residual fusion for a Q5_K decode matmul")
+	}
+	b.mm.NoKQMMVQ = true
+	if b.SupportsFused(graph.FuseMatMulAdd, add, mm("q5k", 1)) {
+		t.Error("MINFER_Q5K_MMVQ=1 with MINFER_NO_KQ_MMVQ=1: the residual fusion offered for Q5_K")
 	}
 	b.mm.NoQ80MMVQ = true
 	if b.SupportsFused(graph.FuseMatMulAdd, add, mm("q8", 1)) {

@@ -1,6 +1,6 @@
 // mmvq.cu: decode matmul (nt = 1) over Q8_1-quantized activations with
-// integer dot products (__dp4a), for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and
-// Q6_K weights, plus two fused forms of it (one launch each):
+// integer dot products (__dp4a), for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K and Q6_K weights, plus its fused forms (one launch each):
 //
 //   minfer_mmvq_<t>     out[j] = sum_i W[j][i] * a[i] (+ bias[j])
 //   minfer_mmvq_qkv_<t> the q, k and v projections of one activation: rows
@@ -17,7 +17,8 @@
 // of k values in their GGUF block format. The launcher asks for a 4-byte
 // aligned weight base; then every row and block starts at a multiple of its
 // block size, so each field is read with the widest load its offset allows:
-// 16-byte loads for the Q4_K quants (144-byte blocks, quants at +16), 4-byte
+// 16-byte loads for the Q4_K quants (144-byte blocks, quants at +16) and the
+// Q5_K quants and high bits (176-byte blocks, qh at +16, qs at +48), 4-byte
 // loads for Q4_1 / Q5_1 (20 / 24-byte blocks), 2-byte loads for the 2-byte
 // aligned Q8_0 / Q4_0 / Q5_0 / Q6_K blocks (34 / 18 / 22 / 210 bytes).
 //
@@ -38,6 +39,7 @@
 //   Q5_0: unit = half a 32-block:     d_w * d_a * sum (q_w - 16) q_a
 //   Q4_1 / Q5_1: half a 32-block:     d_a * (d_w * sum q_w q_a + m_w * sum q_a)
 //   Q4_K: unit = half a 32-sub-block: d_a * (d*sc * sum q_w q_a - dmin*m * sum q_a)
+//   Q5_K: as Q4_K, q_w with its fifth bit (0..31)
 //   Q6_K: unit = one 16-value scale:  d_a * d*sc * sum (q_w - 32) q_a
 #include "dequant.cuh"
 
@@ -247,6 +249,42 @@ struct MinferMmvqQ4_K {
     }
 };
 
+struct MinferMmvqQ5_K {
+    static __device__ __forceinline__ int units(int k) { return k / 16; }
+    // Q4_K's units (blocks of 176 bytes: f16 d, f16 dmin, scales[12],
+    // qh[32] at +16, qs[128] at +48) plus the fifth bit of value l of
+    // sub-block sub: bit sub of qh[l]. The unit's 16 quant bytes and its 16
+    // qh bytes (qh[16h .. 16h+15]) each start at a multiple of 16.
+    template <class A>
+    static __device__ __forceinline__ float unit(const uint8_t* row, const A& a, int u) {
+        const int sb = u >> 4, r = u & 15, sub = r >> 1, h = r & 1;
+        const uint8_t* wb = row + (size_t)sb * MINFER_Q5_K_BYTES;
+        const int ab = 8 * sb + sub;
+        const uint4 q4 = *reinterpret_cast<const uint4*>(wb + 48 + 32 * (sub >> 1) + 16 * h);
+        const uint4 h4 = *reinterpret_cast<const uint4*>(wb + 16 + 16 * h);
+        const uint32_t qw[4] = {q4.x, q4.y, q4.z, q4.w};
+        const uint32_t hw[4] = {h4.x, h4.y, h4.z, h4.w};
+        const int shift = 4 * (sub & 1);
+        const int4 a4 = a.q4(ab, h);
+        const int aw[4] = {a4.x, a4.y, a4.z, a4.w};
+        int sumi = 0, suma = 0;
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            // Byte i: low nibble of the quant, bit 4 = bit sub of its qh byte
+            // (sub < 8, so the mask keeps each byte's own bit).
+            const int w5 = (int)(((qw[t] >> shift) & 0x0F0F0F0Fu) | (((hw[t] >> sub) & 0x01010101u) << 4));
+            const int aq = aw[t];
+            sumi = __dp4a(w5, aq, sumi);
+            suma = __dp4a(0x01010101, aq, suma);
+        }
+        int sc, mn;
+        minfer_kscale_min(wb + 4, sub, &sc, &mn);
+        const float dsc = __fmul_rn(minfer_mmvq_f16(wb), (float)sc);
+        const float dmn = __fmul_rn(minfer_mmvq_f16(wb + 2), (float)mn);
+        return __fmul_rn(a.d(ab), __fsub_rn(__fmul_rn(dsc, (float)sumi), __fmul_rn(dmn, (float)suma)));
+    }
+};
+
 struct MinferMmvqQ6_K {
     static __device__ __forceinline__ int units(int k) { return k / 16; }
     // Unit u: super-block u / 16, sub-block sub = (u % 16) / 2 = 4 hh + quarter
@@ -424,6 +462,7 @@ MINFER_MMVQ_KERNEL(q4_1, MinferMmvqQ4_1, MINFER_QK, MINFER_Q4_1_BYTES)
 MINFER_MMVQ_KERNEL(q5_0, MinferMmvqQ5_0, MINFER_QK, MINFER_Q5_0_BYTES)
 MINFER_MMVQ_KERNEL(q5_1, MinferMmvqQ5_1, MINFER_QK, MINFER_Q5_1_BYTES)
 MINFER_MMVQ_KERNEL(q4_k, MinferMmvqQ4_K, MINFER_QKK, MINFER_Q4_K_BYTES)
+MINFER_MMVQ_KERNEL(q5_k, MinferMmvqQ5_K, MINFER_QKK, MINFER_Q5_K_BYTES)
 MINFER_MMVQ_KERNEL(q6_k, MinferMmvqQ6_K, MINFER_QKK, MINFER_Q6_K_BYTES)
 
 #undef MINFER_MMVQ_KERNEL
