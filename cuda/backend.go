@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/minfer-go/minfer/cuda/driver"
@@ -28,8 +30,23 @@ type Options struct {
 // kernels and one non-blocking stream: everything it issues (copies,
 // kernels, capture, replay, syncs) goes on that stream, so two instances in
 // one process never order against each other. It is not safe for
-// concurrent use (like the engine that owns it).
+// concurrent use (like the engine that owns it), with one exception:
+// RegisterWeight may be called from another goroutine while the engine's
+// goroutine runs (b.mu; capture.go states the rule).
 type Backend struct {
+	// mu is the host-state lock: RegisterWeight holds it for the whole
+	// registration, and the entry points the engine's goroutine calls take
+	// it around whatever reads or writes what a registration writes (the
+	// weight table, the pool's generation and counts, the matmul scratch,
+	// the capture state), so a registration runs between two calls, never
+	// inside one (a capture window included). It is never taken inside
+	// dev.Do (a Do under mu would wait on a holder forever).
+	mu sync.Mutex
+	// regWaits counts registrations that found mu held (one ran while
+	// another call was in progress): the concurrent-registration test's
+	// evidence that its registration overlapped the capture window.
+	regWaits atomic.Int64
+
 	dev  *driver.Device
 	k    *Kernels
 	s    *driver.Stream
@@ -134,7 +151,11 @@ func New(opts Options) (*Backend, error) {
 
 // MatMulOptions returns the options the backend's matmuls run with (its
 // levers and its activation scratch), for MatMulPath / MatMulTolerance.
-func (b *Backend) MatMulOptions() MatMulOptions { return b.mm }
+func (b *Backend) MatMulOptions() MatMulOptions {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mm
+}
 
 // Name implements graph.Backend.
 func (b *Backend) Name() string { return "cuda" }
@@ -155,6 +176,8 @@ func (b *Backend) Kernels() *Kernels { return b.k }
 // one minfer_mmvq[r]_res_<t> launch, which exists for decode MMVQ matmuls
 // only: a chain whose matmul takes another route stays unfused.
 func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	switch k {
 	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore, graph.FuseQkNormRopeStore:
 		return true
@@ -172,6 +195,8 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 // are registered here and its KV layer exists. Shape invariants are checked
 // by Execute, which names the node and the values.
 func (b *Backend) SupportsOp(n *graph.Node) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if _, ok := b.ops[n.Op]; !ok {
 		return fmt.Errorf("op %s has no device kernel", n.Op)
 	}
@@ -191,16 +216,30 @@ func (b *Backend) SupportsOp(n *graph.Node) error {
 	return nil
 }
 
-// RegisterWeight implements graph.Backend.
+// RegisterWeight implements graph.Backend. It may run on another goroutine
+// than the engine's: it holds b.mu, so it waits for the backend call in
+// progress (a capture window included) and changes no captured graph
+// that does not read w (capture.go).
 func (b *Backend) RegisterWeight(w graph.Weight) error {
+	if !b.mu.TryLock() {
+		b.regWaits.Add(1)
+		b.mu.Lock()
+	}
+	defer b.mu.Unlock()
 	if b.closed {
 		return errors.New("cuda: backend is closed")
 	}
 	return b.dev.Do(func() error { return b.registerWeight(w) })
 }
 
+// registrationsWaited is how many registrations found another call in
+// progress (tests).
+func (b *Backend) registrationsWaited() int64 { return b.regWaits.Load() }
+
 // Alloc implements graph.Backend.
 func (b *Backend) Alloc(n int) (graph.Buffer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var id graph.Buffer
 	err := b.dev.Do(func() error {
 		var err error
@@ -211,10 +250,18 @@ func (b *Backend) Alloc(n int) (graph.Buffer, error) {
 }
 
 // Free implements graph.Backend: the memory stays in the pool.
-func (b *Backend) Free(id graph.Buffer) error { return b.pool.release(id) }
+func (b *Backend) Free(id graph.Buffer) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pool.release(id)
+}
 
 // PoolGeneration is the pool generation (tests).
-func (b *Backend) PoolGeneration() uint64 { return b.pool.gen }
+func (b *Backend) PoolGeneration() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pool.gen
+}
 
 // Write implements graph.Backend.
 func (b *Backend) Write(id graph.Buffer, off int, src []float32) error {
@@ -251,6 +298,8 @@ func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
 // Synchronize implements graph.Backend: at a split boundary it closes a
 // pending capture (see capture.go), otherwise it waits for the stream.
 func (b *Backend) Synchronize() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.cap.recording {
 		return b.finishCapture()
 	}
@@ -276,6 +325,8 @@ func (b *Backend) syncTimed() error {
 // direct and capturing executions here, before any launch and before a
 // capture window can open.
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	replayed, err := b.beginSplit(key)
 	if err != nil || replayed {
 		return replayed, err
@@ -308,6 +359,8 @@ func (b *Backend) AllocKV(spec graph.KVSpec) error {
 	}
 	bytes := uint64(rb) * uint64(spec.NCtx)
 	bytes = (bytes + 3) &^ 3
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.dev.Do(func() error {
 		var ks, vs []driver.DevicePtr
 		for l := range spec.NLayer {
@@ -381,6 +434,8 @@ func (b *Backend) ReadKV(layer int, side graph.KVSide) ([]byte, error) {
 // pool (buffers, weights, KV regions) and the pinned memory, destroys the
 // stream, unloads the kernels and releases the device.
 func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
 		return nil
 	}

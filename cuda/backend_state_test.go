@@ -32,12 +32,14 @@ var executeMayWrite = map[string]string{
 	"ffnUp":          "grow-only fused FFN up scratch: each FFN node writes it before it reads it",
 	"ffnUpLen":       "its capacity",
 	"attnScratch":    "split-K decode attention scratch per shape, grow-only: each attention launch writes its partials before its combine reads them",
+	"mu":             "the host-state lock against a concurrent RegisterWeight: taken and released within each call, it holds no value",
 }
 
 // loadTime are the other Backend fields: the test fails on a field in
 // neither list, so a new field is classified when it is added.
 var loadTime = []string{"dev", "s", "lv", "logf", "mm", "stage", "weights", "weightBytes", "repackBytes",
-	"kvSpec", "kvK", "kvV", "kvRowB", "kvScratch", "kvStamp", "ops", "closed", "timer", "memOpen", "memTotal"}
+	"kvSpec", "kvK", "kvV", "kvRowB", "kvScratch", "kvStamp", "ops", "closed", "timer", "memOpen", "memTotal",
+	"regWaits"}
 
 // TestBackendState_EveryFieldIsLoadTimeOrPerNode: every field of Backend is
 // in one of the two lists above.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
@@ -13,8 +14,9 @@ import (
 // Executions 1 and 2 of a key run as direct launches; the 3rd is captured
 // and every later one replays the instantiated graph (BeginSplit returns
 // replayed = true). A captured graph is valid at the pool generation and KV
-// layout it was captured at; a change of either invalidates it and the key
-// warms up again. Decode-shaped splits (nt = 1) always capture,
+// layout it was captured at and while every weight its nodes read is still
+// the registration they read (staleReason); a change of any invalidates it
+// and the key warms up again. Decode-shaped splits (nt = 1) always capture,
 // prefill-shaped ones unless MINFER_NO_PREFILL_CAPTURE; MINFER_NO_CUDA_GRAPH
 // turns graphs off.
 //
@@ -30,6 +32,38 @@ import (
 // the window aborts the capture: the window is ended, its graph discarded,
 // graphs are disabled for the rest of the session and the error (naming the
 // node) is returned. The aborted step's outputs were never produced.
+//
+// What a captured graph depends on. Its nodes' parameters are device
+// pointers baked in at capture: the pool's buffers and the scratch and
+// workspace regions (pool generation), the KV regions (kvStamp), and the
+// weights the split's nodes resolved (b.weight while recording, kept in
+// captured.weights as the *devWeight each name resolved to). A devWeight is
+// never changed after its registration: registering a name again at
+// another size makes a new devWeight with a new pointer (the old memory
+// stays until Close), and weight allocations do not move the pool
+// generation (pool.go movesGeneration). So registering a weight the graph
+// does not read leaves it valid, and registering again a weight it reads
+// invalidates exactly the graphs that read it: they never replay a stale
+// pointer. A registration that grows the shared Q8_1 activation scratch
+// (ensureActQ8, a MemActivations allocation) still moves the generation.
+//
+// Registration from another goroutine (RegisterWeight while the engine's
+// goroutine runs a split). Two things order it. (1) driver.Device.Do runs
+// one function at a time on the device thread, in the order the calls
+// arrive, and the capture window opens and closes inside one Do
+// (finishCapture), so no registration's upload can run inside a window.
+// (2) b.mu, the backend's host-state lock, is held by RegisterWeight for
+// the whole registration and by every entry point of the engine's
+// goroutine that reads what a registration writes (BeginSplit, Execute,
+// Synchronize, Alloc, Free, SupportsOp, SupportsFused, ...): a
+// registration waits for the call in progress (a whole capture window
+// included, Synchronize holding b.mu through finishCapture) and runs
+// between two calls. Between two Execute calls of a recording it is
+// harmless: a node recorded before it keeps the devWeight it resolved, and
+// captured.weights holds that same devWeight, so a replaced weight shows at
+// the next BeginSplit; scratch pointers are read by the launches
+// themselves, inside the window's Do, where the generation the graph keeps
+// is read too.
 
 // captureWarmup is how many direct executions a key runs before it is
 // captured (llama.cpp warms up twice).
@@ -42,13 +76,35 @@ type captured struct {
 	gen     uint64            // pool generation at capture
 	kvStamp uint64            // KV layout stamp at capture
 	kernels map[string]int64  // launches the graph holds, per kernel (census)
+	// weights are the registrations the captured nodes resolved, by name:
+	// the graph is stale once b.weights holds another for any of them.
+	weights map[string]*devWeight
+}
+
+// staleReason says why the captured graph e cannot replay now, "" when it
+// can: the pool generation or the KV layout moved since its capture, or a
+// weight it reads was registered again (a new devWeight, a new pointer).
+// Weights it does not read are not looked at.
+func (b *Backend) staleReason(e *captured) string {
+	if e.gen != b.pool.gen {
+		return fmt.Sprintf("pool generation %d, captured at %d", b.pool.gen, e.gen)
+	}
+	if e.kvStamp != b.kvStamp {
+		return fmt.Sprintf("KV layout stamp %d, captured at %d", b.kvStamp, e.kvStamp)
+	}
+	for name, w := range e.weights {
+		if b.weights[name] != w {
+			return "weight " + name + " was registered again"
+		}
+	}
+	return ""
 }
 
 // CaptureStats counts what the graph machinery did (tests and reports).
 type CaptureStats struct {
 	Captures      int  // graphs captured and instantiated
 	Replays       int  // BeginSplit calls answered by a replay
-	Invalidations int  // captured graphs dropped for a pool-generation or KV-layout change
+	Invalidations int  // captured graphs dropped for a pool-generation or KV-layout change or a weight they read
 	Aborts        int  // capture windows aborted by a node error
 	Disabled      bool // graphs are off for this session
 	// DecodeCaptures and DecodeReplays are the part of Captures and
@@ -61,6 +117,9 @@ type CaptureStats struct {
 	// graphs went off for the session and the split ran with direct
 	// launches (the design's rule), logged once each.
 	Fallbacks int
+	// WeightInvalidations is the part of Invalidations caused by a weight
+	// the graph reads being registered again (staleReason).
+	WeightInvalidations int
 }
 
 type capture struct {
@@ -74,6 +133,14 @@ type capture struct {
 
 	recording bool           // the open split is being recorded for capture
 	pending   []func() error // its launches, in order
+	// used are the weights the recording's nodes resolved (b.weight), the
+	// captured graph's weights once it is captured.
+	used map[string]*devWeight
+
+	// windowHook, when set (tests), runs inside the capture window on the
+	// device thread, after the recorded launches were issued and before the
+	// capture ends: it must make no driver call.
+	windowHook func(key graph.SplitKey, nt int)
 
 	stats CaptureStats
 }
@@ -91,13 +158,14 @@ func (c *capture) beginKey(key graph.SplitKey) *captured {
 // beginSplit implements the state machine of graph.Backend.BeginSplit.
 func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 	c := &b.cap
-	c.cur, c.recording, c.pending = nil, false, nil
+	c.cur, c.recording, c.pending, c.used = nil, false, nil, nil
 	if !c.enabled {
 		return false, nil
 	}
 	e := c.beginKey(key)
 	if e.exec != nil {
-		if e.gen == b.pool.gen && e.kvStamp == b.kvStamp {
+		stale := b.staleReason(e)
+		if stale == "" {
 			// The split's start event goes in the replay's own Do, right
 			// before the launch (timing.go).
 			var timerErr error
@@ -133,10 +201,13 @@ func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 		}
 		*e = captured{nt: e.nt}
 		c.stats.Invalidations++
+		if strings.HasPrefix(stale, "weight ") {
+			c.stats.WeightInvalidations++
+		}
 	}
 	e.runs++
 	if e.runs > c.warmup && (e.nt <= 1 || c.prefillCapture) {
-		c.recording = true
+		c.recording, c.used = true, map[string]*devWeight{}
 	}
 	return false, nil
 }
@@ -162,7 +233,7 @@ func (c *capture) noteNode(n *graph.Node) {
 // abandon drops a recording whose node failed its host-side check: nothing
 // was launched, and graphs are disabled like any capture abort.
 func (b *Backend) abandon(err error) {
-	b.cap.recording, b.cap.pending = false, nil
+	b.cap.recording, b.cap.pending, b.cap.used = false, nil, nil
 	b.cap.stats.Aborts++
 	b.disableGraphs()
 	b.logf("cuda: capture of split %v aborted (%v); CUDA graphs are disabled for this session", b.cap.key, err)
@@ -174,7 +245,7 @@ func (b *Backend) abandon(err error) {
 func (b *Backend) disableGraphs() {
 	c := &b.cap
 	c.enabled, c.stats.Disabled = false, true
-	c.recording, c.pending, c.cur = false, nil, nil
+	c.recording, c.pending, c.cur, c.used = false, nil, nil, nil
 	for _, e := range c.keys {
 		if e.exec != nil {
 			x := e.exec
@@ -234,8 +305,9 @@ func (b *Backend) fallBack(key graph.SplitKey, pending []func() error, cause err
 // boundary). A node error inside the window aborts.
 func (b *Backend) finishCapture() error {
 	c := &b.cap
-	e, key, pending := c.cur, c.key, c.pending
-	c.recording, c.pending = false, nil
+	e, key, pending, used := c.cur, c.key, c.pending, c.used
+	c.recording, c.pending, c.used = false, nil, nil
+	hook := c.windowHook
 	var before map[string]int64
 	census := b.k.Census() != nil
 	if census {
@@ -258,6 +330,9 @@ func (b *Backend) finishCapture() error {
 				}
 				return errors.Join(err, endErr)
 			}
+		}
+		if hook != nil {
+			hook(key, e.nt)
 		}
 		g, err := b.s.EndCapture()
 		if err != nil {
@@ -286,7 +361,7 @@ func (b *Backend) finishCapture() error {
 			return errors.Join(err, x.Destroy())
 		}
 		b.stage.synced()
-		e.exec, e.gen, e.kvStamp = x, b.pool.gen, b.kvStamp
+		e.exec, e.gen, e.kvStamp, e.weights = x, b.pool.gen, b.kvStamp, used
 		return b.timer.done()
 	})
 	if err != nil && nodeErr == nil && !launched {
@@ -320,7 +395,11 @@ func (b *Backend) finishCapture() error {
 }
 
 // CaptureStats returns what the graph machinery has done so far.
-func (b *Backend) CaptureStats() CaptureStats { return b.cap.stats }
+func (b *Backend) CaptureStats() CaptureStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cap.stats
+}
 
 // capturedKernels lists the kernels of a captured key (tests).
 func (b *Backend) capturedKernels(key graph.SplitKey) []string {

@@ -97,7 +97,9 @@ func (b *Backend) openMemory() error {
 
 // DeviceMemory returns the pool's classes and the driver's view now.
 func (b *Backend) DeviceMemory() (DeviceMemory, error) {
+	b.mu.Lock()
 	c := b.pool.count
+	b.mu.Unlock()
 	m := DeviceMemory{Weights: c[MemWeights], Derived: c[MemDerived], KV: c[MemKV], Activations: c[MemActivations],
 		Workspace: c[MemWorkspace], FreeAtOpen: b.memOpen, Total: b.memTotal}
 	if b.closed {

@@ -22,9 +22,15 @@ type devBuf struct {
 // may still reference a freed id's pointer).
 //
 // gen is the pool generation: it changes whenever the set of live
-// pointers can change in a way a captured graph cannot see (every new
-// device allocation, every Free, every weight replacement), and a captured
-// graph is valid only at the generation it was captured at.
+// activation, scratch, workspace or KV pointers can change in a way a
+// captured graph cannot see (every new buffer or scratch allocation, every
+// Free), and a captured graph is valid only at the generation it was
+// captured at. Weight allocations (MemWeights, and MemDerived: a weight's
+// repacked copy) do not move it: a weight is immutable once registered and
+// a re-registration makes a new devWeight, so a captured graph records the
+// devWeights its nodes resolved and is stale only when one of those was
+// replaced (capture.go, staleReason). Registering a weight a graph does not
+// read therefore leaves the graph valid.
 type pool struct {
 	dev   *driver.Device
 	bufs  []devBuf                  // graph.Buffer -> entry
@@ -33,10 +39,21 @@ type pool struct {
 	gen   uint64
 	total uint64   // bytes held from the driver
 	count memCount // total by class (memory.go)
+	// moves says whether an allocation of a class moves gen
+	// (movesGeneration; the CPU test plants the old every-class rule).
+	moves func(MemClass) bool
 }
 
 func newPool(dev *driver.Device) *pool {
-	return &pool{dev: dev, free: map[uint64][]graph.Buffer{}}
+	return &pool{dev: dev, free: map[uint64][]graph.Buffer{}, moves: movesGeneration}
+}
+
+// movesGeneration is the rule: a new allocation of any class a captured
+// graph bakes in by generation (activations, workspace, KV) moves it; a
+// weight's (MemWeights, MemDerived) does not, because graphs track the
+// weights they read by identity instead.
+func movesGeneration(c MemClass) bool {
+	return c != MemWeights && c != MemDerived
 }
 
 // raw allocates bytes of device memory outside the buffer table (weights,
@@ -46,11 +63,19 @@ func (p *pool) raw(c MemClass, bytes uint64, what string) (driver.DevicePtr, err
 	if err != nil {
 		return 0, outOfMemory(fmt.Errorf("cuda: pool: allocate %d bytes for %s (pool holds %d bytes): %w", bytes, what, p.total, err))
 	}
+	p.account(c, ptr, bytes)
+	return ptr, nil
+}
+
+// account books a raw allocation: freed at Close, counted under its class,
+// and the generation moved when the class's rule says so.
+func (p *pool) account(c MemClass, ptr driver.DevicePtr, bytes uint64) {
 	p.extra = append(p.extra, ptr)
 	p.total += bytes
 	p.count.add(c, bytes)
-	p.gen++
-	return ptr, nil
+	if p.moves(c) {
+		p.gen++
+	}
 }
 
 // alloc returns a buffer of n 4-byte elements: a free one of exactly that

@@ -37,9 +37,11 @@ func weightTypeSupported(t quant.Type) bool {
 }
 
 // registerWeight uploads w once. Same name and size: no-op. Different size:
-// the new bytes get a new allocation and the old one is kept until Close (a
-// captured graph may still reference it); the pool generation moves so no
-// stale graph replays. Inside dev.Do.
+// the new bytes get a new allocation and a new devWeight, and the old one is
+// kept until Close (a captured graph may still reference it); the pool
+// generation does not move (a weight allocation is MemWeights), but every
+// captured graph that read the old devWeight is stale (capture.go,
+// staleReason) and none that did not read it is. Inside dev.Do, under b.mu.
 func (b *Backend) registerWeight(w graph.Weight) error {
 	if old := b.weights[w.Name]; old != nil && old.srcBytes == len(w.Data) && old.srcType == w.Type {
 		return nil
@@ -129,11 +131,17 @@ func (b *Backend) ensureActQ8(k int) error {
 	return nil
 }
 
-// weight looks a registered weight up by name.
+// weight looks a registered weight up by name. While a split is recorded
+// for capture it notes the registration it resolved: the captured graph
+// depends on that devWeight (capture.go, staleReason). Every node resolves
+// its weights through here (vector included).
 func (b *Backend) weight(name string) (*devWeight, error) {
 	w := b.weights[name]
 	if w == nil {
 		return nil, fmt.Errorf("weight %s is not registered", name)
+	}
+	if b.cap.recording && b.cap.used != nil {
+		b.cap.used[name] = w
 	}
 	return w, nil
 }
