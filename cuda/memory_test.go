@@ -175,3 +175,34 @@ func TestMemCount_AddsByClassAndIgnoresUnknownClasses(t *testing.T) {
 		t.Errorf("counted %d, driver used %d", d.Counted(), d.DriverUsed())
 	}
 }
+
+// The weights' arena: pieces are 256-byte aligned, packed into the
+// current chunk while they fit, and a piece that does not fit (or the
+// first one) asks for a new chunk; only weights and derived copies use it.
+func TestArena_PiecesAlignedPackedAndANewChunkWhenFull(t *testing.T) {
+	var a arena
+	if _, ok := a.fit(100); ok {
+		t.Fatal("an arena without a chunk fits a piece")
+	}
+	a.base, a.size = 1<<30, 1024
+	off, ok := a.fit(100)
+	if !ok || off != 0 {
+		t.Fatalf("first piece at %d (%v)", off, ok)
+	}
+	a.used = off + 100
+	if off, ok = a.fit(300); !ok || off != 256 {
+		t.Fatalf("second piece at %d (%v), want 256 (aligned)", off, ok)
+	}
+	a.used = off + 300
+	if _, ok = a.fit(500); ok {
+		t.Fatalf("a piece past the chunk's end fits (used %d of %d)", a.used, a.size)
+	}
+	if off, ok = a.fit(1024 - 768); !ok || off != 768 {
+		t.Fatalf("a piece ending exactly at the chunk's end: %d (%v)", off, ok)
+	}
+	for c := range numMemClasses {
+		if got, want := arenaClass(c), c == MemWeights || c == MemDerived; got != want {
+			t.Errorf("class %s in an arena: %v", memClassNames[c], got)
+		}
+	}
+}
