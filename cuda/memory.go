@@ -181,7 +181,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 		Overhead:     ContextOverhead,
 		OverheadWhat: "CUDA context",
 	}
-	if lv.MMVQRepack {
+	if lv.MMVQRepack && !lv.MMVQWide { // the wide kernels make no copy
 		r.DerivedLever = "MINFER_MMVQ_REPACK=0"
 	}
 	return r
