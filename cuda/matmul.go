@@ -31,6 +31,12 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 	if w.vector {
 		return matmulPlan{}, fmt.Errorf("weight %s is a vector (dims %v), not a matrix", wname, w.dims)
 	}
+	if w.host {
+		// The model registered it as gathered only (graph.Weight.Gathered):
+		// a matmul over it breaks that rule, and one over the host link
+		// would be slow; refused, never read there.
+		return matmulPlan{}, fmt.Errorf("weight %s is in mapped host memory (MINFER_EMBED_HOST=1, registered as gathered only): no matmul reads it", wname)
+	}
 	if x.Len != w.rowLen*nt {
 		return matmulPlan{}, fmt.Errorf("input of %d elements is not %d rows of k=%d (weight %s)", x.Len, nt, w.rowLen, wname)
 	}

@@ -401,6 +401,14 @@ var registry = []Lever{
 		Workload: "qwen2-7b:Q8_0",
 		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights runs the wide-load kernels over the GGUF bytes (minfer_mmvqw_*) only with the lever on; off, minfer_mmvqr_* over the repacked copy (or minfer_mmvq_* without one)",
 			[]string{"minfer_mmvqw_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
+	{Name: "MINFER_EMBED_HOST", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "token embedding placement (untied output)", Issue: "#19",
+		Doc: "1: the token-embedding table of a model with an output matrix of its own stays in page-locked host memory mapped into the device (minfer_get_rows_host reads one row per token over the host link) instead of device memory; a tied output keeps it on the device (the logits matmul reads all of it)", ArmA: "0", ArmB: "1",
+		// Untied: qwen2-7b (552 MiB of Q8_0 embedding). The gather's
+		// arithmetic is minfer_get_rows' (bitwise); B's device memory drops
+		// by the table, which the default memory bar reads as within.
+		Workload: "qwen2-7b:Q8_0",
+		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host) only with the lever on; off, minfer_get_rows reads the device copy",
+			[]string{"minfer_get_rows_host"}, Needs{})},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: matmul + residual add -> MatMulAdd (decode MMVQ on CUDA)", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
@@ -616,6 +624,7 @@ type Config struct {
 	NoSplitKAttn     bool
 	MMVQRepack       bool
 	MMVQWide         bool
+	EmbedHost        bool
 	FuseResidual     bool
 	MMVQNT           bool
 	MMVQSplit        bool
@@ -750,6 +759,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.MMVQWide = on("MINFER_MMVQ_WIDE")
+	c.EmbedHost = on("MINFER_EMBED_HOST")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
