@@ -172,7 +172,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 			if len(t.Dims) == 1 {
 				return 4 * uint64(t.Dims[0]), 0
 			}
-			if probe.repackWanted(t.Type) {
+			if probe.repackWanted(t.Type) && !t.Gathered { // registerWeight's rule
 				derived = MMVQRepackBytes(t.Type, t.Dims[0], t.Rows())
 			}
 			return t.Bytes(), derived

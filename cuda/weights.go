@@ -103,7 +103,9 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	b.weights[w.Name] = dw
 	b.weightBytes += uint64(len(data))
 	if !dw.vector {
-		if b.repackWanted(dw.typ) {
+		// A gathered-only weight (an untied embedding) is read by the gather
+		// alone, from its GGUF bytes: a repacked copy of it is never read.
+		if b.repackWanted(dw.typ) && !w.Gathered {
 			if err := b.repackWeight(dw); err != nil {
 				return err
 			}
