@@ -90,8 +90,8 @@ func TestEmbedHostDevice_GetRowsFromMappedMemoryBitwiseDeviceCopy(t *testing.T) 
 func TestEmbedHostDevice_ModelDecodeBitwiseTableOffTheDevice(t *testing.T) {
 	dsNeedDevice(t)
 	p := dsSynth(t, "qwen3-tiny", "Q8_0")
-	gOff, cOff, bOff := rpDecode(t, p, "MINFER_EMBED_HOST=0")
-	gOn, cOn, bOn := rpDecode(t, p, "MINFER_EMBED_HOST=1")
+	gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, "MINFER_EMBED_HOST=0")
+	gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, "MINFER_EMBED_HOST=1")
 	for i := range gOff {
 		if bad := rpDiff(t, fmt.Sprintf("step %d logits (embedding in host memory)", i), gOn[i], gOff[i]); bad != 0 {
 			t.Errorf("step %d: %d of %d logits differ between MINFER_EMBED_HOST=1 and =0", i, bad, len(gOff[i]))
@@ -121,7 +121,7 @@ func TestEmbedHostDevice_ModelDecodeBitwiseTableOffTheDevice(t *testing.T) {
 		t.Errorf("host-mapped on %d off %d, device weights off %d on %d: want the %d-byte table moved off the device",
 			mOn.HostMapped, mOff.HostMapped, mOff.Weights, mOn.Weights, table)
 	}
-	_, cTied, bTied := rpDecode(t, dsSynth(t, "qwen2-tiny", "Q8_0"), "MINFER_EMBED_HOST=1")
+	_, cTied, bTied := dsDecodeCensus(t, dsSynth(t, "qwen2-tiny", "Q8_0"), rpSteps, "MINFER_EMBED_HOST=1")
 	if n, _ := rpMatching(cTied, "minfer_get_rows_host"); n != 0 || bTied.pool.hostBytes != 0 {
 		t.Errorf("tied qwen2-tiny with the lever on: %d host gathers, %d host-mapped bytes; want the table on the device", n, bTied.pool.hostBytes)
 	}

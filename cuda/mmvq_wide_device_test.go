@@ -269,8 +269,8 @@ func TestMMVQWideDevice_ModelDecodeBitwiseOneCopyAndCensus(t *testing.T) {
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
-			gOff, cOff, bOff := rpDecode(t, p, "MINFER_MMVQ_WIDE=0")
-			gOn, cOn, bOn := rpDecode(t, p, "MINFER_MMVQ_WIDE=1")
+			gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_WIDE=0")
+			gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_WIDE=1")
 			for i := range gOff {
 				if bad := rpDiff(t, fmt.Sprintf("step %d logits (wide on)", i), gOn[i], gOff[i]); bad != 0 {
 					t.Errorf("step %d: %d of %d logits differ between MINFER_MMVQ_WIDE=1 and =0", i, bad, len(gOff[i]))

@@ -572,7 +572,7 @@ func TestDeviceHostMappedMemoryReadThroughItsDevicePointer(t *testing.T) {
 		}
 		defer h.Free()
 		if h.Ptr() == 0 || h.Len() != n {
-			t.Fatalf("mapped memory: device pointer %v, %d bytes", h.Ptr(), h.Len())
+			return fmt.Errorf("mapped memory: device pointer %v, %d bytes", h.Ptr(), h.Len())
 		}
 		for i, b := 0, h.Bytes(); i < n; i++ {
 			b[i] = byte(i*7 + i>>11)
@@ -582,17 +582,23 @@ func TestDeviceHostMappedMemoryReadThroughItsDevicePointer(t *testing.T) {
 			return err
 		}
 		defer d.Free(p)
-		must(t, s.CopyDtoD(p, h.Ptr(), n))
+		if err := s.CopyDtoD(p, h.Ptr(), n); err != nil {
+			return err
+		}
 		out := make([]byte, n)
-		must(t, s.CopyDtoH(out, p))
-		must(t, s.Synchronize())
+		if err := s.CopyDtoH(out, p); err != nil {
+			return err
+		}
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
 		for i := range out {
 			if out[i] != byte(i*7+i>>11) {
-				t.Fatalf("byte %d read through the device pointer = %#x, host wrote %#x", i, out[i], byte(i*7+i>>11))
+				return fmt.Errorf("byte %d read through the device pointer = %#x, host wrote %#x", i, out[i], byte(i*7+i>>11))
 			}
 		}
 		if err := h.Free(); err != nil || h.Bytes() != nil || h.Ptr() != 0 || h.Free() != nil {
-			t.Fatalf("double free: %v", err)
+			return fmt.Errorf("double free: %v", err)
 		}
 		return nil
 	}))
