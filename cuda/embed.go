@@ -1,7 +1,9 @@
 package cuda
 
 // embed.go: the embedding gather minfer_get_rows (cuda/kernels/embed.cu),
-// which dequantizes the rows of any device weight type, and its op handler.
+// which dequantizes the rows of any device weight type, and its op handler;
+// minfer_get_rows_host gathers from a table in mapped host memory
+// (MINFER_EMBED_HOST, registerHostMapped).
 
 import (
 	"fmt"
@@ -21,6 +23,18 @@ var getRowsTypes = map[quant.Type]bool{
 // (wRows rows of k values of type wtype) into out [k, nt] as f32. An id
 // outside [0, wRows) gives a NaN row (the kernel cannot return an error).
 func (k *Kernels) GetRows(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, wRows int, ids driver.DevicePtr, nt, rowLen int) error {
+	return k.getRows(s, "minfer_get_rows", out, w, wtype, wRows, ids, nt, rowLen)
+}
+
+// GetRowsHost is GetRows of a table w in page-locked host memory mapped
+// into the device (driver.HostMapped.Ptr): minfer_get_rows_host, the same
+// code under its own name, so bitwise GetRows of a device copy.
+func (k *Kernels) GetRowsHost(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, wRows int, ids driver.DevicePtr, nt, rowLen int) error {
+	return k.getRows(s, "minfer_get_rows_host", out, w, wtype, wRows, ids, nt, rowLen)
+}
+
+func (k *Kernels) getRows(s *driver.Stream, name string, out, w driver.DevicePtr, wtype quant.Type, wRows int, ids driver.DevicePtr,
+	nt, rowLen int) error {
 	if err := opsCheckRows("get_rows", nt, rowLen); err != nil {
 		return err
 	}
@@ -34,7 +48,7 @@ func (k *Kernels) GetRows(s *driver.Stream, out, w driver.DevicePtr, wtype quant
 	if err != nil {
 		return opsBad("get_rows", "%v", err)
 	}
-	return opsErr("get_rows", k.launch(s, "minfer_get_rows", [3]uint32{uint32(nt), 1, 1}, opsRowBlock(rowLen), 0,
+	return opsErr("get_rows", k.launch(s, name, [3]uint32{uint32(nt), 1, 1}, opsRowBlock(rowLen), 0,
 		out, w, int32(wtype), int64(rb), int32(wRows), ids, int32(rowLen)))
 }
 
@@ -50,6 +64,9 @@ func opGetRows(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (
 	rowLen, nt := n.Shape[0], in[0].Len
 	if w.vector || w.rowLen != rowLen || out.Len != rowLen*nt {
 		return nil, fmt.Errorf("weight %s rows of %d, output %d for %d ids", n.Weight, w.rowLen, out.Len, nt)
+	}
+	if w.host {
+		return func() error { return b.k.GetRowsHost(b.s, o, w.ptr, w.typ, w.rows, p[0], nt, rowLen) }, nil
 	}
 	return func() error { return b.k.GetRows(b.s, o, w.ptr, w.typ, w.rows, p[0], nt, rowLen) }, nil
 }

@@ -31,6 +31,12 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 	if w.vector {
 		return matmulPlan{}, fmt.Errorf("weight %s is a vector (dims %v), not a matrix", wname, w.dims)
 	}
+	if w.host {
+		// The model registered it as gathered only (graph.Weight.Gathered):
+		// a matmul over it breaks that rule, and one over the host link
+		// would be slow; refused, never read there.
+		return matmulPlan{}, fmt.Errorf("weight %s is in mapped host memory (MINFER_EMBED_HOST=1, registered as gathered only): no matmul reads it", wname)
+	}
 	if x.Len != w.rowLen*nt {
 		return matmulPlan{}, fmt.Errorf("input of %d elements is not %d rows of k=%d (weight %s)", x.Len, nt, w.rowLen, wname)
 	}
@@ -48,8 +54,8 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 }
 
 func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
-	if b.matmulRoute(m.w, nt) == routeMMVQR {
-		// Kernels.MatMul knows no repacked copy: quantize x, then minfer_mmvqr.
+	if r := b.matmulRoute(m.w, nt); r == routeMMVQR || r == routeMMVQW {
+		// Kernels.MatMul knows neither route: quantize x, then minfer_mmvq[rw].
 		if err := b.quantizeAct(x, m.w.rowLen); err != nil {
 			return err
 		}
@@ -76,7 +82,8 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 
 // residRoute reports whether the matmul node m takes a route whose kernel
 // has a residual form (SupportsFused(FuseMatMulAdd) asks it at fuse time):
-// one token, quantize + minfer_mmvq_<t> or the repacked minfer_mmvqr_<t>.
+// one token, quantize + minfer_mmvq_<t>, the repacked minfer_mmvqr_<t> or
+// the wide-load minfer_mmvqw_<t>.
 // The in-kernel form and the f32 mmv kernel read the f32 activation from
 // every block while others write the output: no residual form.
 func (b *Backend) residRoute(m *graph.Node) bool {
@@ -84,8 +91,7 @@ func (b *Backend) residRoute(m *graph.Node) bool {
 	if w == nil || m.Shape.Rows() != 1 {
 		return false
 	}
-	r := b.matmulRoute(w, 1)
-	return r == routeMMVQ || r == routeMMVQR
+	return b.matmulRoute(w, 1).decode()
 }
 
 // opMatMulAdd runs graph.OpMatMulAdd, out = in[1] + (W in[0] + bias), as
@@ -107,7 +113,7 @@ func opMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor)
 	if m.w.rows != n.Shape[0] || in[1].Len != out.Len {
 		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[1].Len, n.Shape)
 	}
-	if r := b.matmulRoute(m.w, nt); nt != 1 || (r != routeMMVQ && r != routeMMVQR) {
+	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() {
 		return nil, fmt.Errorf("weight %s (%s) over %d tokens takes route %d: no residual form", n.Weight, m.w.typ, nt, r)
 	}
 	return func() error {
@@ -131,11 +137,12 @@ const (
 	routeMMVQNT                // 2..8 tokens: quantize the rows, minfer_mmvq_nt_<t> (MINFER_MMVQ_NT)
 	routeMMVQ                  // decode: quantize the row, minfer_mmvq_<t> (one-warp or split)
 	routeMMVQR                 // decode: quantize the row, minfer_mmvqr_<t> over the repacked copy
+	routeMMVQW                 // decode: quantize the row, minfer_mmvqw_<t> over the GGUF bytes (MINFER_MMVQ_WIDE)
 )
 
 // decode reports whether r is one of the decode MMVQ routes, whose Q8_1
 // row the fused and residual forms share.
-func (r mmRoute) decode() bool { return r == routeMMVQ || r == routeMMVQR }
+func (r mmRoute) decode() bool { return r == routeMMVQ || r == routeMMVQR || r == routeMMVQW }
 
 // routeFor is the route of a weight type over nt tokens under opts, for
 // the GGUF bytes: matmulRoute adds the repacked copy.
@@ -157,12 +164,21 @@ func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 }
 
 // matmulRoute is the route of weight w over nt tokens on this backend: a
-// decode MMVQ matmul reads the repacked copy when w has one.
+// decode MMVQ matmul reads the repacked copy when w has one, else, with
+// MINFER_MMVQ_WIDE and a type that has them, the wide-load kernels over
+// the GGUF bytes (the lever allocates no repacked copy, so both never
+// meet).
 func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
-	if r := routeFor(w.typ, nt, b.mm); r != routeMMVQ || w.rp == 0 {
+	r := routeFor(w.typ, nt, b.mm)
+	switch {
+	case r != routeMMVQ:
 		return r
+	case w.rp != 0:
+		return routeMMVQR
+	case b.lv.MMVQWide && MMVQWideType(w.typ):
+		return routeMMVQW
 	}
-	return routeMMVQR
+	return r
 }
 
 // sharedInput is how the matmuls ms of one input x (k values, nt rows:
@@ -203,23 +219,26 @@ func (b *Backend) routesOf(nt int, ms []matmulPlan) (all mmRoute, anyDecode bool
 	return all, anyDecode
 }
 
-// decodeGroup reports whether every plan of ms takes a decode MMVQ route
+// decodeGroup reports whether every plan of ms takes one decode MMVQ route
 // over one weight type, so one fused mmvq kernel can run them all, and
-// whether all of them read a repacked copy.
-func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same, repacked bool) {
-	same, repacked = len(ms) > 0, true
-	for _, m := range ms {
-		r := b.matmulRoute(m.w, nt)
-		same = same && r.decode() && m.w.typ == ms[0].w.typ
-		repacked = repacked && r == routeMMVQR
+// that route (routeMMVQ, routeMMVQR: all read a repacked copy, routeMMVQW).
+func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute) {
+	if len(ms) == 0 {
+		return false, routeNone
 	}
-	return same, same && repacked
+	route = b.matmulRoute(ms[0].w, nt)
+	same = route.decode()
+	for _, m := range ms[1:] {
+		same = same && b.matmulRoute(m.w, nt) == route && m.w.typ == ms[0].w.typ
+	}
+	return same, route
 }
 
 // opFusedQKV runs the three matmuls of one input into one output (q, then
 // k, then v). Decode with the three of one type on an MMVQ route: one
 // fused launch after the row's quantization (minfer_mmvqr_qkv over
-// repacked copies, else minfer_mmvq_qkv); otherwise the three share x as
+// repacked copies, minfer_mmvqw_qkv under MINFER_MMVQ_WIDE, else
+// minfer_mmvq_qkv); otherwise the three share x as
 // sharedInput says.
 func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if len(n.Weights) != 3 || len(n.Biases) != 3 {
@@ -249,9 +268,9 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		return nil, fmt.Errorf("output of %d elements, the three projections give %d", out.Len, off)
 	}
 	x, k := p[0], w0.rowLen
-	if same, repacked := b.decodeGroup(nt, ms); same {
+	if same, route := b.decodeGroup(nt, ms); same {
 		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
-		if repacked {
+		if route == routeMMVQR {
 			w = [3]driver.DevicePtr{ms[0].w.rp, ms[1].w.rp, ms[2].w.rp}
 		}
 		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
@@ -261,7 +280,7 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 			if err := b.quantizeAct(x, k); err != nil {
 				return err
 			}
-			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, repacked)
+			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, route)
 		}, nil
 	}
 	prep, one := b.sharedInput(x, k, nt, ms)
@@ -281,7 +300,8 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 // opFusedFFN computes silu(x*gate) * (x*up) (graph.OpFusedFFN, Weights =
 // {gate, up}, output [n_ff, nt]) as engine/cpu does. Decode with gate and
 // up of one type on an MMVQ route: one fused launch after the row's
-// quantization (minfer_mmvqr_ffn over repacked copies, else
+// quantization (minfer_mmvqr_ffn over repacked copies, minfer_mmvqw_ffn
+// under MINFER_MMVQ_WIDE, else
 // minfer_mmvq_ffn). Otherwise gate into the
 // output, up into the backend's ffnUp scratch (sharing x as sharedInput
 // says), then SwiGLU in place: the unfused graph's kernels, so bitwise its
@@ -314,17 +334,20 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		return nil, fmt.Errorf("gate %s has %d rows, up %s %d, node wants n_ff=%d", n.Weights[0], g.w.rows, n.Weights[1], u.w.rows, nff)
 	}
 	x, k := p[0], g.w.rowLen
-	if same, repacked := b.decodeGroup(nt, []matmulPlan{g, u}); same {
+	if same, route := b.decodeGroup(nt, []matmulPlan{g, u}); same {
 		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
-		if repacked {
+		if route == routeMMVQR {
 			wg, wu = g.w.rp, u.w.rp
 		}
 		return func() error {
 			if err := b.quantizeAct(x, k); err != nil {
 				return err
 			}
-			if repacked {
+			switch route {
+			case routeMMVQR:
 				return b.k.FFNQ8_1R(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
+			case routeMMVQW:
+				return b.k.FFNQ8_1W(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
 			}
 			return b.k.FFNQ8_1(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
 		}, nil

@@ -60,6 +60,9 @@ func (m *memCount) add(c MemClass, n uint64) {
 // DeviceMemory is the backend's memory by class and the driver's view.
 type DeviceMemory struct {
 	Weights, Derived, KV, Activations, Workspace uint64
+	// HostMapped is the weights in page-locked host memory mapped into the
+	// device (MINFER_EMBED_HOST): host memory, not in Counted.
+	HostMapped uint64
 	// FreeAtOpen is the driver's free memory when the backend opened
 	// (its context created, its kernels loaded, nothing allocated).
 	FreeAtOpen uint64
@@ -101,7 +104,7 @@ func (b *Backend) DeviceMemory() (DeviceMemory, error) {
 	c := b.pool.count
 	b.mu.Unlock()
 	m := DeviceMemory{Weights: c[MemWeights], Derived: c[MemDerived], KV: c[MemKV], Activations: c[MemActivations],
-		Workspace: c[MemWorkspace], FreeAtOpen: b.memOpen, Total: b.memTotal}
+		Workspace: c[MemWorkspace], HostMapped: b.pool.hostBytes, FreeAtOpen: b.memOpen, Total: b.memTotal}
 	if b.closed {
 		return m, errors.New("cuda: device memory: backend is closed")
 	}
@@ -171,7 +174,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 			if len(t.Dims) == 1 {
 				return 4 * uint64(t.Dims[0]), 0
 			}
-			if probe.repackWanted(t.Type) {
+			if probe.repackWanted(t.Type) && !t.Gathered { // registerWeight's rule
 				derived = MMVQRepackBytes(t.Type, t.Dims[0], t.Rows())
 			}
 			return t.Bytes(), derived
@@ -183,7 +186,10 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 		Overhead:     ContextOverhead,
 		OverheadWhat: "CUDA context",
 	}
-	if lv.MMVQRepack {
+	if lv.EmbedHost { // registerHostMapped's rule
+		r.HostMapped = func(t memplan.Tensor) bool { return t.Gathered && t.Matrix() }
+	}
+	if lv.MMVQRepack && !lv.MMVQWide { // the wide kernels make no copy
 		r.DerivedLever = "MINFER_MMVQ_REPACK=0"
 	}
 	return r

@@ -219,9 +219,10 @@ func (k *Kernels) FFNQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqBytes u
 
 // repackWanted reports whether a registered matrix of type t gets a
 // repacked copy: the lever is on, the type has a layout, and its decode
-// takes mmvq (a type whose MINFER_NO_*_MMVQ lever is set would never read it).
+// takes mmvq (a type whose MINFER_NO_*_MMVQ lever is set would never read it),
+// and MINFER_MMVQ_WIDE is off (its kernels read the GGUF bytes: one copy).
 func (b *Backend) repackWanted(t quant.Type) bool {
-	if !b.lv.MMVQRepack || !MMVQRepackable(t) {
+	if !b.lv.MMVQRepack || !MMVQRepackable(t) || (b.lv.MMVQWide && MMVQWideType(t)) {
 		return false
 	}
 	switch t {

@@ -36,9 +36,13 @@ type pool struct {
 	bufs  []devBuf                  // graph.Buffer -> entry
 	free  map[uint64][]graph.Buffer // bytes -> free ids (LIFO)
 	extra []driver.DevicePtr        // KV regions, weights, scratch: freed at Close
-	gen   uint64
-	total uint64   // bytes held from the driver
-	count memCount // total by class (memory.go)
+	hosts []*driver.HostMapped      // host-mapped weights (MINFER_EMBED_HOST): freed at Close
+	// hostBytes is the host-mapped bytes: host memory, in neither total
+	// nor count (the device memory).
+	hostBytes uint64
+	gen       uint64
+	total     uint64   // bytes held from the driver
+	count     memCount // total by class (memory.go)
 	// moves says whether an allocation of a class moves gen
 	// (movesGeneration; the CPU test plants the old every-class rule).
 	moves func(MemClass) bool
@@ -138,6 +142,21 @@ func (p *pool) account(c MemClass, ptr driver.DevicePtr, bytes uint64) {
 	}
 }
 
+// hostMapped allocates bytes of page-locked host memory mapped into the
+// device (a weight only gathered by rows, MINFER_EMBED_HOST); the pool
+// frees it on Close. It is no device memory, so it moves no class; the
+// generation moves (a new pointer). Inside dev.Do.
+func (p *pool) hostMapped(bytes int, what string) (*driver.HostMapped, error) {
+	h, err := p.dev.AllocHostMapped(bytes)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: pool: allocate %d bytes of mapped host memory for %s: %w", bytes, what, err)
+	}
+	p.hosts = append(p.hosts, h)
+	p.hostBytes += uint64(bytes)
+	p.gen++
+	return h, nil
+}
+
 // alloc returns a buffer of n 4-byte elements: a free one of exactly that
 // byte length, or a new device allocation (which bumps the generation).
 // Inside dev.Do.
@@ -201,8 +220,14 @@ func (p *pool) close() error {
 			first = err
 		}
 	}
+	for _, h := range p.hosts {
+		if err := h.Free(); err != nil && first == nil {
+			first = err
+		}
+	}
 	p.bufs, p.extra, p.free, p.total, p.count = nil, nil, map[uint64][]graph.Buffer{}, 0, memCount{}
 	p.arenas = [numMemClasses]arena{}
+	p.hosts, p.hostBytes = nil, 0
 	p.gen++
 	return first
 }

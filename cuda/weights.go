@@ -25,6 +25,9 @@ type devWeight struct {
 	// rp is the 16-byte-aligned repacked copy the decode mmvqr kernels read
 	// (MINFER_MMVQ_REPACK, mmvq_repack.go); 0 when there is none.
 	rp driver.DevicePtr
+	// host: ptr is page-locked host memory mapped into the device
+	// (MINFER_EMBED_HOST, registerHostMapped): only the gather reads it.
+	host bool
 }
 
 // WeightTypes lists the matrix weight types the device kernels consume
@@ -82,6 +85,9 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 		data = w.Data[:rb*rows]
 		dw.typ = w.Type
 	}
+	if !dw.vector && w.Gathered && b.lv.EmbedHost {
+		return b.registerHostMapped(dw, data)
+	}
 	ptr, err := b.pool.raw(MemWeights, uint64(len(data)), "weight "+w.Name)
 	if err != nil {
 		return err
@@ -99,13 +105,36 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	b.weights[w.Name] = dw
 	b.weightBytes += uint64(len(data))
 	if !dw.vector {
-		if b.repackWanted(dw.typ) {
+		// A gathered-only weight (an untied embedding) is read by the gather
+		// alone, from its GGUF bytes: a repacked copy of it is never read.
+		if b.repackWanted(dw.typ) && !w.Gathered {
 			if err := b.repackWeight(dw); err != nil {
 				return err
 			}
 		}
 		return b.ensureActQ8(dw.rowLen)
 	}
+	return nil
+}
+
+// registerHostMapped keeps a matrix the graph only gathers rows of (the
+// token embedding of an untied model, graph.Weight.Gathered) in page-locked
+// host memory mapped into the device (MINFER_EMBED_HOST): a decode step
+// reads one row of it over the host link, and it holds no device memory.
+// The mapped pointer is fixed until Close and its bytes never change, so a
+// captured graph's replays read what the direct launches read. Inside
+// dev.Do, at registration.
+func (b *Backend) registerHostMapped(dw *devWeight, data []byte) error {
+	h, err := b.pool.hostMapped(len(data), "weight "+dw.name+" (MINFER_EMBED_HOST=1)")
+	if err != nil {
+		return fmt.Errorf("cuda: weight %s: %w", dw.name, err)
+	}
+	copy(h.Bytes(), data)
+	dw.ptr, dw.host = h.Ptr(), true
+	if dw.ptr == 0 {
+		return fmt.Errorf("cuda: weight %s: mapped host memory has no device address", dw.name)
+	}
+	b.weights[dw.name] = dw
 	return nil
 }
 

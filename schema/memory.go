@@ -20,6 +20,9 @@ type DeviceMemoryByKind struct {
 	KVCache        uint64 `json:"kv_cache_bytes"`        // KV regions and the cell-move scratch
 	Activations    uint64 `json:"activations_bytes"`     // the graph's buffers and activation scratch
 	Workspace      uint64 `json:"workspace_bytes"`       // kernel workspaces (split-K attention, MMQ)
+	// HostMapped is weights in page-locked host memory mapped into the
+	// device (MINFER_EMBED_HOST): host memory, not in TotalBytes.
+	HostMapped uint64 `json:"host_mapped_bytes,omitempty"`
 }
 
 // DriverMemory is cuMemGetInfo's view: free when the backend opened
@@ -51,6 +54,9 @@ type MemoryPlan struct {
 	ScratchBytes  uint64 `json:"scratch_bytes"`
 	OverheadBytes uint64 `json:"overhead_bytes"`
 	TotalBytes    uint64 `json:"total_bytes"`
+	// HostMappedBytes is weights kept in page-locked host memory mapped
+	// into the device (MINFER_EMBED_HOST): outside TotalBytes and NeedBytes.
+	HostMappedBytes uint64 `json:"host_mapped_bytes,omitempty"`
 	// NeedBytes is what must fit in the free memory (the total less the
 	// overhead, and less weights that stay a file mapping).
 	NeedBytes     uint64 `json:"need_bytes"`

@@ -20,7 +20,7 @@ import (
 func planDoc(p memplan.Plan, free uint64) *schema.MemoryPlan {
 	d := &schema.MemoryPlan{Model: p.Model, Backend: p.Backend, NCtx: p.NCtx, KVFormat: p.KVFormat.String(),
 		WeightsBytes: p.Weights, DerivedBytes: p.Derived, KVBytes: p.KV, ScratchBytes: p.Scratch, OverheadBytes: p.Overhead,
-		TotalBytes: p.Total(), NeedBytes: p.Need(), MappedWeights: p.MappedWeights}
+		TotalBytes: p.Total(), NeedBytes: p.Need(), MappedWeights: p.MappedWeights, HostMappedBytes: p.HostMapped}
 	if free > 0 {
 		fits := p.Fits(free)
 		d.FreeBytes, d.Fits, d.MaxCtx = free, &fits, p.MaxCtx(free)
@@ -34,7 +34,7 @@ func deviceMemoryDoc(m cuda.DeviceMemory, plan *schema.MemoryPlan) *schema.Devic
 	return &schema.DeviceMemory{
 		Backend: "cuda",
 		Classes: schema.DeviceMemoryByKind{Weights: m.Weights, DerivedWeights: m.Derived, KVCache: m.KV,
-			Activations: m.Activations, Workspace: m.Workspace},
+			Activations: m.Activations, Workspace: m.Workspace, HostMapped: m.HostMapped},
 		TotalBytes: m.Counted(),
 		Driver:     schema.DriverMemory{FreeAtOpenBytes: m.FreeAtOpen, FreeBytes: m.Free, TotalBytes: m.Total, UsedSinceOpenBytes: m.DriverUsed()},
 		Plan:       plan,
@@ -155,6 +155,9 @@ func printPlan(w io.Writer, p memplan.Plan, free uint64, note string) {
 			what = " (" + p.DerivedLever + " drops them)"
 		}
 		fmt.Fprintf(w, "  derived      %s%s\n", gib(p.Derived), what)
+	}
+	if p.HostMapped > 0 {
+		fmt.Fprintf(w, "  host-mapped  %s (page-locked host memory the device reads: not device memory, not in the total)\n", gib(p.HostMapped))
 	}
 	fmt.Fprintf(w, "  KV cache     %s (%d bytes a cell)\n", gib(p.KV), p.KVPerCell)
 	fmt.Fprintf(w, "  scratch      %s (prefill of %d tokens)\n", gib(p.Scratch), p.Prefill)

@@ -82,3 +82,19 @@ func TestExitCode_OutOfMemoryAfterThePlanIsExitOutOfMemoryToo(t *testing.T) {
 		}
 	}
 }
+
+// printPlan and planDoc show weights kept in mapped host memory
+// (MINFER_EMBED_HOST) as their own class, outside the device total and
+// what must be free.
+func TestPrintPlan_HostMappedClassOutsideTheTotal(t *testing.T) {
+	p := memplan.Plan{Model: "m", Backend: "cuda", NCtx: 4096, Weights: 7 << 30, HostMapped: 552 << 20, KV: 1 << 30, KVPerCell: 1 << 18}
+	var b strings.Builder
+	printPlan(&b, p, 0, "not checked")
+	if !strings.Contains(b.String(), "  host-mapped  552.0 MiB (page-locked host memory the device reads: not device memory, not in the total)") {
+		t.Errorf("plan text lacks the host-mapped line:\n%s", b.String())
+	}
+	d := planDoc(p, 0)
+	if d.HostMappedBytes != 552<<20 || d.TotalBytes != 8<<30 || d.NeedBytes != 8<<30 {
+		t.Errorf("plan document: host-mapped %d, total %d, need %d; want 552 MiB outside 8 GiB", d.HostMappedBytes, d.TotalBytes, d.NeedBytes)
+	}
+}

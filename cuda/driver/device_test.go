@@ -556,3 +556,54 @@ func TestDeviceCloseThenDoIsErrClosed(t *testing.T) {
 		t.Fatalf("Do after Close = %v", err)
 	}
 }
+
+// TestDeviceHostMappedMemoryReadThroughItsDevicePointer: mapped host
+// memory (cuMemHostAlloc DEVICEMAP) has a device address, the device
+// reads what the host wrote there (a device-to-device copy from it), and
+// Free is safe twice.
+func TestDeviceHostMappedMemoryReadThroughItsDevicePointer(t *testing.T) {
+	d := testDevice(t)
+	const n = 1<<20 + 6
+	must(t, d.Do(func() error {
+		s, err := d.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		h, err := d.AllocHostMapped(n)
+		if err != nil {
+			return err
+		}
+		defer h.Free()
+		if h.Ptr() == 0 || h.Len() != n {
+			return fmt.Errorf("mapped memory: device pointer %v, %d bytes", h.Ptr(), h.Len())
+		}
+		for i, b := 0, h.Bytes(); i < n; i++ {
+			b[i] = byte(i*7 + i>>11)
+		}
+		p, err := d.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer d.Free(p)
+		if err := s.CopyDtoD(p, h.Ptr(), n); err != nil {
+			return err
+		}
+		out := make([]byte, n)
+		if err := s.CopyDtoH(out, p); err != nil {
+			return err
+		}
+		if err := s.Synchronize(); err != nil {
+			return err
+		}
+		for i := range out {
+			if out[i] != byte(i*7+i>>11) {
+				return fmt.Errorf("byte %d read through the device pointer = %#x, host wrote %#x", i, out[i], byte(i*7+i>>11))
+			}
+		}
+		if err := h.Free(); err != nil || h.Bytes() != nil || h.Ptr() != 0 || h.Free() != nil {
+			return fmt.Errorf("double free: %v", err)
+		}
+		return nil
+	}))
+}

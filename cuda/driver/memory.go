@@ -87,6 +87,76 @@ func (h *HostPinned) Free() error {
 	return h.d.c.errorf(symMemFreeHost, h.d.c.invoke(symMemFreeHost, uintptr(unsafe.Pointer(p))), "%p, %d bytes", p, h.n)
 }
 
+// memHostAllocDeviceMap is CU_MEMHOSTALLOC_DEVICEMAP: the allocation is
+// mapped into the device's address space (every context since CUDA 3.2
+// can map host memory, so the primary context needs no flag for it).
+const memHostAllocDeviceMap = 0x02
+
+// HostMapped is page-locked host memory mapped into the device's address
+// space (cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP): kernels read it
+// through Ptr over the host link, and it holds no device memory. The
+// pointer is fixed until Free, so a captured graph can read through it.
+type HostMapped struct {
+	d   *Device
+	p   *byte
+	n   int
+	dev DevicePtr
+}
+
+// AllocHostMapped allocates n bytes of mapped page-locked host memory and
+// reads its device address (cuMemHostGetDevicePointer_v2). Inside Do.
+func (d *Device) AllocHostMapped(n int) (*HostMapped, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("cuda: %s(%d bytes): want a positive size", d.c.name(symMemHostAlloc), n)
+	}
+	var p *byte
+	if err := d.c.errorf(symMemHostAlloc, d.c.invoke(symMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n), memHostAllocDeviceMap),
+		"%d bytes, DEVICEMAP", n); err != nil {
+		return nil, err
+	}
+	h := &HostMapped{d: d, p: p, n: n}
+	var dp uint64
+	if err := d.c.errorf(symMemHostGetDevicePointer, d.c.invoke(symMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dp)),
+		uintptr(unsafe.Pointer(p)), 0), "%p", p); err != nil {
+		if ferr := h.Free(); ferr != nil {
+			return nil, fmt.Errorf("%w (and freeing the host memory: %v)", err, ferr)
+		}
+		return nil, err
+	}
+	h.dev = DevicePtr(dp)
+	return h, nil
+}
+
+// Bytes is the host view of the memory; nil after Free.
+func (h *HostMapped) Bytes() []byte {
+	if h.p == nil {
+		return nil
+	}
+	return unsafe.Slice(h.p, h.n)
+}
+
+// Ptr is the device address of the memory (0 after Free).
+func (h *HostMapped) Ptr() DevicePtr {
+	if h.p == nil {
+		return 0
+	}
+	return h.dev
+}
+
+// Len is the size in bytes.
+func (h *HostMapped) Len() int { return h.n }
+
+// Free releases the memory (cuMemFreeHost). Inside Do, after every kernel
+// that reads it has completed. Safe to call twice.
+func (h *HostMapped) Free() error {
+	if h.p == nil {
+		return nil
+	}
+	p := h.p
+	h.p = nil
+	return h.d.c.errorf(symMemFreeHost, h.d.c.invoke(symMemFreeHost, uintptr(unsafe.Pointer(p))), "%p, %d bytes (mapped)", p, h.n)
+}
+
 // Float32Bytes views a float32 slice as bytes (no copy), for copies.
 func Float32Bytes(f []float32) []byte {
 	if len(f) == 0 {

@@ -466,3 +466,315 @@ MINFER_MMVQ_KERNEL(q5_k, MinferMmvqQ5_K, MINFER_QKK, MINFER_Q5_K_BYTES)
 MINFER_MMVQ_KERNEL(q6_k, MinferMmvqQ6_K, MINFER_QKK, MINFER_Q6_K_BYTES)
 
 #undef MINFER_MMVQ_KERNEL
+
+// ------------------------------------------------------------- wide loads
+//
+// minfer_mmvqw_<t> (+ _res_, _qkv_, _ffn_, the signatures above), Q8_0 and
+// Q6_K only (MINFER_MMVQ_WIDE): the kernels above over the same GGUF bytes,
+// with 16-byte loads and no second copy of the weight (the repacked copy of
+// mmvq_repack.cu gets its 16-byte loads by doubling the memory).
+//
+// Why staging: a Q8_0 row of k values is k / 32 * 34 bytes, a Q6_K row
+// k / 256 * 210; a row starts 16-byte aligned iff (k / 32) % 8 == 0 (Q8_0:
+// k = 3584, 4864, 18944, 1024, 3072 do; 896 does not) or (k / 256) % 8 == 0
+// (Q6_K), and inside a row the 16-value units sit at every even offset. So
+// one warp per row walks it in chunks of whole blocks (64 Q8_0 blocks =
+// 2176 bytes, 8 Q6_K super-blocks = 1680 bytes: both multiples of 16, so
+// every chunk of a row starts at the row's own offset mod 16, its lead):
+// lane i loads 16-byte words i, i + 32, ... of the chunk's aligned span
+// (lead + chunk bytes, rounded up: at most 137 / 106 words, 5 / 4 uint4 per
+// lane in flight) into registers, stores them to the warp's shared buffer,
+// and loads the next chunk into registers while it computes this one from
+// shared memory. Unaligned rows need no prologue: the span starts at the
+// aligned word below the row (bytes of the previous row, never used); the
+// one partial word at the end of the matrix is read with 2-byte loads.
+//
+// Bitwise: lane l computes units l, l + 32, ... (a chunk is 128 units, a
+// multiple of 32, so the sequence runs on across chunks), each unit with
+// the same int32 __dp4a sum of the same 4 words (a funnel shift of two
+// aligned shared words gives what minfer_mmvq_ld2 gives), the same _rn f32
+// scaling, accumulated in the same order, then the same butterfly: every
+// output is bitwise minfer_mmvq_<t>'s (cuda/mmvq_wide_device_test.go).
+
+#define MINFER_MMVQW_ROWS 4
+#define MINFER_MMVQW_THREADS (32 * MINFER_MMVQW_ROWS)
+#define MINFER_MMVQW_Q8_0_CHUNK 64
+#define MINFER_MMVQW_Q6_K_CHUNK 8
+// The shared words of one row's buffer: the chunk's 16-byte words, one more
+// for a lead, one more read past the last unit by minfer_mmvqw_ld16.
+#define MINFER_MMVQW_Q8_0_VECS 138
+#define MINFER_MMVQW_Q6_K_VECS 107
+
+static_assert((MINFER_MMVQW_Q8_0_CHUNK * MINFER_Q8_0_BYTES) % 16 == 0, "a Q8_0 chunk is whole 16-byte words");
+static_assert((MINFER_MMVQW_Q6_K_CHUNK * MINFER_Q6_K_BYTES) % 16 == 0, "a Q6_K chunk is whole 16-byte words");
+static_assert((MINFER_MMVQW_Q8_0_CHUNK * 2) % 32 == 0 && (MINFER_MMVQW_Q6_K_CHUNK * 16) % 32 == 0,
+              "a chunk is whole rounds of 32 units");
+static_assert(MINFER_MMVQW_Q8_0_VECS * 16 >= MINFER_MMVQW_Q8_0_CHUNK * MINFER_Q8_0_BYTES + 14 + 4 + 16 - 2,
+              "the Q8_0 buffer holds a chunk, its lead and the read past it");
+static_assert(MINFER_MMVQW_Q6_K_VECS * 16 >= MINFER_MMVQW_Q6_K_CHUNK * MINFER_Q6_K_BYTES + 14 + 16,
+              "the Q6_K buffer holds a chunk, its lead and the read past it");
+
+// minfer_mmvqw_ld16 is the 16 bytes at the even byte offset off of a warp's
+// shared buffer s (4-byte aligned, 4 bytes readable past off + 16): five
+// aligned 32-bit loads and a funnel shift (by 0 or 16 bits) per word.
+__device__ __forceinline__ uint4 minfer_mmvqw_ld16(const uint32_t* s, int off) {
+    const uint32_t* p = s + (off >> 2);
+    const uint32_t sh = (uint32_t)(off & 2) << 3;
+    const uint32_t w0 = p[0], w1 = p[1], w2 = p[2], w3 = p[3], w4 = p[4];
+    return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                      __funnelshift_r(w3, w4, sh));
+}
+
+// Per type: QK values and BYTES bytes per block, UNITS 16-value units and
+// ACT Q8_1 activation blocks per block, CHUNK blocks per chunk, VECS shared
+// words per row; unit(s, lead, a, u) is unit u of a chunk staged at byte
+// lead of s, against the activation accessor a of the chunk's first block:
+// the arithmetic of MinferMmvq<t>::unit, operation for operation.
+struct MinferMmvqwQ8_0 {
+    static constexpr int QK = MINFER_QK, BYTES = MINFER_Q8_0_BYTES, UNITS = 2, ACT = 1;
+    static constexpr int CHUNK = MINFER_MMVQW_Q8_0_CHUNK, VECS = MINFER_MMVQW_Q8_0_VECS;
+    template <class A>
+    static __device__ __forceinline__ float unit(const uint8_t* s, int lead, const A& a, int u) {
+        const int blk = u >> 1, h = u & 1;
+        const int off = lead + blk * MINFER_Q8_0_BYTES;
+        const uint4 q = minfer_mmvqw_ld16(reinterpret_cast<const uint32_t*>(s), off + 2 + 16 * h);
+        const int4 a4 = a.q4(blk, h);
+        int sumi = 0;
+        sumi = __dp4a((int)q.x, a4.x, sumi);
+        sumi = __dp4a((int)q.y, a4.y, sumi);
+        sumi = __dp4a((int)q.z, a4.z, sumi);
+        sumi = __dp4a((int)q.w, a4.w, sumi);
+        return __fmul_rn(__fmul_rn(minfer_mmvq_f16(s + off), a.d(blk)), (float)sumi);
+    }
+};
+
+struct MinferMmvqwQ6_K {
+    static constexpr int QK = MINFER_QKK, BYTES = MINFER_Q6_K_BYTES, UNITS = 16, ACT = 8;
+    static constexpr int CHUNK = MINFER_MMVQW_Q6_K_CHUNK, VECS = MINFER_MMVQW_Q6_K_VECS;
+    // Unit u as in MinferMmvqQ6_K: super-block u / 16, sub-block sub = 4 hh +
+    // quarter, half h; ql bytes at 64 hh + 32 (quarter & 1) + 16 h, qh bytes
+    // at 128 + 32 hh + 16 h of the super-block.
+    template <class A>
+    static __device__ __forceinline__ float unit(const uint8_t* s, int lead, const A& a, int u) {
+        const int sb = u >> 4, r = u & 15, sub = r >> 1, h = r & 1;
+        const int hh = sub >> 2, quarter = sub & 3;
+        const int off = lead + sb * MINFER_Q6_K_BYTES;
+        const int ab = 8 * sb + sub;
+        const uint32_t* s32 = reinterpret_cast<const uint32_t*>(s);
+        const uint4 ql = minfer_mmvqw_ld16(s32, off + 64 * hh + 32 * (quarter & 1) + 16 * h);
+        const uint4 qh = minfer_mmvqw_ld16(s32, off + 128 + 32 * hh + 16 * h);
+        const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
+        const int4 a4 = a.q4(ab, h);
+        const uint32_t lw[4] = {ql.x, ql.y, ql.z, ql.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
+        const int aw[4] = {a4.x, a4.y, a4.z, a4.w};
+        int sumi = 0;
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const uint32_t lo = (lw[t] >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((hw[t] >> hshift) & 0x03030303u) << 4;
+            const int w6 = (int)__vsub4(lo | hi, 0x20202020u); // q - 32 in [-32, 31]
+            sumi = __dp4a(w6, aw[t], sumi);
+        }
+        const int sc = (int8_t)s[off + 192 + 8 * hh + 2 * quarter + h];
+        const float dsc = __fmul_rn(minfer_mmvq_f16(s + off + 208), (float)sc);
+        return __fmul_rn(a.d(ab), __fmul_rn(dsc, (float)sumi));
+    }
+};
+
+// MinferMmvqwSrc is one weight row: its matrix w (16-byte aligned), the
+// row's first byte in it and the matrix's size in bytes (no load passes it).
+struct MinferMmvqwSrc {
+    const uint8_t* w;
+    size_t start, total;
+};
+
+// minfer_mmvqw_nvec is the 16-byte words of chunk c of a row of nb blocks
+// whose first byte sits at lead mod 16.
+template <class Q>
+__device__ __forceinline__ int minfer_mmvqw_nvec(int lead, int nb, int c) {
+    const int cb = min(Q::CHUNK, nb - c * Q::CHUNK);
+    return (lead + cb * Q::BYTES + 15) >> 4;
+}
+
+// minfer_mmvqw_tail is the word at p of which only avail (even, < 16) bytes
+// lie inside the matrix: those by 2-byte loads, the rest 0 (never used).
+__device__ __forceinline__ uint4 minfer_mmvqw_tail(const uint8_t* p, size_t avail) {
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
+    uint32_t v[4];
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const uint32_t lo = (size_t)(4 * t) < avail ? (uint32_t)h[2 * t] : 0u;
+        const uint32_t hi = (size_t)(4 * t + 2) < avail ? (uint32_t)h[2 * t + 1] : 0u;
+        v[t] = lo | (hi << 16);
+    }
+    return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// minfer_mmvqw_fetch loads words lane, lane + 32, ... (< nvec) of the span
+// at the 16-byte aligned byte g0 of src's matrix into r.
+template <int LOADS>
+__device__ __forceinline__ void minfer_mmvqw_fetch(uint4 (&r)[LOADS], const MinferMmvqwSrc& src, size_t g0, int nvec) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < LOADS; j++) {
+        const int i = lane + 32 * j;
+        if (i < nvec) {
+            const size_t g = g0 + 16 * (size_t)i;
+            r[j] = g + 16 <= src.total ? __ldg(reinterpret_cast<const uint4*>(src.w + g))
+                                       : minfer_mmvqw_tail(src.w + g, src.total - g);
+        }
+    }
+}
+
+// minfer_mmvqw_dots gives every lane of the warp the dot products of NR
+// rows (1; 2 for the FFN's gate and up) with the Q8_1 row a, staged through
+// the warp's NR shared buffers buf: each accumulator sums units l, l + 32,
+// ... in order and ends with minfer_mmvq_row's butterfly.
+template <class Q, int NR>
+__device__ __forceinline__ void minfer_mmvqw_dots(float (&acc)[NR], uint4 (*buf)[Q::VECS], const MinferMmvqwSrc (&src)[NR],
+                                                  const uint8_t* a, int k) {
+    constexpr int LOADS = (Q::VECS - 1 + 31) / 32;
+    constexpr int ROUNDS = Q::CHUNK * Q::UNITS / 32;
+    const int lane = threadIdx.x & 31;
+    const int nb = k / Q::QK;
+    const int nch = (nb + Q::CHUNK - 1) / Q::CHUNK;
+    int lead[NR], nv[NR];
+    size_t g0[NR];
+    uint4 r[NR][LOADS];
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        lead[j] = (int)(src[j].start & 15);
+        g0[j] = src[j].start - (size_t)lead[j];
+        acc[j] = 0.0f;
+        nv[j] = minfer_mmvqw_nvec<Q>(lead[j], nb, 0);
+        minfer_mmvqw_fetch<LOADS>(r[j], src[j], g0[j], nv[j]);
+    }
+    for (int c = 0; c < nch; c++) {
+        __syncwarp(); // every lane is done with the previous chunk
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+#pragma unroll
+            for (int t = 0; t < LOADS; t++) {
+                if (lane + 32 * t < nv[j]) buf[j][lane + 32 * t] = r[j][t];
+            }
+        }
+        __syncwarp(); // the chunk is in shared memory for every lane
+        if (c + 1 < nch) { // the next chunk's loads fly while this one is computed
+#pragma unroll
+            for (int j = 0; j < NR; j++) {
+                nv[j] = minfer_mmvqw_nvec<Q>(lead[j], nb, c + 1);
+                minfer_mmvqw_fetch<LOADS>(r[j], src[j], g0[j] + (size_t)(c + 1) * (Q::CHUNK * Q::BYTES), nv[j]);
+            }
+        }
+        const MinferMmvqActG ac{a + (size_t)c * (Q::CHUNK * Q::ACT * MINFER_MMVQ_Q8_1_BYTES)};
+        const int nu = min(Q::CHUNK, nb - c * Q::CHUNK) * Q::UNITS;
+#pragma unroll
+        for (int t = 0; t < ROUNDS; t++) {
+            const int u = lane + 32 * t;
+            if (u < nu) {
+#pragma unroll
+                for (int j = 0; j < NR; j++) {
+                    acc[j] = __fadd_rn(acc[j], Q::unit(reinterpret_cast<const uint8_t*>(buf[j]), lead[j], ac, u));
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[j] = __fadd_rn(acc[j], __shfl_xor_sync(0xffffffffu, acc[j], off));
+    }
+}
+
+// The forms, one row per warp (row < rows, warp-uniform); buf is the
+// warp's shared buffers. RES as in minfer_mmvq_plain_row (res may be out).
+template <class Q, bool RES>
+__device__ __forceinline__ void minfer_mmvqw_plain(uint4 (*buf)[Q::VECS], float* out, const uint8_t* a, const uint8_t* w,
+                                                   const float* bias, const float* res, int k, int n) {
+    const int row = blockIdx.x * MINFER_MMVQW_ROWS + (threadIdx.x >> 5);
+    if (row >= n) return; // the whole warp leaves together
+    const size_t rb = (size_t)(k / Q::QK) * Q::BYTES;
+    const MinferMmvqwSrc src[1] = {{w, (size_t)row * rb, (size_t)n * rb}};
+    float acc[1];
+    minfer_mmvqw_dots<Q, 1>(acc, buf, src, a, k);
+    if ((threadIdx.x & 31) == 0) {
+        float v = acc[0];
+        if (bias != nullptr) v = __fadd_rn(v, bias[row]);
+        if (RES) v = __fadd_rn(res[row], v);
+        out[row] = v;
+    }
+}
+
+template <class Q>
+__device__ __forceinline__ void minfer_mmvqw_qkv(uint4 (*buf)[Q::VECS], float* out, const uint8_t* a, const uint8_t* wq,
+                                                 const uint8_t* wk, const uint8_t* wv, const float* bq, const float* bk,
+                                                 const float* bv, int k, int nq, int nk, int nv) {
+    const int row = blockIdx.x * MINFER_MMVQW_ROWS + (threadIdx.x >> 5);
+    if (row >= nq + nk + nv) return;
+    const uint8_t* w = wq;
+    const float* bias = bq;
+    int r = row, n = nq;
+    if (r >= nq) {
+        r -= nq;
+        w = wk, bias = bk, n = nk;
+        if (r >= nk) {
+            r -= nk;
+            w = wv, bias = bv, n = nv;
+        }
+    }
+    const size_t rb = (size_t)(k / Q::QK) * Q::BYTES;
+    const MinferMmvqwSrc src[1] = {{w, (size_t)r * rb, (size_t)n * rb}};
+    float acc[1];
+    minfer_mmvqw_dots<Q, 1>(acc, buf, src, a, k);
+    if ((threadIdx.x & 31) == 0) {
+        float v = acc[0];
+        if (bias != nullptr) v = __fadd_rn(v, bias[r]);
+        out[row] = v;
+    }
+}
+
+template <class Q>
+__device__ __forceinline__ void minfer_mmvqw_ffn(uint4 (*buf)[Q::VECS], float* out, const uint8_t* a, const uint8_t* wg,
+                                                 const uint8_t* wu, int k, int n) {
+    const int row = blockIdx.x * MINFER_MMVQW_ROWS + (threadIdx.x >> 5);
+    if (row >= n) return;
+    const size_t rb = (size_t)(k / Q::QK) * Q::BYTES;
+    const MinferMmvqwSrc src[2] = {{wg, (size_t)row * rb, (size_t)n * rb}, {wu, (size_t)row * rb, (size_t)n * rb}};
+    float acc[2];
+    minfer_mmvqw_dots<Q, 2>(acc, buf, src, a, k);
+    if ((threadIdx.x & 31) == 0) out[row] = __fmul_rn(minfer_mmvq_silu(acc[0]), acc[1]);
+}
+
+// Kernels: grid (ceil(rows / MINFER_MMVQW_ROWS)), block
+// (MINFER_MMVQW_THREADS), static shared memory (Q8_0: 8,832 bytes, 17,664
+// for the FFN; Q6_K: 6,848 / 13,696); a: the Q8_1 activation row (4-byte
+// aligned); weights 16-byte aligned.
+#define MINFER_MMVQW_KERNEL(name, Q)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMVQW_THREADS)                                        \
+        minfer_mmvqw_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n) {  \
+        __shared__ uint4 smem[MINFER_MMVQW_ROWS][1][Q::VECS];                                                \
+        minfer_mmvqw_plain<Q, false>(smem[threadIdx.x >> 5], out, a, w, bias, nullptr, k, n);                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMVQW_THREADS)                                        \
+        minfer_mmvqw_res_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
+                                const float* res) {                                                           \
+        __shared__ uint4 smem[MINFER_MMVQW_ROWS][1][Q::VECS];                                                \
+        minfer_mmvqw_plain<Q, true>(smem[threadIdx.x >> 5], out, a, w, bias, res, k, n);                     \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMVQW_THREADS)                                        \
+        minfer_mmvqw_qkv_##name(float* out, const uint8_t* a, const uint8_t* wq, const uint8_t* wk,             \
+                                const uint8_t* wv, const float* bq, const float* bk, const float* bv, int k,    \
+                                int nq, int nk, int nv) {                                                      \
+        __shared__ uint4 smem[MINFER_MMVQW_ROWS][1][Q::VECS];                                                \
+        minfer_mmvqw_qkv<Q>(smem[threadIdx.x >> 5], out, a, wq, wk, wv, bq, bk, bv, k, nq, nk, nv);           \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMVQW_THREADS)                                        \
+        minfer_mmvqw_ffn_##name(float* out, const uint8_t* a, const uint8_t* wg, const uint8_t* wu, int k, int n) { \
+        __shared__ uint4 smem[MINFER_MMVQW_ROWS][2][Q::VECS];                                                \
+        minfer_mmvqw_ffn<Q>(smem[threadIdx.x >> 5], out, a, wg, wu, k, n);                                   \
+    }
+
+MINFER_MMVQW_KERNEL(q8_0, MinferMmvqwQ8_0)
+MINFER_MMVQW_KERNEL(q6_k, MinferMmvqwQ6_K)
+
+#undef MINFER_MMVQW_KERNEL

@@ -27,6 +27,11 @@ type Weight struct {
 	Type quant.Type
 	Dims []int
 	Data []byte
+	// Gathered: the graph only gathers rows of it (OpGetRows), no matmul
+	// reads it (the token embedding of a model with an output matrix of
+	// its own). A backend may keep such a weight where whole-matrix reads
+	// would be slow (the CUDA backend's MINFER_EMBED_HOST).
+	Gathered bool
 }
 
 // KVSpec describes the persistent KV regions of an engine: one K and one V

@@ -33,6 +33,8 @@ type Tensor struct {
 	Type  quant.Type
 	Dims  []int // Dims[0] is the row length
 	Layer int   // the block, -1 for a global tensor (embedding, output, final norm)
+	// Gathered: the graph only gathers rows of it (graph.Weight.Gathered).
+	Gathered bool
 }
 
 // Bytes is the tensor's size in its file type (0 for a shape the type
@@ -88,6 +90,11 @@ type Rules struct {
 	Overhead uint64
 	// OverheadWhat names the overhead ("CUDA context").
 	OverheadWhat string
+	// HostMapped reports whether the backend keeps t in host memory mapped
+	// into the device's address space (the CUDA backend's token embedding
+	// under MINFER_EMBED_HOST): its bytes are in Plan.HostMapped, not in the
+	// weights, the total or what must be free on the device. Nil: none.
+	HostMapped func(t Tensor) bool
 	// MappedWeights: the weights stay a read-only mapping of the file (the
 	// CPU). They are in the total but not held against the free memory:
 	// the kernel pages a file mapping in and out, so a model larger than
@@ -136,6 +143,10 @@ type Plan struct {
 	KVPerCell uint64
 	// Scratch: the graph's buffers and the backend's own scratch.
 	Scratch uint64
+	// HostMapped: weights the backend keeps in page-locked host memory
+	// mapped into the device (Rules.HostMapped): host memory, so outside
+	// Total and Need, which count the backend's own memory.
+	HostMapped uint64
 	// Overhead: what the backend holds before the first allocation.
 	Overhead      uint64
 	OverheadWhat  string
@@ -159,6 +170,10 @@ func New(m Model, r Rules) (Plan, error) {
 		own, derived := t.Bytes(), uint64(0)
 		if r.Weight != nil {
 			own, derived = r.Weight(t)
+		}
+		if r.HostMapped != nil && r.HostMapped(t) {
+			pl.HostMapped += own
+			continue
 		}
 		pl.Weights += own
 		pl.Derived += derived
@@ -234,7 +249,8 @@ func classSize(b uint64) string {
 // Classes lists the plan's classes as "weights 7.5, repacked copies 7.5,
 // KV f16 1.8, scratch 0.2" (GiB, or MiB said so for a small class; a class
 // of 0 bytes left out, the weights and KV always there; the overhead only
-// with overhead).
+// with overhead, and so the host-mapped weights, which are not the
+// backend's memory).
 func (p Plan) Classes(overhead bool) string {
 	parts := []string{"weights " + classSize(p.Weights)}
 	if p.MappedWeights {
@@ -244,6 +260,9 @@ func (p Plan) Classes(overhead bool) string {
 		parts = append(parts, p.derivedName()+" "+classSize(p.Derived))
 	}
 	parts = append(parts, fmt.Sprintf("KV %s %s", p.KVFormat, classSize(p.KV)), "scratch "+classSize(p.Scratch))
+	if overhead && p.HostMapped > 0 { // host memory: outside what the refusal counts
+		parts = append(parts, "host-mapped (host memory) "+classSize(p.HostMapped))
+	}
 	if overhead && p.Overhead > 0 {
 		parts = append(parts, p.OverheadWhat+" "+classSize(p.Overhead))
 	}

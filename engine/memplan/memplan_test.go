@@ -119,3 +119,33 @@ func TestNeed_LeavesOutMappedWeightsAndTheOverhead(t *testing.T) {
 		t.Errorf("mapped: need %d holds the weights", p.Need())
 	}
 }
+
+// TestNew_HostMappedTensorsLeaveTheDeviceClasses: a tensor the rules keep
+// in mapped host memory counts in HostMapped only: not in the weights, the
+// derived copies, the total or what must be free; the summary names it and
+// the refusal's classes do not.
+func TestNew_HostMappedTensorsLeaveTheDeviceClasses(t *testing.T) {
+	emb := Tensor{Name: "token_embd.weight", Type: quant.Q8_0, Dims: []int{4096, 1000}, Layer: -1, Gathered: true}
+	w := Tensor{Name: "w", Type: quant.Q8_0, Dims: []int{4096, 4096}, Layer: 0}
+	m := Model{Label: "m", Prefill: 512, Params: graph.Params{NLayer: 2, NHead: 4, NHeadKV: 4, HeadDim: 64, NCtx: 1024, KVFormat: kv.F16},
+		Tensors: []Tensor{emb, w}}
+	r := Rules{Backend: "dev", Weight: func(t Tensor) (uint64, uint64) { return t.Bytes(), t.Bytes() }}
+	base, err := New(m, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.HostMapped = func(t Tensor) bool { return t.Gathered }
+	p, err := New(m, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.HostMapped != emb.Bytes() || p.Weights != w.Bytes() || p.Derived != w.Bytes() {
+		t.Errorf("host-mapped %d, weights %d, derived %d; want %d, %d, %d", p.HostMapped, p.Weights, p.Derived, emb.Bytes(), w.Bytes(), w.Bytes())
+	}
+	if base.Total()-p.Total() != 2*emb.Bytes() || base.Need()-p.Need() != 2*emb.Bytes() {
+		t.Errorf("total %d -> %d, need %d -> %d: want both down by the table and its copy", base.Total(), p.Total(), base.Need(), p.Need())
+	}
+	if !strings.Contains(p.Summary(), "host-mapped (host memory) ") || strings.Contains(p.Classes(false), "host-mapped") {
+		t.Errorf("summary %q / refusal classes %q", p.Summary(), p.Classes(false))
+	}
+}

@@ -67,7 +67,7 @@ func PlanTensors(h HParams, typeOf func(name string) (quant.Type, bool)) ([]memp
 		for i, d := range s.Dims {
 			dims[i] = int(d)
 		}
-		out = append(out, memplan.Tensor{Name: s.Name, Type: t, Dims: dims, Layer: s.Layer})
+		out = append(out, memplan.Tensor{Name: s.Name, Type: t, Dims: dims, Layer: s.Layer, Gathered: gathered(s, h)})
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/model/arch"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -39,9 +40,16 @@ func GraphWeights(f *gguf.File, h HParams) ([]graph.Weight, error) {
 		if len(data) < rb*rows {
 			return nil, fmt.Errorf("model: tensor %s: %d bytes of data, shape %v of %s needs %d", s.Name, len(data), dims, t, rb*rows)
 		}
-		out = append(out, graph.Weight{Name: s.Name, Type: t, Dims: dims, Data: data})
+		out = append(out, graph.Weight{Name: s.Name, Type: t, Dims: dims, Data: data, Gathered: gathered(s, h)})
 	}
 	return out, nil
+}
+
+// gathered reports whether the graph of h only gathers rows of the tensor
+// s: the token embedding when the output has a matrix of its own (tied,
+// the logits matmul reads all of it).
+func gathered(s TensorSpec, h HParams) bool {
+	return s.Tensor != nil && s.Tensor.Role == arch.Embedding && !h.TiedOutput
 }
 
 // PlaceWeights applies the model-level placement rule: the first backend (in
