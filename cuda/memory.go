@@ -63,6 +63,9 @@ type DeviceMemory struct {
 	// HostMapped is the weights in page-locked host memory mapped into the
 	// device (MINFER_EMBED_HOST): host memory, not in Counted.
 	HostMapped uint64
+	// ArenaSlack is the weights' arena chunks not handed out (pool.piece):
+	// device memory held, in no class, in Counted.
+	ArenaSlack uint64
 	// FreeAtOpen is the driver's free memory when the backend opened
 	// (its context created, its kernels loaded, nothing allocated).
 	FreeAtOpen uint64
@@ -70,9 +73,9 @@ type DeviceMemory struct {
 	Free, Total uint64
 }
 
-// Counted is the sum of the classes.
+// Counted is the sum of the classes and the arena's slack.
 func (m DeviceMemory) Counted() uint64 {
-	return m.Weights + m.Derived + m.KV + m.Activations + m.Workspace
+	return m.Weights + m.Derived + m.KV + m.Activations + m.Workspace + m.ArenaSlack
 }
 
 // DriverUsed is what the driver says the device lost since the backend
@@ -102,9 +105,10 @@ func (b *Backend) openMemory() error {
 func (b *Backend) DeviceMemory() (DeviceMemory, error) {
 	b.mu.Lock()
 	c := b.pool.count
+	slack := b.pool.arenaHeld - b.pool.arenaUsed
 	b.mu.Unlock()
 	m := DeviceMemory{Weights: c[MemWeights], Derived: c[MemDerived], KV: c[MemKV], Activations: c[MemActivations],
-		Workspace: c[MemWorkspace], HostMapped: b.pool.hostBytes, FreeAtOpen: b.memOpen, Total: b.memTotal}
+		Workspace: c[MemWorkspace], HostMapped: b.pool.hostBytes, ArenaSlack: slack, FreeAtOpen: b.memOpen, Total: b.memTotal}
 	if b.closed {
 		return m, errors.New("cuda: device memory: backend is closed")
 	}

@@ -50,8 +50,8 @@ func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testin
 				t.Fatal(err)
 			}
 			used, counted := m.DriverUsed(), m.Counted()
-			t.Logf("classes: weights %d, derived %d, KV %d, activations %d, workspace %d = %d MiB; driver: %d MiB used since open (free %d of %d MiB at open)",
-				m.Weights/mib, m.Derived/mib, m.KV/mib, m.Activations/mib, m.Workspace/mib, counted/mib, used/mib, m.FreeAtOpen/mib, m.Total/mib)
+			t.Logf("classes: weights %d, derived %d, KV %d, activations %d, workspace %d, arena slack %d = %d MiB; driver: %d MiB used since open (free %d of %d MiB at open)",
+				m.Weights/mib, m.Derived/mib, m.KV/mib, m.Activations/mib, m.Workspace/mib, m.ArenaSlack/mib, counted/mib, used/mib, m.FreeAtOpen/mib, m.Total/mib)
 			diff := int64(used) - int64(counted)
 			if diff < -64*mib || diff > 64*mib {
 				t.Errorf("the classes count %d MiB, the driver %d MiB: %+d MiB apart, want within 64 MiB", counted/mib, used/mib, diff/mib)

@@ -49,6 +49,8 @@ type pool struct {
 	// arenas sub-allocate the weights and their derived copies, which
 	// live until Close (see arena).
 	arenas [numMemClasses]arena
+	// arenaHeld is the arenas' chunks, arenaUsed the pieces handed out.
+	arenaHeld, arenaUsed uint64
 }
 
 // arena hands out pieces of one class's chunks. One cuMemAlloc per tensor
@@ -56,7 +58,7 @@ type pool struct {
 // the driver counted 119 MiB more than the classes on qwen2-0.5b Q8_0
 // (236 MiB with the repacked copies), about a quarter of the weights, the
 // size of that rounding over its ~170 matrices. A chunk holds many
-// tensors; the class counts the chunks, what the driver holds.
+// tensors; the class counts its pieces, the pool the chunks' slack.
 type arena struct {
 	base       driver.DevicePtr
 	size, used uint64
@@ -102,17 +104,25 @@ func (p *pool) raw(c MemClass, bytes uint64, what string) (driver.DevicePtr, err
 }
 
 // piece is bytes of class c's arena, in its current chunk or a new one.
+// The class counts the piece; the chunk's bytes not yet handed out are
+// the pool's slack (DeviceMemory.ArenaSlack), so the classes stay what
+// the plan predicts and their sum with the slack is what the driver holds.
 func (p *pool) piece(c MemClass, bytes uint64, what string) (driver.DevicePtr, error) {
 	a := &p.arenas[c]
 	off, ok := a.fit(bytes)
 	if !ok {
-		ptr, err := p.chunk(c, arenaChunk, what+" (a new arena chunk)")
+		ptr, err := p.dev.Alloc(arenaChunk)
 		if err != nil {
-			return 0, err
+			return 0, outOfMemory(fmt.Errorf("cuda: pool: allocate a %d-byte arena chunk for %s (pool holds %d bytes): %w", uint64(arenaChunk), what, p.total, err))
 		}
+		p.extra = append(p.extra, ptr)
+		p.total += arenaChunk
+		p.arenaHeld += arenaChunk
 		a.base, a.size, off = ptr, arenaChunk, 0
 	}
 	a.used = off + bytes
+	p.arenaUsed += bytes
+	p.count.add(c, bytes)
 	// A piece moves the generation by its class's rule, as an allocation
 	// does (weights do not: graphs track the weights they read).
 	if p.moves(c) {
@@ -226,7 +236,7 @@ func (p *pool) close() error {
 		}
 	}
 	p.bufs, p.extra, p.free, p.total, p.count = nil, nil, map[uint64][]graph.Buffer{}, 0, memCount{}
-	p.arenas = [numMemClasses]arena{}
+	p.arenas, p.arenaHeld, p.arenaUsed = [numMemClasses]arena{}, 0, 0
 	p.hosts, p.hostBytes = nil, 0
 	p.gen++
 	return first

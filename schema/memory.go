@@ -7,7 +7,7 @@ package schema
 type DeviceMemory struct {
 	Backend string             `json:"backend"` // cuda
 	Classes DeviceMemoryByKind `json:"classes"`
-	// TotalBytes is the sum of the classes.
+	// TotalBytes is the sum of the classes and the arena slack.
 	TotalBytes uint64       `json:"total_bytes"`
 	Driver     DriverMemory `json:"driver"`
 	Plan       *MemoryPlan  `json:"plan,omitempty"`
@@ -23,6 +23,9 @@ type DeviceMemoryByKind struct {
 	// HostMapped is weights in page-locked host memory mapped into the
 	// device (MINFER_EMBED_HOST): host memory, not in TotalBytes.
 	HostMapped uint64 `json:"host_mapped_bytes,omitempty"`
+	// ArenaSlack is device memory the backend holds in its weight arenas'
+	// chunks but has not handed out: in TotalBytes, in no class.
+	ArenaSlack uint64 `json:"arena_slack_bytes"`
 }
 
 // DriverMemory is cuMemGetInfo's view: free when the backend opened

@@ -34,7 +34,7 @@ func deviceMemoryDoc(m cuda.DeviceMemory, plan *schema.MemoryPlan) *schema.Devic
 	return &schema.DeviceMemory{
 		Backend: "cuda",
 		Classes: schema.DeviceMemoryByKind{Weights: m.Weights, DerivedWeights: m.Derived, KVCache: m.KV,
-			Activations: m.Activations, Workspace: m.Workspace, HostMapped: m.HostMapped},
+			Activations: m.Activations, Workspace: m.Workspace, HostMapped: m.HostMapped, ArenaSlack: m.ArenaSlack},
 		TotalBytes: m.Counted(),
 		Driver:     schema.DriverMemory{FreeAtOpenBytes: m.FreeAtOpen, FreeBytes: m.Free, TotalBytes: m.Total, UsedSinceOpenBytes: m.DriverUsed()},
 		Plan:       plan,
