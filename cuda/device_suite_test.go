@@ -600,7 +600,7 @@ func dsSynth(t *testing.T, shape, typ string) string {
 	if p, ok := dsModels.Load(key); ok {
 		return p.(string)
 	}
-	dir := os.Getenv("MINFER_SUITE_TMP")
+	dir := os.Getenv("SUITE_TMP")
 	if dir == "" {
 		dir = os.TempDir()
 	}

@@ -119,12 +119,12 @@ func TestDeviceMemory_RefusalAllocatesNothing(t *testing.T) {
 // (total less free) after a prefill and decodes at the context: on an
 // otherwise idle GPU that is the process's peak, its context included
 // (the suite's TestMain holds the one context). qwen2-0.5b Q8_0 at 32768
-// with the repack on and off; MINFER_MEMPLAN_7B=1 adds qwen2-7b Q8_0 (a
+// with the repack on and off; MEMPLAN_7B=1 adds qwen2-7b Q8_0 (a
 // 7.7 GB synthetic file written once).
 func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 	dsNeedDevice(t)
 	shapes := []string{"qwen2-0.5b"}
-	if os.Getenv("MINFER_MEMPLAN_7B") == "1" {
+	if os.Getenv("MEMPLAN_7B") == "1" {
 		shapes = append(shapes, "qwen2-7b")
 	}
 	for _, shape := range shapes {

@@ -77,16 +77,16 @@ func TestSession_DeviceRestoredRunContinuesBitwiseInEveryKVFormat(t *testing.T) 
 }
 
 // The number: how much faster restoring a long session is than
-// prefilling it again. Opt-in (MINFER_SESSION_BENCH=SHAPE:TYPE:TOKENS, e.g.
+// prefilling it again. Opt-in (SESSION_BENCH=SHAPE:TYPE:TOKENS, e.g.
 // qwen2-7b:Q4_K_M:32000): it synthesizes the model, prefills TOKENS in
 // chunks of 512, saves, and restores into a fresh engine; it logs the
 // times (a measurement, asserted nowhere; the file was just written, so
 // the restore reads it from the page cache as a warm restore would) and checks the restored engine's
 // next logits equal the saved one's bitwise.
 func TestSession_DeviceRestoreAgainstPrefillTimes(t *testing.T) {
-	spec := os.Getenv("MINFER_SESSION_BENCH")
+	spec := os.Getenv("SESSION_BENCH")
 	if spec == "" {
-		t.Skip("MINFER_SESSION_BENCH=SHAPE:TYPE:TOKENS not set")
+		t.Skip("SESSION_BENCH=SHAPE:TYPE:TOKENS not set")
 	}
 	dsNeedDevice(t)
 	var shape, typ string
@@ -94,10 +94,10 @@ func TestSession_DeviceRestoreAgainstPrefillTimes(t *testing.T) {
 	if parts := strings.SplitN(spec, ":", 3); len(parts) == 3 {
 		shape, typ = parts[0], parts[1]
 		if _, err := fmt.Sscan(parts[2], &n); err != nil || n <= 0 {
-			t.Fatalf("MINFER_SESSION_BENCH=%s: TOKENS %q", spec, parts[2])
+			t.Fatalf("SESSION_BENCH=%s: TOKENS %q", spec, parts[2])
 		}
 	} else {
-		t.Fatalf("MINFER_SESSION_BENCH=%s: want SHAPE:TYPE:TOKENS", spec)
+		t.Fatalf("SESSION_BENCH=%s: want SHAPE:TYPE:TOKENS", spec)
 	}
 	path := dsSynth(t, shape, typ)
 	nCtx := n + 64

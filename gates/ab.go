@@ -95,7 +95,8 @@ type Metric struct {
 // MetricPower is what the not-slower check of one metric could detect.
 type MetricPower struct {
 	// SD is the per-round log-ratio sd the power is computed at: the
-	// calibration's when there is one, else this run's own.
+	// calibration's when there is one and this run was not noisier than
+	// it, else this run's own.
 	SD     harness.Num `json:"sd"`
 	Source string      `json:"source"`
 	// SDRun is this run's own log-ratio sd.
@@ -110,7 +111,9 @@ type MetricPower struct {
 	// NoisierP: the one-sided p that this run is noisier than its
 	// calibration (chi-square of the variance ratio); NaN without one.
 	NoisierP harness.Num `json:"noisier_p"`
-	// Underpowered / Noisy make the gate INCONCLUSIVE.
+	// Noisy: the run was noisier than its calibration (NoisierP below
+	// NoisierAlpha), so SD is the run's own. Underpowered (at SD) makes the
+	// gate INCONCLUSIVE.
 	Underpowered bool `json:"underpowered"`
 	Noisy        bool `json:"noisy"`
 }
@@ -360,6 +363,11 @@ func metricPower(cfg Config, key, basis string, bar float64, ratios []float64) *
 			sd, src = c, fmt.Sprintf("the calibration %s (%s, %d A/A rounds)", cal.File, cal.Date, cal.Rounds)
 			p.NoisierP = harness.Num(stats.NoisierThan(float64(p.SDRun), n, c))
 			p.Noisy = float64(p.NoisierP) < NoisierAlpha
+			if p.Noisy {
+				// The calibration understates this run's noise: its power
+				// is judged at the run's own, larger sd instead.
+				sd, src = float64(p.SDRun), fmt.Sprintf("this run's own rounds: noisier than the calibration %s (sd %.4f, p %.2g)", cal.File, c, float64(p.NoisierP))
+			}
 		} else {
 			src = fmt.Sprintf("this run's own rounds (the calibration %s has no %s %s sd)", cal.File, basis, key)
 		}
@@ -374,8 +382,8 @@ func metricPower(cfg Config, key, basis string, bar float64, ratios []float64) *
 // finishAB computes the per-metric statistics and the verdict from the
 // rounds done so far: FAIL when the not-slower check refuses (a refusal
 // stands at any noise: the sign test's false-positive rate does not depend
-// on it), INCONCLUSIVE when a metric is underpowered or noisier than its
-// calibration, else PASS.
+// on it), INCONCLUSIVE when a metric is underpowered (at its calibration's
+// sd, or at the run's own where the run was noisier), else PASS.
 func finishAB(res *Result, cfg Config) {
 	d := res.AB
 	d.Metrics, d.Wall = nil, nil
@@ -412,13 +420,9 @@ func finishAB(res *Result, cfg Config) {
 			claims = append(claims, fmt.Sprintf("%s %+.1f%% [%+.1f%%, %+.1f%%] (%s time, sign-test p %.3g)", m.Name, (m.Claim.Median-1)*100,
 				(float64(m.CILo)-1)*100, (float64(m.CIHi)-1)*100, basis, m.Claim.P))
 		}
-		if pw := m.Power; pw.Underpowered || pw.Noisy {
-			what := fmt.Sprintf("%s could refuse only a slowdown of %s or more with probability %.1f (power %.2f at x%.3f, sd %.4f from %s, %d rounds)",
-				m.Name, pct(float64(pw.MinDetectable)), stats.TargetPower, float64(pw.Power), float64(pw.Slowdown), float64(pw.SD), pw.Source, pw.Rounds)
-			if pw.Noisy {
-				what = fmt.Sprintf("%s: this run's sd %.4f is above its calibration's %.4f (p %.2g < %v), so the calibrated power overstates it", m.Name, float64(pw.SDRun), float64(pw.SD), float64(pw.NoisierP), NoisierAlpha)
-			}
-			weak = append(weak, what)
+		if pw := m.Power; pw.Underpowered {
+			weak = append(weak, fmt.Sprintf("%s could refuse only a slowdown of %s or more with probability %.1f (power %.2f at x%.3f, sd %.4f from %s, %d rounds)",
+				m.Name, pct(float64(pw.MinDetectable)), stats.TargetPower, float64(pw.Power), float64(pw.Slowdown), float64(pw.SD), pw.Source, pw.Rounds))
 		}
 		d.Metrics = append(d.Metrics, m)
 	}

@@ -254,10 +254,20 @@ func GraphsLine(d *ProfileDetail) string {
 // ones the lever switched (largest launch difference first), else (a lever
 // that switches no kernel, such as graphs) the most launched ones of arm B.
 func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
-	ks := append([]profile.CensusDiff(nil), d.Diff...)
+	var ks []profile.CensusDiff
+	for _, k := range d.Diff {
+		if deviceKernel(k.Kernel) {
+			ks = append(ks, k)
+		}
+	}
 	if len(ks) == 0 {
+		// Only the census's pseudo-entries differ (MINFER_KERNELS swaps the
+		// whole build, MINFER_DRAFT the decode loop): profile the kernels
+		// both arms launch most.
 		for k, v := range d.CensusB {
-			ks = append(ks, profile.CensusDiff{Kernel: k, A: d.CensusA[k], B: v})
+			if deviceKernel(k) {
+				ks = append(ks, profile.CensusDiff{Kernel: k, A: d.CensusA[k], B: v})
+			}
 		}
 	}
 	abs := func(x int) int {
@@ -281,6 +291,11 @@ func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
 	}
 	return ks
 }
+
+// deviceKernel reports whether a census name is a device kernel (every
+// kernel is named minfer_...), not one of the census's pseudo-entries
+// (kernels_file, spec_drafted, ...), which ncu and cuobjdump cannot find.
+func deviceKernel(name string) bool { return strings.HasPrefix(name, "minfer_") }
 
 // FindTool looks a CUDA tool up in PATH, then in extra, then in
 // /usr/local/cuda/bin ("" when none is there).

@@ -1,0 +1,34 @@
+package gates
+
+import (
+	"testing"
+
+	"github.com/minfer-go/minfer/harness/profile"
+)
+
+// ncu and cuobjdump look kernels up by name: a census pseudo-entry
+// (kernels_file, kernels_nvrtc, spec_drafted) matches none, so a lever that
+// switches only those (MINFER_KERNELS, MINFER_DRAFT) must profile the
+// kernels both arms launch most; a lever that switches kernels keeps them
+// first. Seen on the H200 (2026-12-02): ncu filtered on kernels_nvrtc and
+// the profile gate had no evidence.
+func TestProfiledKernels_PseudoEntriesNeverReachNcuOrSASS(t *testing.T) {
+	a := profile.Census{"kernels_file": 1, "minfer_rms_norm_f32": 49, "minfer_mmvq_q8_0": 96, "minfer_add": 3}
+	b := profile.Census{"kernels_nvrtc": 1, "minfer_rms_norm_f32": 49, "minfer_mmvq_q8_0": 96, "minfer_add": 3}
+	d := &ProfileDetail{CensusA: a, CensusB: b, Diff: profile.Diff(a, b)}
+	got := profiledKernels(d, 2)
+	if len(got) != 2 || got[0].Kernel != "minfer_mmvq_q8_0" || got[1].Kernel != "minfer_rms_norm_f32" {
+		t.Errorf("only pseudo-entries differ: profiled %+v, want the two most launched kernels", got)
+	}
+	b2 := profile.Census{"kernels_nvrtc": 1, "minfer_rms_norm_f32": 49, "minfer_mmvqr_q8_0": 96, "minfer_add": 3}
+	d = &ProfileDetail{CensusA: a, CensusB: b2, Diff: profile.Diff(a, b2)}
+	got = profiledKernels(d, 3)
+	for _, k := range got {
+		if !deviceKernel(k.Kernel) {
+			t.Errorf("profiled %q, a census pseudo-entry", k.Kernel)
+		}
+	}
+	if len(got) != 2 || got[0].Kernel != "minfer_mmvq_q8_0" && got[0].Kernel != "minfer_mmvqr_q8_0" {
+		t.Errorf("a switched kernel pair: profiled %+v, want minfer_mmvq_q8_0 and minfer_mmvqr_q8_0", got)
+	}
+}
