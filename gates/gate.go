@@ -191,6 +191,9 @@ type Config struct {
 	// Memory is the lever's memory bar: arm B's peak device memory at most
 	// A x (1 + Frac) + MiB (zero: the default, B <= A + 1% + 64 MiB).
 	Memory harness.MemoryBar `json:"memory_bar"`
+	// Paired is the plan of the model arm B's value names, when the bar
+	// allows it (Memory.Paired; harness/runs fills it before the gates).
+	Paired *PairedPlan `json:"paired_plan,omitempty"`
 	// Deviations lists the flags that changed a pre-registered value of
 	// the lever's registry entry (bars, rounds); the report prints them
 	// in its first lines.

@@ -47,6 +47,8 @@ type MemoryCheck struct {
 	// LimitBytes is the bar applied to arm A's peak: A x (1 + Frac) + MiB.
 	LimitBytes uint64 `json:"limit_bytes,omitempty"`
 	Why        string `json:"why,omitempty"` // not measured
+	// PairedWhat is the paired model's plan the limit includes (Bar.Paired).
+	PairedWhat string `json:"paired,omitempty"`
 	Source     string `json:"source,omitempty"`
 	CrossCheck string `json:"cross_check"`
 }
@@ -65,8 +67,20 @@ func (m *MemoryCheck) Line() string {
 	if m.Status == MemOver {
 		verdict = "**over the bar, FAIL**"
 	}
-	s += fmt.Sprintf(" — %s: %s (%s at this A)", verdict, m.Bar.String(), gpumem.GiB(m.LimitBytes))
-	return s
+	s += fmt.Sprintf(" — %s: %s (%s at this A", verdict, m.Bar.String(), gpumem.GiB(m.LimitBytes))
+	if m.PairedWhat != "" {
+		s += "; the paired model: " + m.PairedWhat
+	}
+	return s + ")"
+}
+
+// PairedPlan is the engine's memory plan of the model a paired lever's arm
+// B names (MINFER_DRAFT's draft): what it needs on the device beside the
+// run's model, and the plan's own words.
+type PairedPlan struct {
+	Model string `json:"model"`
+	Bytes uint64 `json:"need_bytes"`
+	What  string `json:"what"`
 }
 
 // Details says how the figures were taken, for the line after it.
@@ -184,8 +198,14 @@ func memoryCheck(cfg Config, d *ABDetail) *MemoryCheck {
 		m.Status, m.Why = MemNotMeasured, "arm A: "+m.A.Why
 	case m.B.Measured == 0:
 		m.Status, m.Why = MemNotMeasured, "arm B: "+m.B.Why
+	case bar.Paired && cfg.Paired == nil:
+		m.Status, m.Why = MemNotMeasured, "the bar allows the paired model's planned memory, and no plan of it was made"
 	default:
 		m.LimitBytes = uint64(float64(m.A.PeakBytes)*(1+bar.Frac) + bar.MiB*(1<<20))
+		if bar.Paired {
+			m.LimitBytes += cfg.Paired.Bytes
+			m.PairedWhat = cfg.Paired.What
+		}
 		m.Status = MemWithin
 		if m.B.PeakBytes > m.LimitBytes {
 			m.Status = MemOver

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/harness"
 )
 
@@ -128,5 +129,29 @@ func TestAvsB_Top1FlipExemptAtMargin015FailsAtMargin03(t *testing.T) {
 	c = CompareAvsB(a, b, vocab, mustTol(t, "x: rel L2 <= 0.05, top-1 equal at every position"))
 	if c.Pass || !strings.Contains(c.Why, "top-1 differs at pos 0") {
 		t.Errorf("flip without a margin clause: pass %v: %s", c.Pass, c.Why)
+	}
+}
+
+// MINFER_DRAFT's class (levers.TolVerifyChunk) takes the H200's synthetic
+// 7B pair (rel L2 0.025 with a max|diff| of 1.06, a flip at margin 0.17)
+// and refuses rel L2 0.06 or a flip at margin 0.3.
+func TestAvsB_VerifyChunkClassPassesThe7BPairRefusesRel006AndAFlipAt03(t *testing.T) {
+	const positions, vocab = 4, 2048
+	tol := mustTol(t, levers.TolVerifyChunk)
+	a, b := armsAtRelL2(t, positions, vocab, 0.025, 1.06)
+	if c := CompareAvsB(a, b, vocab, tol); !c.Pass {
+		t.Errorf("rel L2 0.025, max|diff| 1.06: %s", c.Why)
+	}
+	a, b = armsAtRelL2(t, positions, vocab, 0.06, 1.06)
+	if c := CompareAvsB(a, b, vocab, tol); c.Pass || !strings.Contains(c.Why, "rel L2 0.06 > 0.05") {
+		t.Errorf("rel L2 0.06: pass %v: %s", c.Pass, c.Why)
+	}
+	a, b = flipAt(positions, vocab, 0.17)
+	if c := CompareAvsB(a, b, vocab, tol); !c.Pass {
+		t.Errorf("a flip at margin 0.17: %s", c.Why)
+	}
+	a, b = flipAt(positions, vocab, 0.3)
+	if c := CompareAvsB(a, b, vocab, tol); c.Pass {
+		t.Errorf("a flip at margin 0.3 passes: %s", c.Why)
 	}
 }

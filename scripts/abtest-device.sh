@@ -74,6 +74,9 @@
 #                                   The whole H200 call: OUT=... GATES=parity,greedy,ab,suite,profile
 #                                   LEVERS="MINFER_KERNELS=nvrtc@baseline=$PWD/bin/minfer-kernels.fatbin" scripts/abtest-device.sh)
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
+#   BIG_TIMEOUT=600 BIG_CAL_TIMEOUT=480   the same for a lever spec or calibration on a 7B model (qwen2-7b): on
+#                                   2026-12-02 a 7B calibration was cut at 180 s after 3 of 11 rounds and the
+#                                   MINFER_DRAFT 7B pair at 351 s before its suite and profile gates
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
 #                                   abtest run itself quantizes it to the run model's weight type (once,
@@ -108,7 +111,7 @@ log="$out/abtest-device.log"
 ROUNDS="${ROUNDS:-}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
 SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
 LEVERS="${LEVERS-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
-LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}"
+LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-600}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
 CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
@@ -187,12 +190,14 @@ fi
 # 3. Calibrations: A/A noise of each workload, from which the lever runs
 # pre-register their rounds (reports/calibration/<GPU>/...).
 calibrate() { # "spec;spec;..."
-    local w
+    local w limit
     IFS=';' read -r -a ws <<<"$1"
     for w in "${ws[@]}"; do
         [[ -z "$w" ]] && continue
         say "=== abtest calibrate --workload '$w' ($CAL_ROUNDS rounds)"
-        timeout -k 15 "$CAL_TIMEOUT" bin/abtest calibrate --workload "$w" --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" \
+        limit="$CAL_TIMEOUT"
+        [[ "$w" == *7b* ]] && limit="$BIG_CAL_TIMEOUT"
+        timeout -k 15 "$limit" bin/abtest calibrate --workload "$w" --device cuda --synth-dir "$MODEL_DIR" --seed "$SEED" \
             --rounds "$CAL_ROUNDS" --pp "$PP" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" --out "$reports" >>"$log" 2>&1
         say "=== calibrate '$w': exit $?"
         grep -h 'abtest: calibration ' "$log" | tail -n 1 >&2
@@ -266,6 +271,7 @@ for spec in $LEVERS; do
     # reuse it from the cache where arm B's settings are the same): a limit
     # sized for the other gates cut it short on 2026-11-29.
     [[ ",$gates," == *,suite,* ]] && limit=$((LEVER_TIMEOUT + SUITE_EXTRA))
+    [[ "$spec" == *7b* || "$(basename "$model")" == *7b* ]] && limit=$((limit > BIG_TIMEOUT ? limit : BIG_TIMEOUT))
     cm=()
     [[ -n "$cmodel" ]] && cm=(--correctness-model "$cmodel")
     # A bare spec runs on the workload the registry declares for the lever

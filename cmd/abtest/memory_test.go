@@ -238,3 +238,46 @@ func TestOutOfMemory_PerfRowThatDoesNotFitCouldNotRunExit2(t *testing.T) {
 		t.Errorf("verdict line %q; report:\n%s", rec.VerdictLine, md)
 	}
 }
+
+// MINFER_DRAFT's bar allows the draft model's own planned memory (minfer
+// info --device --json, arm B's settings): arm B holding 300 MiB more than
+// A passes where the draft plans 350 MiB and fails where it plans 100,
+// and the report names the plan beside the bound.
+func TestMemory_DraftBarAllowsTheDraftsPlanAndNoMore(t *testing.T) {
+	for _, tc := range []struct {
+		plan string
+		pass bool
+	}{{"350", true}, {"100", false}} {
+		t.Run("plan "+tc.plan+" MiB", func(t *testing.T) {
+			fakeGPUMem(t, 500)
+			draft := filepath.Join(t.TempDir(), "qwen2-0.5b-draft.gguf")
+			if err := os.WriteFile(draft, []byte("GGUF"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("FAKEMINFER_DEVICE_MIB_WHEN", "MINFER_DRAFT="+draft+":800")
+			t.Setenv("FAKEMINFER_PLAN_MIB", tc.plan)
+			bin := fakeMinfer(t)
+			out := t.TempDir()
+			code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_DRAFT=" + draft, "--gates", "ab", "--rounds", "5",
+				"--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
+			js, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+			if len(js) != 1 {
+				t.Fatalf("exit %d, %d results", code, len(js))
+			}
+			rec, err := report.ReadJSON(js[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := rec.Gates[0].AB.Memory
+			if m == nil || !m.Bar.Paired || !strings.Contains(m.PairedWhat, "qwen2-0.5b-draft.gguf planned "+tc.plan+" MiB") {
+				t.Fatalf("memory check %+v", m)
+			}
+			if got := m.Status == gates.MemWithin; got != tc.pass {
+				t.Errorf("B 800 MiB over A 500 MiB with the draft planning %s MiB: %s (limit %d MiB): %s", tc.plan, m.Status, m.LimitBytes>>20, m.Line())
+			}
+			if !strings.Contains(m.Line(), "the paired model's planned device memory") {
+				t.Errorf("line %q", m.Line())
+			}
+		})
+	}
+}

@@ -179,15 +179,19 @@ func TestRegistry_ProblemsAreFound(t *testing.T) {
 	}
 }
 
-// The one lever whose candidate holds a second copy of weights declares
-// that cost; every other A/B lever has the default memory bar.
+// The lever whose candidate holds a second copy of weights and the one
+// that loads a second model (its plan allowed, Paired) declare that cost;
+// every other A/B lever has the default memory bar.
 func TestRegistry_MemoryBarsDefaultUnlessACostIsDeclared(t *testing.T) {
 	for _, l := range All() {
 		if l.Memory == nil {
 			continue
 		}
-		if got := l.Memory.AboveDefault(); got != (l.Name == "MINFER_MMVQ_REPACK") {
+		if got := l.Memory.AboveDefault(); got != (l.Name == "MINFER_MMVQ_REPACK" || l.Name == "MINFER_DRAFT") {
 			t.Errorf("%s: memory bar %s", l.Name, l.Memory)
+		}
+		if l.Memory.Paired != l.PairedModel {
+			t.Errorf("%s: a paired memory bar (%v) on a lever whose value names a model (%v)", l.Name, l.Memory.Paired, l.PairedModel)
 		}
 	}
 	l, _ := Lookup("MINFER_MMVQ_REPACK")

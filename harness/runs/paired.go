@@ -2,13 +2,16 @@ package runs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // A lever whose candidate value names a model paired with the run's model
@@ -45,8 +48,55 @@ func (s *setup) pairArms(ctx context.Context, f *Options, cfg *gates.Config, pro
 		prog.Note("correctness: %s pairs its value with the run's model: parity and greedy run on the run's model, not %s", cfg.Lever.Name, filepath.Base(cfg.CorrectnessModel))
 		cfg.CorrectnessModel = ""
 	}
-	return s.tryPair(ctx, cfg)
+	if err := s.tryPair(ctx, cfg); err != nil {
+		return err
+	}
+	return s.planPaired(ctx, cfg, prog)
 }
+
+// planPaired fills cfg.Paired where the memory bar allows the paired
+// model's memory: the engine's plan of arm B's model (`minfer info -m
+// MODEL --device D -c N --json`, arm B's settings) at the context a bench
+// of the run's shapes opens. A value that names no model (lookup, none)
+// plans zero bytes. A plan that cannot be made leaves the bar without its
+// allowance, so the memory check says "not measured", never PASS by default.
+func (s *setup) planPaired(ctx context.Context, cfg *gates.Config, prog *harness.Progress) error {
+	if !cfg.Memory.Paired || cfg.Backend == "cpu" {
+		return nil
+	}
+	v := cfg.B.Value
+	if _, err := os.Stat(v); err != nil {
+		cfg.Paired = &gates.PairedPlan{Model: v, What: v + " loads no model: 0 bytes"}
+		return nil
+	}
+	n := max(cfg.PP, cfg.TG+1, 16)
+	env := map[string]string{}
+	for k, x := range cfg.B.Env {
+		if k != "MINFER_TEST_MUTATE" && k != cfg.Lever.Name {
+			env[k] = x
+		}
+	}
+	e, err := s.m.R.Run(ctx, "paired model plan", env, "info", "-m", v, "--device", cfg.Backend, "-c", strconv.Itoa(n), "--json")
+	if err != nil {
+		prog.Note("%s: no memory plan of %s (%v): the memory check cannot apply its bar", cfg.Lever.Name, filepath.Base(v), err)
+		return nil
+	}
+	var doc struct {
+		Plan *schema.MemoryPlan `json:"memory_plan"`
+	}
+	if err := json.Unmarshal(e.Stdout, &doc); err != nil || doc.Plan == nil {
+		prog.Note("%s: minfer info gave no memory plan of %s: the memory check cannot apply its bar", cfg.Lever.Name, filepath.Base(v))
+		return nil
+	}
+	p := doc.Plan
+	cfg.Paired = &gates.PairedPlan{Model: v, Bytes: p.NeedBytes,
+		What: fmt.Sprintf("%s planned %s at -c %d (weights %s, derived %s, KV %s, scratch %s)", filepath.Base(v),
+			mib(p.NeedBytes), n, mib(p.WeightsBytes), mib(p.DerivedBytes), mib(p.KVBytes), mib(p.ScratchBytes))}
+	prog.Note("%s: the memory bar allows %s", cfg.Lever.Name, cfg.Paired.What)
+	return nil
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%d MiB", (b+1<<19)>>20) }
 
 // pairedValue is value as the arms get it: an absolute path for a file, the
 // synthesized model's path for SHAPE:TYPE, value itself otherwise.

@@ -65,6 +65,8 @@
 // FAKEMINFER_STALE_KERNELS_WHEN=NAME=VALUE (or =always) makes such a
 // process refuse its kernels file as minfer does when the file was built
 // from other sources: one line, exit schema.ExitStaleKernels.
+// FAKEMINFER_PLAN_MIB=M is the need of `info --device ... --json`'s
+// memory plan (default 100 MiB).
 // FAKEMINFER_ENGINE_MEMORY=1 adds the engine's own "device_memory" field
 // to bench's JSON (the cross-check). FAKEMINFER_MEMORY="NAME=JSON;..."
 // sets those levers' "memory" bar in `levers`.
@@ -169,7 +171,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	model := fs.String("model", "", "")
 	fs.StringVar(model, "m", "", "")
-	fs.String("device", "auto", "")
+	device := fs.String("device", "auto", "")
 	ids := fs.String("ids", "", "")
 	idsFlag := ids
 	top := fs.Int("top", 5, "")
@@ -179,7 +181,8 @@ func main() {
 	n := fs.Int("n", 128, "")
 	r := fs.Int("r", 3, "")
 	depth := fs.Int("d", 0, "")
-	fs.Int("ctx", 4096, "")
+	ctx := fs.Int("ctx", 4096, "")
+	fs.IntVar(ctx, "c", 4096, "")
 	repeat := fs.Int("repeat", 1, "")
 	fs.Bool("greedy", false, "")
 	fs.Float64("repeat-penalty", 1.1, "")
@@ -260,8 +263,17 @@ func main() {
 			}
 		}
 		arch, ftype := fakeModelKind(*model)
-		json.NewEncoder(os.Stdout).Encode(schema.Info{Path: *model, TypeHistogram: hist, Architecture: arch, FileType: ftype,
-			DecodeRead: schema.DecodeRead{WeightBytes: int64(wb), Method: "fake", KVElemsPerPos: 512}})
+		info := schema.Info{Path: *model, TypeHistogram: hist, Architecture: arch, FileType: ftype,
+			DecodeRead: schema.DecodeRead{WeightBytes: int64(wb), Method: "fake", KVElemsPerPos: 512}}
+		if *device == "cuda" || *device == "cpu" { // the memory plan of info --device
+			need := uint64(100) << 20
+			if v, err := strconv.ParseUint(os.Getenv("FAKEMINFER_PLAN_MIB"), 10, 64); err == nil {
+				need = v << 20
+			}
+			info.MemoryPlan = &schema.MemoryPlan{Model: *model, Backend: *device, WeightsBytes: need / 2, DerivedBytes: need / 4,
+				KVBytes: need / 8, ScratchBytes: need - need/2 - need/4 - need/8, NeedBytes: need, TotalBytes: need}
+		}
+		json.NewEncoder(os.Stdout).Encode(info)
 	case "quantize": // IN OUT TYPE: OUT is IN's shape in TYPE
 		in, out, typ := fs.Arg(0), fs.Arg(1), fs.Arg(2)
 		b, err := os.ReadFile(in)
