@@ -58,9 +58,14 @@ type Backend struct {
 	stage       staging
 	weights     map[string]*devWeight
 	weightBytes uint64
-	repackBytes uint64 // the repacked copies (MINFER_MMVQ_REPACK), not in weightBytes
-	memOpen     uint64 // the driver's free memory at open (memory.go)
-	memTotal    uint64 // and its total
+	// reregistered counts registrations that replaced a name's devWeight
+	// (setWeight): while it is what a captured graph saw, none of the
+	// graph's weights can have changed, and staleReason skips their walk
+	// on the decode step's path.
+	reregistered uint64
+	repackBytes  uint64 // the repacked copies (MINFER_MMVQ_REPACK), not in weightBytes
+	memOpen      uint64 // the driver's free memory at open (memory.go)
+	memTotal     uint64 // and its total
 
 	kvSpec    graph.KVSpec
 	kvK, kvV  []driver.DevicePtr // per layer

@@ -79,6 +79,8 @@ type captured struct {
 	// weights are the registrations the captured nodes resolved, by name:
 	// the graph is stale once b.weights holds another for any of them.
 	weights map[string]*devWeight
+	// reregistered is b.reregistered at capture.
+	reregistered uint64
 }
 
 // staleReason says why the captured graph e cannot replay now, "" when it
@@ -91,6 +93,9 @@ func (b *Backend) staleReason(e *captured) string {
 	}
 	if e.kvStamp != b.kvStamp {
 		return fmt.Sprintf("KV layout stamp %d, captured at %d", b.kvStamp, e.kvStamp)
+	}
+	if e.reregistered == b.reregistered {
+		return "" // no name was registered again since the capture
 	}
 	for name, w := range e.weights {
 		if b.weights[name] != w {
@@ -361,7 +366,7 @@ func (b *Backend) finishCapture() error {
 			return errors.Join(err, x.Destroy())
 		}
 		b.stage.synced()
-		e.exec, e.gen, e.kvStamp, e.weights = x, b.pool.gen, b.kvStamp, used
+		e.exec, e.gen, e.kvStamp, e.weights, e.reregistered = x, b.pool.gen, b.kvStamp, used, b.reregistered
 		return b.timer.done()
 	})
 	if err != nil && nodeErr == nil && !launched {

@@ -30,7 +30,7 @@ func cwRegister(b *Backend, name string, n int) *devWeight {
 	ptr := driver.DevicePtr(0x1000_0000 + uint64(len(b.pool.extra))*0x10000)
 	b.pool.account(MemWeights, ptr, uint64(4*n))
 	dw := &devWeight{name: name, srcBytes: 4 * n, dims: []int{n}, rowLen: n, rows: 1, ptr: ptr, vector: true}
-	b.weights[name] = dw
+	b.setWeight(dw)
 	return dw
 }
 
@@ -46,7 +46,7 @@ func cwCapture(t *testing.T, b *Backend) *captured {
 	if _, err := b.vector("b", b.weights["b"].rowLen); err != nil {
 		t.Fatal(err)
 	}
-	e := &captured{gen: b.pool.gen, kvStamp: b.kvStamp, weights: b.cap.used}
+	e := &captured{gen: b.pool.gen, kvStamp: b.kvStamp, weights: b.cap.used, reregistered: b.reregistered}
 	b.cap.recording, b.cap.used = false, nil
 	if len(e.weights) != 2 || e.weights["a"] == nil || e.weights["b"] == nil {
 		t.Fatalf("recorded weights %v, want a and b", e.weights)

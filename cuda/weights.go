@@ -102,7 +102,7 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	}
 	b.stage.synced()
 	dw.ptr = ptr
-	b.weights[w.Name] = dw
+	b.setWeight(dw)
 	b.weightBytes += uint64(len(data))
 	if !dw.vector {
 		// A gathered-only weight (an untied embedding) is read by the gather
@@ -134,8 +134,16 @@ func (b *Backend) registerHostMapped(dw *devWeight, data []byte) error {
 	if dw.ptr == 0 {
 		return fmt.Errorf("cuda: weight %s: mapped host memory has no device address", dw.name)
 	}
-	b.weights[dw.name] = dw
+	b.setWeight(dw)
 	return nil
+}
+
+// setWeight makes dw its name's registration, counting a replacement.
+func (b *Backend) setWeight(dw *devWeight) {
+	if b.weights[dw.name] != nil {
+		b.reregistered++
+	}
+	b.weights[dw.name] = dw
 }
 
 // ensureActQ8 grows the Q8_1 activation scratch of the decode mmvq path
