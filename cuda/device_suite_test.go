@@ -29,7 +29,7 @@ import (
 )
 
 // dsLevers parses the environment plus extra MINFER_* settings.
-func dsLevers(t *testing.T, extra ...string) levers.Config {
+func dsLevers(t testing.TB, extra ...string) levers.Config {
 	t.Helper()
 	cfg, err := levers.Parse(append(os.Environ(), extra...))
 	if err != nil {
@@ -57,7 +57,7 @@ func dsBackend(t *testing.T, cfg levers.Config) *Backend {
 }
 
 // dsNeedDevice skips when no device answers (for tests that build engines).
-func dsNeedDevice(t *testing.T) {
+func dsNeedDevice(t testing.TB) {
 	t.Helper()
 	b, err := New(Options{Levers: dsLevers(t)})
 	if errors.Is(err, driver.ErrNoDevice) {
@@ -594,7 +594,7 @@ func TestReadback_PinnedAndPageableRoundTripBitwise(t *testing.T) {
 var dsModels sync.Map // spec -> path
 
 // dsSynth writes (once per process) a synthetic model.
-func dsSynth(t *testing.T, shape, typ string) string {
+func dsSynth(t testing.TB, shape, typ string) string {
 	t.Helper()
 	key := shape + "/" + typ
 	if p, ok := dsModels.Load(key); ok {
@@ -616,7 +616,7 @@ func dsSynth(t *testing.T, shape, typ string) string {
 	return path
 }
 
-func dsEngine(t *testing.T, path, device string, nCtx int, extra ...string) *model.Engine {
+func dsEngine(t testing.TB, path, device string, nCtx int, extra ...string) *model.Engine {
 	t.Helper()
 	cfg := dsLevers(t, extra...)
 	opts := model.Options{Device: device, NCtx: nCtx, Levers: cfg, Logf: t.Logf}
@@ -636,7 +636,7 @@ func dsEngine(t *testing.T, path, device string, nCtx int, extra ...string) *mod
 	return e
 }
 
-func dsDeviceBackend(t *testing.T, e *model.Engine) *Backend {
+func dsDeviceBackend(t testing.TB, e *model.Engine) *Backend {
 	t.Helper()
 	b, ok := e.Backends()[0].(*Backend)
 	if !ok {

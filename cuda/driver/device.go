@@ -76,6 +76,11 @@ type Device struct {
 	capMu     sync.Mutex
 	capturing map[uintptr]*Stream // streams with an open capture window
 	capOpen   atomic.Int32
+
+	// handoffs counts the Do calls that crossed to the device thread (a
+	// nested Do runs inline and is not one): each wakes that thread and
+	// then the caller, host time on every decode step (Handoffs).
+	handoffs atomic.Int64
 }
 
 type job struct {
@@ -286,6 +291,7 @@ func (d *Device) Do(fn func() error) error {
 	if threadID() == d.tid {
 		return fn() // already on the device thread: nested Do
 	}
+	d.handoffs.Add(1)
 	j := job{fn: fn, done: make(chan jobResult, 1)}
 	select {
 	case d.jobs <- j:
@@ -298,6 +304,10 @@ func (d *Device) Do(fn func() error) error {
 	}
 	return r.err
 }
+
+// Handoffs is how many Do calls have crossed to the device thread so far:
+// read it around a step to count the step's thread handoffs.
+func (d *Device) Handoffs() int64 { return d.handoffs.Load() }
 
 // Close waits for the device, releases the primary context and stops the
 // worker. Every handle from this Device is invalid afterwards. Safe to call

@@ -607,3 +607,38 @@ func TestDeviceHostMappedMemoryReadThroughItsDevicePointer(t *testing.T) {
 		return nil
 	}))
 }
+
+// A Do from another goroutine is one handoff; a Do nested inside it runs
+// inline on the device thread and is none.
+func TestDeviceHandoffs_CountCrossingDoOnlyNotNested(t *testing.T) {
+	d := testDevice(t)
+	h0 := d.Handoffs()
+	nested := int64(0)
+	must(t, d.Do(func() error {
+		nested = d.Handoffs()
+		return d.Do(func() error { return nil })
+	}))
+	if got := d.Handoffs() - h0; got != 1 || nested-h0 != 1 {
+		t.Fatalf("one crossing Do with one nested inside: %d handoffs (%d seen inside), want 1", got, nested-h0)
+	}
+}
+
+// BenchmarkDeviceDo_RoundTrip is the host cost of one handoff to the device
+// thread (a Do doing nothing: the worker woken, then the caller): what each
+// of a decode step's handoffs costs (cuda's BenchmarkDecodeStep_HostHandoffs
+// counts them). A measurement, asserted nowhere.
+func BenchmarkDeviceDo_RoundTrip(b *testing.B) {
+	sharedOnce.Do(func() { sharedDev, sharedErr = Open(Options{}) })
+	if errors.Is(sharedErr, ErrNoDevice) {
+		b.Skipf("no CUDA device answers: %v", sharedErr)
+	}
+	if sharedErr != nil {
+		b.Fatal(sharedErr)
+	}
+	d := sharedDev
+	for b.Loop() {
+		if err := d.Do(func() error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
