@@ -199,7 +199,7 @@ func memoryCheck(cfg Config, d *ABDetail) *MemoryCheck {
 	case m.B.Measured == 0:
 		m.Status, m.Why = MemNotMeasured, "arm B: "+m.B.Why
 	case bar.Paired && cfg.Paired == nil:
-		m.Status, m.Why = MemNotMeasured, "the bar allows the paired model's planned memory, and no plan of it was made"
+		m.Status, m.Why = MemNotMeasured, "the bar allows the paired model's planned memory, and no plan of it was made (harness/runs makes one before the gates)"
 	default:
 		m.LimitBytes = uint64(float64(m.A.PeakBytes)*(1+bar.Frac) + bar.MiB*(1<<20))
 		if bar.Paired {

@@ -281,3 +281,19 @@ func TestMemory_DraftBarAllowsTheDraftsPlanAndNoMore(t *testing.T) {
 		})
 	}
 }
+
+// Without the draft's plan the bar cannot be applied: could not run (exit
+// 2), naming the plan, never a verdict on another bar.
+func TestMemory_DraftWithoutAPlanCouldNotRun(t *testing.T) {
+	fakeGPUMem(t, 500)
+	draft := filepath.Join(t.TempDir(), "qwen2-0.5b-draft.gguf")
+	if err := os.WriteFile(draft, []byte("GGUF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKEMINFER_PLAN_MIB", "none")
+	code := run([]string{"run", "--minfer", fakeMinfer(t), "--out", t.TempDir(), "--lever", "MINFER_DRAFT=" + draft, "--gates", "ab",
+		"--rounds", "5", "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
+	if code != 2 {
+		t.Fatalf("exit %d, want 2 (could not run: no memory plan of the draft)", code)
+	}
+}

@@ -58,8 +58,9 @@ func (s *setup) pairArms(ctx context.Context, f *Options, cfg *gates.Config, pro
 // model's memory: the engine's plan of arm B's model (`minfer info -m
 // MODEL --device D -c N --json`, arm B's settings) at the context a bench
 // of the run's shapes opens. A value that names no model (lookup, none)
-// plans zero bytes. A plan that cannot be made leaves the bar without its
-// allowance, so the memory check says "not measured", never PASS by default.
+// plans zero bytes. A plan that cannot be made is could not run: the bar
+// cannot be applied, and measuring the arms against another bar would
+// judge the lever by a rule it does not declare.
 func (s *setup) planPaired(ctx context.Context, cfg *gates.Config, prog *harness.Progress) error {
 	if !cfg.Memory.Paired || cfg.Backend == "cpu" {
 		return nil
@@ -78,15 +79,13 @@ func (s *setup) planPaired(ctx context.Context, cfg *gates.Config, prog *harness
 	}
 	e, err := s.m.R.Run(ctx, "paired model plan", env, "info", "-m", v, "--device", cfg.Backend, "-c", strconv.Itoa(n), "--json")
 	if err != nil {
-		prog.Note("%s: no memory plan of %s (%v): the memory check cannot apply its bar", cfg.Lever.Name, filepath.Base(v), err)
-		return nil
+		return CannotRun("%s: the memory bar needs %s's memory plan: minfer info: %v", cfg.Lever.Name, filepath.Base(v), err)
 	}
 	var doc struct {
 		Plan *schema.MemoryPlan `json:"memory_plan"`
 	}
 	if err := json.Unmarshal(e.Stdout, &doc); err != nil || doc.Plan == nil {
-		prog.Note("%s: minfer info gave no memory plan of %s: the memory check cannot apply its bar", cfg.Lever.Name, filepath.Base(v))
-		return nil
+		return CannotRun("%s: the memory bar needs %s's memory plan: minfer info --device %s --json gave none", cfg.Lever.Name, filepath.Base(v), cfg.Backend)
 	}
 	p := doc.Plan
 	cfg.Paired = &gates.PairedPlan{Model: v, Bytes: p.NeedBytes,

@@ -66,7 +66,7 @@
 // process refuse its kernels file as minfer does when the file was built
 // from other sources: one line, exit schema.ExitStaleKernels.
 // FAKEMINFER_PLAN_MIB=M is the need of `info --device ... --json`'s
-// memory plan (default 100 MiB).
+// memory plan (default 100 MiB; none: no plan in the document).
 // FAKEMINFER_ENGINE_MEMORY=1 adds the engine's own "device_memory" field
 // to bench's JSON (the cross-check). FAKEMINFER_MEMORY="NAME=JSON;..."
 // sets those levers' "memory" bar in `levers`.
@@ -265,7 +265,7 @@ func main() {
 		arch, ftype := fakeModelKind(*model)
 		info := schema.Info{Path: *model, TypeHistogram: hist, Architecture: arch, FileType: ftype,
 			DecodeRead: schema.DecodeRead{WeightBytes: int64(wb), Method: "fake", KVElemsPerPos: 512}}
-		if *device == "cuda" || *device == "cpu" { // the memory plan of info --device
+		if (*device == "cuda" || *device == "cpu") && os.Getenv("FAKEMINFER_PLAN_MIB") != "none" { // the memory plan of info --device
 			need := uint64(100) << 20
 			if v, err := strconv.ParseUint(os.Getenv("FAKEMINFER_PLAN_MIB"), 10, 64); err == nil {
 				need = v << 20
