@@ -270,10 +270,12 @@ const (
 	// ClassAbsolute: max|diff| <= --graph-tol (same backend as the
 	// reference, or no quantized matmul weights).
 	ClassAbsolute = "absolute"
-	// ClassActivationQuant: the CPU reference quantizes activations to
-	// Q8_0/Q8_K for quantized matmul weights (ARCHITECTURE.md rule 3), the
-	// device reads f32 activations: an absolute bar measures the logits'
-	// scale, not a defect, so the bar is relative.
+	// ClassActivationQuant: the CPU reference quantizes activations to the
+	// weight type's VecDot format (Q8_0 / Q8_1 / Q8_K; ARCHITECTURE.md rule
+	// 3), the device to Q8_1 (or reads f32): an absolute bar measures the
+	// logits' scale, not a defect, so the bar is relative; where the two
+	// roundings differ, a miss is re-judged against the exact evaluation
+	// (judgeAgainstExact).
 	ClassActivationQuant = "activation-quantization"
 	// ActQuantRelL2 is ClassActivationQuant's rel L2 bound. The H200 shows
 	// 0.021-0.024 on qwen2-0.5b Q8_0 (logit std ~8); a layout bug shows ~1.
@@ -288,6 +290,10 @@ const (
 	// logits: random-weight qwen3-0.6b (28 layers) flips at margins 0.15-0.47
 	// with rel L2 0.028, arm A and arm B alike (H200, 2026-11-29).
 	ActQuantMarginRMS = 4
+	// ExactSlack: an arm that misses ClassActivationQuant against the CPU
+	// reference passes when it is within max(ActQuantRelL2, ExactSlack x
+	// the reference's own rel L2) of the exact reference (judgeAgainstExact).
+	ExactSlack = 1.25
 )
 
 // GraphClass is the tolerance class of one arm's whole-graph comparison
@@ -325,7 +331,7 @@ func ChooseGraphClass(armBackend, armWhy, refBackend string, quantized []string,
 		return abs
 	}
 	return GraphClass{Name: ClassActivationQuant, RelL2: ActQuantRelL2, Margin: gap, MarginRMS: ActQuantMarginRMS,
-		Bar: fmt.Sprintf("rel L2 <= %g and top-1 equal wherever the reference's top-2 margin > max(%g, %g x that position's RMS diff, capped at %g x the reference row's RMS) (the CPU quantizes activations to Q8, the device reads f32: diffuse rounding error flips close calls; an error concentrated on a few logits does not raise the RMS and still fails)", ActQuantRelL2, gap, float64(ActQuantMarginRMS), ActQuantRelL2),
+		Bar: fmt.Sprintf("rel L2 <= %g and top-1 equal wherever the reference's top-2 margin > max(%g, %g x that position's RMS diff, capped at %g x the reference row's RMS) (the CPU quantizes activations to the weight type's Q8 format, the device to Q8_1: diffuse rounding error flips close calls; an error concentrated on a few logits does not raise the RMS and still fails); an arm that misses is judged against the exact evaluation of the same weights (MINFER_CPU_EXACT=1) with rel L2 <= max(%g, %g x the CPU reference's own rel L2 from it)", ActQuantRelL2, gap, float64(ActQuantMarginRMS), ActQuantRelL2, ActQuantRelL2, ExactSlack),
 		Why: fmt.Sprintf("the arm runs on %s (%s), the reference on %s, and the model has quantized matmul weights (minfer info --json type histogram: %s)", armBackend, armWhy, refBackend, hist)}
 }
 
@@ -350,17 +356,21 @@ func armBackend(device string, env map[string]string, hasGPU bool, stderr string
 
 // ParityDetail is gate 1's evidence.
 type ParityDetail struct {
-	Kernel       string            `json:"kernel"` // PASS/FAIL/SKIP/INCONCLUSIVE: reason
-	KernelStatus Status            `json:"kernel_status"`
-	NVocab       int               `json:"n_vocab"`
-	IDs          map[int][]int32   `json:"ids"`
-	Graph        []Comparison      `json:"graph"` // A vs ref, B vs ref per nt
-	AvsB         []Comparison      `json:"a_vs_b"`
-	Tolerance    harness.Tolerance `json:"tolerance"`
-	GraphTol     float64           `json:"graph_tol"`
-	GraphGap     float64           `json:"graph_margin"`
-	RefDevice    string            `json:"ref_device"`
-	Backends     map[string]string `json:"backends,omitempty"`
+	Kernel       string          `json:"kernel"` // PASS/FAIL/SKIP/INCONCLUSIVE: reason
+	KernelStatus Status          `json:"kernel_status"`
+	NVocab       int             `json:"n_vocab"`
+	IDs          map[int][]int32 `json:"ids"`
+	Graph        []Comparison    `json:"graph"` // A vs ref, B vs ref per nt
+	// Exact holds, at each nt where an arm missed the activation-quantization
+	// bar, the CPU reference against the exact reference and each such arm
+	// against it (judgeAgainstExact).
+	Exact     []Comparison      `json:"exact,omitempty"`
+	AvsB      []Comparison      `json:"a_vs_b"`
+	Tolerance harness.Tolerance `json:"tolerance"`
+	GraphTol  float64           `json:"graph_tol"`
+	GraphGap  float64           `json:"graph_margin"`
+	RefDevice string            `json:"ref_device"`
+	Backends  map[string]string `json:"backends,omitempty"`
 	// Classes is the whole-graph tolerance class of each arm (A, B).
 	Classes   []GraphClass `json:"graph_classes,omitempty"`
 	ModelInfo string       `json:"model_types,omitempty"` // the type histogram the class was chosen from
@@ -443,6 +453,7 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 			break
 		}
 		env.step("parity nt=%d", nt)
+		var misses []actQuantMiss
 		for _, x := range []struct {
 			arm Arm
 			l   harness.LogitsResult
@@ -460,8 +471,18 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 			c := CompareLogits(x.arm.Name+" vs CPU ref", ref.Rows, x.l.Rows, ref.NVocab, cfg.GraphGap)
 			c.NT = nt
 			c.judgeClass(k)
-			failed = failed || !c.Pass
+			if !c.Pass && k.Name == ClassActivationQuant && c.NaNs == 0 {
+				misses = append(misses, actQuantMiss{i: len(d.Graph), arm: x.arm.Name, rows: x.l.Rows, k: k})
+			}
 			d.Graph = append(d.Graph, c)
+		}
+		if len(misses) > 0 {
+			exact, e, err := m.Logits(ctx, fmt.Sprintf("parity exact ref nt=%d", nt), "cpu", exactEnv(cfg), ids, 2, tmp("exact"))
+			env.Cmd("parity: exact CPU reference logits (MINFER_CPU_EXACT=1)", e)
+			d.Exact = append(d.Exact, judgeAgainstExact(d.Graph, misses, ref.Rows, exact.Rows, ref.NVocab, nt, cfg.GraphGap, err)...)
+		}
+		for _, c := range d.Graph[len(d.Graph)-2:] {
+			failed = failed || !c.Pass
 		}
 		c := CompareAvsB(a.Rows, b.Rows, a.NVocab, cfg.Tol)
 		c.NT = nt
@@ -532,8 +553,68 @@ func classNames(cs []GraphClass) string {
 }
 
 // trimPerPos keeps per-position rows readable: at most 64 per comparison.
+// actQuantMiss is an arm's whole-graph comparison (d.Graph[i]) that missed
+// the activation-quantization class against the CPU reference.
+type actQuantMiss struct {
+	i    int
+	arm  string
+	rows []float32
+	k    GraphClass
+}
+
+// exactEnv is the exact reference's: the CPU reference's settings with
+// MINFER_CPU_EXACT=1 (quantized weights dequantized to f32 at load, so no
+// activation is quantized).
+func exactEnv(cfg Config) map[string]string {
+	m := refEnv(cfg)
+	m["MINFER_CPU_EXACT"] = "1"
+	return m
+}
+
+// judgeAgainstExact re-judges each miss against the exact reference. The
+// CPU reference quantizes activations in the weight type's VecDot format
+// (Q8_K, 256 values a block, for the K-quants), the device in Q8_1 (32 a
+// block) for every type: on a trained model each rounding alone moves the
+// logits by rel L2 ~0.03-0.07 (tiny-code at Q4_K_M, nt=64: 0.051 for the
+// CPU's), and where the two are independent their difference exceeds the
+// 0.05 bar with neither wrong. So an arm that misses is measured against the
+// exact evaluation of the same weights instead: it passes when it is no
+// further from it than max(ActQuantRelL2, ExactSlack x the CPU reference's
+// own distance), with the class's top-1 rule: a device at least as exact as
+// the reference (within 25%). A layout or scale bug (rel L2 ~1) fails both.
+// exactErr: the exact reference could not run, and the misses stand.
+func judgeAgainstExact(graph []Comparison, misses []actQuantMiss, ref, exact []float32, nVocab, nt int, gap float64, exactErr error) []Comparison {
+	if exactErr != nil {
+		for _, ms := range misses {
+			graph[ms.i].Why += fmt.Sprintf("; the exact reference (MINFER_CPU_EXACT=1) could not run: %v", exactErr)
+		}
+		return nil
+	}
+	rc := CompareLogits("CPU ref vs exact", exact, ref, nVocab, 0)
+	rc.NT, rc.Pass, rc.Class = nt, true, "measured"
+	rc.Why = fmt.Sprintf("the CPU reference's own activation quantization: rel L2 %.3g, max|diff| %.3g from the exact evaluation", float64(rc.RelL2), float64(rc.MaxAbsDiff))
+	out := []Comparison{rc}
+	bar := math.Max(ActQuantRelL2, ExactSlack*float64(rc.RelL2))
+	for _, ms := range misses {
+		k := ms.k
+		k.Name, k.RelL2 = ClassActivationQuant+" vs exact", bar
+		cx := CompareLogits(ms.arm+" vs exact", exact, ms.rows, nVocab, gap)
+		cx.NT = nt
+		cx.judgeClass(k)
+		if cx.Pass {
+			cx.Why = fmt.Sprintf("no further from the exact evaluation than the CPU reference (x%g): %s", ExactSlack, cx.Why)
+		}
+		out = append(out, cx)
+		g := &graph[ms.i]
+		g.Pass = cx.Pass
+		g.Why = fmt.Sprintf("%s; the CPU reference is itself rel L2 %.3g from the exact evaluation (MINFER_CPU_EXACT=1), so judged there (bar max(%g, %g x %.3g) = %.3g): %s",
+			g.Why, float64(rc.RelL2), ActQuantRelL2, ExactSlack, float64(rc.RelL2), bar, cx.Why)
+	}
+	return out
+}
+
 func trimPerPos(d *ParityDetail) {
-	for _, cs := range [][]Comparison{d.Graph, d.AvsB} {
+	for _, cs := range [][]Comparison{d.Graph, d.AvsB, d.Exact} {
 		for i := range cs {
 			if len(cs[i].PerPos) > 64 {
 				cs[i].PerPos = cs[i].PerPos[:64]

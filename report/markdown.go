@@ -298,7 +298,7 @@ func paritySection(b *strings.Builder, g gates.Result) {
 	fmt.Fprintf(b, "3. A vs B: %s.\n\n", d.Tolerance.String())
 	fmt.Fprintf(b, "n_vocab %d; token ids per nt are deterministic (`harness.DeterministicIDs`).\n\n", d.NVocab)
 	var rows [][]string
-	for _, c := range append(append([]gates.Comparison{}, d.Graph...), d.AvsB...) {
+	for _, c := range append(append(append([]gates.Comparison{}, d.Graph...), d.Exact...), d.AvsB...) {
 		bit := "no"
 		if c.Bitwise {
 			bit = "yes"

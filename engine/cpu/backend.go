@@ -33,6 +33,12 @@ type Options struct {
 	// Census counts every executed node under its path name (census.go;
 	// MINFER_LAUNCH_CENSUS=1).
 	Census bool
+	// Exact dequantizes every quantized matmul weight to f32 once when it
+	// is registered, so its matmuls read unquantized f32 activations
+	// (MINFER_CPU_EXACT=1): the exact evaluation of the same weights that
+	// gate 1 measures the activation quantization of both backends against.
+	// Four bytes a weight.
+	Exact bool
 }
 
 type weight struct {
@@ -43,13 +49,16 @@ type weight struct {
 	rowLen   int // Dims[0]
 	rows     int // product of the other dims
 	rowBytes int
-	data     []byte    // raw rows (a view of the mmap)
-	f32      []float32 // 1-D weights (norms, biases) expanded once; nil for matrices
+	data     []byte     // raw rows (a view of the mmap)
+	f32      []float32  // 1-D weights (norms, biases) expanded once; nil for matrices
+	srcType  quant.Type // the registered type and data length (typ and data differ with Exact)
+	srcLen   int
 }
 
 // Backend is the CPU graph.Backend.
 type Backend struct {
 	threads int
+	exact   bool
 	closed  bool
 	pool    *pool
 	bufs    [][]float32
@@ -88,7 +97,7 @@ func New(opts Options) *Backend {
 	if t <= 0 {
 		t = runtime.GOMAXPROCS(0)
 	}
-	b := &Backend{threads: t, pool: newPool(t), weights: map[string]*weight{}}
+	b := &Backend{threads: t, exact: opts.Exact, pool: newPool(t), weights: map[string]*weight{}}
 	if opts.Census {
 		b.census = map[censusKey]int64{}
 	}
@@ -136,7 +145,7 @@ func (b *Backend) SupportsOp(n *graph.Node) error {
 // RegisterWeight implements graph.Backend. The data is kept as a view (no
 // copy); 1-D tensors (norms, biases) are expanded to f32 once.
 func (b *Backend) RegisterWeight(w graph.Weight) error {
-	if old := b.weights[w.Name]; old != nil && len(old.data) == len(w.Data) && old.typ == w.Type {
+	if old := b.weights[w.Name]; old != nil && old.srcLen == len(w.Data) && old.srcType == w.Type {
 		return nil
 	}
 	if len(w.Dims) == 0 || w.Dims[0] <= 0 {
@@ -160,7 +169,7 @@ func (b *Backend) RegisterWeight(w graph.Weight) error {
 	if len(w.Data) < rb*rows {
 		return fmt.Errorf("cpu: weight %s: %d bytes, %d rows of %d need %d", w.Name, len(w.Data), rows, rb, rb*rows)
 	}
-	cw := &weight{name: w.Name, typ: w.Type, tr: tr, dims: append([]int(nil), w.Dims...), rowLen: w.Dims[0], rows: rows, rowBytes: rb, data: w.Data[:rb*rows]}
+	cw := &weight{name: w.Name, typ: w.Type, tr: tr, dims: append([]int(nil), w.Dims...), rowLen: w.Dims[0], rows: rows, rowBytes: rb, data: w.Data[:rb*rows], srcType: w.Type, srcLen: len(w.Data)}
 	if len(w.Dims) == 1 {
 		if tr.Dequantize == nil {
 			return fmt.Errorf("cpu: weight %s: type %s has no dequantizer: %w", w.Name, w.Type, graph.ErrUnsupportedWeight)
@@ -169,8 +178,31 @@ func (b *Backend) RegisterWeight(w graph.Weight) error {
 		tr.Dequantize(cw.data, cw.f32)
 	} else if tr.Dot == nil {
 		return fmt.Errorf("cpu: weight %s: type %s has no dot product: %w", w.Name, w.Type, graph.ErrUnsupportedWeight)
+	} else if b.exact && tr.VecDot != quant.F32 {
+		if err := cw.dequantizeAll(); err != nil {
+			return fmt.Errorf("cpu: weight %s: %w", w.Name, err)
+		}
 	}
 	b.weights[w.Name] = cw
+	return nil
+}
+
+// dequantizeAll turns a quantized matrix into the F32 weight with the same
+// values (the Exact option): its matmuls then take f32 activations, as an
+// F32 model's do, and its rows look up as F32 rows.
+func (w *weight) dequantizeAll() error {
+	if w.tr.Dequantize == nil {
+		return fmt.Errorf("type %s has no dequantizer: %w", w.typ, graph.ErrUnsupportedWeight)
+	}
+	tr, err := quant.TraitsOf(quant.F32)
+	if err != nil {
+		return err
+	}
+	vals := make([]float32, w.rows*w.rowLen)
+	for r := 0; r < w.rows; r++ {
+		w.tr.Dequantize(w.data[r*w.rowBytes:(r+1)*w.rowBytes], vals[r*w.rowLen:(r+1)*w.rowLen])
+	}
+	w.typ, w.tr, w.rowBytes, w.data = quant.F32, tr, 4*w.rowLen, f32bytes(vals)
 	return nil
 }
 

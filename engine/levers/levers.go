@@ -517,6 +517,10 @@ var registry = []Lever{
 		Doc: "1: per-kernel launch counts (CUDA) or per-op path counts (CPU) at exit, as JSON (counters, not a profiler: every gate's arm processes run with it)"},
 	{Name: "MINFER_CPU_PROFILE", Kind: Path, Default: "", Values: []string{"<file>"}, Backend: "any", Path: "instrumentation", Issue: "#13",
 		Doc: "write a pprof CPU profile of the process to this file (gate 5's evidence on the CPU backend)"},
+	// Not an A/B lever: the reference gate 1 judges the device's activation
+	// quantization against (gates.ExactSlack), never a speed path.
+	{Name: "MINFER_CPU_EXACT", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cpu", Path: "CPU reference: f32 activations", Issue: "#13",
+		Doc: "1: the CPU backend dequantizes quantized matmul weights to f32 at load and multiplies unquantized activations (the exact evaluation of the same weights; 4 bytes a weight, slower)"},
 	{Name: "MINFER_GRAPH_DUMP", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "instrumentation", Issue: "#3",
 		Doc: "1: dump node outputs to MINFER_DUMP_DIR (instrumented runs are never timed runs)"},
 	{Name: "MINFER_DUMP_DIR", Kind: Path, Default: "", Values: []string{"<dir>"}, Backend: "any", Path: "instrumentation", Issue: "#3",
@@ -699,6 +703,7 @@ type Config struct {
 	BenchWarmupMS    int
 	OpTiming         bool
 	LaunchCensus     bool
+	CPUExact         bool
 	CPUProfile       string
 	GraphDump        bool
 	DumpDir          string
@@ -843,6 +848,7 @@ func Parse(environ []string) (Config, error) {
 	}
 	c.OpTiming = on("MINFER_OP_TIMING")
 	c.LaunchCensus = on("MINFER_LAUNCH_CENSUS")
+	c.CPUExact = on("MINFER_CPU_EXACT")
 	c.GraphDump = on("MINFER_GRAPH_DUMP")
 	c.DumpDir = raw["MINFER_DUMP_DIR"]
 	c.Kernels = vals["MINFER_KERNELS"] // phantom: the nvrtc build (arm A)

@@ -176,7 +176,7 @@ func newEngine(f *gguf.File, opts Options) (*Engine, error) {
 		closeAll(dev)
 		return nil, err
 	}
-	c := cpu.New(cpu.Options{Threads: opts.Threads, Census: opts.Levers.LaunchCensus})
+	c := cpu.New(cpu.Options{Threads: opts.Threads, Census: opts.Levers.LaunchCensus, Exact: opts.Levers.CPUExact})
 	e.backends = []graph.Backend{c}
 	if dev != nil {
 		e.backends = []graph.Backend{dev, c}

@@ -39,7 +39,9 @@
 // of a busy loop in functions named like the engine's (fusedFFN,
 // fusedQKV, storeRowF16) for the paths that are on. logits and generate
 // take --repeat N (graphs captured at the 3rd run, replayed from the 4th),
-// generate --ids. MINFER_TEST_MUTATE=slow_decode=F / slow_prefill=F
+// generate --ids. FAKEMINFER_ACTQ_NOISE="cpu=R,cuda=R" adds each backend's
+// activation-quantization error to logits rows (none on the CPU under
+// MINFER_CPU_EXACT=1). MINFER_TEST_MUTATE=slow_decode=F / slow_prefill=F
 // divide tg / pp by 1+F; phantom=NAME makes NAME read as its arm A;
 // FAKEMINFER_NOISE_SD=S gives every bench process a log-normal speed
 // factor with sd S/sqrt(2) (so the per-round log ratio has sd S), drawn
@@ -321,6 +323,7 @@ func main() {
 		var all []byte
 		for i := range xs {
 			row := logits(xs[:i+1], f16, mut, i == len(xs)-1)
+			actQuantNoise(row, xs[:i+1])
 			idx := make([]int, vocab)
 			for j := range idx {
 				idx[j] = j
@@ -415,6 +418,48 @@ func logits(ctx []int32, f16 bool, mut string, last bool) []float32 {
 		row[7] += 5
 	}
 	return row
+}
+
+// actQuantNoise adds the activation-quantization error FAKEMINFER_ACTQ_NOISE
+// ("cpu=R,cuda=R") gives the process's backend: deterministic noise of rel
+// L2 ~R per row, independent between the backends; the CPU with
+// MINFER_CPU_EXACT=1 adds none (the exact evaluation).
+func actQuantNoise(row []float32, ctx []int32) {
+	spec := os.Getenv("FAKEMINFER_ACTQ_NOISE")
+	be := "cpu"
+	if cuda {
+		be = "cuda"
+	} else if os.Getenv("MINFER_CPU_EXACT") == "1" {
+		return
+	}
+	rel := 0.0
+	for _, kv := range strings.Split(spec, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == be {
+			rel, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if rel == 0 {
+		return
+	}
+	var ss float64
+	for _, v := range row {
+		ss += float64(v) * float64(v)
+	}
+	sd := rel * math.Sqrt(ss/float64(len(row)))
+	h := uint64(len(be))*0x9e3779b97f4a7c15 + uint64(be[0])
+	for _, t := range ctx {
+		h = (h ^ uint64(t)) * 1099511628211
+	}
+	for v := range row {
+		// Sum of 12 uniforms - 6: unit variance, near-normal.
+		var g float64
+		for j := 0; j < 12; j++ {
+			x := (h ^ uint64(v*12+j)*0xbf58476d1ce4e5b9) * 0x94d049bb133111eb
+			x ^= x >> 29
+			g += float64(x>>11) / (1 << 53)
+		}
+		row[v] += float32(sd * (g - 6))
+	}
 }
 
 // withField sets a field (workload, reserved) of the levers named in spec
