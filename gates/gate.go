@@ -177,17 +177,21 @@ type Config struct {
 	// Model (the real-shape model whose speed is claimed): a random-weight
 	// model's top-2 margins are small enough to flip under any rounding
 	// change, so it is a poor instrument for top-1 and greedy identity.
-	CorrectnessModel string   `json:"correctness_model,omitempty"`
-	Gates            []string `json:"gates"`
-	Rounds           int      `json:"rounds"`
-	PP               int      `json:"pp"`
-	TG               int      `json:"tg"`
-	Reps             int      `json:"reps"`
-	WarmupMS         int      `json:"warmup_ms"`       // untimed process warmup budget before round 1
-	BenchWarm        int      `json:"bench_warmup_ms"` // in-process warmup of each timed bench
-	BarPP            float64  `json:"bar_pp"`          // not-slower bar (slowdown factor)
-	BarTG            float64  `json:"bar_tg"`
-	ClaimBar         float64  `json:"claim_bar"` // pre-registered improvement bar (fraction)
+	CorrectnessModel string `json:"correctness_model,omitempty"`
+	// ExactBin, when set, is the minfer that computes gate 1's exact
+	// reference (MINFER_CPU_EXACT=1) instead of the reference's own: abtest
+	// pr's reference is the base build, which may predate the lever.
+	ExactBin  string   `json:"exact_bin,omitempty"`
+	Gates     []string `json:"gates"`
+	Rounds    int      `json:"rounds"`
+	PP        int      `json:"pp"`
+	TG        int      `json:"tg"`
+	Reps      int      `json:"reps"`
+	WarmupMS  int      `json:"warmup_ms"`       // untimed process warmup budget before round 1
+	BenchWarm int      `json:"bench_warmup_ms"` // in-process warmup of each timed bench
+	BarPP     float64  `json:"bar_pp"`          // not-slower bar (slowdown factor)
+	BarTG     float64  `json:"bar_tg"`
+	ClaimBar  float64  `json:"claim_bar"` // pre-registered improvement bar (fraction)
 	// Memory is the lever's memory bar: arm B's peak device memory at most
 	// A x (1 + Frac) + MiB (zero: the default, B <= A + 1% + 64 MiB).
 	Memory harness.MemoryBar `json:"memory_bar"`

@@ -477,7 +477,11 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 			d.Graph = append(d.Graph, c)
 		}
 		if len(misses) > 0 {
-			exact, e, err := m.Logits(ctx, fmt.Sprintf("parity exact ref nt=%d", nt), "cpu", exactEnv(cfg), ids, 2, tmp("exact"))
+			mx := m
+			if cfg.ExactBin != "" {
+				mx.Bin = cfg.ExactBin
+			}
+			exact, e, err := mx.Logits(ctx, fmt.Sprintf("parity exact ref nt=%d", nt), "cpu", exactEnv(cfg), ids, 2, tmp("exact"))
 			env.Cmd("parity: exact CPU reference logits (MINFER_CPU_EXACT=1)", e)
 			d.Exact = append(d.Exact, judgeAgainstExact(d.Graph, misses, ref.Rows, exact.Rows, ref.NVocab, nt, cfg.GraphGap, err)...)
 		}

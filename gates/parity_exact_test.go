@@ -2,6 +2,8 @@ package gates
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,5 +66,34 @@ func TestParity_ActQuantMissIsJudgedAgainstTheExactEvaluationAndAWorseDeviceFail
 				t.Errorf("reason %q", r.Reason)
 			}
 		})
+	}
+}
+
+// abtest pr's reference is the base build, which may predate
+// MINFER_CPU_EXACT (the H200's pr of 12e40ba: "unknown lever"): its misses
+// then stand, and with ExactBin (the head's minfer) they are judged.
+func TestParity_ExactBinComputesTheExactReferenceABaseCannot(t *testing.T) {
+	cfg := leverCfg(t, "MINFER_MMQ")
+	cfg.Device = "cuda"
+	cfg.Tol = harness.Tolerance{Bitwise: true, Bounded: true, Top1Equal: true, Class: "bitwise"}
+	head := fake(t)
+	old := filepath.Join(t.TempDir(), "minfer")
+	script := "#!/bin/sh\nif [ -n \"$MINFER_CPU_EXACT\" ]; then echo 'minfer: unknown lever MINFER_CPU_EXACT' >&2; exit 2; fi\nexec " + head.R.Bin + " \"$@\"\n"
+	if err := os.WriteFile(old, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := head
+	base.R = &harness.Runner{Bin: old}
+	base.Device = "cuda"
+	t.Setenv("FAKEMINFER_ACTQ_NOISE", "cpu=0.05,cuda=0.035")
+	for _, exactBin := range []string{"", head.R.Bin} {
+		cfg.TmpDir, cfg.ExactBin = t.TempDir(), exactBin
+		r := Parity(context.Background(), cfg, &Env{M: base, HasGPU: true})
+		switch {
+		case exactBin == "" && (r.Status != Fail || !strings.Contains(r.Reason, "could not run") || !strings.Contains(r.Reason, "unknown lever")):
+			t.Errorf("base alone: %s: %s", r.Status, r.Reason)
+		case exactBin != "" && (r.Status == Fail || r.Parity == nil || len(r.Parity.Exact) == 0):
+			t.Errorf("with the head's minfer: %s: %s", r.Status, r.Reason)
+		}
 	}
 }

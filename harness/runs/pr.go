@@ -64,6 +64,18 @@ func prBuild(dir string) (gates.PRBuild, error) {
 	return b, nil
 }
 
+// exactBin is the minfer that computes gate 1's exact reference in a pr:
+// the base's (the reference's own, "") when its registry has
+// MINFER_CPU_EXACT, else the head's, so a base older than the lever still
+// gets its activation-quantization misses judged (the exact evaluation of
+// the same weights does not depend on the build that does it).
+func exactBin(baseLevers []harness.Lever, head string) string {
+	if _, err := harness.FindLever(baseLevers, "MINFER_CPU_EXACT"); err == nil {
+		return ""
+	}
+	return head
+}
+
 // prWorkloads expands --workloads: "all" is every workload a lever
 // declares plus the embedded model; each is "embedded" or
 // SHAPE:TYPE[@ppN].
@@ -214,6 +226,7 @@ func PR(ctx context.Context, o *PROptions, cmdline string, progressTo *os.File) 
 			B:     gates.Arm{Name: "B", Value: "head", Env: armEnv(head, headEnv), Bin: head.Minfer},
 			Gates: gates.PRGates, Rounds: opts.Rounds, PP: opts.PP, TG: opts.TG, Reps: opts.Reps, WarmupMS: opts.WarmupMS, BenchWarm: opts.BenchWarm,
 			GraphTol: opts.GraphTol, GenN: opts.GenN, BarPP: opts.BarPP, BarTG: opts.BarTG, ClaimBar: opts.ClaimBar}
+		cfg.ExactBin = exactBin(s.levers, head.Minfer)
 		if !embedded {
 			if err := wm.apply(ctx, &cfg); err != nil {
 				return nil, "", CannotRun("workload %s: %v", w, err)
