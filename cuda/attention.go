@@ -82,19 +82,23 @@ func (k *Kernels) Attention(s *driver.Stream, out, q, kRegion, vRegion driver.De
 
 // The attention kernel families attnFamily chooses from.
 const (
-	attnPlain    = "plain"    // minfer_attn_f32, one block per (token, head)
-	attnPrefill2 = "prefill2" // minfer_attn_prefill2_*
-	attnDecode2  = "decode2"  // minfer_attn_decode2_*
+	attnPlain     = "plain"     // minfer_attn_f32, one block per (token, head)
+	attnPrefill2  = "prefill2"  // minfer_attn_prefill2_*
+	attnPrefillTC = "prefilltc" // minfer_attn_prefill_tc_* (MINFER_FA_PREFILL_TC)
+	attnDecode2   = "decode2"   // minfer_attn_decode2_*
 )
 
 // attnFamily is the attention kernel of an nt-token call: the tiled
 // prefill kernels from AttnPrefillMinNT tokens, the split-K decode kernels
-// up to AttnDecodeMaxNT, each unless its kill switch (MINFER_NO_FA_PREFILL,
+// up to AttnDecodeMaxNT (the tensor-core prefill kernels instead with
+// MINFER_FA_PREFILL_TC=1), each unless its kill switch (MINFER_NO_FA_PREFILL,
 // MINFER_NO_SPLITK_ATTN) sends it to the plain kernel. (The v1 tiled and
 // split-K kernels were retired with MINFER_FA_PREFILL_V2 and
 // MINFER_ATTN_DECODE_V2.)
 func attnFamily(nt int, lv levers.Config) string {
 	switch {
+	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill && lv.FAPrefillTC:
+		return attnPrefillTC
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
 		return attnPrefill2
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
@@ -140,6 +144,8 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	switch attnFamily(ap.NT, b.lv) {
 	case attnPrefill2:
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+	case attnPrefillTC:
+		return func() error { return b.k.AttentionPrefillTC(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case attnDecode2:
 		scr, scrBytes, err := b.attnDecode2Scratch(ap)
 		if err != nil {

@@ -138,3 +138,64 @@ func attnPrefillHD(hd int) int {
 	}
 	return 128
 }
+
+// The tensor-core variant (MINFER_FA_PREFILL_TC, opt-in): fatc:: in
+// attn_prefill2.cu. One block of 128 threads per (64 rows, KV head), Q, K,
+// V, S, P and O staged in shared memory (fatc::Geo).
+const (
+	attnPrefillTCRows    = 64  // fatc::BM
+	attnPrefillTCThreads = 128 // fatc::NT
+)
+
+// attnPrefillTCName is the kernel of a head_dim variant (64 or 128).
+func attnPrefillTCName(hd int) string { return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd) }
+
+// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: Q, K and V in f16 rows of HD+8,
+// S in f32 rows of 68, P in f16 rows of 72, O in f32 rows of HD+4, and the
+// per-row max and sum.
+func attnPrefillTCSmem(hd int) int {
+	const bm, bn = attnPrefillTCRows, attnPrefill2BN
+	return (bm+2*bn)*(hd+8)*2 + bm*(bn+4)*4 + bm*(bn+8)*2 + bm*(hd+4)*4 + 2*bm*4
+}
+
+// PrepareAttnPrefillTC opts the tensor-core kernels into their dynamic
+// shared memory (above the 48 KiB default). Call it once at init, inside
+// dev.Do, as PrepareAttnPrefill2.
+func (k *Kernels) PrepareAttnPrefillTC() error {
+	for _, hd := range []int{64, 128} {
+		if err := k.prepareOptIn("attn_prefill_tc", attnPrefillTCName(hd), attnPrefillTCSmem(hd)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AttentionPrefillTC is AttentionPrefill2's contract through the
+// tensor-core kernels (numerics: the f16-attention-tile class).
+func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams) error {
+	const op = "attn_prefill_tc"
+	rb, err := p.check(format)
+	if err != nil {
+		return err
+	}
+	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
+		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
+	}
+	hd := attnPrefillHD(p.HeadDim)
+	name, smem := attnPrefillTCName(hd), attnPrefillTCSmem(hd)
+	if k.optedIn(name) < smem {
+		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
+			"(call Kernels.PrepareAttnPrefillTC at init, before any capture window)", name, smem)
+	}
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	blocks := (rows + attnPrefillTCRows - 1) / attnPrefillTCRows * p.NHeadKV
+	if blocks > maxInt32 {
+		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
+	}
+	if err := k.launch(s, name, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{attnPrefillTCThreads, 1, 1}, uint32(smem),
+		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
+		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)); err != nil {
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, err)
+	}
+	return nil
+}

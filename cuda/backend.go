@@ -137,6 +137,11 @@ func New(opts Options) (*Backend, error) {
 		if err := k.PrepareAttnPrefill2(); err != nil {
 			return err
 		}
+		if opts.Levers.FAPrefillTC {
+			if err := k.PrepareAttnPrefillTC(); err != nil {
+				return err
+			}
+		}
 		s, err := dev.NewStream()
 		if err != nil {
 			return err

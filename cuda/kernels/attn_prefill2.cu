@@ -28,6 +28,8 @@
 //
 // The KV window is read from device memory (graph replay): the grid depends
 // on nt and the heads only, and each block finds its cells at run time.
+#include <mma.h>
+
 #include "common.cuh"
 
 namespace fap2 {
@@ -305,3 +307,216 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 }
 #undef MINFER_FAP2_PARAMS
 #undef MINFER_FAP2_ARGS
+
+// ---------------------------------------------------------------------------
+// minfer_attn_prefill_tc_hd{64,128} (lever MINFER_FA_PREFILL_TC, opt-in):
+// the same contract as minfer_attn_prefill2_*, with Q K^T and P V on the
+// tensor cores (WMMA m16n16k16, f16 inputs, f32 accumulation). Why: over a
+// filled KV cache the FMA kernel above is flop-bound (7B pp512 at depth
+// 32128: 6.6 TFLOP per chunk against the ~67 TFLOP/s of FP32 FMA;
+// reports/perf/NOTE.md, issue 20).
+//
+// Block: 64 rows (the t*G+g order above, so the G query heads of a token
+// share each K / V tile) x one KV head, 4 warps, each warp 16 rows. Per
+// 64-cell tile: K and V staged as f16 (an f16 cache is copied as stored,
+// f32 rounded, q8_0 dequantized then rounded), S = Q K^T into shared memory
+// (f32), the online softmax of v2 on S (two lanes per row, scale, mask,
+// max, exp, sum of the f16-rounded P that P V uses), O (f32, shared) scaled
+// by the correction and O += P V. Numerics (f16-attention-tile class): Q,
+// K, V and P rounded to f16, products summed in f32 in the tensor core's
+// order; not bitwise v2.
+namespace fatc {
+using namespace nvcuda;
+constexpr int BM = 64, BN = 64, NT = 128;
+
+template <int HD> struct Geo {
+    static constexpr int QLD = HD + 8; // halves per row of Q, K, V
+    static constexpr int SLD = BN + 4; // floats per row of S
+    static constexpr int PLD = BN + 8; // halves per row of P
+    static constexpr int OLD = HD + 4; // floats per row of O
+    // Byte offsets; each a multiple of 32 (WMMA's pointer alignment).
+    static constexpr int K_OFF = BM * QLD * 2;
+    static constexpr int V_OFF = K_OFF + BN * QLD * 2;
+    static constexpr int S_OFF = V_OFF + BN * QLD * 2;
+    static constexpr int P_OFF = S_OFF + BM * SLD * 4;
+    static constexpr int O_OFF = P_OFF + BM * PLD * 2;
+    static constexpr int M_OFF = O_OFF + BM * OLD * 4;
+    static constexpr int BYTES = M_OFF + 2 * BM * 4;
+    static_assert(K_OFF % 32 == 0 && S_OFF % 32 == 0 && P_OFF % 32 == 0 && O_OFF % 32 == 0, "WMMA alignment");
+};
+
+// Row R's cells: [first, last] (first > last: none; a NaN row is marked).
+__device__ __forceinline__ void row_cells(long long R, long long nrows, int G, int start, int n_ctx, int window,
+                                          int& first, int& last, bool& nan_row) {
+    first = 1;
+    last = 0;
+    nan_row = false;
+    if (R >= nrows) return;
+    const long long cell64 = (long long)start + R / G;
+    if (start < 0 || cell64 >= n_ctx) {
+        nan_row = true;
+        return;
+    }
+    last = (int)cell64;
+    first = window > 0 ? max(0, last - window + 1) : 0;
+}
+
+template <int HD>
+__device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
+                                                const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
+                                                int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
+                                                int window, float scale) {
+    using Gm = Geo<HD>;
+    extern __shared__ float4 fatc_smem4[];
+    uint8_t* base = reinterpret_cast<uint8_t*>(fatc_smem4);
+    __half* q_s = reinterpret_cast<__half*>(base);
+    __half* k_s = reinterpret_cast<__half*>(base + Gm::K_OFF);
+    __half* v_s = reinterpret_cast<__half*>(base + Gm::V_OFF);
+    float* s_s = reinterpret_cast<float*>(base + Gm::S_OFF);
+    __half* p_s = reinterpret_cast<__half*>(base + Gm::P_OFF);
+    float* o_s = reinterpret_cast<float*>(base + Gm::O_OFF);
+    float* m_s = reinterpret_cast<float*>(base + Gm::M_OFF);
+    float* l_s = m_s + BM;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int G = n_head / n_head_kv;
+    const long long nrows = (long long)nt * G;
+    const int ntiles = (int)((nrows + BM - 1) / BM);
+    // Heaviest row tiles first, KV heads innermost (v2's order).
+    const int kvh = blockIdx.x % n_head_kv;
+    const int rt = ntiles - 1 - blockIdx.x / n_head_kv;
+    const long long r0 = (long long)rt * BM;
+    const int start = win[0];
+
+    const long long t_lo = r0 / G, t_hi = (min(r0 + BM, nrows) - 1) / G;
+    const int lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
+    const int hi = start < 0 ? -1 : (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+
+    for (int idx = tid; idx < BM * HD; idx += NT) {
+        const int r = idx / HD, d = idx % HD;
+        const long long R = r0 + r;
+        float v = 0.0f;
+        if (R < nrows && d < hd) v = q[((R / G) * n_head + kvh * G + (int)(R % G)) * hd + d];
+        q_s[r * Gm::QLD + d] = __float2half(v);
+        o_s[r * Gm::OLD + d] = 0.0f;
+    }
+    if (tid < BM) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+
+    // The softmax lanes: row rr of the warp's 16, cells half*32 .. +31.
+    const int rr = lane >> 1, half = lane & 1, r = warp * 16 + rr;
+    int first, last;
+    bool nan_row;
+    row_cells(r0 + r, nrows, G, start, n_ctx, window, first, last, nan_row);
+
+    const int off = kvh * hd;
+    const int c_begin = lo - lo % BN;
+    for (int c0 = c_begin; c0 <= hi; c0 += BN) {
+        __syncthreads(); // every warp is done with the previous K and V tiles (and Q is staged)
+        for (int idx = tid; idx < BN * HD / 2; idx += NT) {
+            const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+            const int c = c0 + j;
+            float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
+            if (d < hd && c >= lo && c <= hi) {
+                kf = fap2::load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
+                vf = fap2::load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
+            }
+            *reinterpret_cast<__half2*>(k_s + j * Gm::QLD + d) = __floats2half2_rn(kf.x, kf.y);
+            *reinterpret_cast<__half2*>(v_s + j * Gm::QLD + d) = __floats2half2_rn(vf.x, vf.y);
+        }
+        __syncthreads();
+
+        // S = Q K^T for the warp's 16 rows (K stored [cell][d]: column-major K^T).
+#pragma unroll
+        for (int j = 0; j < BN / 16; j++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+                wmma::load_matrix_sync(a, q_s + warp * 16 * Gm::QLD + kk * 16, Gm::QLD);
+                wmma::load_matrix_sync(b, k_s + j * 16 * Gm::QLD + kk * 16, Gm::QLD);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(s_s + warp * 16 * Gm::SLD + j * 16, acc, Gm::SLD, wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        // Online softmax of row r over this tile's cells; P to shared memory.
+        float mx = -INFINITY;
+#pragma unroll 8
+        for (int cc = 0; cc < 32; cc++) {
+            const int ci = half * 32 + cc, c = c0 + ci;
+            if (c >= first && c <= last) mx = fmaxf(mx, __fmul_rn(s_s[r * Gm::SLD + ci], scale));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float m_old = m_s[r];
+        const float mn = fmaxf(m_old, mx);
+        const float corr = mn == -INFINITY ? 1.0f : expf(m_old - mn);
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int cc = 0; cc < 32; cc++) {
+            const int ci = half * 32 + cc, c = c0 + ci;
+            float pv = 0.0f;
+            if (c >= first && c <= last && mn != -INFINITY) pv = expf(__fmul_rn(s_s[r * Gm::SLD + ci], scale) - mn);
+            const __half ph = __float2half(pv);
+            p_s[r * Gm::PLD + ci] = ph;
+            sum += __half2float(ph);
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); d++) o_s[r * Gm::OLD + d] *= corr;
+        __syncwarp(); // both lanes of the row read m_old before it changes
+        if (half == 0) {
+            m_s[r] = mn;
+            l_s[r] = fmaf(l_s[r], corr, sum);
+        }
+        __syncwarp();
+
+        // O += P V for the warp's rows (V stored [cell][d]: row-major).
+#pragma unroll
+        for (int n = 0; n < HD / 16; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
+            wmma::load_matrix_sync(o, o_s + warp * 16 * Gm::OLD + n * 16, Gm::OLD, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
+                wmma::load_matrix_sync(a, p_s + warp * 16 * Gm::PLD + kk * 16, Gm::PLD);
+                wmma::load_matrix_sync(b, v_s + kk * 16 * Gm::QLD + n * 16, Gm::QLD);
+                wmma::mma_sync(o, a, b, o);
+            }
+            wmma::store_matrix_sync(o_s + warp * 16 * Gm::OLD + n * 16, o, Gm::OLD, wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+
+    for (int idx = tid; idx < BM * HD; idx += NT) {
+        const int rw = idx / HD, d = idx % HD;
+        const long long R = r0 + rw;
+        if (R >= nrows || d >= hd) continue;
+        int f, la;
+        bool nr;
+        row_cells(R, nrows, G, start, n_ctx, window, f, la, nr);
+        float* y = out + ((R / G) * n_head + kvh * G + (int)(R % G)) * hd;
+        y[d] = nr ? __int_as_float(0x7fc00000) : __fmul_rn(o_s[rw * Gm::OLD + d], __fdiv_rn(1.0f, l_s[rw]));
+    }
+}
+} // namespace fatc
+
+// Grid (ceil(nt * G / 64) * n_head_kv), block 128 threads, dynamic shared
+// memory fatc::Geo<HD>::BYTES; the arguments of minfer_attn_prefill2_*.
+#define MINFER_FATC_PARAMS                                                                                             \
+    float *out, const float *q, const uint8_t *kreg, const uint8_t *vreg, int format, const int *win, int nt,         \
+        int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx, int window, float scale
+#define MINFER_FATC_ARGS out, q, kreg, vreg, format, win, nt, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale
+extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd64(MINFER_FATC_PARAMS) {
+    fatc::attn_prefill_tc<64>(MINFER_FATC_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd128(MINFER_FATC_PARAMS) {
+    fatc::attn_prefill_tc<128>(MINFER_FATC_ARGS);
+}
+#undef MINFER_FATC_PARAMS
+#undef MINFER_FATC_ARGS

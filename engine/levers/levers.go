@@ -272,6 +272,9 @@ const (
 	TolF16WeightTile = "f16-weight-tile: max|diff| <= 0.5, top-1 equal at every position"
 	// TolAccumOrder: the same f32 sums in another order.
 	TolAccumOrder = "accumulation-order: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"
+	// TolF16AttnTile: attention's Q K^T and P V on tensor cores with Q, K,
+	// V and P rounded to f16 (f32 accumulation), against f32 FMA tiles.
+	TolF16AttnTile = "f16-attention-tile: max|diff| <= 0.5, top-1 equal at every position, top-2 margin > 0.1 where compared"
 	// TolVerifyChunk: arm B's logits come from verify forwards of 1+K
 	// tokens, arm A's from one forward of the whole prompt; on the CPU the
 	// rows are bitwise the same, on CUDA a prefill and a small-batch
@@ -419,6 +422,11 @@ var registry = []Lever{
 		Tolerance: TolAccumOrder,
 		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the plain minfer_attn_f32",
 			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
+	{Name: "MINFER_FA_PREFILL_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#20",
+		Doc:  "1: prefill attention (nt >= 9, head_dim <= 128) with Q K^T and P V on the tensor cores (minfer_attn_prefill_tc_*: WMMA f16, f32 accumulation) instead of the FMA tiles of minfer_attn_prefill2_*; not yet measured on the H200",
+		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M",
+		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
+			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
@@ -688,6 +696,7 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
+	FAPrefillTC      bool
 	MMVQRepack       bool
 	MMVQWide         bool
 	EmbedHost        bool
@@ -825,6 +834,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
+	c.FAPrefillTC = on("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.MMVQWide = on("MINFER_MMVQ_WIDE")
 	c.EmbedHost = on("MINFER_EMBED_HOST")

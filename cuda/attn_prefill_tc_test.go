@@ -1,0 +1,109 @@
+package cuda
+
+// Tests of the tensor-core prefill attention (MINFER_FA_PREFILL_TC:
+// AttentionPrefillTC, fatc:: in kernels/attn_prefill2.cu). The device test
+// uses the cases and helpers of attn_prefill_device_test.go and skips with
+// a message when no device answers.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"runtime"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/cpu"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
+)
+
+// TestAttnPrefillTCDevice_EveryKVFormatMatchesCPUWithinF16Bar: the
+// tensor-core kernel against engine/cpu's attention on every KV format and
+// every fapCases shape (nt 9..4096, hd 48/64/80/128, GQA 1..8, windows,
+// starts 0..near n_ctx): NaN rows where the CPU has them, the others within
+// 1e-2 (Q, K, V and P rounded to f16: ~5e-4 relative per value, summed over
+// up to thousands of cells); the census shows the tensor-core kernel ran and
+// neither FMA kernel did.
+func TestAttnPrefillTCDevice_EveryKVFormatMatchesCPUWithinF16Bar(t *testing.T) {
+	dsNeedDevice(t)
+	r := rand.New(rand.NewPCG(75, 76))
+	for _, f := range kv.Formats() {
+		for _, c := range fapCases {
+			d := fapMake(r, c)
+			t.Run(fmt.Sprintf("%s/%s", f, c), func(t *testing.T) {
+				host := cpu.New(cpu.Options{Threads: runtime.NumCPU()})
+				defer host.Close()
+				want, err := fapGraphs(t, host, f, c, d)
+				if err != nil {
+					t.Fatalf("cpu: %v", err)
+				}
+				dev := dsBackend(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_FA_PREFILL_TC=1"))
+				got, err := fapGraphs(t, dev, f, c, d)
+				if err != nil {
+					t.Fatalf("cuda: %v", err)
+				}
+				w := fapCompare(got, want, c.hd, c.nh)
+				kname := attnPrefillTCName(attnPrefillHD(c.hd))
+				t.Logf("%s: %s", kname, w)
+				if w.nanMismatch > 0 || w.diff > 1e-2 {
+					t.Errorf("%d NaN placements differ; %s > 1e-2", w.nanMismatch, w)
+				}
+				census := dev.Kernels().Census()
+				v2 := 0
+				for _, v := range attnPrefill2Variants {
+					v2 += int(census[attnPrefill2Name(v[0], v[1])])
+				}
+				if census[kname] < 1 || v2 != 0 || census["minfer_attn_f32"] != 0 {
+					t.Errorf("census: %s ran %d times, the FMA kernels %d and %d (want >= 1, 0, 0)", kname, census[kname], v2, census["minfer_attn_f32"])
+				}
+			})
+		}
+	}
+}
+
+// The lever routes prefill attention (nt >= 9) to the tensor-core kernels;
+// MINFER_NO_FA_PREFILL still wins (the plain kernel); decode is untouched.
+func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
+	on := levers.Default()
+	on.FAPrefillTC = true
+	off := on
+	off.NoFAPrefill = true
+	for _, c := range []struct {
+		nt   int
+		lv   levers.Config
+		want string
+	}{
+		{AttnPrefillMinNT, on, attnPrefillTC}, {512, on, attnPrefillTC}, {1, on, attnDecode2},
+		{512, levers.Default(), attnPrefill2}, {512, off, attnPlain},
+	} {
+		if got := attnFamily(c.nt, c.lv); got != c.want {
+			t.Errorf("nt %d, FAPrefillTC %v NoFAPrefill %v: %s, want %s", c.nt, c.lv.FAPrefillTC, c.lv.NoFAPrefill, got, c.want)
+		}
+	}
+}
+
+// The launcher's geometry is the kernel's: 64 rows and 128 threads per
+// block, the shared-memory layout of fatc::Geo (pinned bytes, within the
+// H200's 227 KiB opt-in), and both kernels defined in the source.
+func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
+	src, err := os.ReadFile("kernels/attn_prefill2.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		fmt.Sprintf(`constexpr int BM = %d, BN = %d, NT = %d;`, attnPrefillTCRows, attnPrefill2BN, attnPrefillTCThreads),
+		`QLD = HD \+ 8;`, `SLD = BN \+ 4;`, `PLD = BN \+ 8;`, `OLD = HD \+ 4;`,
+		`BYTES = M_OFF \+ 2 \* BM \* 4;`,
+		`minfer_attn_prefill_tc_hd64\(`, `minfer_attn_prefill_tc_hd128\(`,
+	} {
+		if !regexp.MustCompile(re).Match(src) {
+			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
+		}
+	}
+	for hd, want := range map[int]int{64: 72192, 128: 113152} {
+		if got := attnPrefillTCSmem(hd); got != want || got > 227<<10 {
+			t.Errorf("hd %d: %d bytes of shared memory, want %d", hd, got, want)
+		}
+	}
+}

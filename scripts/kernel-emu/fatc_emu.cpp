@@ -1,0 +1,127 @@
+// fatc_emu.cpp: runs minfer_attn_prefill_tc_hd{64,128} of
+// cuda/kernels/attn_prefill2.cu (the tensor-core prefill attention,
+// MINFER_FA_PREFILL_TC) on the CPU through include/cuda_fp16.h and
+// include/mma.h, and compares it with attention computed in double on the
+// same cache (f32 and f16 KV): GQA 1, 2 and 7, head_dim 64, 80 and 128, a
+// window, a start past zero, a partial row tile, and a start < 0 (NaN rows).
+// Run by fatc-emu.sh; exits 1 past the bar (1e-2, the device test's).
+#include <type_traits>
+#include <thread>
+#include <random>
+#include <functional>
+#include <stdio.h>
+#undef __shared__
+#define __shared__
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+inline __half __float2half(float f) { _Float16 h = (_Float16)f; __half r; memcpy(&r.x, &h, 2); return r; }
+inline __half __float2half_rn(float f) { return __float2half(f); }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+struct alignas(4) __half2 { __half x, y; };
+inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half(a), __float2half(b)}; }
+inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
+#include "attn_prefill2.cu"
+namespace fap2 { alignas(32) float4 fap2_smem4[1]; }
+namespace fatc { alignas(32) float4 fatc_smem4[fatc::Geo<128>::BYTES / 16]; }
+thread_local dim3 threadIdx, blockIdx;
+thread_local WarpCtx* tw;
+thread_local std::barrier<>* tblock;
+std::vector<std::pair<const void*, size_t>> g_ranges;
+
+static void launch(int grid, std::function<void()> body) {
+    for (int b = 0; b < grid; b++) {
+        WarpCtx w[4];
+        std::barrier<> bars[4] = {std::barrier<>(32), std::barrier<>(32), std::barrier<>(32), std::barrier<>(32)};
+        std::barrier<> blk(128);
+        for (int i = 0; i < 4; i++) w[i].bar = &bars[i];
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 128; t++)
+            ts.emplace_back([&, t, b] { threadIdx = dim3{(unsigned)t, 0, 0}; blockIdx = dim3{(unsigned)b, 0, 0}; tw = &w[t >> 5]; tblock = &blk; body(); });
+        for (auto& t : ts) t.join();
+    }
+}
+
+static std::mt19937 rng(11);
+static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
+
+struct Case { int nt, nh, nkv, hd, nctx, window, start, format; };
+
+static int run(const Case& c) {
+    const int G = c.nh / c.nkv, esz = c.format == mops::KV_F16 ? 2 : 4;
+    const long long rb = (long long)c.nkv * c.hd * esz;
+    std::vector<float> q((size_t)c.nt * c.nh * c.hd), kf((size_t)c.nctx * c.nkv * c.hd), vf(kf.size());
+    for (auto& x : q) x = uni();
+    for (auto& x : kf) x = uni();
+    for (auto& x : vf) x = uni();
+    std::vector<uint8_t> kr((size_t)c.nctx * rb), vr(kr.size());
+    for (size_t i = 0; i < kf.size(); i++) {
+        if (c.format == mops::KV_F16) { // the cache holds f16: the reference reads the same values
+            __half hk = __float2half(kf[i]), hv = __float2half(vf[i]);
+            memcpy(&kr[2 * i], &hk.x, 2); memcpy(&vr[2 * i], &hv.x, 2);
+            kf[i] = __half2float(hk); vf[i] = __half2float(hv);
+        } else {
+            memcpy(&kr[4 * i], &kf[i], 4); memcpy(&vr[4 * i], &vf[i], 4);
+        }
+    }
+    g_ranges.clear();
+    g_ranges.push_back({kr.data(), kr.size()});
+    g_ranges.push_back({vr.data(), vr.size()});
+    int win[2] = {c.start, c.start + c.nt};
+    const float scale = 1.0f / sqrtf((float)c.hd);
+    std::vector<float> out(q.size(), -7.0f);
+    const long long rows = (long long)c.nt * G;
+    const int grid = (int)((rows + 63) / 64) * c.nkv;
+    if (c.hd <= 64)
+        launch(grid, [&] { minfer_attn_prefill_tc_hd64(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
+    else
+        launch(grid, [&] { minfer_attn_prefill_tc_hd128(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
+    double worst = 0;
+    int badnan = 0;
+    for (int t = 0; t < c.nt; t++)
+        for (int h = 0; h < c.nh; h++) {
+            const float* y = &out[((size_t)t * c.nh + h) * c.hd];
+            const long long cell = (long long)c.start + t;
+            if (c.start < 0 || cell >= c.nctx) {
+                for (int d = 0; d < c.hd; d++) badnan += !std::isnan(y[d]);
+                continue;
+            }
+            const int last = (int)cell, first = c.window > 0 ? std::max(0, last - c.window + 1) : 0;
+            const int kvh = h / G;
+            std::vector<double> s(last - first + 1);
+            double mx = -1e300;
+            for (int j = first; j <= last; j++) {
+                double a = 0;
+                for (int d = 0; d < c.hd; d++) a += (double)q[((size_t)t * c.nh + h) * c.hd + d] * kf[((size_t)j * c.nkv + kvh) * c.hd + d];
+                s[j - first] = a * scale;
+                mx = std::max(mx, s[j - first]);
+            }
+            double sum = 0;
+            for (auto& x : s) { x = exp(x - mx); sum += x; }
+            for (int d = 0; d < c.hd; d++) {
+                double o = 0;
+                for (int j = first; j <= last; j++) o += s[j - first] * vf[((size_t)j * c.nkv + kvh) * c.hd + d];
+                o /= sum;
+                if (std::isnan(y[d])) badnan++;
+                else worst = std::max(worst, fabs(o - y[d]));
+            }
+        }
+    const bool ok = badnan == 0 && worst <= 1e-2;
+    printf("nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s: max|diff| %.2e%s %s\n", c.nt, c.nh, c.nkv, c.hd, c.nctx,
+           c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", worst, badnan ? " (NaN placement differs)" : "", ok ? "ok" : "OVER");
+    return !ok;
+}
+
+int main() {
+    int bad = 0;
+    for (int f : {mops::KV_F32, mops::KV_F16}) {
+        bad += run({20, 7, 1, 128, 96, 0, 0, f});    // GQA 7 (7B-like), a partial row tile
+        bad += run({70, 4, 2, 64, 160, 0, 50, f});   // start past zero, two tiles of cells
+        bad += run({33, 2, 2, 80, 140, 40, 90, f});  // head_dim 80 (padded), a window
+        bad += run({9, 14, 2, 64, 64, 0, 60, f});    // cells past n_ctx: NaN rows
+        bad += run({12, 2, 1, 64, 64, 0, -3, f});    // start < 0: every row NaN
+    }
+    printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-2");
+    return bad != 0;
+}
