@@ -47,6 +47,11 @@ type PRWorkload struct {
 	Slower  []string `json:"slower,omitempty"`
 	Changed []string `json:"changed,omitempty"`
 	Memory  []string `json:"memory,omitempty"`
+	// InBase names the checks both builds fail with outputs identical (or
+	// inside the declared class) between them: a failure the base already
+	// had, not one the head brought (GATES.md's regression is a slower
+	// workload or changed outputs). Never hidden: the verdict line names it.
+	InBase []string `json:"in_base,omitempty"`
 }
 
 // PRRun is a pull-request run.
@@ -92,6 +97,8 @@ func JudgeWorkload(w *PRWorkload) {
 			if len(w.Slower) == 0 && len(w.Memory) == 0 {
 				w.Slower = append(w.Slower, g.Reason)
 			}
+		case g.Status == Fail && failsInBaseToo(g):
+			w.InBase = append(w.InBase, g.Gate+": "+g.Reason)
 		case g.Status == Fail:
 			w.Changed = append(w.Changed, g.Gate+": "+g.Reason)
 		case g.Status != Pass:
@@ -111,15 +118,63 @@ func JudgeWorkload(w *PRWorkload) {
 	default:
 		w.Verdict, w.Why = PRNoRegression, "not slower on pp and tg, outputs identical or inside the declared class, memory within the bar or not measured"
 	}
+	if len(w.InBase) > 0 && w.Verdict != PRRegression {
+		w.Why += "; the base fails it too, with the same outputs: " + strings.Join(w.InBase, "; ")
+	}
+}
+
+// failsInBaseToo: a parity FAIL where A and B agree (every A-vs-B
+// comparison passes) and every whole-graph comparison the head fails
+// against the CPU reference, the base fails at the same nt. A failure to
+// run, a kernel parity failure or an incomplete set of comparisons is never
+// one (the head is judged as usual).
+func failsInBaseToo(g Result) bool {
+	d := g.Parity
+	if g.Gate != GateParity || d == nil || d.KernelStatus == Fail || len(d.AvsB) == 0 || strings.HasPrefix(g.Reason, "an arm could not run") {
+		return false
+	}
+	for _, c := range d.AvsB {
+		if !c.Pass {
+			return false
+		}
+	}
+	failedA := map[int]bool{}
+	var nA, nB int
+	for _, c := range d.Graph {
+		switch {
+		case strings.HasPrefix(c.Label, "A "):
+			nA++
+			failedA[c.NT] = failedA[c.NT] || !c.Pass
+		case strings.HasPrefix(c.Label, "B "):
+			nB++
+		}
+	}
+	if nA != len(d.AvsB) || nB != len(d.AvsB) {
+		return false
+	}
+	failed := false
+	for _, c := range d.Graph {
+		if c.Pass {
+			continue
+		}
+		failed = true
+		if strings.HasPrefix(c.Label, "B ") && !failedA[c.NT] {
+			return false
+		}
+	}
+	return failed
 }
 
 // Decide sets the run's verdict: a regression when any workload has one,
 // inconclusive when any could not decide or the run was cut, else none.
 func (p *PRRun) Decide() {
-	var reg, inc, cannot []string
+	var reg, inc, cannot, inBase []string
 	for i := range p.Workloads {
 		w := &p.Workloads[i]
 		JudgeWorkload(w)
+		if len(w.InBase) > 0 {
+			inBase = append(inBase, w.Workload)
+		}
 		switch w.Verdict {
 		case PRRegression:
 			reg = append(reg, w.Workload)
@@ -151,6 +206,9 @@ func (p *PRRun) Decide() {
 	}
 	if !p.Complete {
 		p.VerdictLine += " — interrupted"
+	}
+	if len(inBase) > 0 {
+		p.VerdictLine += " — failing in the base too (outputs the same in both builds): " + strings.Join(inBase, ", ")
 	}
 }
 

@@ -111,6 +111,9 @@ func outputsCell(wl gates.PRWorkload) string {
 	if wl.Record == nil {
 		return "-"
 	}
+	if len(wl.InBase) > 0 {
+		return "the same in both builds; **both fail**: " + clip(strings.Join(wl.InBase, "; "), 300)
+	}
 	var parts []string
 	for _, g := range wl.Record.Gates {
 		switch {
