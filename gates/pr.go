@@ -75,6 +75,8 @@ type PRRun struct {
 // the declared class (parity or greedy failed), inconclusive when a gate
 // could not decide or the run was cut, else no regression.
 func JudgeWorkload(w *PRWorkload) {
+	// From the record alone: judging a stored run again gives the same.
+	w.Slower, w.Changed, w.Memory, w.InBase = nil, nil, nil, nil
 	r := w.Record
 	if r == nil {
 		w.Verdict, w.Why = PRInconclusive, "not run"

@@ -58,6 +58,10 @@ func TestPR_AFailureTheBaseSharesIsNamedNotARegressionOneTheHeadBringsIs(t *test
 			if tc.inBase && p.ExitCode() != ExitPass {
 				t.Errorf("exit %d", p.ExitCode())
 			}
+			line := p.VerdictLine
+			if p.Decide(); p.VerdictLine != line || len(p.Workloads[0].InBase) != len(w.InBase) {
+				t.Errorf("judged again: %s, first %s", p.VerdictLine, line)
+			}
 		})
 	}
 }
