@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
-	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/kv"
 )
 
@@ -26,35 +24,17 @@ import (
 // variant ran and the plain kernel did not.
 func TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
-	r := rand.New(rand.NewPCG(71, 72))
-	for _, f := range kv.Formats() {
-		for _, c := range fapCases {
-			d := fapMake(r, c)
-			t.Run(fmt.Sprintf("%s/%s", f, c), func(t *testing.T) {
-				host := cpu.New(cpu.Options{Threads: runtime.NumCPU()})
-				defer host.Close()
-				want, err := fapGraphs(t, host, f, c, d)
-				if err != nil {
-					t.Fatalf("cpu: %v", err)
-				}
-				dev := dsBackend(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1"))
-				got, err := fapGraphs(t, dev, f, c, d)
-				if err != nil {
-					t.Fatalf("cuda: %v", err)
-				}
-				w := fapCompare(got, want, c.hd, c.nh)
-				kname := AttnPrefill2Kernel(AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd}, dev.Device().SMCount)
-				t.Logf("%s: %s", kname, w)
-				if w.nanMismatch > 0 || w.diff > 1e-3 {
-					t.Errorf("%d NaN placements differ; %s > 1e-3", w.nanMismatch, w)
-				}
-				census := dev.Kernels().Census()
-				if census[kname] < 1 || census["minfer_attn_f32"] != 0 {
-					t.Errorf("census: %s ran %d times, minfer_attn_f32 %d (want >= 1 and 0)", kname, census[kname], census["minfer_attn_f32"])
-				}
-			})
+	fapSweep(t, 71, nil, func(t *testing.T, dev *Backend, c fapCase, w fapWorst) {
+		kname := AttnPrefill2Kernel(AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd}, dev.Device().SMCount)
+		t.Logf("%s: %s", kname, w)
+		if w.nanMismatch > 0 || w.diff > 1e-3 {
+			t.Errorf("%d NaN placements differ; %s > 1e-3", w.nanMismatch, w)
 		}
-	}
+		census := dev.Kernels().Census()
+		if census[kname] < 1 || census["minfer_attn_f32"] != 0 {
+			t.Errorf("census: %s ran %d times, minfer_attn_f32 %d (want >= 1 and 0)", kname, census[kname], census["minfer_attn_f32"])
+		}
+	})
 }
 
 // fap2Run sets the window start and returns the plain kernel's output and

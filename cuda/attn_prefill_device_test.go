@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/cpu"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/model"
@@ -106,6 +108,32 @@ type fapWorst struct {
 
 func (w fapWorst) String() string {
 	return fmt.Sprintf("max|diff| %.3g at token %d head %d dim %d (got %v, want %v)", w.diff, w.t, w.h, w.d, w.got, w.want)
+}
+
+// fapSweep runs every KV format and fapCases shape through the CPU
+// attention and a device backend with the levers env (the launch census
+// on), and hands each case's comparison and the device to check.
+func fapSweep(t *testing.T, seed uint64, env []string, check func(t *testing.T, dev *Backend, c fapCase, w fapWorst)) {
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	for _, f := range kv.Formats() {
+		for _, c := range fapCases {
+			d := fapMake(r, c)
+			t.Run(fmt.Sprintf("%s/%s", f, c), func(t *testing.T) {
+				host := cpu.New(cpu.Options{Threads: runtime.NumCPU()})
+				defer host.Close()
+				want, err := fapGraphs(t, host, f, c, d)
+				if err != nil {
+					t.Fatalf("cpu: %v", err)
+				}
+				dev := dsBackend(t, dsLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1"}, env...)...))
+				got, err := fapGraphs(t, dev, f, c, d)
+				if err != nil {
+					t.Fatalf("cuda: %v", err)
+				}
+				check(t, dev, c, fapCompare(got, want, c.hd, c.nh))
+			})
+		}
+	}
 }
 
 func fapCompare(got, want []float32, hd, nh int) fapWorst {

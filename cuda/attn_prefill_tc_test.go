@@ -7,14 +7,10 @@ package cuda
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"regexp"
-	"runtime"
 	"testing"
 
-	"github.com/minfer-go/minfer/engine/cpu"
-	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
@@ -27,39 +23,21 @@ import (
 // neither FMA kernel did.
 func TestAttnPrefillTCDevice_EveryKVFormatMatchesCPUWithinF16Bar(t *testing.T) {
 	dsNeedDevice(t)
-	r := rand.New(rand.NewPCG(75, 76))
-	for _, f := range kv.Formats() {
-		for _, c := range fapCases {
-			d := fapMake(r, c)
-			t.Run(fmt.Sprintf("%s/%s", f, c), func(t *testing.T) {
-				host := cpu.New(cpu.Options{Threads: runtime.NumCPU()})
-				defer host.Close()
-				want, err := fapGraphs(t, host, f, c, d)
-				if err != nil {
-					t.Fatalf("cpu: %v", err)
-				}
-				dev := dsBackend(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_FA_PREFILL_TC=1"))
-				got, err := fapGraphs(t, dev, f, c, d)
-				if err != nil {
-					t.Fatalf("cuda: %v", err)
-				}
-				w := fapCompare(got, want, c.hd, c.nh)
-				kname := attnPrefillTCName(attnPrefillHD(c.hd))
-				t.Logf("%s: %s", kname, w)
-				if w.nanMismatch > 0 || w.diff > 1e-2 {
-					t.Errorf("%d NaN placements differ; %s > 1e-2", w.nanMismatch, w)
-				}
-				census := dev.Kernels().Census()
-				v2 := 0
-				for _, v := range attnPrefill2Variants {
-					v2 += int(census[attnPrefill2Name(v[0], v[1])])
-				}
-				if census[kname] < 1 || v2 != 0 || census["minfer_attn_f32"] != 0 {
-					t.Errorf("census: %s ran %d times, the FMA kernels %d and %d (want >= 1, 0, 0)", kname, census[kname], v2, census["minfer_attn_f32"])
-				}
-			})
+	fapSweep(t, 75, []string{"MINFER_FA_PREFILL_TC=1"}, func(t *testing.T, dev *Backend, c fapCase, w fapWorst) {
+		kname := attnPrefillTCName(attnPrefillHD(c.hd))
+		t.Logf("%s: %s", kname, w)
+		if w.nanMismatch > 0 || w.diff > 1e-2 {
+			t.Errorf("%d NaN placements differ; %s > 1e-2", w.nanMismatch, w)
 		}
-	}
+		census := dev.Kernels().Census()
+		v2 := 0
+		for _, v := range attnPrefill2Variants {
+			v2 += int(census[attnPrefill2Name(v[0], v[1])])
+		}
+		if census[kname] < 1 || v2 != 0 || census["minfer_attn_f32"] != 0 {
+			t.Errorf("census: %s ran %d times, the FMA kernels %d and %d (want >= 1, 0, 0)", kname, census[kname], v2, census["minfer_attn_f32"])
+		}
+	})
 }
 
 // The lever routes prefill attention (nt >= 9) to the tensor-core kernels;
