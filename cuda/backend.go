@@ -46,6 +46,10 @@ type Backend struct {
 	// another call was in progress): the concurrent-registration test's
 	// evidence that its registration overlapped the capture window.
 	regWaits atomic.Int64
+	// pinned is true while a Pin's fn runs (Pin holds mu for it);
+	// pinnedSteps counts the Pins (the census's pinned_steps).
+	pinned      atomic.Bool
+	pinnedSteps atomic.Int64
 
 	dev  *driver.Device
 	k    *Kernels
@@ -162,8 +166,7 @@ func New(opts Options) (*Backend, error) {
 // MatMulOptions returns the options the backend's matmuls run with (its
 // levers and its activation scratch), for MatMulPath / MatMulTolerance.
 func (b *Backend) MatMulOptions() MatMulOptions {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	return b.mm
 }
 
@@ -186,8 +189,7 @@ func (b *Backend) Kernels() *Kernels { return b.k }
 // one minfer_mmvq[r]_res_<t> launch, which exists for decode MMVQ matmuls
 // only: a chain whose matmul takes another route stays unfused.
 func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	switch k {
 	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore, graph.FuseQkNormRopeStore:
 		return true
@@ -205,8 +207,7 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 // are registered here and its KV layer exists. Shape invariants are checked
 // by Execute, which names the node and the values.
 func (b *Backend) SupportsOp(n *graph.Node) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	if _, ok := b.ops[n.Op]; !ok {
 		return fmt.Errorf("op %s has no device kernel", n.Op)
 	}
@@ -231,15 +232,52 @@ func (b *Backend) SupportsOp(n *graph.Node) error {
 // progress (a capture window included) and changes no captured graph
 // that does not read w (capture.go).
 func (b *Backend) RegisterWeight(w graph.Weight) error {
-	if !b.mu.TryLock() {
-		b.regWaits.Add(1)
-		b.mu.Lock()
+	if !b.pinnedHere() { // inside a pinned step Pin holds mu
+		if !b.mu.TryLock() {
+			b.regWaits.Add(1)
+			b.mu.Lock()
+		}
+		defer b.mu.Unlock()
 	}
-	defer b.mu.Unlock()
 	if b.closed {
 		return errors.New("cuda: backend is closed")
 	}
 	return b.dev.Do(func() error { return b.registerWeight(w) })
+}
+
+// Pin runs fn on the device thread in one handoff (model.StepPinner,
+// MINFER_PIN_STEP=1): the backend calls fn makes there are direct, not one
+// handoff each. It holds mu for all of fn, taken before its Do, so mu is
+// still never taken inside a Do (a registration on another goroutine waits
+// for the step, as it waits for any call); the calls inside skip it
+// (lock). Each Pin counts in the census as pinned_steps.
+func (b *Backend) Pin(fn func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errors.New("cuda: backend is closed")
+	}
+	b.pinnedSteps.Add(1)
+	b.pinned.Store(true)
+	defer b.pinned.Store(false)
+	return b.dev.Do(fn)
+}
+
+// PinnedSteps is how many forwards ran through Pin.
+func (b *Backend) PinnedSteps() int64 { return b.pinnedSteps.Load() }
+
+// pinnedHere: the caller is fn of a Pin in progress (on the device thread
+// while Pin holds mu).
+func (b *Backend) pinnedHere() bool { return b.pinned.Load() && b.dev.OnThread() }
+
+// lock takes mu and returns its unlock, except inside a Pin's fn, whose
+// Pin holds mu for it.
+func (b *Backend) lock() func() {
+	if b.pinnedHere() {
+		return func() {}
+	}
+	b.mu.Lock()
+	return b.mu.Unlock
 }
 
 // registrationsWaited is how many registrations found another call in
@@ -248,8 +286,7 @@ func (b *Backend) registrationsWaited() int64 { return b.regWaits.Load() }
 
 // Alloc implements graph.Backend.
 func (b *Backend) Alloc(n int) (graph.Buffer, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	var id graph.Buffer
 	err := b.dev.Do(func() error {
 		var err error
@@ -261,15 +298,13 @@ func (b *Backend) Alloc(n int) (graph.Buffer, error) {
 
 // Free implements graph.Backend: the memory stays in the pool.
 func (b *Backend) Free(id graph.Buffer) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	return b.pool.release(id)
 }
 
 // PoolGeneration is the pool generation (tests).
 func (b *Backend) PoolGeneration() uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	return b.pool.gen
 }
 
@@ -308,8 +343,7 @@ func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
 // Synchronize implements graph.Backend: at a split boundary it closes a
 // pending capture (see capture.go), otherwise it waits for the stream.
 func (b *Backend) Synchronize() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	if b.cap.recording {
 		return b.finishCapture()
 	}
@@ -335,8 +369,7 @@ func (b *Backend) syncTimed() error {
 // direct and capturing executions here, before any launch and before a
 // capture window can open.
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	replayed, err := b.beginSplit(key)
 	if err != nil || replayed {
 		return replayed, err
@@ -369,8 +402,7 @@ func (b *Backend) AllocKV(spec graph.KVSpec) error {
 	}
 	bytes := uint64(rb) * uint64(spec.NCtx)
 	bytes = (bytes + 3) &^ 3
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	return b.dev.Do(func() error {
 		var ks, vs []driver.DevicePtr
 		for l := range spec.NLayer {
@@ -444,8 +476,7 @@ func (b *Backend) ReadKV(layer int, side graph.KVSide) ([]byte, error) {
 // pool (buffers, weights, KV regions) and the pinned memory, destroys the
 // stream, unloads the kernels and releases the device.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	if b.closed {
 		return nil
 	}

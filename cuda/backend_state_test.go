@@ -21,8 +21,8 @@ import (
 // executeMayWrite are the Backend fields that Execute (and everything it
 // calls) is allowed to write, with why that carries nothing from one node
 // to the next. Every other field is load-time state: written by New,
-// RegisterWeight, AllocKV, Alloc / Free, Write, the split brackets or
-// Close, never while a node runs.
+// RegisterWeight, AllocKV, Alloc / Free, Write, the split brackets, Pin
+// (around a whole forward) or Close, never while a node runs.
 var executeMayWrite = map[string]string{
 	"cap":            "the recording of the current split's launches, issued and cleared at its Synchronize; nodes never read it",
 	"k":              "the loaded module: its launch census and op timing count launches (instrumentation), no node reads them",
@@ -39,7 +39,7 @@ var executeMayWrite = map[string]string{
 // neither list, so a new field is classified when it is added.
 var loadTime = []string{"dev", "s", "lv", "logf", "mm", "stage", "weights", "weightBytes", "reregistered", "repackBytes",
 	"kvSpec", "kvK", "kvV", "kvRowB", "kvScratch", "kvStamp", "ops", "closed", "timer", "memOpen", "memTotal",
-	"regWaits"}
+	"regWaits", "pinned", "pinnedSteps"}
 
 // TestBackendState_EveryFieldIsLoadTimeOrPerNode: every field of Backend is
 // in one of the two lists above.

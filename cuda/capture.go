@@ -401,8 +401,7 @@ func (b *Backend) finishCapture() error {
 
 // CaptureStats returns what the graph machinery has done so far.
 func (b *Backend) CaptureStats() CaptureStats {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.lock()()
 	return b.cap.stats
 }
 

@@ -58,15 +58,23 @@ func cwdRegister(t *testing.T, b *Backend, w graph.Weight) {
 // the registration then succeeds, and every later decode step replays the
 // graph: no invalidation, no abort, the same captures and replays as a run
 // without the registration, and bitwise its logits.
+// With MINFER_PIN_STEP=1 the whole step holds the lock (Pin), so the
+// registration waits for the step instead of the window: the same outcome.
 func TestCaptureWindow_ConcurrentRegistrationEndsWithoutInvalidationAndReplaysBitwise(t *testing.T) {
 	dsNeedDevice(t)
+	for _, pin := range []string{"MINFER_PIN_STEP=0", "MINFER_PIN_STEP=1"} {
+		t.Run(pin, func(t *testing.T) { cwdConcurrentRegistration(t, pin) })
+	}
+}
+
+func cwdConcurrentRegistration(t *testing.T, pin string) {
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
 	const steps = 8
-	ref := dsEngine(t, path, "cuda", 128)
+	ref := dsEngine(t, path, "cuda", 128, pin)
 	want := cwdSteps(t, ref, steps, nil)
 	refSt := dsDeviceBackend(t, ref).CaptureStats()
 
-	e := dsEngine(t, path, "cuda", 128)
+	e := dsEngine(t, path, "cuda", 128, pin)
 	b := dsDeviceBackend(t, e)
 	r := rand.New(rand.NewPCG(23, 5))
 	w := dsF32Weight("test.concurrent.matrix", dsRand(r, 32*4, 1), 32, 4) // k=32: the Q8_1 scratch does not grow

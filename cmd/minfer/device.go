@@ -60,6 +60,9 @@ func (d *deviceState) census() map[string]int64 {
 		if c != nil {
 			total[b.Kernels().Origin()]++
 		}
+		if n := b.PinnedSteps(); n > 0 {
+			total[levers.CensusPinnedSteps] += n
+		}
 	}
 	for _, c := range d.cpus {
 		for k, n := range c.Census() {

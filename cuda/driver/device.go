@@ -305,6 +305,10 @@ func (d *Device) Do(fn func() error) error {
 	return r.err
 }
 
+// OnThread reports whether the caller runs on the device thread (inside a
+// Do), where a nested Do is a direct call.
+func (d *Device) OnThread() bool { return threadID() == d.tid }
+
 // Handoffs is how many Do calls have crossed to the device thread so far:
 // read it around a step to count the step's thread handoffs.
 func (d *Device) Handoffs() int64 { return d.handoffs.Load() }

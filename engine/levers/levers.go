@@ -345,8 +345,11 @@ const (
 // kernels file) or CensusKernelsNVRTC (the NVRTC build); kernel names all
 // start with minfer_, so these cannot collide with one.
 const (
-	KernelsNVRTC       = "nvrtc"
-	CensusKernelsFile  = "kernels_file"
+	KernelsNVRTC      = "nvrtc"
+	CensusKernelsFile = "kernels_file"
+	// CensusPinnedSteps counts the forwards a CUDA backend ran through one
+	// handoff (MINFER_PIN_STEP).
+	CensusPinnedSteps  = "pinned_steps"
 	CensusKernelsNVRTC = "kernels_nvrtc"
 )
 
@@ -427,6 +430,15 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
 			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
+	// Host work only: the same kernels, launched from the device thread in
+	// one handoff a forward instead of one per backend call (6 a decode
+	// step, ~20 us each on the H200: reports/perf/2026-12-02-1a61e32-host).
+	{Name: "MINFER_PIN_STEP", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "forward on the device thread (host)", Issue: "#20",
+		Doc:  "1: a forward's input writes, graph run and logits read run on the CUDA backend's device thread in one handoff instead of one per backend call; not yet measured on the H200",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q8_0",
+		Liveness: &Liveness{On: "1",
+			CUDA: &PathRule{Census: []string{CensusPinnedSteps}, SameKernels: true},
+			Why:  "every forward of the pinned arm counts in pinned_steps, the other arm's none, and both launch the same kernels: an arm that handed off per call is caught"}},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
@@ -713,6 +725,7 @@ type Config struct {
 	OpTiming         bool
 	LaunchCensus     bool
 	CPUExact         bool
+	PinStep          bool
 	CPUProfile       string
 	GraphDump        bool
 	DumpDir          string
@@ -859,6 +872,7 @@ func Parse(environ []string) (Config, error) {
 	c.OpTiming = on("MINFER_OP_TIMING")
 	c.LaunchCensus = on("MINFER_LAUNCH_CENSUS")
 	c.CPUExact = on("MINFER_CPU_EXACT")
+	c.PinStep = on("MINFER_PIN_STEP")
 	c.GraphDump = on("MINFER_GRAPH_DUMP")
 	c.DumpDir = raw["MINFER_DUMP_DIR"]
 	c.Kernels = vals["MINFER_KERNELS"] // phantom: the nvrtc build (arm A)

@@ -95,8 +95,9 @@ func registryProblems(l Lever) []string {
 		for _, p := range slices.Concat(r.rule.Census, r.rule.OffCensus) {
 			// spec_* names are the speculative decoder's counts, on
 			// either backend (CensusSpec*); kernels_* where the CUDA
-			// backend's kernels came from (CensusKernels*).
-			pseudo := strings.HasPrefix(p, "spec_") || r.prefix == "minfer_" && (p == CensusKernelsFile || p == CensusKernelsNVRTC)
+			// backend's kernels came from (CensusKernels*); pinned_steps
+			// its forwards in one handoff (CensusPinnedSteps).
+			pseudo := strings.HasPrefix(p, "spec_") || r.prefix == "minfer_" && (p == CensusKernelsFile || p == CensusKernelsNVRTC || p == CensusPinnedSteps)
 			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) && !pseudo {
 				bad = append(bad, "census pattern "+p+" is not a glob of "+r.prefix+"* names")
 			}

@@ -96,6 +96,16 @@ type DeviceClock interface {
 	Delay(d time.Duration) error
 }
 
+// StepPinner is the optional interface of a device backend whose calls run
+// on one thread of its own (the CUDA backend's device thread: every call
+// from another goroutine is a handoff there and back). Pin runs fn on that
+// thread, where the backend's calls are direct. With MINFER_PIN_STEP=1 a
+// forward's input writes, graph run and logits read go through one Pin:
+// one handoff a step instead of one per call.
+type StepPinner interface {
+	Pin(fn func() error) error
+}
+
 // Load opens a GGUF model and prepares it for Forward.
 func Load(path string, opts Options) (*Engine, error) {
 	switch opts.Device {
@@ -353,6 +363,40 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 			return nil, fmt.Errorf("model: token %d at %d outside the vocabulary of %d", t, i, e.h.NVocab)
 		}
 	}
+	var out []float32
+	step := func() error {
+		var err error
+		out, err = e.step(tokens, allLogits)
+		return err
+	}
+	var err error
+	if p, ok := e.backends[0].(StepPinner); ok && e.opts.Levers.PinStep {
+		err = p.Pin(step)
+	} else {
+		err = step()
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.pos += nt
+	e.tokens = append(e.tokens, tokens...)
+	if e.opts.Levers.GraphDump {
+		e.dumps++
+	}
+	if frac > 0 {
+		if err := e.slowDown(frac, wall0, dev0, clock); err != nil {
+			return nil, fmt.Errorf("model: test seam %s: %w", e.opts.Levers.TestMutate, err)
+		}
+	}
+	e.mutate(out)
+	return out, nil
+}
+
+// step writes a checked forward's inputs, runs its graph and reads its
+// logits: the backend calls of one forward (StepPinner runs them on the
+// device's thread).
+func (e *Engine) step(tokens []int32, allLogits bool) ([]float32, error) {
+	nt := len(tokens)
 	pl, err := e.Plan(nt, allLogits)
 	if err != nil {
 		return nil, e.outOfMemory(fmt.Errorf("model: build graph for %d tokens: %w", nt, err))
@@ -390,17 +434,6 @@ func (e *Engine) Forward(tokens []int32, allLogits bool) ([]float32, error) {
 	if err := pl.Read(g.Output, out); err != nil {
 		return nil, fmt.Errorf("model: read logits: %w", err)
 	}
-	e.pos += nt
-	e.tokens = append(e.tokens, tokens...)
-	if e.opts.Levers.GraphDump {
-		e.dumps++
-	}
-	if frac > 0 {
-		if err := e.slowDown(frac, wall0, dev0, clock); err != nil {
-			return nil, fmt.Errorf("model: test seam %s: %w", e.opts.Levers.TestMutate, err)
-		}
-	}
-	e.mutate(out)
 	return out, nil
 }
 
