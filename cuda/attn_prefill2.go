@@ -102,21 +102,30 @@ func (k *Kernels) attentionPrefill2BM(s *driver.Stream, out, q, kRegion, vRegion
 	if !known {
 		return opsBad(op, "%d rows per block at head_dim %d: no such variant", bm, p.HeadDim)
 	}
-	// The kernel keeps cells in int: start + nt and n_ctx must fit.
+	name, smem := attnPrefill2Name(hd, bm), attnPrefill2Smem(hd, bm)
+	return k.launchPrefillAttn(s, op, name, smem, "PrepareAttnPrefill2", bm, attnPrefill2Threads(bm), out, q, kRegion, vRegion, format, win, p, rb)
+}
+
+// launchPrefillAttn launches a tiled prefill attention kernel (the v2 FMA
+// and the tensor-core families take the same arguments): one block of
+// threads per rowsPerBlock query rows of one KV head, with smem bytes of
+// dynamic shared memory, which prep (at init) must have opted it into.
+func (k *Kernels) launchPrefillAttn(s *driver.Stream, op, name string, smem int, prep string, rowsPerBlock, threads int,
+	out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams, rb int) error {
+	// The kernels keep cells in int: start + nt and n_ctx must fit.
 	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
 		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
 	}
-	name, smem := attnPrefill2Name(hd, bm), attnPrefill2Smem(hd, bm)
 	if smem > defaultDynSmem && k.optedIn(name) < smem {
 		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
-			"(call Kernels.PrepareAttnPrefill2 at init, before any capture window)", name, smem)
+			"(call Kernels.%s at init, before any capture window)", name, smem, prep)
 	}
 	rows := p.NT * (p.NHead / p.NHeadKV)
-	blocks := (rows + bm - 1) / bm * p.NHeadKV
+	blocks := (rows + rowsPerBlock - 1) / rowsPerBlock * p.NHeadKV
 	if blocks > maxInt32 {
 		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
 	}
-	if err := k.launch(s, name, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(attnPrefill2Threads(bm)), 1, 1}, uint32(smem),
+	if err := k.launch(s, name, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(threads), 1, 1}, uint32(smem),
 		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
 		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)); err != nil {
 		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, err)
@@ -173,29 +182,11 @@ func (k *Kernels) PrepareAttnPrefillTC() error {
 // AttentionPrefillTC is AttentionPrefill2's contract through the
 // tensor-core kernels (numerics: the f16-attention-tile class).
 func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams) error {
-	const op = "attn_prefill_tc"
 	rb, err := p.check(format)
 	if err != nil {
 		return err
 	}
-	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
-		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
-	}
 	hd := attnPrefillHD(p.HeadDim)
-	name, smem := attnPrefillTCName(hd), attnPrefillTCSmem(hd)
-	if k.optedIn(name) < smem {
-		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
-			"(call Kernels.PrepareAttnPrefillTC at init, before any capture window)", name, smem)
-	}
-	rows := p.NT * (p.NHead / p.NHeadKV)
-	blocks := (rows + attnPrefillTCRows - 1) / attnPrefillTCRows * p.NHeadKV
-	if blocks > maxInt32 {
-		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
-	}
-	if err := k.launch(s, name, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{attnPrefillTCThreads, 1, 1}, uint32(smem),
-		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
-		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)); err != nil {
-		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, err)
-	}
-	return nil
+	return k.launchPrefillAttn(s, "attn_prefill_tc", attnPrefillTCName(hd), attnPrefillTCSmem(hd), "PrepareAttnPrefillTC",
+		attnPrefillTCRows, attnPrefillTCThreads, out, q, kRegion, vRegion, format, win, p, rb)
 }

@@ -21,7 +21,9 @@ func prRecord(graph, avsb []Comparison) *Record {
 	}}
 }
 
-func cmp(label string, nt int, pass bool) Comparison { return Comparison{Label: label, NT: nt, Pass: pass} }
+func cmp(label string, nt int, pass bool) Comparison {
+	return Comparison{Label: label, NT: nt, Pass: pass}
+}
 
 // A check both builds fail with the same outputs is the base's failure, not
 // the head's regression (GATES.md: a regression is a slower workload or
