@@ -254,6 +254,10 @@ func (r *recordingLM) Forward(tokens []int32, _ bool) ([]float32, error) {
 	r.pos += len(tokens)
 	return make([]float32, 4), nil
 }
+
+func (r *recordingLM) ForwardInto(_ []float32, tokens []int32, all bool) ([]float32, error) {
+	return r.Forward(tokens, all)
+}
 func (r *recordingLM) HParams() model.HParams          { return model.HParams{NVocab: 100} }
 func (r *recordingLM) Tokenizer() *tokenizer.Tokenizer { return nil }
 func (r *recordingLM) Reset()                          { r.pos = 0; r.log = append(r.log, "reset") }
@@ -312,6 +316,10 @@ type censusLM struct {
 func (l *censusLM) Forward(tokens []int32, all bool) ([]float32, error) {
 	l.c.add(censusCount{kernels: map[string]int64{"step": 10, "tok": int64(len(tokens))}, replays: 1})
 	return l.recordingLM.Forward(tokens, all)
+}
+
+func (l *censusLM) ForwardInto(_ []float32, tokens []int32, all bool) ([]float32, error) {
+	return l.Forward(tokens, all)
 }
 
 // read is the census reader: a copy, as Kernels.Census returns.
@@ -452,6 +460,10 @@ type clockLM struct {
 func (c *clockLM) Forward(tokens []int32, all bool) ([]float32, error) {
 	c.dev += time.Duration(len(tokens)) * 2 * time.Millisecond
 	return c.recordingLM.Forward(tokens, all)
+}
+
+func (c *clockLM) ForwardInto(_ []float32, tokens []int32, all bool) ([]float32, error) {
+	return c.Forward(tokens, all)
 }
 
 // device_ms holds each repetition's timed window only (not the fill nor

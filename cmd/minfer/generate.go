@@ -22,6 +22,9 @@ type lm interface {
 	// Forward appends tokens to the context and returns the logits of the
 	// last position (n_vocab) or of every position (len(tokens)*n_vocab).
 	Forward(tokens []int32, allLogits bool) ([]float32, error)
+	// ForwardInto is Forward with the logits written into dst when it
+	// holds them (bench's loops reuse one buffer).
+	ForwardInto(dst []float32, tokens []int32, allLogits bool) ([]float32, error)
 	HParams() model.HParams
 	Tokenizer() *tokenizer.Tokenizer
 	Reset()

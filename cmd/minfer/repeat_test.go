@@ -44,6 +44,10 @@ func (f *flakyLM) Forward(tokens []int32, all bool) ([]float32, error) {
 	return out, nil
 }
 
+func (f *flakyLM) ForwardInto(_ []float32, tokens []int32, all bool) ([]float32, error) {
+	return f.Forward(tokens, all)
+}
+
 func flakyApp(t *testing.T, bad int) *app {
 	return &app{cfg: testConfig(t), wrap: func(e lm) lm { return &flakyLM{lm: e, bad: bad} }}
 }

@@ -72,3 +72,39 @@ func TestPinStep_EachForwardRunsInOnePinAndTheLogitsAreBitwiseTheSame(t *testing
 		}
 	}
 }
+
+// ForwardInto writes into dst when it holds the logits (no allocation: the
+// result is dst) and gives Forward's logits bitwise; a dst too small is
+// not written and a new slice comes back.
+func TestForwardInto_ReusesABufferThatHoldsTheLogitsAndMatchesForwardBitwise(t *testing.T) {
+	ref := loadTiny(t, tinyQwen2, levers.Default())
+	e := loadTiny(t, tinyQwen2, levers.Default())
+	nv := e.HParams().NVocab
+	buf := make([]float32, nv)
+	small := make([]float32, 3)
+	for i, toks := range [][]int32{prompt, {40}, {41}} {
+		want, err := ref.Forward(toks, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := buf
+		if i == 2 {
+			dst = small
+		}
+		got, err := e.ForwardInto(dst, toks, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if aliased := &got[0] == &dst[0]; aliased != (i < 2) {
+			t.Errorf("forward %d: result aliases dst %v, want %v", i, aliased, i < 2)
+		}
+		for j := range want {
+			if got[j] != want[j] {
+				t.Fatalf("forward %d logit %d: %v, Forward %v", i, j, got[j], want[j])
+			}
+		}
+	}
+	if small[0] != 0 || small[1] != 0 || small[2] != 0 {
+		t.Errorf("a dst too small was written: %v", small)
+	}
+}
