@@ -155,6 +155,12 @@ func armMinfer(m harness.Minfer, a Arm) harness.Minfer {
 	return m
 }
 
+// WithLever is a lever pinned in both arms of a run at Value.
+type WithLever struct {
+	Lever harness.Lever `json:"lever"`
+	Value string        `json:"value"`
+}
+
 // Config is everything a lever run decides before it starts.
 type Config struct {
 	Lever  harness.Lever     `json:"lever"`
@@ -178,6 +184,10 @@ type Config struct {
 	// model's top-2 margins are small enough to flip under any rounding
 	// change, so it is a poor instrument for top-1 and greedy identity.
 	CorrectnessModel string `json:"correctness_model,omitempty"`
+	// With are the levers --with pins in both arms (in A.Env and B.Env
+	// too): where the pinned value runs a path, every gate's liveness also
+	// needs that path's census names in both arms.
+	With []WithLever `json:"with,omitempty"`
 	// ExactBin, when set, is the minfer that computes gate 1's exact
 	// reference (MINFER_CPU_EXACT=1) instead of the reference's own: abtest
 	// pr's reference is the base build, which may predate the lever.

@@ -211,6 +211,11 @@ func censusEqual(a, b ArmEvidence) bool {
 // lever declares (harness.Lever.WorkloadMismatch), the reason says so.
 func LivenessOf(cfg Config, a, b ArmEvidence) (Status, string) {
 	st, why := Liveness(cfg.Lever, cfg.Backend, a, b)
+	if wf := withMissing(cfg, a, b); wf != "" && st != Fail {
+		return Fail, wf + "; " + why
+	} else if wf != "" {
+		why = wf + "; " + why
+	}
 	if st != Fail || !strings.Contains(why, ", path on) ran no ") {
 		return st, why
 	}
@@ -218,6 +223,28 @@ func LivenessOf(cfg Config, a, b ArmEvidence) (Status, string) {
 		why = note + " (by the file-name rule of harness.Workload.MatchesModel; its path may not run on this model): " + why
 	}
 	return st, why
+}
+
+// withMissing names the --with paths an arm did not run ("" when every
+// pinned lever whose value runs a path shows its census names in both
+// arms): an A/B "with the wide kernels on" that never launched them is not
+// one.
+func withMissing(cfg Config, a, b ArmEvidence) string {
+	var miss []string
+	for _, w := range cfg.With {
+		rule := w.Lever.Rule(cfg.Backend)
+		if rule == nil || w.Lever.Liveness == nil || !w.Lever.Liveness.RunsPath(w.Value) {
+			continue
+		}
+		for _, pat := range rule.Census {
+			for _, x := range []ArmEvidence{a, b} {
+				if n, _ := matching(x.Census, pat); n == 0 && x.Processes > 0 {
+					miss = append(miss, fmt.Sprintf("arm %s (--with %s=%s) ran no %s", x.Arm.Name, w.Lever.Name, w.Value, pat))
+				}
+			}
+		}
+	}
+	return strings.Join(miss, "; ")
 }
 
 // gateLiveness folds a gate's liveness verdict into its result: a FAIL

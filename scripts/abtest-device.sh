@@ -47,7 +47,7 @@
 #   PP=512 TG=128 REPS=3            bench shapes
 #   WARMUP_MS=2000                  untimed warmup before round 1
 #   SHAPE=qwen2-0.5b TYPE=Q8_0 SEED=1   the synthesized model (or MODEL=path.gguf)
-#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own][@mutate=SITE[=F]][@baseline=A]
+#   LEVERS="MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM"   each NAME[=VALUE][@ppN][@SHAPE:TYPE][@own][@mutate=SITE[=F]][@baseline=A][@with=MINFER_X=V]
 #                                   (a bare NAME[=VALUE] runs on the lever's declared workload, `minfer
 #                                   levers`: WORKLOAD, through abtest run --workload; the @ options below
 #                                   set it by hand instead)
@@ -73,6 +73,8 @@
 #                                   reaches the device suite; --kernels below names only the SASS census's file.
 #                                   The whole H200 call: OUT=... GATES=parity,greedy,ab,suite,profile
 #                                   LEVERS="MINFER_KERNELS=nvrtc@baseline=$PWD/bin/minfer-kernels.fatbin" scripts/abtest-device.sh)
+#                                   @with=MINFER_X=V sets X=V in both arms (abtest --with; repeatable): the A/B of
+#                                   an opt-in path's two builds, e.g. ...@baseline=FILE@with=MINFER_MMVQ_WIDE=1
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   BIG_TIMEOUT=600 BIG_CAL_TIMEOUT=480   the same for a lever spec or calibration on a 7B model (qwen2-7b): on
 #                                   2026-12-02 a 7B calibration was cut at 180 s after 3 of 11 rounds and the
@@ -249,7 +251,7 @@ for spec in $LEVERS; do
     # NAME[=VALUE][@ppN][@SHAPE:TYPE][@own] (header): a 2..8-token path such
     # as MINFER_MMVQ_NT never runs at pp512, a K-quant or qwen3 path never
     # on qwen2-0.5b Q8_0.
-    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=() base=()
+    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=() base=() with=()
     IFS=@ read -r -a opts <<<"${spec#"$lever"}"
     for o in "${opts[@]}"; do
         case "$o" in
@@ -257,9 +259,10 @@ for spec in $LEVERS; do
         own) own=1 ;;
         mutate=*) mutate=(--mutate "${o#mutate=}") ;;
         baseline=*) base=(--baseline "${o#baseline=}") ;;
+        with=*) with+=(--with "${o#with=}") ;;
         pp[0-9]*) pp="${o#pp}" ;;
         *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; } ;;
-        *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE, @own, @mutate=, @baseline=)"; rc=1; continue 2 ;;
+        *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE, @own, @mutate=, @baseline=, @with=)"; rc=1; continue 2 ;;
         esac
     done
     cmodel=""
@@ -278,8 +281,8 @@ for spec in $LEVERS; do
     # (abtest run --workload: its model, pp and correctness model; none
     # declared: the default model); any @ option is taken as given instead.
     wl=(--synth-dir "$MODEL_DIR")
-    [[ "$spec" != *@[!mb]* ]] && wl+=(--workload --seed "$SEED")
-    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" "${base[@]}" \
+    [[ "$spec" != *@[!mbw]* ]] && wl+=(--workload --seed "$SEED")
+    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" "${base[@]}" "${with[@]}" \
         --suite-bin 'bin/*.test' --suite-cache "$work/suite-cache" --kernels bin/minfer-kernels.fatbin --gates "$gates" \
         "${rounds[@]}" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1

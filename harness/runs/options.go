@@ -65,6 +65,10 @@ type Options struct {
 	Kernels, Calibration, SuiteCache string
 	Seed                             uint64
 	SuiteBins                        []string
+	// With are MINFER_X=V settings pinned in both arms (--with): the
+	// lever's A/B with another path on (an opt-in kernel family's two
+	// builds, MINFER_KERNELS with MINFER_MMVQ_WIDE=1); each is a deviation.
+	With                             []string
 	OnWorkload                       bool
 	Timeout                          time.Duration
 	BarPP, BarTG, ClaimBar, GraphTol float64

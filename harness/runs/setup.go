@@ -316,6 +316,30 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 		}
 		cfg.A.Env[name], cfg.B.Env[name] = v, v
 	}
+	// --with pins another lever in both arms; never the lever under test,
+	// the mutation seam or a value a required lever pins otherwise.
+	for _, w := range f.With {
+		name, v, ok := strings.Cut(w, "=")
+		if !ok || !strings.HasPrefix(name, "MINFER_") {
+			return cfg, CannotRun("--with %q: want MINFER_NAME=VALUE", w)
+		}
+		if name == lv.Name || name == "MINFER_TEST_MUTATE" {
+			return cfg, CannotRun("--with %s: sets the lever under test or the mutation seam in both arms", w)
+		}
+		other, err := harness.FindLever(s.levers, name)
+		if err == nil {
+			err = other.Validate(v)
+		}
+		if err != nil {
+			return cfg, CannotRun("--with %s: %v", w, err)
+		}
+		if old, ok := cfg.A.Env[name]; ok && old != v {
+			return cfg, CannotRun("--with %s: %s requires %s=%s", w, lv.Name, name, old)
+		}
+		cfg.A.Env[name], cfg.B.Env[name] = v, v
+		cfg.With = append(cfg.With, gates.WithLever{Lever: other, Value: v})
+		cfg.Deviations = append(cfg.Deviations, fmt.Sprintf("--with %s=%s in both arms (registry default: %s)", name, v, other.Default))
+	}
 	// The bars are the registry's; a flag that changes one is a deviation.
 	bars := lv.BarsOrDefault()
 	cfg.BarPP, cfg.BarTG, cfg.ClaimBar, cfg.MaxRounds = bars.PP, bars.TG, bars.Claim, bars.MaxRounds
