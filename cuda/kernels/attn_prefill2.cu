@@ -345,6 +345,23 @@ template <int HD> struct Geo {
     static_assert(K_OFF % 32 == 0 && S_OFF % 32 == 0 && P_OFF % 32 == 0 && O_OFF % 32 == 0, "WMMA alignment");
 };
 
+// acc += A B for one warp's 16 rows: A row-major 16 x (16 KSTEPS) at a
+// (lda halves a row), B (16 KSTEPS) x 16 in layout LB at b (ldb), its k-th
+// 16-deep slice bstep halves on (Q K^T reads K as col-major K^T: 16; P V
+// reads V row-major: 16 rows of ldb).
+template <typename LB, int KSTEPS>
+__device__ __forceinline__ void mma_rows(wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc, const __half* a, int lda,
+                                         const __half* b, int ldb, int bstep) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, LB> fb;
+        wmma::load_matrix_sync(fa, a + kk * 16, lda);
+        wmma::load_matrix_sync(fb, b + kk * bstep, ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+
 // Row R's cells: [first, last] (first > last: none; a NaN row is marked).
 __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, int start, int n_ctx, int window,
                                           int& first, int& last, bool& nan_row) {
@@ -433,14 +450,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         for (int j = 0; j < BN / 16; j++) {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
             wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
-                wmma::load_matrix_sync(a, q_s + warp * 16 * Gm::QLD + kk * 16, Gm::QLD);
-                wmma::load_matrix_sync(b, k_s + j * 16 * Gm::QLD + kk * 16, Gm::QLD);
-                wmma::mma_sync(acc, a, b, acc);
-            }
+            mma_rows<wmma::col_major, HD / 16>(acc, q_s + warp * 16 * Gm::QLD, Gm::QLD, k_s + j * 16 * Gm::QLD, Gm::QLD, 16);
             wmma::store_matrix_sync(s_s + warp * 16 * Gm::SLD + j * 16, acc, Gm::SLD, wmma::mem_row_major);
         }
         __syncwarp();
@@ -480,14 +490,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         for (int n = 0; n < HD / 16; n++) {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
             wmma::load_matrix_sync(o, o_s + warp * 16 * Gm::OLD + n * 16, Gm::OLD, wmma::mem_row_major);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
-                wmma::load_matrix_sync(a, p_s + warp * 16 * Gm::PLD + kk * 16, Gm::PLD);
-                wmma::load_matrix_sync(b, v_s + kk * 16 * Gm::QLD + n * 16, Gm::QLD);
-                wmma::mma_sync(o, a, b, o);
-            }
+            mma_rows<wmma::row_major, BN / 16>(o, p_s + warp * 16 * Gm::PLD, Gm::PLD, v_s + n * 16, Gm::QLD, 16 * Gm::QLD);
             wmma::store_matrix_sync(o_s + warp * 16 * Gm::OLD + n * 16, o, Gm::OLD, wmma::mem_row_major);
         }
     }
