@@ -25,23 +25,7 @@ inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __hal
 #include "attn_prefill2.cu"
 namespace fap2 { alignas(32) float4 fap2_smem4[1]; }
 namespace fatc { alignas(32) float4 fatc_smem4[fatc::Geo<128>::BYTES / 16]; }
-thread_local dim3 threadIdx, blockIdx;
-thread_local WarpCtx* tw;
-thread_local std::barrier<>* tblock;
-std::vector<std::pair<const void*, size_t>> g_ranges;
-
-static void launch(int grid, std::function<void()> body) {
-    for (int b = 0; b < grid; b++) {
-        WarpCtx w[4];
-        std::barrier<> bars[4] = {std::barrier<>(32), std::barrier<>(32), std::barrier<>(32), std::barrier<>(32)};
-        std::barrier<> blk(128);
-        for (int i = 0; i < 4; i++) w[i].bar = &bars[i];
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 128; t++)
-            ts.emplace_back([&, t, b] { threadIdx = dim3{(unsigned)t, 0, 0}; blockIdx = dim3{(unsigned)b, 0, 0}; tw = &w[t >> 5]; tblock = &blk; body(); });
-        for (auto& t : ts) t.join();
-    }
-}
+#include "emu_launch.h"
 
 static std::mt19937 rng(11);
 static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }

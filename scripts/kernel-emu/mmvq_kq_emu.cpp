@@ -22,30 +22,7 @@
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
-thread_local dim3 threadIdx, blockIdx;
-thread_local WarpCtx* tw;
-thread_local std::barrier<>* tblock;
-std::vector<std::pair<const void*, size_t>> g_ranges;
-
-// launch runs grid blocks of 128 threads (4 warps), one block at a time.
-static void launch(int grid, std::function<void()> body) {
-    for (int b = 0; b < grid; b++) {
-        WarpCtx w[4];
-        std::barrier<> bars[4] = {std::barrier<>(32), std::barrier<>(32), std::barrier<>(32), std::barrier<>(32)};
-        std::barrier<> blk(128);
-        for (int i = 0; i < 4; i++) w[i].bar = &bars[i];
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 128; t++)
-            ts.emplace_back([&, t, b] {
-                threadIdx = dim3{(unsigned)t, 0, 0};
-                blockIdx = dim3{(unsigned)b, 0, 0};
-                tw = &w[t >> 5];
-                tblock = &blk;
-                body();
-            });
-        for (auto& t : ts) t.join();
-    }
-}
+#include "emu_launch.h"
 
 // guarded returns n bytes (n a multiple of 16) that end where a PROT_NONE
 // page begins: 16-byte aligned, and any read past the end faults.

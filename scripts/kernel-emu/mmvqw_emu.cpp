@@ -8,20 +8,7 @@
 #include <random>
 #include <functional>
 #include <stdio.h>
-thread_local dim3 threadIdx, blockIdx;
-thread_local WarpCtx* tw;
-std::vector<std::pair<const void*, size_t>> g_ranges;
-
-static void launch(int grid, std::function<void()> body) {
-    for (int b = 0; b < grid; b++) {
-        WarpCtx w[4];
-        std::barrier<> bars[4] = {std::barrier<>(32), std::barrier<>(32), std::barrier<>(32), std::barrier<>(32)};
-        for (int i = 0; i < 4; i++) w[i].bar = &bars[i];
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 128; t++) ts.emplace_back([&, t, b] { threadIdx = dim3{(unsigned)t, 0, 0}; blockIdx = dim3{(unsigned)b, 0, 0}; tw = &w[t >> 5]; body(); });
-        for (auto& t : ts) t.join();
-    }
-}
+#include "emu_launch.h"
 static std::mt19937 rng(7);
 static uint16_t f16r() { return (uint16_t)((rng() & 1) << 15 | (6 + rng() % 10) << 10 | (rng() % 1024)); }
 // a matrix in its own 16-byte aligned allocation of exactly total bytes (range-checked)
