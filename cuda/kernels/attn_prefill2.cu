@@ -282,31 +282,30 @@ __device__ __forceinline__ void attn_prefill2(float* out, const float* __restric
 
 // Grid (ceil(nt * G / BM) * n_head_kv), block 8*BM threads, dynamic shared
 // memory fap2::smem_floats(HD, BM) * 4 bytes. q and out are [hd, n_head, nt];
-// hd even, at most HD (the hd64 variants take hd <= 64).
-#define MINFER_FAP2_PARAMS                                                                                             \
+// hd even, at most HD (the hd64 variants take hd <= 64). The tensor-core
+// kernels below take the same parameters.
+#define MINFER_PREFILL_ATTN_PARAMS                                                                                     \
     float *out, const float *q, const uint8_t *kreg, const uint8_t *vreg, int format, const int *win, int nt,         \
         int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx, int window, float scale
-#define MINFER_FAP2_ARGS out, q, kreg, vreg, format, win, nt, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale
+#define MINFER_PREFILL_ATTN_ARGS out, q, kreg, vreg, format, win, nt, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale
 
 // The second __launch_bounds__ argument (blocks per SM) caps the registers
 // at what the variant's shared memory lets reside anyway.
-extern "C" __global__ void __launch_bounds__(128, 5) minfer_attn_prefill2_hd64_bm16(MINFER_FAP2_PARAMS) {
-    fap2::attn_prefill2<64, 16>(MINFER_FAP2_ARGS);
+extern "C" __global__ void __launch_bounds__(128, 5) minfer_attn_prefill2_hd64_bm16(MINFER_PREFILL_ATTN_PARAMS) {
+    fap2::attn_prefill2<64, 16>(MINFER_PREFILL_ATTN_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd64_bm32(MINFER_FAP2_PARAMS) {
-    fap2::attn_prefill2<64, 32>(MINFER_FAP2_ARGS);
+extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd64_bm32(MINFER_PREFILL_ATTN_PARAMS) {
+    fap2::attn_prefill2<64, 32>(MINFER_PREFILL_ATTN_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd64_bm64(MINFER_FAP2_PARAMS) {
-    fap2::attn_prefill2<64, 64>(MINFER_FAP2_ARGS);
+extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd64_bm64(MINFER_PREFILL_ATTN_PARAMS) {
+    fap2::attn_prefill2<64, 64>(MINFER_PREFILL_ATTN_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd128_bm32(MINFER_FAP2_PARAMS) {
-    fap2::attn_prefill2<128, 32>(MINFER_FAP2_ARGS);
+extern "C" __global__ void __launch_bounds__(256, 2) minfer_attn_prefill2_hd128_bm32(MINFER_PREFILL_ATTN_PARAMS) {
+    fap2::attn_prefill2<128, 32>(MINFER_PREFILL_ATTN_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_bm64(MINFER_FAP2_PARAMS) {
-    fap2::attn_prefill2<128, 64>(MINFER_FAP2_ARGS);
+extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_bm64(MINFER_PREFILL_ATTN_PARAMS) {
+    fap2::attn_prefill2<128, 64>(MINFER_PREFILL_ATTN_ARGS);
 }
-#undef MINFER_FAP2_PARAMS
-#undef MINFER_FAP2_ARGS
 
 // ---------------------------------------------------------------------------
 // minfer_attn_prefill_tc_hd{64,128} (lever MINFER_FA_PREFILL_TC, opt-in):
@@ -510,16 +509,13 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 } // namespace fatc
 
 // Grid (ceil(nt * G / 64) * n_head_kv), block 128 threads, dynamic shared
-// memory fatc::Geo<HD>::BYTES; the arguments of minfer_attn_prefill2_*.
-#define MINFER_FATC_PARAMS                                                                                             \
-    float *out, const float *q, const uint8_t *kreg, const uint8_t *vreg, int format, const int *win, int nt,         \
-        int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx, int window, float scale
-#define MINFER_FATC_ARGS out, q, kreg, vreg, format, win, nt, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale
-extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd64(MINFER_FATC_PARAMS) {
-    fatc::attn_prefill_tc<64>(MINFER_FATC_ARGS);
+// memory fatc::Geo<HD>::BYTES; the arguments of minfer_attn_prefill2_*
+// (MINFER_PREFILL_ATTN_PARAMS, defined above).
+extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd64(MINFER_PREFILL_ATTN_PARAMS) {
+    fatc::attn_prefill_tc<64>(MINFER_PREFILL_ATTN_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd128(MINFER_FATC_PARAMS) {
-    fatc::attn_prefill_tc<128>(MINFER_FATC_ARGS);
+extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd128(MINFER_PREFILL_ATTN_PARAMS) {
+    fatc::attn_prefill_tc<128>(MINFER_PREFILL_ATTN_ARGS);
 }
-#undef MINFER_FATC_PARAMS
-#undef MINFER_FATC_ARGS
+#undef MINFER_PREFILL_ATTN_PARAMS
+#undef MINFER_PREFILL_ATTN_ARGS
