@@ -32,6 +32,31 @@
 
 #include "common.cuh"
 
+// PrefillTile is one block's share of a tiled prefill attention: KV head
+// kvh and the BM query rows from r0 (row R = t * G + g, nrows in all), the
+// heaviest tiles (latest tokens: the most cells) first and KV heads
+// innermost, so the long blocks start in the first wave; and the cells
+// [lo, hi] its rows can see: the first row's first cell to the last row's
+// cell, clipped to the region (cells fit int: the launchers bound
+// n_ctx + nt by INT_MAX).
+struct PrefillTile {
+    int G, kvh, lo, hi;
+    long long nrows, r0;
+};
+template <int BM>
+__device__ __forceinline__ PrefillTile prefill_tile(int nt, int n_head, int n_head_kv, int start, int n_ctx, int window) {
+    PrefillTile p;
+    p.G = n_head / n_head_kv;
+    p.nrows = (long long)nt * p.G;
+    const int ntiles = (int)((p.nrows + BM - 1) / BM);
+    p.kvh = blockIdx.x % n_head_kv;
+    p.r0 = (long long)(ntiles - 1 - (int)(blockIdx.x / n_head_kv)) * BM;
+    const long long t_lo = p.r0 / p.G, t_hi = (min(p.r0 + BM, p.nrows) - 1) / p.G;
+    p.lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
+    p.hi = (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+    return p;
+}
+
 namespace fap2 {
 constexpr int BN = 64; // KV cells per tile
 constexpr int RM = 2;  // query rows per thread
@@ -111,15 +136,10 @@ __device__ __forceinline__ void attn_prefill2(float* out, const float* __restric
     float* p_s = v_s + BN * QS;
 
     const int tid = threadIdx.x, rg = tid / CG, cg = tid % CG;
-    const int G = n_head / n_head_kv;
-    const long long nrows = (long long)nt * G;
-    const int ntiles = (int)((nrows + BM - 1) / BM);
-    // Heaviest row tiles (latest tokens: the most cells) first, KV heads
-    // innermost, so the long blocks start in the first wave.
-    const int kvh = blockIdx.x % n_head_kv;
-    const int rt = ntiles - 1 - blockIdx.x / n_head_kv;
-    const long long r0 = (long long)rt * BM;
     const int start = win[0];
+    const PrefillTile pt = prefill_tile<BM>(nt, n_head, n_head_kv, start, n_ctx, window);
+    const int G = pt.G, kvh = pt.kvh;
+    const long long nrows = pt.nrows, r0 = pt.r0;
 
     int first[RM], last[RM];
     long long qrow[RM];
@@ -149,12 +169,8 @@ __device__ __forceinline__ void attn_prefill2(float* out, const float* __restric
         return;
     }
 
-    // The block's cells: the first row's first cell to the last row's cell,
-    // clipped to the region; tiles start at multiples of BN.
-    // (Cells fit int: the launcher bounds n_ctx + nt by INT_MAX.)
-    const long long t_lo = r0 / G, t_hi = (min(r0 + BM, nrows) - 1) / G;
-    const int lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
-    const int hi = (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+    // The block's cells (prefill_tile); tiles start at multiples of BN.
+    const int lo = pt.lo, hi = pt.hi;
 
     for (int idx = tid; idx < BM * HD; idx += NT) {
         const int r = idx / HD, d = idx % HD;
@@ -395,18 +411,11 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     float* l_s = m_s + BM;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int G = n_head / n_head_kv;
-    const long long nrows = (long long)nt * G;
-    const int ntiles = (int)((nrows + BM - 1) / BM);
-    // Heaviest row tiles first, KV heads innermost (v2's order).
-    const int kvh = blockIdx.x % n_head_kv;
-    const int rt = ntiles - 1 - blockIdx.x / n_head_kv;
-    const long long r0 = (long long)rt * BM;
     const int start = win[0];
-
-    const long long t_lo = r0 / G, t_hi = (min(r0 + BM, nrows) - 1) / G;
-    const int lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
-    const int hi = start < 0 ? -1 : (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+    const PrefillTile pt = prefill_tile<BM>(nt, n_head, n_head_kv, start, n_ctx, window);
+    const int G = pt.G, kvh = pt.kvh;
+    const long long nrows = pt.nrows, r0 = pt.r0;
+    const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
 
     for (int idx = tid; idx < BM * HD; idx += NT) {
         const int r = idx / HD, d = idx % HD;
