@@ -63,7 +63,10 @@ func cwdRegister(t *testing.T, b *Backend, w graph.Weight) {
 func TestCaptureWindow_ConcurrentRegistrationEndsWithoutInvalidationAndReplaysBitwise(t *testing.T) {
 	dsNeedDevice(t)
 	for _, pin := range []string{"MINFER_PIN_STEP=0", "MINFER_PIN_STEP=1"} {
-		t.Run(pin, func(t *testing.T) { cwdConcurrentRegistration(t, pin) })
+		t.Run(pin, func(t *testing.T) {
+			defer pinWatchdog(t.Name(), 3*time.Minute)()
+			cwdConcurrentRegistration(t, pin)
+		})
 	}
 }
 

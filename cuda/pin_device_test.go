@@ -1,6 +1,18 @@
 package cuda
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// pinWatchdog panics (the test binary's stacks show where every goroutine
+// waits) if stop is not called within d: a deadlocked pinned step then costs
+// d of device time, not the suite's whole limit.
+func pinWatchdog(what string, d time.Duration) (stop func()) {
+	timer := time.AfterFunc(d, func() { panic(fmt.Sprintf("%s: still running after %v: a deadlock in the pinned step?", what, d)) })
+	return func() { timer.Stop() }
+}
 
 // TestPinStep_DeviceOneHandoffPerDecodeStepAndBitwiseLogits: with
 // MINFER_PIN_STEP=1 a decode step of qwen2-0.5b Q8_0 crosses to the device
@@ -23,7 +35,9 @@ func TestPinStep_DeviceOneHandoffPerDecodeStepAndBitwiseLogits(t *testing.T) {
 		return out, float64(b.dev.Handoffs()-h0) / float64(steps-4), b
 	}
 	plain, hPlain, _ := run("MINFER_PIN_STEP=0")
+	stop := pinWatchdog("TestPinStep_DeviceOneHandoffPerDecodeStepAndBitwiseLogits", 2*time.Minute)
 	pinned, hPinned, b := run("MINFER_PIN_STEP=1")
+	stop()
 	t.Logf("handoffs per decode step: %.2f plain, %.2f pinned", hPlain, hPinned)
 	if hPinned != 1 || hPlain <= 1 {
 		t.Errorf("handoffs per decode step: pinned %.2f (want 1), plain %.2f (want more)", hPinned, hPlain)
