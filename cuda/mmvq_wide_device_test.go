@@ -117,81 +117,23 @@ func TestMMVQWideDevice_BitwiseEqualGGUFKernel(t *testing.T) {
 				}
 			}
 			for _, rows := range [][3]int{{896, 128, 128}, {3584, 512, 512}} {
-				mwFused(t, ms, rng, wt, k, x, rows)
+				fusedCompare(t, ms, rng, mwLayout, wt, k, x, rows)
 			}
 		}
 	}
 }
 
-// mwFused compares the fused q/k/v (with biases) and FFN forms, wide
-// against GGUF, for one k and the row counts rows (the FFN uses rows[0]).
-func mwFused(t *testing.T, ms *mmtSession, rng *rand.Rand, wt quant.Type, k int, x []float32, rows [3]int) {
-	t.Helper()
-	var wbs [3][]byte
-	var biases [3][]float32
-	total := 0
-	for i := range wbs {
-		wbs[i] = rpWeight(rng, wt, k, rows[i])
-		biases[i] = make([]float32, rows[i])
-		for j := range biases[i] {
-			biases[i][j] = 2*rng.Float32() - 1
-		}
-		total += rows[i]
-	}
-	up := rpWeight(rng, wt, k, rows[0])
-	var qkvGot, qkvWant, ffnGot, ffnWant []float32
-	err := ms.dev.Do(func() error {
-		var w, db [3]driver.DevicePtr
-		for i := range wbs {
-			var err error
-			if w[i], err = ms.upload(wbs[i]); err != nil {
-				return err
-			}
-			if db[i], err = ms.upload(driver.Float32Bytes(biases[i])); err != nil {
-				return err
-			}
-		}
-		u, err := ms.upload(up)
-		if err != nil {
-			return err
-		}
-		dq, qb, err := rpQuantize(ms, x, k)
-		if err != nil {
-			return err
-		}
-		if qkvWant, err = rpOut(ms, total, func(o driver.DevicePtr) error {
-			return ms.k.MatMulQ8_1QKV(ms.s, o, dq, qb, w, wt, db, k, rows)
-		}); err != nil {
-			return err
-		}
-		if qkvGot, err = rpOut(ms, total, func(o driver.DevicePtr) error {
-			return ms.k.MatMulQ8_1QKVW(ms.s, o, dq, qb, w, wt, db, k, rows)
-		}); err != nil {
-			return err
-		}
-		if ffnWant, err = rpOut(ms, rows[0], func(o driver.DevicePtr) error {
-			return ms.k.FFNQ8_1(ms.s, o, dq, qb, w[0], u, wt, k, rows[0])
-		}); err != nil {
-			return err
-		}
-		ffnGot, err = rpOut(ms, rows[0], func(o driver.DevicePtr) error {
-			return ms.k.FFNQ8_1W(ms.s, o, dq, qb, w[0], u, wt, k, rows[0])
-		})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("%s k=%d fused %v: %v", wt, k, rows, err)
-	}
-	for _, c := range []struct {
-		what      string
-		got, want []float32
-	}{{"qkv", qkvGot, qkvWant}, {"ffn", ffnGot, ffnWant}} {
-		what := fmt.Sprintf("%s k=%d rows=%v %s", wt, k, rows, c.what)
-		if bad := rpDiff(t, what, c.got, c.want); bad == 0 {
-			t.Logf("%s: %d outputs bitwise equal", what, len(c.want))
-		}
-	}
-}
+// mwLayout is MINFER_MMVQ_WIDE's: the GGUF bytes themselves.
+var mwLayout = fusedLayout{name: "wide",
+	copy: func(_ *mmtSession, src driver.DevicePtr, _ []byte, _ quant.Type, _, _ int) (driver.DevicePtr, error) {
+		return src, nil
+	},
+	qkv: func(ms *mmtSession, o, dq driver.DevicePtr, qb uint64, w [3]driver.DevicePtr, wt quant.Type, db [3]driver.DevicePtr, k int, rows [3]int) error {
+		return ms.k.MatMulQ8_1QKVW(ms.s, o, dq, qb, w, wt, db, k, rows)
+	},
+	ffn: func(ms *mmtSession, o, dq driver.DevicePtr, qb uint64, gate, up driver.DevicePtr, wt quant.Type, k, n int) error {
+		return ms.k.FFNQ8_1W(ms.s, o, dq, qb, gate, up, wt, k, n)
+	}}
 
 // TestMMVQWideDevice_MatchesExactQ8_1ReferenceWithin1e4Relative: on
 // quantized weights (the CPU quantizer's bytes) every minfer_mmvqw output
