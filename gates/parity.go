@@ -488,7 +488,11 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 			}
 			exact, e, err := mx.Logits(ctx, fmt.Sprintf("parity exact ref nt=%d", nt), "cpu", exactEnv(cfg), ids, 2, tmp("exact"))
 			env.Cmd("parity: exact CPU reference logits (MINFER_CPU_EXACT=1)", e)
-			d.Exact = append(d.Exact, judgeAgainstExact(d.Graph, misses, ref.Rows, exact.Rows, ref.NVocab, nt, cfg.GraphGap, err)...)
+			ex := judgeAgainstExact(d.Graph, misses, ref.Rows, exact.Rows, ref.NVocab, nt, cfg.GraphGap, err)
+			if len(ex) > 0 && cfg.ExactBin != "" {
+				ex[0].Why += fmt.Sprintf(" (computed by %s: the reference's own minfer has no MINFER_CPU_EXACT)", cfg.ExactBin)
+			}
+			d.Exact = append(d.Exact, ex...)
 		}
 		for _, c := range d.Graph[len(d.Graph)-2:] {
 			failed = failed || !c.Pass
