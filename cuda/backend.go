@@ -166,7 +166,7 @@ func New(opts Options) (*Backend, error) {
 // MatMulOptions returns the options the backend's matmuls run with (its
 // levers and its activation scratch), for MatMulPath / MatMulTolerance.
 func (b *Backend) MatMulOptions() MatMulOptions {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	return b.mm
 }
 
@@ -189,7 +189,7 @@ func (b *Backend) Kernels() *Kernels { return b.k }
 // one minfer_mmvq[r]_res_<t> launch, which exists for decode MMVQ matmuls
 // only: a chain whose matmul takes another route stays unfused.
 func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	switch k {
 	case graph.FuseQKV, graph.FuseFFN, graph.FuseQkvBiasRopeStore, graph.FuseQkNormRopeStore:
 		return true
@@ -207,7 +207,7 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 // are registered here and its KV layer exists. Shape invariants are checked
 // by Execute, which names the node and the values.
 func (b *Backend) SupportsOp(n *graph.Node) error {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	if _, ok := b.ops[n.Op]; !ok {
 		return fmt.Errorf("op %s has no device kernel", n.Op)
 	}
@@ -270,14 +270,22 @@ func (b *Backend) PinnedSteps() int64 { return b.pinnedSteps.Load() }
 // while Pin holds mu).
 func (b *Backend) pinnedHere() bool { return b.pinned.Load() && b.dev.OnThread() }
 
-// lock takes mu and returns its unlock, except inside a Pin's fn, whose
-// Pin holds mu for it.
-func (b *Backend) lock() func() {
+// lock takes mu, except inside a Pin's fn, whose Pin holds it for the
+// step; it says whether it took it, for unlock (`defer b.unlock(b.lock())`:
+// no closure, nothing allocated on Execute's path).
+func (b *Backend) lock() bool {
 	if b.pinnedHere() {
-		return func() {}
+		return false
 	}
 	b.mu.Lock()
-	return b.mu.Unlock
+	return true
+}
+
+// unlock releases mu if lock took it.
+func (b *Backend) unlock(took bool) {
+	if took {
+		b.mu.Unlock()
+	}
 }
 
 // registrationsWaited is how many registrations found another call in
@@ -286,7 +294,7 @@ func (b *Backend) registrationsWaited() int64 { return b.regWaits.Load() }
 
 // Alloc implements graph.Backend.
 func (b *Backend) Alloc(n int) (graph.Buffer, error) {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	var id graph.Buffer
 	err := b.dev.Do(func() error {
 		var err error
@@ -298,13 +306,13 @@ func (b *Backend) Alloc(n int) (graph.Buffer, error) {
 
 // Free implements graph.Backend: the memory stays in the pool.
 func (b *Backend) Free(id graph.Buffer) error {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	return b.pool.release(id)
 }
 
 // PoolGeneration is the pool generation (tests).
 func (b *Backend) PoolGeneration() uint64 {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	return b.pool.gen
 }
 
@@ -343,7 +351,7 @@ func (b *Backend) Read(id graph.Buffer, off int, dst []float32) error {
 // Synchronize implements graph.Backend: at a split boundary it closes a
 // pending capture (see capture.go), otherwise it waits for the stream.
 func (b *Backend) Synchronize() error {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	if b.cap.recording {
 		return b.finishCapture()
 	}
@@ -369,7 +377,7 @@ func (b *Backend) syncTimed() error {
 // direct and capturing executions here, before any launch and before a
 // capture window can open.
 func (b *Backend) BeginSplit(key graph.SplitKey) (bool, error) {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	replayed, err := b.beginSplit(key)
 	if err != nil || replayed {
 		return replayed, err
@@ -402,7 +410,7 @@ func (b *Backend) AllocKV(spec graph.KVSpec) error {
 	}
 	bytes := uint64(rb) * uint64(spec.NCtx)
 	bytes = (bytes + 3) &^ 3
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	return b.dev.Do(func() error {
 		var ks, vs []driver.DevicePtr
 		for l := range spec.NLayer {
@@ -476,7 +484,7 @@ func (b *Backend) ReadKV(layer int, side graph.KVSide) ([]byte, error) {
 // pool (buffers, weights, KV regions) and the pinned memory, destroys the
 // stream, unloads the kernels and releases the device.
 func (b *Backend) Close() error {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	if b.closed {
 		return nil
 	}

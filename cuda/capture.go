@@ -401,7 +401,7 @@ func (b *Backend) finishCapture() error {
 
 // CaptureStats returns what the graph machinery has done so far.
 func (b *Backend) CaptureStats() CaptureStats {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	return b.cap.stats
 }
 

@@ -47,7 +47,7 @@ func opTable() map[graph.Op]opFunc {
 // node's launches run now (asynchronously on the stream); in a capturing
 // one they are recorded and issued inside the window at Synchronize.
 func (b *Backend) Execute(n *graph.Node, in []graph.Tensor, out graph.Tensor) error {
-	defer b.lock()()
+	defer b.unlock(b.lock())
 	if b.closed {
 		return fmt.Errorf("cuda: %s %s: backend is closed", n.Op, n.Name)
 	}

@@ -103,10 +103,10 @@ func (b *Backend) openMemory() error {
 
 // DeviceMemory returns the pool's classes and the driver's view now.
 func (b *Backend) DeviceMemory() (DeviceMemory, error) {
-	unlock := b.lock()
+	took := b.lock()
 	c := b.pool.count
 	slack := b.pool.arenaHeld - b.pool.arenaUsed
-	unlock()
+	b.unlock(took)
 	m := DeviceMemory{Weights: c[MemWeights], Derived: c[MemDerived], KV: c[MemKV], Activations: c[MemActivations],
 		Workspace: c[MemWorkspace], HostMapped: b.pool.hostBytes, ArenaSlack: slack, FreeAtOpen: b.memOpen, Total: b.memTotal}
 	if b.closed {

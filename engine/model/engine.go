@@ -374,16 +374,11 @@ func (e *Engine) ForwardInto(dst []float32, tokens []int32, allLogits bool) ([]f
 		}
 	}
 	var out []float32
-	step := func() error {
-		var err error
-		out, err = e.step(dst, tokens, allLogits)
-		return err
-	}
 	var err error
 	if p, ok := e.backends[0].(StepPinner); ok && e.opts.Levers.PinStep {
-		err = p.Pin(step)
+		out, err = e.pinnedStep(p, dst, tokens, allLogits)
 	} else {
-		err = step()
+		out, err = e.step(dst, tokens, allLogits)
 	}
 	if err != nil {
 		return nil, err
@@ -400,6 +395,18 @@ func (e *Engine) ForwardInto(dst []float32, tokens []int32, allLogits bool) ([]f
 	}
 	e.mutate(out)
 	return out, nil
+}
+
+// pinnedStep runs step inside p.Pin (its own function, so the closure's
+// captures never move the unpinned path's locals to the heap).
+func (e *Engine) pinnedStep(p StepPinner, dst []float32, tokens []int32, allLogits bool) ([]float32, error) {
+	var out []float32
+	err := p.Pin(func() error {
+		var err error
+		out, err = e.step(dst, tokens, allLogits)
+		return err
+	})
+	return out, err
 }
 
 // step writes a checked forward's inputs, runs its graph and reads its

@@ -108,3 +108,22 @@ func TestForwardInto_ReusesABufferThatHoldsTheLogitsAndMatchesForwardBitwise(t *
 		t.Errorf("a dst too small was written: %v", small)
 	}
 }
+
+// A decode step through ForwardInto allocates nothing on the CPU engine
+// (the planned graph reused, the logits written into the buffer): GC work a
+// token is the backend's, not the engine's.
+func TestForwardInto_ACPUDecodeStepAllocatesNothing(t *testing.T) {
+	e := loadTiny(t, tinyQwen2, levers.Default())
+	buf := make([]float32, e.HParams().NVocab)
+	if _, err := e.ForwardInto(buf, prompt, false); err != nil {
+		t.Fatal(err)
+	}
+	ids := []int32{40}
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := e.ForwardInto(buf, ids, false); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations a decode step, want 0", n)
+	}
+}
