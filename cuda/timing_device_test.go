@@ -137,9 +137,12 @@ func TestDelay_GrowsDeviceTimeAndWallTimeByTheAskedTime(t *testing.T) {
 // interval, as long as the step's own device time (within 5% + 40 us: the
 // launch between the events, measured 13-16 us on the H200); a prefill has
 // none. Against an unmutated engine the decode device time about doubles
-// and the wall time grows by at least 0.8 x the unmutated device time.
-// (Engines made later in a process ran their decode up to 15% slower on
-// the H200, spin or not: the bar across engines is loose, the one inside
+// and the wall time grows by at least half the device time added: the spin
+// is queued behind the step, so the host's work on the next step overlaps
+// part of it (H200, 05324fe: 0.61-0.71 ms of wall for 0.84-0.94 ms added;
+// a 0.8 x dev0 bar failed once when the first engine's dev0 came out 14%
+// high). (Engines made later in a process ran their decode up to 15% slower
+// on the H200, spin or not: the bar across engines is loose, the one inside
 // the engine tight.)
 func TestMutateSlowDecode_OnCUDAGrowsDecodeDeviceAndWallTimeByF(t *testing.T) {
 	dsNeedDevice(t)
@@ -171,8 +174,9 @@ func TestMutateSlowDecode_OnCUDAGrowsDecodeDeviceAndWallTimeByF(t *testing.T) {
 	if r < 1.6 || r > 2.8 {
 		t.Errorf("slow_decode=1: decode device time x%.3f, want about 2 (1.6..2.8)", r)
 	}
-	if grow := dsMedian(wall1) - dsMedian(wall0); grow < dsMedian(dev0)*8/10 {
-		t.Errorf("slow_decode=1: decode wall time grew by %v, want at least 0.8 x %v", grow, dsMedian(dev0))
+	added := dsMedian(dev1) - dsMedian(dev0)
+	if grow := dsMedian(wall1) - dsMedian(wall0); grow < added/2 {
+		t.Errorf("slow_decode=1: decode wall time grew by %v, want at least half the device time added (%v)", grow, added)
 	}
 	// A prefill adds its own splits only: no spin.
 	mut.Reset()
