@@ -111,7 +111,6 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
-			Q5KMMVQ: opts.Levers.Q5KMMVQ,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).
@@ -211,18 +210,13 @@ func (b *Backend) SupportsOp(n *graph.Node) error {
 	if _, ok := b.ops[n.Op]; !ok {
 		return fmt.Errorf("op %s has no device kernel", n.Op)
 	}
-	names := append([]string{n.Weight, n.Bias}, n.Weights...)
-	names = append(names, n.Biases...)
-	for _, w := range names {
-		if w != "" && b.weights[w] == nil {
+	for _, w := range n.WeightNames() {
+		if b.weights[w] == nil {
 			return fmt.Errorf("weight %s is not registered", w)
 		}
 	}
-	switch n.Op {
-	case graph.OpAttn, graph.OpKvcacheStore, graph.OpKvcacheLoad, graph.OpQkvBiasRopeStore:
-		if b.kvK == nil || n.P.Layer < 0 || n.P.Layer >= b.kvSpec.NLayer {
-			return fmt.Errorf("no KV region for layer %d", n.P.Layer)
-		}
+	if n.Op.UsesKV() && (b.kvK == nil || n.P.Layer < 0 || n.P.Layer >= b.kvSpec.NLayer) {
+		return fmt.Errorf("no KV region for layer %d", n.P.Layer)
 	}
 	return nil
 }

@@ -51,9 +51,8 @@ func (b *Backend) kvCells(op string, layer int, side graph.KVSide, cell, n int) 
 	default:
 		return 0, fmt.Errorf("cuda: %s KV cells: side %d", op, side)
 	}
-	rb := b.kvRowB
-	if n <= 0 || n%rb != 0 || cell < 0 || cell > b.kvSpec.NCtx-n/rb {
-		return 0, fmt.Errorf("cuda: %s KV cells: %d bytes from cell %d: want whole cells of %d bytes inside %d cells", op, n, cell, rb, b.kvSpec.NCtx)
+	if err := graph.CheckKVCells(n, cell, b.kvRowB, b.kvSpec.NCtx); err != nil {
+		return 0, fmt.Errorf("cuda: %s KV cells: %w", op, err)
 	}
-	return reg + driver.DevicePtr(cell*rb), nil
+	return reg + driver.DevicePtr(cell*b.kvRowB), nil
 }

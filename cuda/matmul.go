@@ -407,10 +407,6 @@ type MatMulOptions struct {
 	NoQ80MMVQ bool
 	NoQ40MMVQ bool
 	NoKQMMVQ  bool
-	// Q5KMMVQ (MINFER_Q5K_MMVQ, opt-in) runs Q5_K decode through
-	// minfer_mmvq_q5_k (and its fused and split forms) as NoKQMMVQ allows
-	// for Q4_K and Q6_K; off, Q5_K decodes through minfer_mmv_q5_k.
-	Q5KMMVQ bool
 	// ActQ8 is a device scratch of ActQ8Bytes bytes (4-byte aligned) that
 	// the mmvq path quantizes the activation row into (k / 32 Q8_1 blocks of
 	// 36 bytes). The mmvq path is taken only when it is set: the Backend
@@ -473,8 +469,8 @@ func MatMulTypes() []quant.Type {
 // MatMulPath returns the name of the kernel MatMul launches for wtype and
 // nt tokens ("" for a type without a device matmul or nt < 1). The
 // NoPrefillGEMM prefill runs that one kernel once per chunk of up to 8
-// tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K
-// (Q5_K with opts.Q5KMMVQ) runs the mmvq kernel (after
+// tokens. Decode (nt = 1) of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and
+// Q6_K runs the mmvq kernel (after
 // minfer_quantize_q8_1) when its lever is off and opts.ActQ8 is set; 2..8
 // tokens of those types but Q5_K (no multi-token kernel: mmvqNTMissing)
 // run minfer_mmvq_nt_<t> (after minfer_quantize_q8_1 of the nt rows) when

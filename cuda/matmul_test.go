@@ -55,12 +55,11 @@ func TestMatMulPath_DispatchesByTypeAndTokenCount(t *testing.T) {
 		{quant.Q8_0, 1, MatMulOptions{}, "minfer_mmv_q8_0"}, // no scratch: the mmv path
 		{quant.Q8_0, 2, sc, "minfer_mmv_q8_0"},              // nt = 1 only
 		{quant.Q4_K, 9, sc, "minfer_gemm_q4_k"},
-		{quant.Q5_K, 1, sc, "minfer_mmv_q5_k"}, // MINFER_Q5K_MMVQ is opt-in
-		{quant.Q5_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, Q5KMMVQ: true}, "minfer_mmvq_q5_k"},
-		{quant.Q5_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, Q5KMMVQ: true, NoKQMMVQ: true}, "minfer_mmv_q5_k"},
-		{quant.Q5_K, 1, MatMulOptions{Q5KMMVQ: true}, "minfer_mmv_q5_k"},                                             // no scratch
-		{quant.Q5_K, 2, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, Q5KMMVQ: true}, "minfer_mmv_q5_k"}, // nt = 1 only
-		{quant.Q5_K, 9, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, Q5KMMVQ: true}, "minfer_gemm_q5_k"},
+		{quant.Q5_K, 1, sc, "minfer_mmvq_q5_k"},
+		{quant.Q5_K, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoKQMMVQ: true}, "minfer_mmv_q5_k"},
+		{quant.Q5_K, 1, MatMulOptions{}, "minfer_mmv_q5_k"}, // no scratch
+		{quant.Q5_K, 2, sc, "minfer_mmv_q5_k"},              // nt = 1 only
+		{quant.Q5_K, 9, sc, "minfer_gemm_q5_k"},
 		{quant.F16, 1, sc, "minfer_mmv_f16"},
 		{quant.Q8_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true}, "minfer_mmv_q8_0"},
 		{quant.Q4_0, 1, MatMulOptions{ActQ8: sc.ActQ8, ActQ8Bytes: sc.ActQ8Bytes, NoQ80MMVQ: true}, "minfer_mmvq_q4_0"},

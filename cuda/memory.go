@@ -170,7 +170,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if sms <= 0 {
 		sms = planSMs
 	}
-	mm := MatMulOptions{NoQ80MMVQ: lv.NoQ80MMVQ, NoKQMMVQ: lv.NoKQMMVQ, Q5KMMVQ: lv.Q5KMMVQ, MMQ: lv.MMQ, NoPrefillGEMM: lv.NoPrefillGEMM, MMVQNT: lv.MMVQNT}
+	mm := MatMulOptions{NoQ80MMVQ: lv.NoQ80MMVQ, NoKQMMVQ: lv.NoKQMMVQ, MMQ: lv.MMQ, NoPrefillGEMM: lv.NoPrefillGEMM, MMVQNT: lv.MMVQNT}
 	probe := &Backend{lv: lv, mm: mm}
 	r := memplan.Rules{
 		Backend: "cuda",

@@ -40,9 +40,8 @@ func mmvqFusedKernel(wtype quant.Type, form string) string {
 }
 
 // mmvqOn reports whether the mmvq kernel of wtype is enabled by opts (its
-// lever not set and a scratch given). Q5_K is new and opt-in until an H200
-// A/B shows it no slower: MINFER_Q5K_MMVQ=1 (Q5KMMVQ) turns it on, and
-// MINFER_NO_KQ_MMVQ=1 still turns it off with the other K-quants.
+// kill switch not set and a scratch given). Q5_K joined the K-quants when
+// its H200 A/B passed (tg x1.117, reports/MINFER_Q5K_MMVQ).
 func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
 	if _, ok := mmvqTable[wtype]; !ok || opts.ActQ8 == 0 {
 		return false
@@ -52,10 +51,8 @@ func mmvqOn(wtype quant.Type, opts MatMulOptions) bool {
 		return !opts.NoQ80MMVQ
 	case quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1:
 		return !opts.NoQ40MMVQ
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		return !opts.NoKQMMVQ
-	case quant.Q5_K:
-		return opts.Q5KMMVQ && !opts.NoKQMMVQ
 	}
 	return false
 }
@@ -116,42 +113,125 @@ func checkMMVQ(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePt
 	return nil
 }
 
+// mmvqFamily is what the decode kernel families that give each output row
+// one warp differ in: minfer_mmvq_* over the GGUF bytes (mmvqFam), its
+// repacked copy (mmvqrFam, mmvq_repack.go) and the GGUF bytes with 16-byte
+// loads (mmvqwFam). Their plain, _res_, _qkv_ and _ffn_ launchers share one
+// body each (mmvqMatVec, mmvqQKV, mmvqFFN) so that the checks, grids and
+// argument orders of the three cannot drift apart.
+type mmvqFamily struct {
+	rows    int                                        // output rows (warps) per block
+	threads uint32                                     // threads per block
+	kernel  func(wtype quant.Type, form string) string // form "" (plain), "res", "qkv" or "ffn"
+	// check validates one weight under op; checkMMVQ and checkMMVQW check
+	// the Q8_1 row too, checkMMVQR does not (checkQ8Act follows it).
+	check func(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type, kDim, n int) error
+}
+
+var mmvqFam = mmvqFamily{rows: mmvqRows, threads: mmvqThreads, kernel: mmvqKernel, check: checkMMVQ}
+
+// mmvqKernel names the GGUF decode kernel of form "" (plain), "res", "qkv"
+// or "ffn" for wtype ("" for a type without one).
+func mmvqKernel(wtype quant.Type, form string) string {
+	if form == "" {
+		return mmvqTable[wtype]
+	}
+	return mmvqFusedKernel(wtype, form)
+}
+
+// grid is the launch geometry of rows output rows, f.rows to a block.
+func (f mmvqFamily) grid(rows int) (grid, block [3]uint32) {
+	return [3]uint32{uint32((rows + f.rows - 1) / f.rows), 1, 1}, [3]uint32{f.threads, 1, 1}
+}
+
+// checkCall checks, under op, one decode matmul of f: its weight
+// (f.check), its Q8_1 activation, and its output and bias.
+func (f mmvqFamily) checkCall(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias driver.DevicePtr, wtype quant.Type,
+	kDim, n int) error {
+	if err := f.check(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
+		return err
+	}
+	// After checkMMVQ / checkMMVQW this cannot fail: they check the same.
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	return checkOutBias(op, wtype, out, bias, kDim, n)
+}
+
+// checkOutBias checks a decode matmul's output (not null) and bias (may be
+// 0): both 4-byte aligned.
+func checkOutBias(op string, wtype quant.Type, out, bias driver.DevicePtr, kDim, n int) error {
+	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
+	}
+	return nil
+}
+
+// matVecArgs is the form and the arguments of a decode matmul kernel, one
+// warp a row or split: out, xq, w, bias, k, n, and for the _res_ form
+// (res != 0: its callers have checked it with checkRes) res last.
+func matVecArgs(out, xq, w, bias, res driver.DevicePtr, kDim, n int) (form string, args []any) {
+	args = []any{out, xq, w, bias, int32(kDim), int32(n)}
+	if res != 0 {
+		return "res", append(args, res)
+	}
+	return "", args
+}
+
+// mmvqMatVec is MatMulQ8_1 of family f under op: checkCall, then f's plain
+// kernel.
+func (k *Kernels) mmvqMatVec(f mmvqFamily, op string, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64,
+	w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr, kDim, n int) error {
+	if err := f.checkCall(op, out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
+		return err
+	}
+	return k.launchMatVec(f, s, out, xq, w, bias, 0, wtype, kDim, n)
+}
+
+// mmvqMatVecRes is MatMulQ8_1Res of family f under op: checkCall and
+// checkRes, then f's _res_ kernel.
+func (k *Kernels) mmvqMatVecRes(f mmvqFamily, op string, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64,
+	w driver.DevicePtr, wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
+	if err := f.checkCall(op, out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
+		return err
+	}
+	if err := checkRes(op, wtype, out, res, kDim, n); err != nil {
+		return err
+	}
+	return k.launchMatVec(f, s, out, xq, w, bias, res, wtype, kDim, n)
+}
+
+// launchMatVec launches f's plain kernel of wtype, or its _res_ form when
+// res != 0, over n output rows (the call checked).
+func (k *Kernels) launchMatVec(f mmvqFamily, s *driver.Stream, out, xq, w, bias, res driver.DevicePtr, wtype quant.Type,
+	kDim, n int) error {
+	form, args := matVecArgs(out, xq, w, bias, res, kDim, n)
+	name := f.kernel(wtype, form)
+	grid, block := f.grid(n)
+	if err := k.launch(s, name, grid, block, 0, args...); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
 // MatMulQ8_1 is the second half of the decode mmvq path: out[j] = W[j] . a
 // (+ bias[j]) for an activation row a already quantized to Q8_1 at xq
 // (xqBytes bytes, QuantizeQ8_1 of kDim values). Several matmuls of one input
 // (q/k/v, gate/up) quantize it once and call this for each weight.
 func (k *Kernels) MatMulQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type,
 	bias driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQ("matmul_q8_1", xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1 %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	name := mmvqTable[wtype]
-	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
-	block := [3]uint32{mmvqThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n)); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqMatVec(mmvqFam, "matmul_q8_1", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
 }
 
 // checkQKV checks, under op, the three weights of a fused q/k/v launch
-// (checkMMVQ; checkMMVQR for repacked copies), their biases' alignment,
-// the Q8_1 activation and the output (not null, aligned, at most MaxInt32
-// rows in all), and returns the rows in all.
-func checkQKV(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias [3]driver.DevicePtr, wtype quant.Type,
-	kDim int, n [3]int, repacked bool) (int, error) {
+// (f.check: checkMMVQ, checkMMVQR for repacked copies, checkMMVQW), their
+// biases' alignment, the Q8_1 activation and the output (not null, aligned,
+// at most MaxInt32 rows in all), and returns the rows in all.
+func checkQKV(op string, f mmvqFamily, out, xq driver.DevicePtr, xqBytes uint64, w, bias [3]driver.DevicePtr, wtype quant.Type,
+	kDim int, n [3]int) (int, error) {
 	total := 0
 	for i := range w {
-		var err error
-		if repacked {
-			err = checkMMVQR(op, w[i], wtype, kDim, n[i])
-		} else {
-			err = checkMMVQ(op, xq, xqBytes, w[i], wtype, kDim, n[i])
-		}
-		if err != nil {
+		if err := f.check(op, xq, xqBytes, w[i], wtype, kDim, n[i]); err != nil {
 			return 0, fmt.Errorf("weight %d: %w", i, err)
 		}
 		if uint64(bias[i])%4 != 0 {
@@ -159,7 +239,7 @@ func checkQKV(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias [3]dr
 		}
 		total += n[i]
 	}
-	// After checkMMVQ (GGUF weights) this cannot fail: it checks the same.
+	// After checkMMVQ / checkMMVQW this cannot fail: they check the same.
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return 0, err
 	}
@@ -169,25 +249,61 @@ func checkQKV(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias [3]dr
 	return total, nil
 }
 
+// qkvArgs are the arguments of every fused q/k/v decode kernel, one warp a
+// row or split: out, xq, the three weights, the three biases, k and the
+// three row counts.
+func qkvArgs(out, xq driver.DevicePtr, w, bias [3]driver.DevicePtr, kDim int, n [3]int) []any {
+	return []any{out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2], int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])}
+}
+
+// mmvqQKV is MatMulQ8_1QKV of family f under op: checkQKV, then one launch
+// of f's _qkv_ kernel over the rows in all.
+func (k *Kernels) mmvqQKV(f mmvqFamily, op string, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64,
+	w [3]driver.DevicePtr, wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
+	total, err := checkQKV(op, f, out, xq, xqBytes, w, bias, wtype, kDim, n)
+	if err != nil {
+		return err
+	}
+	name := f.kernel(wtype, "qkv")
+	grid, block := f.grid(total)
+	if err := k.launch(s, name, grid, block, 0, qkvArgs(out, xq, w, bias, kDim, n)...); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// mmvqFFN is FFNQ8_1 of family f under op: both weights (f.check), the
+// Q8_1 activation and the output checked, then one launch of f's _ffn_
+// kernel with out, xq, wg, wu, k, n.
+func (k *Kernels) mmvqFFN(f mmvqFamily, op string, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64,
+	wg, wu driver.DevicePtr, wtype quant.Type, kDim, n int) error {
+	for i, w := range []driver.DevicePtr{wg, wu} {
+		if err := f.check(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+	}
+	// After checkMMVQ / checkMMVQW this cannot fail: they check the same.
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return err
+	}
+	if out == 0 || uint64(out)%4 != 0 {
+		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v", op, wtype, kDim, n, out)
+	}
+	name := f.kernel(wtype, "ffn")
+	grid, block := f.grid(n)
+	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
+		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
 // MatMulQ8_1QKV runs the q, k and v projections of one Q8_1 activation row
 // in one launch (minfer_mmvq_qkv_<type>): out holds n[0] + n[1] + n[2]
 // values, q then k then v, each row bitwise what MatMulQ8_1 gives for it.
 // The three weights share wtype and kDim; a bias may be 0.
 func (k *Kernels) MatMulQ8_1QKV(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
-	const op = "matmul_q8_1_qkv"
-	total, err := checkQKV(op, out, xq, xqBytes, w, bias, wtype, kDim, n, false)
-	if err != nil {
-		return err
-	}
-	name := mmvqFusedKernel(wtype, "qkv")
-	grid := [3]uint32{uint32((total + mmvqRows - 1) / mmvqRows), 1, 1}
-	block := [3]uint32{mmvqThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
-		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqQKV(mmvqFam, "matmul_q8_1_qkv", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
 }
 
 // FFNQ8_1 is the fused SwiGLU FFN of one Q8_1 activation row in one launch
@@ -196,31 +312,11 @@ func (k *Kernels) MatMulQ8_1QKV(s *driver.Stream, out, xq driver.DevicePtr, xqBy
 // product as minfer_swiglu_f32 computes them. Gate and up share wtype.
 func (k *Kernels) FFNQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
 	wtype quant.Type, kDim, n int) error {
-	for i, w := range []driver.DevicePtr{wg, wu} {
-		if err := checkMMVQ("ffn_q8_1", xq, xqBytes, w, wtype, kDim, n); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-	}
-	if out == 0 || uint64(out)%4 != 0 {
-		return fmt.Errorf("ffn_q8_1 %s k=%d n=%d: null or misaligned output %v", wtype, kDim, n, out)
-	}
-	name := mmvqFusedKernel(wtype, "ffn")
-	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
-	block := [3]uint32{mmvqThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
-		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqFFN(mmvqFam, "ffn_q8_1", s, out, xq, xqBytes, wg, wu, wtype, kDim, n)
 }
 
 // mmvqResKernel names the residual form of a type's mmvq kernel.
-func mmvqResKernel(wtype quant.Type) string {
-	name, ok := mmvqTable[wtype]
-	if !ok {
-		return ""
-	}
-	return "minfer_mmvq_res_" + strings.TrimPrefix(name, "minfer_mmvq_")
-}
+func mmvqResKernel(wtype quant.Type) string { return mmvqFusedKernel(wtype, "res") }
 
 // checkRes validates the residual and output of a _res_ launch: both f32
 // aligned, the same n values or disjoint.
@@ -239,22 +335,7 @@ func checkRes(op string, wtype quant.Type, out, res driver.DevicePtr, kDim, n in
 // bitwise MatMulQ8_1 followed by Add. res may be out (in place).
 func (k *Kernels) MatMulQ8_1Res(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQ("matmul_q8_1_res", xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1_res %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	if err := checkRes("matmul_q8_1_res", wtype, out, res, kDim, n); err != nil {
-		return err
-	}
-	name := mmvqResKernel(wtype)
-	grid := [3]uint32{uint32((n + mmvqRows - 1) / mmvqRows), 1, 1}
-	block := [3]uint32{mmvqThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqMatVecRes(mmvqFam, "matmul_q8_1_res", s, out, xq, xqBytes, w, wtype, bias, res, kDim, n)
 }
 
 // mmvqFromQ8 runs the decode MMVQ matmul m over the Q8_1 row already in
@@ -370,14 +451,21 @@ func MMVQWideType(t quant.Type) bool { _, ok := mmvqwTypes[t]; return ok }
 // mmvqwKernel names the wide kernel of form "" (plain), "res", "qkv" or
 // "ffn" for wtype ("" for a type without one).
 func mmvqwKernel(wtype quant.Type, form string) string {
-	sfx, ok := mmvqwTypes[wtype]
+	return formKernel("minfer_mmvqw_", mmvqwTypes, wtype, form)
+}
+
+// formKernel names the kernel prefix[form_]suffix of wtype, its suffix
+// from suffixes ("" for a type without one): the naming the wide and
+// repacked kernel families share.
+func formKernel(prefix string, suffixes map[quant.Type]string, wtype quant.Type, form string) string {
+	sfx, ok := suffixes[wtype]
 	if !ok {
 		return ""
 	}
 	if form == "" {
-		return "minfer_mmvqw_" + sfx
+		return prefix + sfx
 	}
-	return "minfer_mmvqw_" + form + "_" + sfx
+	return prefix + form + "_" + sfx
 }
 
 // mmvqwChunk is the blocks per staged chunk and the row buffer's 16-byte
@@ -421,91 +509,32 @@ func checkMMVQW(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DeviceP
 	return nil
 }
 
+var mmvqwFam = mmvqFamily{rows: mmvqwRows, threads: mmvqwThreads, kernel: mmvqwKernel, check: checkMMVQW}
+
 // MatMulQ8_1W is MatMulQ8_1 through minfer_mmvqw_<type> (Q8_0, Q6_K): the
 // same GGUF bytes, bitwise the same outputs, 16-byte loads.
 func (k *Kernels) MatMulQ8_1W(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type,
 	bias driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQW("matmul_q8_1w", xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1w %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	name := mmvqwKernel(wtype, "")
-	grid := [3]uint32{uint32((n + mmvqwRows - 1) / mmvqwRows), 1, 1}
-	block := [3]uint32{mmvqwThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n)); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqMatVec(mmvqwFam, "matmul_q8_1w", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
 }
 
 // MatMulQ8_1WRes is MatMulQ8_1Res through minfer_mmvqw_res_<type>: bitwise
 // MatMulQ8_1W followed by Add; res may be out.
 func (k *Kernels) MatMulQ8_1WRes(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQW("matmul_q8_1w_res", xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("matmul_q8_1w_res %s k=%d n=%d: null or misaligned output %v / bias %v", wtype, kDim, n, out, bias)
-	}
-	if err := checkRes("matmul_q8_1w_res", wtype, out, res, kDim, n); err != nil {
-		return err
-	}
-	name := mmvqwKernel(wtype, "res")
-	grid := [3]uint32{uint32((n + mmvqwRows - 1) / mmvqwRows), 1, 1}
-	block := [3]uint32{mmvqwThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqMatVecRes(mmvqwFam, "matmul_q8_1w_res", s, out, xq, xqBytes, w, wtype, bias, res, kDim, n)
 }
 
 // MatMulQ8_1QKVW is MatMulQ8_1QKV through minfer_mmvqw_qkv_<type>: bitwise
 // MatMulQ8_1QKV of the same bytes.
 func (k *Kernels) MatMulQ8_1QKVW(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
-	total := 0
-	for i := range w {
-		if err := checkMMVQW("matmul_q8_1w_qkv", xq, xqBytes, w[i], wtype, kDim, n[i]); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return fmt.Errorf("matmul_q8_1w_qkv: bias %d %v is misaligned", i, bias[i])
-		}
-		total += n[i]
-	}
-	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
-		return fmt.Errorf("matmul_q8_1w_qkv %s k=%d n=%v: null or misaligned output %v, or too many rows", wtype, kDim, n, out)
-	}
-	name := mmvqwKernel(wtype, "qkv")
-	grid := [3]uint32{uint32((total + mmvqwRows - 1) / mmvqwRows), 1, 1}
-	block := [3]uint32{mmvqwThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
-		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqQKV(mmvqwFam, "matmul_q8_1w_qkv", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
 }
 
 // FFNQ8_1W is FFNQ8_1 through minfer_mmvqw_ffn_<type>: bitwise FFNQ8_1 of
 // the same bytes.
 func (k *Kernels) FFNQ8_1W(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
 	wtype quant.Type, kDim, n int) error {
-	for i, w := range []driver.DevicePtr{wg, wu} {
-		if err := checkMMVQW("ffn_q8_1w", xq, xqBytes, w, wtype, kDim, n); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-	}
-	if out == 0 || uint64(out)%4 != 0 {
-		return fmt.Errorf("ffn_q8_1w %s k=%d n=%d: null or misaligned output %v", wtype, kDim, n, out)
-	}
-	name := mmvqwKernel(wtype, "ffn")
-	grid := [3]uint32{uint32((n + mmvqwRows - 1) / mmvqwRows), 1, 1}
-	block := [3]uint32{mmvqwThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
-		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqFFN(mmvqwFam, "ffn_q8_1w", s, out, xq, xqBytes, wg, wu, wtype, kDim, n)
 }

@@ -16,9 +16,9 @@ import (
 // mmvqTypes are the weight types with an mmvq kernel, in a fixed order.
 var mmvqTypes = []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 
-// mmvqAllOn are options that take every mmvq type's decode kernel: the
-// opt-in ones (Q5_K: MINFER_Q5K_MMVQ) on, every kill switch off.
-var mmvqAllOn = MatMulOptions{Q5KMMVQ: true}
+// mmvqAllOn are options that take every mmvq type's decode kernel: every
+// kill switch off.
+var mmvqAllOn = MatMulOptions{}
 
 // mmvqKs are the row lengths tested per type: 256, 896 (qwen2-0.5b's width)
 // and 4864 (its FFN width) for the 32-value formats; a K-quant needs whole
@@ -260,8 +260,8 @@ func TestMMVQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 }
 
 // TestMMVQDevice_LeverSwitchesToMMVKernel: with each type's lever set
-// (NoQ80MMVQ / NoQ40MMVQ for Q4_0, Q4_1, Q5_0, Q5_1 / NoKQMMVQ, which
-// wins over Q5_K's opt-in Q5KMMVQ) and a scratch given, MatMulPath names
+// (NoQ80MMVQ / NoQ40MMVQ for Q4_0, Q4_1, Q5_0, Q5_1 / NoKQMMVQ for Q4_K,
+// Q5_K, Q6_K) and a scratch given, MatMulPath names
 // the mmv kernel and the launch census shows exactly that kernel ran (and
 // no quantize); with the lever off it shows quantize + mmvq. The lever-on
 // output is bitwise the scratch-less mmv output. A too-small scratch is an
@@ -273,7 +273,7 @@ func TestMMVQDevice_LeverSwitchesToMMVKernel(t *testing.T) {
 	levered := map[quant.Type]MatMulOptions{
 		quant.Q8_0: {NoQ80MMVQ: true}, quant.Q4_0: {NoQ40MMVQ: true}, quant.Q4_1: {NoQ40MMVQ: true},
 		quant.Q5_0: {NoQ40MMVQ: true}, quant.Q5_1: {NoQ40MMVQ: true},
-		quant.Q4_K: {NoKQMMVQ: true}, quant.Q6_K: {NoKQMMVQ: true}, quant.Q5_K: {Q5KMMVQ: true, NoKQMMVQ: true},
+		quant.Q4_K: {NoKQMMVQ: true}, quant.Q6_K: {NoKQMMVQ: true}, quant.Q5_K: {NoKQMMVQ: true},
 	}
 	const k, n = 256, 37
 	rng := rand.New(rand.NewSource(13))

@@ -359,9 +359,7 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					}
 					g := &mfGraph{ffn: ffn, k: 256, m: 133, nt: nt}
 					mfWeights(t, r, g, mx.ts...)
-					// Q5_K's MMVQ is opt-in (MINFER_Q5K_MMVQ); the kill
-					// switches (dsNoMMVQ) turn it off again.
-					extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_Q5K_MMVQ=1"}
+					extra := []string{"MINFER_LAUNCH_CENSUS=1"}
 					if lever {
 						extra = append(extra, dsNoMMVQ...)
 					}
@@ -448,9 +446,8 @@ func mfTop2(v []float32) (int, float64) {
 // <= 0.05 at every step, top-1 equal wherever the reference's top-2 margin
 // is above max(0.2, 0.1 x max |ref|) (dsClassFlipMargin). Liveness from the launch census: levers off, decode runs
 // minfer_quantize_q8_1 and mmvq kernels (the fused ones where q/k/v resp.
-// gate/up share a type); levers on, neither. The Q5_K_M files run with
-// MINFER_Q5K_MMVQ=1 in both arms (the kill switches win over it), and
-// with the MMVQ path on their decode runs minfer_mmvq*_q5_k.
+// gate/up share a type); levers on, neither. With the MMVQ path on the
+// Q5_K_M files' decode runs minfer_mmvq*_q5_k.
 func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
@@ -461,9 +458,6 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			env := []string{"MINFER_LAUNCH_CENSUS=1"}
-			if m.typ == "Q5_K_M" {
-				env = append(env, "MINFER_Q5K_MMVQ=1")
-			}
 			on := dsEngine(t, path, "cuda", 256, env...)
 			off := dsEngine(t, path, "cuda", 256, append(slices.Clone(env), dsNoMMVQ...)...)
 			host := dsEngine(t, path, "cpu", 256)
@@ -551,7 +545,7 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 				}
 				t.Logf("census (6 decodes): %d minfer_mmvq*_q5_k launches", q5k)
 				if q5k == 0 || cOn[matmulTable[quant.Q5_K].mmv] != 0 {
-					t.Errorf("MINFER_Q5K_MMVQ=1: %d minfer_mmvq*_q5_k and %d %s launches; want some and none",
+					t.Errorf("Q5_K decode: %d minfer_mmvq*_q5_k and %d %s launches; want some and none",
 						q5k, cOn[matmulTable[quant.Q5_K].mmv], matmulTable[quant.Q5_K].mmv)
 				}
 			}

@@ -28,8 +28,8 @@ const (
 
 // mmvqNTMissing are the mmvq types mmvq_nt.cu has no multi-token kernel
 // for (its per-type structs are not mmvq.cu's): their 2..8-token matmuls
-// keep the f32-activation minfer_mmv_<t>. Q5_K's decode MMVQ is new
-// (MINFER_Q5K_MMVQ); a minfer_mmvq_nt_q5_k can follow its A/B.
+// keep the f32-activation minfer_mmv_<t>. Q5_K's decode MMVQ became the
+// default in session 11; a minfer_mmvq_nt_q5_k would follow its own A/B.
 var mmvqNTMissing = map[quant.Type]bool{quant.Q5_K: true}
 
 // mmvqNTKernel names the multi-token mmvq kernel of wtype ("" for a type

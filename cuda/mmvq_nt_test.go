@@ -45,13 +45,11 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 	noScratch := MatMulOptions{MMVQNT: true}
 	typeLever := on
 	typeLever.NoKQMMVQ = true
-	q5k := on
-	q5k.Q5KMMVQ = true
-	if got := MatMulPath(quant.Q5_K, 1, q5k); got != "minfer_mmvq_q5_k" {
-		t.Errorf("MatMulPath(Q5_K, nt=1, Q5KMMVQ) = %q, want the decode kernel", got)
+	if got := MatMulPath(quant.Q5_K, 1, on); got != "minfer_mmvq_q5_k" {
+		t.Errorf("MatMulPath(Q5_K, nt=1) = %q, want the decode kernel", got)
 	}
-	if got := MatMulTolerance(quant.Q5_K, 4, q5k); got != "f32-reorder" {
-		t.Errorf("MatMulTolerance(Q5_K, nt=4, Q5KMMVQ) = %q: the mmv kernel's class", got)
+	if got := MatMulTolerance(quant.Q5_K, 4, on); got != "f32-reorder" {
+		t.Errorf("MatMulTolerance(Q5_K, nt=4) = %q: the mmv kernel's class", got)
 	}
 	for _, c := range []struct {
 		wt   quant.Type
@@ -62,8 +60,8 @@ func TestMatMulPath_MMVQNTNamesKernelPerLeverState(t *testing.T) {
 		{quant.Q4_K, typeLever, "minfer_mmv_q4_k"},     // MINFER_NO_KQ_MMVQ
 		{quant.Q6_K, typeLever, "minfer_mmv_q6_k"},     // MINFER_NO_KQ_MMVQ
 		{quant.Q8_0, typeLever, "minfer_mmvq_nt_q8_0"}, // another type's lever
-		{quant.Q5_K, on, "minfer_mmv_q5_k"},            // MINFER_Q5K_MMVQ off
-		{quant.Q5_K, q5k, "minfer_mmv_q5_k"},           // on, but no multi-token kernel
+		{quant.Q5_K, typeLever, "minfer_mmv_q5_k"},     // MINFER_NO_KQ_MMVQ
+		{quant.Q5_K, on, "minfer_mmv_q5_k"},            // no multi-token kernel
 		{quant.F16, on, "minfer_mmv_f16"},
 	} {
 		if got := MatMulPath(c.wt, 4, c.opts); got != c.want {

@@ -41,17 +41,10 @@ var mmvqrTypes = map[quant.Type]string{
 // under MINFER_MMVQ_REPACK.
 func MMVQRepackable(t quant.Type) bool { _, ok := mmvqrTypes[t]; return ok }
 
-// mmvqrKernel names the repacked decode kernel of form "" (plain), "qkv" or
-// "ffn" for wtype ("" when the type has none).
+// mmvqrKernel names the repacked decode kernel of form "" (plain), "res",
+// "qkv" or "ffn" for wtype ("" when the type has none).
 func mmvqrKernel(wtype quant.Type, form string) string {
-	sfx, ok := mmvqrTypes[wtype]
-	if !ok {
-		return ""
-	}
-	if form == "" {
-		return "minfer_mmvqr_" + sfx
-	}
-	return "minfer_mmvqr_" + form + "_" + sfx
+	return formKernel("minfer_mmvqr_", mmvqrTypes, wtype, form)
 }
 
 // MMVQRepackBytes is the size of the repacked copy of n rows of k values of
@@ -140,81 +133,33 @@ func checkQ8Act(op string, xq driver.DevicePtr, xqBytes uint64, kDim int) error 
 	return nil
 }
 
-// checkMMVQRCall checks, under op, one repacked matmul's weight
-// (checkMMVQR), its Q8_1 activation, and its output and bias (output not
-// null, both 4-byte aligned).
-func checkMMVQRCall(op string, out, xq driver.DevicePtr, xqBytes uint64, w, bias driver.DevicePtr, wtype quant.Type,
-	kDim, n int) error {
-	if err := checkMMVQR(op, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
-	}
-	return nil
-}
+// mmvqrFam is the repacked kernels' family: its weight check leaves the
+// Q8_1 row to checkQ8Act, which the shared bodies run after the weights.
+var mmvqrFam = mmvqFamily{rows: mmvqrRows, threads: mmvqrThreads, kernel: mmvqrKernel,
+	check: func(op string, _ driver.DevicePtr, _ uint64, w driver.DevicePtr, wtype quant.Type, kDim, n int) error {
+		return checkMMVQR(op, w, wtype, kDim, n)
+	}}
 
 // MatMulQ8_1R is MatMulQ8_1 over the repacked copy w (RepackMMVQ) of an
 // n x kDim wtype matrix: out bitwise what MatMulQ8_1 gives for the GGUF
 // bytes.
 func (k *Kernels) MatMulQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type,
 	bias driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQRCall("matmul_q8_1r", out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
-		return err
-	}
-	name := mmvqrKernel(wtype, "")
-	grid := [3]uint32{uint32((n + mmvqrRows - 1) / mmvqrRows), 1, 1}
-	block := [3]uint32{mmvqrThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n)); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqMatVec(mmvqrFam, "matmul_q8_1r", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
 }
 
 // MatMulQ8_1QKVR is MatMulQ8_1QKV over repacked copies (one launch,
 // minfer_mmvqr_qkv_<type>): bitwise MatMulQ8_1QKV of the GGUF bytes.
 func (k *Kernels) MatMulQ8_1QKVR(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
-	const op = "matmul_q8_1r_qkv"
-	total, err := checkQKV(op, out, xq, xqBytes, w, bias, wtype, kDim, n, true)
-	if err != nil {
-		return err
-	}
-	name := mmvqrKernel(wtype, "qkv")
-	grid := [3]uint32{uint32((total + mmvqrRows - 1) / mmvqrRows), 1, 1}
-	block := [3]uint32{mmvqrThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
-		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqQKV(mmvqrFam, "matmul_q8_1r_qkv", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
 }
 
 // FFNQ8_1R is FFNQ8_1 over repacked gate and up copies (one launch,
 // minfer_mmvqr_ffn_<type>): bitwise FFNQ8_1 of the GGUF bytes.
 func (k *Kernels) FFNQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
 	wtype quant.Type, kDim, n int) error {
-	for i, w := range []driver.DevicePtr{wg, wu} {
-		if err := checkMMVQR("ffn_q8_1r", w, wtype, kDim, n); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-	}
-	if err := checkQ8Act("ffn_q8_1r", xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	if out == 0 || uint64(out)%4 != 0 {
-		return fmt.Errorf("ffn_q8_1r %s k=%d n=%d: null or misaligned output %v", wtype, kDim, n, out)
-	}
-	name := mmvqrKernel(wtype, "ffn")
-	grid := [3]uint32{uint32((n + mmvqrRows - 1) / mmvqrRows), 1, 1}
-	block := [3]uint32{mmvqrThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
-		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqFFN(mmvqrFam, "ffn_q8_1r", s, out, xq, xqBytes, wg, wu, wtype, kDim, n)
 }
 
 // repackWanted reports whether a registered matrix of type t gets a
@@ -268,29 +213,11 @@ func (b *Backend) repackWeight(dw *devWeight) error {
 }
 
 // mmvqrResKernel names the residual form of a type's repacked kernel.
-func mmvqrResKernel(wtype quant.Type) string {
-	sfx, ok := mmvqrTypes[wtype]
-	if !ok {
-		return ""
-	}
-	return "minfer_mmvqr_res_" + sfx
-}
+func mmvqrResKernel(wtype quant.Type) string { return mmvqrKernel(wtype, "res") }
 
 // MatMulQ8_1RRes is MatMulQ8_1R with the residual add folded in
 // (minfer_mmvqr_res_<type>): bitwise MatMulQ8_1R followed by Add.
 func (k *Kernels) MatMulQ8_1RRes(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	if err := checkMMVQRCall("matmul_q8_1r_res", out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
-		return err
-	}
-	if err := checkRes("matmul_q8_1r_res", wtype, out, res, kDim, n); err != nil {
-		return err
-	}
-	name := mmvqrResKernel(wtype)
-	grid := [3]uint32{uint32((n + mmvqrRows - 1) / mmvqrRows), 1, 1}
-	block := [3]uint32{mmvqrThreads, 1, 1}
-	if err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res); err != nil {
-		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
-	}
-	return nil
+	return k.mmvqMatVecRes(mmvqrFam, "matmul_q8_1r_res", s, out, xq, xqBytes, w, wtype, bias, res, kDim, n)
 }

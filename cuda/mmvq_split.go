@@ -88,48 +88,44 @@ func (k *Kernels) mmvqsLaunch(s *driver.Stream, name string, rows int, args ...a
 	return k.launch(s, name, grid, block, 0, args...)
 }
 
+// mmvqFamilyOf is the one-warp family whose checks the split form of that
+// weight layout applies: the repacked copy's or the GGUF bytes'.
+func mmvqFamilyOf(repacked bool) mmvqFamily {
+	if repacked {
+		return mmvqrFam
+	}
+	return mmvqFam
+}
+
 // MatMulQ8_1S is MatMulQ8_1 (res = 0) or MatMulQ8_1Res (res the residual,
 // possibly out itself) in the split form (minfer_mmvq_s_<type> /
 // minfer_mmvq_res_s_<type>): the same per-unit values summed by 4 warps.
 func (k *Kernels) MatMulQ8_1S(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	const op = "matmul_q8_1_split"
-	if err := checkMMVQ(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	return k.matMulSplit(op, s, out, xq, w, wtype, bias, res, kDim, n, false)
+	return k.matMulSplit("matmul_q8_1_split", s, out, xq, xqBytes, w, wtype, bias, res, kDim, n, false)
 }
 
 // MatMulQ8_1RS is MatMulQ8_1R (res = 0) or MatMulQ8_1RRes over the repacked
 // copy w in the split form (minfer_mmvqr_s_<type> / minfer_mmvqr_res_s_<type>).
 func (k *Kernels) MatMulQ8_1RS(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	const op = "matmul_q8_1r_split"
-	if err := checkMMVQR(op, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
-		return err
-	}
-	return k.matMulSplit(op, s, out, xq, w, wtype, bias, res, kDim, n, true)
+	return k.matMulSplit("matmul_q8_1r_split", s, out, xq, xqBytes, w, wtype, bias, res, kDim, n, true)
 }
 
-// matMulSplit is the rest of MatMulQ8_1S / MatMulQ8_1RS once the weight
-// layout is checked: output, bias and residual, then the plain or _res_
-// split kernel of that layout.
-func (k *Kernels) matMulSplit(op string, s *driver.Stream, out, xq, w driver.DevicePtr, wtype quant.Type,
-	bias, res driver.DevicePtr, kDim, n int, repacked bool) error {
-	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v / bias %v", op, wtype, kDim, n, out, bias)
+// matMulSplit is MatMulQ8_1S / MatMulQ8_1RS: the call checked as the
+// one-warp kernels of that weight layout check it (checkCall), the residual
+// when given, then the plain or _res_ split kernel of that layout.
+func (k *Kernels) matMulSplit(op string, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
+	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int, repacked bool) error {
+	if err := mmvqFamilyOf(repacked).checkCall(op, out, xq, xqBytes, w, bias, wtype, kDim, n); err != nil {
+		return err
 	}
-	form := ""
-	args := []any{out, xq, w, bias, int32(kDim), int32(n)}
 	if res != 0 {
 		if err := checkRes(op, wtype, out, res, kDim, n); err != nil {
 			return err
 		}
-		form, args = "res", append(args, res)
 	}
+	form, args := matVecArgs(out, xq, w, bias, res, kDim, n)
 	name := mmvqSplitKernel(wtype, form, repacked)
 	if err := k.mmvqsLaunch(s, name, n, args...); err != nil {
 		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
@@ -143,13 +139,12 @@ func (k *Kernels) matMulSplit(op string, s *driver.Stream, out, xq, w driver.Dev
 func (k *Kernels) MatMulQ8_1QKVS(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
 	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int, repacked bool) error {
 	const op = "matmul_q8_1_qkv_split"
-	total, err := checkQKV(op, out, xq, xqBytes, w, bias, wtype, kDim, n, repacked)
+	total, err := checkQKV(op, mmvqFamilyOf(repacked), out, xq, xqBytes, w, bias, wtype, kDim, n)
 	if err != nil {
 		return err
 	}
 	name := mmvqSplitKernel(wtype, "qkv", repacked)
-	if err := k.mmvqsLaunch(s, name, total, out, xq, w[0], w[1], w[2], bias[0], bias[1], bias[2],
-		int32(kDim), int32(n[0]), int32(n[1]), int32(n[2])); err != nil {
+	if err := k.mmvqsLaunch(s, name, total, qkvArgs(out, xq, w, bias, kDim, n)...); err != nil {
 		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
 	}
 	return nil

@@ -66,19 +66,15 @@ func TestSupportsFused_MatMulAddOnlyWhereTheResidualKernelRuns(t *testing.T) {
 		{"F16", []*graph.Node{add, mm("f16", 1)}, false},
 		{"unregistered", []*graph.Node{add, mm("none", 1)}, false},
 		{"no matmul", []*graph.Node{add}, false},
-		{"Q5_K, MINFER_Q5K_MMVQ off", []*graph.Node{add, mm("q5k", 1)}, false},
+		{"decode Q5_K", []*graph.Node{add, mm("q5k", 1)}, true},
 	} {
 		if got := b.SupportsFused(graph.FuseMatMulAdd, c.chain...); got != c.want {
 			t.Errorf("%s: SupportsFused = %v, want %v", c.what, got, c.want)
 		}
 	}
-	b.mm.Q5KMMVQ = true
-	if !b.SupportsFused(graph.FuseMatMulAdd, add, mm("q5k", 1)) {
-		t.Error("MINFER_Q5K_MMVQ=1: no residual fusion for a Q5_K decode matmul")
-	}
 	b.mm.NoKQMMVQ = true
 	if b.SupportsFused(graph.FuseMatMulAdd, add, mm("q5k", 1)) {
-		t.Error("MINFER_Q5K_MMVQ=1 with MINFER_NO_KQ_MMVQ=1: the residual fusion offered for Q5_K")
+		t.Error("MINFER_NO_KQ_MMVQ=1: the residual fusion offered for Q5_K")
 	}
 	b.mm.NoQ80MMVQ = true
 	if b.SupportsFused(graph.FuseMatMulAdd, add, mm("q8", 1)) {

@@ -78,13 +78,18 @@ func (h *HostPinned) Float32s() []float32 {
 func (h *HostPinned) Len() int { return h.n }
 
 // Free releases the memory (cuMemFreeHost). Inside Do. Safe to call twice.
-func (h *HostPinned) Free() error {
-	if h.p == nil {
+func (h *HostPinned) Free() error { return h.d.freeHost(&h.p, h.n, "") }
+
+// freeHost releases the n bytes of page-locked host memory at *p
+// (cuMemFreeHost, which frees both HostPinned's and HostMapped's) and
+// clears *p first, so that a second Free is a no-op; note ends the error.
+func (d *Device) freeHost(p **byte, n int, note string) error {
+	if *p == nil {
 		return nil
 	}
-	p := h.p
-	h.p = nil
-	return h.d.c.errorf(symMemFreeHost, h.d.c.invoke(symMemFreeHost, uintptr(unsafe.Pointer(p))), "%p, %d bytes", p, h.n)
+	q := *p
+	*p = nil
+	return d.c.errorf(symMemFreeHost, d.c.invoke(symMemFreeHost, uintptr(unsafe.Pointer(q))), "%p, %d bytes%s", q, n, note)
 }
 
 // memHostAllocDeviceMap is CU_MEMHOSTALLOC_DEVICEMAP: the allocation is
@@ -148,14 +153,7 @@ func (h *HostMapped) Len() int { return h.n }
 
 // Free releases the memory (cuMemFreeHost). Inside Do, after every kernel
 // that reads it has completed. Safe to call twice.
-func (h *HostMapped) Free() error {
-	if h.p == nil {
-		return nil
-	}
-	p := h.p
-	h.p = nil
-	return h.d.c.errorf(symMemFreeHost, h.d.c.invoke(symMemFreeHost, uintptr(unsafe.Pointer(p))), "%p, %d bytes (mapped)", p, h.n)
-}
+func (h *HostMapped) Free() error { return h.d.freeHost(&h.p, h.n, " (mapped)") }
 
 // Float32Bytes views a float32 slice as bytes (no copy), for copies.
 func Float32Bytes(f []float32) []byte {

@@ -123,18 +123,13 @@ func (b *Backend) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
 // SupportsOp implements graph.Backend: every op, provided its weights are
 // registered and its KV layer exists.
 func (b *Backend) SupportsOp(n *graph.Node) error {
-	names := append([]string{n.Weight, n.Bias}, n.Weights...)
-	names = append(names, n.Biases...)
-	for _, w := range names {
-		if w != "" && b.weights[w] == nil {
+	for _, w := range n.WeightNames() {
+		if b.weights[w] == nil {
 			return fmt.Errorf("weight %s is not registered", w)
 		}
 	}
-	switch n.Op {
-	case graph.OpAttn, graph.OpKvcacheStore, graph.OpKvcacheLoad, graph.OpQkvBiasRopeStore:
-		if b.cache == nil || n.P.Layer < 0 || n.P.Layer >= b.kvSpec.NLayer {
-			return fmt.Errorf("no KV region for layer %d", n.P.Layer)
-		}
+	if n.Op.UsesKV() && (b.cache == nil || n.P.Layer < 0 || n.P.Layer >= b.kvSpec.NLayer) {
+		return fmt.Errorf("no KV region for layer %d", n.P.Layer)
 	}
 	if n.Op < 0 || n.Op > graph.OpFusedFFN {
 		return fmt.Errorf("unknown op %d", int(n.Op))

@@ -39,8 +39,8 @@ func (b *Backend) kvCells(op string, layer int, side graph.KVSide, cell, n int) 
 		return nil, fmt.Errorf("cpu: %s KV cells: %w", op, err)
 	}
 	rb := b.cache.RowBytes()
-	if n <= 0 || n%rb != 0 || cell < 0 || cell > b.kvSpec.NCtx-n/rb {
-		return nil, fmt.Errorf("cpu: %s KV cells: %d bytes from cell %d: want whole cells of %d bytes inside %d cells", op, n, cell, rb, b.kvSpec.NCtx)
+	if err := graph.CheckKVCells(n, cell, rb, b.kvSpec.NCtx); err != nil {
+		return nil, fmt.Errorf("cpu: %s KV cells: %w", op, err)
 	}
 	return reg[cell*rb : cell*rb+n], nil
 }

@@ -396,18 +396,10 @@ var registry = []Lever{
 		Liveness: cudaOnly("0", "prefill matmuls run the tiled tensor-core GEMM kernels (minfer_gemm_<type>) only with the GEMM path on; with it off they go through the per-type kernels (with MMQ on, only float weights reach the GEMM)",
 			[]string{"minfer_gemm_*"}, Needs{WeightTypes: []string{"F16", "BF16", "F32"}, MinNT: 9})},
 	{Name: "MINFER_NO_KQ_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "K-quant decode matmul", Issue: "#6",
-		Doc: "1: K-quant decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_K_M",
+		Doc: "1: K-quant decode (Q4_K, Q5_K, Q6_K) through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_K_M",
 		Tolerance: TolActQuant,
 		Liveness: cudaOnly("0", "K-quant decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations only with the lever on; off, they run minfer_mmv_<type>",
 			[]string{"minfer_mmvq*_q[456]_k"}, Needs{WeightTypes: []string{"Q4_K", "Q5_K", "Q6_K"}, MaxNT: 1})},
-	// New paths arrive opt-in until an H200 A/B shows them no slower
-	// (LEVERS.md): Q5_K's decode MMVQ runs only with MINFER_Q5K_MMVQ=1, and
-	// MINFER_NO_KQ_MMVQ=1 still turns it off with the other K-quants.
-	{Name: "MINFER_Q5K_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "Q5_K decode matmul", Issue: "#23",
-		Doc: "1: Q5_K decode (Q5_K_M files) through the dp4a MMVQ kernels over Q8_1 activations (minfer_mmvq*_q5_k: plain, fused qkv/ffn, residual, split) instead of the f32-activation minfer_mmv_q5_k", ArmA: "0", ArmB: "1",
-		Workload: "qwen2-0.5b:Q5_K_M", Tolerance: TolActQuant, Requires: []string{"MINFER_NO_KQ_MMVQ=0"},
-		Liveness: cudaOnly("1", "Q5_K decode matmuls (nt = 1) run the dp4a kernels over Q8_1 activations (minfer_mmvq*_q5_k) only with the lever on; off, they run minfer_mmv_q5_k",
-			[]string{"minfer_mmvq*_q5_k"}, Needs{WeightTypes: []string{"Q5_K"}, MaxNT: 1})},
 	{Name: "MINFER_NO_Q40_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "legacy 32-value quants decode matmul (Q4_0, Q4_1, Q5_0, Q5_1)", Issue: "#6",
 		Doc: "1: Q4_0 / Q4_1 / Q5_0 / Q5_1 decode through the f32-activation kernels", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q4_0",
 		Tolerance: TolActQuant,
@@ -703,7 +695,6 @@ type Config struct {
 	MMQ              bool
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
-	Q5KMMVQ          bool
 	NoQ40MMVQ        bool
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
@@ -842,7 +833,6 @@ func Parse(environ []string) (Config, error) {
 	c.MMQ = optOut("MINFER_MMQ")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
-	c.Q5KMMVQ = on("MINFER_Q5K_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
