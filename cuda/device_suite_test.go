@@ -825,8 +825,7 @@ func TestTinyCode_Greedy32IdenticalToCPU(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("greedy tokens differ:\ncuda %v\ncpu  %v", got, want)
 	}
-	st := dsDeviceBackend(t, dev).CaptureStats()
-	t.Logf("capture stats: %+v", st)
+	dsCaptureStats(t, dsDeviceBackend(t, dev))
 }
 
 // dsSteps runs a prefill and n decode steps (tokens fixed) and returns every
@@ -884,6 +883,15 @@ func dsBitwise(t *testing.T, what string, got, want [][]float32) {
 	}
 }
 
+// dsCaptureStats is b's capture stats, logged: the capture tests log them
+// before holding them to their bar.
+func dsCaptureStats(t *testing.T, b *Backend) CaptureStats {
+	t.Helper()
+	st := b.CaptureStats()
+	t.Logf("capture stats: %+v", st)
+	return st
+}
+
 // TestCaptureReplay_DecodeBitwiseEqualsDirectLaunches: decode steps with
 // CUDA graphs (captured at the 3rd step, replayed after, each step with new
 // tokens and positions written into the same buffers) give bitwise the
@@ -894,8 +902,7 @@ func TestCaptureReplay_DecodeBitwiseEqualsDirectLaunches(t *testing.T) {
 	direct := dsSteps(t, dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1"), 8)
 	e := dsEngine(t, path, "cuda", 128)
 	graphs := dsSteps(t, e, 8)
-	st := dsDeviceBackend(t, e).CaptureStats()
-	t.Logf("capture stats: %+v", st)
+	st := dsCaptureStats(t, dsDeviceBackend(t, e))
 	if st.Captures < 1 || st.Replays < 5 {
 		t.Errorf("captures %d, replays %d: want a capture and >= 5 replays", st.Captures, st.Replays)
 	}
@@ -925,8 +932,7 @@ func TestCaptureReplay_PrefillBitwiseEqualsDirectLaunches(t *testing.T) {
 	direct := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1"))
 	e := dsEngine(t, path, "cuda", 128)
 	graphs := run(e)
-	st := dsDeviceBackend(t, e).CaptureStats()
-	t.Logf("capture stats: %+v", st)
+	st := dsCaptureStats(t, dsDeviceBackend(t, e))
 	if st.Captures < 1 || st.Replays < 2 {
 		t.Errorf("captures %d, replays %d: want a prefill capture and replays", st.Captures, st.Replays)
 	}
@@ -968,8 +974,7 @@ func TestCapture_RecapturesAfterPoolGrowth(t *testing.T) {
 		}
 		got = append(got, l)
 	}
-	st := b.CaptureStats()
-	t.Logf("capture stats: %+v", st)
+	st := dsCaptureStats(t, b)
 	if st.Invalidations < 1 || st.Captures < 2 {
 		t.Errorf("after pool growth: invalidations %d, captures %d; want >= 1 and >= 2", st.Invalidations, st.Captures)
 	}

@@ -163,27 +163,18 @@ func TestMMVQRepackDevice_BitwiseEqualUnrepacked(t *testing.T) {
 				for i := range bias {
 					bias[i] = 2*rng.Float32() - 1
 				}
-				var got, want []float32
+				var ref rpRef
+				var got []float32
 				err := ms.dev.Do(func() error {
 					src, dst, err := rpRepack(ms, wt, wb, k, n)
 					if err != nil {
 						return err
 					}
-					dq, qb, err := rpQuantize(ms, x, k)
-					if err != nil {
-						return err
-					}
-					db, err := ms.upload(driver.Float32Bytes(bias))
-					if err != nil {
-						return err
-					}
-					if want, err = rpOut(ms, n, func(o driver.DevicePtr) error {
-						return ms.k.MatMulQ8_1(ms.s, o, dq, qb, src, wt, db, k, n)
-					}); err != nil {
+					if ref, err = rpGGUFRun(ms, src, wt, x, bias, k, n); err != nil {
 						return err
 					}
 					got, err = rpOut(ms, n, func(o driver.DevicePtr) error {
-						return ms.k.MatMulQ8_1R(ms.s, o, dq, qb, dst, wt, db, k, n)
+						return ms.k.MatMulQ8_1R(ms.s, o, ref.dq, ref.qb, dst, wt, ref.db, k, n)
 					})
 					return err
 				})
@@ -191,7 +182,7 @@ func TestMMVQRepackDevice_BitwiseEqualUnrepacked(t *testing.T) {
 					t.Fatalf("%s k=%d n=%d: %v", wt, k, n, err)
 				}
 				what := fmt.Sprintf("%s k=%d n=%d plain", wt, k, n)
-				if bad := rpDiff(t, what, got, want); bad == 0 {
+				if bad := rpDiff(t, what, got, ref.want); bad == 0 {
 					t.Logf("%s: %d outputs bitwise equal", what, n)
 				}
 			}
@@ -228,11 +219,74 @@ func rpOut(ms *mmtSession, n int, f func(out driver.DevicePtr) error) ([]float32
 	if err := f(o); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 4*n)
-	if err := ms.s.CopyDtoH(b, o); err != nil {
+	return frDownload(ms, o, n)
+}
+
+// rpOutRes runs f in place over a fresh device copy of the residual res
+// (the output is the residual, as the fused graph runs the _res_ forms)
+// and downloads it.
+func rpOutRes(ms *mmtSession, res []float32, f func(out driver.DevicePtr) error) ([]float32, error) {
+	o, err := ms.upload(driver.Float32Bytes(res))
+	if err != nil {
 		return nil, err
 	}
-	return mmtFloats(b), ms.s.Synchronize()
+	if err := f(o); err != nil {
+		return nil, err
+	}
+	return frDownload(ms, o, len(res))
+}
+
+// rpUploadQuantize uploads the weight bytes wb and quantizes the
+// activation x to Q8_1 on the device (inside dev.Do): the inputs the
+// decode-matmul kernel tests start from.
+func rpUploadQuantize(ms *mmtSession, wb []byte, x []float32, k int) (w, dq driver.DevicePtr, qb uint64, err error) {
+	if w, err = ms.upload(wb); err != nil {
+		return 0, 0, 0, err
+	}
+	dq, qb, err = rpQuantize(ms, x, k)
+	return w, dq, qb, err
+}
+
+// rpRef is what the repacked and wide kernels are held to bitwise: the
+// GGUF kernel minfer_mmvq_<t>'s output over one device-quantized
+// activation row with a bias, and those inputs on the device for the
+// kernel under test.
+type rpRef struct {
+	dq, db driver.DevicePtr // the Q8_1 activation and the bias
+	qb     uint64
+	want   []float32
+}
+
+// rpGGUFRun quantizes x to Q8_1 and uploads bias on the device, then runs
+// minfer_mmvq_<wt> over the GGUF weight at w with them (inside dev.Do).
+func rpGGUFRun(ms *mmtSession, w driver.DevicePtr, wt quant.Type, x, bias []float32, k, n int) (rpRef, error) {
+	dq, qb, err := rpQuantize(ms, x, k)
+	if err != nil {
+		return rpRef{}, err
+	}
+	db, err := ms.upload(driver.Float32Bytes(bias))
+	if err != nil {
+		return rpRef{}, err
+	}
+	want, err := rpOut(ms, n, func(o driver.DevicePtr) error {
+		return ms.k.MatMulQ8_1(ms.s, o, dq, qb, w, wt, db, k, n)
+	})
+	return rpRef{dq: dq, db: db, qb: qb, want: want}, err
+}
+
+// rpQ8_1Host is x as the Q8_1 kernels read it, through the CPU quantizer
+// and back: the activation of the exact Q8_1 references.
+func rpQ8_1Host(t *testing.T, x []float32) []float32 {
+	t.Helper()
+	qx := make([]byte, ActQ8Bytes(len(x), 1))
+	if err := quant.Quantize(quant.Q8_1, x, qx); err != nil {
+		t.Fatal(err)
+	}
+	a := make([]float32, len(x))
+	if err := quant.Dequantize(quant.Q8_1, qx, a); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // fusedLayout is a decode-matmul weight layout under test (repacked,
@@ -339,6 +393,27 @@ func fusedCompare(t *testing.T, ms *mmtSession, rng *rand.Rand, layout fusedLayo
 // rpSteps is how many decode steps the repack test runs.
 const rpSteps = 8
 
+// rpLeverBitwise runs the decode census of model p (prefill, rpSteps
+// decode steps, CUDA graphs on) with lever=0 and with lever=1, and checks
+// the logits with it on are bitwise those with it off at every step and
+// the decode was captured and replayed with it on: the start of the
+// whole-model tests of the levers that must not change a bit. what names
+// the lever-on logits in the messages.
+func rpLeverBitwise(t *testing.T, p, lever, what string) (cOff, cOn map[string]int64, bOff, bOn *Backend) {
+	t.Helper()
+	gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, lever+"=0")
+	gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, lever+"=1")
+	for i := range gOff {
+		if bad := rpDiff(t, fmt.Sprintf("step %d logits (%s)", i, what), gOn[i], gOff[i]); bad != 0 {
+			t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(gOff[i]), lever)
+		}
+	}
+	if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
+		t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)
+	}
+	return cOff, cOn, bOff, bOn
+}
+
 // rpMatching sums the launches of the kernels whose names match pattern.
 func rpMatching(c map[string]int64, pattern string) (n int64, names []string) {
 	for name, v := range c {
@@ -367,17 +442,7 @@ func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 		{"qwen2-0.5b", "Q8_0", "q8_0"}, {"qwen2-0.5b", "Q4_K_M", ""},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			p := dsSynth(t, m.shape, m.typ)
-			gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_REPACK=0")
-			gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_REPACK=1")
-			for i := range gOff {
-				if bad := rpDiff(t, fmt.Sprintf("step %d logits (repack on)", i), gOn[i], gOff[i]); bad != 0 {
-					t.Errorf("step %d: %d of %d logits differ between MINFER_MMVQ_REPACK=1 and =0", i, bad, len(gOff[i]))
-				}
-			}
-			if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
-				t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)
-			}
+			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on")
 			rOff, _ := rpMatching(cOff, "minfer_mmvqr_*")
 			rOn, namesOn := rpMatching(cOn, "minfer_mmvqr_*")
 			t.Logf("decode launches of minfer_mmvqr_*: off %d, on %d %v; repacked bytes: on %d, off %d",

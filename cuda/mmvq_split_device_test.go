@@ -126,11 +126,7 @@ func msRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias, res 
 	out := msOut{}
 	rb := len(wb) / n
 	err := ms.dev.Do(func() error {
-		w, err := ms.upload(wb)
-		if err != nil {
-			return err
-		}
-		dq, qb, err := rpQuantize(ms, x, k)
+		w, dq, qb, err := rpUploadQuantize(ms, wb, x, k)
 		if err != nil {
 			return err
 		}
@@ -146,14 +142,7 @@ func msRun(t *testing.T, ms *mmtSession, wt quant.Type, wb []byte, x, bias, res 
 			return err
 		}
 		inPlace := func(name string, f func(o driver.DevicePtr) error) error {
-			ip, err := ms.upload(driver.Float32Bytes(res))
-			if err != nil {
-				return err
-			}
-			if err := f(ip); err != nil {
-				return err
-			}
-			v, err := frDownload(ms, ip, n)
+			v, err := rpOutRes(ms, res, f)
 			out[name] = v
 			return err
 		}
@@ -254,15 +243,7 @@ func TestMMVQSplitDevice_KernelsMatchOneWarpAndQ8_1Reference(t *testing.T) {
 			k, n := msK(wt, sh[0]), sh[1]
 			wb := frWeight(rng, wt, k, n)
 			x := mmvqActivation(rng, k, false)
-			qx := make([]byte, ActQ8Bytes(k, 1))
-			if err := quant.Quantize(quant.Q8_1, x, qx); err != nil {
-				t.Fatal(err)
-			}
-			a := make([]float32, k)
-			if err := quant.Dequantize(quant.Q8_1, qx, a); err != nil {
-				t.Fatal(err)
-			}
-			dot, mag := msReference(t, wt, wb, a, k, n)
+			dot, mag := msReference(t, wt, wb, rpQ8_1Host(t, x), k, n)
 			res := make([]float32, n)
 			bias := make([]float32, n)
 			for j := range res {

@@ -53,53 +53,30 @@ func TestMMVQWideDevice_BitwiseEqualGGUFKernel(t *testing.T) {
 				for i := range bias {
 					bias[i], res[i] = 2*rng.Float32()-1, 8*rng.Float32()-4
 				}
-				var got, want, gotRes, wantRes []float32
+				var ref rpRef
+				var got, gotRes, wantRes []float32
 				err := ms.dev.Do(func() error {
 					w, err := ms.upload(wb)
 					if err != nil {
 						return err
 					}
-					dq, qb, err := rpQuantize(ms, x, k)
-					if err != nil {
-						return err
-					}
-					db, err := ms.upload(driver.Float32Bytes(bias))
-					if err != nil {
-						return err
-					}
-					if want, err = rpOut(ms, n, func(o driver.DevicePtr) error {
-						return ms.k.MatMulQ8_1(ms.s, o, dq, qb, w, wt, db, k, n)
-					}); err != nil {
+					if ref, err = rpGGUFRun(ms, w, wt, x, bias, k, n); err != nil {
 						return err
 					}
 					if got, err = rpOut(ms, n, func(o driver.DevicePtr) error {
-						return ms.k.MatMulQ8_1W(ms.s, o, dq, qb, w, wt, db, k, n)
+						return ms.k.MatMulQ8_1W(ms.s, o, ref.dq, ref.qb, w, wt, ref.db, k, n)
 					}); err != nil {
 						return err
 					}
 					// The residual form in place (res is the output), as the
 					// fused graph runs it.
-					run := func(f func(o driver.DevicePtr) error) ([]float32, error) {
-						o, err := ms.upload(driver.Float32Bytes(res))
-						if err != nil {
-							return nil, err
-						}
-						if err := f(o); err != nil {
-							return nil, err
-						}
-						b := make([]byte, 4*n)
-						if err := ms.s.CopyDtoH(b, o); err != nil {
-							return nil, err
-						}
-						return mmtFloats(b), ms.s.Synchronize()
-					}
-					if wantRes, err = run(func(o driver.DevicePtr) error {
-						return ms.k.MatMulQ8_1Res(ms.s, o, dq, qb, w, wt, 0, o, k, n)
+					if wantRes, err = rpOutRes(ms, res, func(o driver.DevicePtr) error {
+						return ms.k.MatMulQ8_1Res(ms.s, o, ref.dq, ref.qb, w, wt, 0, o, k, n)
 					}); err != nil {
 						return err
 					}
-					gotRes, err = run(func(o driver.DevicePtr) error {
-						return ms.k.MatMulQ8_1WRes(ms.s, o, dq, qb, w, wt, 0, o, k, n)
+					gotRes, err = rpOutRes(ms, res, func(o driver.DevicePtr) error {
+						return ms.k.MatMulQ8_1WRes(ms.s, o, ref.dq, ref.qb, w, wt, 0, o, k, n)
 					})
 					return err
 				})
@@ -109,7 +86,7 @@ func TestMMVQWideDevice_BitwiseEqualGGUFKernel(t *testing.T) {
 				for _, c := range []struct {
 					what      string
 					got, want []float32
-				}{{"plain", got, want}, {"res", gotRes, wantRes}} {
+				}{{"plain", got, ref.want}, {"res", gotRes, wantRes}} {
 					what := fmt.Sprintf("%s k=%d n=%d %s (lead of row 1: %d)", wt, k, n, c.what, MMVQWideRowLead(wt, k, 1))
 					if bad := rpDiff(t, what, c.got, c.want); bad == 0 {
 						t.Logf("%s: %d outputs bitwise equal", what, n)
@@ -149,21 +126,10 @@ func TestMMVQWideDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T)
 		for _, k := range mwKs(wt)[:3] {
 			wb, deq := mmtWeights(t, rng, wt, n, k, float32(1/math.Sqrt(float64(k))))
 			x := mmvqActivation(rng, k, false)
-			qx := make([]byte, ActQ8Bytes(k, 1))
-			if err := quant.Quantize(quant.Q8_1, x, qx); err != nil {
-				t.Fatal(err)
-			}
-			a := make([]float32, k)
-			if err := quant.Dequantize(quant.Q8_1, qx, a); err != nil {
-				t.Fatal(err)
-			}
+			a := rpQ8_1Host(t, x)
 			var got []float32
 			err := ms.dev.Do(func() error {
-				w, err := ms.upload(wb)
-				if err != nil {
-					return err
-				}
-				dq, qb, err := rpQuantize(ms, x, k)
+				w, dq, qb, err := rpUploadQuantize(ms, wb, x, k)
 				if err != nil {
 					return err
 				}
@@ -210,17 +176,7 @@ func TestMMVQWideDevice_ModelDecodeBitwiseOneCopyAndCensus(t *testing.T) {
 		{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q6_K"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			p := dsSynth(t, m.shape, m.typ)
-			gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_WIDE=0")
-			gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, "MINFER_MMVQ_WIDE=1")
-			for i := range gOff {
-				if bad := rpDiff(t, fmt.Sprintf("step %d logits (wide on)", i), gOn[i], gOff[i]); bad != 0 {
-					t.Errorf("step %d: %d of %d logits differ between MINFER_MMVQ_WIDE=1 and =0", i, bad, len(gOff[i]))
-				}
-			}
-			if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
-				t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)
-			}
+			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_WIDE", "wide on")
 			wOn, names := rpMatching(cOn, "minfer_mmvqw_*")
 			wOff, _ := rpMatching(cOff, "minfer_mmvqw_*")
 			rOn, _ := rpMatching(cOn, "minfer_mmvqr_*")

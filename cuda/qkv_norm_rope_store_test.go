@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,35 +16,31 @@ import (
 // one); a head size the norm's one-value-per-thread layout does not cover
 // is named.
 func TestQkNormRopeStoreLauncher_RefusesBadArgumentsNamingTheOp(t *testing.T) {
-	k := &Kernels{}
-	var s *driver.Stream
 	good := QkvRopeStoreParams{NT: 1, NHead: 16, NHeadKV: 8, HeadDim: 128, NRot: 128, Theta: 1e6, Neox: true, Format: kv.Q8_0, NCtx: 128}
-	with := func(f func(*QkvRopeStoreParams)) QkvRopeStoreParams { p := good; f(&p); return p }
+	with := qrsWith(good)
 	norms := QkNormRopeStoreBuffers{NormQ: 0x1000, NormK: 0x2000}
-	for _, c := range []struct {
-		name, want string
-		p          QkvRopeStoreParams
-		eps        float32
-		b          QkNormRopeStoreBuffers
-	}{
-		{"no tokens", "0 tokens for 128 cells", with(func(p *QkvRopeStoreParams) { p.NT = 0 }), 1e-6, norms},
-		{"more tokens than cells", "129 tokens", with(func(p *QkvRopeStoreParams) { p.NT = 129 }), 1e-6, norms},
-		{"head_dim 96", "head_dim 96: the fused q/k norm supports head_dim 64 and 128 only", with(func(p *QkvRopeStoreParams) { p.HeadDim, p.NRot = 96, 96 }), 1e-6, norms},
-		{"head_dim 256", "head_dim 256", with(func(p *QkvRopeStoreParams) { p.HeadDim, p.NRot = 256, 256 }), 1e-6, norms},
-		{"n_rot above head_dim", "n_rot 130", with(func(p *QkvRopeStoreParams) { p.NRot = 130 }), 1e-6, norms},
-		{"odd n_rot", "n_rot 31", with(func(p *QkvRopeStoreParams) { p.NRot = 31 }), 1e-6, norms},
-		{"no kv heads", "over 0 KV heads", with(func(p *QkvRopeStoreParams) { p.NHeadKV = 0 }), 1e-6, norms},
-		{"bad theta", "theta", with(func(p *QkvRopeStoreParams) { p.Theta = 0 }), 1e-6, norms},
-		{"negative eps", "eps -1", good, -1, norms},
-		{"bad format", "KV format", with(func(p *QkvRopeStoreParams) { p.Format = kv.Format(9) }), 1e-6, norms},
-		{"no q norm", "norm weights are required", good, 1e-6, QkNormRopeStoreBuffers{NormK: 0x2000}},
-		{"no k norm", "norm weights are required", good, 1e-6, QkNormRopeStoreBuffers{NormQ: 0x1000}},
-	} {
-		err := k.QkNormRopeStore(s, c.b, c.p, c.eps)
-		if err == nil || !strings.HasPrefix(err.Error(), "cuda: qkv_norm_rope_store: ") || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %v, want it to name qkv_norm_rope_store and say %q", c.name, err, c.want)
-		}
+	// qnrsArgs are a QkNormRopeStore call's arguments.
+	type qnrsArgs struct {
+		p   QkvRopeStoreParams
+		eps float32
+		b   QkNormRopeStoreBuffers
 	}
+	qrsCheckRefusals(t, "qkv_norm_rope_store", []qrsRefusal[qnrsArgs]{
+		{"no tokens", "0 tokens for 128 cells", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.NT = 0 }), 1e-6, norms}},
+		{"more tokens than cells", "129 tokens", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.NT = 129 }), 1e-6, norms}},
+		{"head_dim 96", "head_dim 96: the fused q/k norm supports head_dim 64 and 128 only", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.HeadDim, p.NRot = 96, 96 }), 1e-6, norms}},
+		{"head_dim 256", "head_dim 256", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.HeadDim, p.NRot = 256, 256 }), 1e-6, norms}},
+		{"n_rot above head_dim", "n_rot 130", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.NRot = 130 }), 1e-6, norms}},
+		{"odd n_rot", "n_rot 31", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.NRot = 31 }), 1e-6, norms}},
+		{"no kv heads", "over 0 KV heads", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.NHeadKV = 0 }), 1e-6, norms}},
+		{"bad theta", "theta", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.Theta = 0 }), 1e-6, norms}},
+		{"negative eps", "eps -1", qnrsArgs{good, -1, norms}},
+		{"bad format", "KV format", qnrsArgs{with(func(p *QkvRopeStoreParams) { p.Format = kv.Format(9) }), 1e-6, norms}},
+		{"no q norm", "norm weights are required", qnrsArgs{good, 1e-6, QkNormRopeStoreBuffers{NormK: 0x2000}}},
+		{"no k norm", "norm weights are required", qnrsArgs{good, 1e-6, QkNormRopeStoreBuffers{NormQ: 0x1000}}},
+	}, func(k *Kernels, s *driver.Stream, a qnrsArgs) error {
+		return k.QkNormRopeStore(s, a.b, a.p, a.eps)
+	})
 }
 
 // TestQkNormRopeStoreGeometry_KThenVThenQBlocksOfWholeHeads: a block holds
@@ -82,14 +76,7 @@ func TestQkNormRopeStoreGeometry_KThenVThenQBlocksOfWholeHeads(t *testing.T) {
 // norm.cu's rms_row character for character, warp_sum (block_sum's fold),
 // rope.cuh and kvput.cuh.
 func TestQkNormRopeStoreSources_ConstantsSignatureAndSharedArithmetic(t *testing.T) {
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join("kernels", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	src, norm := read("qkv_rope_store.cu"), read("norm.cu")
+	src, norm := kernelSource(t, "qkv_rope_store.cu"), kernelSource(t, "norm.cu")
 	if m := regexp.MustCompile(`constexpr int QNRS_THREADS = (\d+);`).FindStringSubmatch(src); m == nil || m[1] != "256" || qnrsThreads != 256 {
 		t.Errorf("QNRS_THREADS in the source %v, launcher qnrsThreads %d", m, qnrsThreads)
 	}

@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,14 +11,8 @@ import (
 // TestQkvRopeStoreLauncher_RefusesBadArgumentsNamingTheOp: every refusal
 // happens on the host, before the module is touched (a Kernels without one).
 func TestQkvRopeStoreLauncher_RefusesBadArgumentsNamingTheOp(t *testing.T) {
-	k := &Kernels{}
-	var s *driver.Stream
-	good := QkvRopeStoreParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NRot: 64, Theta: 1e6, Neox: true, Format: kv.Q8_0, NCtx: 128}
-	with := func(f func(*QkvRopeStoreParams)) QkvRopeStoreParams { p := good; f(&p); return p }
-	for _, c := range []struct {
-		name, want string
-		p          QkvRopeStoreParams
-	}{
+	with := qrsWith(QkvRopeStoreParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NRot: 64, Theta: 1e6, Neox: true, Format: kv.Q8_0, NCtx: 128})
+	qrsCheckRefusals(t, "qkv_rope_store", []qrsRefusal[QkvRopeStoreParams]{
 		{"no tokens", "0 tokens for 128 cells", with(func(p *QkvRopeStoreParams) { p.NT = 0 })},
 		{"more tokens than cells", "129 tokens", with(func(p *QkvRopeStoreParams) { p.NT = 129 })},
 		{"odd head_dim", "head_dim 63", with(func(p *QkvRopeStoreParams) { p.HeadDim, p.NRot = 63, 62 })},
@@ -31,12 +23,9 @@ func TestQkvRopeStoreLauncher_RefusesBadArgumentsNamingTheOp(t *testing.T) {
 		{"q8_0 row not whole blocks", "multiple of 32", with(func(p *QkvRopeStoreParams) { p.NHeadKV, p.HeadDim, p.NRot = 1, 48, 48 })},
 		{"bad format", "KV format", with(func(p *QkvRopeStoreParams) { p.Format = kv.Format(9) })},
 		{"K row beyond shared memory", "shared memory", with(func(p *QkvRopeStoreParams) { p.NHeadKV, p.HeadDim, p.NRot = 128, 128, 128 })},
-	} {
-		err := k.QkvBiasRopeStore(s, QkvRopeStoreBuffers{}, c.p)
-		if err == nil || !strings.HasPrefix(err.Error(), "cuda: qkv_rope_store: ") || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %v, want it to name qkv_rope_store and say %q", c.name, err, c.want)
-		}
-	}
+	}, func(k *Kernels, s *driver.Stream, p QkvRopeStoreParams) error {
+		return k.QkvBiasRopeStore(s, QkvRopeStoreBuffers{}, p)
+	})
 }
 
 // TestQkvRopeStoreGeometry_OnePairPerThreadAndKVBlocksFirst: blocks 0 and 1
@@ -79,14 +68,7 @@ func TestQkvRopeStoreGeometry_OnePairPerThreadAndKVBlocksFirst(t *testing.T) {
 // rests on the fused kernel and the unfused kernels using the same rope
 // (rope.cuh) and KV store (kvput.cuh) code.
 func TestQkvRopeStoreSources_ShareTheRopeAndStoreHelpers(t *testing.T) {
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join("kernels", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	fused, rope, kvs := read("qkv_rope_store.cu"), read("rope.cu"), read("kv.cu")
+	fused, rope, kvs := kernelSource(t, "qkv_rope_store.cu"), kernelSource(t, "rope.cu"), kernelSource(t, "kv.cu")
 	for _, c := range []struct{ src, file, want string }{
 		{fused, "qkv_rope_store.cu", "rope_angle("}, {fused, "qkv_rope_store.cu", "rope_rotate("},
 		{fused, "qkv_rope_store.cu", "kv_put("}, {rope, "rope.cu", "rope_angle("},
