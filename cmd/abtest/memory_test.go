@@ -141,7 +141,9 @@ func TestMemory_WithoutNVMLTheReportSaysNotMeasuredAndNothingElseChanges(t *test
 	if code != 3 || rec.Verdict != gates.VerdictPartial || g.Status != gates.Pass || strings.Contains(g.Evidence, "memory") {
 		t.Fatalf("exit %d %s: %s: %s — %s", code, rec.Verdict, g.Status, g.Reason, g.Evidence)
 	}
-	if !strings.Contains(head, "memory: not measured (arm A: no sampler: NVML: cannot load the NVML library (libnvidia-ml.so.1") {
+	// Why NVML is missing varies by machine: no libnvidia-ml, or the library
+	// without a loaded driver (NVML_ERROR_DRIVER_NOT_LOADED).
+	if !strings.Contains(head, "memory: not measured (arm A: no sampler: NVML: ") {
 		t.Errorf("first lines:\n%s", head)
 	}
 }

@@ -380,6 +380,12 @@ func short(h string) string { return h[:min(len(h), 16)] }
 // arch with lib, cached under cache: the one configuration the backend and
 // the driver's device tests both load.
 func BuildEmbedded(lib *Lib, arch, cache string, logf func(string, ...any)) (*Result, error) {
+	// NVRTC 11 knows no architecture-specific (sm_XXa) targets; say so
+	// before 18 units fail one by one with "invalid value".
+	if major, minor := lib.Version(); major < 12 && strings.HasSuffix(arch, "a") {
+		return nil, fmt.Errorf("nvrtc: %s (%s, %d.%d) cannot compile for %s, which needs NVRTC 12.0 or later: install the CUDA 12+ NVRTC (the toolkit or its redistributable NVRTC package), or give a prebuilt kernels file (MINFER_KERNELS=FILE)",
+			lib.Compiler(), lib.Path(), major, minor, arch)
+	}
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	return Build(Config{
 		Sources: kernels.Sources(), SourceHash: kernels.SourceHash(),

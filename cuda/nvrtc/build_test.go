@@ -273,3 +273,13 @@ func TestBuild_LargestUnitsStartFirst(t *testing.T) {
 		t.Errorf("images in order %s, want a,big,mid,stamp", got)
 	}
 }
+
+// An NVRTC 11 cannot build sm_90a: one error naming the version and the
+// two ways out, before any unit is compiled.
+func TestBuildEmbedded_NVRTC11RefusesAnArchitectureSpecificTarget(t *testing.T) {
+	lib := &Lib{path: "/x/libnvrtc.so.11.2", major: 11, minor: 8}
+	_, err := BuildEmbedded(lib, "sm_90a", t.TempDir(), nil)
+	if err == nil || !strings.Contains(err.Error(), "11.8") || !strings.Contains(err.Error(), "NVRTC 12.0 or later") || !strings.Contains(err.Error(), "MINFER_KERNELS") {
+		t.Fatalf("NVRTC 11.8, sm_90a: %v", err)
+	}
+}
