@@ -169,13 +169,17 @@ type ABDecode struct {
 	Method        string         `json:"method,omitempty"`
 	A             harness.Decode `json:"a"`
 	B             harness.Decode `json:"b"`
+	// KVRead is, at depth, the mean KV-cache bytes a tg step also reads
+	// (harness.WeightBytes.KVReadPerToken; not in the GB/s, whose floor is
+	// the weights'): at 32K it can exceed the weights.
+	KVRead harness.Num `json:"kv_read_per_token,omitempty"`
 	// Why says why there are no numbers (minfer info failed, no tg medians).
 	Why string `json:"why,omitempty"`
 }
 
 // abDecode computes the decode bandwidth of both arms' median tg rates
 // (wall time: what a user sees).
-func abDecode(ctx context.Context, env *Env, d *ABDetail) *ABDecode {
+func abDecode(ctx context.Context, cfg Config, env *Env, d *ABDetail) *ABDecode {
 	var ma, mb float64
 	for _, m := range append(append([]Metric{}, d.Metrics...), d.Wall...) {
 		if m.Key == "tg" && m.Basis == BasisWall {
@@ -194,8 +198,12 @@ func abDecode(ctx context.Context, env *Env, d *ABDetail) *ABDecode {
 	if err != nil {
 		return &ABDecode{Why: err.Error()}
 	}
-	return &ABDecode{BytesPerToken: w.PerToken, Method: w.Method,
+	dec := &ABDecode{BytesPerToken: w.PerToken, Method: w.Method,
 		A: harness.DecodeBandwidth(w.PerToken, ma), B: harness.DecodeBandwidth(w.PerToken, mb)}
+	if cfg.Depth > 0 && len(d.Rounds) > 0 {
+		dec.KVRead = w.KVReadPerToken(d.Rounds[0].A.KVFormat, cfg.Depth, cfg.TG)
+	}
+	return dec
 }
 
 // AB is gate 3: warmup, the pre-registered interleaved rounds, paired sign
@@ -222,7 +230,7 @@ func AB(ctx context.Context, cfg Config, env *Env) Result {
 		res.Status, res.Reason = Skip, fmt.Sprintf("interrupted after %d of %d rounds", len(d.Rounds), cfg.Rounds)
 		return res
 	}
-	d.Decode = abDecode(ctx, env, d)
+	d.Decode = abDecode(ctx, cfg, env, d)
 	gateLiveness(&res, cfg, d.CensusA, d.CensusB)
 	return res
 }
@@ -238,7 +246,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 	// Untimed warmup: one process per arm with the full warmup budget, so the
 	// first timed round is never the first run (page cache, clocks).
 	for _, arm := range []Arm{cfg.A, cfg.B} {
-		b, e, err := armMinfer(env.M, arm).Bench(ctx, "warmup "+arm.Name, armEnv(arm, warm), cfg.PP, cfg.TG, 1)
+		b, e, err := benchMinfer(env.M, cfg, arm).Bench(ctx, "warmup "+arm.Name, armEnv(arm, warm), cfg.PP, cfg.TG, 1)
 		env.Cmd("ab: warmup arm "+arm.Name, e)
 		if err != nil {
 			return &armFailure{arm.Name, fmt.Errorf("warmup of arm %s failed: %w", arm.Name, err)}
@@ -268,7 +276,7 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 				arm, dst, ev = cfg.B, &r.B, &d.CensusB
 			}
 			label := fmt.Sprintf("round %d %s", i+1, arm.Name)
-			b, e, err := armMinfer(env.M, arm).Bench(ctx, label, armEnv(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
+			b, e, err := benchMinfer(env.M, cfg, arm).Bench(ctx, label, armEnv(arm, timed), cfg.PP, cfg.TG, cfg.Reps)
 			env.Cmd("ab: timed round, arm "+arm.Name, e)
 			ev.Add(label, e)
 			if e != nil {
@@ -286,6 +294,10 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 			tg, ok2 := b.Test("tg")
 			if !ok1 || !ok2 {
 				return fmt.Errorf("round %d arm %s: bench JSON lacks the pp or tg test", i+1, arm.Name)
+			}
+			// A minfer that ignored -d would time depth 0 under the run's name.
+			if want := fmt.Sprintf("pp%d%s", cfg.PP, cfg.TestSuffix()); cfg.Depth > 0 && (pp.Name != want || tg.Name != fmt.Sprintf("tg%d%s", cfg.TG, cfg.TestSuffix())) {
+				return fmt.Errorf("round %d arm %s: bench ran %s and %s, want %s and tg%d%s: this minfer does not take bench -d", i+1, arm.Name, pp.Name, tg.Name, want, cfg.TG, cfg.TestSuffix())
 			}
 			*dst = ArmRun{PP: pp.Value(), TG: tg.Value(), PPSamp: pp.TokS, TGSamp: tg.TokS, Warmup: b.Warmup,
 				Backend: b.Backend, KVFormat: b.KVFormat, Wall: e.Wall, Mem: e.DeviceMemory, EngineMem: engineMemory(e.Stdout)}
@@ -318,10 +330,10 @@ func basisOf(cfg Config, rounds []Round, key string) string {
 
 // metricOf computes one metric's statistics on a basis.
 func metricOf(cfg Config, rounds []Round, key, basis string) (Metric, error) {
-	m := Metric{Key: key, Basis: basis, Name: fmt.Sprintf("pp%d", cfg.PP)}
+	m := Metric{Key: key, Basis: basis, Name: fmt.Sprintf("pp%d%s", cfg.PP, cfg.TestSuffix())}
 	bar := cfg.BarPP
 	if key == "tg" {
-		m.Name, bar = fmt.Sprintf("tg%d", cfg.TG), cfg.BarTG
+		m.Name, bar = fmt.Sprintf("tg%d%s", cfg.TG, cfg.TestSuffix()), cfg.BarTG
 	}
 	for _, r := range rounds {
 		m.A, m.B = append(m.A, r.A.value(key, basis)), append(m.B, r.B.value(key, basis))

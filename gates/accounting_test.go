@@ -96,7 +96,7 @@ func TestAB_DecodeBandwidthFromTheModelsBytesAndTheMedians(t *testing.T) {
 	m := fake(t)
 	m.R = &harness.Runner{Bin: "/nonexistent/minfer"}
 	env := &Env{M: m}
-	if got := abDecode(context.Background(), env, d); got.Why == "" || got.BytesPerToken != 0 {
+	if got := abDecode(context.Background(), Config{}, env, d); got.Why == "" || got.BytesPerToken != 0 {
 		t.Errorf("minfer info failing: %+v, want a reason and no numbers", got)
 	}
 }

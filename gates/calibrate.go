@@ -40,7 +40,10 @@ type Calibration struct {
 	PP          int    `json:"pp"`
 	TG          int    `json:"tg"`
 	Reps        int    `json:"reps"`
-	Rounds      int    `json:"rounds"`
+	// Depth is the KV cache filled before each test (0: none): noise at
+	// depth 32K is not noise at depth 0, so a run matches only its own.
+	Depth  int `json:"depth,omitempty"`
+	Rounds int `json:"rounds"`
 	// Ratios are the per-round A'/A ratios, SD their log sd, keyed
 	// "pp_wall", "tg_wall", "pp_device", "tg_device" (device keys only where
 	// the backend timed its splits).
@@ -68,7 +71,7 @@ const ClaimFPMax = 0.05
 func Calibrate(ctx context.Context, cfg Config, env *Env, publish func(*Calibration)) (*Calibration, error) {
 	aa := cfg
 	aa.B = Arm{Name: "A'", Value: cfg.A.Value, Env: cfg.A.Env}
-	c := &Calibration{Schema: 1, Created: time.Now().UTC(), Backend: cfg.Backend, PP: cfg.PP, TG: cfg.TG, Reps: cfg.Reps, Rounds: cfg.Rounds,
+	c := &Calibration{Schema: 1, Created: time.Now().UTC(), Backend: cfg.Backend, PP: cfg.PP, TG: cfg.TG, Reps: cfg.Reps, Depth: cfg.Depth, Rounds: cfg.Rounds,
 		Model: cfg.Model, Ratios: map[string][]float64{}, SD: map[string]float64{}, ClaimFP: map[string]float64{}, Preregistered: map[string]stats.Rounds{}}
 	d := &ABDetail{Planned: cfg.Rounds, PP: cfg.PP, TG: cfg.TG, CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: aa.B}}
 	c.AB = d
@@ -177,9 +180,13 @@ func (c *Calibration) PlanFor(file string, barPP, barTG float64, hostWork bool, 
 const CalibrationMaxAge = 30 * 24 * time.Hour
 
 // CalibrationFile is where a calibration of a machine and workload lives
-// under dir: calibration/<gpu or cpu>/<model>-pp<P>-tg<T>-r<R>.json.
-func CalibrationFile(dir, machine, model string, pp, tg, reps int) string {
-	return filepath.Join(dir, "calibration", slug(machine), fmt.Sprintf("%s-pp%d-tg%d-r%d.json", slug(strings.TrimSuffix(filepath.Base(model), ".gguf")), pp, tg, reps))
+// under dir: calibration/<gpu or cpu>/<model>-pp<P>-tg<T>[-d<D>]-r<R>.json.
+func CalibrationFile(dir, machine, model string, pp, tg, depth, reps int) string {
+	d := ""
+	if depth > 0 {
+		d = fmt.Sprintf("-d%d", depth)
+	}
+	return filepath.Join(dir, "calibration", slug(machine), fmt.Sprintf("%s-pp%d-tg%d%s-r%d.json", slug(strings.TrimSuffix(filepath.Base(model), ".gguf")), pp, tg, d, reps))
 }
 
 var slugRE = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -215,11 +222,11 @@ func WriteCalibration(file string, c *Calibration) error {
 }
 
 // FindCalibration returns the newest calibration under dir that matches
-// the machine, backend, model (by sha256), sizes and repetitions and is
+// the machine, backend, model (by sha256), sizes, depth and repetitions and is
 // younger than CalibrationMaxAge, with its file; notes say why others
 // were passed over. path may also name one calibration file, which must
 // match the same way.
-func FindCalibration(path, machine, backend, modelSHA string, pp, tg, reps int, now time.Time) (*Calibration, string, []string) {
+func FindCalibration(path, machine, backend, modelSHA string, pp, tg, depth, reps int, now time.Time) (*Calibration, string, []string) {
 	var files []string
 	if st, err := os.Stat(path); err == nil && !st.IsDir() {
 		files = []string{path}
@@ -251,6 +258,9 @@ func FindCalibration(path, machine, backend, modelSHA string, pp, tg, reps int, 
 		}
 		if c.PP != pp || c.TG != tg || c.Reps != reps {
 			why = append(why, fmt.Sprintf("pp%d tg%d r%d", c.PP, c.TG, c.Reps))
+		}
+		if c.Depth != depth {
+			why = append(why, fmt.Sprintf("depth %d", c.Depth))
 		}
 		if age := now.Sub(c.Created); age > CalibrationMaxAge {
 			why = append(why, fmt.Sprintf("%.0f days old", age.Hours()/24))

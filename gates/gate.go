@@ -49,6 +49,8 @@ package gates
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -145,6 +147,32 @@ type Arm struct {
 	LegacyBench bool `json:"legacy_bench,omitempty"`
 }
 
+// DepthArgs are the bench flags of c.Depth: the depth and a context that
+// holds it and the tests (none at depth 0).
+func (c Config) DepthArgs() []string {
+	if c.Depth <= 0 {
+		return nil
+	}
+	return []string{"-d", strconv.Itoa(c.Depth), "--ctx", strconv.Itoa(c.Depth + c.PP + c.TG)}
+}
+
+// TestSuffix is what minfer bench appends to a test's name at c.Depth
+// ("@d4096"; "" at depth 0): a name without it means the depth was not run.
+func (c Config) TestSuffix() string {
+	if c.Depth <= 0 {
+		return ""
+	}
+	return "@d" + strconv.Itoa(c.Depth)
+}
+
+// benchMinfer is armMinfer for a bench process of gates 3 and 5: the arm's
+// bench flags, then the run's depth.
+func benchMinfer(m harness.Minfer, cfg Config, a Arm) harness.Minfer {
+	m = armMinfer(m, a)
+	m.BenchArgs = append(slices.Clone(m.BenchArgs), cfg.DepthArgs()...)
+	return m
+}
+
 // armMinfer is m running the arm's own binary when it has one.
 func armMinfer(m harness.Minfer, a Arm) harness.Minfer {
 	if a.Bin != "" {
@@ -191,17 +219,21 @@ type Config struct {
 	// ExactBin, when set, is the minfer that computes gate 1's exact
 	// reference (MINFER_CPU_EXACT=1) instead of the reference's own: abtest
 	// pr's reference is the base build, which may predate the lever.
-	ExactBin  string   `json:"exact_bin,omitempty"`
-	Gates     []string `json:"gates"`
-	Rounds    int      `json:"rounds"`
-	PP        int      `json:"pp"`
-	TG        int      `json:"tg"`
-	Reps      int      `json:"reps"`
-	WarmupMS  int      `json:"warmup_ms"`       // untimed process warmup budget before round 1
-	BenchWarm int      `json:"bench_warmup_ms"` // in-process warmup of each timed bench
-	BarPP     float64  `json:"bar_pp"`          // not-slower bar (slowdown factor)
-	BarTG     float64  `json:"bar_tg"`
-	ClaimBar  float64  `json:"claim_bar"` // pre-registered improvement bar (fraction)
+	ExactBin string   `json:"exact_bin,omitempty"`
+	Gates    []string `json:"gates"`
+	Rounds   int      `json:"rounds"`
+	PP       int      `json:"pp"`
+	TG       int      `json:"tg"`
+	Reps     int      `json:"reps"`
+	// Depth is the KV cache filled before each bench test (minfer bench -d;
+	// 0: none): gates 3 and 5 time pp and tg at that depth (issue 20's
+	// long-context rows); parity and greedy keep their own sizes.
+	Depth     int     `json:"depth,omitempty"`
+	WarmupMS  int     `json:"warmup_ms"`       // untimed process warmup budget before round 1
+	BenchWarm int     `json:"bench_warmup_ms"` // in-process warmup of each timed bench
+	BarPP     float64 `json:"bar_pp"`          // not-slower bar (slowdown factor)
+	BarTG     float64 `json:"bar_tg"`
+	ClaimBar  float64 `json:"claim_bar"` // pre-registered improvement bar (fraction)
 	// Memory is the lever's memory bar: arm B's peak device memory at most
 	// A x (1 + Frac) + MiB (zero: the default, B <= A + 1% + 64 MiB).
 	Memory harness.MemoryBar `json:"memory_bar"`

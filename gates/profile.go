@@ -75,7 +75,7 @@ type ArmOpTiming struct {
 // shapes, one repetition, a short in-process warmup so clocks are up, and
 // the arm's own bench flags (Arm.BenchArgs).
 func profileBench(cfg Config, arm Arm) []string {
-	return append(append([]string{"bench"}, benchArgs(cfg, arm.LegacyBench)...), arm.BenchArgs...)
+	return append(append(append([]string{"bench"}, benchArgs(cfg, arm.LegacyBench)...), arm.BenchArgs...), cfg.DepthArgs()...)
 }
 
 // ProfileWarmupMS is the in-process warmup of the profiled bench processes.

@@ -303,15 +303,25 @@ type Workload struct {
 	Shape string `json:"shape,omitempty"`
 	Type  string `json:"type,omitempty"`
 	PP    int    `json:"pp,omitempty"`
+	Depth int    `json:"depth,omitempty"`
 }
 
 // ParseWorkload parses the registry's grammar (engine/levers Lever.Workload):
 // space-separated terms, each at most once, in any order: SHAPE:TYPE (the
-// model `minfer synth --shape SHAPE --type TYPE` writes) and ppN (N >= 1
-// prefill tokens). "" is the default workload (the zero Workload).
+// model `minfer synth --shape SHAPE --type TYPE` writes), ppN (N >= 1
+// prefill tokens) and dN (N >= 1 cells of KV cache filled before each
+// bench test: the A/B and profile gates run at that depth). "" is the default workload (the zero Workload).
 func ParseWorkload(s string) (Workload, error) {
 	w := Workload{Raw: strings.TrimSpace(s)}
 	for _, term := range strings.Fields(s) {
+		if n, ok := strings.CutPrefix(term, "d"); ok && !strings.Contains(term, ":") {
+			v, err := strconv.Atoi(n)
+			if err != nil || v < 1 || w.Depth != 0 {
+				return Workload{}, fmt.Errorf("workload %q: term %q: want one dN (a KV depth) with N >= 1", s, term)
+			}
+			w.Depth = v
+			continue
+		}
 		if n, ok := strings.CutPrefix(term, "pp"); ok && !strings.Contains(term, ":") {
 			v, err := strconv.Atoi(n)
 			if err != nil || v < 1 || w.PP != 0 {
@@ -322,7 +332,7 @@ func ParseWorkload(s string) (Workload, error) {
 		}
 		sh, ty, ok := strings.Cut(term, ":")
 		if !ok || !plainName(sh) || !plainName(ty) || w.Shape != "" {
-			return Workload{}, fmt.Errorf("workload %q: term %q: want one SHAPE:TYPE and/or one ppN", s, term)
+			return Workload{}, fmt.Errorf("workload %q: term %q: want one SHAPE:TYPE, one ppN and/or one dN", s, term)
 		}
 		w.Shape, w.Type = sh, ty
 	}

@@ -98,7 +98,10 @@ func TestParseWorkload_GrammarAndErrors(t *testing.T) {
 	if w, err := ParseWorkload(""); err != nil || w.HasModel() || w.PP != 0 {
 		t.Errorf("empty: %+v %v", w, err)
 	}
-	for _, bad := range []string{"pp0", "pp", "pp1 pp2", "qwen2-0.5b", "a:b c:d", "a:b:c", "../x:Q8_0", "q:Q8_0,pp5"} {
+	if w, err := ParseWorkload("qwen2-7b:Q4_K_M d32128"); err != nil || w.Depth != 32128 || w.ModelName() != "qwen2-7b:Q4_K_M" {
+		t.Errorf("depth: %+v %v", w, err)
+	}
+	for _, bad := range []string{"pp0", "pp", "pp1 pp2", "qwen2-0.5b", "a:b c:d", "a:b:c", "../x:Q8_0", "q:Q8_0,pp5", "d0", "d", "d1 d2", "dx"} {
 		if w, err := ParseWorkload(bad); err == nil {
 			t.Errorf("%q accepted: %+v", bad, w)
 		}

@@ -39,7 +39,7 @@ func CalibrationMarkdown(c *gates.Calibration, file string) string {
 	w("%s\n", Table([]string{"what", "value"}, [][]string{
 		{"date", c.Created.Format(time.RFC3339)}, {"machine", machine}, {"clocks at the start", clocks}, {"backend", c.Backend},
 		{"host", c.Host}, {"commit", c.Commit}, {"model", c.Model + " sha256 " + c.ModelSHA256},
-		{"shapes", fmt.Sprintf("pp%d tg%d, %d repetitions per process", c.PP, c.TG, c.Reps)}, {"A/A rounds", fmt.Sprint(c.Rounds)},
+		{"shapes", fmt.Sprintf("pp%d tg%d%s, %d repetitions per process", c.PP, c.TG, depthNote(c.Depth), c.Reps)}, {"A/A rounds", fmt.Sprint(c.Rounds)},
 		{"file", file},
 	}))
 	w("Per-round noise (sd of ln(A'/A), the same build and settings in both arms, rounds alternating AB/BA, one process per arm and round), and what it pre-registers for gate 3 at GATES.md's default bars (1.015, power >= %.1f against a slowdown of x1.03, at most %d rounds):\n\n", stats.TargetPower, stats.MaxRounds)
@@ -71,4 +71,12 @@ func CalibrationMarkdown(c *gates.Calibration, file string) string {
 	w("Every round (tok/s, A / A'):\n\n%s\n", Table([]string{"round", "order", "pp (wall)", "tg (wall)", "tg (device)", "clocks"}, rr))
 	w("## Reproduce\n\n```sh\n%s\n```\n", c.CommandLine)
 	return b.String()
+}
+
+// depthNote is " at depth N" for a workload with a filled KV cache.
+func depthNote(depth int) string {
+	if depth <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" at depth %d", depth)
 }

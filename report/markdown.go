@@ -391,8 +391,12 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 	c := rec.Config
 	fmt.Fprintf(b, "## Gate 3: interleaved A/B — %s\n\n%s\n\n", g.Status, g.Reason)
 	fmt.Fprintf(b, "Liveness over the rounds' bench processes: %s\n\n", g.Liveness)
-	fmt.Fprintf(b, "%d of %d pre-registered rounds, order alternating AB/BA; pp%d and tg%d, %d repetitions per process (the round value is their median); in-process warmup %d ms before each timed bench. Not-slower bars: pp %g, tg %g (refuse at %d of %d slower, one-sided sign test alpha 0.09). Improvement claim: median >= 1+%g and one-sided sign-test p <= 0.05.\n\n",
-		len(d.Rounds), d.Planned, c.PP, c.TG, c.Reps, c.BenchWarm, c.BarPP, c.BarTG, refuseAt(d), d.Planned, c.ClaimBar)
+	depth := ""
+	if c.Depth > 0 {
+		depth = fmt.Sprintf(" at depth %d (each process fills %d cells of KV cache first: minfer bench -d %d)", c.Depth, c.Depth, c.Depth)
+	}
+	fmt.Fprintf(b, "%d of %d pre-registered rounds, order alternating AB/BA; pp%d and tg%d%s, %d repetitions per process (the round value is their median); in-process warmup %d ms before each timed bench. Not-slower bars: pp %g, tg %g (refuse at %d of %d slower, one-sided sign test alpha 0.09). Improvement claim: median >= 1+%g and one-sided sign-test p <= 0.05.\n\n",
+		len(d.Rounds), d.Planned, c.PP, c.TG, depth, c.Reps, c.BenchWarm, c.BarPP, c.BarTG, refuseAt(d), d.Planned, c.ClaimBar)
 	var wr [][]string
 	for _, x := range d.Warmup {
 		wr = append(wr, []string{x.Arm, fmt.Sprintf("%.0f", x.Warmup.BudgetMS), fmt.Sprint(x.Warmup.Iterations), fmt.Sprintf("%.0f", x.Warmup.ElapsedMS), fmt.Sprintf("%.2f", x.Wall.Seconds())})
@@ -470,6 +474,9 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 		} else {
 			fmt.Fprintf(b, "Decode bandwidth (weight bytes per token %d, %s; the H200 HBM floor %.0f GB/s): A %.1f GB/s (%.1f%% of the floor), B %.1f GB/s (%.1f%%); the floor is %.0f tok/s.\n\n",
 				dd.BytesPerToken, dd.Method, harness.HBMCopyGBs, float64(dd.A.GBs), float64(dd.A.HBMShare)*100, float64(dd.B.GBs), float64(dd.B.HBMShare)*100, float64(dd.A.FloorTokS))
+			if kv := float64(dd.KVRead); kv > 0 {
+				fmt.Fprintf(b, "At depth %d a tg step also reads %.0f MB of KV cache on average (not in the GB/s above).\n\n", rec.Config.Depth, kv/1e6)
+			}
 		}
 	}
 	for _, p := range plots {

@@ -52,6 +52,9 @@
 #                                   levers`: WORKLOAD, through abtest run --workload; the @ options below
 #                                   set it by hand instead)
 #                                   (@ppN: that lever's prefill size, e.g. MINFER_MMVQ_NT=1@pp5;
+#                                   @dN: gates 3 and 5 at KV depth N (abtest --depth), e.g.
+#                                   MINFER_FA_PREFILL_TC@qwen2-7b:Q4_K_M@d32128; calibrate such a workload with
+#                                   CALIBRATE="qwen2-7b:Q4_K_M d32128" (the workload grammar's dN term);
 #                                   @SHAPE:TYPE: that lever's synthesized model, e.g.
 #                                   MINFER_NO_KQ_MMVQ@qwen2-0.5b:Q4_K_M (a kill switch is named
 #                                   bare: its arm A is already =1), MINFER_FUSE_QKNORM@qwen3-0.6b:Q8_0;
@@ -79,6 +82,7 @@
 #   BIG_TIMEOUT=600 BIG_CAL_TIMEOUT=480   the same for a lever spec or calibration on a 7B model (qwen2-7b): on
 #                                   2026-12-02 a 7B calibration was cut at 180 s after 3 of 11 rounds and the
 #                                   MINFER_DRAFT 7B pair at 351 s before its suite and profile gates
+#   DEEP_TIMEOUT=1800               the same for a lever spec with @dN (every bench process fills its KV first)
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
 #                                   abtest run itself quantizes it to the run model's weight type (once,
@@ -113,7 +117,7 @@ log="$out/abtest-device.log"
 ROUNDS="${ROUNDS:-}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
 SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
 LEVERS="${LEVERS-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
-LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-600}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}"
+LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-600}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}" DEEP_TIMEOUT="${DEEP_TIMEOUT:-1800}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
 CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
@@ -251,7 +255,7 @@ for spec in $LEVERS; do
     # NAME[=VALUE][@ppN][@SHAPE:TYPE][@own] (header): a 2..8-token path such
     # as MINFER_MMVQ_NT never runs at pp512, a K-quant or qwen3 path never
     # on qwen2-0.5b Q8_0.
-    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=() base=() with=()
+    lever="${spec%%@*}" pp="$PP" model="$default_model" own=0 mutate=() base=() with=() depth=()
     IFS=@ read -r -a opts <<<"${spec#"$lever"}"
     for o in "${opts[@]}"; do
         case "$o" in
@@ -261,8 +265,9 @@ for spec in $LEVERS; do
         baseline=*) base=(--baseline "${o#baseline=}") ;;
         with=*) with+=(--with "${o#with=}") ;;
         pp[0-9]*) pp="${o#pp}" ;;
+        d[0-9]*) depth=(--depth "${o#d}") ;;
         *:*) model="$(synth_model "${o%%:*}" "${o#*:}")" || { rc=1; continue 2; } ;;
-        *) say "lever spec $spec: unknown option @$o (want @ppN, @SHAPE:TYPE, @own, @mutate=, @baseline=, @with=)"; rc=1; continue 2 ;;
+        *) say "lever spec $spec: unknown option @$o (want @ppN, @dN, @SHAPE:TYPE, @own, @mutate=, @baseline=, @with=)"; rc=1; continue 2 ;;
         esac
     done
     cmodel=""
@@ -275,14 +280,16 @@ for spec in $LEVERS; do
     # sized for the other gates cut it short on 2026-11-29.
     [[ ",$gates," == *,suite,* ]] && limit=$((LEVER_TIMEOUT + SUITE_EXTRA))
     [[ "$spec" == *7b* || "$(basename "$model")" == *7b* ]] && limit=$((limit > BIG_TIMEOUT ? limit : BIG_TIMEOUT))
+    # At depth every bench process fills its KV cache first (7B at 32K: ~23 s each, ~26 processes).
+    ((${#depth[@]})) && limit=$((limit > DEEP_TIMEOUT ? limit : DEEP_TIMEOUT))
     cm=()
     [[ -n "$cmodel" ]] && cm=(--correctness-model "$cmodel")
     # A bare spec runs on the workload the registry declares for the lever
     # (abtest run --workload: its model, pp and correctness model; none
     # declared: the default model); any @ option is taken as given instead.
     wl=(--synth-dir "$MODEL_DIR")
-    [[ "$spec" != *@[!mbw]* ]] && wl+=(--workload --seed "$SEED")
-    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" "${base[@]}" "${with[@]}" \
+    [[ "$spec" != *@[!mbwd]* ]] && wl+=(--workload --seed "$SEED")
+    timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" "${base[@]}" "${with[@]}" "${depth[@]}" \
         --suite-bin 'bin/*.test' --suite-cache "$work/suite-cache" --kernels bin/minfer-kernels.fatbin --gates "$gates" \
         "${rounds[@]}" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1

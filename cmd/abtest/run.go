@@ -56,6 +56,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl.IntVar(&o.PP, "pp", 512, "prefill tokens per bench test")
 	fl.IntVar(&o.TG, "tg", 128, "decode tokens per bench test")
 	fl.IntVar(&o.Reps, "reps", 3, "repetitions per bench process (the round value is their median)")
+	fl.IntVar(&o.Depth, "depth", 0, "KV cache cells filled before each bench test of the A/B and profile gates (minfer bench -d; a workload's dN sets it unless this is given): a long-context lever measured where it acts")
 	fl.IntVar(&o.WarmupMS, "warmup-ms", 2000, "untimed warmup budget before round 1 (per arm)")
 	fl.IntVar(&o.BenchWarm, "bench-warmup-ms", 500, "in-process warmup of every timed bench (MINFER_BENCH_WARMUP_MS)")
 	fl.IntVar(&o.GenN, "gen-n", 32, "greedy tokens per prompt")

@@ -48,7 +48,7 @@ func Calibrate(ctx context.Context, f *Options, spec, cmdline string) error {
 	for _, w := range calibrationWorkloads(s, spec) {
 		cfg := gates.Config{Lever: harness.Lever{Lever: levers.Lever{Name: "calibration", Workload: w}}, Backend: backend, Device: f.Device, Model: s.m.Model,
 			A:      gates.Arm{Name: "A", Value: "defaults", Env: map[string]string{}},
-			Rounds: f.Rounds, PP: f.PP, TG: f.TG, Reps: f.Reps, WarmupMS: f.WarmupMS, BenchWarm: f.BenchWarm, Gates: []string{gates.GateAB}}
+			Rounds: f.Rounds, PP: f.PP, TG: f.TG, Reps: f.Reps, Depth: f.Depth, WarmupMS: f.WarmupMS, BenchWarm: f.BenchWarm, Gates: []string{gates.GateAB}}
 		if w != "default" {
 			if _, err := harness.ParseWorkload(w); err != nil {
 				return CannotRun("--workload: %v", err)
@@ -71,7 +71,7 @@ func calibrateOne(ctx context.Context, s *setup, cfg gates.Config, out, cmdline 
 	m.Model = cfg.Model
 	env := &gates.Env{M: m, Probe: s.probe, Progress: harness.NewProgress(os.Stderr, 2+cfg.Rounds), HasGPU: s.hasGPU, GPUWhy: s.why}
 	e := s.environment(ctx, cfg)
-	prog.Note("calibrate: %s, %d A/A rounds of pp%d tg%d r%d on %s", cfg.Lever.Workload, cfg.Rounds, cfg.PP, cfg.TG, cfg.Reps, cfg.Backend)
+	prog.Note("calibrate: %s, %d A/A rounds of pp%d tg%d%s r%d on %s", cfg.Lever.Workload, cfg.Rounds, cfg.PP, cfg.TG, cfg.TestSuffix(), cfg.Reps, cfg.Backend)
 	c, err := gates.Calibrate(ctx, cfg, env, nil)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -86,7 +86,7 @@ func calibrateOne(ctx context.Context, s *setup, cfg gates.Config, out, cmdline 
 	if c.Model == "" || c.Model == harness.EmbeddedModel {
 		c.Model = e.Model
 	}
-	file := gates.CalibrationFile(out, gates.MachineName(c.Backend, e.GPU, c.CPU), c.Model, c.PP, c.TG, c.Reps)
+	file := gates.CalibrationFile(out, gates.MachineName(c.Backend, e.GPU, c.CPU), c.Model, c.PP, c.TG, c.Depth, c.Reps)
 	if err := gates.WriteCalibration(file, c); err != nil {
 		return &Error{gates.ExitCannotRun, err}
 	}

@@ -439,6 +439,9 @@ func (w *workloadModels) apply(ctx context.Context, cfg *gates.Config) error {
 	if wl.PP > 0 {
 		cfg.PP = wl.PP
 	}
+	if wl.Depth > 0 && !w.f.changed("depth") {
+		cfg.Depth = wl.Depth
+	}
 	if !wl.HasModel() {
 		return nil
 	}
@@ -462,6 +465,9 @@ func workloadComment(cfg gates.Config) string {
 		return ""
 	}
 	c := fmt.Sprintf(" (workload %s: --pp %d", strings.TrimSpace(cfg.Lever.Workload), cfg.PP)
+	if cfg.Depth > 0 {
+		c += fmt.Sprintf(" --depth %d", cfg.Depth)
+	}
 	if cfg.Model != "" {
 		c += " --model " + cfg.Model
 	}

@@ -55,10 +55,13 @@ func ExitCode(err error) int {
 // Options are the settings of `abtest run`, and the per-lever part of
 // `abtest nightly`, `calibrate` and `pr`.
 type Options struct {
-	Lever, Baseline                  string // NAME[=B], and arm A's value ("" the registry's)
-	Model, Shape, Type, Device       string
-	CorrectnessModel                 string
-	Rounds, PP, TG, Reps             int
+	Lever, Baseline            string // NAME[=B], and arm A's value ("" the registry's)
+	Model, Shape, Type, Device string
+	CorrectnessModel           string
+	Rounds, PP, TG, Reps       int
+	// Depth is the KV cache filled before each bench test of gates 3 and
+	// 5 (--depth; a workload's dN sets it unless --depth is given).
+	Depth                            int
 	WarmupMS, BenchWarm, GenN        int
 	Prompts, Gates, Out, Mutate      string
 	Minfer, SynthDir, BenchOut       string
@@ -88,6 +91,9 @@ func (f *Options) changed(name string) bool { return f.Given[name] }
 func (f *Options) Check() error {
 	if f.Rounds < 1 || f.PP < 1 || f.TG < 1 || f.Reps < 1 {
 		return CannotRun("--rounds, --pp, --tg and --reps must be positive")
+	}
+	if f.Depth < 0 {
+		return CannotRun("--depth %d: want a KV depth >= 0", f.Depth)
 	}
 	if f.GenN < 1 {
 		return CannotRun("--gen-n %d: want a positive token count", f.GenN)

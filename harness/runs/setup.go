@@ -287,7 +287,7 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.Mutate, Device: f.Device, Backend: backend, Model: s.m.Model, CorrectnessModel: f.CorrectnessModel,
 		A:      gates.Arm{Name: "A", Value: aval, Env: map[string]string{lv.Name: aval}},
 		B:      gates.Arm{Name: "B", Value: bval, Env: map[string]string{lv.Name: bval}},
-		Rounds: f.Rounds, PP: f.PP, TG: f.TG, Reps: f.Reps, WarmupMS: f.WarmupMS, BenchWarm: f.BenchWarm,
+		Rounds: f.Rounds, PP: f.PP, TG: f.TG, Reps: f.Reps, Depth: f.Depth, WarmupMS: f.WarmupMS, BenchWarm: f.BenchWarm,
 		GraphTol: f.GraphTol, GenN: f.GenN, SuiteBins: f.SuiteBins, SuiteCache: f.SuiteCache, Kernels: f.Kernels,
 		LeverDefaults: map[string]string{}}
 	for _, l := range s.levers {
@@ -630,7 +630,7 @@ func (s *setup) planRounds(ctx context.Context, f *Options, cfg *gates.Config, p
 		sha, _ = harness.FileSHA256Cached(path)
 	}
 	machine := gates.MachineName(cfg.Backend, s.gpuClocks(ctx), harness.CPUModel("/proc/cpuinfo"))
-	cal, file, notes := gates.FindCalibration(dir, machine, cfg.Backend, sha, cfg.PP, cfg.TG, cfg.Reps, time.Now())
+	cal, file, notes := gates.FindCalibration(dir, machine, cfg.Backend, sha, cfg.PP, cfg.TG, cfg.Depth, cfg.Reps, time.Now())
 	for _, n := range notes {
 		prog.Note("calibration: %s", n)
 	}
