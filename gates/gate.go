@@ -147,13 +147,15 @@ type Arm struct {
 	LegacyBench bool `json:"legacy_bench,omitempty"`
 }
 
-// DepthArgs are the bench flags of c.Depth: the depth and a context that
-// holds it and the tests (none at depth 0).
+// DepthArgs are the bench flags of c.Depth (none at depth 0): the depth,
+// filled with zero cells (no compute: a 32K prefill per process would
+// dominate the run, and attention costs the same over any values), and a
+// context that holds it and the tests.
 func (c Config) DepthArgs() []string {
 	if c.Depth <= 0 {
 		return nil
 	}
-	return []string{"-d", strconv.Itoa(c.Depth), "--ctx", strconv.Itoa(c.Depth + c.PP + c.TG)}
+	return []string{"-d", strconv.Itoa(c.Depth), "--fill", "zeros", "--ctx", strconv.Itoa(c.Depth + c.PP + c.TG)}
 }
 
 // TestSuffix is what minfer bench appends to a test's name at c.Depth

@@ -393,7 +393,7 @@ func abSection(b *strings.Builder, g gates.Result, rec *gates.Record, plots []st
 	fmt.Fprintf(b, "Liveness over the rounds' bench processes: %s\n\n", g.Liveness)
 	depth := ""
 	if c.Depth > 0 {
-		depth = fmt.Sprintf(" at depth %d (each process fills %d cells of KV cache first: minfer bench -d %d)", c.Depth, c.Depth, c.Depth)
+		depth = fmt.Sprintf(" at depth %d (each process first puts %d zero cells in its KV cache, untimed: minfer bench -d %d --fill zeros)", c.Depth, c.Depth, c.Depth)
 	}
 	fmt.Fprintf(b, "%d of %d pre-registered rounds, order alternating AB/BA; pp%d and tg%d%s, %d repetitions per process (the round value is their median); in-process warmup %d ms before each timed bench. Not-slower bars: pp %g, tg %g (refuse at %d of %d slower, one-sided sign test alpha 0.09). Improvement claim: median >= 1+%g and one-sided sign-test p <= 0.05.\n\n",
 		len(d.Rounds), d.Planned, c.PP, c.TG, depth, c.Reps, c.BenchWarm, c.BarPP, c.BarTG, refuseAt(d), d.Planned, c.ClaimBar)

@@ -20,6 +20,10 @@ type Bench struct {
 	// Depth: tokens in the KV cache before each test (-d); absent at 0 so
 	// that -d 0 prints what bench printed before the flag existed.
 	Depth int `json:"depth,omitempty"`
+	// DepthFill is how the depth got into the KV cache (with depth > 0):
+	// "prefill" (computed) or "zeros" (cells written as zeros, untimed
+	// either way).
+	DepthFill string `json:"depth_fill,omitempty"`
 	// Turns: the conversation's turns under --turns (its tests are
 	// "turn1".."turnN", no pp/tg); absent otherwise.
 	Turns     int               `json:"turns,omitempty"`

@@ -45,7 +45,7 @@ func TestRun_DepthBenchesAtThatDepthAndAMinferIgnoringItIsRefused(t *testing.T) 
 	for _, c := range rec.Reproduce {
 		if strings.Contains(c, " bench ") {
 			benches++
-			if strings.Contains(c, "-d 4096 --ctx 4116") {
+			if strings.Contains(c, "-d 4096 --fill zeros --ctx 4116") {
 				deep++
 			}
 		}

@@ -51,7 +51,9 @@ import (
 // deviation (n-1), 0 for a single sample.
 //
 // With --depth D > 0 (llama-bench's -d) every test starts from a KV cache
-// that already holds D tokens, filled by an untimed prefill: pp<P>@d<D>
+// that already holds D tokens, filled by an untimed prefill (--fill zeros:
+// their cells written as zeros instead, no compute; abtest's depth runs
+// use it, since attention costs the same over any values): pp<P>@d<D>
 // times the prefill at positions D..D+P-1, tg<N>@d<D> the N decode steps
 // after the fill and the one-token prefill (positions D+1..D+N). "depth" is
 // in the document only when D > 0, so -d 0 prints exactly what it did before
@@ -81,6 +83,7 @@ type benchFlags struct {
 	modelFlags
 	p, n, reps int
 	depth      int
+	fill       string // --fill: how the depth gets into the KV cache (prefill or zeros)
 	format     string // md, json or csv
 	json       bool   // --json: --format json
 	output     string // -o: the file to write instead of stdout
@@ -106,6 +109,7 @@ func newBenchCmd(a *app) *cobra.Command {
 	fl.IntVarP(&f.n, "n-gen", "n", 128, "decode test size in tokens (0: no tg test)")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions per test")
 	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the KV cache before each test (untimed fill; 0: empty KV)")
+	fl.StringVar(&f.fill, "fill", "prefill", "how -d fills the KV cache: prefill (the tokens run through the model) or zeros (their cells written as zeros, no compute: attention costs the same, in a fraction of the set-up; the timed tests then compute meaningless logits)")
 	fl.StringVar(&f.format, "format", "md", "output format: md, json (schema.Bench) or csv")
 	fl.BoolVar(&f.json, "json", false, "same as --format json")
 	fl.StringVarP(&f.output, "output", "o", "", "write the output to this file instead of stdout")
@@ -215,6 +219,12 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	if f.depth < 0 {
 		return usagef("-d %d: want a non-negative depth (tokens in the KV cache before each test)", f.depth)
 	}
+	switch {
+	case f.fill != "prefill" && f.fill != "zeros":
+		return usagef("--fill %q: want prefill or zeros", f.fill)
+	case f.fill == "zeros" && f.draft.draft != "":
+		return usagef("--fill zeros fills the target's cache only: a --draft run fills by prefill")
+	}
 	// The context holds the fill and the larger test after it: D+P, D+1+N.
 	need := f.depth + max(f.p, 1+f.n)
 	if f.n == 0 {
@@ -263,6 +273,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	defer closeDraft()
 	br := newBenchRunner(e, f.p, f.n, f.depth)
+	br.zeroFill = f.fill == "zeros"
 	br.census = a.censusReader()
 	br.device = deviceClock(e)
 	ppName, tgName := br.ppName(), br.tgName()
@@ -279,6 +290,9 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	res.NPrompt, res.Depth = f.p, f.depth
+	if f.depth > 0 {
+		res.DepthFill = f.fill
+	}
 	res.Warmup.BudgetMS = float64(a.cfg.BenchWarmupMS)
 	budget := time.Duration(a.cfg.BenchWarmupMS) * time.Millisecond
 	w0 := time.Now()
@@ -377,6 +391,7 @@ type benchRunner struct {
 	p, n, depth     int
 	pps, tgs, fills []int32
 	filled          bool      // the depth fill is in the cache (fill)
+	zeroFill        bool      // --fill zeros: the fill's cells written as zeros, not computed
 	logits          []float32 // the last forward's logits, the buffer of the next
 
 	// census reads the launch census (nil: off); timed sums its deltas
@@ -461,6 +476,17 @@ func (b *benchRunner) fill(what string) error {
 		if err := b.e.Truncate(len(b.fills)); err != nil {
 			return fmt.Errorf("%s: back to the depth fill: %w", what, err)
 		}
+		return nil
+	}
+	if b.zeroFill {
+		z, ok := b.e.(interface{ FillKVZeros([]int32) error })
+		if !ok {
+			return fmt.Errorf("%s: --fill zeros: this engine cannot write KV cells", what)
+		}
+		if err := z.FillKVZeros(b.fills); err != nil {
+			return fmt.Errorf("%s: depth fill: %w", what, err)
+		}
+		b.filled = true
 		return nil
 	}
 	b.e.Reset()

@@ -493,3 +493,50 @@ func TestBenchRunner_DeviceTimeCoversEachTimedWindow(t *testing.T) {
 		t.Fatalf("absent device fields are written: %s (%v)", b, err)
 	}
 }
+
+// zeroFillLM is a recordingLM whose engine can write the fill's cells.
+type zeroFillLM struct{ recordingLM }
+
+func (z *zeroFillLM) FillKVZeros(tokens []int32) error {
+	z.pos = len(tokens)
+	z.log = append(z.log, fmt.Sprintf("zeros %d", len(tokens)))
+	return nil
+}
+
+// --fill zeros gets the depth into the cache without a forward (the
+// prefill fill is the test above), then every repetition cuts back to it.
+func TestBenchRunner_FillZerosRunsNoForwardForTheDepth(t *testing.T) {
+	e := &zeroFillLM{}
+	br := newBenchRunner(e, 8, 2, 600)
+	br.zeroFill = true
+	for range 2 {
+		if _, err := br.runPP(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"zeros 600", "600+8", "truncate 600", "600+8"}; !slices.Equal(e.log, want) {
+		t.Errorf("pp8@d600 with --fill zeros ran %v, want %v", e.log, want)
+	}
+	// An engine without the method is one error, never a silent prefill.
+	br = newBenchRunner(&recordingLM{}, 8, 2, 600)
+	br.zeroFill = true
+	if _, err := br.runPP(); err == nil || !strings.Contains(err.Error(), "--fill zeros") {
+		t.Errorf("zero fill on an engine without it: %v", err)
+	}
+}
+
+// The document says how the depth was filled; a bad --fill, or zeros with
+// a draft (whose own cache the zeros would not fill), is refused.
+func TestBench_FillIsRecordedAndBadValuesAreRefused(t *testing.T) {
+	m := synthModel(t)
+	for _, fill := range []string{"zeros", "prefill"} {
+		doc, res := benchDoc(t, "--model", m, "-p", "8", "-n", "4", "-r", "1", "-d", "16", "--ctx", "24", "--fill", fill)
+		if res.DepthFill != fill || doc["depth_fill"] != fill || !slices.Equal(testNamesOf(res), []string{"pp8@d16", "tg4@d16"}) {
+			t.Errorf("--fill %s: depth_fill %v, tests %v", fill, doc["depth_fill"], testNamesOf(res))
+		}
+	}
+	stdout, stderr, code := runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-d", "16", "--fill", "random")
+	wantOneLineFailure(t, stdout, stderr, code, 2, `--fill "random"`)
+	stdout, stderr, code = runCLI(t, testConfig(t), "bench", "--model", m, "--device", "cpu", "-d", "16", "--fill", "zeros", "--draft", m)
+	wantOneLineFailure(t, stdout, stderr, code, 2, "--fill zeros")
+}

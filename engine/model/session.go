@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/session"
 )
 
@@ -128,4 +129,36 @@ func (e *Engine) kvCells(op string) (graph.KVCells, error) {
 		return nil, fmt.Errorf("session: %s: the %s backend cannot copy KV cells to or from the host (it does not implement graph.KVCells)", op, b.Name())
 	}
 	return kc, nil
+}
+
+// FillKVZeros replaces the context with tokens whose KV cells hold zeros
+// instead of computed values: the KV length of a long-context benchmark
+// without its prefill (minfer bench --fill zeros). Attention reads and
+// scores zero K and V rows at the cost of real ones; what follows computes
+// meaningless logits. It goes through the KV backend's host copy of cells,
+// as LoadSession does; an error leaves the context empty.
+func (e *Engine) FillKVZeros(tokens []int32) error {
+	kc, err := e.kvCells("zero fill")
+	if err != nil {
+		return err
+	}
+	n := len(tokens)
+	if n > e.nCtx {
+		return fmt.Errorf("zero fill of %d cells: the context holds %d", n, e.nCtx)
+	}
+	e.Reset()
+	rb := kv.RowBytes(e.kvFormat, e.h.NKV())
+	chunk := max(1, min(n, (16<<20)/rb)) // cells per copy: at most 16 MiB of zeros
+	zeros := make([]byte, chunk*rb)
+	for layer := range e.h.NLayer {
+		for _, side := range []graph.KVSide{graph.SideK, graph.SideV} {
+			for c := 0; c < n; c += chunk {
+				if err := kc.WriteKVCells(layer, side, c, zeros[:min(chunk, n-c)*rb]); err != nil {
+					return fmt.Errorf("zero fill: layer %d cells %d..: %w", layer, c, err)
+				}
+			}
+		}
+	}
+	e.tokens, e.pos = append(e.tokens[:0], tokens...), n
+	return nil
 }

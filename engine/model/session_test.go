@@ -231,3 +231,45 @@ func TestTokens_FollowForwardTruncateResetAndSaveChecksTheContext(t *testing.T) 
 		t.Fatalf("after Reset: %v", e.Tokens())
 	}
 }
+
+// FillKVZeros leaves the context at the tokens with zero cells (read back
+// through the backend) and the engine able to go on; more cells than the
+// context is an error.
+func TestFillKVZeros_CellsAreZeroAndTheEngineGoesOn(t *testing.T) {
+	e := loadTiny(t, tinyQwen2, levers.Default())
+	if _, err := e.Forward([]int32{1, 2, 3, 4, 5, 6, 7, 8}, false); err != nil {
+		t.Fatal(err)
+	}
+	toks := []int32{9, 8, 7, 6, 5}
+	if err := e.FillKVZeros(toks); err != nil {
+		t.Fatal(err)
+	}
+	if e.Pos() != 5 || !slices.Equal(e.Tokens(), toks) {
+		t.Fatalf("pos %d tokens %v", e.Pos(), e.Tokens())
+	}
+	kc, err := e.kvCells("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := kv.RowBytes(e.kvFormat, e.h.NKV())
+	buf := make([]byte, 8*row)
+	for layer := range e.h.NLayer {
+		if err := kc.ReadKVCells(layer, graph.SideV, 0, buf); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range buf[:5*row] {
+			if b != 0 {
+				t.Fatalf("layer %d V byte %d = %d after the zero fill", layer, i, b)
+			}
+		}
+		if slices.Equal(buf[5*row:], make([]byte, 3*row)) {
+			t.Fatalf("layer %d: cells 5..7 (the earlier forward's) zeroed too", layer)
+		}
+	}
+	if _, err := e.Forward([]int32{1}, false); err != nil || e.Pos() != 6 {
+		t.Fatalf("forward after the fill: %v, pos %d", err, e.Pos())
+	}
+	if err := e.FillKVZeros(make([]int32, e.NCtx()+1)); err == nil {
+		t.Error("a fill past the context accepted")
+	}
+}

@@ -183,6 +183,7 @@ func main() {
 	n := fs.Int("n", 128, "")
 	r := fs.Int("r", 3, "")
 	depth := fs.Int("d", 0, "")
+	fs.String("fill", "prefill", "")
 	ctx := fs.Int("ctx", 4096, "")
 	fs.IntVar(ctx, "c", 4096, "")
 	repeat := fs.Int("repeat", 1, "")
