@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/model"
 )
 
@@ -144,4 +146,58 @@ func TestSession_DeviceRestoreAgainstPrefillTimes(t *testing.T) {
 	}
 	t.Logf("%s %s, %d tokens: prefill %v (%.0f tok/s), save %v, restore %v from a %d-byte file: restore is x%.1f faster than prefill",
 		shape, typ, n, prefill, float64(n)/prefill.Seconds(), save, restore, st.Size(), prefill.Seconds()/restore.Seconds())
+}
+
+// bench --fill zeros on CUDA (abtest's depth runs): the zero cells reach
+// the device in every KV format (read back through the backend), the
+// context stands at the fill, and the forwards after it run with finite
+// logits.
+func TestFillKVZeros_DeviceCellsAreZeroAndForwardsRun(t *testing.T) {
+	dsNeedDevice(t)
+	path := dsSynth(t, "qwen2-tiny", "Q8_0")
+	for _, f := range []string{"f32", "f16", "q8_0"} {
+		t.Run(f, func(t *testing.T) {
+			e := dsEngine(t, path, "cuda", 256, "MINFER_CACHE_TYPE="+f)
+			// Cells 0..63 hold a real prefill first, so zeros are seen to land.
+			if _, err := e.Forward(make([]int32, 64), false); err != nil {
+				t.Fatal(err)
+			}
+			fill := make([]int32, 100)
+			if err := e.FillKVZeros(fill); err != nil {
+				t.Fatal(err)
+			}
+			if e.Pos() != 100 {
+				t.Fatalf("pos %d after a fill of 100", e.Pos())
+			}
+			kc := dsDeviceBackend(t, e)
+			h := e.HParams()
+			kf, err := kv.ParseFormat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := kv.RowBytes(kf, h.NKV())
+			buf := make([]byte, 100*row)
+			for layer := range h.NLayer {
+				if err := kc.ReadKVCells(layer, graph.SideK, 0, buf); err != nil {
+					t.Fatal(err)
+				}
+				for i, b := range buf {
+					if b != 0 {
+						t.Fatalf("layer %d K byte %d = %d after the zero fill", layer, i, b)
+					}
+				}
+			}
+			for _, step := range [][]int32{make([]int32, 16), {5}, {6}} {
+				l, err := e.Forward(step, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, v := range l {
+					if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+						t.Fatalf("logit %d = %g after the zero fill", j, v)
+					}
+				}
+			}
+		})
+	}
 }
