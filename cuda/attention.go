@@ -33,6 +33,10 @@ type AttnParams struct {
 	NCtx    int     // cells of the regions
 	Window  int     // attend to at most the last Window cells (0: all)
 	Scale   float32 // score scale; 0 means 1/sqrt(HeadDim)
+	// MaxSplits caps the lean decode kernel's splits of the cells
+	// (MINFER_ATTN_SPLITS; 0: attnDecode2MaxSplits, at most
+	// attnDecode2KernelMaxSplits): more splits put more warps on a long KV.
+	MaxSplits int
 }
 
 // attnScale is engine/cpu's default: f32(1/sqrt(hd)) in double.
@@ -124,7 +128,7 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		return nil, err
 	}
 	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
-		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale}
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits}
 	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
 	}

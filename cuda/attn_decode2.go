@@ -17,10 +17,13 @@ import (
 )
 
 const (
-	attnDecode2Threads     = 32 // adec2::THREADS: one warp per block
-	attnDecode2MaxSplits   = 64 // adec2::MAXS
-	attnDecode2SplitCells  = 32 // adec2::SPLIT: fewest cells per active split once the range is split
-	attnDecode2SingleCells = 64 // adec2::SINGLE: ranges up to this many cells take one split, no combine
+	attnDecode2Threads   = 32 // adec2::THREADS: one warp per block
+	attnDecode2MaxSplits = 64 // the default cap of the splits (AttnParams.MaxSplits 0)
+	// attnDecode2KernelMaxSplits is the most splits the kernel's combine
+	// takes (adec2::MAXS): the cap MINFER_ATTN_SPLITS=128 launches.
+	attnDecode2KernelMaxSplits = 128
+	attnDecode2SplitCells      = 32 // adec2::SPLIT: fewest cells per active split once the range is split
+	attnDecode2SingleCells     = 64 // adec2::SINGLE: ranges up to this many cells take one split, no combine
 )
 
 // attnDecode2SplitPlan is the kernel's run-time split rule (adec2::decode):
@@ -57,8 +60,12 @@ type attnDecode2Geom struct {
 
 // attnDecode2Geometry derives the geometry from the shape (p.check passed).
 func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
+	maxs := attnDecode2MaxSplits
+	if p.MaxSplits > 0 {
+		maxs = p.MaxSplits
+	}
 	geo := attnDecode2Geom{gridX: p.NT * p.NHead,
-		nsplit: min(attnDecode2MaxSplits, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
+		nsplit: min(maxs, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
 	hdClass := 2
 	switch p.HeadDim {
 	case 64:
@@ -113,6 +120,9 @@ func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion dr
 	geo := attnDecode2Geometry(p, format)
 	if scratch == 0 || uint64(scratchBytes) < geo.bytes {
 		return opsBad("attn_decode2", "scratch of %d bytes at %#x, the shape needs %d", scratchBytes, uint64(scratch), geo.bytes)
+	}
+	if geo.nsplit > attnDecode2MaxSplits {
+		k.wideSplits.Add(1) // MINFER_ATTN_SPLITS's liveness: a grid past the default cap
 	}
 	return opsErr("attn_decode2", k.launch(s, geo.name, [3]uint32{uint32(geo.gridX), uint32(geo.nsplit), 1},
 		[3]uint32{attnDecode2Threads, 1, 1}, 0,
@@ -174,6 +184,9 @@ func (p AttnParams) checkDecode(format kv.Format) (rowBytes int, err error) {
 	}
 	if p.NT > AttnDecodeMaxNT {
 		return 0, opsBad("attn_decode", "%d tokens: the split-K kernel takes at most %d", p.NT, AttnDecodeMaxNT)
+	}
+	if p.MaxSplits < 0 || p.MaxSplits > attnDecode2KernelMaxSplits {
+		return 0, opsBad("attn_decode", "a cap of %d splits: the kernel combines at most %d", p.MaxSplits, attnDecode2KernelMaxSplits)
 	}
 	return rb, nil
 }

@@ -394,7 +394,7 @@ func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *t
 		}
 	}
 	for name, want := range map[string]int{
-		"THREADS": attnDecode2Threads, "MAXS": attnDecode2MaxSplits, "SPLIT": attnDecode2SplitCells, "SINGLE": attnDecode2SingleCells,
+		"THREADS": attnDecode2Threads, "MAXS": attnDecode2KernelMaxSplits, "SPLIT": attnDecode2SplitCells, "SINGLE": attnDecode2SingleCells,
 	} {
 		if decl := fmt.Sprintf("constexpr int %s = %d;", name, want); !strings.Contains(src, decl) {
 			t.Errorf("attn_decode2.cu does not declare %q (the Go launcher's value)", decl)
@@ -420,5 +420,88 @@ func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *t
 				t.Fatalf("n_ctx %d, n %d: splits of %d cells, fewer than %d", nCtx, n, chunk, attnDecode2SplitCells)
 			}
 		}
+	}
+}
+
+// adLean128 is the lean kernel under MINFER_ATTN_SPLITS=128.
+var adLean128 = adKernel{name: "attn_decode2 (128 splits)",
+	scratchBytes: func(p AttnParams, f kv.Format) (int, error) {
+		p.MaxSplits = attnDecode2KernelMaxSplits
+		return AttnDecode2ScratchBytes(p, f)
+	},
+	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+		p.MaxSplits = attnDecode2KernelMaxSplits
+		return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, p)
+	},
+	counterBytes: func(p AttnParams, f kv.Format) uint64 {
+		p.MaxSplits = attnDecode2KernelMaxSplits
+		return attnDecode2Geometry(p, f).mlOff
+	}}
+
+// The cap of splits (MINFER_ATTN_SPLITS): 64 unless the params ask for up
+// to the kernel's 128; the grid, the scratch and the split rule follow
+// it, and a cap past the combine's is refused.
+func TestAttnDecode2Geometry_TheSplitCapSetsGridAndScratch(t *testing.T) {
+	p := AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}
+	base := attnDecode2Geometry(p, kv.F16)
+	p128 := p
+	p128.MaxSplits = 128
+	wide := attnDecode2Geometry(p128, kv.F16)
+	if base.nsplit != attnDecode2MaxSplits || wide.nsplit != 128 || wide.bytes <= base.bytes {
+		t.Errorf("n_ctx 32768: %d splits (%d bytes) by default, %d (%d bytes) at cap 128", base.nsplit, base.bytes, wide.nsplit, wide.bytes)
+	}
+	if _, nact := attnDecode2SplitPlan(3000, wide.nsplit); nact != 94 {
+		t.Errorf("3000 cells over 128 splits: %d active, want 94 (chunks of 32)", nact)
+	}
+	small := p128
+	small.NCtx = 2048
+	if g := attnDecode2Geometry(small, kv.F16); g.nsplit != 64 {
+		t.Errorf("n_ctx 2048 at cap 128: %d splits, want 64 (32 cells each)", g.nsplit)
+	}
+	for _, bad := range []int{-1, attnDecode2KernelMaxSplits + 1} {
+		q := p
+		q.MaxSplits = bad
+		if _, err := q.checkDecode(kv.F16); err == nil {
+			t.Errorf("a cap of %d splits accepted", bad)
+		}
+	}
+}
+
+// TestAttnDecode2Device_128SplitsMatchCPUAndAreBitwiseBelow2K: at cap 128
+// the kernel matches engine/cpu within 1e-3 in every format over lengths
+// whose active splits run past 64 up to 128; where the range needs at most
+// 64 splits of 32 cells (2,048 cells) the split rule is the default's, and
+// the output is bitwise the cap-64 launch's (the combine's extra partials
+// weigh nothing).
+func TestAttnDecode2Device_128SplitsMatchCPUAndAreBitwiseBelow2K(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(75, 76))
+	const nkv, nCtx = 2, 4160
+	lengths := []int{1, 65, 600, 2048, 2049, 3000, 4096, nCtx}
+	covered := map[int]bool{}
+	for _, L := range lengths {
+		_, nact := attnDecode2SplitPlan(L, attnDecode2Geometry(AttnParams{NT: 1, NHead: nkv, NHeadKV: nkv, HeadDim: 64, NCtx: nCtx, MaxSplits: 128}, kv.F16).nsplit)
+		covered[nact] = true
+	}
+	if !covered[128] || !covered[64] || !covered[94] {
+		t.Fatalf("active split counts %v: want 64, past 64 and 128", covered)
+	}
+	adSweepFormats(t, ms, r, adLean128, nkv, nCtx, lengths, []int{0, 3000})
+	for _, f := range kv.Formats() {
+		k, v := adFill(r, f, nCtx, nkv*128), adFill(r, f, nCtx, nkv*128)
+		adUpload(t, ms, &k, &v)
+		d64 := adOpenKernelShape(t, ms, adLean, f, k, v, 7*nkv, nkv, 128, nCtx)
+		d128 := adOpenKernelShape(t, ms, adLean128, f, k, v, 7*nkv, nkv, 128, nCtx)
+		for _, start := range []int{0, 64, 700, 2047} {
+			q := dsRand(r, 128*7*nkv, 2)
+			a, b := d64.run(t, q, 1, start, 0), d128.run(t, q, 1, start, 0)
+			for j := range a {
+				if math.Float32bits(a[j]) != math.Float32bits(b[j]) {
+					t.Fatalf("%s start %d elem %d: cap 64 %v, cap 128 %v (bitwise below 2,048 cells)", f, start, j, a[j], b[j])
+				}
+			}
+		}
+		d64.zeroCounters(t, f.String())
+		d128.zeroCounters(t, f.String())
 	}
 }

@@ -16,7 +16,8 @@
 // query head), block y one split of the cells; the block is one warp. Query
 // heads of a GQA group are separate blocks (more warps in flight; the group
 // re-reads the same K/V rows, from L2). The grid depends on n_ctx and the
-// shapes only (nsplit = min(MAXS, ceil(n_ctx / SPLIT))), never on the KV
+// shapes only (nsplit = min(cap, ceil(n_ctx / SPLIT)), the cap 64 or, with
+// MINFER_ATTN_SPLITS=128, up to MAXS), never on the KV
 // length: the window is read from device memory, so a captured graph
 // replays with fresh cells. The run-time split rule over the attended n:
 //   n <= SINGLE: one split that writes the output itself (no scratch);
@@ -59,11 +60,12 @@
 namespace adec2 {
 constexpr int THREADS = 32;   // one warp per block
 constexpr int MINBLOCKS = 16; // __launch_bounds__: <= 128 registers
-constexpr int MAXS = 64;      // splits (the combine weighs two partials per lane)
+constexpr int MAXS = 128;     // splits the combine takes (NW partials per lane); the launch's cap may be lower
+constexpr int NW = MAXS / 32; // partials per lane in the combine
 constexpr int SPLIT = 32;     // fewest cells per active split once the range is split
 constexpr int SINGLE = 64;    // attended ranges up to this many cells take one split
 constexpr int PFCELLS = 64;   // cells of a chunk prefetched to L1 up front
-static_assert(MAXS <= 64 && SINGLE >= SPLIT, "split rule and combine weights");
+static_assert(MAXS % 32 == 0 && MAXS <= 128 && SINGLE >= SPLIT, "split rule and combine weights");
 
 // Lay is the lane layout of a head_dim class (HD 0: any even head_dim).
 template <int HD>
@@ -188,6 +190,7 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     constexpr int B = (HD > 0 && FMT == mops::KV_F32) ? 2 : 4;
     constexpr int CPP = B * SLOTS; // cells per pass
     constexpr int CB = CE == 2 ? 32 : 16; // partial loads in flight per lane in the combine
+    static_assert(32 % CB == 0, "a combine batch lies within one group of 32 partials");
 
     const int hd = HD > 0 ? HD : hd_arg;
     const int half = hd >> 1;
@@ -383,32 +386,46 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         }
     };
     load_batch(0); // in flight with the (m, l) loads
-    float ms[2], ls[2];
+    // Lane l holds partials l, l + 32, ... (NW of them; past nact: weight 0).
+    float ms[NW], ls[NW];
+    float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < NW; j++) {
         const int s = lane + 32 * j;
         ms[j] = -INFINITY, ls[j] = 0.0f;
         if (s < nact) {
             const float2 x = __ldcg(part_ml + pbase + s);
             ms[j] = x.x, ls[j] = x.y;
         }
+        mx = fmaxf(mx, ms[j]);
     }
-    const float M = mops::warp_max(fmaxf(ms[0], ms[1]));
-    float w[2];
+    const float M = mops::warp_max(mx);
+    float w[NW];
 #pragma unroll
-    for (int j = 0; j < 2; j++) w[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M);
-    const float Lsum = mops::warp_sum(__fadd_rn(__fmul_rn(w[0], ls[0]), __fmul_rn(w[1], ls[1])));
+    for (int j = 0; j < NW; j++) w[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M);
+    // Per lane in j order, then the warp: with nact <= 64 (w[2], w[3] zero)
+    // the sum is the two-partial form's.
+    float wl = __fmul_rn(w[0], ls[0]);
+#pragma unroll
+    for (int j = 1; j < NW; j++) wl = __fadd_rn(wl, __fmul_rn(w[j], ls[j]));
+    const float Lsum = mops::warp_sum(wl);
     const float inv = __fdiv_rn(1.0f, Lsum);
-    w[0] = __fmul_rn(w[0], inv), w[1] = __fmul_rn(w[1], inv);
+#pragma unroll
+    for (int j = 0; j < NW; j++) w[j] = __fmul_rn(w[j], inv);
     float a[CE];
 #pragma unroll
     for (int c = 0; c < CE; c++) a[c] = 0.0f;
     for (int s0 = 0;;) {
+        // CB divides 32, so the batch's partials share s / 32: their weights
+        // sit in w[s0 / 32] of lane s % 32 (selected, not indexed).
+        float wb = w[NW - 1];
+#pragma unroll
+        for (int j = NW - 2; j >= 0; j--) wb = (s0 >> 5) == j ? w[j] : wb;
 #pragma unroll
         for (int k = 0; k < CB; k++) {
             const int s = s0 + k;
             if (s < nact) { // warp-uniform
-                const float ws = __shfl_sync(0xffffffffu, s < 32 ? w[0] : w[1], s & 31);
+                const float ws = __shfl_sync(0xffffffffu, wb, s & 31);
 #pragma unroll
                 for (int c = 0; c < CE; c++) a[c] = fmaf(ws, v[k][c], a[c]);
             }

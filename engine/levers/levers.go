@@ -349,8 +349,11 @@ const (
 	CensusKernelsFile = "kernels_file"
 	// CensusPinnedSteps counts the forwards a CUDA backend ran through one
 	// handoff (MINFER_PIN_STEP).
-	CensusPinnedSteps  = "pinned_steps"
-	CensusKernelsNVRTC = "kernels_nvrtc"
+	CensusPinnedSteps = "pinned_steps"
+	// CensusAttnWideSplits counts the lean decode attention launches whose
+	// grid splits the cells past the default cap (MINFER_ATTN_SPLITS=128).
+	CensusAttnWideSplits = "attn_wide_splits"
+	CensusKernelsNVRTC   = "kernels_nvrtc"
 )
 
 // DraftNone is MINFER_DRAFT's (and --draft's) plain decoding through the
@@ -431,6 +434,18 @@ var registry = []Lever{
 		Liveness: &Liveness{On: "1",
 			CUDA: &PathRule{Census: []string{CensusPinnedSteps}, SameKernels: true},
 			Why:  "every forward of the pinned arm counts in pinned_steps, the other arm's none, and both launch the same kernels: an arm that handed off per call is caught"}},
+	// More warps on a long KV: the lean decode kernel's splits past 64 (each
+	// a one-warp block; 64 x 32 cells covers 2K cells, so beyond that a
+	// split's chunk grows and the GPU holds ~14 warps an SM on a 7B).
+	{Name: "MINFER_ATTN_SPLITS", Kind: Enum, Default: "64", Values: []string{"64", "128"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
+		Doc:  "128: the lean decode attention splits a long KV range over up to 128 one-warp blocks per (token, head) instead of 64 (a context past 2,048 cells; the combine weighs up to 128 partials); not yet measured on the H200",
+		ArmA: "64", ArmB: "128", Workload: "qwen2-7b:Q8_0 d32128",
+		// More splits sum the cells' partials in another grouping: f32
+		// rounding only, the same class as the split-K kernel against the CPU.
+		Tolerance: TolAccumOrder,
+		Liveness: &Liveness{On: "128",
+			CUDA: &PathRule{Census: []string{CensusAttnWideSplits}, SameKernels: true},
+			Why:  "every lean decode launch with more than 64 splits counts in attn_wide_splits (a context past 2,048 cells), the other arm's none, and both launch the same kernels"}},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
@@ -699,6 +714,7 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
+	AttnSplits       int // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
 	FAPrefillTC      bool
 	MMVQRepack       bool
 	MMVQWide         bool
@@ -837,6 +853,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
+	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
 	c.FAPrefillTC = on("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.MMVQWide = on("MINFER_MMVQ_WIDE")
