@@ -10,16 +10,6 @@ import (
 	"github.com/minfer-go/minfer/report"
 )
 
-// reasonOf is one gate's reason ("" when it did not run).
-func reasonOf(rec *gates.Record, gate string) string {
-	for _, g := range rec.Gates {
-		if g.Gate == gate {
-			return g.Reason
-		}
-	}
-	return ""
-}
-
 // --depth N runs every bench process of gates 3 and 5 at that KV depth
 // (minfer bench -d N with a context that holds it): the metrics carry the
 // depth in their names and the calibration it writes is its own; a minfer
@@ -56,8 +46,8 @@ func TestRun_DepthBenchesAtThatDepthAndAMinferIgnoringItIsRefused(t *testing.T) 
 
 	t.Setenv("FAKEMINFER_MODE", "nodepth")
 	code, rec = runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_QKV", "--gates", "ab", "--depth", "4096", "--rounds", "5")
-	if code == 0 || rec.Verdict == gates.VerdictPass || !strings.Contains(reasonOf(rec, gates.GateAB), "does not take bench -d") {
-		t.Errorf("a minfer ignoring -d: exit %d %s: %s", code, rec.Verdict, reasonOf(rec, gates.GateAB))
+	if code == 0 || rec.Verdict == gates.VerdictPass || !strings.Contains(gateOf(rec, gates.GateAB).Reason, "does not take bench -d") {
+		t.Errorf("a minfer ignoring -d: exit %d %s: %s", code, rec.Verdict, gateOf(rec, gates.GateAB).Reason)
 	}
 }
 

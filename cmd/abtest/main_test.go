@@ -62,13 +62,16 @@ func runAbtest(t *testing.T, bin string, extra ...string) (int, *gates.Record) {
 	return code, rec
 }
 
-func status(rec *gates.Record, gate string) gates.Status {
+func status(rec *gates.Record, gate string) gates.Status { return gateOf(rec, gate).Status }
+
+// gateOf is one gate's result (the zero Result when it did not run).
+func gateOf(rec *gates.Record, gate string) gates.Result {
 	for _, g := range rec.Gates {
 		if g.Gate == gate {
-			return g.Status
+			return g
 		}
 	}
-	return ""
+	return gates.Result{}
 }
 
 // Without the project's test binaries, kernel parity and the suite cannot
