@@ -6,11 +6,12 @@ import (
 	"testing"
 )
 
-// scripts/kernel-emu runs three kernel families on the CPU through an
+// scripts/kernel-emu runs four kernel families on the CPU through an
 // emulation of the CUDA built-ins and WMMA (g++, no toolkit, no GPU) and
 // compares them with references: the tensor-core prefill attention with
 // attention in double, the wide MMVQ and the Q4_K / Q5_K MMVQ bitwise with
-// the kernels they replace or a scalar reference. A kernel edit that
+// the kernels they replace or a scalar reference, and the lean decode
+// attention's combine with attention in double. A kernel edit that
 // breaks one fails here before a device call pays for it. Skipped without
 // g++ and under -short (about 30 s on 2 cores).
 func emu(t *testing.T, script string, args ...string) (string, int) {
@@ -49,5 +50,21 @@ func TestKernelEmulator_PlantedQ5KBitIsCaught(t *testing.T) {
 	out, code := emu(t, "mmvq-kq-emu.sh", "--plant", "qhbit")
 	if code != 1 {
 		t.Fatalf("planted qhbit: exit %d, want 1:\n%s", code, out)
+	}
+}
+
+// The lean decode attention's combine at 128 splits (MINFER_ATTN_SPLITS):
+// one case past 64 active splits matches attention in double at both
+// caps, and a combine that weighs partials 64..127 with the first groups'
+// weights is caught. (The whole list, `adec2-emu.sh` without --quick,
+// takes ~10 min here: session 11 ran it, 29 cases, worst 3.9e-8.)
+func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
+	out, code := emu(t, "adec2-emu.sh", "--quick")
+	if code != 0 || !strings.Contains(out, "ALL WITHIN 1e-3") {
+		t.Fatalf("exit %d, want 0 and ALL WITHIN 1e-3:\n%s", code, out)
+	}
+	out, code = emu(t, "adec2-emu.sh", "--plant", "combine")
+	if code != 1 {
+		t.Fatalf("planted combine: exit %d, want 1:\n%s", code, out)
 	}
 }

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# adec2-emu.sh: a CPU check of the lean split-K decode attention
+# (attn_decode2.cu) at both caps of splits, 64 and 128
+# (MINFER_ATTN_SPLITS), without a GPU: g++ compiles a copy of the kernel
+# source with its inline L1 prefetch removed (a hint) against an emulation
+# of the CUDA built-ins (include/cuda_fp16.h and adec2_emu.cpp's shims) and
+# compares it with attention in double (adec2_emu.cpp). The device tests
+# (cuda/attn_decode2_device_test.go) remain the bar on the H200.
+#   --quick           one case past 64 active splits (the full list takes
+#                     ~10 min on 2 cores: a thread per lane)
+#   --plant combine   (implies --quick) weighs the combine's partials past
+#                     64 with the wrong group's weight (must exit 1)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+kern="$here/../../cuda/kernels"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+sed 's/asm volatile("prefetch.global.L1 \[%0\];" ::"l"(a));/(void)a;/' "$kern/attn_decode2.cu" >"$tmp/attn_decode2.cu"
+grep -q 'prefetch.global' "$tmp/attn_decode2.cu" && { echo "adec2-emu: the prefetch asm was not stripped" >&2; exit 2; }
+quick=()
+[[ "${1:-}" == "--quick" ]] && quick=(--quick)
+if [[ "${1:-}" == "--plant" ]]; then
+    quick=(--quick)
+    case "${2:-}" in
+    combine) sed -i 's/wb = (s0 >> 5) == j ? w\[j\] : wb;/wb = (s0 >> 5) == j ? w[j \& 1] : wb;/' "$tmp/attn_decode2.cu" ;;
+    *) echo "adec2-emu: unknown plant ${2:-}" >&2; exit 2 ;;
+    esac
+    cmp -s "$tmp/attn_decode2.cu" <(sed 's/asm volatile("prefetch.global.L1 \[%0\];" ::"l"(a));/(void)a;/' "$kern/attn_decode2.cu") && { echo "adec2-emu: the plant did not apply" >&2; exit 2; }
+fi
+g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$tmp" -I"$kern" -include "$here/include/cuda_fp16.h" \
+    "$here/adec2_emu.cpp" -o "$tmp/adec2_emu" -pthread
+"$tmp/adec2_emu" "${quick[@]}"
