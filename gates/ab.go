@@ -296,8 +296,8 @@ func abRounds(ctx context.Context, cfg Config, env *Env, d *ABDetail, published 
 				return fmt.Errorf("round %d arm %s: bench JSON lacks the pp or tg test", i+1, arm.Name)
 			}
 			// A minfer that ignored -d would time depth 0 under the run's name.
-			if want := fmt.Sprintf("pp%d%s", cfg.PP, cfg.TestSuffix()); cfg.Depth > 0 && (pp.Name != want || tg.Name != fmt.Sprintf("tg%d%s", cfg.TG, cfg.TestSuffix())) {
-				return fmt.Errorf("round %d arm %s: bench ran %s and %s, want %s and tg%d%s: this minfer does not take bench -d", i+1, arm.Name, pp.Name, tg.Name, want, cfg.TG, cfg.TestSuffix())
+			if wantPP, wantTG := cfg.TestNames(); cfg.Depth > 0 && (pp.Name != wantPP || tg.Name != wantTG) {
+				return fmt.Errorf("round %d arm %s: bench ran %s and %s, want %s and %s: this minfer does not take bench -d", i+1, arm.Name, pp.Name, tg.Name, wantPP, wantTG)
 			}
 			*dst = ArmRun{PP: pp.Value(), TG: tg.Value(), PPSamp: pp.TokS, TGSamp: tg.TokS, Warmup: b.Warmup,
 				Backend: b.Backend, KVFormat: b.KVFormat, Wall: e.Wall, Mem: e.DeviceMemory, EngineMem: engineMemory(e.Stdout)}
@@ -330,10 +330,11 @@ func basisOf(cfg Config, rounds []Round, key string) string {
 
 // metricOf computes one metric's statistics on a basis.
 func metricOf(cfg Config, rounds []Round, key, basis string) (Metric, error) {
-	m := Metric{Key: key, Basis: basis, Name: fmt.Sprintf("pp%d%s", cfg.PP, cfg.TestSuffix())}
+	ppName, tgName := cfg.TestNames()
+	m := Metric{Key: key, Basis: basis, Name: ppName}
 	bar := cfg.BarPP
 	if key == "tg" {
-		m.Name, bar = fmt.Sprintf("tg%d%s", cfg.TG, cfg.TestSuffix()), cfg.BarTG
+		m.Name, bar = tgName, cfg.BarTG
 	}
 	for _, r := range rounds {
 		m.A, m.B = append(m.A, r.A.value(key, basis)), append(m.B, r.B.value(key, basis))

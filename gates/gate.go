@@ -167,6 +167,12 @@ func (c Config) TestSuffix() string {
 	return "@d" + strconv.Itoa(c.Depth)
 }
 
+// TestNames are the names minfer bench gives the run's pp and tg tests
+// ("pp512@d4096", "tg128@d4096").
+func (c Config) TestNames() (pp, tg string) {
+	return fmt.Sprintf("pp%d%s", c.PP, c.TestSuffix()), fmt.Sprintf("tg%d%s", c.TG, c.TestSuffix())
+}
+
 // benchMinfer is armMinfer for a bench process of gates 3 and 5: the arm's
 // bench flags, then the run's depth.
 func benchMinfer(m harness.Minfer, cfg Config, a Arm) harness.Minfer {
