@@ -79,10 +79,12 @@
 #                                   @with=MINFER_X=V sets X=V in both arms (abtest --with; repeatable): the A/B of
 #                                   an opt-in path's two builds, e.g. ...@baseline=FILE@with=MINFER_MMVQ_WIDE=1
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
-#   BIG_TIMEOUT=600 BIG_CAL_TIMEOUT=480   the same for a lever spec or calibration on a 7B model (qwen2-7b): on
-#                                   2026-12-02 a 7B calibration was cut at 180 s after 3 of 11 rounds and the
-#                                   MINFER_DRAFT 7B pair at 351 s before its suite and profile gates
-#   DEEP_TIMEOUT=1800               the same for a lever spec with @dN (every bench process fills its KV first)
+#   BIG_TIMEOUT=900 BIG_CAL_TIMEOUT=480   the same for a lever spec or calibration on a 7B model (qwen2-7b): on
+#                                   2026-12-02 a 7B calibration was cut at 180 s after 3 of 11 rounds, the
+#                                   MINFER_DRAFT 7B pair at 351 s before its suite and profile gates, and
+#                                   again at 600 s in its profile gate (its other four gates took 516 s)
+#   DEEP_TIMEOUT=1800               the same for a lever spec with @dN (every bench process fills its KV first);
+#                                   a bare spec takes both from the workload the registry declares for it
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
 #   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
 #                                   abtest run itself quantizes it to the run model's weight type (once,
@@ -117,7 +119,7 @@ log="$out/abtest-device.log"
 ROUNDS="${ROUNDS:-}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
 SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
 LEVERS="${LEVERS-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
-LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-600}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}" DEEP_TIMEOUT="${DEEP_TIMEOUT:-1800}"
+LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-900}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}" DEEP_TIMEOUT="${DEEP_TIMEOUT:-1800}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
 CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
@@ -173,6 +175,12 @@ fi
 say "kernels: $(grep -m1 'wrote' "$out/build-kernels.log" | sed 's/build-kernels: //')"
 
 # 2. Models: SHAPE/TYPE (or MODEL) for every lever without its own.
+# declared_workload NAME: the workload the registry declares for lever NAME
+# (`minfer levers`' WORKLOAD column, e.g. "qwen2-7b:Q8_0 d32128"), or nothing.
+declared_workload() {
+    bin/minfer levers 2>/dev/null | awk -v l="$1" 'NR == 1 { s = index($0, "WORKLOAD"); e = index($0, "WHAT IT SWITCHES") }
+        NR > 1 && $1 == l && s > 0 && e > s { w = substr($0, s, e - s); gsub(/ +$/, "", w); if (w != "-") print w }'
+}
 synth_model() { # shape type -> the model's path on stdout (synthesized once per machine)
     local f="$MODEL_DIR/$1-$2-seed$SEED.gguf" start
     mkdir -p "$MODEL_DIR"
@@ -272,16 +280,22 @@ for spec in $LEVERS; do
     done
     cmodel=""
     [[ -n "$CORRECTNESS_MODEL" && $own == 0 ]] && cmodel="$CORRECTNESS_MODEL"
-    say "=== abtest run --lever $lever --pp $pp on $(basename "$model") (gates $gates$([[ -n "$cmodel" ]] && echo ", correctness model $cmodel"))"
+    # A bare spec runs on the workload the registry declares for the lever
+    # (see wl below): name it, and size the limit for it, not for $model.
+    declared=""
+    [[ "$spec" != *@[!mbwd]* ]] && declared="$(declared_workload "${lever%%=*}")"
+    on="$(basename "$model")"
+    [[ -n "$declared" ]] && on="the registry's workload $declared"
     start=$(date +%s)
     limit="$LEVER_TIMEOUT"
     # The first lever runs the device suite (~200 s on the H200; later ones
     # reuse it from the cache where arm B's settings are the same): a limit
     # sized for the other gates cut it short on 2026-11-29.
     [[ ",$gates," == *,suite,* ]] && limit=$((LEVER_TIMEOUT + SUITE_EXTRA))
-    [[ "$spec" == *7b* || "$(basename "$model")" == *7b* ]] && limit=$((limit > BIG_TIMEOUT ? limit : BIG_TIMEOUT))
+    [[ "$spec" == *7b* || "$on" == *7b* ]] && limit=$((limit > BIG_TIMEOUT ? limit : BIG_TIMEOUT))
     # At depth every bench process fills its KV cache first (7B at 32K: ~23 s each, ~26 processes).
-    ((${#depth[@]})) && limit=$((limit > DEEP_TIMEOUT ? limit : DEEP_TIMEOUT))
+    [[ ${#depth[@]} -gt 0 || "$declared" =~ (^| )d[0-9]+ ]] && limit=$((limit > DEEP_TIMEOUT ? limit : DEEP_TIMEOUT))
+    say "=== abtest run --lever $lever --pp $pp on $on (gates $gates$([[ -n "$cmodel" ]] && echo ", correctness model $cmodel"); limit $limit s)"
     cm=()
     [[ -n "$cmodel" ]] && cm=(--correctness-model "$cmodel")
     # A bare spec runs on the workload the registry declares for the lever

@@ -48,6 +48,7 @@ case "$1" in
 synth) while [[ $# -gt 0 ]]; do [[ "$1" == -o ]] && echo model >"$2"; shift; done ;;
 quantize) echo model >"$3" ;;
 info) t="$(basename "$2" .gguf)"; echo "file type      ${t##*-}" ;;
+levers) [[ -f levers.txt ]] && cat levers.txt ;;
 esac
 `)
 	write("bin/abtest", "#!/usr/bin/env bash\necho \"$*\" >>\"$FAKE_LOG.abtest\"\n")
@@ -129,6 +130,39 @@ func TestDeviceScript_EachSpecGetsItsModelCorrectnessModelAndWorkload(t *testing
 		if argAfter(ab[i], "--lever") != w.lever || argAfter(ab[i], "--model") != w.model || argAfter(ab[i], "--correctness-model") != w.cm ||
 			strings.Contains(ab[i], " --workload ") != w.bare || argAfter(ab[i], "--synth-dir") != "models" {
 			t.Errorf("call %d: %q, want lever %s model %s correctness model %q, --workload %v, --synth-dir models", i, ab[i], w.lever, w.model, w.cm, w.bare)
+		}
+	}
+}
+
+// A bare spec runs on the workload the registry declares, so its limit is
+// sized for that workload (7B at depth: DEEP_TIMEOUT), not for the default
+// model; on 2026-12-02 MINFER_ATTN_SPLITS's 7B run at depth 32128 got the
+// 0.5B limit. An @SHAPE:TYPE spec keeps the limit of the model it names.
+func TestDeviceScript_ABareSpecGetsTheLimitOfItsDeclaredWorkload(t *testing.T) {
+	levers := "LEVER               KIND   DEFAULT  VALUES  BACKEND  WORKLOAD              WHAT IT SWITCHES\n" +
+		"MINFER_ATTN_SPLITS  enum   64       64|128  cuda     qwen2-7b:Q8_0 d32128  128: wider\n" +
+		"MINFER_MMQ          opt-in 1        0|1     cuda     qwen2-0.5b:Q8_0       mmq\n"
+	out := t.TempDir()
+	runDeviceScript(t, "LEVERS=MINFER_ATTN_SPLITS=128 MINFER_ATTN_SPLITS=128@qwen2-0.5b:Q8_0 MINFER_MMQ", "CALIBRATE=",
+		"FILE:levers.txt="+strings.ReplaceAll(levers, `\n`, "\n"), "OUT="+out)
+	b, err := os.ReadFile(filepath.Join(out, "abtest-device.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "=== abtest run") {
+			runs = append(runs, l)
+		}
+	}
+	want := []string{"on the registry's workload qwen2-7b:Q8_0 d32128 (", "on qwen2-0.5b-Q8_0-seed1.gguf (", "on the registry's workload qwen2-0.5b:Q8_0 ("}
+	limits := []string{"limit 1800 s", "limit 350 s", "limit 350 s"}
+	if len(runs) != 3 {
+		t.Fatalf("runs: %q", runs)
+	}
+	for i := range runs {
+		if !strings.Contains(runs[i], want[i]) || !strings.Contains(runs[i], limits[i]) {
+			t.Errorf("run %d: %q, want %q and %q", i, runs[i], want[i], limits[i])
 		}
 	}
 }
