@@ -34,8 +34,8 @@ else
     trap 'rm -rf "$stage"' EXIT
 fi
 (cd "$tree" && CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/" ./cmd/minfer ./cmd/abtest \
-    && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/cuda.test" ./cuda \
-    && CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$stage/driver.test" ./cuda/driver)
+    && CGO_ENABLED=0 go test -c -buildvcs=true -ldflags "-s -w" -o "$stage/cuda.test" ./cuda \
+    && CGO_ENABLED=0 go test -c -buildvcs=true -ldflags "-s -w" -o "$stage/driver.test" ./cuda/driver)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
 if [[ -n "${TINY:-}" ]]; then
     src="${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}"

@@ -81,12 +81,22 @@ skip=$(grep -cE '^--- SKIP: ' "$log")
 died=$(grep -cE '^=== device-suite: .* exit [^0]' "$log")
 if [[ $fail -eq 0 && $died -gt 0 ]]; then fail=$died; fi
 
+# stamp names the commit a test binary was built from: Go's build info
+# stays in a stripped binary, and the device has no go tool to read it.
+stamp() {
+    local rev mod
+    rev=$(grep -a -o -m1 'vcs.revision=[0-9a-f]*' "$1" | head -n 1 | cut -d= -f2)
+    mod=$(grep -a -o -m1 'vcs.modified=[a-z]*' "$1" | head -n 1 | cut -d= -f2)
+    if [[ -z "$rev" ]]; then echo "unknown ($1 has no VCS stamp)"; else echo "$rev (build stamp of $1; modified: ${mod:-unknown})"; fi
+}
+
 {
     echo "# Device suite, $date_tag"
     echo
     echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "- host: $(hostname)"
     echo "- command: \`${KERNELS:+KERNELS=$KERNELS }${RUN:+RUN='$RUN' }scripts/device-suite.sh\` (test binaries: ${tests[*]})"
+    echo "- commit: $(stamp "${tests[0]}")"
     echo "- kernels: $kernels_line"
     echo "- result: **$pass passed, $fail failed, $skip skipped** (top-level tests)"
     echo
