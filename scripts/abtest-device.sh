@@ -91,6 +91,7 @@
 #                                   into the synth dir) and drops it for another architecture (qwen3), so
 #                                   parity and greedy run the lever's kernels
 #   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
+#   BIG_SYNTH_TIMEOUT=300           the synth limit for a 7B shape (qwen2-7b Q4_K_M took 113 s on 2026-12-02)
 #   GATES=...                       abtest --gates (default all five: anything less is PARTIAL, never a PASS)
 #   PR="slow_decode=0.03;perturb_logit"   abtest pr pages of this build against itself with each planted in the
 #                                   head (MINFER_TEST_MUTATE): each must report a regression (exit 1);
@@ -122,7 +123,7 @@ LEVERS="${LEVERS-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
 LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-900}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}" DEEP_TIMEOUT="${DEEP_TIMEOUT:-1800}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
-CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}"
+CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}" BIG_SYNTH_TIMEOUT="${BIG_SYNTH_TIMEOUT:-300}"
 CALIBRATE="${CALIBRATE-qwen2-0.5b:Q8_0}" CALIBRATE_AFTER="${CALIBRATE_AFTER:-}" CAL_ROUNDS="${CAL_ROUNDS:-11}" CAL_TIMEOUT="${CAL_TIMEOUT:-180}"
 GATES="${GATES:-parity,greedy,ab,suite,profile}"
 MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
@@ -182,12 +183,15 @@ declared_workload() {
         NR > 1 && $1 == l && s > 0 && e > s { w = substr($0, s, e - s); gsub(/ +$/, "", w); if (w != "-") print w }'
 }
 synth_model() { # shape type -> the model's path on stdout (synthesized once per machine)
-    local f="$MODEL_DIR/$1-$2-seed$SEED.gguf" start
+    local f="$MODEL_DIR/$1-$2-seed$SEED.gguf" start limit="$SYNTH_TIMEOUT" code
     mkdir -p "$MODEL_DIR"
+    [[ "$1" == *7b* ]] && limit=$((limit > BIG_SYNTH_TIMEOUT ? limit : BIG_SYNTH_TIMEOUT))
     if [[ ! -s "$f" ]]; then
         start=$(date +%s)
-        if ! timeout -k 5 "$SYNTH_TIMEOUT" bin/minfer synth --shape "$1" --type "$2" --seed "$SEED" -o "$f.tmp" >>"$log" 2>&1; then
-            say "minfer synth $1 $2 failed"
+        timeout -k 5 "$limit" bin/minfer synth --shape "$1" --type "$2" --seed "$SEED" -o "$f.tmp" >>"$log" 2>&1
+        code=$?
+        if [[ $code -ne 0 ]]; then
+            say "minfer synth $1 $2 failed: exit $code$([[ $code -eq 124 || $code -eq 137 ]] && echo ", cut at its limit of $limit s")"
             rm -f "$f.tmp"
             return 1
         fi

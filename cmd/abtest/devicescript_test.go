@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -45,7 +48,8 @@ func runScript(t *testing.T, name string, withCM bool, env ...string) (abtestCal
 	write("bin/minfer", `#!/usr/bin/env bash
 echo "$*" >>"$FAKE_LOG.minfer"
 case "$1" in
-synth) while [[ $# -gt 0 ]]; do [[ "$1" == -o ]] && echo model >"$2"; shift; done ;;
+synth) [[ -n "${FAKE_SYNTH_CUT:-}" && "$*" == *"$FAKE_SYNTH_CUT"* ]] && exit 124
+	while [[ $# -gt 0 ]]; do [[ "$1" == -o ]] && echo model >"$2"; shift; done ;;
 quantize) echo model >"$3" ;;
 info) t="$(basename "$2" .gguf)"; echo "file type      ${t##*-}" ;;
 levers) [[ -f levers.txt ]] && cat levers.txt ;;
@@ -68,11 +72,21 @@ esac
 			write(p, body)
 		}
 	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", name, err, out)
+	wantExit := 0
+	for _, kv := range env { // the exit status the case expects: EXIT:N
+		if n, ok := strings.CutPrefix(kv, "EXIT:"); ok {
+			wantExit, _ = strconv.Atoi(n)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if got := cmd.ProcessState.ExitCode(); got != wantExit {
+		t.Fatalf("%s: exit %d (%v), want %d\n%s", name, got, err, wantExit, out)
 	}
 	read := func(p string) []string {
 		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // the fake was never called
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,6 +177,30 @@ func TestDeviceScript_ABareSpecGetsTheLimitOfItsDeclaredWorkload(t *testing.T) {
 	for i := range runs {
 		if !strings.Contains(runs[i], want[i]) || !strings.Contains(runs[i], limits[i]) {
 			t.Errorf("run %d: %q, want %q and %q", i, runs[i], want[i], limits[i])
+		}
+	}
+}
+
+// A synth cut by its limit says so and names the limit, which is larger
+// for a 7B shape (113 s for qwen2-7b Q4_K_M on the H200 on 2026-12-02,
+// when every shape had 60 s); the lever that needed it could not run.
+func TestDeviceScript_ASynthCutAtItsLimitSaysWhichLimit(t *testing.T) {
+	out := t.TempDir()
+	calls, _ := runDeviceScript(t, "LEVERS=MINFER_MMQ@qwen2-7b:Q4_K_M MINFER_MMQ@qwen2-0.5b:Q4_K_M", "CALIBRATE=",
+		"FAKE_SYNTH_CUT=Q4_K_M", "OUT="+out, "SYNTH_TIMEOUT=60", "EXIT:1")
+	b, err := os.ReadFile(filepath.Join(out, "abtest-device.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"minfer synth qwen2-7b Q4_K_M failed: exit 124, cut at its limit of 300 s",
+		"minfer synth qwen2-0.5b Q4_K_M failed: exit 124, cut at its limit of 60 s"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("log lacks %q:\n%s", want, b)
+		}
+	}
+	for _, c := range calls {
+		if strings.HasPrefix(c, "run ") {
+			t.Errorf("a lever without its model ran: %q", c)
 		}
 	}
 }
