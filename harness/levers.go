@@ -2,14 +2,14 @@ package harness
 
 import (
 	"encoding/json"
-
-	"github.com/minfer-go/minfer/engine/levers"
-
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // Lever is one entry of `minfer levers --json`: the registry's own
@@ -314,20 +314,16 @@ type Workload struct {
 func ParseWorkload(s string) (Workload, error) {
 	w := Workload{Raw: strings.TrimSpace(s)}
 	for _, term := range strings.Fields(s) {
-		if n, ok := strings.CutPrefix(term, "d"); ok && !strings.Contains(term, ":") {
-			v, err := strconv.Atoi(n)
-			if err != nil || v < 1 || w.Depth != 0 {
+		if ok, err := countTerm(term, "d", &w.Depth); ok {
+			if err != nil {
 				return Workload{}, fmt.Errorf("workload %q: term %q: want one dN (a KV depth) with N >= 1", s, term)
 			}
-			w.Depth = v
 			continue
 		}
-		if n, ok := strings.CutPrefix(term, "pp"); ok && !strings.Contains(term, ":") {
-			v, err := strconv.Atoi(n)
-			if err != nil || v < 1 || w.PP != 0 {
+		if ok, err := countTerm(term, "pp", &w.PP); ok {
+			if err != nil {
 				return Workload{}, fmt.Errorf("workload %q: term %q: want one ppN with N >= 1", s, term)
 			}
-			w.PP = v
 			continue
 		}
 		sh, ty, ok := strings.Cut(term, ":")
@@ -337,6 +333,22 @@ func ParseWorkload(s string) (Workload, error) {
 		w.Shape, w.Type = sh, ty
 	}
 	return w, nil
+}
+
+// countTerm reads a workload term PREFIX<N> into *v: ok when term has the
+// prefix and is no SHAPE:TYPE; an error when N is not a count >= 1 or *v
+// was set by an earlier term.
+func countTerm(term, prefix string, v *int) (ok bool, err error) {
+	n, ok := strings.CutPrefix(term, prefix)
+	if !ok || strings.Contains(term, ":") {
+		return false, nil
+	}
+	c, err := strconv.Atoi(n)
+	if err != nil || c < 1 || *v != 0 {
+		return true, errors.New("want one count >= 1")
+	}
+	*v = c
+	return true, nil
 }
 
 // plainName: letters, digits, '.', '_' and '-' (a shape or type name
