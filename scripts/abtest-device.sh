@@ -177,10 +177,17 @@ say "kernels: $(grep -m1 'wrote' "$out/build-kernels.log" | sed 's/build-kernels
 
 # 2. Models: SHAPE/TYPE (or MODEL) for every lever without its own.
 # declared_workload NAME: the workload the registry declares for lever NAME
-# (`minfer levers`' WORKLOAD column, e.g. "qwen2-7b:Q8_0 d32128"), or nothing.
+# (`minfer levers`' WORKLOAD column, e.g. "qwen2-7b:Q8_0 d32128"), or nothing;
+# a registry it cannot read is said in the log (the limit then is the
+# default model's) rather than taken for "none declared".
 declared_workload() {
-    bin/minfer levers 2>/dev/null | awk -v l="$1" 'NR == 1 { s = index($0, "WORKLOAD"); e = index($0, "WHAT IT SWITCHES") }
-        NR > 1 && $1 == l && s > 0 && e > s { w = substr($0, s, e - s); gsub(/ +$/, "", w); if (w != "-") print w }'
+    local table
+    if ! table="$(bin/minfer levers 2>&1)" || [[ "$table" != LEVER* ]]; then
+        say "minfer levers failed, so $1's declared workload is unknown and its limit is the default model's: $(head -n 1 <<<"$table")"
+        return 0
+    fi
+    awk -v l="$1" 'NR == 1 { s = index($0, "WORKLOAD"); e = index($0, "WHAT IT SWITCHES") }
+        NR > 1 && $1 == l && s > 0 && e > s { w = substr($0, s, e - s); gsub(/ +$/, "", w); if (w != "-") print w }' <<<"$table"
 }
 synth_model() { # shape type -> the model's path on stdout (synthesized once per machine)
     local f="$MODEL_DIR/$1-$2-seed$SEED.gguf" start limit="$SYNTH_TIMEOUT" code
