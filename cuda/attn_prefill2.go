@@ -149,8 +149,10 @@ func attnPrefillHD(hd int) int {
 }
 
 // The tensor-core variant (MINFER_FA_PREFILL_TC, opt-in): fatc:: in
-// attn_prefill2.cu. One block of 128 threads per (64 rows, KV head), Q, K,
-// V, S, P and O staged in shared memory (fatc::Geo).
+// attn_prefill2.cu. One block of 128 threads per (64 rows, KV head), each
+// warp's rows, scores and output in mma.sync fragments (registers); shared
+// memory holds one tile of K ([cell][d]) and of V transposed ([d][cell]),
+// f16 (fatc::Geo).
 const (
 	attnPrefillTCRows    = 64  // fatc::BM
 	attnPrefillTCThreads = 128 // fatc::NT
@@ -159,12 +161,11 @@ const (
 // attnPrefillTCName is the kernel of a head_dim variant (64 or 128).
 func attnPrefillTCName(hd int) string { return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd) }
 
-// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: Q, K and V in f16 rows of HD+8,
-// S in f32 rows of 68, P in f16 rows of 72, O in f32 rows of HD+4, and the
-// per-row max and sum.
+// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: K in f16 rows of HD+8 halves,
+// V^T in f16 rows of BN+8.
 func attnPrefillTCSmem(hd int) int {
-	const bm, bn = attnPrefillTCRows, attnPrefill2BN
-	return (bm+2*bn)*(hd+8)*2 + bm*(bn+4)*4 + bm*(bn+8)*2 + bm*(hd+4)*4 + 2*bm*4
+	const bn = attnPrefill2BN
+	return (bn*(hd+8) + hd*(bn+8)) * 2
 }
 
 // PrepareAttnPrefillTC opts the tensor-core kernels into their dynamic

@@ -28,8 +28,6 @@
 //
 // The KV window is read from device memory (graph replay): the grid depends
 // on nt and the heads only, and each block finds its cells at run time.
-#include <mma.h>
-
 #include "common.cuh"
 
 // PrefillTile is one block's share of a tiled prefill attention: KV head
@@ -326,56 +324,53 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 // ---------------------------------------------------------------------------
 // minfer_attn_prefill_tc_hd{64,128} (lever MINFER_FA_PREFILL_TC, opt-in):
 // the same contract as minfer_attn_prefill2_*, with Q K^T and P V on the
-// tensor cores (WMMA m16n16k16, f16 inputs, f32 accumulation). Why: over a
-// filled KV cache the FMA kernel above is flop-bound (7B pp512 at depth
+// tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation). Why: over
+// a filled KV cache the FMA kernel above is flop-bound (7B pp512 at depth
 // 32128: 6.6 TFLOP per chunk against the ~67 TFLOP/s of FP32 FMA;
 // reports/perf/NOTE.md, issue 20).
 //
 // Block: 64 rows (the t*G+g order above, so the G query heads of a token
-// share each K / V tile) x one KV head, 4 warps, each warp 16 rows. Per
-// 64-cell tile: K and V staged as f16 (an f16 cache is copied as stored,
-// f32 rounded, q8_0 dequantized then rounded), S = Q K^T into shared memory
-// (f32), the online softmax of v2 on S (two lanes per row, scale, mask,
-// max, exp, sum of the f16-rounded P that P V uses), O (f32, shared) scaled
-// by the correction and O += P V. Numerics (f16-attention-tile class): Q,
-// K, V and P rounded to f16, products summed in f32 in the tensor core's
-// order; not bitwise v2.
+// share each K / V tile) x one KV head, 4 warps, each warp 16 rows. The
+// rows' state stays in registers, as flash-attention 2 keeps it: Q as
+// m16n8k16 A fragments (loaded once), S = Q K^T as C fragments, the online
+// softmax on them (a row's 4 lanes reduce by two xor shuffles), P converted
+// to A fragments in place (the C layout of two 8-column tiles is the A
+// layout of one 16-deep step), and O as C fragments. Shared memory holds
+// only the tile: K as [cell][d] (a B fragment of K^T is one 32-bit load)
+// and V transposed as [d][cell] (the same for V), both f16 (an f16 cache is
+// copied as stored, f32 rounded, q8_0 dequantized then rounded); a warp
+// whose rows see no cell of a tile skips its products.
+// Numerics (f16-attention-tile class): Q, K, V and P rounded to f16,
+// products summed in f32 in the tensor core's order, l summed from the
+// f16-rounded P that P V uses; not bitwise v2.
 namespace fatc {
-using namespace nvcuda;
 constexpr int BM = 64, BN = 64, NT = 128;
 
 template <int HD> struct Geo {
-    static constexpr int QLD = HD + 8; // halves per row of Q, K, V
-    static constexpr int SLD = BN + 4; // floats per row of S
-    static constexpr int PLD = BN + 8; // halves per row of P
-    static constexpr int OLD = HD + 4; // floats per row of O
-    // Byte offsets; each a multiple of 32 (WMMA's pointer alignment).
-    static constexpr int K_OFF = BM * QLD * 2;
-    static constexpr int V_OFF = K_OFF + BN * QLD * 2;
-    static constexpr int S_OFF = V_OFF + BN * QLD * 2;
-    static constexpr int P_OFF = S_OFF + BM * SLD * 4;
-    static constexpr int O_OFF = P_OFF + BM * PLD * 2;
-    static constexpr int M_OFF = O_OFF + BM * OLD * 4;
-    static constexpr int BYTES = M_OFF + 2 * BM * 4;
-    static_assert(K_OFF % 32 == 0 && S_OFF % 32 == 0 && P_OFF % 32 == 0 && O_OFF % 32 == 0, "WMMA alignment");
+    static constexpr int KLD = HD + 8; // halves per K row (and per staged Q row)
+    static constexpr int VLD = BN + 8; // halves per row of V^T
+    // K (Q staged there first), then V^T; the pads keep a warp's 32-bit
+    // fragment loads on 32 distinct banks.
+    static constexpr int BYTES = (BN * KLD + HD * VLD) * 2;
 };
 
-// acc += A B for one warp's 16 rows: A row-major 16 x (16 KSTEPS) at a
-// (lda halves a row), B (16 KSTEPS) x 16 in layout LB at b (ldb), its k-th
-// 16-deep slice bstep halves on (Q K^T reads K as col-major K^T: 16; P V
-// reads V row-major: 16 rows of ldb).
-template <typename LB, int KSTEPS>
-__device__ __forceinline__ void mma_rows(wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc, const __half* a, int lda,
-                                         const __half* b, int ldb, int bstep) {
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, LB> fb;
-        wmma::load_matrix_sync(fa, a + kk * 16, lda);
-        wmma::load_matrix_sync(fb, b + kk * bstep, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
-    }
+// h2u packs two floats as f16 (lo in the low half), the fragment word.
+__device__ __forceinline__ uint32_t h2u(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
 }
+__device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+#ifndef MINFER_KERNEL_EMU
+// d += a b for one warp: A 16x16 row-major, B 16x8 column-major, f16 in,
+// f32 accumulate (PTX ISA: mma.m16n8k16 fragment layouts). The emulation
+// (scripts/kernel-emu/include/mma.h) defines it on the CPU.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
 
 // Row R's cells: [first, last] (first > last: none; a NaN row is marked).
 __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, int start, int n_ctx, int window,
@@ -399,47 +394,69 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
                                                 int window, float scale) {
     using Gm = Geo<HD>;
+    constexpr int KS = HD / 16; // 16-deep steps of Q K^T
+    constexpr int ON = HD / 8;  // 8-column tiles of O
+    constexpr int SN = BN / 8;  // 8-cell tiles of S
     extern __shared__ float4 fatc_smem4[];
-    uint8_t* base = reinterpret_cast<uint8_t*>(fatc_smem4);
-    __half* q_s = reinterpret_cast<__half*>(base);
-    __half* k_s = reinterpret_cast<__half*>(base + Gm::K_OFF);
-    __half* v_s = reinterpret_cast<__half*>(base + Gm::V_OFF);
-    float* s_s = reinterpret_cast<float*>(base + Gm::S_OFF);
-    __half* p_s = reinterpret_cast<__half*>(base + Gm::P_OFF);
-    float* o_s = reinterpret_cast<float*>(base + Gm::O_OFF);
-    float* m_s = reinterpret_cast<float*>(base + Gm::M_OFF);
-    float* l_s = m_s + BM;
+    __half* k_s = reinterpret_cast<__half*>(fatc_smem4);
+    __half* vt_s = k_s + BN * Gm::KLD;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3; // fragment row group and column pair
     const int start = win[0];
     const PrefillTile pt = prefill_tile<BM>(nt, n_head, n_head_kv, start, n_ctx, window);
     const int G = pt.G, kvh = pt.kvh;
     const long long nrows = pt.nrows, r0 = pt.r0;
     const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
 
+    // Q (rows r0.., zero past nrows and hd) staged in K's place, then held
+    // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8.
     for (int idx = tid; idx < BM * HD; idx += NT) {
         const int r = idx / HD, d = idx % HD;
         const long long R = r0 + r;
         float v = 0.0f;
         if (R < nrows && d < hd) v = q[((R / G) * n_head + kvh * G + (int)(R % G)) * hd + d];
-        q_s[r * Gm::QLD + d] = __float2half(v);
-        o_s[r * Gm::OLD + d] = 0.0f;
+        k_s[r * Gm::KLD + d] = __float2half(v);
     }
-    if (tid < BM) {
-        m_s[tid] = -INFINITY;
-        l_s[tid] = 0.0f;
+    __syncthreads();
+    uint32_t qa[KS][4];
+    {
+        const __half* qr = k_s + (warp * 16 + g) * Gm::KLD + 2 * tq;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            qa[kk][0] = ld32(qr + 16 * kk);
+            qa[kk][1] = ld32(qr + 8 * Gm::KLD + 16 * kk);
+            qa[kk][2] = ld32(qr + 16 * kk + 8);
+            qa[kk][3] = ld32(qr + 8 * Gm::KLD + 16 * kk + 8);
+        }
     }
 
-    // The softmax lanes: row rr of the warp's 16, cells half*32 .. +31.
-    const int rr = lane >> 1, half = lane & 1, r = warp * 16 + rr;
-    int first, last;
-    bool nan_row;
-    row_cells(r0 + r, nrows, G, start, n_ctx, window, first, last, nan_row);
+    // This lane's two rows: warp*16 + g (index 0) and + 8 (index 1).
+    int first[2], last[2];
+    bool nan_row[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) row_cells(r0 + warp * 16 + g + 8 * i, nrows, G, start, n_ctx, window, first[i], last[i], nan_row[i]);
+    // The warp's cells: what any of its 16 rows sees (rows are in t order).
+    int wfirst = 0x7fffffff, wlast = -1;
+    for (int i = 0; i < 16; i++) {
+        int f, l;
+        bool nr;
+        row_cells(r0 + warp * 16 + i, nrows, G, start, n_ctx, window, f, l, nr);
+        if (f <= l) {
+            wfirst = min(wfirst, f);
+            wlast = max(wlast, l);
+        }
+    }
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[ON][4];
+#pragma unroll
+    for (int n = 0; n < ON; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
     const int off = kvh * hd;
     const int c_begin = lo - lo % BN;
     for (int c0 = c_begin; c0 <= hi; c0 += BN) {
-        __syncthreads(); // every warp is done with the previous K and V tiles (and Q is staged)
+        __syncthreads(); // every warp is done with the previous tile (and with Q)
         for (int idx = tid; idx < BN * HD / 2; idx += NT) {
             const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
             const int c = c0 + j;
@@ -448,71 +465,90 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
                 kf = fap2::load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
                 vf = fap2::load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
             }
-            *reinterpret_cast<__half2*>(k_s + j * Gm::QLD + d) = __floats2half2_rn(kf.x, kf.y);
-            *reinterpret_cast<__half2*>(v_s + j * Gm::QLD + d) = __floats2half2_rn(vf.x, vf.y);
+            *reinterpret_cast<__half2*>(k_s + j * Gm::KLD + d) = __floats2half2_rn(kf.x, kf.y);
+            vt_s[d * Gm::VLD + j] = __float2half(vf.x);
+            vt_s[(d + 1) * Gm::VLD + j] = __float2half(vf.y);
         }
         __syncthreads();
+        if (wlast < c0 || wfirst > c0 + BN - 1) continue; // no row of this warp sees the tile
 
-        // S = Q K^T for the warp's 16 rows (K stored [cell][d]: column-major K^T).
+        // S = Q K^T: s[j] is the 16 x 8 tile of cells c0 + 8j.., rows g, g+8.
+        float s[SN][4];
 #pragma unroll
-        for (int j = 0; j < BN / 16; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            mma_rows<wmma::col_major, HD / 16>(acc, q_s + warp * 16 * Gm::QLD, Gm::QLD, k_s + j * 16 * Gm::QLD, Gm::QLD, 16);
-            wmma::store_matrix_sync(s_s + warp * 16 * Gm::SLD + j * 16, acc, Gm::SLD, wmma::mem_row_major);
-        }
-        __syncwarp();
-
-        // Online softmax of row r over this tile's cells; P to shared memory.
-        float mx = -INFINITY;
-#pragma unroll 8
-        for (int cc = 0; cc < 32; cc++) {
-            const int ci = half * 32 + cc, c = c0 + ci;
-            if (c >= first && c <= last) mx = fmaxf(mx, __fmul_rn(s_s[r * Gm::SLD + ci], scale));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_old = m_s[r];
-        const float mn = fmaxf(m_old, mx);
-        const float corr = mn == -INFINITY ? 1.0f : expf(m_old - mn);
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int cc = 0; cc < 32; cc++) {
-            const int ci = half * 32 + cc, c = c0 + ci;
-            float pv = 0.0f;
-            if (c >= first && c <= last && mn != -INFINITY) pv = expf(__fmul_rn(s_s[r * Gm::SLD + ci], scale) - mn);
-            const __half ph = __float2half(pv);
-            p_s[r * Gm::PLD + ci] = ph;
-            sum += __half2float(ph);
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); d++) o_s[r * Gm::OLD + d] *= corr;
-        __syncwarp(); // both lanes of the row read m_old before it changes
-        if (half == 0) {
-            m_s[r] = mn;
-            l_s[r] = fmaf(l_s[r], corr, sum);
-        }
-        __syncwarp();
-
-        // O += P V for the warp's rows (V stored [cell][d]: row-major).
+        for (int j = 0; j < SN; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            const __half* kr = k_s + (8 * j + g) * Gm::KLD + 2 * tq;
 #pragma unroll
-        for (int n = 0; n < HD / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
-            wmma::load_matrix_sync(o, o_s + warp * 16 * Gm::OLD + n * 16, Gm::OLD, wmma::mem_row_major);
-            mma_rows<wmma::row_major, BN / 16>(o, p_s + warp * 16 * Gm::PLD, Gm::PLD, v_s + n * 16, Gm::QLD, 16 * Gm::QLD);
-            wmma::store_matrix_sync(o_s + warp * 16 * Gm::OLD + n * 16, o, Gm::OLD, wmma::mem_row_major);
+            for (int kk = 0; kk < KS; kk++) {
+                const uint32_t b[2] = {ld32(kr + 16 * kk), ld32(kr + 16 * kk + 8)};
+                mma_16816(s[j], qa[kk], b);
+            }
+        }
+
+        // Mask, scale and the online softmax of both rows; P rounded to f16.
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < SN; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = c0 + 8 * j + 2 * tq + e;
+                    float& x = s[j][2 * i + e];
+                    x = c >= first[i] && c <= last[i] ? __fmul_rn(x, scale) : -INFINITY;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m[i], mx);
+            const float corr = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < SN; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float& x = s[j][2 * i + e];
+                    x = mn == -INFINITY || x == -INFINITY ? 0.0f : __half2float(__float2half(expf(x - mn)));
+                    sum += x;
+                }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            m[i] = mn;
+            l[i] = fmaf(l[i], corr, sum);
+#pragma unroll
+            for (int n = 0; n < ON; n++) {
+                o[n][2 * i] *= corr;
+                o[n][2 * i + 1] *= corr;
+            }
+        }
+
+        // O += P V: the 16-deep step kk of cells is S tiles 2kk and 2kk+1.
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
+                                    h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < ON; n++) {
+                const __half* vr = vt_s + (8 * n + g) * Gm::VLD + 16 * kk + 2 * tq;
+                const uint32_t b[2] = {ld32(vr), ld32(vr + 8)};
+                mma_16816(o[n], pa, b);
+            }
         }
     }
-    __syncthreads();
 
-    for (int idx = tid; idx < BM * HD; idx += NT) {
-        const int rw = idx / HD, d = idx % HD;
-        const long long R = r0 + rw;
-        if (R >= nrows || d >= hd) continue;
-        int f, la;
-        bool nr;
-        row_cells(R, nrows, G, start, n_ctx, window, f, la, nr);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const long long R = r0 + warp * 16 + g + 8 * i;
+        if (R >= nrows) continue;
         float* y = out + ((R / G) * n_head + kvh * G + (int)(R % G)) * hd;
-        y[d] = nr ? __int_as_float(0x7fc00000) : __fmul_rn(o_s[rw * Gm::OLD + d], __fdiv_rn(1.0f, l_s[rw]));
+        const float inv = __fdiv_rn(1.0f, l[i]);
+#pragma unroll
+        for (int n = 0; n < ON; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * n + 2 * tq + e;
+                if (d < hd) y[d] = nan_row[i] ? __int_as_float(0x7fc00000) : __fmul_rn(o[n][2 * i + e], inv);
+            }
     }
 }
 } // namespace fatc

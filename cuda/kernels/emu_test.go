@@ -7,8 +7,8 @@ import (
 )
 
 // scripts/kernel-emu runs four kernel families on the CPU through an
-// emulation of the CUDA built-ins and WMMA (g++, no toolkit, no GPU) and
-// compares them with references: the tensor-core prefill attention with
+// emulation of the CUDA built-ins, WMMA and mma.sync (g++, no toolkit, no
+// GPU) and compares them with references: the tensor-core prefill attention with
 // attention in double, the wide MMVQ and the Q4_K / Q5_K MMVQ bitwise with
 // the kernels they replace or a scalar reference, and the lean decode
 // attention's combine with attention in double. A kernel edit that
@@ -50,6 +50,22 @@ func TestKernelEmulator_PlantedQ5KBitIsCaught(t *testing.T) {
 	out, code := emu(t, "mmvq-kq-emu.sh", "--plant", "qhbit")
 	if code != 1 {
 		t.Fatalf("planted qhbit: exit %d, want 1:\n%s", code, out)
+	}
+}
+
+// The tensor-core prefill attention's fragments: P's A fragment with two
+// words swapped, and a warp that skips a tile its last row still sees, are
+// each caught (exit 1). (`--plant vstep`, a V fragment reading the first 8
+// cells twice, is caught too: session 12 ran it by hand.)
+func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
+	for _, plant := range []string{"pfrag", "skip"} {
+		t.Run(plant, func(t *testing.T) {
+			t.Parallel()
+			out, code := emu(t, "fatc-emu.sh", "--plant", plant)
+			if code != 1 || !strings.Contains(out, "OVER") {
+				t.Fatalf("planted %s: exit %d, want 1 with a case OVER the bar:\n%s", plant, code, out)
+			}
+		})
 	}
 }
 

@@ -2,15 +2,37 @@
 # fatc-emu.sh: a CPU check of the tensor-core prefill attention
 # (MINFER_FA_PREFILL_TC) without a GPU: g++ compiles
 # cuda/kernels/attn_prefill2.cu against an emulation of the CUDA built-ins
-# and of WMMA (include/cuda_fp16.h, include/mma.h) and compares
+# and of mma.sync m16n8k16 with the PTX ISA's fragment layouts
+# (include/cuda_fp16.h, include/mma.h) and compares
 # minfer_attn_prefill_tc_* and the FMA kernel minfer_attn_prefill2_hd64_bm16
 # (the one variant of 128 threads) with attention in double (fatc_emu.cpp):
-# tiling, masks, the online softmax, NaN rows. The device test
+# fragments, tiling, masks, the online softmax, NaN rows. The device test
 # (cuda/attn_prefill_tc_test.go) remains the bar on the H200.
+#
+#   scripts/kernel-emu/fatc-emu.sh             the kernels as they are
+#   scripts/kernel-emu/fatc-emu.sh --plant X   a copy of attn_prefill2.cu with
+#       a planted defect, which the check must catch (exit 1):
+#       pfrag  P's A fragment with its second and third words swapped
+#       vstep  V's second B word read from the first 8 cells again
+#       skip   a warp skips a tile its last row still sees
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
-bin="$(mktemp -d)/fatc_emu"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+if [[ "${1:-}" == "--plant" ]]; then
+    cp "$kern"/*.cu "$kern"/*.cuh "$tmp/"
+    case "${2:-}" in
+    pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
+    vstep) from='{ld32(vr), ld32(vr + 8)}'; to='{ld32(vr), ld32(vr)}' ;;
+    skip) from='if (wlast < c0 ||'; to='if (wlast < c0 + 8 ||' ;;
+    *) echo "usage: $0 [--plant pfrag|vstep|skip]" >&2; exit 2 ;;
+    esac
+    FROM="$from" TO="$to" perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$tmp/attn_prefill2.cu"
+    if cmp -s "$kern/attn_prefill2.cu" "$tmp/attn_prefill2.cu"; then echo "plant $2: pattern not found in attn_prefill2.cu" >&2; exit 2; fi
+    echo "planted $2:"; diff "$kern/attn_prefill2.cu" "$tmp/attn_prefill2.cu" || true
+    kern="$tmp"
+fi
 g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
-    "$here/fatc_emu.cpp" -o "$bin" -pthread
-"$bin"
+    "$here/fatc_emu.cpp" -o "$tmp/fatc_emu" -pthread
+"$tmp/fatc_emu"

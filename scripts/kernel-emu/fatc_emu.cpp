@@ -22,6 +22,7 @@ inline unsigned short __half_as_ushort(__half h) { return h.x; }
 struct alignas(4) __half2 { __half x, y; };
 inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half(a), __float2half(b)}; }
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
+#include "mma.h"
 #include "attn_prefill2.cu"
 namespace fap2 { alignas(32) float4 fap2_smem4[fap2::smem_floats(64, 16) / 4]; }
 namespace fatc { alignas(32) float4 fatc_smem4[fatc::Geo<128>::BYTES / 16]; }
@@ -106,6 +107,7 @@ int main() {
     int bad = 0;
     for (int f : {mops::KV_F32, mops::KV_F16}) {
         bad += run({20, 7, 1, 128, 96, 0, 0, f});    // GQA 7 (7B-like), a partial row tile
+        bad += run({40, 7, 1, 128, 700, 0, 600, f}); // over a filled cache: 11 tiles, 5 row blocks
         bad += run({70, 4, 2, 64, 160, 0, 50, f});   // start past zero, two tiles of cells
         bad += run({33, 2, 2, 80, 140, 40, 90, f});  // head_dim 80 (padded), a window
         bad += run({9, 14, 2, 64, 64, 0, 60, f});    // cells past n_ctx: NaN rows

@@ -58,7 +58,7 @@ inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned i
     return (unsigned int)((((uint64_t)hi << 32) | lo) >> (sh & 31));
 }
 // warp emulation: 32 threads per warp barrier; shuffle through slots
-struct WarpCtx { std::barrier<>* bar; float slot[32]; };
+struct WarpCtx { std::barrier<>* bar; float slot[32]; uint32_t mma[32][6]; }; // mma: mma_16816's fragments (mma.h)
 extern thread_local WarpCtx* tw;
 inline void __syncwarp(unsigned int = 0xffffffffu) { tw->bar->arrive_and_wait(); }
 // block barrier (__syncthreads): one per emulated block, set by the launcher

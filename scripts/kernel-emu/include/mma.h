@@ -1,5 +1,8 @@
 // mma.h (emulation): nvcuda::wmma for the g++ kernel emulation, 16x16x16
-// only. Every lane of the emulated warp holds a whole fragment (the
+// only, and mma_16816, the mma.sync.m16n8k16 (f16 in, f32 accumulate) that
+// attn_prefill2.cu issues as inline PTX, with the PTX ISA's fragment
+// layouts (so a kernel that puts an element in the wrong register fails
+// here as on the GPU). Every lane of the emulated warp holds a whole fragment (the
 // hardware's element-to-lane mapping is opaque to WMMA code, so a kernel
 // cannot tell); a product is summed in f32 in k order, where the tensor
 // core's order is its own: results agree to f32 rounding, not bitwise. A
@@ -51,3 +54,41 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment
 }
 } // namespace wmma
 } // namespace nvcuda
+
+// The kernels define their own mma_16816 (inline PTX) unless this is set.
+#define MINFER_KERNEL_EMU 1
+
+// mma_16816: d += a b for the calling warp. Lane L (g = L / 4, t = L % 4)
+// holds A (16 x 16, row-major) elements [g][2t, 2t+1] in a[0], [g+8][..]
+// in a[1], [g][2t+8, 2t+9] in a[2], [g+8][2t+8, 2t+9] in a[3]; B (16 x 8,
+// k x n) elements [2t, 2t+1][g] in b[0] and [2t+8, 2t+9][g] in b[1]; C and
+// D [g][2t, 2t+1] in d[0..1] and [g+8][2t, 2t+1] in d[2..3]; each 32-bit
+// word two f16, the lower index in the low half. Sums in f32 in k order.
+inline float mma_half(uint32_t w, int hi) { return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff))); }
+inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    uint32_t (*m)[6] = tw->mma;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) m[lane][i] = a[i];
+    for (int i = 0; i < 2; i++) m[lane][4 + i] = b[i];
+    __syncwarp();
+    float A[16][16], B[16][8];
+    for (int L = 0; L < 32; L++) {
+        const int lg = L >> 2, lt = L & 3;
+        for (int e = 0; e < 2; e++) {
+            A[lg][2 * lt + e] = mma_half(m[L][0], e);
+            A[lg + 8][2 * lt + e] = mma_half(m[L][1], e);
+            A[lg][2 * lt + 8 + e] = mma_half(m[L][2], e);
+            A[lg + 8][2 * lt + 8 + e] = mma_half(m[L][3], e);
+            B[2 * lt + e][lg] = mma_half(m[L][4], e);
+            B[2 * lt + 8 + e][lg] = mma_half(m[L][5], e);
+        }
+    }
+    __syncwarp(); // every lane has read the slots before any writes the next
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+        float s = d[i];
+        for (int k = 0; k < 16; k++) s += A[r][k] * B[k][c];
+        d[i] = s;
+    }
+}
