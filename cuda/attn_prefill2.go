@@ -151,8 +151,7 @@ func attnPrefillHD(hd int) int {
 // The tensor-core variant (MINFER_FA_PREFILL_TC, opt-in): fatc:: in
 // attn_prefill2.cu. One block of 128 threads per (64 rows, KV head), each
 // warp's rows, scores and output in mma.sync fragments (registers); shared
-// memory holds one tile of K ([cell][d]) and of V transposed ([d][cell]),
-// f16 (fatc::Geo).
+// memory holds one f16 tile of K and of V, [cell][d] (fatc::Geo).
 const (
 	attnPrefillTCRows    = 64  // fatc::BM
 	attnPrefillTCThreads = 128 // fatc::NT
@@ -161,11 +160,11 @@ const (
 // attnPrefillTCName is the kernel of a head_dim variant (64 or 128).
 func attnPrefillTCName(hd int) string { return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd) }
 
-// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: K in f16 rows of HD+8 halves,
-// V^T in f16 rows of BN+8.
+// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: K and V, each BN rows of HD+8
+// halves.
 func attnPrefillTCSmem(hd int) int {
 	const bn = attnPrefill2BN
-	return (bn*(hd+8) + hd*(bn+8)) * 2
+	return 2 * bn * (hd + 8) * 2
 }
 
 // PrepareAttnPrefillTC opts the tensor-core kernels into their dynamic

@@ -63,8 +63,8 @@ func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 
 // The launcher's geometry is the kernel's: 64 rows and 128 threads per
 // block, the shared-memory layout of fatc::Geo (pinned bytes, within the
-// H200's 227 KiB opt-in), the f16 mma.sync it issues, and both kernels
-// defined in the source.
+// H200's 227 KiB opt-in), the f16 mma.sync and ldmatrix it issues, and
+// both kernels defined in the source.
 func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	src, err := os.ReadFile("kernels/attn_prefill2.cu")
 	if err != nil {
@@ -72,15 +72,15 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	}
 	for _, re := range []string{
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, NT = %d;`, attnPrefillTCRows, attnPrefill2BN, attnPrefillTCThreads),
-		`KLD = HD \+ 8;`, `VLD = BN \+ 8;`, `BYTES = \(BN \* KLD \+ HD \* VLD\) \* 2;`,
-		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`,
+		`KLD = HD \+ 8;`, `BYTES = 2 \* BN \* KLD \* 2;`,
+		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`, `ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16`,
 		`minfer_attn_prefill_tc_hd64\(`, `minfer_attn_prefill_tc_hd128\(`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
 		}
 	}
-	for hd, want := range map[int]int{64: 18432, 128: 35840} {
+	for hd, want := range map[int]int{64: 18432, 128: 34816} {
 		if got := attnPrefillTCSmem(hd); got != want || got > 227<<10 {
 			t.Errorf("hd %d: %d bytes of shared memory, want %d", hd, got, want)
 		}

@@ -336,10 +336,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 // softmax on them (a row's 4 lanes reduce by two xor shuffles), P converted
 // to A fragments in place (the C layout of two 8-column tiles is the A
 // layout of one 16-deep step), and O as C fragments. Shared memory holds
-// only the tile: K as [cell][d] (a B fragment of K^T is one 32-bit load)
-// and V transposed as [d][cell] (the same for V), both f16 (an f16 cache is
-// copied as stored, f32 rounded, q8_0 dequantized then rounded); a warp
-// whose rows see no cell of a tile skips its products.
+// only the tile, K and V as [cell][d] f16 rows (an f16 cache is copied as
+// stored, 16 bytes a load; f32 rounded, q8_0 dequantized then rounded): a B
+// fragment word of K^T is one 32-bit load, and one ldmatrix.x4.trans gives
+// the B fragments of V for two 8-column tiles of O. A warp whose rows see
+// no cell of a tile skips its products.
 // Numerics (f16-attention-tile class): Q, K, V and P rounded to f16,
 // products summed in f32 in the tensor core's order, l summed from the
 // f16-rounded P that P V uses; not bitwise v2.
@@ -347,11 +348,11 @@ namespace fatc {
 constexpr int BM = 64, BN = 64, NT = 128;
 
 template <int HD> struct Geo {
-    static constexpr int KLD = HD + 8; // halves per K row (and per staged Q row)
-    static constexpr int VLD = BN + 8; // halves per row of V^T
-    // K (Q staged there first), then V^T; the pads keep a warp's 32-bit
-    // fragment loads on 32 distinct banks.
-    static constexpr int BYTES = (BN * KLD + HD * VLD) * 2;
+    static constexpr int KLD = HD + 8; // halves per K and V row (and per staged Q row)
+    // K (Q staged there first), then V; the pad keeps a warp's 32-bit K
+    // loads on 32 distinct banks and ldmatrix's 8 rows on distinct 16-byte
+    // bank groups (a row is 16 bytes past a multiple of 128).
+    static constexpr int BYTES = 2 * BN * KLD * 2;
 };
 
 // h2u packs two floats as f16 (lo in the low half), the fragment word.
@@ -364,11 +365,21 @@ __device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_
 #ifndef MINFER_KERNEL_EMU
 // d += a b for one warp: A 16x16 row-major, B 16x8 column-major, f16 in,
 // f32 accumulate (PTX ISA: mma.m16n8k16 fragment layouts). The emulation
-// (scripts/kernel-emu/include/mma.h) defines it on the CPU.
+// (scripts/kernel-emu/include/mma.h) defines both functions on the CPU.
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// ldsm_x4_trans: four 8x8 f16 matrices, transposed, for one warp; lane L
+// names row L % 8 of matrix L / 8 (16 bytes in shared memory) and gets in
+// r[i] elements [2 (L % 4)][L / 4] and [2 (L % 4) + 1][L / 4] of matrix i:
+// over rows = cells, the B fragment of an m16n8k16 on V.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 #endif
 
@@ -399,7 +410,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     constexpr int SN = BN / 8;  // 8-cell tiles of S
     extern __shared__ float4 fatc_smem4[];
     __half* k_s = reinterpret_cast<__half*>(fatc_smem4);
-    __half* vt_s = k_s + BN * Gm::KLD;
+    __half* v_s = k_s + BN * Gm::KLD;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3; // fragment row group and column pair
@@ -455,19 +466,36 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 
     const int off = kvh * hd;
     const int c_begin = lo - lo % BN;
+    const bool f16x8 = format == mops::KV_F16 && hd == HD &&
+                       ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
     for (int c0 = c_begin; c0 <= hi; c0 += BN) {
         __syncthreads(); // every warp is done with the previous tile (and with Q)
-        for (int idx = tid; idx < BN * HD / 2; idx += NT) {
-            const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
-            const int c = c0 + j;
-            float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
-            if (d < hd && c >= lo && c <= hi) {
-                kf = fap2::load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
-                vf = fap2::load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
+        if (f16x8) {
+            // 8 halves a load, as stored (row_bytes and off * 2 are multiples
+            // of 16: hd == HD is 64 or 128).
+            for (int idx = tid; idx < BN * HD / 8; idx += NT) {
+                const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
+                const int c = c0 + j;
+                uint4 kw = make_uint4(0u, 0u, 0u, 0u), vw = kw;
+                if (c >= lo && c <= hi) {
+                    kw = __ldg(reinterpret_cast<const uint4*>(mops::kv_row(kreg, c, row_bytes) + 2 * (off + d)));
+                    vw = __ldg(reinterpret_cast<const uint4*>(mops::kv_row(vreg, c, row_bytes) + 2 * (off + d)));
+                }
+                *reinterpret_cast<uint4*>(k_s + j * Gm::KLD + d) = kw;
+                *reinterpret_cast<uint4*>(v_s + j * Gm::KLD + d) = vw;
             }
-            *reinterpret_cast<__half2*>(k_s + j * Gm::KLD + d) = __floats2half2_rn(kf.x, kf.y);
-            vt_s[d * Gm::VLD + j] = __float2half(vf.x);
-            vt_s[(d + 1) * Gm::VLD + j] = __float2half(vf.y);
+        } else {
+            for (int idx = tid; idx < BN * HD / 2; idx += NT) {
+                const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+                const int c = c0 + j;
+                float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
+                if (d < hd && c >= lo && c <= hi) {
+                    kf = fap2::load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
+                    vf = fap2::load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
+                }
+                *reinterpret_cast<__half2*>(k_s + j * Gm::KLD + d) = __floats2half2_rn(kf.x, kf.y);
+                *reinterpret_cast<__half2*>(v_s + j * Gm::KLD + d) = __floats2half2_rn(vf.x, vf.y);
+            }
         }
         __syncthreads();
         if (wlast < c0 || wfirst > c0 + BN - 1) continue; // no row of this warp sees the tile
@@ -527,11 +555,15 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         for (int kk = 0; kk < BN / 16; kk++) {
             const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
                                     h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            // Lane L names cell 16kk + L % 16 at columns 8 (n + L / 16).
+            const __half* vr = v_s + (16 * kk + (lane & 15)) * Gm::KLD + 8 * (lane >> 4);
 #pragma unroll
-            for (int n = 0; n < ON; n++) {
-                const __half* vr = vt_s + (8 * n + g) * Gm::VLD + 16 * kk + 2 * tq;
-                const uint32_t b[2] = {ld32(vr), ld32(vr + 8)};
-                mma_16816(o[n], pa, b);
+            for (int n = 0; n < ON; n += 2) {
+                uint32_t b4[4];
+                ldsm_x4_trans(b4, vr + 8 * n);
+                const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
+                mma_16816(o[n], pa, b0);
+                mma_16816(o[n + 1], pa, b1);
             }
         }
     }

@@ -13,7 +13,8 @@
 #   scripts/kernel-emu/fatc-emu.sh --plant X   a copy of attn_prefill2.cu with
 #       a planted defect, which the check must catch (exit 1):
 #       pfrag  P's A fragment with its second and third words swapped
-#       vstep  V's second B word read from the first 8 cells again
+#       vfrag  V's B words from ldmatrix paired across the two column tiles
+#       f16ld  the 16-byte f16 staging reads its columns from the wrong place
 #       skip   a warp skips a tile its last row still sees
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,9 +25,10 @@ if [[ "${1:-}" == "--plant" ]]; then
     cp "$kern"/*.cu "$kern"/*.cuh "$tmp/"
     case "${2:-}" in
     pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
-    vstep) from='{ld32(vr), ld32(vr + 8)}'; to='{ld32(vr), ld32(vr)}' ;;
+    vfrag) from='b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]}'; to='b0[2] = {b4[0], b4[2]}, b1[2] = {b4[1], b4[3]}' ;;
+    f16ld) from='row_bytes) + 2 * (off + d)));'; to='row_bytes) + 2 * off + d));' ;;
     skip) from='if (wlast < c0 ||'; to='if (wlast < c0 + 8 ||' ;;
-    *) echo "usage: $0 [--plant pfrag|vstep|skip]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip]" >&2; exit 2 ;;
     esac
     FROM="$from" TO="$to" perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$tmp/attn_prefill2.cu"
     if cmp -s "$kern/attn_prefill2.cu" "$tmp/attn_prefill2.cu"; then echo "plant $2: pattern not found in attn_prefill2.cu" >&2; exit 2; fi

@@ -92,3 +92,26 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)
         d[i] = s;
     }
 }
+
+// ldsm_x4_trans: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 for the
+// calling warp. Lane L names (row) row L % 8 of matrix L / 8, 8 f16 from
+// there; lane L gets in r[i] elements [2 (L % 4)][L / 4] and
+// [2 (L % 4) + 1][L / 4] of matrix i (row, column), the lower row in the
+// low half.
+inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
+    static_assert(sizeof(const __half*) == 8, "a lane's row pointer fills two slot words");
+    const int lane = threadIdx.x & 31;
+    uint32_t (*m)[6] = tw->mma;
+    __syncwarp();
+    memcpy(&m[lane][0], &row, sizeof row);
+    __syncwarp();
+    unsigned short e[4][8][8]; // [matrix][row][column]
+    for (int L = 0; L < 32; L++) {
+        const __half* p;
+        memcpy(&p, &m[L][0], sizeof p);
+        for (int c = 0; c < 8; c++) e[L / 8][L % 8][c] = p[c].x;
+    }
+    __syncwarp();
+    const int t = lane & 3, g = lane >> 2;
+    for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][2 * t][g] | (uint32_t)e[i][2 * t + 1][g] << 16;
+}
