@@ -21,8 +21,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=plant.sh
+source "$here/plant.sh"
 if [[ "${1:-}" == "--plant" ]]; then
-    cp "$kern"/*.cu "$kern"/*.cuh "$tmp/"
     case "${2:-}" in
     pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
     vfrag) from='b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]}'; to='b0[2] = {b4[0], b4[2]}, b1[2] = {b4[1], b4[3]}' ;;
@@ -30,10 +31,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     skip) from='if (wlast < c0 ||'; to='if (wlast < c0 + 8 ||' ;;
     *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip]" >&2; exit 2 ;;
     esac
-    FROM="$from" TO="$to" perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$tmp/attn_prefill2.cu"
-    if cmp -s "$kern/attn_prefill2.cu" "$tmp/attn_prefill2.cu"; then echo "plant $2: pattern not found in attn_prefill2.cu" >&2; exit 2; fi
-    echo "planted $2:"; diff "$kern/attn_prefill2.cu" "$tmp/attn_prefill2.cu" || true
-    kern="$tmp"
+    plant_defect attn_prefill2.cu "$2" "$from" "$to"
 fi
 g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
     "$here/fatc_emu.cpp" -o "$tmp/fatc_emu" -pthread

@@ -18,18 +18,16 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=plant.sh
+source "$here/plant.sh"
 if [[ "${1:-}" == "--plant" ]]; then
-    cp "$kern"/*.cu "$kern"/*.cuh "$tmp/"
     case "${2:-}" in
     qh) from=' | (((hw[t] >> sub) & 0x01010101u) << 4)'; to='' ;;
     qhbit) from='(hw[t] >> sub)'; to='(hw[t] >> (sub & 1))' ;;
     qhoff) from='wb + 16 + 16 * h)'; to='wb + 32 + 16 * h)' ;;
     *) echo "usage: $0 [--plant qh|qhbit|qhoff]" >&2; exit 2 ;;
     esac
-    FROM="$from" TO="$to" perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$tmp/mmvq.cu"
-    if cmp -s "$kern/mmvq.cu" "$tmp/mmvq.cu"; then echo "plant $2: pattern not found in mmvq.cu" >&2; exit 2; fi
-    echo "planted $2:"; diff "$kern/mmvq.cu" "$tmp/mmvq.cu" || true
-    kern="$tmp"
+    plant_defect mmvq.cu "$2" "$from" "$to"
 fi
 g++ -std=c++20 -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-function -I"$here/include" -I"$kern" \
     -include "$here/include/cuda_fp16.h" "$here/mmvq_kq_emu.cpp" -o "$tmp/mmvq_kq_emu" -pthread
