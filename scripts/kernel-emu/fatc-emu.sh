@@ -11,7 +11,7 @@
 #
 #   scripts/kernel-emu/fatc-emu.sh             the kernels as they are
 #   scripts/kernel-emu/fatc-emu.sh --plant X   a copy of attn_prefill2.cu with
-#       a planted defect, which the check must catch (exit 1):
+#       a planted defect, which the check must catch (exit 1; f16 cases only):
 #       pfrag  P's A fragment with its second and third words swapped
 #       vfrag  V's B words from ldmatrix paired across the two column tiles
 #       f16ld  the 16-byte f16 staging reads its columns from the wrong place
@@ -23,6 +23,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=plant.sh
 source "$here/plant.sh"
+quick=()
 if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
@@ -32,7 +33,8 @@ if [[ "${1:-}" == "--plant" ]]; then
     *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
+    quick=(--quick)
 fi
 g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
     "$here/fatc_emu.cpp" -o "$tmp/fatc_emu" -pthread
-"$tmp/fatc_emu"
+"$tmp/fatc_emu" "${quick[@]}"
