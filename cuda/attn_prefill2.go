@@ -151,7 +151,8 @@ func attnPrefillHD(hd int) int {
 // The tensor-core variant (MINFER_FA_PREFILL_TC, opt-in): fatc:: in
 // attn_prefill2.cu. One block of 128 threads per (64 rows, KV head), each
 // warp's rows, scores and output in mma.sync fragments (registers); shared
-// memory holds one f16 tile of K and of V, [cell][d] (fatc::Geo).
+// memory holds two f16 tiles of K and of V, [cell][d] (fatc::Geo): an f16
+// cache's next tile is copied with cp.async while this one is read.
 const (
 	attnPrefillTCRows    = 64  // fatc::BM
 	attnPrefillTCThreads = 128 // fatc::NT
@@ -160,11 +161,11 @@ const (
 // attnPrefillTCName is the kernel of a head_dim variant (64 or 128).
 func attnPrefillTCName(hd int) string { return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd) }
 
-// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: K and V, each BN rows of HD+8
-// halves.
+// attnPrefillTCSmem is fatc::Geo<HD>::BYTES: two buffers of K and V (one
+// tile read while the next arrives), each BN rows of HD+8 halves.
 func attnPrefillTCSmem(hd int) int {
 	const bn = attnPrefill2BN
-	return 2 * bn * (hd + 8) * 2
+	return 2 * 2 * bn * (hd + 8) * 2
 }
 
 // PrepareAttnPrefillTC opts the tensor-core kernels into their dynamic

@@ -63,8 +63,8 @@ func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 
 // The launcher's geometry is the kernel's: 64 rows and 128 threads per
 // block, the shared-memory layout of fatc::Geo (pinned bytes, within the
-// H200's 227 KiB opt-in), the f16 mma.sync and ldmatrix it issues, and
-// both kernels defined in the source.
+// H200's 227 KiB opt-in), the f16 mma.sync, ldmatrix and cp.async it
+// issues, and both kernels defined in the source.
 func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	src, err := os.ReadFile("kernels/attn_prefill2.cu")
 	if err != nil {
@@ -72,7 +72,7 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	}
 	for _, re := range []string{
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, NT = %d;`, attnPrefillTCRows, attnPrefill2BN, attnPrefillTCThreads),
-		`KLD = HD \+ 8;`, `BYTES = 2 \* BN \* KLD \* 2;`,
+		`KLD = HD \+ 8;`, `TILE = BN \* KLD;`, `BYTES = 2 \* 2 \* TILE \* 2;`, `cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16, %2;`,
 		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`, `ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16`,
 		`minfer_attn_prefill_tc_hd64\(`, `minfer_attn_prefill_tc_hd128\(`,
 	} {
@@ -80,7 +80,7 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
 		}
 	}
-	for hd, want := range map[int]int{64: 18432, 128: 34816} {
+	for hd, want := range map[int]int{64: 36864, 128: 69632} {
 		if got := attnPrefillTCSmem(hd); got != want || got > 227<<10 {
 			t.Errorf("hd %d: %d bytes of shared memory, want %d", hd, got, want)
 		}

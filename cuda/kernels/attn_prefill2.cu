@@ -336,11 +336,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 // softmax on them (a row's 4 lanes reduce by two xor shuffles), P converted
 // to A fragments in place (the C layout of two 8-column tiles is the A
 // layout of one 16-deep step), and O as C fragments. Shared memory holds
-// only the tile, K and V as [cell][d] f16 rows (an f16 cache is copied as
-// stored, 16 bytes a load; f32 rounded, q8_0 dequantized then rounded): a B
-// fragment word of K^T is one 32-bit load, and one ldmatrix.x4.trans gives
-// the B fragments of V for two 8-column tiles of O. A warp whose rows see
-// no cell of a tile skips its products.
+// two tiles of K and V as [cell][d] f16 rows: an aligned f16 cache's next
+// tile is copied as stored with cp.async (16 bytes, no register) while
+// this one is read; f32 and q8_0 are converted in place (rounded, or
+// dequantized then rounded). A B fragment word of K^T is one 32-bit load,
+// and one ldmatrix.x4.trans gives the B fragments of V for two 8-column
+// tiles of O. A warp whose rows see no cell of a tile skips its products.
 // Numerics (f16-attention-tile class): Q, K, V and P rounded to f16,
 // products summed in f32 in the tensor core's order, l summed from the
 // f16-rounded P that P V uses; not bitwise v2.
@@ -349,10 +350,12 @@ constexpr int BM = 64, BN = 64, NT = 128;
 
 template <int HD> struct Geo {
     static constexpr int KLD = HD + 8; // halves per K and V row (and per staged Q row)
-    // K (Q staged there first), then V; the pad keeps a warp's 32-bit K
-    // loads on 32 distinct banks and ldmatrix's 8 rows on distinct 16-byte
-    // bank groups (a row is 16 bytes past a multiple of 128).
-    static constexpr int BYTES = 2 * BN * KLD * 2;
+    static constexpr int TILE = BN * KLD; // halves of one K or V tile
+    // Two buffers of K then V (Q staged in the first K first): one tile is
+    // read while the next arrives. The pad keeps a warp's 32-bit K loads on
+    // 32 distinct banks and ldmatrix's 8 rows on distinct 16-byte bank
+    // groups (a row is 16 bytes past a multiple of 128).
+    static constexpr int BYTES = 2 * 2 * TILE * 2;
 };
 
 // h2u packs two floats as f16 (lo in the low half), the fragment word.
@@ -381,7 +384,54 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* ro
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
+// cp_async16 copies 16 bytes global -> shared without a register, reading
+// src_bytes of them (0 or 16) and zero-filling the rest; the copies of a
+// thread form a group at cp_async_commit, and cp_async_wait<N> returns
+// when at most the newest N groups are still in flight.
+__device__ __forceinline__ void cp_async16(__half* dst, const uint8_t* src, int src_bytes) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 #endif
+
+// stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
+// hd == HD) into k and v, 16 bytes each as stored; cells outside [lo, hi]
+// are zero-filled (their source is cell lo's, never read).
+template <int HD>
+__device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* __restrict__ kreg,
+                                          const uint8_t* __restrict__ vreg, long long row_bytes, int off, int c0,
+                                          int lo, int hi) {
+    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += NT) {
+        const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
+        const int c = c0 + j;
+        const bool in = c >= lo && c <= hi;
+        const long long src = 2LL * (off + d);
+        cp_async16(k + j * Geo<HD>::KLD + d, mops::kv_row(kreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
+        cp_async16(v + j * Geo<HD>::KLD + d, mops::kv_row(vreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
+    }
+}
+
+// stage_pairs stores tile c0 of any cache into k and v as f16, a pair of
+// values at a time (f32 rounded, q8_0 dequantized then rounded); cells
+// outside [lo, hi] and columns past hd are zero.
+template <int HD>
+__device__ __forceinline__ void stage_pairs(__half* k, __half* v, const uint8_t* __restrict__ kreg,
+                                            const uint8_t* __restrict__ vreg, int format, long long row_bytes, int off,
+                                            int hd, int c0, int lo, int hi) {
+    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += NT) {
+        const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+        const int c = c0 + j;
+        float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
+        if (d < hd && c >= lo && c <= hi) {
+            kf = fap2::load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
+            vf = fap2::load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
+        }
+        *reinterpret_cast<__half2*>(k + j * Geo<HD>::KLD + d) = __floats2half2_rn(kf.x, kf.y);
+        *reinterpret_cast<__half2*>(v + j * Geo<HD>::KLD + d) = __floats2half2_rn(vf.x, vf.y);
+    }
+}
 
 // Row R's cells: [first, last] (first > last: none; a NaN row is marked).
 __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, int start, int n_ctx, int window,
@@ -409,8 +459,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     constexpr int ON = HD / 8;  // 8-column tiles of O
     constexpr int SN = BN / 8;  // 8-cell tiles of S
     extern __shared__ float4 fatc_smem4[];
-    __half* k_s = reinterpret_cast<__half*>(fatc_smem4);
-    __half* v_s = k_s + BN * Gm::KLD;
+    __half* smem = reinterpret_cast<__half*>(fatc_smem4); // K0 V0 K1 V1
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3; // fragment row group and column pair
@@ -427,12 +476,12 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         const long long R = r0 + r;
         float v = 0.0f;
         if (R < nrows && d < hd) v = q[((R / G) * n_head + kvh * G + (int)(R % G)) * hd + d];
-        k_s[r * Gm::KLD + d] = __float2half(v);
+        smem[r * Gm::KLD + d] = __float2half(v);
     }
     __syncthreads();
     uint32_t qa[KS][4];
     {
-        const __half* qr = k_s + (warp * 16 + g) * Gm::KLD + 2 * tq;
+        const __half* qr = smem + (warp * 16 + g) * Gm::KLD + 2 * tq;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
             qa[kk][0] = ld32(qr + 16 * kk);
@@ -468,104 +517,95 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int c_begin = lo - lo % BN;
     const bool f16x8 = format == mops::KV_F16 && hd == HD &&
                        ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
-    for (int c0 = c_begin; c0 <= hi; c0 += BN) {
-        __syncthreads(); // every warp is done with the previous tile (and with Q)
+    __syncthreads(); // every warp holds its Q fragments: the buffers are free
+    if (f16x8 && c_begin <= hi) stage_f16<HD>(smem, smem + Gm::TILE, kreg, vreg, row_bytes, off, c_begin, lo, hi);
+    if (f16x8) cp_async_commit();
+    for (int c0 = c_begin, it = 0; c0 <= hi; c0 += BN, it++) {
+        __half* kb = smem + (it & 1) * 2 * Gm::TILE;
+        __half* vb = kb + Gm::TILE;
         if (f16x8) {
-            // 8 halves a load, as stored (row_bytes and off * 2 are multiples
-            // of 16: hd == HD is 64 or 128).
-            for (int idx = tid; idx < BN * HD / 8; idx += NT) {
-                const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
-                const int c = c0 + j;
-                uint4 kw = make_uint4(0u, 0u, 0u, 0u), vw = kw;
-                if (c >= lo && c <= hi) {
-                    kw = __ldg(reinterpret_cast<const uint4*>(mops::kv_row(kreg, c, row_bytes) + 2 * (off + d)));
-                    vw = __ldg(reinterpret_cast<const uint4*>(mops::kv_row(vreg, c, row_bytes) + 2 * (off + d)));
-                }
-                *reinterpret_cast<uint4*>(k_s + j * Gm::KLD + d) = kw;
-                *reinterpret_cast<uint4*>(v_s + j * Gm::KLD + d) = vw;
+            // The next tile's copies go to the other buffer, which every warp
+            // finished reading before the barrier that ended the last tile.
+            if (c0 + BN <= hi) {
+                __half* kn = smem + ((it + 1) & 1) * 2 * Gm::TILE;
+                stage_f16<HD>(kn, kn + Gm::TILE, kreg, vreg, row_bytes, off, c0 + BN, lo, hi);
             }
+            cp_async_commit();
+            cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
-            for (int idx = tid; idx < BN * HD / 2; idx += NT) {
-                const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
-                const int c = c0 + j;
-                float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
-                if (d < hd && c >= lo && c <= hi) {
-                    kf = fap2::load_pair2(format, mops::kv_row(kreg, c, row_bytes), off + d);
-                    vf = fap2::load_pair2(format, mops::kv_row(vreg, c, row_bytes), off + d);
+            stage_pairs<HD>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
+        }
+        __syncthreads(); // the tile is visible to every warp
+        const bool sees = !(wlast < c0 || wfirst > c0 + BN - 1); // any row of this warp sees the tile
+        if (sees) {
+            // S = Q K^T: s[j] is the 16 x 8 tile of cells c0 + 8j.., rows g, g+8.
+            float s[SN][4];
+#pragma unroll
+            for (int j = 0; j < SN; j++) {
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+                const __half* kr = kb + (8 * j + g) * Gm::KLD + 2 * tq;
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    const uint32_t b[2] = {ld32(kr + 16 * kk), ld32(kr + 16 * kk + 8)};
+                    mma_16816(s[j], qa[kk], b);
                 }
-                *reinterpret_cast<__half2*>(k_s + j * Gm::KLD + d) = __floats2half2_rn(kf.x, kf.y);
-                *reinterpret_cast<__half2*>(v_s + j * Gm::KLD + d) = __floats2half2_rn(vf.x, vf.y);
             }
-        }
-        __syncthreads();
-        if (wlast < c0 || wfirst > c0 + BN - 1) continue; // no row of this warp sees the tile
 
-        // S = Q K^T: s[j] is the 16 x 8 tile of cells c0 + 8j.., rows g, g+8.
-        float s[SN][4];
+            // Mask, scale and the online softmax of both rows; P rounded to f16.
 #pragma unroll
-        for (int j = 0; j < SN; j++) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-            const __half* kr = k_s + (8 * j + g) * Gm::KLD + 2 * tq;
+            for (int i = 0; i < 2; i++) {
+                float mx = -INFINITY;
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const uint32_t b[2] = {ld32(kr + 16 * kk), ld32(kr + 16 * kk + 8)};
-                mma_16816(s[j], qa[kk], b);
-            }
-        }
-
-        // Mask, scale and the online softmax of both rows; P rounded to f16.
+                for (int j = 0; j < SN; j++)
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float mx = -INFINITY;
+                    for (int e = 0; e < 2; e++) {
+                        const int c = c0 + 8 * j + 2 * tq + e;
+                        float& x = s[j][2 * i + e];
+                        x = c >= first[i] && c <= last[i] ? __fmul_rn(x, scale) : -INFINITY;
+                        mx = fmaxf(mx, x);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mn = fmaxf(m[i], mx);
+                const float corr = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
+                float sum = 0.0f;
 #pragma unroll
-            for (int j = 0; j < SN; j++)
+                for (int j = 0; j < SN; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int c = c0 + 8 * j + 2 * tq + e;
-                    float& x = s[j][2 * i + e];
-                    x = c >= first[i] && c <= last[i] ? __fmul_rn(x, scale) : -INFINITY;
-                    mx = fmaxf(mx, x);
+                    for (int e = 0; e < 2; e++) {
+                        float& x = s[j][2 * i + e];
+                        x = mn == -INFINITY || x == -INFINITY ? 0.0f : __half2float(__float2half(expf(x - mn)));
+                        sum += x;
+                    }
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                m[i] = mn;
+                l[i] = fmaf(l[i], corr, sum);
+#pragma unroll
+                for (int n = 0; n < ON; n++) {
+                    o[n][2 * i] *= corr;
+                    o[n][2 * i + 1] *= corr;
                 }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mn = fmaxf(m[i], mx);
-            const float corr = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < SN; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float& x = s[j][2 * i + e];
-                    x = mn == -INFINITY || x == -INFINITY ? 0.0f : __half2float(__float2half(expf(x - mn)));
-                    sum += x;
-                }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            m[i] = mn;
-            l[i] = fmaf(l[i], corr, sum);
-#pragma unroll
-            for (int n = 0; n < ON; n++) {
-                o[n][2 * i] *= corr;
-                o[n][2 * i + 1] *= corr;
             }
-        }
 
-        // O += P V: the 16-deep step kk of cells is S tiles 2kk and 2kk+1.
+            // O += P V: the 16-deep step kk of cells is S tiles 2kk and 2kk+1.
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
-                                    h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            // Lane L names cell 16kk + L % 16 at columns 8 (n + L / 16).
-            const __half* vr = v_s + (16 * kk + (lane & 15)) * Gm::KLD + 8 * (lane >> 4);
+            for (int kk = 0; kk < BN / 16; kk++) {
+                const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
+                                        h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                // Lane L names cell 16kk + L % 16 at columns 8 (n + L / 16).
+                const __half* vr = vb + (16 * kk + (lane & 15)) * Gm::KLD + 8 * (lane >> 4);
 #pragma unroll
-            for (int n = 0; n < ON; n += 2) {
-                uint32_t b4[4];
-                ldsm_x4_trans(b4, vr + 8 * n);
-                const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
-                mma_16816(o[n], pa, b0);
-                mma_16816(o[n + 1], pa, b1);
+                for (int n = 0; n < ON; n += 2) {
+                    uint32_t b4[4];
+                    ldsm_x4_trans(b4, vr + 8 * n);
+                    const uint32_t b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]};
+                    mma_16816(o[n], pa, b0);
+                    mma_16816(o[n + 1], pa, b1);
+                }
             }
         }
+        __syncthreads(); // every warp is done with this tile's buffer
     }
 
 #pragma unroll

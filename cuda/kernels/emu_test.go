@@ -53,13 +53,14 @@ func TestKernelEmulator_PlantedQ5KBitIsCaught(t *testing.T) {
 	}
 }
 
-// The tensor-core prefill attention's fragments and staging: P's A
-// fragment with two words swapped, the 16-byte f16 staging reading the
-// wrong columns, and a warp that skips a tile its last row still sees are
-// each caught (exit 1). (`--plant vfrag`, V's ldmatrix words paired across
-// column tiles, is caught too: session 12 ran it by hand.)
+// The tensor-core prefill attention's fragments and pipeline: P's A
+// fragment with two words swapped, a tile read before its async copies'
+// wait, and a warp that skips a tile its last row still sees are each
+// caught (exit 1). (`--plant vfrag`, V's ldmatrix words paired across
+// column tiles, and `--plant f16ld`, the f16 staging reading the wrong
+// columns, are caught too: session 12 ran them by hand.)
 func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
-	for _, plant := range []string{"pfrag", "f16ld", "skip"} {
+	for _, plant := range []string{"pfrag", "wait", "skip"} {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, "fatc-emu.sh", "--plant", plant)

@@ -16,6 +16,7 @@
 #       vfrag  V's B words from ldmatrix paired across the two column tiles
 #       f16ld  the 16-byte f16 staging reads its columns from the wrong place
 #       skip   a warp skips a tile its last row still sees
+#       wait   the tile is read while its async copies may still be in flight
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -28,9 +29,10 @@ if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
     vfrag) from='b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]}'; to='b0[2] = {b4[0], b4[2]}, b1[2] = {b4[1], b4[3]}' ;;
-    f16ld) from='row_bytes) + 2 * (off + d)));'; to='row_bytes) + 2 * off + d));' ;;
-    skip) from='if (wlast < c0 ||'; to='if (wlast < c0 + 8 ||' ;;
-    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip]" >&2; exit 2 ;;
+    f16ld) from='const long long src = 2LL * (off + d);'; to='const long long src = 2LL * off + d;' ;;
+    skip) from='sees = !(wlast < c0 ||'; to='sees = !(wlast < c0 + 8 ||' ;;
+    wait) from='cp_async_wait<1>();'; to='cp_async_wait<2>();' ;;
+    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip|wait]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick=(--quick)

@@ -115,3 +115,35 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
     const int t = lane & 3, g = lane >> 2;
     for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][2 * t][g] | (uint32_t)e[i][2 * t + 1][g] << 16;
 }
+
+// cp.async for the calling thread, asynchronous as on the GPU: a copy's
+// 16 bytes (or zeros, src_bytes 0) are read at issue and land in shared
+// memory only at a cp_async_wait that completes its group, so a kernel that
+// reads a buffer before its copies' wait (and barrier) reads stale data
+// here too.
+struct CpAsyncCopy {
+    __half* dst;
+    unsigned char bytes[16];
+    int group;
+};
+inline thread_local std::vector<CpAsyncCopy> cp_pending;
+inline thread_local int cp_open_group = 0;
+inline void cp_async16(__half* dst, const uint8_t* src, int src_bytes) {
+    CpAsyncCopy c{dst, {}, cp_open_group};
+    if (src_bytes == 16) {
+        check_range(src, 16);
+        memcpy(c.bytes, src, 16);
+    } else if (src_bytes != 0) {
+        abort(); // the kernels copy whole 16-byte pieces or none
+    }
+    cp_pending.push_back(c);
+}
+inline void cp_async_commit() { cp_open_group++; }
+template <int N> inline void cp_async_wait() {
+    std::vector<CpAsyncCopy> keep;
+    for (auto& c : cp_pending) {
+        if (c.group < cp_open_group - N) memcpy(c.dst, c.bytes, 16);
+        else keep.push_back(c);
+    }
+    cp_pending.swap(keep);
+}
