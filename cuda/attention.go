@@ -149,7 +149,11 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	case attnPrefill2:
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case attnPrefillTC:
-		return func() error { return b.k.AttentionPrefillTC(b.s, o, p[0], kr, vr, f, win, ap) }, nil
+		part, partBytes, err := b.attnPrefillTCScratch(ap)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return b.k.AttentionPrefillTC(b.s, o, p[0], kr, vr, f, win, part, partBytes, ap) }, nil
 	case attnDecode2:
 		scr, scrBytes, err := b.attnDecode2Scratch(ap)
 		if err != nil {
@@ -160,8 +164,12 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 }
 
-// attnScratchKey is the shape a split-K scratch was laid out for.
-type attnScratchKey struct{ nHead, nHeadKV, headDim, nCtx int }
+// attnScratchKey is the shape a split-K scratch was laid out for; the
+// tensor-core prefill's partials have one per head_dim (prefillTC).
+type attnScratchKey struct {
+	nHead, nHeadKV, headDim, nCtx int
+	prefillTC                     bool
+}
 
 // attnScratchBuf is one split-K scratch allocation.
 type attnScratchBuf struct {

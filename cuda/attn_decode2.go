@@ -168,6 +168,37 @@ func (b *Backend) attnDecode2Scratch(p AttnParams) (driver.DevicePtr, int, error
 	return b.attnScratch[key].ptr, need, nil
 }
 
+// attnPrefillTCScratch returns the scratch of the tensor-core prefill
+// attention's split launches (AttnPrefillTCScratchBytes, one per head_dim
+// variant, allocated the first time a shape splits; 0 while none does).
+// As attnDecode2Scratch: allocated at a direct execution, before any
+// capture of the node, kept until Close.
+func (b *Backend) attnPrefillTCScratch(p AttnParams) (driver.DevicePtr, int, error) {
+	if attnPrefillTCSplits(p, b.dev.Attr.SMCount) == 1 {
+		return 0, 0, nil
+	}
+	key := attnScratchKey{headDim: attnPrefillHD(p.HeadDim), prefillTC: true}
+	if sb, ok := b.attnScratch[key]; ok {
+		return sb.ptr, sb.bytes, nil
+	}
+	need := AttnPrefillTCScratchBytes(p.HeadDim, b.dev.Attr.SMCount)
+	err := b.dev.Do(func() error {
+		ptr, err := b.pool.raw(MemWorkspace, uint64(need), fmt.Sprintf("tensor-core prefill attention partials (head_dim %d)", key.headDim))
+		if err != nil {
+			return err
+		}
+		if b.attnScratch == nil {
+			b.attnScratch = map[attnScratchKey]attnScratchBuf{}
+		}
+		b.attnScratch[key] = attnScratchBuf{ptr, need}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return b.attnScratch[key].ptr, need, nil
+}
+
 const (
 	// AttnDecodeMaxNT is the most query tokens the split-K kernel takes
 	// (decode and the speculative / multi-token paths).

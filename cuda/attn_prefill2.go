@@ -180,14 +180,78 @@ func (k *Kernels) PrepareAttnPrefillTC() error {
 	return nil
 }
 
+// attnPrefillTCMaxSplits caps the KV splits of one tensor-core launch.
+const attnPrefillTCMaxSplits = 8
+
+// attnPrefillTCSplits is how many blocks share each (row tile, KV head)'s
+// KV range: enough that the grid fills about two waves of the 2 blocks an
+// SM holds (the kernel's registers), capped at attnPrefillTCMaxSplits; 1
+// when the tiles alone fill them. 7B pp512 (224 tiles) on 132 SMs: 3;
+// qwen2-0.5b pp512 (112): 5. Each split takes an equal share of its
+// block's tiles at run time, so a short range costs a few empty blocks and
+// the merge.
+func attnPrefillTCSplits(p AttnParams, smCount int) int {
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	base := (rows + attnPrefillTCRows - 1) / attnPrefillTCRows * p.NHeadKV
+	slots := 2 * smCount
+	if base <= 0 || base >= slots {
+		return 1
+	}
+	return min(attnPrefillTCMaxSplits, (2*slots+base-1)/base)
+}
+
+// AttnPrefillTCScratchBytes bounds the partials of any split launch on a
+// device of smCount SMs: nsplit x n_head_kv x nt G rows of HD+2 floats,
+// where nsplit x blocks < 3 x slots (attnPrefillTCSplits) and a block holds
+// 64 rows. One scratch of this size serves every shape of a backend.
+func AttnPrefillTCScratchBytes(headDim, smCount int) int {
+	return 3 * 2 * smCount * attnPrefillTCRows * (attnPrefillHD(headDim) + 2) * 4
+}
+
 // AttentionPrefillTC is AttentionPrefill2's contract through the
-// tensor-core kernels (numerics: the f16-attention-tile class).
-func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams) error {
+// tensor-core kernels (numerics: the f16-attention-tile class). part is
+// scratch of partBytes (AttnPrefillTCScratchBytes) for the split launches,
+// 0 when attnPrefillTCSplits(p) is 1.
+func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr,
+	part driver.DevicePtr, partBytes int, p AttnParams) error {
 	rb, err := p.check(format)
 	if err != nil {
 		return err
 	}
+	const op = "attn_prefill_tc"
 	hd := attnPrefillHD(p.HeadDim)
-	return k.launchPrefillAttn(s, "attn_prefill_tc", attnPrefillTCName(hd), attnPrefillTCSmem(hd), "PrepareAttnPrefillTC",
-		attnPrefillTCRows, attnPrefillTCThreads, out, q, kRegion, vRegion, format, win, p, rb)
+	name, smem := attnPrefillTCName(hd), attnPrefillTCSmem(hd)
+	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
+		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
+	}
+	if k.optedIn(name) < smem {
+		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
+			"(call Kernels.PrepareAttnPrefillTC at init, before any capture window)", name, smem)
+	}
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	blocks := (rows + attnPrefillTCRows - 1) / attnPrefillTCRows * p.NHeadKV
+	if blocks > maxInt32 {
+		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
+	}
+	nsplit := attnPrefillTCSplits(p, k.dev.Attr.SMCount)
+	need := nsplit * p.NHeadKV * rows * (hd + 2) * 4
+	if nsplit > 1 && (part == 0 || partBytes < need) {
+		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
+	}
+	if err := k.launch(s, name, [3]uint32{uint32(blocks), uint32(nsplit), 1}, [3]uint32{attnPrefillTCThreads, 1, 1}, uint32(smem),
+		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
+		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p), part, int32(nsplit)); err != nil {
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d splits=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, nsplit, err)
+	}
+	if nsplit == 1 {
+		return nil
+	}
+	const combine = "minfer_attn_prefill_tc_combine"
+	warps := attnPrefillTCThreads / 32
+	if err := k.launch(s, combine, [3]uint32{uint32((rows*p.NHeadKV + warps - 1) / warps), 1, 1}, [3]uint32{attnPrefillTCThreads, 1, 1}, 0,
+		out, part, win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NCtx), int32(p.Window),
+		int32(nsplit), int32(hd+2)); err != nil {
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, combine, p.NT, p.NHead, p.NHeadKV, nsplit, err)
+	}
+	return nil
 }

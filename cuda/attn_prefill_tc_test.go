@@ -74,7 +74,8 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, NT = %d;`, attnPrefillTCRows, attnPrefill2BN, attnPrefillTCThreads),
 		`KLD = HD \+ 8;`, `TILE = BN \* KLD;`, `BYTES = 2 \* 2 \* TILE \* 2;`, `cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16, %2;`,
 		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`, `ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16`,
-		`minfer_attn_prefill_tc_hd64\(`, `minfer_attn_prefill_tc_hd128\(`,
+		`minfer_attn_prefill_tc_hd64\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
+		`minfer_attn_prefill_tc_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`, `minfer_attn_prefill_tc_combine\(`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
@@ -83,6 +84,38 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	for hd, want := range map[int]int{64: 36864, 128: 69632} {
 		if got := attnPrefillTCSmem(hd); got != want || got > 227<<10 {
 			t.Errorf("hd %d: %d bytes of shared memory, want %d", hd, got, want)
+		}
+	}
+}
+
+// The tensor-core kernel splits a block's KV range only where its tiles
+// leave the H200's 264 resident blocks (132 SMs x 2) short of two waves,
+// and the one scratch a backend allocates holds the partials of every
+// shape that splits.
+func TestAttnPrefillTCSplits_FillTwoWavesWithinTheScratchBound(t *testing.T) {
+	const sms = 132
+	for _, c := range []struct {
+		nt, nh, nkv, hd, want int
+	}{
+		{512, 28, 4, 128, 3},  // 7B pp512: 224 tiles
+		{512, 14, 2, 64, 5},   // qwen2-0.5b pp512: 112
+		{4096, 28, 4, 128, 1}, // 1,792 tiles fill the waves alone
+		{9, 28, 4, 128, 8},    // 4 tiles: the cap
+	} {
+		p := AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd}
+		if got := attnPrefillTCSplits(p, sms); got != c.want {
+			t.Errorf("nt %d heads %d/%d: %d splits, want %d", c.nt, c.nh, c.nkv, got, c.want)
+		}
+	}
+	for _, h := range [][3]int{{28, 4, 128}, {14, 2, 64}, {16, 8, 128}, {32, 32, 128}, {12, 2, 80}} {
+		for nt := 1; nt <= 4096; nt++ {
+			p := AttnParams{NT: nt, NHead: h[0], NHeadKV: h[1], HeadDim: h[2]}
+			ns := attnPrefillTCSplits(p, sms)
+			need := ns * h[1] * nt * (h[0] / h[1]) * (attnPrefillHD(h[2]) + 2) * 4
+			if ns > 1 && need > AttnPrefillTCScratchBytes(h[2], sms) {
+				t.Fatalf("nt %d heads %d/%d hd %d: %d splits need %d bytes, the scratch holds %d", nt, h[0], h[1], h[2], ns, need,
+					AttnPrefillTCScratchBytes(h[2], sms))
+			}
 		}
 	}
 }

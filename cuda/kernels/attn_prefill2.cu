@@ -453,7 +453,7 @@ template <int HD>
 __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                                 const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
-                                                int window, float scale) {
+                                                int window, float scale, float* __restrict__ part, int nsplit) {
     using Gm = Geo<HD>;
     constexpr int KS = HD / 16; // 16-deep steps of Q K^T
     constexpr int ON = HD / 8;  // 8-column tiles of O
@@ -515,18 +515,27 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 
     const int off = kvh * hd;
     const int c_begin = lo - lo % BN;
+    // Split blockIdx.y of nsplit takes its share of the block's tiles, in
+    // order; the cells stay [lo, hi] (masks and staging are unchanged).
+    int c_first = c_begin, c_last = hi;
+    if (nsplit > 1) {
+        const int ntiles = hi >= c_begin ? (hi - c_begin) / BN + 1 : 0, per = (ntiles + nsplit - 1) / nsplit;
+        const int t0 = min(ntiles, (int)blockIdx.y * per), t1 = min(ntiles, t0 + per);
+        c_first = c_begin + t0 * BN;
+        c_last = min(hi, c_begin + t1 * BN - 1);
+    }
     const bool f16x8 = format == mops::KV_F16 && hd == HD &&
                        ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
-    if (f16x8 && c_begin <= hi) stage_f16<HD>(smem, smem + Gm::TILE, kreg, vreg, row_bytes, off, c_begin, lo, hi);
+    if (f16x8 && c_first <= c_last) stage_f16<HD>(smem, smem + Gm::TILE, kreg, vreg, row_bytes, off, c_first, lo, hi);
     if (f16x8) cp_async_commit();
-    for (int c0 = c_begin, it = 0; c0 <= hi; c0 += BN, it++) {
+    for (int c0 = c_first, it = 0; c0 <= c_last; c0 += BN, it++) {
         __half* kb = smem + (it & 1) * 2 * Gm::TILE;
         __half* vb = kb + Gm::TILE;
         if (f16x8) {
             // The next tile's copies go to the other buffer, which every warp
             // finished reading before the barrier that ended the last tile.
-            if (c0 + BN <= hi) {
+            if (c0 + BN <= c_last) {
                 __half* kn = smem + ((it + 1) & 1) * 2 * Gm::TILE;
                 stage_f16<HD>(kn, kn + Gm::TILE, kreg, vreg, row_bytes, off, c0 + BN, lo, hi);
             }
@@ -612,6 +621,18 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     for (int i = 0; i < 2; i++) {
         const long long R = r0 + warp * 16 + g + 8 * i;
         if (R >= nrows) continue;
+        if (nsplit > 1) { // this split's share: O unnormalised, then m and l (combine_tc merges)
+            float* rec = part + ((long long)(blockIdx.y * n_head_kv + kvh) * nrows + R) * (HD + 2);
+#pragma unroll
+            for (int n = 0; n < ON; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) rec[8 * n + 2 * tq + e] = o[n][2 * i + e];
+            if (tq == 0) {
+                rec[HD] = m[i];
+                rec[HD + 1] = l[i];
+            }
+            continue;
+        }
         float* y = out + ((R / G) * n_head + kvh * G + (int)(R % G)) * hd;
         const float inv = __fdiv_rn(1.0f, l[i]);
 #pragma unroll
@@ -625,14 +646,65 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 }
 } // namespace fatc
 
-// Grid (ceil(nt * G / 64) * n_head_kv), block 128 threads, dynamic shared
-// memory fatc::Geo<HD>::BYTES; the arguments of minfer_attn_prefill2_*
-// (MINFER_PREFILL_ATTN_PARAMS, defined above).
-extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd64(MINFER_PREFILL_ATTN_PARAMS) {
-    fatc::attn_prefill_tc<64>(MINFER_PREFILL_ATTN_ARGS);
+namespace fatc {
+// combine_tc merges the nsplit partial rows of the split kernels, one warp
+// a row (row w = kvh * nrows + R, the tc kernel's order): out = sum_s
+// e^(m_s - M) O_s / sum_s e^(m_s - M) l_s, M the largest m_s (a split that
+// saw none of the row's cells has m = -inf and weighs 0), the splits summed
+// in order; a NaN row as the kernel marks it.
+__device__ __forceinline__ void combine_tc(float* out, const float* __restrict__ part, const int* win, int nt, int n_head,
+                                           int n_head_kv, int hd, int n_ctx, int window, int nsplit, int ld) {
+    const int G = n_head / n_head_kv, lane = threadIdx.x & 31;
+    const long long nrows = (long long)nt * G;
+    const long long w = (long long)blockIdx.x * (NT / 32) + (threadIdx.x >> 5);
+    if (w >= nrows * n_head_kv) return;
+    const int kvh = (int)(w / nrows);
+    const long long R = w % nrows;
+    int first, last;
+    bool nan_row;
+    row_cells(R, nrows, G, win[0], n_ctx, window, first, last, nan_row);
+    float* y = out + ((R / G) * n_head + kvh * G + (int)(R % G)) * hd;
+    const long long stride = (long long)n_head_kv * nrows * ld; // one split to the next
+    const float* rec = part + w * ld;
+    float M = -INFINITY;
+    for (int sp = 0; sp < nsplit; sp++) M = fmaxf(M, rec[sp * stride + ld - 2]);
+    float L = 0.0f;
+    for (int sp = 0; sp < nsplit; sp++) {
+        const float ms = rec[sp * stride + ld - 2];
+        if (ms != -INFINITY) L = fmaf(rec[sp * stride + ld - 1], expf(ms - M), L);
+    }
+    const float inv = __fdiv_rn(1.0f, L);
+    for (int d = lane; d < hd; d += 32) {
+        float acc = 0.0f;
+        for (int sp = 0; sp < nsplit; sp++) {
+            const float ms = rec[sp * stride + ld - 2];
+            if (ms != -INFINITY) acc = fmaf(rec[sp * stride + d], expf(ms - M), acc);
+        }
+        y[d] = nan_row ? __int_as_float(0x7fc00000) : __fmul_rn(acc, inv);
+    }
 }
-extern "C" __global__ void __launch_bounds__(128, 2) minfer_attn_prefill_tc_hd128(MINFER_PREFILL_ATTN_PARAMS) {
-    fatc::attn_prefill_tc<128>(MINFER_PREFILL_ATTN_ARGS);
+} // namespace fatc
+
+// Grid (ceil(nt * G / 64) * n_head_kv, nsplit), block 128 threads, dynamic
+// shared memory fatc::Geo<HD>::BYTES; the arguments of
+// minfer_attn_prefill2_* (MINFER_PREFILL_ATTN_PARAMS, defined above), then
+// part and nsplit: with nsplit > 1 each split writes its partial rows to
+// part ([nsplit][n_head_kv][nt * G][HD + 2] floats) and
+// minfer_attn_prefill_tc_combine writes out.
+extern "C" __global__ void __launch_bounds__(128, 2)
+    minfer_attn_prefill_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<64>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+extern "C" __global__ void __launch_bounds__(128, 2)
+    minfer_attn_prefill_tc_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<128>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+// Grid ceil(nt * G * n_head_kv / 4), block 128 threads (a warp a row), no
+// shared memory; ld = HD + 2 of the split kernel's variant.
+extern "C" __global__ void __launch_bounds__(128) minfer_attn_prefill_tc_combine(
+    float* out, const float* part, const int* win, int nt, int n_head, int n_head_kv, int hd, int n_ctx, int window,
+    int nsplit, int ld) {
+    fatc::combine_tc(out, part, win, nt, n_head, n_head_kv, hd, n_ctx, window, nsplit, ld);
 }
 #undef MINFER_PREFILL_ATTN_PARAMS
 #undef MINFER_PREFILL_ATTN_ARGS

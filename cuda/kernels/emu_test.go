@@ -53,14 +53,14 @@ func TestKernelEmulator_PlantedQ5KBitIsCaught(t *testing.T) {
 	}
 }
 
-// The tensor-core prefill attention's fragments and pipeline: P's A
-// fragment with two words swapped, a tile read before its async copies'
-// wait, and a warp that skips a tile its last row still sees are each
-// caught (exit 1). (`--plant vfrag`, V's ldmatrix words paired across
-// column tiles, and `--plant f16ld`, the f16 staging reading the wrong
-// columns, are caught too: session 12 ran them by hand.)
+// The tensor-core prefill attention's fragments, pipeline and KV split: P's
+// A fragment with two words swapped, a tile read before its async copies'
+// wait, a warp that skips a tile its last row still sees, and a merge that
+// sums the splits' l without rescaling them are each caught (exit 1).
+// (`--plant vfrag`, `f16ld` and `split` are caught too: session 12 ran them
+// by hand.)
 func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
-	for _, plant := range []string{"pfrag", "wait", "skip"} {
+	for _, plant := range []string{"pfrag", "wait", "skip", "combine"} {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, "fatc-emu.sh", "--plant", plant)

@@ -17,6 +17,8 @@
 #       f16ld  the 16-byte f16 staging reads its columns from the wrong place
 #       skip   a warp skips a tile its last row still sees
 #       wait   the tile is read while its async copies may still be in flight
+#       split  each split of the KV range drops its last tile
+#       combine  the merge sums the splits' l without rescaling them to the common max
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -32,7 +34,9 @@ if [[ "${1:-}" == "--plant" ]]; then
     f16ld) from='const long long src = 2LL * (off + d);'; to='const long long src = 2LL * off + d;' ;;
     skip) from='sees = !(wlast < c0 ||'; to='sees = !(wlast < c0 + 8 ||' ;;
     wait) from='cp_async_wait<1>();'; to='cp_async_wait<2>();' ;;
-    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip|wait]" >&2; exit 2 ;;
+    split) from='t1 = min(ntiles, t0 + per);'; to='t1 = min(ntiles, t0 + per - 1);' ;;
+    combine) from='L = fmaf(rec[sp * stride + ld - 1], expf(ms - M), L);'; to='L += rec[sp * stride + ld - 1];' ;;
+    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip|wait|split|combine]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick=(--quick)

@@ -31,7 +31,7 @@ namespace fatc { alignas(32) float4 fatc_smem4[fatc::Geo<128>::BYTES / 16]; }
 static std::mt19937 rng(11);
 static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
 
-struct Case { int nt, nh, nkv, hd, nctx, window, start, format; };
+struct Case { int nt, nh, nkv, hd, nctx, window, start, format, nsplit = 1; };
 
 // run checks the tensor-core kernel (fma false: f16 tiles, bar 1e-2) or
 // the FMA kernel minfer_attn_prefill2_hd64_bm16 (fma: f32, bar 1e-3; the
@@ -63,10 +63,19 @@ static int run(const Case& c, bool fma = false) {
     const int bm = fma ? 16 : 64, grid = (int)((rows + bm - 1) / bm) * c.nkv;
     if (fma)
         launch(grid, [&] { minfer_attn_prefill2_hd64_bm16(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
-    else if (c.hd <= 64)
-        launch(grid, [&] { minfer_attn_prefill_tc_hd64(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
-    else
-        launch(grid, [&] { minfer_attn_prefill_tc_hd128(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
+    else {
+        // The split kernels write [nsplit][nkv][rows][HD + 2] partials, which
+        // the combine merges (a NaN fill shows any record left unwritten).
+        const int HD = c.hd <= 64 ? 64 : 128, ns = c.nsplit;
+        std::vector<float> part(ns > 1 ? (size_t)ns * c.nkv * rows * (HD + 2) : 1, NAN);
+        float* pp = ns > 1 ? part.data() : nullptr;
+        if (c.hd <= 64)
+            launch_xy(grid, ns, [&] { minfer_attn_prefill_tc_hd64(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale, pp, ns); });
+        else
+            launch_xy(grid, ns, [&] { minfer_attn_prefill_tc_hd128(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale, pp, ns); });
+        if (ns > 1)
+            launch((int)((rows * c.nkv + 3) / 4), [&] { minfer_attn_prefill_tc_combine(out.data(), part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2); });
+    }
     double worst = 0;
     int badnan = 0;
     for (int t = 0; t < c.nt; t++)
@@ -98,8 +107,8 @@ static int run(const Case& c, bool fma = false) {
             }
         }
     const bool ok = badnan == 0 && worst <= (fma ? 1e-3 : 1e-2);
-    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s: max|diff| %.2e%s %s\n", fma ? "fma" : "tc ", c.nt, c.nh, c.nkv, c.hd, c.nctx,
-           c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", worst, badnan ? " (NaN placement differs)" : "", ok ? "ok" : "OVER");
+    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s %s\n", fma ? "fma" : "tc ", c.nt, c.nh, c.nkv, c.hd,
+           c.nctx, c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", c.nsplit, worst, badnan ? " (NaN placement differs)" : "", ok ? "ok" : "OVER");
     return !ok;
 }
 
@@ -116,6 +125,9 @@ int main(int argc, char** argv) {
         bad += run({33, 2, 2, 80, 140, 40, 90, f});  // head_dim 80 (padded), a window
         bad += run({9, 14, 2, 64, 64, 0, 60, f});    // cells past n_ctx: NaN rows
         bad += run({12, 2, 1, 64, 64, 0, -3, f});    // start < 0: every row NaN
+        bad += run({40, 7, 1, 128, 700, 0, 600, f, 3}); // split over 3 blocks, 3-4 tiles each
+        bad += run({33, 2, 2, 80, 140, 40, 90, f, 2});  // a window: some splits see none of a row
+        bad += run({9, 14, 2, 64, 64, 0, 60, f, 5});    // more splits than tiles; NaN rows
         bad += run({70, 4, 2, 64, 160, 0, 50, f}, true);  // the FMA tiles (hd64, 16 rows a block)
         bad += run({33, 14, 2, 64, 140, 40, 90, f}, true);
         bad += run({9, 14, 2, 64, 64, 0, 60, f}, true);
