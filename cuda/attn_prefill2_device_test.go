@@ -21,10 +21,13 @@ import (
 // against engine/cpu's attention, every KV format and every
 // fapCases shape (nt 9..4096, hd 48/64/80/128, GQA 1..8, windows, starts
 // 0..near n_ctx), max |diff| <= 1e-3; the census shows the chosen v2
-// variant ran and the plain kernel did not.
+// variant ran and the plain kernel did not. MINFER_FA_PREFILL_TC is pinned
+// off: under an A/B's arm B (the suite gate runs with its settings) the
+// tensor-core kernel would run instead, and its sweep with its own f16 bar
+// is attn_prefill_tc_test.go's.
 func TestAttnPrefill2Device_EveryKVFormatMatchesCPUWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
-	fapSweep(t, 71, nil, func(t *testing.T, dev *Backend, c fapCase, w fapWorst) {
+	fapSweep(t, 71, []string{"MINFER_FA_PREFILL_TC=0"}, func(t *testing.T, dev *Backend, c fapCase, w fapWorst) {
 		kname := AttnPrefill2Kernel(AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd}, dev.Device().SMCount)
 		t.Logf("%s: %s", kname, w)
 		if w.nanMismatch > 0 || w.diff > 1e-3 {
@@ -170,8 +173,15 @@ func TestAttnPrefill2Device_NaNRowsAndVariantsAgreeWithPlainKernel(t *testing.T)
 // start read from the device (5, 29, 53, ...): bitwise the direct launches'.
 // (One shape throughout: a new activation shape grows the exact-size pool,
 // and a pool growth invalidates the captured graphs, cuda/capture.go.)
+// The tiled kernel is the one the suite's levers route to: the v2 kernel by
+// default, the tensor-core one under MINFER_FA_PREFILL_TC=1 (an A/B's arm B),
+// so the suite gate checks the capture of the path under test.
 func TestAttnPrefill2Device_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
-	fapCaptureReplayAtMovingStarts(t, "MINFER_NO_FA_PREFILL=0", "minfer_attn_prefill2_")
+	prefix := "minfer_attn_prefill2_"
+	if attnFamily(AttnPrefillMinNT, dsLevers(t)) == attnPrefillTC {
+		prefix = "minfer_attn_prefill_tc_"
+	}
+	fapCaptureReplayAtMovingStarts(t, "MINFER_NO_FA_PREFILL=0", prefix)
 }
 
 // TestAttnPrefill2Kernel_VariantAndSharedMemory: head_dim <= 64 takes the

@@ -203,6 +203,8 @@ func fapDirectOpen(t *testing.T, r *rand.Rand, f kv.Format, p AttnParams) *fapDi
 // layer's attention and never the plain one; with MINFER_NO_FA_PREFILL=1
 // it is the other way round. The two forwards' logits agree within 1e-3
 // of the largest logit, and the lever-off one matches the CPU as well.
+// MINFER_FA_PREFILL_TC is pinned off: this is the v2 kernel's switch and
+// 1e-3 bar (the tensor-core kernel's census test is its own).
 func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 	dsNeedDevice(t)
 	prompt := make([]int32, 24)
@@ -214,7 +216,7 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			logits := map[string][]float32{}
 			for _, lever := range []string{"0", "1"} {
-				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FA_PREFILL="+lever)
+				e := dsEngine(t, path, "cuda", 128, "MINFER_LAUNCH_CENSUS=1", "MINFER_FA_PREFILL_TC=0", "MINFER_NO_FA_PREFILL="+lever)
 				y, err := e.Forward(prompt, false)
 				if err != nil {
 					t.Fatal(err)
