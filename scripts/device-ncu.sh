@@ -83,6 +83,7 @@
 #   NCU_KERNEL=                 optional ncu -k filter (e.g. regex:mmvq); the skip then counts its launches only
 #   CLOCK_CONTROL=base          or none
 #   NCU_TIMEOUT=120 SYNTH_TIMEOUT=150 KERNEL_TIMEOUT=300 BUDGET=560 (seconds)
+#   EXTRA_METRICS="m1 m2"       more ncu metrics (checked against --query-metrics like the others)
 #   KEEP_KERNELS=1              reuse bin/minfer-kernels.fatbin instead of rebuilding it
 #   MODEL_DIR=/tmp/abtest-models  WORK=/tmp/device-ncu  FLOOR_GBS=4300
 set -uo pipefail
@@ -138,6 +139,11 @@ wanted=("${proven[@]}" launch__grid_size launch__block_size
     gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed
     l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
     launch__shared_mem_per_block_dynamic)
+# EXTRA_METRICS (space-separated) joins the list, checked like the rest: an
+# unknown name is dropped and logged (e.g. the warp-stall reasons,
+# smsp__warp_issue_stalled_<reason>_per_warp_active.pct, for a latency-bound kernel).
+read -ra extra <<<"${EXTRA_METRICS:-}"
+wanted+=("${extra[@]}")
 qm="$work/query-metrics.txt"
 timeout -k 5 60 "$ncu" --query-metrics >"$qm" 2>&1
 known="$(awk '$1 ~ /^[a-z0-9]+__[a-z0-9_]+$/ {print $1}' "$qm" | sort -u)"
