@@ -421,7 +421,7 @@ var registry = []Lever{
 		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the plain minfer_attn_f32",
 			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_FA_PREFILL_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#20",
-		Doc:  "1: prefill attention (nt >= 9, head_dim <= 128) with Q K^T and P V on the tensor cores (minfer_attn_prefill_tc_*: mma.sync m16n8k16, f16 in, f32 accumulation, each warp's scores and output in registers; a grid short of two waves splits each KV range over up to 8 blocks and merges them) instead of the FMA tiles of minfer_attn_prefill2_*; not yet measured on the H200",
+		Doc:  "1: prefill attention (nt >= 9, head_dim <= 128) with Q K^T and P V on the tensor cores (minfer_attn_prefill_tc_*: mma.sync m16n8k16, f16 in, f32 accumulation, each warp's scores and output in registers; a grid short of two waves splits each KV range over up to 8 blocks and merges them) instead of the FMA tiles of minfer_attn_prefill2_*; on the H200 (2026-12-02) pp512 at depth 4096 x1.72, in a run that FAILed on the v2 kernel's tests run under the lever (fixed since), so not yet a PASS",
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
 			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
