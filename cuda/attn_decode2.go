@@ -147,25 +147,10 @@ func (b *Backend) attnDecode2Scratch(p AttnParams) (driver.DevicePtr, int, error
 	if err != nil {
 		return 0, 0, err
 	}
-	err = b.dev.Do(func() error {
-		ptr, err := b.pool.raw(MemWorkspace, uint64(need), fmt.Sprintf("lean decode attention scratch (%d heads over %d KV heads of %d, %d cells)",
-			p.NHead, p.NHeadKV, p.HeadDim, p.NCtx))
-		if err != nil {
-			return err
-		}
-		if err := b.s.MemsetD8(ptr, 0, uint64(need)); err != nil {
-			return fmt.Errorf("cuda: zero the lean decode attention scratch: %w", err)
-		}
-		if b.attnScratch == nil {
-			b.attnScratch = map[attnScratchKey]attnScratchBuf{}
-		}
-		b.attnScratch[key] = attnScratchBuf{ptr, need}
-		return nil
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	return b.attnScratch[key].ptr, need, nil
+	// Zeroed: the scratch starts with the arrival counters, which every
+	// launch leaves at 0 for the next.
+	return b.attnScratchAlloc(key, need, true, fmt.Sprintf("lean decode attention scratch (%d heads over %d KV heads of %d, %d cells)",
+		p.NHead, p.NHeadKV, p.HeadDim, p.NCtx))
 }
 
 // attnPrefillTCScratch returns the scratch of the tensor-core prefill
@@ -182,21 +167,33 @@ func (b *Backend) attnPrefillTCScratch(p AttnParams) (driver.DevicePtr, int, err
 		return sb.ptr, sb.bytes, nil
 	}
 	need := AttnPrefillTCScratchBytes(p.HeadDim, b.dev.Attr.SMCount)
+	return b.attnScratchAlloc(key, need, false, fmt.Sprintf("tensor-core prefill attention partials (head_dim %d)", key.headDim))
+}
+
+// attnScratchAlloc allocates need bytes of workspace for key (zeroed when
+// zero is set) and keeps it in b.attnScratch until Close.
+func (b *Backend) attnScratchAlloc(key attnScratchKey, need int, zero bool, what string) (driver.DevicePtr, int, error) {
+	var ptr driver.DevicePtr
 	err := b.dev.Do(func() error {
-		ptr, err := b.pool.raw(MemWorkspace, uint64(need), fmt.Sprintf("tensor-core prefill attention partials (head_dim %d)", key.headDim))
-		if err != nil {
+		var err error
+		if ptr, err = b.pool.raw(MemWorkspace, uint64(need), what); err != nil {
 			return err
 		}
-		if b.attnScratch == nil {
-			b.attnScratch = map[attnScratchKey]attnScratchBuf{}
+		if zero {
+			if err := b.s.MemsetD8(ptr, 0, uint64(need)); err != nil {
+				return fmt.Errorf("cuda: zero the %s: %w", what, err)
+			}
 		}
-		b.attnScratch[key] = attnScratchBuf{ptr, need}
 		return nil
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	return b.attnScratch[key].ptr, need, nil
+	if b.attnScratch == nil {
+		b.attnScratch = map[attnScratchKey]attnScratchBuf{}
+	}
+	b.attnScratch[key] = attnScratchBuf{ptr, need}
+	return ptr, need, nil
 }
 
 const (

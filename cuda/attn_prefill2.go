@@ -103,32 +103,44 @@ func (k *Kernels) attentionPrefill2BM(s *driver.Stream, out, q, kRegion, vRegion
 		return opsBad(op, "%d rows per block at head_dim %d: no such variant", bm, p.HeadDim)
 	}
 	name, smem := attnPrefill2Name(hd, bm), attnPrefill2Smem(hd, bm)
-	return k.launchPrefillAttn(s, op, name, smem, "PrepareAttnPrefill2", bm, attnPrefill2Threads(bm), out, q, kRegion, vRegion, format, win, p, rb)
+	return k.launchPrefillAttn(s, prefillLaunch{op: op, name: name, prep: "PrepareAttnPrefill2", smem: smem,
+		rowsPerBlock: bm, threads: attnPrefill2Threads(bm), nsplit: 1}, out, q, kRegion, vRegion, format, win, p, rb)
+}
+
+// prefillLaunch is one tiled prefill attention launch: the kernel, the
+// Prepare call that opts it into smem bytes of dynamic shared memory, one
+// block of threads per rowsPerBlock query rows of one KV head, nsplit
+// blocks along grid y sharing each tile's KV range, and the arguments the
+// family takes after the common ones.
+type prefillLaunch struct {
+	op, name, prep              string
+	smem, rowsPerBlock, threads int
+	nsplit                      int
+	extra                       []any
 }
 
 // launchPrefillAttn launches a tiled prefill attention kernel (the v2 FMA
-// and the tensor-core families take the same arguments): one block of
-// threads per rowsPerBlock query rows of one KV head, with smem bytes of
-// dynamic shared memory, which prep (at init) must have opted it into.
-func (k *Kernels) launchPrefillAttn(s *driver.Stream, op, name string, smem int, prep string, rowsPerBlock, threads int,
+// and the tensor-core families take the same leading arguments).
+func (k *Kernels) launchPrefillAttn(s *driver.Stream, l prefillLaunch,
 	out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr, p AttnParams, rb int) error {
 	// The kernels keep cells in int: start + nt and n_ctx must fit.
 	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
-		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
+		return opsBad(l.op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
 	}
-	if smem > defaultDynSmem && k.optedIn(name) < smem {
-		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
-			"(call Kernels.%s at init, before any capture window)", name, smem, prep)
+	if l.smem > defaultDynSmem && k.optedIn(l.name) < l.smem {
+		return opsBad(l.op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
+			"(call Kernels.%s at init, before any capture window)", l.name, l.smem, l.prep)
 	}
 	rows := p.NT * (p.NHead / p.NHeadKV)
-	blocks := (rows + rowsPerBlock - 1) / rowsPerBlock * p.NHeadKV
+	blocks := (rows + l.rowsPerBlock - 1) / l.rowsPerBlock * p.NHeadKV
 	if blocks > maxInt32 {
-		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
+		return opsBad(l.op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
 	}
-	if err := k.launch(s, name, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(threads), 1, 1}, uint32(smem),
-		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
-		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)); err != nil {
-		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, err)
+	args := append([]any{out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
+		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p)}, l.extra...)
+	if err := k.launch(s, l.name, [3]uint32{uint32(blocks), uint32(l.nsplit), 1}, [3]uint32{uint32(l.threads), 1, 1}, uint32(l.smem),
+		args...); err != nil {
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d splits=%d: %w", l.op, l.name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, l.nsplit, err)
 	}
 	return nil
 }
@@ -220,28 +232,16 @@ func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion 
 	}
 	const op = "attn_prefill_tc"
 	hd := attnPrefillHD(p.HeadDim)
-	name, smem := attnPrefillTCName(hd), attnPrefillTCSmem(hd)
-	if int64(p.NCtx)+int64(p.NT) > maxInt32 {
-		return opsBad(op, "n_ctx %d + nt %d: above the kernel's int cell range", p.NCtx, p.NT)
-	}
-	if k.optedIn(name) < smem {
-		return opsBad(op, "%s needs %d bytes of dynamic shared memory and was not opted in "+
-			"(call Kernels.PrepareAttnPrefillTC at init, before any capture window)", name, smem)
-	}
 	rows := p.NT * (p.NHead / p.NHeadKV)
-	blocks := (rows + attnPrefillTCRows - 1) / attnPrefillTCRows * p.NHeadKV
-	if blocks > maxInt32 {
-		return opsBad(op, "%d tokens x %d heads: %d blocks, above the grid limit", p.NT, p.NHead, blocks)
-	}
 	nsplit := attnPrefillTCSplits(p, k.dev.Attr.SMCount)
 	need := nsplit * p.NHeadKV * rows * (hd + 2) * 4
 	if nsplit > 1 && (part == 0 || partBytes < need) {
 		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
 	}
-	if err := k.launch(s, name, [3]uint32{uint32(blocks), uint32(nsplit), 1}, [3]uint32{attnPrefillTCThreads, 1, 1}, uint32(smem),
-		out, q, kRegion, vRegion, int32(format), win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim),
-		int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p), part, int32(nsplit)); err != nil {
-		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d hd=%d splits=%d: %w", op, name, p.NT, p.NHead, p.NHeadKV, p.HeadDim, nsplit, err)
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnPrefillTCName(hd), prep: "PrepareAttnPrefillTC",
+		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnPrefillTCRows, threads: attnPrefillTCThreads, nsplit: nsplit,
+		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
+		return err
 	}
 	if nsplit == 1 {
 		return nil
