@@ -220,6 +220,11 @@ type Config struct {
 	// model's top-2 margins are small enough to flip under any rounding
 	// change, so it is a poor instrument for top-1 and greedy identity.
 	CorrectnessModel string `json:"correctness_model,omitempty"`
+	// CorrectnessFallback, when set, says why parity and greedy ran on
+	// Model although correctness models were given (none of its
+	// architecture, or one that cannot run the lever's path): the report
+	// states it beside those gates' evidence.
+	CorrectnessFallback string `json:"correctness_fallback,omitempty"`
 	// With are the levers --with pins in both arms (in A.Env and B.Env
 	// too): where the pinned value runs a path, every gate's liveness also
 	// needs that path's census names in both arms.
@@ -399,6 +404,9 @@ func correctness(cfg Config, env *Env) harness.Minfer {
 // the run's model.
 func instrumentNote(cfg Config) string {
 	if cfg.CorrectnessModel == "" {
+		if cfg.CorrectnessFallback != "" {
+			return fmt.Sprintf(" [instrument: the run's model %s, not a trained one: %s]", cfg.Model, cfg.CorrectnessFallback)
+		}
 		return ""
 	}
 	h, err := harness.FileSHA256Cached(cfg.CorrectnessModel)

@@ -86,10 +86,11 @@
 #   DEEP_TIMEOUT=1800               the same for a lever spec with @dN (every bench process fills its KV first);
 #                                   a bare spec takes both from the workload the registry declares for it
 #   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
-#   CORRECTNESS_MODEL=path.gguf     trained model for the parity and greedy gates (abtest --correctness-model)
-#                                   abtest run itself quantizes it to the run model's weight type (once,
-#                                   into the synth dir) and drops it for another architecture (qwen3), so
-#                                   parity and greedy run the lever's kernels
+#   CORRECTNESS_MODEL="a.gguf b.gguf" trained models for the parity and greedy gates, one per architecture
+#                                   (each an abtest --correctness-model): abtest run takes the one of the run
+#                                   model's architecture and quantizes it to its weight type (once, into the
+#                                   synth dir), so parity and greedy run the lever's kernels; with none of that
+#                                   architecture they run on the run's model and the report says so
 #   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
 #   BIG_SYNTH_TIMEOUT=300           the synth limit for a 7B shape (qwen2-7b Q4_K_M took 113 s on 2026-12-02)
 #   GATES=...                       abtest --gates (default all five: anything less is PARTIAL, never a PASS)
@@ -231,7 +232,7 @@ calibrate() { # "spec;spec;..."
 calibrate "$CALIBRATE"
 
 cmodel_args=()
-[[ -n "$CORRECTNESS_MODEL" ]] && cmodel_args=(--correctness-model "$CORRECTNESS_MODEL")
+for m in $CORRECTNESS_MODEL; do cmodel_args+=(--correctness-model "$m"); done
 
 # 3b. Pull-request pages with a planted defect in the head: each must say
 # regression (exit 1), the evidence that `abtest pr` catches it.
@@ -308,7 +309,7 @@ for spec in $LEVERS; do
     [[ ${#depth[@]} -gt 0 || "$declared" =~ (^| )d[0-9]+ ]] && limit=$((limit > DEEP_TIMEOUT ? limit : DEEP_TIMEOUT))
     say "=== abtest run --lever $lever --pp $pp on $on (gates $gates$([[ -n "$cmodel" ]] && echo ", correctness model $cmodel"); limit $limit s)"
     cm=()
-    [[ -n "$cmodel" ]] && cm=(--correctness-model "$cmodel")
+    for m in $cmodel; do cm+=(--correctness-model "$m"); done
     # A bare spec runs on the workload the registry declares for the lever
     # (abtest run --workload: its model, pp and correctness model; none
     # declared: the default model); any @ option is taken as given instead.

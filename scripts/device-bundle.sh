@@ -8,6 +8,9 @@
 # unstripped binaries. scripts/abtest-device.sh unpacks it into bin/ first.
 #
 #   TINY=Q8_0 scripts/device-bundle.sh      # + bin/tiny-code-Q8_0.gguf inside
+#   TINY_SRC="../shared/models/tiny-code-f16.gguf ../shared/models/tiny-qwen3-code-f16.gguf" TINY=Q8_0 ...
+#                                           # + each named <name without -f16>-Q8_0.gguf (both: about
+#                                           # 66 MiB compressed with the binaries, over one carry)
 #   then carry ["bin"] and on the device:
 #   CORRECTNESS_MODEL=bin/tiny-code-Q8_0.gguf LEVERS=... scripts/abtest-device.sh
 #
@@ -38,8 +41,10 @@ fi
     && CGO_ENABLED=0 go test -c -buildvcs=true -ldflags "-s -w" -o "$stage/driver.test" ./cuda/driver)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
 if [[ -n "${TINY:-}" ]]; then
-    src="${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}"
-    "$stage/minfer" quantize "$src" "$stage/tiny-code-$TINY.gguf" "$TINY" >/dev/null
+    for src in ${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}; do
+        name="$(basename "$src" .gguf)"
+        "$stage/minfer" quantize "$src" "$stage/${name%-f16}-$TINY.gguf" "$TINY" >/dev/null
+    done
 fi
 mkdir -p bin
 tar -C "$stage" -czf bin/bundle.tgz .

@@ -76,13 +76,16 @@ if [[ -z "$model" ]]; then
     fi
 fi
 
-# The trained model for parity and greedy: CORRECTNESS_MODEL, else the one a
-# device bundle carries (scripts/device-bundle.sh TINY=Q8_0); none: the
-# synthetic models, whose small top-2 margins make weak instruments.
+# The trained models for parity and greedy (one per architecture):
+# CORRECTNESS_MODEL, else those a device bundle carries
+# (scripts/device-bundle.sh TINY=Q8_0); none: the synthetic models, whose
+# small top-2 margins make weak instruments (the report says so).
 cm="${CORRECTNESS_MODEL:-}"
-[[ -z "$cm" && -s bin/tiny-code-Q8_0.gguf ]] && cm=bin/tiny-code-Q8_0.gguf
+if [[ -z "$cm" ]]; then
+    for f in bin/tiny-code-Q8_0.gguf bin/tiny-qwen3-code-Q8_0.gguf; do [[ -s $f ]] && cm="${cm:+$cm }$f"; done
+fi
 cmargs=()
-[[ -n "$cm" ]] && cmargs=(--correctness-model "$cm")
+for m in $cm; do cmargs+=(--correctness-model "$m"); done
 say "abtest nightly on $device, model $model, correctness model ${cm:-none}, levers ${LEVERS:-all}, out $nout"
 mkdir -p "$MODEL_DIR"
 rounds=()

@@ -44,7 +44,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 		fl.BoolVar(&o.OnWorkload, "workload", true, "run on the lever's declared workload (minfer levers: WORKLOAD): its synthesized model (--synth-dir, --seed) and/or prefill size; by default unless --model/--shape/--pp are given or the run is on the CPU backend (a lever's CPU path runs on the default model); given explicitly, always; --workload=false never")
 	}
 	fl.StringVarP(&o.Model, "model", "m", "", "GGUF model (default: minfer's embedded model)")
-	fl.StringVar(&o.CorrectnessModel, "correctness-model", "", "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model. It is fitted to the run's model: quantized to its weight type (once, into --synth-dir), or not used for another architecture")
+	fl.StringArrayVar(&o.CorrectnessModels, "correctness-model", nil, "GGUF the parity and greedy gates run on instead of --model (a trained model: a random-weight model's small top-2 margins flip under any rounding change); A/B, suite and profile keep --model. Repeatable, one per architecture: a run takes the one of its model's architecture, quantized to its weight type (once, into --synth-dir); with none of that architecture, parity and greedy run on --model and the report says so")
 	fl.StringVar(&o.Shape, "shape", "", "synthesize a model of this shape with minfer synth (with --type)")
 	fl.StringVar(&o.Type, "type", "", "weight type or mix of the synthesized model (F16, Q8_0, Q4_K_M, ...: see minfer synth --help)")
 	fl.Uint64Var(&o.Seed, "seed", 1, "weight seed of the synthesized model (--shape)")

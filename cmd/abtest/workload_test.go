@@ -379,5 +379,66 @@ func TestRun_CorrectnessModelFitsTheRunsModel(t *testing.T) {
 		if ok := (c.want == "" && got == "") || (c.want != "" && strings.HasSuffix(got, c.want)); !ok {
 			t.Errorf("%s: correctness model %q, want %q", filepath.Base(c.model), got, c.want)
 		}
+		if fb := rec.Config.CorrectnessFallback; (got == "") != (fb != "") || (fb != "" && !strings.Contains(fb, "architecture qwen3")) {
+			t.Errorf("%s: fallback %q beside correctness model %q", filepath.Base(c.model), fb, got)
+		}
+	}
+}
+
+// TestRun_CorrectnessModelOfTheRunsArchitectureIsTaken_ElseTheReportSaysSo:
+// given a trained qwen2 and a trained qwen3 model, a qwen3 run's parity and
+// greedy run on the qwen3 one (GATES.md: a trained model of the lever's
+// architecture); given the qwen2 one only, they run on the random-weight
+// model and the report's parity and greedy evidence says so.
+func TestRun_CorrectnessModelOfTheRunsArchitectureIsTaken_ElseTheReportSaysSo(t *testing.T) {
+	bin := fakeMinfer(t)
+	dir, synth := t.TempDir(), t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cm2 := write("trained2-Q8_0.gguf", "GGUF fake qwen2-trained Q8_0 seed 0")
+	cm3 := write("trained3-Q8_0.gguf", "GGUF fake qwen3-trained Q8_0 seed 0")
+	model := write("m-qwen3.gguf", "GGUF fake qwen3-0.6b Q8_0 seed 1")
+	for _, c := range []struct {
+		cms  []string
+		want string
+	}{
+		{[]string{cm2, cm3}, cm3},
+		{[]string{cm2}, ""},
+	} {
+		out := t.TempDir()
+		args := []string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_NO_FUSE_FFN", "--model", model, "--synth-dir", synth,
+			"--gates", "parity,greedy", "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"}
+		for _, cm := range c.cms {
+			args = append(args, "--correctness-model", cm)
+		}
+		code := run(args)
+		ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
+		if code == 2 || len(ms) != 1 {
+			t.Fatalf("%d correctness models: exit %d, %d records", len(c.cms), code, len(ms))
+		}
+		rec, err := report.ReadJSON(ms[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Config.CorrectnessModel; got != c.want {
+			t.Errorf("%d correctness models: parity and greedy on %q, want %q", len(c.cms), got, c.want)
+		}
+		md, err := os.ReadFile(strings.TrimSuffix(ms[0], ".json") + ".md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const fallback = "not a trained one: no trained model of architecture qwen3 among the correctness models (trained2-Q8_0.gguf: qwen2)"
+		for _, row := range strings.Split(string(md), "\n") {
+			if gate := strings.Fields(row + " . ."); strings.HasPrefix(row, "| parity") || strings.HasPrefix(row, "| greedy") {
+				if strings.Contains(row, fallback) != (c.want == "") {
+					t.Errorf("%d correctness models: the %s row states the fallback: %v, want %v:\n%s", len(c.cms), gate[1], !(c.want == ""), c.want == "", row)
+				}
+			}
+		}
 	}
 }

@@ -57,8 +57,11 @@ func ExitCode(err error) int {
 type Options struct {
 	Lever, Baseline            string // NAME[=B], and arm A's value ("" the registry's)
 	Model, Shape, Type, Device string
-	CorrectnessModel           string
-	Rounds, PP, TG, Reps       int
+	// CorrectnessModels are the trained models parity and greedy may run
+	// on (--correctness-model, repeatable: one per architecture); each run
+	// takes the one of its model's architecture (correctnessFor).
+	CorrectnessModels    []string
+	Rounds, PP, TG, Reps int
 	// Depth is the KV cache filled before each bench test of gates 3 and
 	// 5 (--depth; a workload's dN sets it unless --depth is given).
 	Depth                            int

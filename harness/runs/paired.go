@@ -44,9 +44,9 @@ func (s *setup) pairArms(ctx context.Context, f *Options, cfg *gates.Config, pro
 			arm.Value, arm.Env[cfg.Lever.Name] = v, v
 		}
 	}
-	if cfg.CorrectnessModel != "" {
-		prog.Note("correctness: %s pairs its value with the run's model: parity and greedy run on the run's model, not %s", cfg.Lever.Name, filepath.Base(cfg.CorrectnessModel))
-		cfg.CorrectnessModel = ""
+	if len(f.CorrectnessModels) > 0 {
+		cfg.CorrectnessFallback = fmt.Sprintf("%s pairs its value with the run's model, not with a correctness model", cfg.Lever.Name)
+		prog.Note("correctness: %s: parity and greedy run on the run's model", cfg.CorrectnessFallback)
 	}
 	if err := s.tryPair(ctx, cfg); err != nil {
 		return err

@@ -221,7 +221,7 @@ func PR(ctx context.Context, o *PROptions, cmdline string, progressTo *os.File) 
 			return m
 		}
 		cfg := gates.Config{Lever: harness.Lever{Lever: levers.Lever{Name: "pr " + w, Doc: "the head build against the base build", Path: "the whole build", Workload: wl.Raw}},
-			Between: true, Tol: tol, Device: opts.Device, Backend: backend, Model: s.m.Model, CorrectnessModel: opts.CorrectnessModel,
+			Between: true, Tol: tol, Device: opts.Device, Backend: backend, Model: s.m.Model,
 			A:     gates.Arm{Name: "A", Value: "base", Env: armEnv(base, nil), Bin: base.Minfer},
 			B:     gates.Arm{Name: "B", Value: "head", Env: armEnv(head, headEnv), Bin: head.Minfer},
 			Gates: gates.PRGates, Rounds: opts.Rounds, PP: opts.PP, TG: opts.TG, Reps: opts.Reps, WarmupMS: opts.WarmupMS, BenchWarm: opts.BenchWarm,
@@ -232,7 +232,7 @@ func PR(ctx context.Context, o *PROptions, cmdline string, progressTo *os.File) 
 				return nil, "", CannotRun("workload %s: %v", w, err)
 			}
 		}
-		if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, opts.SynthDir, prog); err != nil {
+		if cfg.CorrectnessModel, cfg.CorrectnessFallback, err = s.correctnessFor(ctx, opts.CorrectnessModels, cfg.Model, opts.SynthDir, prog); err != nil {
 			return nil, "", CannotRun("correctness model: %v", err)
 		}
 		cfg.Defaults()

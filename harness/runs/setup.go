@@ -87,15 +87,15 @@ func newSetup(ctx context.Context, f *Options) (*setup, error) {
 		}
 		s.m.Model = path
 	}
-	if f.CorrectnessModel != "" {
-		if _, err := os.Stat(f.CorrectnessModel); err != nil {
+	for i, cm := range f.CorrectnessModels {
+		if _, err := os.Stat(cm); err != nil {
 			return nil, CannotRun("correctness model: %v", err)
 		}
-		abs, err := filepath.Abs(f.CorrectnessModel)
+		abs, err := filepath.Abs(cm)
 		if err != nil {
 			return nil, CannotRun("correctness model: %v", err)
 		}
-		f.CorrectnessModel = abs
+		f.CorrectnessModels[i] = abs
 	}
 	s.levers, err = s.m.Levers(ctx)
 	if err != nil {
@@ -189,37 +189,49 @@ func (s *setup) info(ctx context.Context, model string) (harness.ModelInfo, erro
 
 // correctnessFor picks the model parity and greedy run on, for a run on
 // model: they must run the lever's path, which runs only on the model's
-// architecture and weight type. With no correctness model cm: "" (the run's
-// model). cm of another architecture (a qwen2 model has no qwen3 q/k norm):
-// "", said on prog. Of the same file type, or either type unknown: cm.
-// Else cm quantized to the model's file type (`minfer quantize`, which
-// requantizes a Q8_0 file), once, into the synth dir under a name carrying
-// cm's sha256, so a changed model is never reused stale: on a Q8_0 cm both
-// arms of a K-quant or Q4_0 lever would read the same Q8_0 weights and agree
-// whatever its path does, and a random-weight model's top-1 margins are too
-// small to resolve.
-func (s *setup) correctnessFor(ctx context.Context, cm, model, dir string, prog *harness.Progress) (string, error) {
-	if cm == "" {
-		return "", nil
-	}
-	ci, err := s.info(ctx, cm)
-	if err != nil {
-		return "", err
+// architecture and weight type. With no correctness models: "" (the run's
+// model) and no fallback to report. Of cms, the first of the model's
+// architecture (or of an unknown one) is taken; with none of it (a qwen2
+// model has no qwen3 q/k norm): "" and the fallback, which the report
+// states (GATES.md: the random-weight model only where no trained model of
+// the architecture exists, and the report says so). Of the same file type,
+// or either type unknown: as given. Else quantized to the model's file type
+// (`minfer quantize`, which requantizes a Q8_0 file), once, into the synth
+// dir under a name carrying its sha256, so a changed model is never reused
+// stale: on a Q8_0 model both arms of a K-quant or Q4_0 lever would read the
+// same Q8_0 weights and agree whatever its path does, and a random-weight
+// model's top-1 margins are too small to resolve.
+func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir string, prog *harness.Progress) (cm, fallback string, err error) {
+	if len(cms) == 0 {
+		return "", "", nil
 	}
 	mi, err := s.info(ctx, model)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	switch {
-	case ci.Architecture != "" && mi.Architecture != "" && ci.Architecture != mi.Architecture:
-		prog.Note("correctness: the model is %s, the correctness model %s: parity and greedy run on the model itself", mi.Architecture, ci.Architecture)
-		return "", nil
-	case ci.FileType == "" || mi.FileType == "" || strings.EqualFold(ci.FileType, mi.FileType):
-		return cm, nil
+	var others []string
+	for _, c := range cms {
+		ci, err := s.info(ctx, c)
+		if err != nil {
+			return "", "", err
+		}
+		if ci.Architecture == "" || mi.Architecture == "" || ci.Architecture == mi.Architecture {
+			cm = c
+			if ci.FileType == "" || mi.FileType == "" || strings.EqualFold(ci.FileType, mi.FileType) {
+				return cm, "", nil
+			}
+			break
+		}
+		others = append(others, fmt.Sprintf("%s: %s", filepath.Base(c), ci.Architecture))
+	}
+	if cm == "" {
+		fallback = fmt.Sprintf("no trained model of architecture %s among the correctness models (%s)", mi.Architecture, strings.Join(others, ", "))
+		prog.Note("correctness: %s: parity and greedy run on the model itself", fallback)
+		return "", fallback, nil
 	}
 	sha, err := harness.FileSHA256Cached(cm)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	typ := mi.FileType
 	out := filepath.Join(synthDir(dir), fmt.Sprintf("%s-%s-as-%s.gguf", strings.TrimSuffix(filepath.Base(cm), ".gguf"), sha[:12], typ))
@@ -228,9 +240,9 @@ func (s *setup) correctnessFor(ctx context.Context, cm, model, dir string, prog 
 		_, err := s.m.R.Run(ctx, "quantize", nil, "quantize", cm, tmp, typ)
 		return err
 	}); err != nil {
-		return "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
+		return "", "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
 	}
-	return out, nil
+	return out, "", nil
 }
 
 // config builds the gate configuration for one lever spec.
@@ -284,7 +296,7 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 		return gates.Config{}, CannotRun("%s switches a path of the %s backend only; this run's arms would run on the %s (%s): refused, since a lever that switches nothing there would pass gates it never ran",
 			lv.Name, lv.Backend, backend, s.backendWhy(f.Device))
 	}
-	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.Mutate, Device: f.Device, Backend: backend, Model: s.m.Model, CorrectnessModel: f.CorrectnessModel,
+	cfg := gates.Config{Lever: lv, Tol: tol, Mutate: f.Mutate, Device: f.Device, Backend: backend, Model: s.m.Model,
 		A:      gates.Arm{Name: "A", Value: aval, Env: map[string]string{lv.Name: aval}},
 		B:      gates.Arm{Name: "B", Value: bval, Env: map[string]string{lv.Name: bval}},
 		Rounds: f.Rounds, PP: f.PP, TG: f.TG, Reps: f.Reps, Depth: f.Depth, WarmupMS: f.WarmupMS, BenchWarm: f.BenchWarm,
@@ -528,9 +540,11 @@ func (s *setup) prepare(ctx context.Context, f *Options, cfg *gates.Config, wm *
 	if err := s.pairArms(ctx, f, cfg, prog); err != nil {
 		return err
 	}
-	var err error
-	if cfg.CorrectnessModel, err = s.correctnessFor(ctx, cfg.CorrectnessModel, cfg.Model, f.SynthDir, prog); err != nil {
-		return CannotRun("correctness model: %v", err)
+	if cfg.CorrectnessFallback == "" {
+		var err error
+		if cfg.CorrectnessModel, cfg.CorrectnessFallback, err = s.correctnessFor(ctx, f.CorrectnessModels, cfg.Model, f.SynthDir, prog); err != nil {
+			return CannotRun("correctness model: %v", err)
+		}
 	}
 	if err := s.checkNeeds(ctx, cfg, prog); err != nil {
 		return err
@@ -592,7 +606,8 @@ func (s *setup) checkNeeds(ctx context.Context, cfg *gates.Config, prog *harness
 	}
 	if cfg.CorrectnessModel != "" {
 		if p, err := problem(cfg.CorrectnessModel); err == nil && p != "" {
-			prog.Note("correctness: the correctness model cannot run %s's path (%s): parity and greedy run on the run's model", cfg.Lever.Name, p)
+			cfg.CorrectnessFallback = fmt.Sprintf("the correctness model %s cannot run %s's path (%s)", filepath.Base(cfg.CorrectnessModel), cfg.Lever.Name, p)
+			prog.Note("correctness: %s: parity and greedy run on the run's model", cfg.CorrectnessFallback)
 			cfg.CorrectnessModel = ""
 		}
 	}
