@@ -3,16 +3,16 @@
 # into bin/bundle.tgz, small enough to carry (a device call carries at most
 # 64 MiB): stripped CGO_ENABLED=0 minfer, abtest, cuda.test and driver.test (build info
 # and so the VCS stamp are kept), the nsys importer libraries of bin/lib, and
-# optionally the trained tiny-code model quantized for the parity and greedy
-# gates (abtest --correctness-model), which alone does not fit next to
-# unstripped binaries. scripts/abtest-device.sh unpacks it into bin/ first.
+# optionally the trained models (one per architecture) quantized for the
+# parity and greedy gates (abtest --correctness-model), which do not fit
+# next to unstripped binaries. scripts/abtest-device.sh unpacks it into bin/ first.
 #
-#   TINY=Q8_0 scripts/device-bundle.sh      # + bin/tiny-code-Q8_0.gguf inside
-#   TINY_SRC="../shared/models/tiny-code-f16.gguf ../shared/models/tiny-qwen3-code-f16.gguf" TINY=Q8_0 ...
-#                                           # + each named <name without -f16>-Q8_0.gguf (both: about
-#                                           # 66 MiB compressed with the binaries, over one carry)
+#   TINY=Q8_0 scripts/device-bundle.sh      # + the trained qwen2 and qwen3 models inside, as
+#                                           # tiny-code-Q8_0.gguf and tiny-qwen3-code-Q8_0.gguf
+#                                           # (about 55 MiB with the binaries, 2026-12-03)
+#   TINY_SRC="a-f16.gguf ..." TINY=Q8_0 ... # those instead, each <name without -f16>-Q8_0.gguf
 #   then carry ["bin"] and on the device:
-#   CORRECTNESS_MODEL=bin/tiny-code-Q8_0.gguf LEVERS=... scripts/abtest-device.sh
+#   CORRECTNESS_MODEL="bin/tiny-code-Q8_0.gguf bin/tiny-qwen3-code-Q8_0.gguf" LEVERS=... scripts/abtest-device.sh
 #
 # SNAPSHOT=1 builds from a clean local clone of HEAD instead of the work
 # tree (helpers may be editing it) and adds src.tgz, HEAD's files without
@@ -41,7 +41,7 @@ fi
     && CGO_ENABLED=0 go test -c -buildvcs=true -ldflags "-s -w" -o "$stage/driver.test" ./cuda/driver)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
 if [[ -n "${TINY:-}" ]]; then
-    for src in ${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf}; do
+    for src in ${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf $root/../shared/models/tiny-qwen3-code-f16.gguf}; do
         name="$(basename "$src" .gguf)"
         "$stage/minfer" quantize "$src" "$stage/${name%-f16}-$TINY.gguf" "$TINY" >/dev/null
     done
