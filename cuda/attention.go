@@ -94,8 +94,8 @@ const (
 
 // attnFamily is the attention kernel of an nt-token call: the tiled
 // prefill kernels from AttnPrefillMinNT tokens, the split-K decode kernels
-// up to AttnDecodeMaxNT (the tensor-core prefill kernels instead with
-// MINFER_FA_PREFILL_TC=1), each unless its kill switch (MINFER_NO_FA_PREFILL,
+// up to AttnDecodeMaxNT (the FMA-tiled prefill kernels instead with
+// MINFER_FA_PREFILL_TC=0), each unless its kill switch (MINFER_NO_FA_PREFILL,
 // MINFER_NO_SPLITK_ATTN) sends it to the plain kernel. (The v1 tiled and
 // split-K kernels were retired with MINFER_FA_PREFILL_V2 and
 // MINFER_ATTN_DECODE_V2.)

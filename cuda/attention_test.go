@@ -41,7 +41,7 @@ func TestAttnFamily_KillSwitchesGiveThePlainKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if attnFamily(1, def) != attnDecode2 || attnFamily(512, def) != attnPrefill2 {
-		t.Errorf("defaults: decode %s, prefill %s; want decode2 and prefill2", attnFamily(1, def), attnFamily(512, def))
+	if attnFamily(1, def) != attnDecode2 || attnFamily(512, def) != attnPrefillTC {
+		t.Errorf("defaults: decode %s, prefill %s; want decode2 and prefilltc (MINFER_FA_PREFILL_TC on by default)", attnFamily(1, def), attnFamily(512, def))
 	}
 }

@@ -1,11 +1,12 @@
 package cuda
 
-// attn_prefill2.go: the launcher of the v2 tiled prefill attention
-// kernels (cuda/kernels/attn_prefill2.cu), opAttn's path for nt >= 9 unless
-// MINFER_NO_FA_PREFILL=1 (the v1 tiled kernel it replaced was retired with
-// MINFER_FA_PREFILL_V2). Five instantiations: head_dim padded to 64 (BM
-// 16, 32, 64 query rows per block) or 128 (BM 32, 64); 8*BM threads per
-// block. The BM variants are bitwise equal for a row (tiles are aligned to
+// attn_prefill2.go: the launchers of the tiled prefill attention kernels
+// (cuda/kernels/attn_prefill2.cu), opAttn's path for nt >= 9 unless
+// MINFER_NO_FA_PREFILL=1: the tensor-core family (below) by default, the
+// v2 FMA family with MINFER_FA_PREFILL_TC=0 (the v1 tiled kernel was
+// retired with MINFER_FA_PREFILL_V2). The v2 FMA family has five
+// instantiations: head_dim padded to 64 (BM 16, 32, 64 query rows per
+// block) or 128 (BM 32, 64); 8*BM threads per block. The BM variants are bitwise equal for a row (tiles are aligned to
 // absolute cells, the per-row reductions do not depend on BM), so the BM
 // choice is speed only.
 
@@ -160,7 +161,7 @@ func attnPrefillHD(hd int) int {
 	return 128
 }
 
-// The tensor-core variant (MINFER_FA_PREFILL_TC, opt-in): fatc:: in
+// The tensor-core variant (MINFER_FA_PREFILL_TC, the default): fatc:: in
 // attn_prefill2.cu. One block of 128 threads per (64 rows, KV head), each
 // warp's rows, scores and output in mma.sync fragments (registers); shared
 // memory holds two f16 tiles of K and of V, [cell][d] (fatc::Geo): an f16

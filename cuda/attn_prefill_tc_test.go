@@ -40,11 +40,13 @@ func TestAttnPrefillTCDevice_EveryKVFormatMatchesCPUWithinF16Bar(t *testing.T) {
 	})
 }
 
-// The lever routes prefill attention (nt >= 9) to the tensor-core kernels;
-// MINFER_NO_FA_PREFILL still wins (the plain kernel); decode is untouched.
+// The lever (on by default) routes prefill attention (nt >= 9) to the
+// tensor-core kernels, off to the FMA tiles; MINFER_NO_FA_PREFILL still
+// wins (the plain kernel); decode is untouched.
 func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 	on := levers.Default()
-	on.FAPrefillTC = true
+	fma := on
+	fma.FAPrefillTC = false
 	off := on
 	off.NoFAPrefill = true
 	for _, c := range []struct {
@@ -53,7 +55,7 @@ func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 		want string
 	}{
 		{AttnPrefillMinNT, on, attnPrefillTC}, {512, on, attnPrefillTC}, {1, on, attnDecode2},
-		{512, levers.Default(), attnPrefill2}, {512, off, attnPlain},
+		{512, fma, attnPrefill2}, {AttnPrefillMinNT, fma, attnPrefill2}, {512, off, attnPlain},
 	} {
 		if got := attnFamily(c.nt, c.lv); got != c.want {
 			t.Errorf("nt %d, FAPrefillTC %v NoFAPrefill %v: %s, want %s", c.nt, c.lv.FAPrefillTC, c.lv.NoFAPrefill, got, c.want)

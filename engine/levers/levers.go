@@ -415,14 +415,15 @@ var registry = []Lever{
 			[]string{"minfer_mmvq*_q8_0"}, Needs{WeightTypes: []string{"Q8_0"}, MaxNT: 1})},
 	{Name: "MINFER_NO_FA_PREFILL", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#6",
 		Doc: "1: the plain attention kernel for prefill", ArmA: "1", ArmB: "0",
-		// The tiled kernel sums in f32 in another order (online softmax per
-		// 64-cell tile, expf): f32 rounding only.
-		Tolerance: TolAccumOrder,
-		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (minfer_attn_prefill2_*) only with the lever on; off, the plain minfer_attn_f32",
-			[]string{"minfer_attn_prefill2_*"}, Needs{MinNT: 9})},
-	{Name: "MINFER_FA_PREFILL_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#20",
-		Doc:  "1: prefill attention (nt >= 9, head_dim <= 128) with Q K^T and P V on the tensor cores (minfer_attn_prefill_tc_*: mma.sync m16n8k16, f16 in, f32 accumulation, each warp's scores and output in registers; a grid short of two waves splits each KV range over up to 8 blocks and merges them) instead of the FMA tiles of minfer_attn_prefill2_*; on the H200 (2026-12-02) pp512 at depth 4096 x1.72, in a run that FAILed on the v2 kernel's tests run under the lever (fixed since), so not yet a PASS",
-		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M",
+		// The tiled kernels (by default the tensor-core ones, MINFER_FA_PREFILL_TC)
+		// round Q, K, V and P to f16 and sum in another order (online softmax per
+		// 64-cell tile): the f16 tile class.
+		Tolerance: TolF16AttnTile,
+		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (minfer_attn_prefill_tc_* by default, minfer_attn_prefill2_* with MINFER_FA_PREFILL_TC=0) only with the lever on; off, the plain minfer_attn_f32",
+			[]string{"minfer_attn_prefill*"}, Needs{MinNT: 9})},
+	{Name: "MINFER_FA_PREFILL_TC", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#20",
+		Doc:  "0: prefill attention (nt >= 9) on the FMA tiles of minfer_attn_prefill2_* instead of the tensor cores (minfer_attn_prefill_tc_*: Q K^T and P V by mma.sync m16n8k16, f16 in, f32 accumulation, each warp's scores and output in registers; a grid short of two waves splits each KV range over up to 8 blocks and merges them); on by default since reports/MINFER_FA_PREFILL_TC (H200, 2026-12-03, five gates PASS: pp512 at depth 4096 x1.72 on qwen2-7b Q4_K_M, x3.03 on qwen3-0.6b Q8_0, pp512 x1.04 at depth 0)",
+		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M d4096", DefaultSince: "reports/MINFER_FA_PREFILL_TC",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
 			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
 	// Host work only: the same kernels, launched from the device thread in
@@ -854,7 +855,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
-	c.FAPrefillTC = on("MINFER_FA_PREFILL_TC")
+	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.MMVQWide = on("MINFER_MMVQ_WIDE")
 	c.EmbedHost = on("MINFER_EMBED_HOST")
