@@ -30,7 +30,8 @@ func gemmSmemBytes() int {
 }
 
 // PrepareMatmul does every dynamic-shared-memory opt-in the matmul kernels
-// need (the GEMM's tile exceeds the 48 KiB default). Call it once at init,
+// need (the GEMM's tile exceeds the 48 KiB default; the async MMQ's
+// staging does with its static tile). Call it once at init,
 // inside dev.Do and before any capture window can open: MatMul never sets
 // an attribute and refuses to launch an un-opted configuration.
 func (k *Kernels) PrepareMatmul() error {
@@ -41,7 +42,7 @@ func (k *Kernels) PrepareMatmul() error {
 			return err
 		}
 	}
-	return nil
+	return k.prepareMMQAsync()
 }
 
 func (k *Kernels) launchGemm(s *driver.Stream, name string, out, x, w, bias driver.DevicePtr, nt, kDim, n int) error {

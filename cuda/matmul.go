@@ -419,7 +419,11 @@ type MatMulOptions struct {
 	// mmqTable through the int8 tensor-core kernel over Q8_1 activations
 	// (mmq.go) in MMQAct (MMQActBytes >= ActQ8Bytes(k, nt), grown by
 	// the Backend; a missing or small one is an error, not a fallback).
-	MMQ         bool
+	MMQ bool
+	// MMQAsync (MINFER_MMQ_ASYNC) runs the MMQ kernels' async variants
+	// (minfer_mmq_<type>_async[_r64]: a stage's bytes staged in shared
+	// memory by cp.async one stage ahead), bitwise the plain ones.
+	MMQAsync    bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
 	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the

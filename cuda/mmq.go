@@ -48,7 +48,50 @@ const (
 	// it the partial traffic and the reduce launch outweigh the extra blocks.
 	mmqMinSplitStages = 4
 	mmqMaxSplits      = 8
+
+	// mmqActChunks is MINFER_MMQ_ACT_CHUNKS: the 16-byte chunks of an
+	// activation row's stage (4 Q8_1 blocks) in the async staging.
+	mmqActChunks = 10
 )
+
+// mmqRawChunks is MinferMmqRaw<T>::chunks: the 16-byte chunks that cover a
+// weight row's stage span (small types: the stage's 4 blocks; K-quants:
+// the super-block holding the stage) from any address mod 16.
+func mmqRawChunks(wtype quant.Type) int {
+	span := wtype.BlockBytes()
+	if wtype.BlockSize() == quant.QK {
+		span *= mmqKB / quant.QK
+	}
+	return (span + 30) / 16
+}
+
+// mmqAsyncSmemBytes is the dynamic shared memory of the async variant of
+// wtype with a rows x mmqToks tile (MINFER_MMQ_RAW_BYTES): the raw staging
+// of one stage's weight rows and activation rows.
+func mmqAsyncSmemBytes(wtype quant.Type, rows int) int {
+	return 16 * (rows*mmqRawChunks(wtype) + mmqToks*mmqActChunks)
+}
+
+// prepareMMQAsync opts every async MMQ kernel into its dynamic shared
+// memory: below the 48 KiB default itself, but with the static tile above
+// it, so the attribute is set whatever the size (PrepareMatmul calls it).
+func (k *Kernels) prepareMMQAsync() error {
+	for wtype := range mmqTable {
+		for _, rows := range []int{mmqRows, mmqRowsSmall} {
+			name := mmqPlan{rows: rows, splits: 1, async: true}.kernel(wtype)
+			f, err := k.Function(name)
+			if err != nil {
+				return fmt.Errorf("matmul: prepare: %w", err)
+			}
+			dyn := mmqAsyncSmemBytes(wtype, rows)
+			if err := f.SetMaxDynamicSmem(dyn); err != nil {
+				return fmt.Errorf("matmul: prepare %s: opt-in to %d bytes of dynamic shared memory: %w", name, dyn, err)
+			}
+			k.setOptIn(name, dyn)
+		}
+	}
+	return nil
+}
 
 // mmqSmemBytes is the static shared memory of a rows x mmqToks tile
 // (MINFER_MMQ_SMEM_BYTES): the int8 weight and activation tiles (rows
@@ -60,9 +103,11 @@ func mmqSmemBytes(rows int) int {
 }
 
 // mmqPlan is one MMQ launch's geometry: the weight-row tile (mmqRows or
-// mmqRowsSmall) and the number of split-K parts (1: none).
+// mmqRowsSmall), the number of split-K parts (1: none), and whether the
+// async variant (MINFER_MMQ_ASYNC: cp.async staging one stage ahead) runs.
 type mmqPlan struct {
 	rows, splits int
+	async        bool
 }
 
 // mmqPlanFor picks the tile and split-K of an n x kDim weight over nt
@@ -97,6 +142,9 @@ func (p mmqPlan) kernel(wtype quant.Type) string {
 	if !ok {
 		return ""
 	}
+	if p.async {
+		name += "_async"
+	}
 	if p.rows == mmqRowsSmall {
 		return name + "_r64"
 	}
@@ -105,10 +153,11 @@ func (p mmqPlan) kernel(wtype quant.Type) string {
 
 // MMQKernels names the kernels an MMQ matmul of wtype (n rows of kDim)
 // over nt tokens launches on a device of sms SMs after the activation is
-// quantized: the tile variant, then minfer_mmq_reduce when it splits k.
-// For tests and reports.
-func MMQKernels(wtype quant.Type, nt, kDim, n, sms int) []string {
+// quantized: the tile variant (its async form when async is set), then
+// minfer_mmq_reduce when it splits k. For tests and reports.
+func MMQKernels(wtype quant.Type, nt, kDim, n, sms int, async bool) []string {
 	p := mmqPlanFor(n, nt, kDim, sms)
+	p.async = async
 	if p.splits > 1 {
 		return []string{p.kernel(wtype), mmqReduceKernel}
 	}
@@ -193,10 +242,18 @@ func (k *Kernels) checkMMQ(name string, w driver.DevicePtr, wtype quant.Type, nt
 func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
 	nt, kDim, n int, opts MatMulOptions) error {
 	p := mmqPlanFor(n, nt, kDim, k.dev.Attr.SMCount)
+	p.async = opts.MMQAsync
 	name := p.kernel(wtype)
 	threads := uint32(mmqThreads)
 	if p.rows == mmqRowsSmall {
 		threads = mmqThreadsSmall
+	}
+	dyn := 0
+	if p.async {
+		if dyn = mmqAsyncSmemBytes(wtype, p.rows); k.optedIn(name) < dyn {
+			return fmt.Errorf("matmul %s nt=%d k=%d n=%d: needs %d bytes of dynamic shared memory and was not opted in "+
+				"(call Kernels.PrepareMatmul at init, before any capture window)", name, nt, kDim, n, dyn)
+		}
 	}
 	grid := [3]uint32{uint32((n + p.rows - 1) / p.rows), uint32((nt + mmqToks - 1) / mmqToks), uint32(p.splits)}
 	block := [3]uint32{threads, 1, 1}
@@ -204,7 +261,7 @@ func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.
 	if p.splits > 1 {
 		dst, kb = opts.MMQAct.Add(mmqPartOffset(kDim, nt)), 0
 	}
-	if err := k.launch(s, name, grid, block, 0, dst, opts.MMQAct, w, kb, int32(kDim), int32(n), int32(nt)); err != nil {
+	if err := k.launch(s, name, grid, block, uint32(dyn), dst, opts.MMQAct, w, kb, int32(kDim), int32(n), int32(nt)); err != nil {
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d splits=%d: %w", name, nt, kDim, n, p.splits, err)
 	}
 	if p.splits == 1 {

@@ -142,6 +142,8 @@ func mmqPar(n int, f func(i int)) {
 // max |mmq - gemm| / sum|w x| is printed. (d) the sweep ran every launch
 // variant of mmqPlanFor on this device (128-row, 64-row, 64-row split-K),
 // and a split-K shape run twice gives the same bits (fixed-order reduce).
+// (e) the async kernels (MINFER_MMQ_ASYNC) give the plain ones' bits on
+// every shape and variant.
 func TestMMQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 	ms := mmtOpen(t)
 	rng := rand.New(rand.NewSource(21))
@@ -172,6 +174,10 @@ func TestMMQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 			_, gemm := mmqRun(t, ms, wt, wb, x, bias, sh, MatMulOptions{})
 			plan := mmqPlanFor(sh.n, sh.nt, sh.k, sms)
 			seen[fmt.Sprintf("rows=%d split=%v", plan.rows, plan.splits > 1)] = true
+			// (e) the async variant (MINFER_MMQ_ASYNC) gives the same bits.
+			if _, async := mmqRun(t, ms, wt, wb, x, bias, sh, MatMulOptions{MMQ: true, MMQAsync: true}); !bytes.Equal(driver.Float32Bytes(got), driver.Float32Bytes(async)) {
+				t.Errorf("%s %+v plan %+v: the async MMQ differs from the plain one (want bitwise equal)", wt, sh, plan)
+			}
 			if plan.splits > 1 {
 				_, again := mmqRun(t, ms, wt, wb, x, bias, sh, opts)
 				if !bytes.Equal(driver.Float32Bytes(got), driver.Float32Bytes(again)) {
@@ -249,7 +255,7 @@ func TestMMQDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T) {
 			}
 			t.Logf("%-5s nt=%-4d n=%-4d k=%-4d bias=%-5v %v: max |mmq-ref|/sum|wa| = %.3g at tok %d row %d (bar 1e-4); "+
 				"rel L2 vs f16 GEMM = %.3g (bar 0.05); max |mmq-gemm|/sum|wx| = %.3g; NaN outputs %d",
-				wt, sh.nt, sh.n, sh.k, bias != nil, MMQKernels(wt, sh.nt, sh.k, sh.n, sms), wst.rel, wst.tok, wst.row, relL2, wst.vsGemm, nan)
+				wt, sh.nt, sh.n, sh.k, bias != nil, MMQKernels(wt, sh.nt, sh.k, sh.n, sms, false), wst.rel, wst.tok, wst.row, relL2, wst.vsGemm, nan)
 			if !(wst.rel <= 1e-4) {
 				t.Errorf("%s %+v: max |mmq-ref|/sum|wa| = %.3g at tok %d row %d, bar 1e-4", wt, sh, wst.rel, wst.tok, wst.row)
 			}
@@ -339,7 +345,7 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 			want := map[string]int64{matmulTable[wt].gemm: 1}
 			if on {
 				want = map[string]int64{quantizeQ8_1Kernel: 1}
-				for _, name := range MMQKernels(wt, nt, k, n, ms.dev.Attr.SMCount) {
+				for _, name := range MMQKernels(wt, nt, k, n, ms.dev.Attr.SMCount, opts.MMQAsync) {
 					want[name]++
 				}
 			}
@@ -405,7 +411,7 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 			census := dev.Kernels().Census()
 			on := arm == 0
 			t.Logf("%s: MMQ=%v census %v (path %s)", c.name, on, census, MatMulPath(wt, nt, dev.MatMulOptions()))
-			mk := MMQKernels(wt, nt, k, m, dev.dev.Attr.SMCount)[0]
+			mk := MMQKernels(wt, nt, k, m, dev.dev.Attr.SMCount, dev.MatMulOptions().MMQAsync)[0]
 			if on != (census[mk] > 0) || on == (census[matmulTable[wt].gemm] > 0) {
 				t.Errorf("%s: MMQ=%v, census %v: want %s iff MMQ and %s iff not", c.name, on, census, mk, matmulTable[wt].gemm)
 			}
@@ -448,7 +454,7 @@ func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 				extra := []string{"MINFER_LAUNCH_CENSUS=1"}
 				unfusedDev := dsBackend(t, mmqLevers(t, extra...))
 				name := fmt.Sprintf("ffn=%v/%s/nt%d/m%d/k%d %v", ffn, mx.name, sh.nt, sh.m, sh.k,
-					MMQKernels(mx.ts[0], sh.nt, sh.k, sh.m, unfusedDev.dev.Attr.SMCount))
+					MMQKernels(mx.ts[0], sh.nt, sh.k, sh.m, unfusedDev.dev.Attr.SMCount, unfusedDev.MatMulOptions().MMQAsync))
 				var unfused, fused []float32
 				cu := qactMerged(mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) }))
 				dev := dsBackend(t, mmqLevers(t, extra...))

@@ -33,7 +33,28 @@ func TestMMQGeometry_MatchesKernelSource(t *testing.T) {
 			t.Errorf("mmq %d-row tile: static shared memory %d bytes > %d", rows, s, defaultDynSmem)
 		}
 	}
-	for _, m := range []string{"minfer_mmq_##name##_r64(", "minfer_mmq_body<T, 4, 2>", "minfer_mmq_body<T, 2, 2>",
+	if defs["MINFER_MMQ_ACT_CHUNKS"] != mmqActChunks || mmqActChunks != (4*q8_1BlockBytes+30)/16 {
+		t.Errorf("mmq.cu MINFER_MMQ_ACT_CHUNKS = %d, launcher %d, a 144-byte span needs %d", defs["MINFER_MMQ_ACT_CHUNKS"], mmqActChunks, (4*q8_1BlockBytes+30)/16)
+	}
+	// The async variants' staging: every span covered from any address mod
+	// 16, and static + dynamic shared memory of the blocks the launch bounds
+	// ask for fits an H200 SM (227 KiB a block's opt-in, 228 KiB an SM).
+	for ty := range mmqTable {
+		span := ty.BlockBytes()
+		if ty.BlockSize() == quant.QK {
+			span *= mmqKB / quant.QK
+		}
+		if c := mmqRawChunks(ty); 16*c < span+15 || 16*(c-1) >= span+15 {
+			t.Errorf("%s: %d chunks for a %d-byte span", ty, c, span)
+		}
+		for _, v := range []struct{ rows, perSM int }{{mmqRows, mmqBigPerSM}, {mmqRowsSmall, mmqSmallPerSM}} {
+			if total := mmqSmemBytes(v.rows) + mmqAsyncSmemBytes(ty, v.rows); v.perSM*total > 228*1024 {
+				t.Errorf("%s async %d-row tile: %d bytes of shared memory a block, %d blocks do not fit an SM", ty, v.rows, total, v.perSM)
+			}
+		}
+	}
+	for _, m := range []string{"minfer_mmq_##name##_r64(", "minfer_mmq_body<T, 4, 2, false>", "minfer_mmq_body<T, 2, 2, false>",
+		"minfer_mmq_##name##_async(", "minfer_mmq_##name##_async_r64(", "minfer_mmq_body<T, 4, 2, true>", "minfer_mmq_body<T, 2, 2, true>",
 		"__launch_bounds__(MINFER_MMQ_THREADS, 2)", "__launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)", mmqReduceKernel + "("} {
 		if !strings.Contains(src, m) {
 			t.Errorf("mmq.cu has no %q", m)
@@ -104,16 +125,16 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 		kernels  []string
 		scratchX uint64 // scratch beyond the Q8_1 activation
 	}{
-		{"0.5b q/o 896x896", 896, 896, mmqPlan{64, 1}, []string{"minfer_mmq_q8_0_r64"}, 0},
-		{"0.5b k/v 128x896", 128, 896, mmqPlan{64, 1}, []string{"minfer_mmq_q8_0_r64"}, 0},
-		{"0.5b gate/up 4864x896", 4864, 896, mmqPlan{128, 1}, []string{"minfer_mmq_q8_0"}, 0},
-		{"0.5b down 896x4864", 896, 4864, mmqPlan{64, 4}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 4 * nt * 896 * 4},
-		{"0.6b q 2048x1024", 2048, 1024, mmqPlan{64, 1}, []string{"minfer_mmq_q8_0_r64"}, 0},
-		{"0.6b k/v 1024x1024", 1024, 1024, mmqPlan{64, 2}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 2 * nt * 1024 * 4},
-		{"0.6b o 1024x2048", 1024, 2048, mmqPlan{64, 4}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 4 * nt * 1024 * 4},
-		{"7b q/o 3584x3584", 3584, 3584, mmqPlan{128, 1}, []string{"minfer_mmq_q8_0"}, 0},
-		{"7b k/v 512x3584", 512, 3584, mmqPlan{64, 7}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 7 * nt * 512 * 4},
-		{"7b down 3584x18944", 3584, 18944, mmqPlan{128, 1}, []string{"minfer_mmq_q8_0"}, 0},
+		{"0.5b q/o 896x896", 896, 896, mmqPlan{rows: 64, splits: 1}, []string{"minfer_mmq_q8_0_r64"}, 0},
+		{"0.5b k/v 128x896", 128, 896, mmqPlan{rows: 64, splits: 1}, []string{"minfer_mmq_q8_0_r64"}, 0},
+		{"0.5b gate/up 4864x896", 4864, 896, mmqPlan{rows: 128, splits: 1}, []string{"minfer_mmq_q8_0"}, 0},
+		{"0.5b down 896x4864", 896, 4864, mmqPlan{rows: 64, splits: 4}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 4 * nt * 896 * 4},
+		{"0.6b q 2048x1024", 2048, 1024, mmqPlan{rows: 64, splits: 1}, []string{"minfer_mmq_q8_0_r64"}, 0},
+		{"0.6b k/v 1024x1024", 1024, 1024, mmqPlan{rows: 64, splits: 2}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 2 * nt * 1024 * 4},
+		{"0.6b o 1024x2048", 1024, 2048, mmqPlan{rows: 64, splits: 4}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 4 * nt * 1024 * 4},
+		{"7b q/o 3584x3584", 3584, 3584, mmqPlan{rows: 128, splits: 1}, []string{"minfer_mmq_q8_0"}, 0},
+		{"7b k/v 512x3584", 512, 3584, mmqPlan{rows: 64, splits: 7}, []string{"minfer_mmq_q8_0_r64", mmqReduceKernel}, 7 * nt * 512 * 4},
+		{"7b down 3584x18944", 3584, 18944, mmqPlan{rows: 128, splits: 1}, []string{"minfer_mmq_q8_0"}, 0},
 	}
 	seen := map[mmqPlan]bool{}
 	for _, c := range cases {
@@ -124,7 +145,7 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: plan %+v, want %+v", c.name, got, c.want)
 		}
-		if ks := MMQKernels(quant.Q8_0, nt, c.k, c.n, sms); strings.Join(ks, ",") != strings.Join(c.kernels, ",") {
+		if ks := MMQKernels(quant.Q8_0, nt, c.k, c.n, sms, false); strings.Join(ks, ",") != strings.Join(c.kernels, ",") {
 			t.Errorf("%s: kernels %v, want %v", c.name, ks, c.kernels)
 		}
 		want := ActQ8Bytes(c.k, nt)
@@ -134,9 +155,9 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 		if sb := MMQScratchBytes(c.k, nt, c.n, sms); sb != want {
 			t.Errorf("%s: scratch %d bytes, want %d", c.name, sb, want)
 		}
-		seen[mmqPlan{got.rows, min(got.splits, 2)}] = true
+		seen[mmqPlan{rows: got.rows, splits: min(got.splits, 2)}] = true
 	}
-	for _, v := range []mmqPlan{{128, 1}, {64, 1}, {64, 2}} {
+	for _, v := range []mmqPlan{{rows: 128, splits: 1}, {rows: 64, splits: 1}, {rows: 64, splits: 2}} {
 		if !seen[v] {
 			t.Errorf("no case chose variant rows=%d split=%v", v.rows, v.splits > 1)
 		}

@@ -6,12 +6,13 @@ import (
 	"testing"
 )
 
-// scripts/kernel-emu runs four kernel families on the CPU through an
-// emulation of the CUDA built-ins, WMMA and mma.sync (g++, no toolkit, no
-// GPU) and compares them with references: the tensor-core prefill attention with
-// attention in double, the wide MMVQ and the Q4_K / Q5_K MMVQ bitwise with
-// the kernels they replace or a scalar reference, and the lean decode
-// attention's combine with attention in double. A kernel edit that
+// scripts/kernel-emu runs five kernel families on the CPU through an
+// emulation of the CUDA built-ins, WMMA, mma.sync and cp.async (g++, no
+// toolkit, no GPU) and compares them with references: the tensor-core
+// prefill attention with attention in double, the wide MMVQ and the Q4_K /
+// Q5_K MMVQ bitwise with the kernels they replace or a scalar reference,
+// the async MMQ bitwise with the plain MMQ, and the lean decode attention's
+// combine with attention in double. A kernel edit that
 // breaks one fails here before a device call pays for it. Skipped without
 // g++ and under -short (about 30 s on 2 cores).
 func emu(t *testing.T, script string, args ...string) (string, int) {
@@ -33,7 +34,8 @@ func emu(t *testing.T, script string, args ...string) (string, int) {
 }
 
 func TestKernelEmulators_EachFamilyMatchesItsReference(t *testing.T) {
-	for script, want := range map[string]string{"fatc-emu.sh": "ALL WITHIN 1e-2", "mmvqw-emu.sh": "ALL BITWISE", "mmvq-kq-emu.sh": "ALL BITWISE"} {
+	for script, want := range map[string]string{"fatc-emu.sh": "ALL WITHIN 1e-2", "mmvqw-emu.sh": "ALL BITWISE", "mmvq-kq-emu.sh": "ALL BITWISE",
+		"mmq-emu.sh": "every async output is bitwise the plain kernel's"} {
 		t.Run(script, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, script)
@@ -84,5 +86,21 @@ func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
 	out, code = emu(t, "adec2-emu.sh", "--plant", "combine")
 	if code != 1 {
 		t.Fatalf("planted combine: exit %d, want 1:\n%s", code, out)
+	}
+}
+
+// The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
+// waited for, and spans whose last 16-byte chunk is not copied, are each
+// caught (exit 1). (`--plant mod16` and `next` are caught too: session 14
+// ran them by hand.)
+func TestKernelEmulator_PlantedMMQAsyncCopyDefectsAreCaught(t *testing.T) {
+	for _, plant := range []string{"wait", "tail"} {
+		t.Run(plant, func(t *testing.T) {
+			t.Parallel()
+			out, code := emu(t, "mmq-emu.sh", "--plant", plant)
+			if code != 1 || !strings.Contains(out, "DIFFER") {
+				t.Fatalf("planted %s: exit %d, want 1 with a case that differs:\n%s", plant, code, out)
+			}
+		})
 	}
 }

@@ -41,7 +41,19 @@
 // Q5_1, Q4_K and Q5_K (block sizes 20, 24, 144, 176), 2-byte for Q8_0,
 // Q4_0, Q5_0 and Q6_K (34, 18, 22, 210); the launcher checks.
 //
-// Kernel names: minfer_mmq_<type>.
+// Async variants (MINFER_MMQ_ASYNC): the same tile, fold and output, but a
+// stage's weight and activation bytes are copied as stored, 16 bytes at a
+// time with cp.async (no register), into a raw staging area of dynamic
+// shared memory one stage ahead: the block unpacks stage s from shared
+// memory while the bytes of stage s + 1 are in flight, where the plain
+// kernel waits on every global load (ncu 2026-12-03: long_scoreboard the
+// largest stall, 22% occupancy). Each row's span of the stage (small types:
+// the stage's 4 blocks; K-quants: the whole super-block) is copied from its
+// 16-byte aligned start, so every byte keeps its address mod 16 and the
+// unpack reads it with the same alignment as from global memory. Results
+// are bitwise the plain kernel's.
+//
+// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async.
 #include "dequant.cuh"
 
 #define MINFER_MMQ_ROWS 128      // weight rows per block tile, big variant (4 x 2 warps)
@@ -54,12 +66,16 @@
 #define MINFER_MMQ_LD (MINFER_MMQ_KB + 16) // bytes per shared row
 #define MINFER_MMQ_Q8_1_BYTES 36
 #define MINFER_MMQ_REDUCE_THREADS 256
+// Async staging: 16-byte chunks per activation row of a stage (4 Q8_1
+// blocks, 144 bytes, from any address mod 16: ceil((144 + 15) / 16)).
+#define MINFER_MMQ_ACT_CHUNKS 10
+#define MINFER_MMQ_CHUNKS(span) (((span) + 30) / 16) // ceil((span + 15) / 16)
 
 // Shared memory bytes of a ROWS x TOKS tile (cuda/launch_mmq.go:
 // mmqSmemBytes carries the same sum).
 #define MINFER_MMQ_SMEM_BYTES(R, M) (((R) + (M)) * MINFER_MMQ_LD + 3 * (R) * MINFER_MMQ_NB * 4 + 2 * (M) * MINFER_MMQ_NB * 4)
 
-template <int R, int M> struct MinferMmqSmem {
+template <int R, int M> struct __align__(16) MinferMmqSmem {
     int8_t wq[R * MINFER_MMQ_LD];
     int8_t xq[M * MINFER_MMQ_LD];
     float wd[R * MINFER_MMQ_NB];  // weight scale per (row, block)
@@ -252,6 +268,8 @@ template <> struct MinferMmqW<MINFER_T_Q6_K> {
 
 // ---------------------------------------------------------------- MMA
 
+#ifndef MINFER_KERNEL_EMU
+// The emulation (scripts/kernel-emu/include/mma.h) defines both on the CPU.
 __device__ __forceinline__ void minfer_mmq_mma_k32(int c[4], const int a[4], int b0, int b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%10,%10,%10,%10};"
@@ -264,11 +282,92 @@ __device__ __forceinline__ void minfer_mmq_mma_k16(int c[4], int a0, int a1, int
         : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
         : "r"(a0), "r"(a1), "r"(b0), "r"(0));
 }
+#endif
 
 // Exact int32 -> f32 for |c| < 2^22: add the bits of 1.5 * 2^23, subtract
 // it in f32 (two full-rate ops instead of one quarter-rate I2F).
 __device__ __forceinline__ float minfer_mmq_i2f(int c) {
     return __fsub_rn(__int_as_float(c + 0x4B400000), 12582912.0f);
+}
+
+#ifndef MINFER_KERNEL_EMU
+// minfer_mmq_cp16 copies 16 bytes global -> shared without a register,
+// reading src_bytes (0..16) of them from the 16-byte aligned src and
+// zero-filling the rest; a thread's copies form a group at
+// minfer_mmq_cp_commit, and minfer_mmq_cp_wait_all returns when all have
+// landed (for this thread: a barrier makes them visible to the block). The
+// emulation (scripts/kernel-emu/include/mma.h) defines all three.
+__device__ __forceinline__ void minfer_mmq_cp16(uint8_t* dst, const uint8_t* src, int src_bytes) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void minfer_mmq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void minfer_mmq_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+#endif
+
+// MinferMmqRaw<T>: the async staging of one weight row's stage: its span
+// (small types: the stage's MINFER_MMQ_NB blocks; K-quants: the super-block
+// holding the stage, which is half of one) and the 16-byte chunks that
+// cover it from any address mod 16.
+template <int T> struct MinferMmqRaw {
+    using W = MinferMmqW<T>;
+    static constexpr bool kSuper = W::bs == MINFER_QKK;
+    static constexpr int span = kSuper ? W::bb : MINFER_MMQ_NB * W::bb;
+    static constexpr int chunks = MINFER_MMQ_CHUNKS(span);
+    // Byte offset in the row of the span of the stage starting at 32-block kb.
+    static __device__ __forceinline__ size_t off(int kb) {
+        return kSuper ? (size_t)(kb / 8) * W::bb : (size_t)kb * W::bb;
+    }
+    // Span bytes of the stage at kb when the row's blocks end at kbEnd.
+    static __device__ __forceinline__ int bytes(int kb, int kbEnd) {
+        return kSuper ? W::bb : min(MINFER_MMQ_NB, kbEnd - kb) * W::bb;
+    }
+};
+
+// Dynamic shared memory of the async variant of T with a ROWS x TOKS tile
+// (cuda/mmq.go mmqAsyncSmemBytes carries the same sum).
+#define MINFER_MMQ_RAW_BYTES(chunks, R, M) (16 * ((R) * (chunks) + (M) * MINFER_MMQ_ACT_CHUNKS))
+
+// minfer_mmq_stage_copy issues the cp.async copies of the stage at kb
+// (32-block index; the row's blocks end at kbEnd) into raw: weight row lr at
+// raw + 16 * chunks * lr, token lt after the ROWS weight rows at
+// 16 * MINFER_MMQ_ACT_CHUNKS each. Rows >= n and tokens >= nt copy nothing
+// (the unpack zeroes them). Every chunk is read whole from a 16-byte aligned
+// address inside the row's span but for the span's first and last chunk,
+// which read src_bytes only: never a byte past the span's end, and before
+// its start only bytes of the same 16-byte aligned piece (an allocation is
+// at least 16-byte aligned, so that piece is inside it).
+template <int T, int ROWS, int TOKS, int THREADS>
+__device__ __forceinline__ void minfer_mmq_stage_copy(uint8_t* raw, const uint8_t* __restrict__ w,
+                                                      const uint8_t* __restrict__ a, size_t rowBytes, size_t actRow,
+                                                      int n0, int n, int m0, int nt, int kb, int kbEnd) {
+    using R = MinferMmqRaw<T>;
+    for (int job = threadIdx.x; job < ROWS * R::chunks; job += THREADS) {
+        const int lr = job / R::chunks, c = job % R::chunks;
+        if (n0 + lr >= n) continue;
+        const uint8_t* g0 = w + (size_t)(n0 + lr) * rowBytes + R::off(kb);
+        const uint8_t* g1 = g0 + R::bytes(kb, kbEnd);
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(g0) & ~(uintptr_t)15) + 16 * c;
+        if (src >= g1) continue;
+        minfer_mmq_cp16(raw + 16 * (R::chunks * lr + c), src, min(16, (int)(g1 - src)));
+    }
+    uint8_t* rawA = raw + 16 * R::chunks * ROWS;
+    const int nblk = min(MINFER_MMQ_NB, kbEnd - kb);
+    for (int job = threadIdx.x; job < TOKS * MINFER_MMQ_ACT_CHUNKS; job += THREADS) {
+        const int lt = job / MINFER_MMQ_ACT_CHUNKS, c = job % MINFER_MMQ_ACT_CHUNKS;
+        if (m0 + lt >= nt) continue;
+        const uint8_t* g0 = a + (size_t)(m0 + lt) * actRow + (size_t)kb * MINFER_MMQ_Q8_1_BYTES;
+        const uint8_t* g1 = g0 + nblk * MINFER_MMQ_Q8_1_BYTES;
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(g0) & ~(uintptr_t)15) + 16 * c;
+        if (src >= g1) continue;
+        minfer_mmq_cp16(rawA + 16 * (MINFER_MMQ_ACT_CHUNKS * lt + c), src, min(16, (int)(g1 - src)));
+    }
+}
+
+// The address in the staging copy of global byte g of a span copied from
+// its 16-byte aligned start g0 into dst.
+__device__ __forceinline__ const uint8_t* minfer_mmq_staged(const uint8_t* dst, const uint8_t* g0, const uint8_t* g) {
+    return dst + (reinterpret_cast<uintptr_t>(g0) & 15) + (g - g0);
 }
 
 // WR x WT warps, each a 32 x 32 output tile: the block tile is 32 WR
@@ -277,16 +376,21 @@ __device__ __forceinline__ float minfer_mmq_i2f(int c) {
 // ceil(stages / gridDim.z) and writes its partial sums to out + z * nt * n
 // (the launcher passes bias only when gridDim.z is 1; minfer_mmq_reduce adds
 // the partials in z order, then the bias).
-template <int T, int WR, int WT>
+//
+// ASYNC: the stage's bytes come from raw (MINFER_MMQ_RAW_BYTES of dynamic
+// shared memory), copied one stage ahead by minfer_mmq_stage_copy; the
+// unpack reads them there. Same arithmetic in the same order: bitwise the
+// plain body.
+template <int T, int WR, int WT, bool ASYNC>
 __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const uint8_t* __restrict__ a,
                                                 const uint8_t* __restrict__ w, const float* __restrict__ bias,
-                                                int k, int n, int nt) {
+                                                int k, int n, int nt, uint8_t* raw) {
     using W = MinferMmqW<T>;
     constexpr int ROWS = 32 * WR, TOKS = 32 * WT, THREADS = 32 * WR * WT;
     constexpr bool kQ6K = T == MINFER_T_Q6_K;
     constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;
     static_assert(ROWS * MINFER_MMQ_NB % THREADS == 0 && TOKS * MINFER_MMQ_NB % THREADS == 0, "mmq tile split");
-    __shared__ __align__(16) MinferMmqSmem<ROWS, TOKS> sm;
+    __shared__ MinferMmqSmem<ROWS, TOKS> sm; // 16-byte aligned (the struct)
 
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -312,7 +416,18 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
+    using R = MinferMmqRaw<T>;
+    const uint8_t* rawA = ASYNC ? raw + 16 * R::chunks * ROWS : nullptr;
+    if (ASYNC && kbBegin < kbEnd) {
+        minfer_mmq_stage_copy<T, ROWS, TOKS, THREADS>(raw, w, a, rowBytes, actRow, n0, n, m0, nt, kbBegin, kbEnd);
+        minfer_mmq_cp_commit();
+    }
+
     for (int k0 = kbBegin; k0 < kbEnd; k0 += MINFER_MMQ_NB) {
+        if (ASYNC) {
+            minfer_mmq_cp_wait_all(); // this thread's copies of stage k0 have landed
+            __syncthreads();          // and every thread's
+        }
         // Weight tile: ROWS x NB units; four adjacent threads take the four
         // blocks of one row (contiguous bytes).
 #pragma unroll
@@ -322,7 +437,16 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
             const int row = n0 + lr, kb = k0 + bi;
             MinferMmqUnit u;
             if (row < n && kb < kbEnd) {
-                W::unit(w + (size_t)row * rowBytes, kb, u);
+                const uint8_t* grow = w + (size_t)row * rowBytes;
+                if (ASYNC) {
+                    // The unit reads grow + offsets; point it into the
+                    // staging copy of the span (same address mod 16).
+                    const uint8_t* g0 = grow + R::off(k0);
+                    const uint8_t* srow = minfer_mmq_staged(raw + 16 * R::chunks * lr, g0, grow);
+                    W::unit(srow, kb, u);
+                } else {
+                    W::unit(grow, kb, u);
+                }
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++) u.q[i] = 0;
@@ -348,6 +472,10 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
             int sum = 0;
             if (tok < nt && kb < kbEnd) {
                 const uint8_t* ab = a + (size_t)tok * actRow + (size_t)kb * MINFER_MMQ_Q8_1_BYTES;
+                if (ASYNC) {
+                    const uint8_t* g0 = a + (size_t)tok * actRow + (size_t)k0 * MINFER_MMQ_Q8_1_BYTES;
+                    ab = minfer_mmq_staged(rawA + 16 * MINFER_MMQ_ACT_CHUNKS * lt, g0, ab);
+                }
                 const uint32_t* aw = reinterpret_cast<const uint32_t*>(ab);
                 d = minfer_h2f(aw[0] & 0xFFFFu);
 #pragma unroll
@@ -366,6 +494,12 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
             if (kMin) sm.xs[lt * MINFER_MMQ_NB + bi] = __fmul_rn(d, (float)sum);
         }
         __syncthreads();
+        if (ASYNC && k0 + MINFER_MMQ_NB < kbEnd) {
+            // Every thread has unpacked raw: refill it with the next stage
+            // while this one's MMAs run.
+            minfer_mmq_stage_copy<T, ROWS, TOKS, THREADS>(raw, w, a, rowBytes, actRow, n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);
+            minfer_mmq_cp_commit();
+        }
 
 #pragma unroll
         for (int bi = 0; bi < MINFER_MMQ_NB; bi++) {
@@ -427,7 +561,7 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
                 }
             }
         }
-        __syncthreads();
+        if (!ASYNC) __syncthreads(); // ASYNC: the next stage's barrier after its wait orders the tiles' reuse
     }
 
 #pragma unroll
@@ -453,16 +587,38 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
 // MINFER_MMQ_THREADS_SMALL), twice the blocks for shapes whose 128-row grid
 // leaves SMs idle. Static smem. a: nt Q8_1 rows (4-byte aligned). The
 // launcher (cuda/launch_mmq.go mmqPlanFor) picks the variant and splits.
-#define MINFER_MMQ_KERNEL(name, T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                      \
-        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
-                          int nt) {                                                                         \
-        minfer_mmq_body<T, 4, 2>(out, a, w, bias, k, n, nt);                                                \
-    }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                \
-        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,    \
-                                int n, int nt) {                                                            \
-        minfer_mmq_body<T, 2, 2>(out, a, w, bias, k, n, nt);                                                \
+//
+// _async, _async_r64: the async variants of both tiles (MINFER_MMQ_ASYNC),
+// with MINFER_MMQ_RAW_BYTES(chunks of T, rows, MINFER_MMQ_TOKS) of dynamic
+// shared memory (above the 48 KiB default with the static tile: the
+// launcher opts them in at init).
+#ifdef MINFER_KERNEL_EMU
+static uint8_t minfer_mmq_dyn[MINFER_MMQ_RAW_BYTES(MINFER_MMQ_CHUNKS(MINFER_Q6_K_BYTES), MINFER_MMQ_ROWS, MINFER_MMQ_TOKS)];
+#define MINFER_MMQ_DYN minfer_mmq_dyn
+#else
+extern __shared__ __align__(16) uint8_t minfer_mmq_dyn[];
+#define MINFER_MMQ_DYN minfer_mmq_dyn
+#endif
+#define MINFER_MMQ_KERNEL(name, T)                                                                             \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                         \
+        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n,    \
+                          int nt) {                                                                            \
+        minfer_mmq_body<T, 4, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                   \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                   \
+        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,       \
+                                int n, int nt) {                                                               \
+        minfer_mmq_body<T, 2, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                   \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                         \
+        minfer_mmq_##name##_async(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,     \
+                                  int n, int nt) {                                                             \
+        minfer_mmq_body<T, 4, 2, true>(out, a, w, bias, k, n, nt, MINFER_MMQ_DYN);                             \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                   \
+        minfer_mmq_##name##_async_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, \
+                                      int n, int nt) {                                                         \
+        minfer_mmq_body<T, 2, 2, true>(out, a, w, bias, k, n, nt, MINFER_MMQ_DYN);                             \
     }
 
 MINFER_MMQ_KERNEL(q8_0, MINFER_T_Q8_0)

@@ -387,6 +387,11 @@ var registry = []Lever{
 		Tolerance: TolActQuant, Workload: "qwen2-0.5b:Q8_0",
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM",
 			[]string{"minfer_mmq_q*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
+	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
+		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1"},
+		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the async MMQ kernels (minfer_mmq_<type>_async*) only with the lever on; off, the plain minfer_mmq_<type>",
+			[]string{"minfer_mmq_q*_async*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
 		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0",
 		// With MMQ on (the default) every quantized prefill matmul runs
@@ -709,6 +714,7 @@ type Config struct {
 	NoPrefillCapture bool
 	NoPinnedReadback bool
 	MMQ              bool
+	MMQAsync         bool
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -848,6 +854,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoPrefillCapture = on("MINFER_NO_PREFILL_CAPTURE")
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
+	c.MMQAsync = on("MINFER_MMQ_ASYNC")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")

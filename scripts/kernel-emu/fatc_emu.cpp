@@ -15,7 +15,6 @@
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
-inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline __half __float2half(float f) { _Float16 h = (_Float16)f; __half r; memcpy(&r.x, &h, 2); return r; }
 inline __half __float2half_rn(float f) { return __float2half(f); }
 inline unsigned short __half_as_ushort(__half h) { return h.x; }

@@ -85,4 +85,7 @@ inline void check_range(const void* p, size_t n) {
 template <class T> inline T __ldg(const T* p) { check_range(p, sizeof(T)); return *p; }
 using std::min; using std::max;
 inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+inline float __int2float_rn(int i) { volatile float r = (float)i; return r; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline unsigned int __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }

@@ -120,9 +120,10 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
 // 16 bytes (or zeros, src_bytes 0) are read at issue and land in shared
 // memory only at a cp_async_wait that completes its group, so a kernel that
 // reads a buffer before its copies' wait (and barrier) reads stale data
-// here too.
+// here too. minfer_mmq_cp16 (mmq.cu) reads src_bytes 0..16 and zero-fills
+// the rest, from a 16-byte aligned source.
 struct CpAsyncCopy {
-    __half* dst;
+    void* dst;
     unsigned char bytes[16];
     int group;
 };
@@ -139,6 +140,16 @@ inline void cp_async16(__half* dst, const uint8_t* src, int src_bytes) {
     cp_pending.push_back(c);
 }
 inline void cp_async_commit() { cp_open_group++; }
+inline void minfer_mmq_cp16(uint8_t* dst, const uint8_t* src, int src_bytes) {
+    if (src_bytes < 0 || src_bytes > 16 || ((uintptr_t)src & 15) != 0 || ((uintptr_t)dst & 15) != 0) abort();
+    CpAsyncCopy c{dst, {}, cp_open_group};
+    if (src_bytes > 0) {
+        check_range(src, (size_t)src_bytes);
+        memcpy(c.bytes, src, (size_t)src_bytes);
+    }
+    cp_pending.push_back(c);
+}
+inline void minfer_mmq_cp_commit() { cp_open_group++; }
 template <int N> inline void cp_async_wait() {
     std::vector<CpAsyncCopy> keep;
     for (auto& c : cp_pending) {
@@ -146,4 +157,50 @@ template <int N> inline void cp_async_wait() {
         else keep.push_back(c);
     }
     cp_pending.swap(keep);
+}
+inline void minfer_mmq_cp_wait_all() { cp_async_wait<0>(); }
+
+// The int8 MMAs of mmq.cu (mma.sync m16n8k32 and m16n8k16, .s8.s8.s32,
+// row.col, zero accumulator) for the calling warp, with the PTX ISA's
+// fragment layouts: lane L (g = L / 4, t = L % 4) holds A (16 x K, row-major)
+// bytes [g][4t..4t+3] in a0, [g+8][..] in a1 and, for K = 32, [g][16+4t..]
+// in a2, [g+8][16+4t..] in a3; B (K x 8) bytes [4t..4t+3][g] in b0 and,
+// for K = 32, [16+4t..][g] in b1; C [g][2t, 2t+1] in c0, c1 and
+// [g+8][2t, 2t+1] in c2, c3. Exact int32 sums.
+inline void mma_s8_emu(int c[4], const uint32_t a[4], const uint32_t b[2], int kdim) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    uint32_t (*m)[6] = tw->mma;
+    __syncwarp();
+    for (int i = 0; i < 4; i++) m[lane][i] = a[i];
+    for (int i = 0; i < 2; i++) m[lane][4 + i] = b[i];
+    __syncwarp();
+    int8_t A[16][32] = {}, B[32][8] = {};
+    for (int L = 0; L < 32; L++) {
+        const int lg = L >> 2, lt = L & 3;
+        for (int e = 0; e < 4; e++) {
+            A[lg][4 * lt + e] = (int8_t)(m[L][0] >> (8 * e));
+            A[lg + 8][4 * lt + e] = (int8_t)(m[L][1] >> (8 * e));
+            B[4 * lt + e][lg] = (int8_t)(m[L][4] >> (8 * e));
+            if (kdim == 32) {
+                A[lg][16 + 4 * lt + e] = (int8_t)(m[L][2] >> (8 * e));
+                A[lg + 8][16 + 4 * lt + e] = (int8_t)(m[L][3] >> (8 * e));
+                B[16 + 4 * lt + e][lg] = (int8_t)(m[L][5] >> (8 * e));
+            }
+        }
+    }
+    __syncwarp();
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        int s = 0;
+        for (int k = 0; k < kdim; k++) s += (int)A[r][k] * (int)B[k][col];
+        c[i] = s;
+    }
+}
+inline void minfer_mmq_mma_k32(int c[4], const int a[4], int b0, int b1) {
+    const uint32_t av[4] = {(uint32_t)a[0], (uint32_t)a[1], (uint32_t)a[2], (uint32_t)a[3]}, bv[2] = {(uint32_t)b0, (uint32_t)b1};
+    mma_s8_emu(c, av, bv, 32);
+}
+inline void minfer_mmq_mma_k16(int c[4], int a0, int a1, int b0) {
+    const uint32_t av[4] = {(uint32_t)a0, (uint32_t)a1, 0, 0}, bv[2] = {(uint32_t)b0, 0};
+    mma_s8_emu(c, av, bv, 16);
 }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# mmq-emu.sh: a CPU check of the async prefill MMQ kernels
+# (MINFER_MMQ_ASYNC) without a GPU: g++ compiles cuda/kernels/mmq.cu against
+# an emulation of the CUDA built-ins, of the int8 mma.sync and of cp.async
+# (include/cuda_fp16.h, include/mma.h) and requires minfer_mmq_<type>_async_r64
+# bitwise equal to minfer_mmq_<type>_r64 for every weight type (mmq_emu.cpp).
+# The device test (cuda/mmq_device_test.go) remains the bar on the H200.
+#
+#   scripts/kernel-emu/mmq-emu.sh             the kernels as they are
+#   scripts/kernel-emu/mmq-emu.sh --plant X   a copy of mmq.cu with a planted
+#       defect, which the check must catch (exit 1):
+#       wait    a stage is unpacked before its copies are waited for
+#       tail    each span's last 16-byte chunk is not copied
+#       mod16   the staged address ignores the span's offset mod 16
+#       next    the next stage is copied from the current stage's blocks
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+kern="$here/../../cuda/kernels"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=plant.sh
+source "$here/plant.sh"
+if [[ "${1:-}" == "--plant" ]]; then
+    case "${2:-}" in
+    wait) from='minfer_mmq_cp_wait_all(); // this thread'; to='// (planted: no wait)' ;;
+    tail) from='if (src >= g1) continue;'; to='if (src + 16 >= g1) continue;' ;;
+    mod16) from='return dst + (reinterpret_cast<uintptr_t>(g0) & 15) + (g - g0);'; to='return dst + (g - g0);' ;;
+    next) from='n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);'; to='n0, n, m0, nt, k0, kbEnd);' ;;
+    *) echo "usage: $0 [--plant wait|tail|mod16|next]" >&2; exit 2 ;;
+    esac
+    plant_defect mmq.cu "$2" "$from" "$to"
+fi
+g++ -std=c++20 -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-unused-variable -I"$here/include" -I"$kern" \
+    -include "$here/include/cuda_fp16.h" -include "$here/include/mma.h" "$here/mmq_emu.cpp" -o "$tmp/mmq_emu" -pthread
+"$tmp/mmq_emu"

@@ -1,0 +1,121 @@
+// mmq_emu.cpp: runs the prefill MMQ kernels (cuda/kernels/mmq.cu) of every
+// weight type on the CPU through include/cuda_fp16.h and include/mma.h (the
+// int8 mma.sync and cp.async emulated with the PTX ISA's layouts and
+// semantics), the plain 64-row tile (minfer_mmq_<type>_r64, H200-verified)
+// against its async variant (minfer_mmq_<type>_async_r64, MINFER_MMQ_ASYNC),
+// and requires every output bitwise equal (Q8_0's plain output also within
+// f32 rounding of the sum in double, a check of the emulation). The shapes leave partial row and
+// token tiles and (small types) a partial last stage; weight and activation
+// rows start at every address mod 16 the type's alignment allows, and each
+// weight ends where a PROT_NONE page begins, so a copy that reads past a
+// span's end faults. Exits 1 on any difference.
+#include "mmq.cu"
+#include <random>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "emu_launch.h"
+
+// at_guard returns n bytes that end extra bytes before a PROT_NONE page,
+// and registers the 16-byte aligned range around them (an allocation is
+// at least 16-byte aligned, so the kernels may read there).
+static uint8_t* at_guard(size_t n, size_t extra) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t body = (n + extra + 16 + pg - 1) / pg * pg;
+    uint8_t* base = (uint8_t*)mmap(nullptr, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED || mprotect(base + body, pg, PROT_NONE) != 0) { perror("mmap"); exit(2); }
+    uint8_t* p = base + body - extra - n;
+    uint8_t* lo = (uint8_t*)((uintptr_t)p & ~(uintptr_t)15);
+    g_ranges.push_back({lo, (size_t)(base + body - lo)});
+    return p;
+}
+
+static std::mt19937 rng(11);
+static uint16_t f16r() { return (uint16_t)((rng() & 1) << 15 | (8 + rng() % 10) << 10 | (rng() % 1024)); }
+static void put16(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
+
+struct Type {
+    const char* name;
+    int bs, bb, align;
+    std::vector<int> f16; // offsets of the block's f16 scales
+    void (*plain)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
+    void (*async)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
+};
+
+static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra) {
+    const size_t rowBytes = (size_t)(k / t.bs) * t.bb, kblocks = k / 32, actRow = kblocks * 36;
+    uint8_t* w = at_guard(rowBytes * n, wextra);
+    for (size_t i = 0; i < rowBytes * n; i++) w[i] = rng();
+    for (size_t b = 0; b < rowBytes * n / t.bb; b++)
+        for (int o : t.f16) put16(w + b * t.bb + o, f16r());
+    uint8_t* a = at_guard(actRow * nt, aextra);
+    for (size_t i = 0; i < actRow * nt; i++) a[i] = rng();
+    for (size_t b = 0; b < kblocks * nt; b++) put16(a + b * 36, f16r());
+    std::vector<float> bias(n);
+    for (auto& x : bias) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
+    std::vector<float> o1((size_t)nt * n, -7.0f), o2((size_t)nt * n, -9.0f);
+    const int gx = (n + MINFER_MMQ_ROWS_SMALL - 1) / MINFER_MMQ_ROWS_SMALL, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
+    launch_xy(gx, gy, [&] { t.plain(o1.data(), a, w, bias.data(), k, n, nt); });
+    launch_xy(gx, gy, [&] { t.async(o2.data(), a, w, bias.data(), k, n, nt); });
+    int bad = 0;
+    if (t.bs == 32 && t.bb == 34) {
+        // Q8_0: the plain kernel against the sum in double (checks the int8
+        // mma emulation's layouts: a wrong one is off by far more than f32
+        // rounding).
+        for (int tok = 0; tok < nt; tok++)
+            for (int row = 0; row < n; row++) {
+                double ref = bias[row], mag = fabs(bias[row]);
+                for (size_t b = 0; b < kblocks; b++) {
+                    const uint8_t* wb = w + row * rowBytes + b * 34;
+                    const uint8_t* ab = a + tok * actRow + b * 36;
+                    uint16_t dw, da;
+                    memcpy(&dw, wb, 2);
+                    memcpy(&da, ab, 2);
+                    long dot = 0;
+                    for (int i = 0; i < 32; i++) dot += (long)(int8_t)wb[2 + i] * (int8_t)ab[4 + i];
+                    const double term = (double)__half2float(__half{dw}) * __half2float(__half{da}) * dot;
+                    ref += term;
+                    mag += fabs(term);
+                }
+                const double got = o1[(size_t)tok * n + row];
+                if (fabs(got - ref) > 1e-5 * mag + 1e-30) {
+                    if (bad < 4) fprintf(stderr, "Q8_0 plain out[%d][%d] %.9g, double reference %.9g\n", tok, row, got, ref);
+                    bad++;
+                }
+            }
+    }
+    for (size_t i = 0; i < o1.size(); i++) {
+        if (memcmp(&o1[i], &o2[i], 4) != 0) {
+            if (bad < 4) fprintf(stderr, "%s k=%d n=%d nt=%d w+%zu a+%zu: out[%zu] (token %zu, row %zu) plain %.9g async %.9g\n", t.name, k, n, nt,
+                                 (size_t)((uintptr_t)w & 15), (size_t)((uintptr_t)a & 15), i, i / n, i % n, o1[i], o2[i]);
+            bad++;
+        }
+    }
+    printf("%-5s k=%-4d n=%d nt=%d weight at +%-2zu act at +%-2zu: %s (%zu outputs)\n", t.name, k, n, nt, (size_t)((uintptr_t)w & 15),
+           (size_t)((uintptr_t)a & 15), bad ? "DIFFER" : "bitwise equal", o1.size());
+    return bad ? 1 : 0;
+}
+
+#define T(name, ty, bs, bb, al, ...) \
+    Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64}
+
+int main() {
+    const Type types[] = {
+        T(q8_0, Q8_0, 32, 34, 2, {0}),          T(q4_0, Q4_0, 32, 18, 2, {0}),
+        T(q4_1, Q4_1, 32, 20, 4, {0, 2}),       T(q5_0, Q5_0, 32, 22, 2, {0}),
+        T(q5_1, Q5_1, 32, 24, 4, {0, 2}),       T(q4_k, Q4_K, 256, 144, 4, {0, 2}),
+        T(q5_k, Q5_K, 256, 176, 4, {0, 2}),     T(q6_k, Q6_K, 256, 210, 2, {208}),
+    };
+    int fails = 0;
+    for (const Type& t : types) {
+        const int k = t.bs == 32 ? 192 : 512; // small types: a partial last stage (6 blocks)
+        fails += run(t, k, 70, 67, 0, 0);
+        fails += run(t, k, 66, 9, (size_t)(t.align == 4 ? 4 : 6), 4); // other starts mod 16
+    }
+    if (fails) {
+        fprintf(stderr, "mmq-emu: %d of %zu cases differ\n", fails, 2 * sizeof types / sizeof types[0]);
+        return 1;
+    }
+    printf("mmq-emu: every async output is bitwise the plain kernel's\n");
+    return 0;
+}
