@@ -350,14 +350,8 @@ func TestRun_WorkloadFlagRunsOnTheDeclaredWorkload(t *testing.T) {
 // (parity and greedy on the model itself), the same type the model as given.
 func TestRun_CorrectnessModelFitsTheRunsModel(t *testing.T) {
 	bin := fakeMinfer(t)
-	dir, synth := t.TempDir(), t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	synth := t.TempDir()
+	write := fakeModelWriter(t)
 	cm := write("trained-Q8_0.gguf", "GGUF fake qwen2-trained Q8_0 seed 0")
 	for _, c := range []struct{ model, want string }{
 		{write("m-q4km.gguf", "GGUF fake qwen2-0.5b Q4_K_M seed 1"), "-as-Q4_K_M.gguf"},
@@ -392,14 +386,8 @@ func TestRun_CorrectnessModelFitsTheRunsModel(t *testing.T) {
 // model and the report's parity and greedy evidence says so.
 func TestRun_CorrectnessModelOfTheRunsArchitectureIsTaken_ElseTheReportSaysSo(t *testing.T) {
 	bin := fakeMinfer(t)
-	dir, synth := t.TempDir(), t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	synth := t.TempDir()
+	write := fakeModelWriter(t)
 	cm2 := write("trained2-Q8_0.gguf", "GGUF fake qwen2-trained Q8_0 seed 0")
 	cm3 := write("trained3-Q8_0.gguf", "GGUF fake qwen3-trained Q8_0 seed 0")
 	model := write("m-qwen3.gguf", "GGUF fake qwen3-0.6b Q8_0 seed 1")
@@ -440,5 +428,20 @@ func TestRun_CorrectnessModelOfTheRunsArchitectureIsTaken_ElseTheReportSaysSo(t 
 				}
 			}
 		}
+	}
+}
+
+// fakeModelWriter returns a writer of fake model files (the fake minfer
+// reads "GGUF fake SHAPE TYPE ..." as the model's architecture and type)
+// into a temporary folder.
+func fakeModelWriter(t *testing.T) func(name, body string) string {
+	dir := t.TempDir()
+	return func(name, body string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 }

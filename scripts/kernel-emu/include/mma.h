@@ -65,13 +65,21 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment
 // D [g][2t, 2t+1] in d[0..1] and [g+8][2t, 2t+1] in d[2..3]; each 32-bit
 // word two f16, the lower index in the low half. Sums in f32 in k order.
 inline float mma_half(uint32_t w, int hi) { return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff))); }
-inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+// mma_gather publishes the calling lane's A and B fragment words to its
+// warp and returns the slots every lane's words are in, [lane][a0..a3,
+// b0, b1] (valid until the caller's next __syncwarp).
+inline uint32_t (*mma_gather(const uint32_t a[4], const uint32_t b[2]))[6] {
+    const int lane = threadIdx.x & 31;
     uint32_t (*m)[6] = tw->mma;
     __syncwarp();
     for (int i = 0; i < 4; i++) m[lane][i] = a[i];
     for (int i = 0; i < 2; i++) m[lane][4 + i] = b[i];
     __syncwarp();
+    return m;
+}
+inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    uint32_t (*m)[6] = mma_gather(a, b);
     float A[16][16], B[16][8];
     for (int L = 0; L < 32; L++) {
         const int lg = L >> 2, lt = L & 3;
@@ -169,11 +177,7 @@ inline void minfer_mmq_cp_wait_all() { cp_async_wait<0>(); }
 // [g+8][2t, 2t+1] in c2, c3. Exact int32 sums.
 inline void mma_s8_emu(int c[4], const uint32_t a[4], const uint32_t b[2], int kdim) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    uint32_t (*m)[6] = tw->mma;
-    __syncwarp();
-    for (int i = 0; i < 4; i++) m[lane][i] = a[i];
-    for (int i = 0; i < 2; i++) m[lane][4 + i] = b[i];
-    __syncwarp();
+    uint32_t (*m)[6] = mma_gather(a, b);
     int8_t A[16][32] = {}, B[32][8] = {};
     for (int L = 0; L < 32; L++) {
         const int lg = L >> 2, lt = L & 3;
