@@ -269,17 +269,44 @@ func (h *candHeap) Pop() any {
 
 // Argmax returns the id of the largest logit, the lowest id on ties; NaN
 // never wins unless every value is NaN (then 0). An empty row gives -1.
+//
+// Two passes: the largest non-NaN value with four independent running
+// maxima (one compare chain through 152K logits is latency-bound), then the
+// first id that holds it.
 func Argmax(logits []float32) int32 {
 	if len(logits) == 0 {
 		return -1
 	}
-	best := 0
-	for i := 1; i < len(logits); i++ {
-		if logits[i] > logits[best] || (logits[best] != logits[best] && logits[i] == logits[i]) {
-			best = i
+	ninf := float32(math.Inf(-1))
+	m0, m1, m2, m3 := ninf, ninf, ninf, ninf // a NaN compares false and never replaces one
+	i := 0
+	for ; i+4 <= len(logits); i += 4 {
+		l := logits[i : i+4 : i+4]
+		if l[0] > m0 {
+			m0 = l[0]
+		}
+		if l[1] > m1 {
+			m1 = l[1]
+		}
+		if l[2] > m2 {
+			m2 = l[2]
+		}
+		if l[3] > m3 {
+			m3 = l[3]
 		}
 	}
-	return int32(best)
+	for ; i < len(logits); i++ {
+		if logits[i] > m0 {
+			m0 = logits[i]
+		}
+	}
+	m := max(m0, m1, m2, m3)
+	for j, v := range logits {
+		if v == m {
+			return int32(j)
+		}
+	}
+	return 0 // every value NaN
 }
 
 // Top2Margin returns the two best ids (ties to the lower id, as Argmax) and

@@ -316,3 +316,73 @@ func TestSetRNG_ContinuesTheSameSequence(t *testing.T) {
 		t.Fatal("the state did not move with the draws")
 	}
 }
+
+// argmaxOneChain is Argmax's contract written as one compare chain (the
+// implementation before the four-lane form): the lowest id of the largest
+// non-NaN logit, 0 when every value is NaN, -1 for an empty row.
+func argmaxOneChain(logits []float32) int32 {
+	if len(logits) == 0 {
+		return -1
+	}
+	best := 0
+	for i := 1; i < len(logits); i++ {
+		if logits[i] > logits[best] || (logits[best] != logits[best] && logits[i] == logits[i]) {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// TestArgmax_FourLanesEqualTheOneChainContract: over 4,000 rows of every
+// length 0..67 (each lane and tail position) and some vocabulary sizes,
+// drawn from a small pool so ties are common, with NaN, ±Inf and ±0, the
+// four-lane Argmax gives the one-chain answer.
+func TestArgmax_FourLanesEqualTheOneChainContract(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	pool := []float32{nan, inf, -inf, 0, float32(math.Copysign(0, -1)), 1, 1, -1, 2.5, 2.5, -3, 7}
+	r := rand.New(rand.NewPCG(5, 9))
+	for i := range 4000 {
+		n := i % 68
+		if i%400 == 399 {
+			n = []int{151936, 152064, 1001}[i/400%3]
+		}
+		row := make([]float32, n)
+		for j := range row {
+			if i%3 == 0 {
+				row[j] = pool[r.IntN(len(pool))]
+			} else {
+				row[j] = float32(r.NormFloat64())
+				if r.IntN(50) == 0 {
+					row[j] = pool[r.IntN(len(pool))]
+				}
+			}
+		}
+		if got, want := Argmax(row), argmaxOneChain(row); got != want {
+			t.Fatalf("row %d (len %d): Argmax %d, the one-chain contract %d: %v", i, n, got, want, row)
+		}
+	}
+}
+
+func BenchmarkArgmax(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	row := make([]float32, 151936)
+	for i := range row {
+		row[i] = float32(r.NormFloat64())
+	}
+	for b.Loop() {
+		Argmax(row)
+	}
+}
+
+// BenchmarkArgmaxOneChain is the contract's single compare chain, for
+// comparison with BenchmarkArgmax on the same row.
+func BenchmarkArgmaxOneChain(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	row := make([]float32, 151936)
+	for i := range row {
+		row[i] = float32(r.NormFloat64())
+	}
+	for b.Loop() {
+		argmaxOneChain(row)
+	}
+}

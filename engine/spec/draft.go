@@ -3,7 +3,8 @@ package spec
 import (
 	"errors"
 	"fmt"
-	"math"
+
+	"github.com/minfer-go/minfer/engine/sample"
 )
 
 // DraftLM is what a model drafter needs of its engine (model.Engine).
@@ -56,7 +57,7 @@ func (m *Model) Draft(ctx []int32, k int) ([]int32, error) {
 	m.held = append(m.held, ctx[p:]...)
 	var out []int32
 	for i := 0; i < k; i++ {
-		t := argmax(logits)
+		t := sample.Argmax(logits)
 		out = append(out, t)
 		if i == k-1 {
 			break
@@ -75,21 +76,6 @@ func (m *Model) Draft(ctx []int32, k int) ([]int32, error) {
 func (m *Model) resync() {
 	m.lm.Reset()
 	m.held = m.held[:0]
-}
-
-// argmax is the first index of the largest logit (NaN never wins), the
-// greedy choice of engine/sample.
-func argmax(xs []float32) int32 {
-	best := -1
-	for i, v := range xs {
-		if math.IsNaN(float64(v)) {
-			continue
-		}
-		if best < 0 || v > xs[best] {
-			best = i
-		}
-	}
-	return int32(max(best, 0))
 }
 
 // Lookup drafts by prompt lookup: it finds the latest earlier occurrence

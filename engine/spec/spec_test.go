@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/engine/sample"
 )
 
 // fakeLM is a deterministic language model over a small vocabulary: the
@@ -83,7 +85,7 @@ func plain(t *testing.T, m *fakeLM, prompt []int32, n int) []int32 {
 	}
 	var out []int32
 	for {
-		out = append(out, argmax(logits))
+		out = append(out, sample.Argmax(logits))
 		if len(out) == n {
 			return out
 		}
@@ -106,11 +108,11 @@ func drafted(t *testing.T, m *fakeLM, d Drafter, opts Options, prompt []int32, n
 	if err != nil {
 		t.Fatal(err)
 	}
-	hist := append(slices.Clone(prompt), argmax(logits))
+	hist := append(slices.Clone(prompt), sample.Argmax(logits))
 	out := hist[len(prompt):]
 	for len(out) < n {
 		more := true
-		err := dec.Step(hist, n-len(out), func(row []float32) int32 { return argmax(row) }, func(id int32) (bool, error) {
+		err := dec.Step(hist, n-len(out), func(row []float32) int32 { return sample.Argmax(row) }, func(id int32) (bool, error) {
 			hist = append(hist, id)
 			out = hist[len(prompt):]
 			more = len(out) < n
@@ -227,7 +229,7 @@ func TestStep_StaysInsideTheContext(t *testing.T) {
 	full := newFakeLM(nv, 4)
 	dec, _ := New(full, oracle, Options{K: 2, NVocab: nv})
 	full.Forward([]int32{1, 2, 3, 4}, false)
-	err := dec.Step([]int32{1, 2, 3, 4, 5}, 3, argmax, func(int32) (bool, error) { return true, nil })
+	err := dec.Step([]int32{1, 2, 3, 4, 5}, 3, sample.Argmax, func(int32) (bool, error) { return true, nil })
 	if err == nil || !strings.Contains(err.Error(), "full") {
 		t.Errorf("a step on a full context: %v", err)
 	}
@@ -243,17 +245,17 @@ func TestStep_BadCallsAreErrors(t *testing.T) {
 	}
 	dec, _ := New(m, DefaultLookup(), Options{K: 2, NVocab: 10})
 	m.Forward([]int32{1, 2}, false)
-	if err := dec.Step([]int32{1, 2}, 2, argmax, nil); err == nil {
+	if err := dec.Step([]int32{1, 2}, 2, sample.Argmax, nil); err == nil {
 		t.Error("a context that does not end in one unforwarded token accepted")
 	}
 	long := fixedDraft(func(_ []int32, k int) []int32 { return make([]int32, k+1) })
 	dec, _ = New(m, long, Options{K: 2, NVocab: 10})
-	if err := dec.Step([]int32{1, 2, 3}, 5, argmax, func(int32) (bool, error) { return true, nil }); err == nil {
+	if err := dec.Step([]int32{1, 2, 3}, 5, sample.Argmax, func(int32) (bool, error) { return true, nil }); err == nil {
 		t.Error("a drafter that proposed more than asked was not refused")
 	}
 	stop := errors.New("stop")
 	dec, _ = New(m, DefaultLookup(), Options{K: 2, NVocab: 10})
-	if err := dec.Step([]int32{1, 2, 3}, 5, argmax, func(int32) (bool, error) { return false, stop }); !errors.Is(err, stop) {
+	if err := dec.Step([]int32{1, 2, 3}, 5, sample.Argmax, func(int32) (bool, error) { return false, stop }); !errors.Is(err, stop) {
 		t.Errorf("commit's error: %v", err)
 	}
 }
