@@ -51,7 +51,7 @@ func dsSpecGreedy(t *testing.T, e *model.Engine, dec *spec.Decoder, prompt []int
 			continue
 		}
 		err := dec.Step(hist, n-(len(hist)-len(prompt)),
-			func(row []float32) int32 { rows = append(rows, row); return sample.Argmax(row) },
+			func(row []float32) int32 { rows = append(rows, slices.Clone(row)); return sample.Argmax(row) }, // valid until the next step
 			func(id int32) (bool, error) {
 				hist = append(hist, id)
 				return len(hist)-len(prompt) < n, nil

@@ -271,7 +271,9 @@ func generateAfter(e lm, past, ids []int32, smp *sample.Sampler, n, nCtx int, em
 			break
 		}
 		t := time.Now()
-		logits, err = e.Forward([]int32{id}, false)
+		// The sampler is done with this step's row: the next forward
+		// writes over it (no 600 KB allocation a token).
+		logits, err = e.ForwardInto(logits, []int32{id}, false)
 		r.decode += time.Since(t)
 		r.decodeSteps++
 		if err != nil {

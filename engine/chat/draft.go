@@ -28,7 +28,9 @@ func (c *Conversation) answerDrafted(r Reply, id int32, logits []float32, max in
 	commit := func(id int32) (bool, error) {
 		r.IDs = append(r.IDs, id)
 		if keepLogits {
-			r.Logits = append(r.Logits, row)
+			// A drafted step's row is the decoder's buffer, valid until
+			// its next step: keep a copy.
+			r.Logits = append(r.Logits, slices.Clone(row))
 		}
 		if c.tok.IsEOG(id) {
 			r.Stop = StopEOG

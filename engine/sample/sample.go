@@ -107,9 +107,13 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if n == 0 {
 		return -1
 	}
+	greedy := s.p.Greedy || !(s.p.Temp > 0)
+	if greedy && !s.UsesHistory() {
+		return Argmax(logits) // nothing to penalize: read the row in place, no 600 KB copy
+	}
 	s.logits = append(s.logits[:0], logits...)
 	s.penalize(history)
-	if s.p.Greedy || !(s.p.Temp > 0) {
+	if greedy {
 		return Argmax(s.logits)
 	}
 
@@ -179,11 +183,18 @@ func (s *Sampler) softmax(c []cand, inv float64) bool {
 
 // penalize applies the repeat penalty to s.logits, once per distinct token
 // of the window; ids outside the vocabulary are ignored.
-func (s *Sampler) penalize(history []int32) {
+// UsesHistory reports whether Sample reads the history at all (a repeat
+// penalty over a window): without one, a caller need not keep it.
+func (s *Sampler) UsesHistory() bool {
 	pen := s.p.RepeatPenalty
-	if pen == 0 || pen == 1 || s.p.RepeatLastN == 0 || len(history) == 0 {
+	return pen != 0 && pen != 1 && s.p.RepeatLastN != 0
+}
+
+func (s *Sampler) penalize(history []int32) {
+	if !s.UsesHistory() || len(history) == 0 {
 		return
 	}
+	pen := s.p.RepeatPenalty
 	win := history
 	if s.p.RepeatLastN > 0 && len(win) > s.p.RepeatLastN {
 		win = win[len(win)-s.p.RepeatLastN:]

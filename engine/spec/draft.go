@@ -9,7 +9,9 @@ import (
 
 // DraftLM is what a model drafter needs of its engine (model.Engine).
 type DraftLM interface {
-	Forward(tokens []int32, allLogits bool) ([]float32, error)
+	// ForwardInto is Target's: the logits written into dst when it holds
+	// them (the drafter reuses one row).
+	ForwardInto(dst []float32, tokens []int32, allLogits bool) ([]float32, error)
 	Truncate(n int) error
 	Reset()
 }
@@ -22,6 +24,7 @@ type Model struct {
 	lm   DraftLM
 	name string
 	held []int32 // the draft engine's context
+	row  []float32
 }
 
 // NewModel is a drafter on lm (named name in errors and reports). Its
@@ -49,7 +52,7 @@ func (m *Model) Draft(ctx []int32, k int) ([]int32, error) {
 		}
 		m.held = m.held[:p]
 	}
-	logits, err := m.lm.Forward(ctx[p:], false)
+	logits, err := m.lm.ForwardInto(m.row, ctx[p:], false)
 	if err != nil {
 		m.resync()
 		return nil, fmt.Errorf("draft model: forward of %d tokens at %d: %w", len(ctx)-p, p, err)
@@ -62,12 +65,13 @@ func (m *Model) Draft(ctx []int32, k int) ([]int32, error) {
 		if i == k-1 {
 			break
 		}
-		if logits, err = m.lm.Forward([]int32{t}, false); err != nil {
+		if logits, err = m.lm.ForwardInto(logits, []int32{t}, false); err != nil {
 			m.resync()
 			return nil, fmt.Errorf("draft model: forward of draft %d: %w", i+1, err)
 		}
 		m.held = append(m.held, t)
 	}
+	m.row = logits
 	return out, nil
 }
 

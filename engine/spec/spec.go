@@ -25,9 +25,11 @@ import (
 // Target is the model whose output speculative decoding reproduces
 // (model.Engine).
 type Target interface {
-	// Forward appends tokens to the context and returns the logits of the
-	// last position or, with allLogits, of every position (token-major).
-	Forward(tokens []int32, allLogits bool) ([]float32, error)
+	// ForwardInto appends tokens to the context and returns the logits of
+	// the last position or, with allLogits, of every position
+	// (token-major), written into dst when it holds them (the decoder
+	// reuses one buffer: a row of Qwen's vocabulary is 600 KB a step).
+	ForwardInto(dst []float32, tokens []int32, allLogits bool) ([]float32, error)
 	// Truncate cuts the context back to its first n tokens.
 	Truncate(n int) error
 	// Pos is the number of tokens the context holds, NCtx its size.
@@ -102,6 +104,7 @@ type Decoder struct {
 	// planted: AcceptWrongDraft has accepted its one wrong token.
 	planted bool
 	batch   []int32
+	logits  []float32 // the verify forwards' logits, reused step to step
 }
 
 // New is a decoder of target with drafter d.
@@ -143,6 +146,9 @@ func (d *Decoder) K() int { return d.opts.K }
 // there, so it emits between 1 and 1+len(drafts) tokens. Afterwards the
 // target holds ctx and every emitted token but the last (the next step's
 // last token): the cells of rejected drafts are cut off.
+//
+// The rows handed to sample are the decoder's buffer: valid until the next
+// Step (a caller that keeps one clones it).
 //
 // With Options.FixedShape the verify forward has one shape, 1+K tokens
 // (fewer only at the end of the context): a shorter draft is padded. A
@@ -220,12 +226,13 @@ func (d *Decoder) verify(ctx []int32, pos, k, room int) (drafts []int32, logits 
 	for len(d.batch) < shape {
 		d.batch = append(d.batch, d.batch[len(d.batch)-1])
 	}
-	if logits, err = d.target.Forward(d.batch, shape > 1); err != nil {
+	if logits, err = d.target.ForwardInto(d.logits, d.batch, shape > 1); err != nil {
 		return nil, nil, 0, fmt.Errorf("spec: verify forward of %d tokens at position %d: %w", shape, pos, err)
 	}
 	if len(logits)%shape != 0 {
 		return nil, nil, 0, fmt.Errorf("spec: %d logits for %d positions", len(logits), shape)
 	}
+	d.logits = logits
 	d.stats.Forwards++
 	d.stats.Drafted += len(drafts)
 	return drafts, logits, len(logits) / shape, nil

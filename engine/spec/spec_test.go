@@ -21,6 +21,7 @@ type fakeLM struct {
 	ctx      []int32
 	shapes   map[int]int // forwards by number of tokens
 	failAt   int         // Forward fails once the context would pass this (0: never)
+	rows     []*float32  // ForwardInto's returned rows (their first element)
 }
 
 func newFakeLM(nv, nCtx int) *fakeLM { return &fakeLM{nv: nv, nCtx: nCtx, shapes: map[int]int{}} }
@@ -53,6 +54,23 @@ func (m *fakeLM) Forward(tokens []int32, all bool) ([]float32, error) {
 			}
 			out = append(out, m.row(a, t)...)
 		}
+	}
+	return out, nil
+}
+
+// ForwardInto is Forward with the logits copied into dst when it holds
+// them, as model.Engine does; rows records the backing array of every
+// returned row, so a test sees whether its caller reuses one.
+func (m *fakeLM) ForwardInto(dst []float32, tokens []int32, all bool) ([]float32, error) {
+	out, err := m.Forward(tokens, all)
+	if err != nil {
+		return nil, err
+	}
+	if cap(dst) >= len(out) {
+		out = append(dst[:0], out...)
+	}
+	if len(out) > 0 {
+		m.rows = append(m.rows, &out[:1][0])
 	}
 	return out, nil
 }
@@ -361,5 +379,32 @@ func TestScore_VerifyRowsAreThePlainForwardRowsBitwise(t *testing.T) {
 		if !slices.Equal(m.ctx, ids) {
 			t.Errorf("fixed=%v: the target holds %v, want the ids", fixed, m.ctx)
 		}
+	}
+}
+
+// TestDecoder_StepsReuseOneLogitsBuffer: the decoder's verify forwards and
+// the model drafter's forwards each write into one buffer, step after step
+// (a new one only when a larger shape first comes), not a new
+// vocabulary-sized row a forward.
+func TestDecoder_StepsReuseOneLogitsBuffer(t *testing.T) {
+	const nv = 97
+	draftLM := newFakeLM(nv, 256)
+	m := newFakeLM(nv, 256)
+	_, st := drafted(t, m, NewModel(draftLM, "fake"), Options{K: 4, NVocab: nv, FixedShape: true}, []int32{5, 9, 14}, 40)
+	distinct := func(rows []*float32) int {
+		seen := map[*float32]bool{}
+		for _, p := range rows {
+			seen[p] = true
+		}
+		return len(seen)
+	}
+	if st.Forwards < 5 || len(m.rows) != st.Forwards {
+		t.Fatalf("%d verify forwards, %d rows recorded", st.Forwards, len(m.rows))
+	}
+	if d := distinct(m.rows); d > 2 {
+		t.Errorf("the target's %d verify forwards returned %d distinct rows, want at most 2 (the first, one growth)", st.Forwards, d)
+	}
+	if d := distinct(draftLM.rows); len(draftLM.rows) < 5 || d > 2 {
+		t.Errorf("the drafter's %d forwards returned %d distinct rows, want at most 2", len(draftLM.rows), d)
 	}
 }
