@@ -14,12 +14,15 @@ import (
 
 // LM is what a conversation needs of an engine (model.Engine).
 type LM interface {
-	// Forward appends tokens to the context and returns the logits of the
-	// last position.
-	Forward(tokens []int32, allLogits bool) ([]float32, error)
+	// ForwardInto appends tokens to the context and returns the logits of
+	// the last position (every position with allLogits), written into dst
+	// when it holds them (an answer's steps reuse one row).
+	ForwardInto(dst []float32, tokens []int32, allLogits bool) ([]float32, error)
 	Tokenizer() *tokenizer.Tokenizer
-	// Tokens are the ids in the KV cache, NCtx its size.
+	// Tokens are the ids in the KV cache (a copy), Pos their number, NCtx
+	// its size.
 	Tokens() []int32
+	Pos() int
 	NCtx() int
 }
 
@@ -65,6 +68,8 @@ type Conversation struct {
 
 	pending []int32   // sampled, not forwarded (at most one token)
 	answer  []int32   // the current answer's tokens, its end-of-turn included
+	row     []float32 // Next's logits, reused step to step
+	masked  []float32 // the IgnoreEOG copy of a step's logits, reused
 	msgs    []Message // the transcript of the turns run here
 	// restored: the context held a conversation before the first turn.
 	restored bool
@@ -272,7 +277,7 @@ func (c *Conversation) prefill(feed []int32) ([]float32, error) {
 	at := 0
 	for _, n := range c.chunks(len(feed)) {
 		var err error
-		if logits, err = c.lm.Forward(feed[at:at+n], false); err != nil {
+		if logits, err = c.lm.ForwardInto(nil, feed[at:at+n], false); err != nil {
 			return nil, fmt.Errorf("chat: prefill of the turn's tokens %d..%d of %d: %w", at, at+n, len(feed), err)
 		}
 		at += n
@@ -309,7 +314,7 @@ func (c *Conversation) warm() error {
 		if n > 1 {
 			fit = append(fit, n)
 		}
-		if _, err := c.lm.Forward(slices.Repeat([]int32{c.imEnd}, n), false); err != nil {
+		if _, err := c.lm.ForwardInto(nil, slices.Repeat([]int32{c.imEnd}, n), false); err != nil {
 			return fmt.Errorf("chat: warm-up forward of %d tokens: %w", n, err)
 		}
 		if err := g.Truncate(held); err != nil {
@@ -322,31 +327,39 @@ func (c *Conversation) warm() error {
 	return nil
 }
 
-// Next forwards the answer's last token and samples the next one. An
-// answer that reaches the end of the context is ErrContextFull: the
-// answer so far stays, nothing is cut.
+// Next forwards the answer's last token and samples the next one. The
+// logits are the conversation's buffer: valid until the next Ask or Next
+// (a caller that keeps them clones them). An answer that reaches the end of
+// the context is ErrContextFull: the answer so far stays, nothing is cut.
 func (c *Conversation) Next() (id int32, logits []float32, err error) {
 	if len(c.pending) != 1 || c.answer == nil {
 		return 0, nil, errors.New("chat: Next before Ask")
 	}
-	if n := len(c.lm.Tokens()); n+1 > c.lm.NCtx() {
+	if n := c.lm.Pos(); n+1 > c.lm.NCtx() {
 		return 0, nil, fmt.Errorf("chat: the answer reached the end of the context of %d tokens after %d tokens: %w", c.lm.NCtx(), len(c.answer), ErrContextFull)
 	}
-	logits, err = c.lm.Forward(c.pending, false)
+	logits, err = c.lm.ForwardInto(c.row, c.pending, false)
 	if err != nil {
 		return 0, nil, fmt.Errorf("chat: decode step %d of the answer: %w", len(c.answer), err)
 	}
+	c.row = logits
 	c.pending = nil
 	return c.sample(logits), logits, nil
 }
 
 // sample draws the next answer token (history: the whole conversation, for
-// the repeat penalty) and keeps it pending.
+// the repeat penalty, copied only when the sampler reads it) and keeps it
+// pending.
 func (c *Conversation) sample(logits []float32) int32 {
 	if c.IgnoreEOG {
-		logits = MaskEOG(c.tok, logits)
+		c.masked = maskEOGInto(c.masked, c.tok, logits)
+		logits = c.masked
 	}
-	id := c.smp.Sample(logits, append(c.lm.Tokens(), c.pending...))
+	var hist []int32
+	if c.smp.UsesHistory() {
+		hist = append(c.lm.Tokens(), c.pending...)
+	}
+	id := c.smp.Sample(logits, hist)
 	c.pending = []int32{id}
 	c.answer = append(c.answer, id)
 	return id
@@ -354,7 +367,12 @@ func (c *Conversation) sample(logits []float32) int32 {
 
 // MaskEOG is a copy of logits with the end-of-generation tokens at -Inf.
 func MaskEOG(tok *tokenizer.Tokenizer, logits []float32) []float32 {
-	out := slices.Clone(logits)
+	return maskEOGInto(nil, tok, logits)
+}
+
+// maskEOGInto is MaskEOG written into dst (grown when short).
+func maskEOGInto(dst []float32, tok *tokenizer.Tokenizer, logits []float32) []float32 {
+	out := append(dst[:0], logits...)
 	for _, e := range tok.EOG() {
 		if int(e) < len(out) {
 			out[e] = float32(math.Inf(-1))
@@ -412,7 +430,7 @@ func (c *Conversation) Turn(user string, max int, keepLogits bool, emit func(int
 	for err == nil {
 		r.IDs = append(r.IDs, id)
 		if keepLogits {
-			r.Logits = append(r.Logits, logits)
+			r.Logits = append(r.Logits, slices.Clone(logits)) // Next's row is reused
 		}
 		if c.tok.IsEOG(id) {
 			r.Stop = StopEOG

@@ -300,11 +300,19 @@ type fakeLM struct {
 	ctx    []int32
 	nCtx   int
 	script []int32
+	rows   []*float32 // ForwardInto's returned rows (their first element)
 }
 
-func (f *fakeLM) Forward(ids []int32, _ bool) ([]float32, error) {
+func (f *fakeLM) ForwardInto(dst []float32, ids []int32, _ bool) ([]float32, error) {
 	f.ctx = append(f.ctx, ids...)
 	out := make([]float32, f.tok.NVocab())
+	if cap(dst) >= len(out) {
+		out = dst[:len(out)]
+		clear(out)
+	}
+	if len(out) > 0 {
+		f.rows = append(f.rows, &out[0])
+	}
 	if len(f.script) > 0 {
 		out[f.script[0]] = 1
 		f.script = f.script[1:]
@@ -313,6 +321,7 @@ func (f *fakeLM) Forward(ids []int32, _ bool) ([]float32, error) {
 }
 func (f *fakeLM) Tokenizer() *tokenizer.Tokenizer { return f.tok }
 func (f *fakeLM) Tokens() []int32                 { return slices.Clone(f.ctx) }
+func (f *fakeLM) Pos() int                        { return len(f.ctx) }
 func (f *fakeLM) NCtx() int                       { return f.nCtx }
 
 func synthTokenizer(t *testing.T) *tokenizer.Tokenizer {
@@ -429,10 +438,10 @@ type capturingLM struct {
 }
 
 func (c *capturingLM) CapturesGraphs() bool { return true }
-func (c *capturingLM) Forward(ids []int32, all bool) ([]float32, error) {
+func (c *capturingLM) ForwardInto(dst []float32, ids []int32, all bool) ([]float32, error) {
 	c.shapes[len(ids)]++
 	c.order = append(c.order, len(ids))
-	return c.Engine.Forward(ids, all)
+	return c.Engine.ForwardInto(dst, ids, all)
 }
 
 // On an engine that captures graphs a conversation warms its shapes first
@@ -468,5 +477,47 @@ func TestConversation_WarmUpOnACapturingEngineKeepsShapesFixedAndAnswersExact(t 
 	}
 	if turns[1].Fed < 32 {
 		t.Errorf("the long turn forwarded %d tokens", turns[1].Fed)
+	}
+}
+
+// TestConversation_AnswerStepsReuseOneLogitsRow: an answer's decode steps
+// (Next) write every step's logits into the row of the step before, and
+// with IgnoreEOG mask into one reused copy: no vocabulary-sized row a token.
+// The logits a turn keeps are still each step's own.
+func TestConversation_AnswerStepsReuseOneLogitsRow(t *testing.T) {
+	tok := synthTokenizer(t)
+	a, b := tok.Encode("a", false)[0], tok.Encode("b", false)[0]
+	script := []int32{a, b, a, b, a, b, a}
+	f := &fakeLM{tok: tok, nCtx: 512, script: script}
+	tm, _ := Recognize(synth.ChatTemplate)
+	c, err := New(f, tm, sample.New(sample.Params{Greedy: true}), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.IgnoreEOG = true
+	r, err := c.Turn("1", len(script), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.IDs) != len(script) || len(f.rows) < len(script) {
+		t.Fatalf("%d tokens, %d forwards", len(r.IDs), len(f.rows))
+	}
+	steps := f.rows[len(f.rows)-(len(script)-1):] // Next's forwards
+	for i, p := range steps[1:] {
+		if p != steps[0] {
+			t.Errorf("answer step %d forwarded into a new row", i+2)
+		}
+	}
+	masked := &c.masked[0]
+	if _, _, _, err := c.Ask("2"); err != nil {
+		t.Fatal(err)
+	}
+	if &c.masked[0] != masked {
+		t.Error("the IgnoreEOG mask was written into a new row")
+	}
+	for i, l := range r.Logits {
+		if got := sample.Argmax(l); got != script[i] {
+			t.Errorf("kept logits of step %d: top %d, want %d (a reused row kept by reference)", i, got, script[i])
+		}
 	}
 }

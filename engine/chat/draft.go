@@ -57,7 +57,8 @@ func (c *Conversation) answerDrafted(r Reply, id int32, logits []float32, max in
 		draw := func(l []float32) int32 {
 			row = l
 			if c.IgnoreEOG {
-				l = MaskEOG(c.tok, l)
+				c.masked = maskEOGInto(c.masked, c.tok, l)
+				l = c.masked
 			}
 			return c.smp.Sample(l, hist)
 		}
@@ -99,7 +100,7 @@ func (c *Conversation) warmVerify() error {
 	if held+n > c.lm.NCtx() {
 		return nil
 	}
-	if _, err := c.lm.Forward(slices.Repeat([]int32{c.imEnd}, n), true); err != nil {
+	if _, err := c.lm.ForwardInto(nil, slices.Repeat([]int32{c.imEnd}, n), true); err != nil {
 		return fmt.Errorf("chat: warm-up of the verify forward of %d tokens: %w", n, err)
 	}
 	if err := g.Truncate(held); err != nil {

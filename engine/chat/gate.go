@@ -185,7 +185,7 @@ func checkFresh(fresh func() (LM, func(), error), t *ReuseTurn, replay []int32, 
 	defer done()
 	smp := sample.New(sample.Params{Greedy: true})
 	history := slices.Clone(replay)
-	got, err := e.Forward(replay, false)
+	got, err := e.ForwardInto(nil, replay, false)
 	for step := 0; step < len(t.Answer); step++ {
 		if err != nil {
 			return fmt.Errorf("fresh engine, answer position %d: %w", step, err)
@@ -231,7 +231,7 @@ func checkFresh(fresh func() (LM, func(), error), t *ReuseTurn, replay []int32, 
 		}
 		t.Compared = step + 1
 		if step+1 < len(t.Answer) {
-			got, err = e.Forward([]int32{id}, false)
+			got, err = e.ForwardInto(nil, []int32{id}, false)
 		}
 	}
 	return nil
