@@ -8,7 +8,7 @@
 #
 #   scripts/kernel-emu/mmq-emu.sh             the kernels as they are
 #   scripts/kernel-emu/mmq-emu.sh --plant X   a copy of mmq.cu with a planted
-#       defect, which the check must catch (exit 1):
+#       defect, which the check must catch (exit 1; Q8_0 and Q4_K, one shape):
 #       wait    a stage is unpacked before its copies are waited for
 #       tail    each span's last 16-byte chunk is not copied
 #       mod16   the staged address ignores the span's offset mod 16
@@ -20,6 +20,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=plant.sh
 source "$here/plant.sh"
+quick=()
 if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     wait) from='minfer_mmq_cp_wait_all(); // this thread'; to='// (planted: no wait)' ;;
@@ -29,7 +30,8 @@ if [[ "${1:-}" == "--plant" ]]; then
     *) echo "usage: $0 [--plant wait|tail|mod16|next]" >&2; exit 2 ;;
     esac
     plant_defect mmq.cu "$2" "$from" "$to"
+    quick=(--quick)
 fi
 g++ -std=c++20 -O1 -ffp-contract=off -Wall -Wno-unknown-pragmas -Wno-unused-function -Wno-unused-variable -I"$here/include" -I"$kern" \
     -include "$here/include/cuda_fp16.h" -include "$here/include/mma.h" "$here/mmq_emu.cpp" -o "$tmp/mmq_emu" -pthread
-"$tmp/mmq_emu"
+"$tmp/mmq_emu" "${quick[@]}"

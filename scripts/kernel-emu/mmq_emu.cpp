@@ -99,7 +99,10 @@ static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra
 #define T(name, ty, bs, bb, al, ...) \
     Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64}
 
-int main() {
+// --quick: Q8_0 and Q4_K, one shape each (the planted-defect runs: a copy
+// defect shows on any type).
+int main(int argc, char** argv) {
+    const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const Type types[] = {
         T(q8_0, Q8_0, 32, 34, 2, {0}),          T(q4_0, Q4_0, 32, 18, 2, {0}),
         T(q4_1, Q4_1, 32, 20, 4, {0, 2}),       T(q5_0, Q5_0, 32, 22, 2, {0}),
@@ -107,13 +110,18 @@ int main() {
         T(q5_k, Q5_K, 256, 176, 4, {0, 2}),     T(q6_k, Q6_K, 256, 210, 2, {208}),
     };
     int fails = 0;
+    int cases = 0;
     for (const Type& t : types) {
+        if (quick && strcmp(t.name, "Q8_0") != 0 && strcmp(t.name, "Q4_K") != 0) continue;
         const int k = t.bs == 32 ? 192 : 512; // small types: a partial last stage (6 blocks)
         fails += run(t, k, 70, 67, 0, 0);
+        cases++;
+        if (quick) continue;
         fails += run(t, k, 66, 9, (size_t)(t.align == 4 ? 4 : 6), 4); // other starts mod 16
+        cases++;
     }
     if (fails) {
-        fprintf(stderr, "mmq-emu: %d of %zu cases differ\n", fails, 2 * sizeof types / sizeof types[0]);
+        fprintf(stderr, "mmq-emu: %d of %d cases differ\n", fails, cases);
         return 1;
     }
     printf("mmq-emu: every async output is bitwise the plain kernel's\n");
