@@ -364,11 +364,7 @@ func TestArgmax_FourLanesEqualTheOneChainContract(t *testing.T) {
 }
 
 func BenchmarkArgmax(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	row := make([]float32, 151936)
-	for i := range row {
-		row[i] = float32(r.NormFloat64())
-	}
+	row := randLogits(2, 151936)
 	for b.Loop() {
 		Argmax(row)
 	}
@@ -377,11 +373,7 @@ func BenchmarkArgmax(b *testing.B) {
 // BenchmarkArgmaxOneChain is the contract's single compare chain, for
 // comparison with BenchmarkArgmax on the same row.
 func BenchmarkArgmaxOneChain(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 2))
-	row := make([]float32, 151936)
-	for i := range row {
-		row[i] = float32(r.NormFloat64())
-	}
+	row := randLogits(2, 151936)
 	for b.Loop() {
 		argmaxOneChain(row)
 	}
