@@ -65,8 +65,8 @@ func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 
 // The launcher's geometry is the kernel's: 64 rows and 128 threads per
 // block, the shared-memory layout of fatc::Geo (pinned bytes, within the
-// H200's 227 KiB opt-in), the f16 mma.sync, ldmatrix and cp.async it
-// issues, and both kernels defined in the source.
+// H200's 227 KiB opt-in), the f16 mma.sync, ldmatrix and cp.async
+// (cpasync.cuh) it issues, and both kernels defined in the source.
 func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	src, err := os.ReadFile("kernels/attn_prefill2.cu")
 	if err != nil {
@@ -74,7 +74,7 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	}
 	for _, re := range []string{
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, NT = %d;`, attnPrefillTCRows, attnPrefill2BN, attnPrefillTCThreads),
-		`KLD = HD \+ 8;`, `TILE = BN \* KLD;`, `BYTES = 2 \* 2 \* TILE \* 2;`, `cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16, %2;`,
+		`KLD = HD \+ 8;`, `TILE = BN \* KLD;`, `BYTES = 2 \* 2 \* TILE \* 2;`, `minfer_cp_async16\(`, `#include "cpasync.cuh"`,
 		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`, `ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16`,
 		`minfer_attn_prefill_tc_hd64\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
 		`minfer_attn_prefill_tc_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`, `minfer_attn_prefill_tc_combine\(`,
@@ -82,6 +82,9 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
 		}
+	}
+	if hdr, err := os.ReadFile("kernels/cpasync.cuh"); err != nil || !regexp.MustCompile(`cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16, %2;`).Match(hdr) {
+		t.Errorf("kernels/cpasync.cuh does not issue cp.async.cg of 16 bytes (%v)", err)
 	}
 	for hd, want := range map[int]int{64: 36864, 128: 69632} {
 		if got := attnPrefillTCSmem(hd); got != want || got > 227<<10 {

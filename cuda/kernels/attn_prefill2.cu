@@ -29,6 +29,7 @@
 // The KV window is read from device memory (graph replay): the grid depends
 // on nt and the heads only, and each block finds its cells at run time.
 #include "common.cuh"
+#include "cpasync.cuh"
 
 // PrefillTile is one block's share of a tiled prefill attention: KV head
 // kvh and the BM query rows from r0 (row R = t * G + g, nrows in all), the
@@ -384,16 +385,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* ro
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
-// cp_async16 copies 16 bytes global -> shared without a register, reading
-// src_bytes of them (0 or 16) and zero-filling the rest; the copies of a
-// thread form a group at cp_async_commit, and cp_async_wait<N> returns
-// when at most the newest N groups are still in flight.
-__device__ __forceinline__ void cp_async16(__half* dst, const uint8_t* src, int src_bytes) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 #endif
 
 // stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
@@ -408,8 +399,8 @@ __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* _
         const int c = c0 + j;
         const bool in = c >= lo && c <= hi;
         const long long src = 2LL * (off + d);
-        cp_async16(k + j * Geo<HD>::KLD + d, mops::kv_row(kreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
-        cp_async16(v + j * Geo<HD>::KLD + d, mops::kv_row(vreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
+        minfer_cp_async16(k + j * Geo<HD>::KLD + d, mops::kv_row(kreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
+        minfer_cp_async16(v + j * Geo<HD>::KLD + d, mops::kv_row(vreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
     }
 }
 
@@ -528,7 +519,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
                        ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
     if (f16x8 && c_first <= c_last) stage_f16<HD>(smem, smem + Gm::TILE, kreg, vreg, row_bytes, off, c_first, lo, hi);
-    if (f16x8) cp_async_commit();
+    if (f16x8) minfer_cp_async_commit();
     for (int c0 = c_first, it = 0; c0 <= c_last; c0 += BN, it++) {
         __half* kb = smem + (it & 1) * 2 * Gm::TILE;
         __half* vb = kb + Gm::TILE;
@@ -539,8 +530,8 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
                 __half* kn = smem + ((it + 1) & 1) * 2 * Gm::TILE;
                 stage_f16<HD>(kn, kn + Gm::TILE, kreg, vreg, row_bytes, off, c0 + BN, lo, hi);
             }
-            cp_async_commit();
-            cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
+            minfer_cp_async_commit();
+            minfer_cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
             stage_pairs<HD>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
         }

@@ -54,6 +54,7 @@
 // are bitwise the plain kernel's.
 //
 // Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async.
+#include "cpasync.cuh"
 #include "dequant.cuh"
 
 #define MINFER_MMQ_ROWS 128      // weight rows per block tile, big variant (4 x 2 warps)
@@ -290,20 +291,6 @@ __device__ __forceinline__ float minfer_mmq_i2f(int c) {
     return __fsub_rn(__int_as_float(c + 0x4B400000), 12582912.0f);
 }
 
-#ifndef MINFER_KERNEL_EMU
-// minfer_mmq_cp16 copies 16 bytes global -> shared without a register,
-// reading src_bytes (0..16) of them from the 16-byte aligned src and
-// zero-filling the rest; a thread's copies form a group at
-// minfer_mmq_cp_commit, and minfer_mmq_cp_wait_all returns when all have
-// landed (for this thread: a barrier makes them visible to the block). The
-// emulation (scripts/kernel-emu/include/mma.h) defines all three.
-__device__ __forceinline__ void minfer_mmq_cp16(uint8_t* dst, const uint8_t* src, int src_bytes) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void minfer_mmq_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void minfer_mmq_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-#endif
 
 // MinferMmqRaw<T>: the async staging of one weight row's stage: its span
 // (small types: the stage's MINFER_MMQ_NB blocks; K-quants: the super-block
@@ -337,6 +324,13 @@ template <int T> struct MinferMmqRaw {
 // which read src_bytes only: never a byte past the span's end, and before
 // its start only bytes of the same 16-byte aligned piece (an allocation is
 // at least 16-byte aligned, so that piece is inside it).
+// minfer_mmq_chunk issues chunk c of the span [g0, g1) copied from its
+// 16-byte aligned start into dst (nothing when the span ends before it).
+__device__ __forceinline__ void minfer_mmq_chunk(uint8_t* dst, const uint8_t* g0, const uint8_t* g1, int c) {
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(g0) & ~(uintptr_t)15) + 16 * c;
+    if (src < g1) minfer_cp_async16(dst, src, min(16, (int)(g1 - src)));
+}
+
 template <int T, int ROWS, int TOKS, int THREADS>
 __device__ __forceinline__ void minfer_mmq_stage_copy(uint8_t* raw, const uint8_t* __restrict__ w,
                                                       const uint8_t* __restrict__ a, size_t rowBytes, size_t actRow,
@@ -346,10 +340,7 @@ __device__ __forceinline__ void minfer_mmq_stage_copy(uint8_t* raw, const uint8_
         const int lr = job / R::chunks, c = job % R::chunks;
         if (n0 + lr >= n) continue;
         const uint8_t* g0 = w + (size_t)(n0 + lr) * rowBytes + R::off(kb);
-        const uint8_t* g1 = g0 + R::bytes(kb, kbEnd);
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(g0) & ~(uintptr_t)15) + 16 * c;
-        if (src >= g1) continue;
-        minfer_mmq_cp16(raw + 16 * (R::chunks * lr + c), src, min(16, (int)(g1 - src)));
+        minfer_mmq_chunk(raw + 16 * (R::chunks * lr + c), g0, g0 + R::bytes(kb, kbEnd), c);
     }
     uint8_t* rawA = raw + 16 * R::chunks * ROWS;
     const int nblk = min(MINFER_MMQ_NB, kbEnd - kb);
@@ -357,10 +348,7 @@ __device__ __forceinline__ void minfer_mmq_stage_copy(uint8_t* raw, const uint8_
         const int lt = job / MINFER_MMQ_ACT_CHUNKS, c = job % MINFER_MMQ_ACT_CHUNKS;
         if (m0 + lt >= nt) continue;
         const uint8_t* g0 = a + (size_t)(m0 + lt) * actRow + (size_t)kb * MINFER_MMQ_Q8_1_BYTES;
-        const uint8_t* g1 = g0 + nblk * MINFER_MMQ_Q8_1_BYTES;
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(g0) & ~(uintptr_t)15) + 16 * c;
-        if (src >= g1) continue;
-        minfer_mmq_cp16(rawA + 16 * (MINFER_MMQ_ACT_CHUNKS * lt + c), src, min(16, (int)(g1 - src)));
+        minfer_mmq_chunk(rawA + 16 * (MINFER_MMQ_ACT_CHUNKS * lt + c), g0, g0 + nblk * MINFER_MMQ_Q8_1_BYTES, c);
     }
 }
 
@@ -420,12 +408,12 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
     const uint8_t* rawA = ASYNC ? raw + 16 * R::chunks * ROWS : nullptr;
     if (ASYNC && kbBegin < kbEnd) {
         minfer_mmq_stage_copy<T, ROWS, TOKS, THREADS>(raw, w, a, rowBytes, actRow, n0, n, m0, nt, kbBegin, kbEnd);
-        minfer_mmq_cp_commit();
+        minfer_cp_async_commit();
     }
 
     for (int k0 = kbBegin; k0 < kbEnd; k0 += MINFER_MMQ_NB) {
         if (ASYNC) {
-            minfer_mmq_cp_wait_all(); // this thread's copies of stage k0 have landed
+            minfer_cp_async_wait<0>(); // this thread's copies of stage k0 have landed
             __syncthreads();          // and every thread's
         }
         // Weight tile: ROWS x NB units; four adjacent threads take the four
@@ -498,7 +486,7 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
             // Every thread has unpacked raw: refill it with the next stage
             // while this one's MMAs run.
             minfer_mmq_stage_copy<T, ROWS, TOKS, THREADS>(raw, w, a, rowBytes, actRow, n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);
-            minfer_mmq_cp_commit();
+            minfer_cp_async_commit();
         }
 
 #pragma unroll

@@ -33,7 +33,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     vfrag) from='b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]}'; to='b0[2] = {b4[0], b4[2]}, b1[2] = {b4[1], b4[3]}' ;;
     f16ld) from='const long long src = 2LL * (off + d);'; to='const long long src = 2LL * off + d;' ;;
     skip) from='sees = !(wlast < c0 ||'; to='sees = !(wlast < c0 + 8 ||' ;;
-    wait) from='cp_async_wait<1>();'; to='cp_async_wait<2>();' ;;
+    wait) from='minfer_cp_async_wait<1>();'; to='minfer_cp_async_wait<2>();' ;;
     split) from='t1 = min(ntiles, t0 + per);'; to='t1 = min(ntiles, t0 + per - 1);' ;;
     combine) from='L = fmaf(rec[sp * stride + ld - 1], expf(ms - M), L);'; to='L += rec[sp * stride + ld - 1];' ;;
     *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip|wait|split|combine]" >&2; exit 2 ;;

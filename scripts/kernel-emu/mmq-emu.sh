@@ -23,8 +23,8 @@ source "$here/plant.sh"
 quick=()
 if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
-    wait) from='minfer_mmq_cp_wait_all(); // this thread'; to='// (planted: no wait)' ;;
-    tail) from='if (src >= g1) continue;'; to='if (src + 16 >= g1) continue;' ;;
+    wait) from='minfer_cp_async_wait<0>(); // this thread'; to='// (planted: no wait)' ;;
+    tail) from='if (src < g1) minfer_cp_async16'; to='if (src + 16 < g1) minfer_cp_async16' ;;
     mod16) from='return dst + (reinterpret_cast<uintptr_t>(g0) & 15) + (g - g0);'; to='return dst + (g - g0);' ;;
     next) from='n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);'; to='n0, n, m0, nt, k0, kbEnd);' ;;
     *) echo "usage: $0 [--plant wait|tail|mod16|next]" >&2; exit 2 ;;

@@ -124,12 +124,11 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
     for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][2 * t][g] | (uint32_t)e[i][2 * t + 1][g] << 16;
 }
 
-// cp.async for the calling thread, asynchronous as on the GPU: a copy's
-// 16 bytes (or zeros, src_bytes 0) are read at issue and land in shared
-// memory only at a cp_async_wait that completes its group, so a kernel that
-// reads a buffer before its copies' wait (and barrier) reads stale data
-// here too. minfer_mmq_cp16 (mmq.cu) reads src_bytes 0..16 and zero-fills
-// the rest, from a 16-byte aligned source.
+// cp.async for the calling thread (cpasync.cuh), asynchronous as on the
+// GPU: a copy's src_bytes (0..16, from a 16-byte aligned source; the rest
+// zeros) are read at issue and land in shared memory only at a
+// minfer_cp_async_wait that completes its group, so a kernel that reads a
+// buffer before its copies' wait (and barrier) reads stale data here too.
 struct CpAsyncCopy {
     void* dst;
     unsigned char bytes[16];
@@ -137,18 +136,7 @@ struct CpAsyncCopy {
 };
 inline thread_local std::vector<CpAsyncCopy> cp_pending;
 inline thread_local int cp_open_group = 0;
-inline void cp_async16(__half* dst, const uint8_t* src, int src_bytes) {
-    CpAsyncCopy c{dst, {}, cp_open_group};
-    if (src_bytes == 16) {
-        check_range(src, 16);
-        memcpy(c.bytes, src, 16);
-    } else if (src_bytes != 0) {
-        abort(); // the kernels copy whole 16-byte pieces or none
-    }
-    cp_pending.push_back(c);
-}
-inline void cp_async_commit() { cp_open_group++; }
-inline void minfer_mmq_cp16(uint8_t* dst, const uint8_t* src, int src_bytes) {
+inline void minfer_cp_async16(void* dst, const void* src, int src_bytes) {
     if (src_bytes < 0 || src_bytes > 16 || ((uintptr_t)src & 15) != 0 || ((uintptr_t)dst & 15) != 0) abort();
     CpAsyncCopy c{dst, {}, cp_open_group};
     if (src_bytes > 0) {
@@ -157,8 +145,8 @@ inline void minfer_mmq_cp16(uint8_t* dst, const uint8_t* src, int src_bytes) {
     }
     cp_pending.push_back(c);
 }
-inline void minfer_mmq_cp_commit() { cp_open_group++; }
-template <int N> inline void cp_async_wait() {
+inline void minfer_cp_async_commit() { cp_open_group++; }
+template <int N> inline void minfer_cp_async_wait() {
     std::vector<CpAsyncCopy> keep;
     for (auto& c : cp_pending) {
         if (c.group < cp_open_group - N) memcpy(c.dst, c.bytes, 16);
@@ -166,7 +154,6 @@ template <int N> inline void cp_async_wait() {
     }
     cp_pending.swap(keep);
 }
-inline void minfer_mmq_cp_wait_all() { cp_async_wait<0>(); }
 
 // The int8 MMAs of mmq.cu (mma.sync m16n8k32 and m16n8k16, .s8.s8.s32,
 // row.col, zero accumulator) for the calling warp, with the PTX ISA's
