@@ -22,7 +22,7 @@ func newSynthCmd(_ *app) *cobra.Command {
 		Short: "write a deterministic synthetic Qwen2/Qwen3 model at a real shape",
 		Long: "Write a deterministic synthetic model: real tensor names, shapes and metadata, weights drawn\n" +
 			"from the seed. --type takes a weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, ...: every\n" +
-			"matrix gets it, 1-D tensors stay F32) or a mix of the reference quantize tool (Q4_K_M, Q5_K_M).",
+			"matrix gets it, 1-D tensors stay F32) or a mix of the reference quantize tool (Q4_K_M, Q5_K_M), or MIX: every weight type, cycled by block (kernel coverage).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if list {
@@ -60,7 +60,7 @@ func newSynthCmd(_ *app) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&shape, "shape", synth.DefaultShape, "model shape (see --list)")
-	fl.StringVar(&typ, "type", "F16", "weight type or mix (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M)")
+	fl.StringVar(&typ, "type", "F16", "weight type or mix (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M, MIX)")
 	fl.Uint64Var(&seed, "seed", synth.DefaultSeed, "weight generator seed")
 	fl.StringVarP(&out, "output", "o", "", "the GGUF file to write (required unless --list)")
 	fl.StringVar(&vocabFrom, "vocab-from", "", "copy the tokenizer from this GGUF (padded to the shape's vocabulary)")

@@ -35,6 +35,18 @@ var ftypes = []FType{
 	{"Q5_K_M", 17, quant.Q5_K},
 	{"Q6_K", 18, quant.Q6_K},
 	{"BF16", 32, quant.BF16},
+	// MIX is minfer's own: no reference file type. Its blocks cycle through
+	// every weight type minfer runs (mixTypes), so one workload reaches every
+	// kernel family (issue 25's nvcc-against-NVRTC A/Bs). The number is
+	// outside the reference's range (its LLAMA_FTYPE_GUESSED is 1024).
+	{"MIX", 2048, quant.Q8_0},
+}
+
+// mixTypes is the cycle of MIX: block N's matrices get mixTypes[N %
+// len(mixTypes)] (then Fallback where the row length does not fit).
+var mixTypes = []quant.Type{
+	quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0,
+	quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.F16, quant.BF16, quant.F32,
 }
 
 // aliases of the reference tool's command line.
@@ -44,7 +56,7 @@ var aliases = map[string]string{"Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
 func FTypes() []FType { return append([]FType(nil), ftypes...) }
 
 // ParseFType maps a name such as "Q4_K_M", "q8_0" or "Q4_K" (alias of
-// Q4_K_M) to its FType.
+// Q4_K_M) to its FType ("MIX": every weight type, cycled by block).
 func ParseFType(s string) (FType, error) {
 	u := strings.ToUpper(strings.TrimSpace(s))
 	if a, ok := aliases[u]; ok {

@@ -2,6 +2,7 @@ package quantize
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -261,5 +262,39 @@ func TestFile_BadInputIsOneError(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "o.gguf")); err == nil {
 		t.Error("a failed quantize left an output file")
+	}
+}
+
+// MIX is a coverage workload: over the blocks of a model every weight type
+// minfer runs must appear (the cycle), with the row-length fallback applied,
+// and the tensors outside the blocks keep the base type's rules.
+func TestTypeFor_MixCyclesEveryWeightTypeOverTheBlocks(t *testing.T) {
+	hp := model.HParams{NLayer: 28}
+	seen := map[quant.Type]bool{}
+	for layer := range hp.NLayer {
+		name := fmt.Sprintf("blk.%d.ffn_down.weight", layer)
+		got, err := TypeFor(name, []uint64{3072, 1024}, "MIX", hp, layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := mixTypes[layer%len(mixTypes)]; got != want {
+			t.Errorf("%s: %s, want %s", name, got, want)
+		}
+		seen[got] = true
+	}
+	for _, wt := range quant.WeightTypes() {
+		if !seen[wt] {
+			t.Errorf("MIX over 28 blocks never gives %s", wt)
+		}
+	}
+	// A 896-value row cannot hold a K-quant: block 5 (Q4_K) falls back to Q5_0.
+	if got, err := TypeFor("blk.5.attn_q.weight", []uint64{896, 896}, "MIX", hp, 5); err != nil || got != quant.Q5_0 {
+		t.Errorf("blk.5.attn_q of 896: %s, %v; want Q5_0", got, err)
+	}
+	if got, err := TypeFor("output.weight", []uint64{1024, 1000}, "MIX", hp, -1); err != nil || got != quant.Q8_0 {
+		t.Errorf("MIX output: %s, %v; want Q8_0", got, err)
+	}
+	if ft, err := ParseFType("mix"); err != nil || FTypeName(ft.ID) != "MIX" {
+		t.Errorf("ParseFType(mix) = %+v, %v", ft, err)
 	}
 }

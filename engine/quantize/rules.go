@@ -74,6 +74,12 @@ func (ft FType) TypeFor(name string, dims []uint64, hp model.HParams, layer int)
 		return t, nil
 	}
 	nx := dims[0]
+	if ft.Name == "MIX" {
+		if layer >= 0 {
+			t = mixTypes[layer%len(mixTypes)]
+		}
+		return Fallback(name, nx, t)
+	}
 	nLayer := hp.NLayer
 	isOutput := name == "output.weight" || (hp.TiedOutput && name == "token_embd.weight")
 	switch {

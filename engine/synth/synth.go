@@ -47,10 +47,11 @@ const GeneratorVersion = 1
 const LogitStd = 8
 
 // ParseType splits a --type argument into Options.Type or Options.Mix:
-// "Q4_K_M"/"Q5_K_M"/"Q4_K_S"/"Q5_K_S" are mixes, any weight type name is pure.
+// "Q4_K_M"/"Q5_K_M"/"Q4_K_S"/"Q5_K_S" and "MIX" are mixes, any weight type
+// name is pure.
 func ParseType(s string) (t quant.Type, mix string, err error) {
 	u := strings.ToUpper(s)
-	if strings.HasSuffix(u, "_K_M") || strings.HasSuffix(u, "_K_S") {
+	if strings.HasSuffix(u, "_K_M") || strings.HasSuffix(u, "_K_S") || u == "MIX" {
 		ft, err := quantize.ParseFType(u)
 		if err != nil {
 			return 0, "", err
@@ -59,7 +60,7 @@ func ParseType(s string) (t quant.Type, mix string, err error) {
 	}
 	t, err = quant.ParseType(s)
 	if err != nil || !slices.Contains(quant.WeightTypes(), t) {
-		return 0, "", fmt.Errorf("synth: unknown type %q (want a weight type such as F16, Q8_0, Q4_K, or a mix Q4_K_M / Q5_K_M)", s)
+		return 0, "", fmt.Errorf("synth: unknown type %q (want a weight type such as F16, Q8_0, Q4_K, or a mix Q4_K_M / Q5_K_M / MIX)", s)
 	}
 	return t, "", nil
 }
