@@ -125,7 +125,9 @@ func fapSweep(t *testing.T, seed uint64, env []string, check func(t *testing.T, 
 				if err != nil {
 					t.Fatalf("cpu: %v", err)
 				}
-				dev := dsBackend(t, dsLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1"}, env...)...))
+				// The sweep is of the tiled kernels: MINFER_NO_FA_PREFILL is
+				// pinned off (an A/B's arm B may set it for the suite gate).
+				dev := dsBackend(t, dsLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FA_PREFILL=0"}, env...)...))
 				got, err := fapGraphs(t, dev, f, c, d)
 				if err != nil {
 					t.Fatalf("cuda: %v", err)

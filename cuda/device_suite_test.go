@@ -1036,6 +1036,13 @@ func TestTwoEngines_ConcurrentBitwiseEqualToEachAlone(t *testing.T) {
 // mmv kernels that nt 2..8 run).
 var dsNoMMVQ = []string{"MINFER_NO_Q80_MMVQ=1", "MINFER_NO_Q40_MMVQ=1", "MINFER_NO_KQ_MMVQ=1"}
 
+// dsOneWarpDecode pins decode matmuls to the one-warp kernels (no split
+// form, no wide loads). The suite gate runs the device tests under an
+// A/B's arm B settings, which may route decode elsewhere; a test that
+// names the decode kernel it expects in its census sets these (split and
+// wide have tests of their own).
+var dsOneWarpDecode = []string{"MINFER_MMVQ_SPLIT=0", "MINFER_MMVQ_WIDE=0"}
+
 // TestForward_NT3BitwiseEqualsThreeNT1: with the mmvq levers set, nt = 1
 // and nt = 3 go through the same mmv kernels (nt <= 8) and the same
 // attention kernel, so a 3-token forward gives bitwise the logits of three

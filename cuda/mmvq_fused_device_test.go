@@ -337,7 +337,9 @@ func mfCensusDelta(b *Backend, f func()) map[string]int64 {
 // (GEMM); against the CPU (activation-quantization class on both sides)
 // max |diff| / max |cpu| <= 2e-2. Liveness: the census of a fused nt = 1
 // run names minfer_mmvq_qkv_<t> / minfer_mmvq_ffn_<t> when the types
-// match and take mmvq, and no mmvq kernel with the levers set.
+// match and take mmvq, and no mmvq kernel with the levers set. The decode
+// route is pinned to the one-warp kernels (dsOneWarpDecode) that the
+// census names.
 func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(23, 24))
@@ -359,7 +361,7 @@ func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T)
 					}
 					g := &mfGraph{ffn: ffn, k: 256, m: 133, nt: nt}
 					mfWeights(t, r, g, mx.ts...)
-					extra := []string{"MINFER_LAUNCH_CENSUS=1"}
+					extra := append([]string{"MINFER_LAUNCH_CENSUS=1"}, dsOneWarpDecode...)
 					if lever {
 						extra = append(extra, dsNoMMVQ...)
 					}
@@ -517,11 +519,12 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 					switch {
 					case k == quantizeQ8_1Kernel, k == quantizeQ8_1X4Kernel:
 						q += n
-					case strings.HasPrefix(k, "minfer_mmvq_qkv_"), strings.HasPrefix(k, "minfer_mmvq_ffn_"),
-						strings.HasPrefix(k, "minfer_mmvqr_qkv_"), strings.HasPrefix(k, "minfer_mmvqr_ffn_"):
+					// Every decode matmul family counts (one-warp, repacked,
+					// split, wide: whichever route arm B's settings take).
+					case strings.HasPrefix(k, "minfer_mmvq") && (strings.Contains(k, "_qkv_") || strings.Contains(k, "_ffn_")):
 						fused += n
 						mm += n
-					case strings.HasPrefix(k, "minfer_mmvq_"), strings.HasPrefix(k, "minfer_mmvqr_"):
+					case strings.HasPrefix(k, "minfer_mmvq"):
 						mm += n
 					}
 				}

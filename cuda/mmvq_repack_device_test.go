@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -399,10 +400,10 @@ const rpSteps = 8
 // the decode was captured and replayed with it on: the start of the
 // whole-model tests of the levers that must not change a bit. what names
 // the lever-on logits in the messages.
-func rpLeverBitwise(t *testing.T, p, lever, what string) (cOff, cOn map[string]int64, bOff, bOn *Backend) {
+func rpLeverBitwise(t *testing.T, p, lever, what string, pins ...string) (cOff, cOn map[string]int64, bOff, bOn *Backend) {
 	t.Helper()
-	gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, lever+"=0")
-	gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, lever+"=1")
+	gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, append(slices.Clone(pins), lever+"=0")...)
+	gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, append(slices.Clone(pins), lever+"=1")...)
 	for i := range gOff {
 		if bad := rpDiff(t, fmt.Sprintf("step %d logits (%s)", i, what), gOn[i], gOff[i]); bad != 0 {
 			t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(gOff[i]), lever)
@@ -442,7 +443,7 @@ func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 		{"qwen2-0.5b", "Q8_0", "q8_0"}, {"qwen2-0.5b", "Q4_K_M", ""},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on")
+			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on", dsOneWarpDecode...)
 			rOff, _ := rpMatching(cOff, "minfer_mmvqr_*")
 			rOn, namesOn := rpMatching(cOn, "minfer_mmvqr_*")
 			t.Logf("decode launches of minfer_mmvqr_*: off %d, on %d %v; repacked bytes: on %d, off %d",
