@@ -85,7 +85,8 @@ func newNCUCmd() *cobra.Command {
 }
 
 func newSASSDiffCmd() *cobra.Command {
-	return &cobra.Command{
+	var runPaths []string
+	c := &cobra.Command{
 		Use:   "sass-diff OLD NEW",
 		Short: "show which kernels' SASS differs between two kernels files (or two cuobjdump --dump-sass listings)",
 		Long: "Compare two builds of the kernels function by function: OLD and NEW are kernels files (cuobjdump\n" +
@@ -95,10 +96,16 @@ func newSASSDiffCmd() *cobra.Command {
 			"the opcodes whose counts moved. The evidence behind \"these kernels compile to the same SASS\".\n" +
 			"cuobjdump takes minutes on a large -lineinfo fatbin (2 min for 9.7 MB on a 2-core machine): save a\n" +
 			"listing once (cuobjdump --dump-sass F > F.sass) to compare it again.\n" +
-			"Exit 0: the same functions, all identical; 1: something differs; 2: a file could not be read.",
+			"--runs takes abtest reports (*.json) of MINFER_KERNELS A/Bs of the same kernel sources (nvcc's file\n" +
+			"against the NVRTC build) and names, for each changed function, the runs whose two arms both launched it:\n" +
+			"a difference counts as shown no slower only where a PASS run (all five gates) launched it.\n" +
+			"Exit 0: the same functions, all identical, or with --runs every changed and added function launched in a\n" +
+			"PASS run and none removed; 1: otherwise; 2: a file could not be read.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runs.SASSDiff(cmd.Context(), args[0], args[1], cmd.OutOrStdout())
+			return runs.SASSDiff(cmd.Context(), args[0], args[1], runPaths, cmd.OutOrStdout())
 		},
 	}
+	c.Flags().StringSliceVar(&runPaths, "runs", nil, "abtest reports (JSON) of MINFER_KERNELS A/Bs: which changed kernels a PASS run timed")
+	return c
 }
