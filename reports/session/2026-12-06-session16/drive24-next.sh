@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The next session's device driver (drive23's harness). Bundle at main's HEAD:
+# `SNAPSHOT=1 TINY=Q8_0 scripts/device-bundle.sh` with bin/lib in place (libdw1,
+# libelf1 from `apt-get download`); carry ["bin"]; move reports/ aside keeping
+# reports/calibration and reports/MINFER_KERNELS/2026-12-06T*.json (session 16's
+# two PASS runs, same kernel sources: step cover counts them). One setsid run, polled by chained calls: each poll waits
+# for a step's "exit" line in /tmp/dev/drive.log and tars /tmp/dev into $OUT.
+# Do not `pkill -f` a pattern that the poll's own command line contains.
+# Costs measured 2026-12-06 (H200): cold NVRTC bench 19 s, nvcc one-unit build
+# 70 s, a 0.5b MIX A/B 2.3 min when its suite is cached, 4.5-5 min when its
+# --with settings need a suite run of their own.
+#
+# Issue 25: MINFER_KERNELS (nvcc file vs NVRTC, same sources) over the MIX
+# workloads, the settings chosen so every one of the 94 changed functions of
+# reports/kernels/2026-12-06-ff1d7b5/sass-one-vs-nvrtc.md runs in some arm B
+# (routes: cuda/mmq.go mmqPlanFor, cuda/attn_prefill2.go attnPrefill2BM,
+# cuda/mmvq.go mmvqFromQ8 / mmvqQKVFromQ8, cuda/mmvq_split.go):
+#   r3  qwen2-0.5b MIX pp2048, SPLIT=1 MMQ_ASYNC=1 FA_PREFILL_TC=0: async MMQ both tiles,
+#       attn_prefill2_hd64_bm64, split res/qkv (repacked)           (session 16's m3 again)
+#   r4  qwen2-0.5b MIX, MMQ=0 NO_FA_PREFILL=1: gemm_<type>, attn_f32  (m4 again)
+#   r5  qwen3-0.6b MIX pp2048, FA_PREFILL_TC=0 MMVQ_WIDE=1 MMQ_ASYNC=1: attn_prefill2_hd128_bm64,
+#       mmvqw fused/res, async big-tile K-quants                      (m5 again, wider)
+#   r6  qwen3-0.6b MIX, SPLIT=1 MMVQ_REPACK=0: mmvq_qkv_s_* of every type, mmvq_res_s_q8_0/q6_k
+#   r7  qwen3-0.6b MIX pp2048, SPLIT=1 FUSE_RESIDUAL=0: mmvq_s_*, mmvqr_s_*, big-tile K-quant MMQ
+#   r8  qwen2-0.5b MIX pp1024, FA_PREFILL_TC=0 MMVQ_WIDE=1 FUSE_RESIDUAL=0: attn_prefill2_hd64_bm32,
+#       mmvqw_q6_k / _q8_0 plain
+# then issue 20 / 19 (lost with session 15's cut-off):
+#   mmqa  MINFER_MMQ_ASYNC on qwen2-7b Q8_0 (its registry workload)
+#   wide7 MINFER_MMVQ_WIDE on qwen2-7b Q8_0 (session 15: exit 1, report lost)
+#   embedh MINFER_EMBED_HOST on qwen2-7b Q8_0
+#   cover  abtest sass-diff --runs over every MINFER_KERNELS report of these sources: which of the
+#          changed functions a PASS run launched in both arms (exit 0: all of them). Put it after
+#          the r steps (STEPS="r3 ... r8 cover mmqa ...").
+set -u
+R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
+STEPS="${STEPS:-r3 r4 r5 r6 r7 r8 cover mmqa wide7 embedh}"
+mkdir -p $D $MD
+exec >>$D/drive.log 2>&1
+echo $$ >$D/pid
+ts() { date -u +%T; }
+ms() { echo $(($(date +%s%N) / 1000000)); }
+echo "drive start $(ts) steps: $STEPS"
+rm -rf $S && mkdir -p $S/bin && tar -xzf bin/bundle.tgz -C $S/bin && tar -xzf $S/bin/src.tgz -C $S && rm $S/bin/src.tgz || { echo "setup failed"; touch $D/DONE; exit 2; }
+cd $S
+export XDG_CACHE_HOME=/tmp/xdg LC_ALL=C PATH=$PATH:/usr/local/cuda/bin
+rm -rf $XDG_CACHE_HOME
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw,memory.used --format=csv >$D/smi.txt 2>&1
+cal() { mkdir -p "$1/reports" && cp -r $R/reports/calibration "$1/reports/" 2>/dev/null; }
+ab() { # OUT-name WORK LEVERS [CALIBRATE]
+    OUT=$D/$1 WORK=$2 CALIBRATE="${4:-}" CORRECTNESS_MODEL="$S/bin/tiny-code-Q8_0.gguf $S/bin/tiny-qwen3-code-Q8_0.gguf" MODEL_DIR=$MD LEVERS="$3" \
+        scripts/abtest-device.sh >$D/$1.out 2>&1
+    echo "$1 exit $? ($3) $(ts)"
+    tar -C $2 -czf $D/$1-work.tgz reports 2>/dev/null
+}
+echo "== NVRTC cold bench $(ts)"
+t0=$(ms); timeout 400 bin/minfer bench --device cuda -p 512 -n 128 -r 3 --format json -o $D/bench-cold.json 2>$D/bench-cold.err
+rc=$?; echo "cold bench rc=$rc wall_ms=$(($(ms) - t0))"
+[[ $rc -ne 0 ]] && { echo "COMPILE OR RUN FAILURE: $(tail -c 3000 $D/bench-cold.err)"; touch $D/DONE; exit 1; }
+mkdir -p /tmp/nvcc
+t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; echo "build-kernels rc=$? ms=$(($(ms) - t1))"
+for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-sass $f; done >/tmp/nvcc/nvrtc.sass 2>/dev/null
+bin/abtest sass-diff /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1; echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md)"
+cp /tmp/nvcc/head.fatbin bin/minfer-kernels.fatbin
+K="MINFER_KERNELS=nvrtc@baseline=$S/bin/minfer-kernels.fatbin"
+cal /tmp/wk-k; cal /tmp/wk
+for step in $STEPS; do
+    echo "== $step $(ts)"
+    case $step in
+    r3) ab abr3 /tmp/wk-k "$K@qwen2-0.5b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_MMQ_ASYNC=1@with=MINFER_FA_PREFILL_TC=0" ;;
+    r4) ab abr4 /tmp/wk-k "$K@qwen2-0.5b:MIX@with=MINFER_MMQ=0@with=MINFER_NO_FA_PREFILL=1" ;;
+    r5) ab abr5 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_FA_PREFILL_TC=0@with=MINFER_MMVQ_WIDE=1@with=MINFER_MMQ_ASYNC=1" ;;
+    r6) ab abr6 /tmp/wk-k "$K@qwen3-0.6b:MIX@with=MINFER_MMVQ_SPLIT=1@with=MINFER_MMVQ_REPACK=0" ;;
+    r7) ab abr7 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_FUSE_RESIDUAL=0" ;;
+    r8) ab abr8 /tmp/wk-k "$K@qwen2-0.5b:MIX@pp1024@with=MINFER_FA_PREFILL_TC=0@with=MINFER_MMVQ_WIDE=1@with=MINFER_FUSE_RESIDUAL=0" ;;
+    cover)
+        bin/abtest sass-diff --runs "$(ls $R/reports/MINFER_KERNELS/2026-12-06T*.json /tmp/wk-k/reports/MINFER_KERNELS/*.json 2>/dev/null | paste -sd,)" \
+            /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
+        echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
+    mmqa) ab abmmqa /tmp/wk "MINFER_MMQ_ASYNC" ;;
+    wide7) ab abwide7 /tmp/wk "MINFER_MMVQ_WIDE" ;;
+    embedh) ab abembedh /tmp/wk "MINFER_EMBED_HOST" ;;
+    *) echo "unknown step $step" ;;
+    esac
+done
+echo "drive done $(ts)"
+touch $D/DONE
