@@ -106,6 +106,6 @@ func newSASSDiffCmd() *cobra.Command {
 			return runs.SASSDiff(cmd.Context(), args[0], args[1], runPaths, cmd.OutOrStdout())
 		},
 	}
-	c.Flags().StringSliceVar(&runPaths, "runs", nil, "abtest reports (JSON) of MINFER_KERNELS A/Bs: which changed kernels a PASS run timed")
+	c.Flags().StringSliceVar(&runPaths, "runs", nil, "abtest reports (JSON; globs expanded) of MINFER_KERNELS A/Bs of one source tree: which changed kernels a PASS run timed")
 	return c
 }

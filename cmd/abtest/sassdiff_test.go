@@ -82,6 +82,7 @@ func TestSASSDiffRuns_ADifferenceIsShownOnlyByAPassRunThatLaunchedItInBothArms(t
 		want string
 	}{
 		{"pass", []string{fail, pass}, 0, "| PASS pass |"},
+		{"glob", []string{filepath.Join(dir, "pas*.json")}, 0, "| PASS pass |"},
 		{"fail only", []string{fail}, 1, "not a PASS: fail (FAIL)"},
 		{"one arm", []string{oneArm}, 1, "| not run |"},
 		{"other lever", []string{report("other", "MINFER_MMQ", "PASS", "abc", 4, 4)}, 2, ""},

@@ -72,7 +72,15 @@ func (r *kernelsRun) launched(name string) bool {
 // readKernelsRuns reads the --runs reports: each a MINFER_KERNELS A/B with
 // a profile census, all of one kernel-sources hash (a run of other sources
 // says nothing of these listings).
-func readKernelsRuns(paths []string) ([]*kernelsRun, error) {
+func readKernelsRuns(patterns []string) ([]*kernelsRun, error) {
+	var paths []string
+	for _, pat := range patterns {
+		m, err := filepath.Glob(pat)
+		if err != nil || len(m) == 0 {
+			m = []string{pat} // read as a name: a missing file is its own error
+		}
+		paths = append(paths, m...)
+	}
 	var out []*kernelsRun
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
