@@ -91,10 +91,11 @@ func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
 
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
 // waited for, and spans whose last 16-byte chunk is not copied, are each
-// caught (exit 1). (`--plant mod16` and `next` are caught too: session 14
-// ran them by hand.)
+// caught (exit 1); so is a repacked Q8_0 unit that reads its neighbour's d.
+// (`--plant mod16` and `next` are caught too: session 14 ran them by hand;
+// `rsc`, the repacked Q6_K scales one byte off: session 16.)
 func TestKernelEmulator_PlantedMMQAsyncCopyDefectsAreCaught(t *testing.T) {
-	for _, plant := range []string{"wait", "tail"} {
+	for _, plant := range []string{"wait", "tail", "rd"} {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, "mmq-emu.sh", "--plant", plant)

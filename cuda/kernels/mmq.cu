@@ -53,7 +53,14 @@
 // unpack reads it with the same alignment as from global memory. Results
 // are bitwise the plain kernel's.
 //
-// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async.
+// Repacked variants (minfer_mmq_q8_0r, minfer_mmq_q6_kr and their _r64): the
+// same tile, fold and output over the 16-byte aligned repacked copy of a
+// Q8_0 / Q6_K matrix (cuda/mmvq_repack.go RepackHost: quants, then scales,
+// then d, each array over the whole matrix), for a device that keeps only
+// that copy. Only the weight loads differ (aligned 16-byte loads of the
+// quants): bitwise the GGUF kernels. No async variant.
+//
+// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_<t>r.
 #include "cpasync.cuh"
 #include "dequant.cuh"
 
@@ -267,6 +274,51 @@ template <> struct MinferMmqW<MINFER_T_Q6_K> {
     }
 };
 
+// The repacked layouts. unit_r(w, nb, i, kb, u) decodes 32-block kb of
+// block i (Q8_0: i = row * k / 32 + kb; Q6_K: the super-block row * k / 256
+// + kb / 8) of the copy w of nb blocks: the same unit as the GGUF decoder
+// of its type, read from the three arrays.
+#define MINFER_MMQ_T_Q8_0R (MINFER_T_Q8_0 + 1000)
+#define MINFER_MMQ_T_Q6_KR (MINFER_T_Q6_K + 1000)
+
+template <> struct MinferMmqW<MINFER_MMQ_T_Q8_0R> {
+    static constexpr int bs = MINFER_QK, bb = MINFER_Q8_0_BYTES, align = 16;
+    static __device__ __forceinline__ void unit_r(const uint8_t* w, size_t nb, size_t i, int, MinferMmqUnit& u) {
+        const uint4* q = reinterpret_cast<const uint4*>(w + 32 * i);
+        const uint4 lo = q[0], hi = q[1];
+        u.q[0] = lo.x, u.q[1] = lo.y, u.q[2] = lo.z, u.q[3] = lo.w;
+        u.q[4] = hi.x, u.q[5] = hi.y, u.q[6] = hi.z, u.q[7] = hi.w;
+        u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * i));
+        u.m = 0.0f;
+        u.sc = 0;
+    }
+};
+
+template <> struct MinferMmqW<MINFER_MMQ_T_Q6_KR> {
+    static constexpr int bs = MINFER_QKK, bb = MINFER_Q6_K_BYTES, align = 16;
+    static __device__ __forceinline__ void unit_r(const uint8_t* w, size_t nb, size_t i, int kb, MinferMmqUnit& u) {
+        const uint8_t* b = w + 192 * i; // ql, then qh
+        const int j = kb & 7, hh = j >> 2, quarter = j & 3;
+        const uint8_t* ql = b + 64 * hh + 32 * (quarter & 1);
+        const uint8_t* qh = b + 128 + 32 * hh;
+        const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            const uint32_t lo = (minfer_mmq_w4(ql + 4 * t) >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((minfer_mmq_w4(qh + 4 * t) >> hshift) & 0x03030303u) << 4;
+            u.q[t] = __vsub4(lo | hi, 0x20202020u);
+        }
+        u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + 2 * quarter);
+        u.d = minfer_h2f(minfer_mmq_u16(w + 208 * nb + 2 * i));
+        u.m = 0.0f;
+    }
+};
+
+// MinferMmqRepacked<T>: whether T is a repacked layout (unit_r, no async).
+template <int T> struct MinferMmqRepacked {
+    static constexpr bool value = T == MINFER_MMQ_T_Q8_0R || T == MINFER_MMQ_T_Q6_KR;
+};
+
 // ---------------------------------------------------------------- MMA
 
 #ifndef MINFER_KERNEL_EMU
@@ -375,7 +427,9 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
                                                 int k, int n, int nt, uint8_t* raw) {
     using W = MinferMmqW<T>;
     constexpr int ROWS = 32 * WR, TOKS = 32 * WT, THREADS = 32 * WR * WT;
-    constexpr bool kQ6K = T == MINFER_T_Q6_K;
+    constexpr bool kQ6K = T == MINFER_T_Q6_K || T == MINFER_MMQ_T_Q6_KR;
+    constexpr bool kRepacked = MinferMmqRepacked<T>::value;
+    static_assert(!(ASYNC && kRepacked), "the repacked layouts have no async variant");
     constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;
     static_assert(ROWS * MINFER_MMQ_NB % THREADS == 0 && TOKS * MINFER_MMQ_NB % THREADS == 0, "mmq tile split");
     __shared__ MinferMmqSmem<ROWS, TOKS> sm; // 16-byte aligned (the struct)
@@ -425,15 +479,22 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
             const int row = n0 + lr, kb = k0 + bi;
             MinferMmqUnit u;
             if (row < n && kb < kbEnd) {
-                const uint8_t* grow = w + (size_t)row * rowBytes;
-                if (ASYNC) {
-                    // The unit reads grow + offsets; point it into the
-                    // staging copy of the span (same address mod 16).
-                    const uint8_t* g0 = grow + R::off(k0);
-                    const uint8_t* srow = minfer_mmq_staged(raw + 16 * R::chunks * lr, g0, grow);
-                    W::unit(srow, kb, u);
+                if constexpr (kRepacked) {
+                    // Block index in the copy: Q8_0 per 32-block, Q6_K per
+                    // super-block (the whole matrix is n * k / bs of them).
+                    const size_t perRow = (size_t)(k / W::bs);
+                    W::unit_r(w, (size_t)n * perRow, (size_t)row * perRow + (size_t)(kb / (W::bs / MINFER_QK)), kb, u);
                 } else {
-                    W::unit(grow, kb, u);
+                    const uint8_t* grow = w + (size_t)row * rowBytes;
+                    if (ASYNC) {
+                        // The unit reads grow + offsets; point it into the
+                        // staging copy of the span (same address mod 16).
+                        const uint8_t* g0 = grow + R::off(k0);
+                        const uint8_t* srow = minfer_mmq_staged(raw + 16 * R::chunks * lr, g0, grow);
+                        W::unit(srow, kb, u);
+                    } else {
+                        W::unit(grow, kb, u);
+                    }
                 }
             } else {
 #pragma unroll
@@ -619,6 +680,25 @@ MINFER_MMQ_KERNEL(q5_k, MINFER_T_Q5_K)
 MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
 
 #undef MINFER_MMQ_KERNEL
+
+// minfer_mmq_<t>r, _r64: the repacked layouts (w: the copy of all n rows;
+// 16-byte aligned), the plain tiles only.
+#define MINFER_MMQ_KERNEL_R(name, T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                        \
+        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n,   \
+                          int nt) {                                                                           \
+        minfer_mmq_body<T, 4, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                  \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                  \
+        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,      \
+                                int n, int nt) {                                                              \
+        minfer_mmq_body<T, 2, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                  \
+    }
+
+MINFER_MMQ_KERNEL_R(q8_0r, MINFER_MMQ_T_Q8_0R)
+MINFER_MMQ_KERNEL_R(q6_kr, MINFER_MMQ_T_Q6_KR)
+
+#undef MINFER_MMQ_KERNEL_R
 
 // Split-K reduction: out[i] = ((part[0][i] + part[1][i]) + ...) + bias[i %
 // n] over total = nt * n outputs, the splits added in index order (one

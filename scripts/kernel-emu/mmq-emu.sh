@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # mmq-emu.sh: a CPU check of the async prefill MMQ kernels
-# (MINFER_MMQ_ASYNC) without a GPU: g++ compiles cuda/kernels/mmq.cu against
-# an emulation of the CUDA built-ins, of the int8 mma.sync and of cp.async
-# (include/cuda_fp16.h, include/mma.h) and requires minfer_mmq_<type>_async_r64
-# bitwise equal to minfer_mmq_<type>_r64 for every weight type (mmq_emu.cpp).
+# (MINFER_MMQ_ASYNC) and the repacked ones without a GPU: g++ compiles
+# cuda/kernels/mmq.cu against an emulation of the CUDA built-ins, of the int8
+# mma.sync and of cp.async (include/cuda_fp16.h, include/mma.h) and requires
+# minfer_mmq_<type>_async_r64 bitwise equal to minfer_mmq_<type>_r64 for every
+# weight type, and minfer_mmq_q8_0r_r64 / _q6_kr_r64 over the repacked copy
+# bitwise equal to the GGUF kernels (mmq_emu.cpp).
 # The device test (cuda/mmq_device_test.go) remains the bar on the H200.
 #
 #   scripts/kernel-emu/mmq-emu.sh             the kernels as they are
@@ -13,6 +15,8 @@
 #       tail    each span's last 16-byte chunk is not copied
 #       mod16   the staged address ignores the span's offset mod 16
 #       next    the next stage is copied from the current stage's blocks
+#       rd      the repacked Q8_0 unit reads its neighbour block's d
+#       rsc     the repacked Q6_K unit reads its scales one byte off
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -27,7 +31,9 @@ if [[ "${1:-}" == "--plant" ]]; then
     tail) from='if (src < g1) minfer_cp_async16'; to='if (src + 16 < g1) minfer_cp_async16' ;;
     mod16) from='return dst + (reinterpret_cast<uintptr_t>(g0) & 15) + (g - g0);'; to='return dst + (g - g0);' ;;
     next) from='n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);'; to='n0, n, m0, nt, k0, kbEnd);' ;;
-    *) echo "usage: $0 [--plant wait|tail|mod16|next]" >&2; exit 2 ;;
+    rd) from='u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * i));'; to='u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * (i ^ 1)));' ;;
+    rsc) from='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + 2 * quarter);'; to='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + quarter);' ;;
+    *) echo "usage: $0 [--plant wait|tail|mod16|next|rd|rsc]" >&2; exit 2 ;;
     esac
     plant_defect mmq.cu "$2" "$from" "$to"
     quick=(--quick)

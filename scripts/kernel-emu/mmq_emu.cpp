@@ -96,6 +96,56 @@ static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra
     return bad ? 1 : 0;
 }
 
+// repack is cuda/mmvq_repack.go RepackHost: Q8_0's quants at 32 i and d at
+// 32 N + 2 i; Q6_K's ql + qh at 192 i, scales at 192 N + 16 i, d at
+// 208 N + 2 i (block i of N).
+static void repack(const uint8_t* src, uint8_t* dst, size_t nb, bool q6k) {
+    for (size_t i = 0; i < nb; i++) {
+        if (q6k) {
+            const uint8_t* b = src + i * 210;
+            memcpy(dst + 192 * i, b, 192);
+            memcpy(dst + 192 * nb + 16 * i, b + 192, 16);
+            memcpy(dst + 208 * nb + 2 * i, b + 208, 2);
+        } else {
+            const uint8_t* b = src + i * 34;
+            memcpy(dst + 32 * i, b + 2, 32);
+            memcpy(dst + 32 * nb + 2 * i, b, 2);
+        }
+    }
+}
+
+// run_r: the repacked variant (minfer_mmq_<t>r_r64) over the repacked copy
+// of random GGUF bytes against the GGUF kernel over the bytes themselves:
+// every output bitwise equal. The copy ends where a PROT_NONE page begins.
+static int run_r(const char* name, bool q6k, void (*plain)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int),
+                 void (*rep)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int), int k, int n, int nt) {
+    const int bs = q6k ? 256 : 32, bb = q6k ? 210 : 34, dOff = q6k ? 208 : 0;
+    const size_t nb = (size_t)(k / bs) * n, bytes = nb * bb, kblocks = k / 32, actRow = kblocks * 36;
+    std::vector<uint8_t> w(bytes);
+    for (auto& x : w) x = rng();
+    for (size_t b = 0; b < nb; b++) put16(w.data() + b * bb + dOff, f16r());
+    uint8_t* r = at_guard(bytes, (16 - bytes % 16) % 16); // 16-byte aligned, ends at the guard
+    repack(w.data(), r, nb, q6k);
+    uint8_t* a = at_guard(actRow * nt, 0);
+    for (size_t i = 0; i < actRow * nt; i++) a[i] = rng();
+    for (size_t b = 0; b < kblocks * nt; b++) put16(a + b * 36, f16r());
+    std::vector<float> bias(n);
+    for (auto& x : bias) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
+    std::vector<float> o1((size_t)nt * n, -7.0f), o2((size_t)nt * n, -9.0f);
+    const int gx = (n + MINFER_MMQ_ROWS_SMALL - 1) / MINFER_MMQ_ROWS_SMALL, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
+    launch_xy(gx, gy, [&] { plain(o1.data(), a, w.data(), bias.data(), k, n, nt); });
+    launch_xy(gx, gy, [&] { rep(o2.data(), a, r, bias.data(), k, n, nt); });
+    int bad = 0;
+    for (size_t i = 0; i < o1.size(); i++) {
+        if (memcmp(&o1[i], &o2[i], 4) != 0) {
+            if (bad < 4) fprintf(stderr, "%s k=%d n=%d nt=%d: out[%zu] (token %zu, row %zu) GGUF %.9g repacked %.9g\n", name, k, n, nt, i, i / n, i % n, o1[i], o2[i]);
+            bad++;
+        }
+    }
+    printf("%-6s k=%-4d n=%d nt=%d: %s (%zu outputs)\n", name, k, n, nt, bad ? "DIFFER" : "bitwise equal", o1.size());
+    return bad ? 1 : 0;
+}
+
 #define T(name, ty, bs, bb, al, ...) \
     Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64}
 
@@ -120,10 +170,20 @@ int main(int argc, char** argv) {
         fails += run(t, k, 66, 9, (size_t)(t.align == 4 ? 4 : 6), 4); // other starts mod 16
         cases++;
     }
+    // The repacked variants (one shape each under --quick): Q8_0 with a
+    // partial last stage and rows of 28 blocks (not a multiple of 8), Q6_K
+    // over three super-blocks a row.
+    fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 192, 70, 67);
+    fails += run_r("Q6_Kr", true, minfer_mmq_q6_k_r64, minfer_mmq_q6_kr_r64, 768, 66, 9);
+    cases += 2;
+    if (!quick) {
+        fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 896, 33, 10);
+        cases++;
+    }
     if (fails) {
         fprintf(stderr, "mmq-emu: %d of %d cases differ\n", fails, cases);
         return 1;
     }
-    printf("mmq-emu: every async output is bitwise the plain kernel's\n");
+    printf("mmq-emu: every async output is bitwise the plain kernel's, every repacked output the GGUF kernel's\n");
     return 0;
 }
