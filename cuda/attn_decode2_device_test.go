@@ -190,13 +190,14 @@ func ad2Census(b *Backend, prefix string) int64 {
 // TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays: the backend's decode path (opAttn, its scratch, CUDA graph capture and
 // replay with a new window each step) against the engine/cpu backend, every
 // KV format, no window and a sliding window; the census shows the lean
-// kernels ran.
+// kernels ran. The lean kernels and graphs are pinned on
+// (MINFER_NO_SPLITK_ATTN=0, dsGraphsOn): an A/B's arm B may turn either off.
 func TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 	dsNeedDevice(t)
 	worst := 0.0
 	for _, f := range kv.Formats() {
 		for _, w := range []int{0, 64} {
-			d, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1"), f, w)
+			d, b := adBackendRun(t, dsLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0"}, dsGraphsOn...)...), f, w)
 			worst = max(worst, d)
 			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
 				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
@@ -266,7 +267,9 @@ func ad2LongSteps(t *testing.T, path string, n int, extra ...string) [][]float32
 // the 0.5b shape). Those models are held to the activation-quantization
 // class instead: rel 5e-2, top-1 equal where the margin is above what that
 // bar can close (dsClassFlipMargin: 0.2 at least). CUDA graph replays give
-// bitwise the direct launches.
+// bitwise the direct launches. The lean arms pin MINFER_NO_SPLITK_ATTN=0
+// and the graph arm dsGraphsOn (under an A/B's arm B either would
+// otherwise compare the plain kernel, or direct launches, with itself).
 func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
 	models := []struct {
@@ -280,8 +283,8 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 		{"qwen2-0.5b Q8_0", dsSynth(t, "qwen2-0.5b", "Q8_0"), 5e-2, 0.2},
 	}
 	for _, m := range models {
-		v2 := ad2LongSteps(t, m.path, 8)
-		direct := ad2LongSteps(t, m.path, 8, "MINFER_NO_CUDA_GRAPH=1")
+		v2 := ad2LongSteps(t, m.path, 8, append([]string{"MINFER_NO_SPLITK_ATTN=0"}, dsGraphsOn...)...)
+		direct := ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=0", "MINFER_NO_CUDA_GRAPH=1")
 		arms := map[string][][]float32{
 			"plain": ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=1"),
 		}

@@ -257,7 +257,8 @@ func TestAttnPrefillDevice_CensusNamesKernelUnlessLeverOff(t *testing.T) {
 // fapCaptureReplayAtMovingStarts runs the chunks with the prefill kernel
 // the lever setting selects (its launches named by prefix), direct and with
 // graphs, and requires captures, replays, launches of that kernel and
-// bitwise equal logits.
+// bitwise equal logits. The graph arm pins graphs and prefill capture on
+// (an A/B's arm B may turn either off).
 func fapCaptureReplayAtMovingStarts(t *testing.T, lever, prefix string) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "F32")
@@ -280,7 +281,7 @@ func fapCaptureReplayAtMovingStarts(t *testing.T, lever, prefix string) {
 		return out
 	}
 	direct := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1", lever))
-	e := dsEngine(t, path, "cuda", 128, lever, "MINFER_LAUNCH_CENSUS=1")
+	e := dsEngine(t, path, "cuda", 128, lever, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_CUDA_GRAPH=0", "MINFER_NO_PREFILL_CAPTURE=0")
 	graphs := run(e)
 	b := dsDeviceBackend(t, e)
 	st := b.CaptureStats()

@@ -10,7 +10,8 @@ import (
 // instantiated, its first launch or a replay fails), turns graphs off for
 // the session with one log line and the step carries on with direct
 // launches: the logits are bitwise those of a run without graphs, and the
-// census line counts the fallback.
+// census line counts the fallback. Graphs are pinned on (dsGraphsOn): with
+// them off there is no graph to fail.
 func TestCapture_FailedGraphFallsBackToDirectLaunchesBitwise(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
@@ -18,7 +19,7 @@ func TestCapture_FailedGraphFallsBackToDirectLaunchesBitwise(t *testing.T) {
 	_, want := dsGreedyLogits(t, dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1"), dsPrompt, n)
 	for _, seam := range []string{"cuGraphLaunch@1", "cuGraphLaunch@2", "cuGraphInstantiateWithFlags@1", "cuStreamEndCapture@1"} {
 		t.Run(seam, func(t *testing.T) {
-			e := dsEngine(t, path, "cuda", 128, "MINFER_TEST_CALL_FAIL="+seam)
+			e := dsEngine(t, path, "cuda", 128, append([]string{"MINFER_TEST_CALL_FAIL=" + seam}, dsGraphsOn...)...)
 			_, got := dsGreedyLogits(t, e, dsPrompt, n)
 			for i := range want {
 				for j := range want[i] {

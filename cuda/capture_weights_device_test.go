@@ -60,6 +60,7 @@ func cwdRegister(t *testing.T, b *Backend, w graph.Weight) {
 // without the registration, and bitwise its logits.
 // With MINFER_PIN_STEP=1 the whole step holds the lock (Pin), so the
 // registration waits for the step instead of the window: the same outcome.
+// Graphs are pinned on (dsGraphsOn): the test needs a capture window.
 func TestCaptureWindow_ConcurrentRegistrationEndsWithoutInvalidationAndReplaysBitwise(t *testing.T) {
 	dsNeedDevice(t)
 	for _, pin := range []string{"MINFER_PIN_STEP=0", "MINFER_PIN_STEP=1"} {
@@ -73,11 +74,11 @@ func TestCaptureWindow_ConcurrentRegistrationEndsWithoutInvalidationAndReplaysBi
 func cwdConcurrentRegistration(t *testing.T, pin string) {
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
 	const steps = 8
-	ref := dsEngine(t, path, "cuda", 128, pin)
+	ref := dsEngine(t, path, "cuda", 128, append([]string{pin}, dsGraphsOn...)...)
 	want := cwdSteps(t, ref, steps, nil)
 	refSt := dsDeviceBackend(t, ref).CaptureStats()
 
-	e := dsEngine(t, path, "cuda", 128, pin)
+	e := dsEngine(t, path, "cuda", 128, append([]string{pin}, dsGraphsOn...)...)
 	b := dsDeviceBackend(t, e)
 	r := rand.New(rand.NewPCG(23, 5))
 	w := dsF32Weight("test.concurrent.matrix", dsRand(r, 32*4, 1), 32, 4) // k=32: the Q8_1 scratch does not grow
@@ -145,13 +146,14 @@ func cwdConcurrentRegistration(t *testing.T, pin string) {
 // the capture and again, at another size, after it; the next decode step
 // is a replay (not an invalidation or a capture), the pool generation has
 // not moved, and the logits are bitwise those of a run without them.
+// Graphs are pinned on (dsGraphsOn).
 func TestCapture_UnrelatedWeightRegisteredAgainAtAnotherSizeStillReplays(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
 	const steps, again = 8, 5 // captured at decode step 2, replayed at 3 and 4
-	want := cwdSteps(t, dsEngine(t, path, "cuda", 128), steps, nil)
+	want := cwdSteps(t, dsEngine(t, path, "cuda", 128, dsGraphsOn...), steps, nil)
 
-	e := dsEngine(t, path, "cuda", 128)
+	e := dsEngine(t, path, "cuda", 128, dsGraphsOn...)
 	b := dsDeviceBackend(t, e)
 	r := rand.New(rand.NewPCG(23, 6))
 	cwdRegister(t, b, dsF32Weight("test.unrelated.vector", dsRand(r, 64, 1), 64))
@@ -196,7 +198,8 @@ func TestCapture_UnrelatedWeightRegisteredAgainAtAnotherSizeStillReplays(t *test
 // old pointer), the key warms up and captures again, and every step's
 // logits are bitwise those of direct launches (MINFER_NO_CUDA_GRAPH=1)
 // doing the same registration; they differ from a run that keeps the old
-// weight, so a stale replay would be seen.
+// weight, so a stale replay would be seen. Graphs are pinned on
+// (dsGraphsOn) in the runs with graphs.
 func TestCapture_UsedWeightRegisteredAgainInvalidatesAndRecapturesBitwise(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
@@ -227,8 +230,8 @@ func TestCapture_UsedWeightRegisteredAgainInvalidatesAndRecapturesBitwise(t *tes
 		return out, b, before
 	}
 	direct, _, _ := run(dsEngine(t, path, "cuda", 128, "MINFER_NO_CUDA_GRAPH=1"))
-	keep := cwdSteps(t, dsEngine(t, path, "cuda", 128), steps, nil)
-	got, b, before := run(dsEngine(t, path, "cuda", 128))
+	keep := cwdSteps(t, dsEngine(t, path, "cuda", 128, dsGraphsOn...), steps, nil)
+	got, b, before := run(dsEngine(t, path, "cuda", 128, dsGraphsOn...))
 	st := b.CaptureStats()
 	t.Logf("capture stats: %+v (before registering again: %+v)", st, before)
 	if before.DecodeCaptures < 1 || before.DecodeReplays < 1 {

@@ -73,9 +73,11 @@ func dsChatTemplate(t *testing.T, path string) chat.Template {
 }
 
 // dsChatReuse runs the gate on the device for one model and KV format.
+// The conversation pins graphs on (dsGraphsOn): the gate counts its decode
+// captures and replays, and an A/B's arm B may turn graphs off.
 func dsChatReuse(t *testing.T, path, kvFormat, defect string) ([]chat.ReuseTurn, chat.GraphCount, error) {
 	t.Helper()
-	conv := dsEngine(t, path, "cuda", 512, "MINFER_CACHE_TYPE="+kvFormat)
+	conv := dsEngine(t, path, "cuda", 512, append([]string{"MINFER_CACHE_TYPE=" + kvFormat}, dsGraphsOn...)...)
 	b := dsDeviceBackend(t, conv)
 	counts := func() chat.GraphCount {
 		st := b.CaptureStats()

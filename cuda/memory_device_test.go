@@ -39,12 +39,14 @@ func memRun(t *testing.T, path string, nCtx int, extra ...string) (*model.Engine
 // "less the context"), within 64 MiB, with the repacked copy on and off;
 // the weights, derived and KV classes are exactly the plan's (the rules
 // mirror the allocation sites). Run on the H200 with the device suite.
+// The copy's levers are pinned (MINFER_MMVQ_WIDE=0 and the Q8_0 / Q6_K
+// MMVQ path on: repackWanted reads them; an A/B's arm B may set them).
 func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
 	for _, repack := range []string{"0", "1"} {
 		t.Run("MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
-			e, b := memRun(t, path, 4096, "MINFER_MMVQ_WIDE=0", "MINFER_MMVQ_REPACK="+repack)
+			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_MMVQ_REPACK="+repack)
 			m, err := b.DeviceMemory()
 			if err != nil {
 				t.Fatal(err)
@@ -119,8 +121,8 @@ func TestDeviceMemory_RefusalAllocatesNothing(t *testing.T) {
 // (total less free) after a prefill and decodes at the context: on an
 // otherwise idle GPU that is the process's peak, its context included
 // (the suite's TestMain holds the one context). qwen2-0.5b Q8_0 at 32768
-// with the repack on and off; MEMPLAN_7B=1 adds qwen2-7b Q8_0 (a
-// 7.7 GB synthetic file written once).
+// with the repack on and off (its levers pinned as in the test above);
+// MEMPLAN_7B=1 adds qwen2-7b Q8_0 (a 7.7 GB synthetic file written once).
 func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 	dsNeedDevice(t)
 	shapes := []string{"qwen2-0.5b"}
@@ -131,7 +133,7 @@ func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 		path := dsSynth(t, shape, "Q8_0")
 		for _, repack := range []string{"1", "0"} {
 			t.Run(shape+"/MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
-				e, b := memRun(t, path, 32768, "MINFER_MMVQ_WIDE=0", "MINFER_MMVQ_REPACK="+repack)
+				e, b := memRun(t, path, 32768, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_MMVQ_REPACK="+repack)
 				m, err := b.DeviceMemory()
 				if err != nil {
 					t.Fatal(err)

@@ -379,7 +379,9 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 // (nt = 64, k = 768 or 1792) through the Backend, with the census on: with
 // MINFER_MMQ unset the census names minfer_mmq_<type> (the Backend grew its
 // Q8_1 scratch on its own) and no minfer_gemm_<type>; with MINFER_MMQ=0 the
-// reverse. Both outputs agree within rel L2 0.05.
+// reverse. Both outputs agree within rel L2 0.05. MINFER_NO_PREFILL_GEMM=0
+// is pinned in both arms: with it set (an A/B's arm B may) the prefill
+// takes neither kernel.
 func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewSource(23))
@@ -395,7 +397,7 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 		}
 		wb, _ := mmtWeights(t, r, wt, m, k, 0.05)
 		var outs [2][]float32
-		for arm, extra := range [][]string{{"MINFER_LAUNCH_CENSUS=1"}, {"MINFER_LAUNCH_CENSUS=1", "MINFER_MMQ=0"}} {
+		for arm, extra := range [][]string{{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0"}, {"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ=0"}} {
 			var c dsCase
 			c.nt = nt
 			x := dsOperand(&c, "x", xv, k)
@@ -438,6 +440,8 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 // MMQ, the fused op quantizes x once: the census shows one
 // minfer_quantize_q8_1 per fused op (3 or 2 unfused) and the MMQ kernels.
 // A mix with an F16 weight keeps the per-matmul path (no MMQ for F16).
+// MINFER_NO_PREFILL_GEMM=0 is pinned (with it set, as an A/B's arm B may,
+// no prefill matmul takes MMQ).
 func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(61, 62))
@@ -451,7 +455,7 @@ func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 			for _, sh := range []struct{ nt, m, k int }{{64, 133, 256}, {200, 1100, 1024}} {
 				g := &mfGraph{ffn: ffn, k: sh.k, m: sh.m, nt: sh.nt}
 				mfWeights(t, r, g, mx.ts...)
-				extra := []string{"MINFER_LAUNCH_CENSUS=1"}
+				extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0"}
 				unfusedDev := dsBackend(t, mmqLevers(t, extra...))
 				name := fmt.Sprintf("ffn=%v/%s/nt%d/m%d/k%d %v", ffn, mx.name, sh.nt, sh.m, sh.k,
 					MMQKernels(mx.ts[0], sh.nt, sh.k, sh.m, unfusedDev.dev.Attr.SMCount, unfusedDev.MatMulOptions().MMQAsync))

@@ -338,8 +338,8 @@ func mfCensusDelta(b *Backend, f func()) map[string]int64 {
 // max |diff| / max |cpu| <= 2e-2. Liveness: the census of a fused nt = 1
 // run names minfer_mmvq_qkv_<t> / minfer_mmvq_ffn_<t> when the types
 // match and take mmvq, and no mmvq kernel with the levers set. The decode
-// route is pinned to the one-warp kernels (dsOneWarpDecode) that the
-// census names.
+// route is pinned to the one-warp MMVQ kernels (dsOneWarpDecode) that the
+// census names; the lever arm sets dsNoMMVQ after it.
 func TestMMVQFusedDevice_FusedOpsBitwiseEqualUnfusedGraphEveryPath(t *testing.T) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(23, 24))
@@ -449,7 +449,9 @@ func mfTop2(v []float32) (int, float64) {
 // is above max(0.2, 0.1 x max |ref|) (dsClassFlipMargin). Liveness from the launch census: levers off, decode runs
 // minfer_quantize_q8_1 and mmvq kernels (the fused ones where q/k/v resp.
 // gate/up share a type); levers on, neither. With the MMVQ path on the
-// Q5_K_M files' decode runs minfer_mmvq*_q5_k.
+// Q5_K_M files' decode runs minfer_mmvq*_q5_k. Both device engines pin the
+// MMVQ path (dsMMVQ, before the off engine's dsNoMMVQ) and the q/k/v and
+// FFN fusions on: an A/B's arm B may turn either off.
 func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
@@ -459,7 +461,7 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
-			env := []string{"MINFER_LAUNCH_CENSUS=1"}
+			env := append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FUSE_QKV=0", "MINFER_NO_FUSE_FFN=0"}, dsMMVQ...)
 			on := dsEngine(t, path, "cuda", 256, env...)
 			off := dsEngine(t, path, "cuda", 256, append(slices.Clone(env), dsNoMMVQ...)...)
 			host := dsEngine(t, path, "cpu", 256)

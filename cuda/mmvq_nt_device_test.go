@@ -236,6 +236,8 @@ func ntForward(t *testing.T, e *model.Engine) [][]float32 {
 // rel L2 and max |diff| / max |ref| <= 5e-2, top-1 equal wherever the
 // reference's top-2 margin is above what that bar can close
 // (dsClassFlipMargin). With CUDA graphs off the lever-on logits are bitwise the same.
+// The MMVQ path the multi-token kernels need is pinned on (dsMMVQ): an
+// A/B's arm B may send a type to the f32 kernels.
 func TestMMVQNTDevice_WholeModelCensusAndLogits(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
@@ -243,9 +245,9 @@ func TestMMVQNTDevice_WholeModelCensusAndLogits(t *testing.T) {
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
-			on := dsEngine(t, p, "cuda", 256, "MINFER_LAUNCH_CENSUS=1", "MINFER_MMVQ_NT=1")
-			off := dsEngine(t, p, "cuda", 256, "MINFER_LAUNCH_CENSUS=1", "MINFER_MMVQ_NT=0")
-			noGraph := dsEngine(t, p, "cuda", 256, "MINFER_MMVQ_NT=1", "MINFER_NO_CUDA_GRAPH=1")
+			on := dsEngine(t, p, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_MMVQ_NT=1"}, dsMMVQ...)...)
+			off := dsEngine(t, p, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_MMVQ_NT=0"}, dsMMVQ...)...)
+			noGraph := dsEngine(t, p, "cuda", 256, append([]string{"MINFER_MMVQ_NT=1", "MINFER_NO_CUDA_GRAPH=1"}, dsMMVQ...)...)
 			host := dsEngine(t, p, "cpu", 256)
 			bOn, bOff := dsDeviceBackend(t, on), dsDeviceBackend(t, off)
 			if !bOn.MatMulOptions().MMVQNT || bOff.MatMulOptions().MMVQNT {

@@ -399,9 +399,11 @@ const rpSteps = 8
 // the logits with it on are bitwise those with it off at every step and
 // the decode was captured and replayed with it on: the start of the
 // whole-model tests of the levers that must not change a bit. what names
-// the lever-on logits in the messages.
+// the lever-on logits in the messages; pins are the caller's other
+// settings. Graphs are pinned on (dsGraphsOn) before them.
 func rpLeverBitwise(t *testing.T, p, lever, what string, pins ...string) (cOff, cOn map[string]int64, bOff, bOn *Backend) {
 	t.Helper()
+	pins = append(slices.Clone(dsGraphsOn), pins...)
 	gOff, cOff, bOff := dsDecodeCensus(t, p, rpSteps, append(slices.Clone(pins), lever+"=0")...)
 	gOn, cOn, bOn := dsDecodeCensus(t, p, rpSteps, append(slices.Clone(pins), lever+"=1")...)
 	for i := range gOff {
@@ -432,7 +434,9 @@ func rpMatching(c map[string]int64, pattern string) (n int64, names []string) {
 // MINFER_MMVQ_REPACK=1 gives bitwise the logits of =0. Census of the decode steps: with the
 // lever on, minfer_mmvqr_* runs and (pure Q8_0 / Q6_K models) no decode
 // launch of the GGUF minfer_mmvq*_<t> kernel is left; with it off, no
-// minfer_mmvqr_*; the repacked bytes are counted only with it on.
+// minfer_mmvqr_*; the repacked bytes are counted only with it on. Decode
+// is pinned to the one-warp MMVQ kernels (dsOneWarpDecode: the MMVQ path
+// on, which the repacked copy needs, no split, no wide loads).
 func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {

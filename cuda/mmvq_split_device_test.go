@@ -299,7 +299,9 @@ const msSteps = 8
 // the pure Q8_0 models the split count is what the rule gives per layer
 // (fused q/k/v, o-proj, ffn_down) and for the lm_head; with it off none.
 // Also with MINFER_MMVQ_REPACK=0 and MINFER_FUSE_RESIDUAL=0 (the plain
-// GGUF split kernels) for the Q8_0 models.
+// GGUF split kernels) for the Q8_0 models. Pinned, as an A/B's arm B may
+// move them: graphs on (dsGraphsOn), the MMVQ path on (dsMMVQ), and the
+// q/k/v and FFN fusions on, whose matmuls the rule's count assumes.
 func TestMMVQSplitDevice_WholeModelLeverOnVsOffAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {
@@ -313,7 +315,8 @@ func TestMMVQSplitDevice_WholeModelLeverOnVsOffAndCensus(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%v", m.shape, m.typ, m.extra), func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
-			base := slices.Clip(m.extra) // each append copies
+			pins := append(append([]string{"MINFER_NO_FUSE_QKV=0", "MINFER_NO_FUSE_FFN=0"}, dsGraphsOn...), dsMMVQ...)
+			base := slices.Clip(append(pins, m.extra...)) // each append copies
 			gOff, cOff, _ := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=0")...)
 			gOn, cOn, bOn := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=1")...)
 			gNoGraph, _, _ := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=1", "MINFER_NO_CUDA_GRAPH=1")...)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,14 +170,16 @@ func TestMMVQWideDevice_MatchesExactQ8_1ReferenceWithin1e4Relative(t *testing.T)
 // on: MINFER_MMVQ_WIDE=1 gives bitwise the logits of the default (=0, the
 // repacked copy). With the lever on: minfer_mmvqw_* runs, no minfer_mmvqr_*,
 // and no repacked byte is allocated (the derived class is 0); off, no
-// minfer_mmvqw_*.
+// minfer_mmvqw_*. The off arm is pinned to the repacked one-warp default
+// (dsOneWarpDecode, MINFER_MMVQ_REPACK=1), which an A/B's arm B may move.
 func TestMMVQWideDevice_ModelDecodeBitwiseOneCopyAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ string }{
 		{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q6_K"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_WIDE", "wide on", "MINFER_MMVQ_SPLIT=0")
+			pins := append(slices.Clone(dsOneWarpDecode), "MINFER_MMVQ_REPACK=1")
+			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_WIDE", "wide on", pins...)
 			wOn, names := rpMatching(cOn, "minfer_mmvqw_*")
 			wOff, _ := rpMatching(cOff, "minfer_mmvqw_*")
 			rOn, _ := rpMatching(cOn, "minfer_mmvqr_*")

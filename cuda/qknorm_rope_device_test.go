@@ -268,14 +268,16 @@ var qnModels = []struct{ shape, typ, cache string }{
 // MINFER_FUSE_QKNORM=1 against =0, CUDA graphs on (captured at the 3rd
 // decode, so the fused node replays with fresh positions and window) and
 // off: every step's logits bitwise equal (the fused kernel runs the
-// unfused arithmetic).
+// unfused arithmetic). MINFER_NO_FUSE_QKV=0 is pinned: the fused kernel
+// exists only inside the QKV fusion (the lever's Requires), which an A/B's
+// arm B may turn off.
 func TestWholeModel_QkNormRopeStoreLeverBitwiseEqualsUnfused(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range qnModels {
 		for _, graphs := range []string{"0", "1"} {
 			t.Run(fmt.Sprintf("%s/%s/kv_%s/no_cuda_graph=%s", m.shape, m.typ, m.cache, graphs), func(t *testing.T) {
 				path := dsSynth(t, m.shape, m.typ)
-				env := []string{"MINFER_CACHE_TYPE=" + m.cache, "MINFER_NO_CUDA_GRAPH=" + graphs}
+				env := []string{"MINFER_CACHE_TYPE=" + m.cache, "MINFER_NO_CUDA_GRAPH=" + graphs, "MINFER_NO_FUSE_QKV=0"}
 				on := dsEngine(t, path, "cuda", 64, append(env, "MINFER_FUSE_QKNORM=1")...)
 				off := dsEngine(t, path, "cuda", 64, append(env, "MINFER_FUSE_QKNORM=0")...)
 				got, want := dsSteps(t, on, 8), dsSteps(t, off, 8)
@@ -306,7 +308,9 @@ func TestWholeModel_QkNormRopeStoreLeverBitwiseEqualsUnfused(t *testing.T) {
 // step) and never minfer_rope_f32 or minfer_kv_store; with it off the new
 // kernel never runs and a step runs 2*n_layer ropes and 2*n_layer KV
 // stores. A decode step launches 5*n_layer kernels fewer with the lever on
-// (2 qk_norm + 2 rope + 2 kv_store -> 1); both counts are logged.
+// (2 qk_norm + 2 rope + 2 kv_store -> 1); both counts are logged. Pinned, as
+// an A/B's arm B may move them: MINFER_NO_FUSE_QKV=0 (the lever's Requires)
+// and graphs on (dsGraphsOn: the step counted is a replay).
 func TestCensus_Qwen3DecodeRunsQkNormRopeStoreOnlyWithTheLever(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {
@@ -316,7 +320,7 @@ func TestCensus_Qwen3DecodeRunsQkNormRopeStoreOnlyWithTheLever(t *testing.T) {
 		path := dsSynth(t, m.shape, "Q8_0")
 		perStep := map[string]int64{}
 		for _, lever := range []string{"0", "1"} {
-			e := dsEngine(t, path, "cuda", 64, "MINFER_LAUNCH_CENSUS=1", "MINFER_FUSE_QKNORM="+lever)
+			e := dsEngine(t, path, "cuda", 64, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_FUSE_QKV=0", "MINFER_FUSE_QKNORM=" + lever}, dsGraphsOn...)...)
 			b := dsDeviceBackend(t, e)
 			dsSteps(t, e, 4) // prefill + 4 decodes: the decode split is captured at the 3rd
 			step := mfCensusDelta(b, func() {

@@ -113,13 +113,14 @@ func qactMerged(c map[string]int64) map[string]int64 {
 
 // qwen2-0.5b (Q8_0) prefill and decode with MINFER_QUANTIZE_X4=1 give
 // bitwise the logits of =0; the census names only the x4 quantize with the
-// lever on and only the scalar one off.
+// lever on and only the scalar one off. The MMVQ path, whose activations
+// are quantized, is pinned on (dsMMVQ): an A/B's arm B may turn it off.
 func TestQuantizeX4Device_WholeModelBitwiseAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, shape := range []string{"qwen2-tiny", "qwen2-0.5b"} {
 		path := dsSynth(t, shape, "Q8_0")
 		run := func(v string) ([][]float32, map[string]int64) {
-			e := dsEngine(t, path, "cuda", 256, "MINFER_LAUNCH_CENSUS=1", "MINFER_QUANTIZE_X4="+v)
+			e := dsEngine(t, path, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_QUANTIZE_X4=" + v}, dsMMVQ...)...)
 			steps := dsSteps(t, e, 4)
 			return steps, dsDeviceBackend(t, e).Kernels().Census()
 		}

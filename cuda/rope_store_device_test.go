@@ -404,6 +404,8 @@ func TestRmsNormDevice_BitwiseOldKernelAndCPUWithin1e4(t *testing.T) {
 // (MINFER_NO_FUSE_QKV=0) against without (=1), for f32, f16 and q8_0 KV:
 // every step's logits within 1e-3 of the largest unfused logit. The
 // arithmetic is the same, so the diff is expected to be 0; it is logged.
+// Graphs are pinned on (dsGraphsOn) in the fused engine, whose replays are
+// counted.
 func TestWholeModel_FusedQkvRopeStoreMatchesUnfusedWithin1e3(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct{ shape, typ, cache string }{
@@ -412,7 +414,7 @@ func TestWholeModel_FusedQkvRopeStoreMatchesUnfusedWithin1e3(t *testing.T) {
 	} {
 		t.Run(m.shape+"/"+m.typ+"/kv_"+m.cache, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
-			fused := dsEngine(t, path, "cuda", 128, "MINFER_NO_FUSE_QKV=0", "MINFER_CACHE_TYPE="+m.cache)
+			fused := dsEngine(t, path, "cuda", 128, append([]string{"MINFER_NO_FUSE_QKV=0", "MINFER_CACHE_TYPE=" + m.cache}, dsGraphsOn...)...)
 			unfused := dsEngine(t, path, "cuda", 128, "MINFER_NO_FUSE_QKV=1", "MINFER_CACHE_TYPE="+m.cache)
 			got, want := dsSteps(t, fused, 8), dsSteps(t, unfused, 8)
 			for i := range want {
@@ -441,7 +443,8 @@ func TestWholeModel_FusedQkvRopeStoreMatchesUnfusedWithin1e3(t *testing.T) {
 // minfer_qkv_rope_store and never minfer_rope_f32 or minfer_kv_store, and
 // one replayed decode step adds exactly n_layer fused launches; with
 // MINFER_NO_FUSE_QKV=1 the step adds 2*n_layer rope and 2*n_layer kv_store
-// launches and the fused kernel never runs.
+// launches and the fused kernel never runs. (dsReplayedStepCensus pins
+// graphs on.)
 func TestCensus_QwenDecodeRunsFusedQkvRopeStoreOnlyWithTheLeverOff(t *testing.T) {
 	dsNeedDevice(t)
 	const nLayer = 2 // qwen2-tiny

@@ -72,7 +72,10 @@ func dsPrefillTimes(t *testing.T, e *model.Engine, n, runs, keep int) (wall, dev
 // also count the gaps in which the stream waits for the host: a decode
 // step, launch-bound, is never below the replay's kernels (measured on the
 // H200, qwen2-0.5b Q8_0: replay 0.75 ms, direct 7.3 ms); a 512-token
-// prefill, bound by its kernels, agrees with the replay within 1.5x.
+// prefill, bound by its kernels, agrees with the replay within 1.5x. The
+// replay arm pins graphs and prefill capture on, and both arms op timing
+// off (its synchronized direct launches stretch the timeline): an A/B's
+// arm B may set any of them.
 func TestDeviceTime_PositiveBelowWallAndReplayNearDirect(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
@@ -80,8 +83,8 @@ func TestDeviceTime_PositiveBelowWallAndReplayNearDirect(t *testing.T) {
 	for _, arm := range []struct {
 		name string
 		env  []string
-	}{{"replay", nil}, {"direct", []string{"MINFER_NO_CUDA_GRAPH=1"}}} {
-		e := dsEngine(t, path, "cuda", 1024, arm.env...)
+	}{{"replay", []string{"MINFER_NO_CUDA_GRAPH=0", "MINFER_NO_PREFILL_CAPTURE=0"}}, {"direct", []string{"MINFER_NO_CUDA_GRAPH=1"}}} {
+		e := dsEngine(t, path, "cuda", 1024, append([]string{"MINFER_OP_TIMING=0"}, arm.env...)...)
 		dw, dd := dsDecodeTimes(t, e, 24, 16)
 		pw, pd := dsPrefillTimes(t, e, 512, 6, 2)
 		for what, v := range map[string][2][]time.Duration{"decode": {dw, dd}, "prefill": {pw, pd}} {
@@ -143,12 +146,15 @@ func TestDelay_GrowsDeviceTimeAndWallTimeByTheAskedTime(t *testing.T) {
 // a 0.8 x dev0 bar failed once when the first engine's dev0 came out 14%
 // high). (Engines made later in a process ran their decode up to 15% slower
 // on the H200, spin or not: the bar across engines is loose, the one inside
-// the engine tight.)
+// the engine tight.) The bars are the replayed decode's: both engines pin
+// graphs on and op timing off (an A/B's arm B may set either; with direct
+// launches the host's launching, not the device, sets the step's pace).
 func TestMutateSlowDecode_OnCUDAGrowsDecodeDeviceAndWallTimeByF(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
-	wall0, dev0 := dsDecodeTimes(t, dsEngine(t, path, "cuda", 256), 24, 16)
-	mut := dsEngine(t, path, "cuda", 256, "MINFER_TEST_MUTATE=slow_decode")
+	pins := []string{"MINFER_NO_CUDA_GRAPH=0", "MINFER_OP_TIMING=0"}
+	wall0, dev0 := dsDecodeTimes(t, dsEngine(t, path, "cuda", 256, pins...), 24, 16)
+	mut := dsEngine(t, path, "cuda", 256, append([]string{"MINFER_TEST_MUTATE=slow_decode"}, pins...)...)
 	b := dsDeviceBackend(t, mut)
 	if _, err := mut.Forward(dsPrompt, false); err != nil {
 		t.Fatal(err)
