@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next session's device driver (drive23's harness). Bundle at main's HEAD:
 # `SNAPSHOT=1 TINY=Q8_0 scripts/device-bundle.sh` with bin/lib in place (libdw1,
-# libelf1 from `apt-get download`); carry ["bin"]; move reports/ aside keeping
+# libelf1 from `apt-get download`); carry ["bin", "out/llama-src.tgz"] (under 64 MiB together); move reports/ aside keeping
 # reports/calibration and reports/MINFER_KERNELS/2026-12-06T*.json (session 16's
 # two PASS runs, same kernel sources: step cover counts them). One setsid run, polled by chained calls: each poll waits
 # for a step's "exit" line in /tmp/dev/drive.log and tars /tmp/dev into $OUT.
@@ -24,6 +24,14 @@
 #   r7  qwen3-0.6b MIX pp2048, SPLIT=1 FUSE_RESIDUAL=0: mmvq_s_*, mmvqr_s_*, big-tile K-quant MMQ
 #   r8  qwen2-0.5b MIX pp1024, FA_PREFILL_TC=0 MMVQ_WIDE=1 FUSE_RESIDUAL=0: attn_prefill2_hd64_bm32,
 #       mmvqw_q6_k / _q8_0 plain
+# Issue 19 item 3 (one copy of the weights; CUDA code new in session 16, emulator-checked only):
+#   onecopy MINFER_ONE_COPY on its registry workload (qwen2-7b Q8_0), five gates: its suite gate runs
+#          the whole device suite with one copy, including TestOneCopyDevice_* (~11 min)
+#   peer   llama-bench built from out/llama-src.tgz in the background from the start (carry
+#          out/llama-src.tgz too; out/llama-src.README has the commit and the commands), then
+#          scripts/perf.sh with PEER on the 7B rows at context 32768 with MINFER_ONE_COPY=1: both
+#          engines' speed and peak memory side by side (issue 19's memory target, issue 20's ratios)
+#   suite  the device suite at HEAD with the default settings (NVRTC)
 # then issue 20 / 19 (lost with session 15's cut-off):
 #   mmqa  MINFER_MMQ_ASYNC on qwen2-7b Q8_0 (its registry workload)
 #   wide7 MINFER_MMVQ_WIDE on qwen2-7b Q8_0 (session 15: exit 1, report lost)
@@ -33,7 +41,7 @@
 #          the r steps (STEPS="r3 ... r8 cover mmqa ...").
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-r3 r4 r5 r6 r7 r8 cover mmqa wide7 embedh}"
+STEPS="${STEPS:-onecopy peer r3 r4 r5 r6 r7 r8 cover mmqa wide7 embedh}"
 mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -62,6 +70,15 @@ for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-
 bin/abtest sass-diff /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1; echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md)"
 cp /tmp/nvcc/head.fatbin bin/minfer-kernels.fatbin
 K="MINFER_KERNELS=nvrtc@baseline=$S/bin/minfer-kernels.fatbin"
+if [[ " $STEPS " == *" peer "* ]]; then # CPU only, niced, while the GPU steps run
+    (mkdir -p /tmp/llama && tar -xzf $R/out/llama-src.tgz -C /tmp/llama && cd /tmp/llama &&
+        nice -n 15 cmake -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+            -DLLAMA_BUILD_COMMIT=d32676d >$D/llama-build.log 2>&1 &&
+        nice -n 15 cmake --build b --target llama-bench -j 8 >>$D/llama-build.log 2>&1
+     echo "llama-bench build rc=$? $(date -u +%T)" >>$D/llama-build.log) &
+    PB=$!
+fi
 cal /tmp/wk-k; cal /tmp/wk
 for step in $STEPS; do
     echo "== $step $(ts)"
@@ -76,6 +93,15 @@ for step in $STEPS; do
         bin/abtest sass-diff --runs "$(ls $R/reports/MINFER_KERNELS/2026-12-06T*.json /tmp/wk-k/reports/MINFER_KERNELS/*.json 2>/dev/null | paste -sd,)" \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
+    onecopy) ab abonecopy /tmp/wk "MINFER_ONE_COPY" ;;
+    peer)
+        wait $PB; echo "$(tail -n 1 $D/llama-build.log)"
+        MINFER_ONE_COPY=1 PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=2 \
+            OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
+        echo "perf rc=$? $(ts)" ;;
+    suite)
+        KERNELS=nvrtc OUT=$D/suite SUITE_TIMEOUT=10m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf scripts/device-suite.sh >$D/suite.out 2>&1
+        echo "suite rc=$? $(tail -n 1 $D/suite.out)" ;;
     mmqa) ab abmmqa /tmp/wk "MINFER_MMQ_ASYNC" ;;
     wide7) ab abwide7 /tmp/wk "MINFER_MMVQ_WIDE" ;;
     embedh) ab abembedh /tmp/wk "MINFER_EMBED_HOST" ;;
