@@ -6,13 +6,15 @@ import (
 	"testing"
 )
 
-// scripts/kernel-emu runs five kernel families on the CPU through an
+// scripts/kernel-emu runs six kernel families on the CPU through an
 // emulation of the CUDA built-ins, WMMA, mma.sync and cp.async (g++, no
 // toolkit, no GPU) and compares them with references: the tensor-core
 // prefill attention with attention in double, the wide MMVQ and the Q4_K /
 // Q5_K MMVQ bitwise with the kernels they replace or a scalar reference,
-// the async MMQ bitwise with the plain MMQ, and the lean decode attention's
-// combine with attention in double. A kernel edit that
+// the async MMQ bitwise with the plain MMQ, the lean decode attention's
+// combine with attention in double, and the multi-token MMVQ and the
+// embedding gather over the repacked Q8_0 / Q6_K copy bitwise with their
+// GGUF twins. A kernel edit that
 // breaks one fails here before a device call pays for it. Skipped without
 // g++ and under -short (about 30 s on 2 cores).
 func emu(t *testing.T, script string, args ...string) (string, int) {
@@ -35,7 +37,7 @@ func emu(t *testing.T, script string, args ...string) (string, int) {
 
 func TestKernelEmulators_EachFamilyMatchesItsReference(t *testing.T) {
 	for script, want := range map[string]string{"fatc-emu.sh": "ALL WITHIN 1e-2", "mmvqw-emu.sh": "ALL BITWISE", "mmvq-kq-emu.sh": "ALL BITWISE",
-		"mmq-emu.sh": "every async output is bitwise the plain kernel's"} {
+		"mmq-emu.sh": "every async output is bitwise the plain kernel's", "repacked-emu.sh": "ALL BITWISE"} {
 		t.Run(script, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, script)
@@ -99,6 +101,23 @@ func TestKernelEmulator_PlantedMMQAsyncCopyDefectsAreCaught(t *testing.T) {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, "mmq-emu.sh", "--plant", plant)
+			if code != 1 || !strings.Contains(out, "DIFFER") {
+				t.Fatalf("planted %s: exit %d, want 1 with a case that differs:\n%s", plant, code, out)
+			}
+		})
+	}
+}
+
+// The kernels over the repacked Q8_0 / Q6_K copy: minfer_mmvq_nt_q8_0r
+// reading the f16 d of the block before, and minfer_get_rows_r reading a
+// Q6_K value's scale from the wrong 16 values, are each caught (exit 1).
+// (`--plant q6qh` and `rowsd` are caught too: run by hand when the check
+// was written.)
+func TestKernelEmulator_PlantedRepackedOffsetsAreCaught(t *testing.T) {
+	for _, plant := range []string{"q8d", "rowsc"} {
+		t.Run(plant, func(t *testing.T) {
+			t.Parallel()
+			out, code := emu(t, "repacked-emu.sh", "--plant", plant)
 			if code != 1 || !strings.Contains(out, "DIFFER") {
 				t.Fatalf("planted %s: exit %d, want 1 with a case that differs:\n%s", plant, code, out)
 			}

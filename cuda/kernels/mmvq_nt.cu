@@ -4,6 +4,9 @@
 //
 //   minfer_mmvq_nt_<t>  out[t][j] = sum_i W[j][i] * a_t[i] (+ bias[j]), t < nt
 //
+// and minfer_mmvq_nt_q8_0r / _q6_kr, the same over the repacked Q8_0 / Q6_K
+// copy of mmvq_repack.cu, bitwise the GGUF kernels' outputs (below).
+//
 // a is nt Q8_1 rows back to back (minfer_quantize_q8_1 of nt rows: row t
 // starts at t * (k / 32) * 36 bytes); out is nt rows of n f32.
 //
@@ -35,9 +38,19 @@
 //
 // Raw is one unit's decoded weight fields; load(row, u) reads them for unit
 // u of a row; dot(w, a, u) is the rest of mmvq.cu's unit(row, a, u): the
-// same expression with the weight fields taken from w.
+// same expression with the weight fields taken from w. Row is what load
+// takes for a row and row(w, n, k, r, rowBytes) finds it: for the GGUF
+// layout (MinferMmvqntGguf) the row's bytes, r * rowBytes into w; the
+// repacked types (below) have their own.
 
-struct MinferMmvqntQ8_0 {
+struct MinferMmvqntGguf {
+    using Row = const uint8_t*;
+    static __device__ __forceinline__ Row row(const uint8_t* w, int, int, int r, size_t rowBytes) {
+        return w + (size_t)r * rowBytes;
+    }
+};
+
+struct MinferMmvqntQ8_0 : MinferMmvqntGguf {
     struct Raw {
         int q[4];
         float d;
@@ -68,7 +81,7 @@ struct MinferMmvqntQ8_0 {
 // packed bytes 8h .. 8h+7, low nibbles values 8h .., high nibbles 16+8h ..
 // lo[t] / hi[t] are the words mmvq.cu hands to __dp4a against activation
 // words 2h + t and 4 + 2h + t.
-struct MinferMmvqntQ4_0 {
+struct MinferMmvqntQ4_0 : MinferMmvqntGguf {
     struct Raw {
         int lo[2], hi[2];
         float d;
@@ -102,7 +115,7 @@ struct MinferMmvqntQ4_0 {
     }
 };
 
-struct MinferMmvqntQ4_1 {
+struct MinferMmvqntQ4_1 : MinferMmvqntGguf {
     struct Raw {
         int lo[2], hi[2];
         float d, m;
@@ -142,7 +155,7 @@ struct MinferMmvqntQ4_1 {
     }
 };
 
-struct MinferMmvqntQ5_0 {
+struct MinferMmvqntQ5_0 : MinferMmvqntGguf {
     struct Raw {
         int lo[2], hi[2];
         float d;
@@ -171,7 +184,7 @@ struct MinferMmvqntQ5_0 {
     }
 };
 
-struct MinferMmvqntQ5_1 {
+struct MinferMmvqntQ5_1 : MinferMmvqntGguf {
     using Raw = MinferMmvqntQ4_1::Raw;
     static __device__ __forceinline__ int units(int k) { return k / 16; }
     static __device__ __forceinline__ Raw load(const uint8_t* row, int u) {
@@ -198,7 +211,7 @@ struct MinferMmvqntQ5_1 {
 
 // K-quants: unit u is super-block u / 16, sub-block sub = (u % 16) / 2
 // (activation block 8 sb + sub), half h (activation words 4h .. 4h+3).
-struct MinferMmvqntQ4_K {
+struct MinferMmvqntQ4_K : MinferMmvqntGguf {
     struct Raw {
         int q[4];
         float dsc, dmn;
@@ -235,7 +248,7 @@ struct MinferMmvqntQ4_K {
     }
 };
 
-struct MinferMmvqntQ6_K {
+struct MinferMmvqntQ6_K : MinferMmvqntGguf {
     struct Raw {
         int q[4];
         float dsc;
@@ -271,6 +284,99 @@ struct MinferMmvqntQ6_K {
     }
 };
 
+// ------------------------------------------------- repacked Q8_0 and Q6_K
+//
+// minfer_mmvq_nt_q8_0r / _q6_kr read the repacked copy of mmvq_repack.cu
+// (built by minfer_repack_<t>; cuda.RepackHost is its host reference):
+// with N = n * (k / bs) blocks of the whole n x k matrix, block i = r *
+// (k / bs) + b of row r,
+//
+//   Q8_0: its 32 quants at 32 i, its f16 d at 32 N + 2 i
+//   Q6_K: its ql (128 bytes) then qh (64) at 192 i, its 16 int8 scales at
+//         192 N + 16 i, its f16 d at 208 N + 2 i
+//
+// So a row's pointers need n, the row count the copy was built with, and
+// the kernels cannot run on a subset of a matrix's rows. Raw and dot are
+// the GGUF types': load gives the same fields from the same bytes (the
+// quant words assembled from 16-byte loads instead of 2-byte ones, the
+// same f16 d and int8 scale), so every output is bitwise the GGUF
+// kernel's. With w 16-byte aligned every load below is aligned: a Q8_0
+// unit's 16 quants sit at 16 u of its row, which starts at 32 (k / 32) r;
+// a Q6_K unit's ql and qh are 16-byte words of its 192-byte block, as in
+// mmvq_repack.cu's MinferMmvqrQ6_K (which this file cannot use:
+// "mmvq_nt.cu" comes before "mmvq_repack.cu" in the translation unit).
+
+#define MINFER_MMVQNT_Q6_K_QBYTES 192 // ql + qh of a repacked Q6_K super-block
+
+struct MinferMmvqntQ8_0r {
+    using Raw = MinferMmvqntQ8_0::Raw;
+    struct Row {
+        const uint4* q;          // two units per block, one uint4 each
+        const unsigned short* d; // one f16 per block
+    };
+    static __device__ __forceinline__ int units(int k) { return k / 16; }
+    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r, size_t) {
+        const size_t nb = (size_t)(k / MINFER_QK);
+        return Row{reinterpret_cast<const uint4*>(w) + (size_t)r * nb * 2,
+                   reinterpret_cast<const unsigned short*>(w + (size_t)n * nb * 32) + (size_t)r * nb};
+    }
+    static __device__ __forceinline__ Raw load(const Row& w, int u) {
+        const uint4 q = __ldg(w.q + u);
+        Raw r;
+        r.q[0] = (int)q.x;
+        r.q[1] = (int)q.y;
+        r.q[2] = (int)q.z;
+        r.q[3] = (int)q.w;
+        r.d = minfer_h2f(__ldg(w.d + (u >> 1)));
+        return r;
+    }
+    static __device__ __forceinline__ float dot(const Raw& w, const MinferMmvqActG& a, int u) {
+        return MinferMmvqntQ8_0::dot(w, a, u);
+    }
+};
+
+struct MinferMmvqntQ6_Kr {
+    using Raw = MinferMmvqntQ6_K::Raw;
+    struct Row {
+        const uint4* q;          // 12 uint4 per super-block: ql (8) then qh (4)
+        const int8_t* sc;        // 16 per super-block
+        const unsigned short* d; // one f16 per super-block
+    };
+    static __device__ __forceinline__ int units(int k) { return k / 16; }
+    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r, size_t) {
+        const size_t nsb = (size_t)(k / MINFER_QKK), all = (size_t)n * nsb, first = (size_t)r * nsb;
+        return Row{reinterpret_cast<const uint4*>(w) + first * (MINFER_MMVQNT_Q6_K_QBYTES / 16),
+                   reinterpret_cast<const int8_t*>(w + all * MINFER_MMVQNT_Q6_K_QBYTES) + first * 16,
+                   reinterpret_cast<const unsigned short*>(w + all * (MINFER_MMVQNT_Q6_K_QBYTES + 16)) + first};
+    }
+    // MinferMmvqntQ6_K::load's bytes: ql at 64 hh + 32 (quarter & 1) + 16 h
+    // and qh at 128 + 32 hh + 16 h of the super-block, i.e. its uint4
+    // 4 hh + 2 (quarter & 1) + h and 8 + 2 hh + h; the scale byte
+    // 8 hh + 2 quarter + h of its 16; the same decode.
+    static __device__ __forceinline__ Raw load(const Row& w, int u) {
+        const int sb = u >> 4, r4 = u & 15, sub = r4 >> 1, h = r4 & 1;
+        const int hh = sub >> 2, quarter = sub & 3;
+        const uint4* q = w.q + (size_t)sb * (MINFER_MMVQNT_Q6_K_QBYTES / 16);
+        const uint4 ql = __ldg(q + 4 * hh + 2 * (quarter & 1) + h);
+        const uint4 qh = __ldg(q + 8 + 2 * hh + h);
+        const uint32_t lw[4] = {ql.x, ql.y, ql.z, ql.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
+        const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
+        Raw r;
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const uint32_t lo = (lw[t] >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((hw[t] >> hshift) & 0x03030303u) << 4;
+            r.q[t] = (int)__vsub4(lo | hi, 0x20202020u); // q - 32 in [-32, 31]
+        }
+        const int sc = __ldg(w.sc + (size_t)sb * 16 + 8 * hh + 2 * quarter + h);
+        r.dsc = __fmul_rn(minfer_h2f(__ldg(w.d + sb)), (float)sc);
+        return r;
+    }
+    static __device__ __forceinline__ float dot(const Raw& w, const MinferMmvqActG& a, int u) {
+        return MinferMmvqntQ6_K::dot(w, a, u);
+    }
+};
+
 // ------------------------------------------------------------------ body
 //
 // One row per warp, NT accumulators per lane. Lane l handles units
@@ -284,7 +390,7 @@ __device__ __forceinline__ void minfer_mmvqnt_body(float* __restrict__ out, cons
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * MINFER_MMVQNT_ROWS + (threadIdx.x >> 5);
     if (row >= n) return; // the whole warp leaves together
-    const uint8_t* wr = w + (size_t)row * rowBytes;
+    const typename Q::Row wr = Q::row(w, n, k, row, rowBytes);
     const size_t aStride = (size_t)(k / MINFER_QK) * MINFER_MMVQ_Q8_1_BYTES; // one token's Q8_1 row
 
     float acc[NT];
@@ -339,7 +445,10 @@ __device__ __forceinline__ void minfer_mmvqnt_dispatch(float* out, const uint8_t
 
 // grid (ceil(n / MINFER_MMVQNT_ROWS)), block (MINFER_MMVQNT_THREADS), no
 // smem. a: nt Q8_1 rows (4-byte aligned); w: 4-byte aligned (16 for Q4_K);
-// k a multiple of the weight's block size; 2 <= nt <= 8.
+// k a multiple of the weight's block size; 2 <= nt <= 8. The _q8_0r and
+// _q6_kr kernels take w as the repacked copy of the whole n x k matrix
+// (16-byte aligned, built for exactly these n and k); their row views
+// ignore the GGUF row bytes the macro passes.
 #define MINFER_MMVQNT_KERNEL(name, Q, BS, BB)                                                            \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQNT_THREADS)                                 \
         minfer_mmvq_nt_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, \
@@ -354,5 +463,7 @@ MINFER_MMVQNT_KERNEL(q5_0, MinferMmvqntQ5_0, MINFER_QK, MINFER_Q5_0_BYTES)
 MINFER_MMVQNT_KERNEL(q5_1, MinferMmvqntQ5_1, MINFER_QK, MINFER_Q5_1_BYTES)
 MINFER_MMVQNT_KERNEL(q4_k, MinferMmvqntQ4_K, MINFER_QKK, MINFER_Q4_K_BYTES)
 MINFER_MMVQNT_KERNEL(q6_k, MinferMmvqntQ6_K, MINFER_QKK, MINFER_Q6_K_BYTES)
+MINFER_MMVQNT_KERNEL(q8_0r, MinferMmvqntQ8_0r, MINFER_QK, MINFER_Q8_0_BYTES)
+MINFER_MMVQNT_KERNEL(q6_kr, MinferMmvqntQ6_Kr, MINFER_QKK, MINFER_Q6_K_BYTES)
 
 #undef MINFER_MMVQNT_KERNEL
