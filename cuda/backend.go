@@ -103,6 +103,9 @@ func New(opts Options) (*Backend, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	if err := oneCopyConflict(opts.Levers); err != nil {
+		return nil, err
+	}
 	dev, err := driver.Open(driver.Options{Disable: opts.Levers.DisableCUDA, Ordinal: opts.Ordinal, CallFail: opts.Levers.TestCallFail})
 	if err != nil {
 		return nil, err

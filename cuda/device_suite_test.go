@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,12 +29,24 @@ import (
 	"github.com/minfer-go/minfer/engine/synth"
 )
 
-// dsLevers parses the environment plus extra MINFER_* settings.
+// dsLevers parses the environment plus extra MINFER_* settings. When the
+// environment sets MINFER_ONE_COPY=1 (an A/B's arm B, the suite gate's
+// settings) and a test's own settings route some Q8_0 / Q6_K matmul to a
+// kernel that reads GGUF bytes, which the backend refuses beside one copy
+// (onecopy.go), the test's settings win: MINFER_ONE_COPY=0 is added and
+// logged. A test that sets MINFER_ONE_COPY itself keeps what it set.
 func dsLevers(t testing.TB, extra ...string) levers.Config {
 	t.Helper()
-	cfg, err := levers.Parse(append(os.Environ(), extra...))
+	env := append(os.Environ(), extra...)
+	cfg, err := levers.Parse(env)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if oneCopyConflict(cfg) != nil && !slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, "MINFER_ONE_COPY=") }) {
+		t.Logf("MINFER_ONE_COPY=0 for this test: its settings %v need the GGUF bytes (%v)", extra, oneCopyConflict(cfg))
+		if cfg, err = levers.Parse(append(env, "MINFER_ONE_COPY=0")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return cfg
 }
@@ -1058,6 +1071,12 @@ var dsMMVQ = []string{"MINFER_NO_Q80_MMVQ=0", "MINFER_NO_Q40_MMVQ=0", "MINFER_NO
 // decode elsewhere; a test that names the decode kernel it expects in its
 // census sets these (split and wide have tests of their own).
 var dsOneWarpDecode = []string{"MINFER_NO_Q80_MMVQ=0", "MINFER_NO_Q40_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_SPLIT=0", "MINFER_MMVQ_WIDE=0"}
+
+// dsTwoCopies pins MINFER_ONE_COPY off: a test whose census names the GGUF
+// kernels of Q8_0 / Q6_K matrices (prefill MMQ, mmvq_nt, the gather) or
+// counts the repacked copy as derived memory sets it (onecopy_device_test.go
+// tests the one-copy routes).
+var dsTwoCopies = []string{"MINFER_ONE_COPY=0"}
 
 // dsGraphsOn pins CUDA graphs on: a test that counts captures or replays
 // sets it, since an A/B's arm B (the suite gate's settings) may set

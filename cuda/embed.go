@@ -33,6 +33,24 @@ func (k *Kernels) GetRowsHost(s *driver.Stream, out, w driver.DevicePtr, wtype q
 	return k.getRows(s, "minfer_get_rows_host", out, w, wtype, wRows, ids, nt, rowLen)
 }
 
+// GetRowsR is GetRows of a table kept only as its repacked copy
+// (RepackHost's layout of the wRows x rowLen Q8_0 / Q6_K table, 16-byte
+// aligned; MINFER_ONE_COPY): minfer_get_rows_r, bitwise GetRows of the GGUF
+// bytes.
+func (k *Kernels) GetRowsR(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, wRows int, ids driver.DevicePtr, nt, rowLen int) error {
+	if err := opsCheckRows("get_rows_r", nt, rowLen); err != nil {
+		return err
+	}
+	if !MMVQRepackable(wtype) || MMVQRepackBytes(wtype, rowLen, wRows) == 0 {
+		return opsBad("get_rows_r", "weight type %s, %d rows of %d: no repacked layout", wtype, wRows, rowLen)
+	}
+	if w == 0 || uint64(w)%mmvqrAlign != 0 || wRows > maxInt32 {
+		return opsBad("get_rows_r", "table %v (%d-byte aligned) of %d rows", w, mmvqrAlign, wRows)
+	}
+	return opsErr("get_rows_r", k.launch(s, "minfer_get_rows_r", [3]uint32{uint32(nt), 1, 1}, opsRowBlock(rowLen), 0,
+		out, w, int32(wtype), int32(wRows), ids, int32(rowLen)))
+}
+
 func (k *Kernels) getRows(s *driver.Stream, name string, out, w driver.DevicePtr, wtype quant.Type, wRows int, ids driver.DevicePtr,
 	nt, rowLen int) error {
 	if err := opsCheckRows("get_rows", nt, rowLen); err != nil {
@@ -67,6 +85,9 @@ func opGetRows(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (
 	}
 	if w.host {
 		return func() error { return b.k.GetRowsHost(b.s, o, w.ptr, w.typ, w.rows, p[0], nt, rowLen) }, nil
+	}
+	if w.rpOnly {
+		return func() error { return b.k.GetRowsR(b.s, o, w.rp, w.typ, w.rows, p[0], nt, rowLen) }, nil
 	}
 	return func() error { return b.k.GetRows(b.s, o, w.ptr, w.typ, w.rows, p[0], nt, rowLen) }, nil
 }

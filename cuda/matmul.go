@@ -54,7 +54,27 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 }
 
 func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
-	if r := b.matmulRoute(m.w, nt); r == routeMMVQR || r == routeMMVQW {
+	r := b.matmulRoute(m.w, nt)
+	if m.w.rpOnly && r != routeMMVQR {
+		// Only the repacked copy is on the device (MINFER_ONE_COPY):
+		// Kernels.MatMul reads GGUF bytes, so quantize here and run the
+		// route's repacked kernel.
+		switch r {
+		case routeMMQ:
+			if err := b.quantizeMMQ(x, m.w.rowLen, nt); err != nil {
+				return err
+			}
+			return b.runPreQ8(nt, m)
+		case routeMMVQNT:
+			if err := b.quantizeActNT(x, m.w.rowLen, nt); err != nil {
+				return err
+			}
+			return b.runFromQ8NT(nt, m)
+		}
+		return fmt.Errorf("weight %s (%s) keeps only its repacked copy (MINFER_ONE_COPY=1) and its matmul over %d tokens takes route %d, "+
+			"which has no repacked kernel", m.w.name, m.w.typ, nt, r)
+	}
+	if r == routeMMVQR || r == routeMMVQW {
 		// Kernels.MatMul knows neither route: quantize x, then minfer_mmvq[rw].
 		if err := b.quantizeAct(x, m.w.rowLen); err != nil {
 			return err

@@ -178,7 +178,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 			if len(t.Dims) == 1 {
 				return 4 * uint64(t.Dims[0]), 0
 			}
-			if probe.repackWanted(t.Type) && !t.Gathered { // registerWeight's rule
+			if probe.repackWanted(t.Type) && !t.Gathered && !lv.OneCopy { // registerWeight's rule
 				derived = MMVQRepackBytes(t.Type, t.Dims[0], t.Rows())
 			}
 			return t.Bytes(), derived
@@ -193,7 +193,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if lv.EmbedHost { // registerHostMapped's rule
 		r.HostMapped = func(t memplan.Tensor) bool { return t.Gathered && t.Matrix() }
 	}
-	if lv.MMVQRepack && !lv.MMVQWide { // the wide kernels make no copy
+	if lv.MMVQRepack && !lv.MMVQWide && !lv.OneCopy { // the wide kernels make no copy; one copy is no second
 		r.DerivedLever = "MINFER_MMVQ_REPACK=0"
 	}
 	return r

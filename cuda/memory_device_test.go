@@ -46,7 +46,7 @@ func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testin
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
 	for _, repack := range []string{"0", "1"} {
 		t.Run("MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
-			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_MMVQ_REPACK="+repack)
+			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_ONE_COPY=0", "MINFER_MMVQ_REPACK="+repack)
 			m, err := b.DeviceMemory()
 			if err != nil {
 				t.Fatal(err)
@@ -133,7 +133,7 @@ func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 		path := dsSynth(t, shape, "Q8_0")
 		for _, repack := range []string{"1", "0"} {
 			t.Run(shape+"/MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
-				e, b := memRun(t, path, 32768, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_MMVQ_REPACK="+repack)
+				e, b := memRun(t, path, 32768, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_ONE_COPY=0", "MINFER_MMVQ_REPACK="+repack)
 				m, err := b.DeviceMemory()
 				if err != nil {
 					t.Fatal(err)

@@ -123,6 +123,7 @@ func TestMemoryRules_RepackCopyOnlyWhereTheBackendMakesIt(t *testing.T) {
 		{[]string{"MINFER_MMVQ_REPACK=1"}, true},
 		{[]string{"MINFER_MMVQ_REPACK=0"}, false},
 		{[]string{"MINFER_MMVQ_REPACK=1", "MINFER_NO_Q80_MMVQ=1"}, false},
+		{[]string{"MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=1"}, false}, // the copy is the matrix's only one
 	} {
 		lv, err := levers.Parse(c.settings)
 		if err != nil {

@@ -108,7 +108,13 @@ func mmqSmemBytes(rows int) int {
 type mmqPlan struct {
 	rows, splits int
 	async        bool
+	// repacked: the weight is the repacked copy (MINFER_ONE_COPY):
+	// minfer_mmq_<t>r, Q8_0 and Q6_K only, no async variant.
+	repacked bool
 }
+
+// mmqTableR names the MMQ kernels over the repacked copy (mmqPlan.repacked).
+var mmqTableR = map[quant.Type]string{quant.Q8_0: "minfer_mmq_q8_0r", quant.Q6_K: "minfer_mmq_q6_kr"}
 
 // mmqPlanFor picks the tile and split-K of an n x kDim weight over nt
 // tokens on a device of sms SMs: a pure function of the shape (so a
@@ -139,7 +145,10 @@ func mmqPlanFor(n, nt, kDim, sms int) mmqPlan {
 // kernel).
 func (p mmqPlan) kernel(wtype quant.Type) string {
 	name, ok := mmqTable[wtype]
-	if !ok {
+	if p.repacked {
+		name, ok = mmqTableR[wtype]
+	}
+	if !ok || (p.repacked && p.async) {
 		return ""
 	}
 	if p.async {
@@ -217,7 +226,7 @@ func (k *Kernels) launchMMQ(s *driver.Stream, name string, out, x, w driver.Devi
 	if err := k.QuantizeQ8_1(s, opts.MMQAct, x, kDim, nt); err != nil {
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: %w", name, nt, kDim, n, err)
 	}
-	return k.runMMQ(s, out, w, wtype, bias, nt, kDim, n, opts)
+	return k.runMMQ(s, out, w, wtype, false, bias, nt, kDim, n, opts)
 }
 
 // checkMMQ validates the scratch (MMQScratchBytes, 4-byte aligned), the
@@ -239,11 +248,14 @@ func (k *Kernels) checkMMQ(name string, w driver.DevicePtr, wtype quant.Type, nt
 
 // runMMQ runs the planned MMQ kernel (and the split-K reduce) over the
 // Q8_1 activation already at opts.MMQAct; the caller has run checkMMQ.
-func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
+func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, repacked bool, bias driver.DevicePtr,
 	nt, kDim, n int, opts MatMulOptions) error {
 	p := mmqPlanFor(n, nt, kDim, k.dev.Attr.SMCount)
-	p.async = opts.MMQAsync
+	p.async, p.repacked = opts.MMQAsync, repacked
 	name := p.kernel(wtype)
+	if name == "" {
+		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: no MMQ kernel (repacked=%v async=%v)", wtype, nt, kDim, n, repacked, p.async)
+	}
 	threads := uint32(mmqThreads)
 	if p.rows == mmqRowsSmall {
 		threads = mmqThreadsSmall
@@ -302,7 +314,35 @@ func (k *Kernels) MatMulPreQ8_1(s *driver.Stream, out, w driver.DevicePtr, wtype
 	if err := k.checkMMQ(mmqTable[wtype], w, wtype, nt, kDim, n, opts); err != nil {
 		return err
 	}
-	return k.runMMQ(s, out, w, wtype, bias, nt, kDim, n, opts)
+	return k.runMMQ(s, out, w, wtype, false, bias, nt, kDim, n, opts)
+}
+
+// MatMulPreQ8_1R is MatMulPreQ8_1 over the repacked copy w (RepackHost's
+// layout of the n x kDim wtype matrix, 16-byte aligned; MINFER_ONE_COPY):
+// minfer_mmq_<t>r, bitwise MatMulPreQ8_1 of the GGUF bytes. Q8_0 and Q6_K;
+// no async variant (opts.MMQAsync is an error).
+func (k *Kernels) MatMulPreQ8_1R(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
+	nt, kDim, n int, opts MatMulOptions) error {
+	name, ok := mmqTableR[wtype]
+	if !ok || opts.MMQAsync {
+		return fmt.Errorf("matmul_pre_q8_1r %s nt=%d k=%d n=%d: no repacked MMQ kernel (Q8_0 and Q6_K, not async; async=%v)",
+			wtype, nt, kDim, n, opts.MMQAsync)
+	}
+	if err := validateMatMul(wtype, nt, kDim, n); err != nil {
+		return err
+	}
+	if !mmqOn(wtype, nt, opts) {
+		return fmt.Errorf("matmul_pre_q8_1r %s nt=%d k=%d n=%d: not an MMQ shape (MMQ=%v, nt must exceed %d)",
+			wtype, nt, kDim, n, opts.MMQ, mmvMaxNT)
+	}
+	if out == 0 || w == 0 || uint64(w)%mmvqrAlign != 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
+		return fmt.Errorf("matmul_pre_q8_1r %s nt=%d k=%d n=%d: null or misaligned pointer (out=%v w=%v, %d-byte aligned, bias=%v)",
+			wtype, nt, kDim, n, out, w, mmvqrAlign, bias)
+	}
+	if err := k.checkMMQ(name, w, wtype, nt, kDim, n, opts); err != nil {
+		return err
+	}
+	return k.runMMQ(s, out, w, wtype, true, bias, nt, kDim, n, opts)
 }
 
 // ensureMMQScratch grows the backend's Q8_1 prefill scratch so a matmul of
@@ -348,5 +388,8 @@ func (b *Backend) quantizeMMQ(x driver.DevicePtr, k, nt int) error {
 // runPreQ8 runs one prefill matmul of m over the activation quantizeMMQ
 // left in the scratch.
 func (b *Backend) runPreQ8(nt int, m matmulPlan) error {
+	if m.w.rpOnly {
+		return b.k.MatMulPreQ8_1R(b.s, m.out, m.w.rp, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
+	}
 	return b.k.MatMulPreQ8_1(b.s, m.out, m.w.ptr, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
 }

@@ -363,11 +363,14 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 	}
 }
 
-// mmqLevers parses the environment without any MINFER_MMQ setting, plus
-// extra.
+// mmqLevers parses the environment without any MINFER_MMQ or
+// MINFER_ONE_COPY setting (these tests name the GGUF kernels; the repacked
+// ones are onecopy_device_test.go's), plus extra.
 func mmqLevers(t *testing.T, extra ...string) levers.Config {
 	t.Helper()
-	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "MINFER_MMQ=") })
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool {
+		return strings.HasPrefix(e, "MINFER_MMQ=") || strings.HasPrefix(e, "MINFER_ONE_COPY=")
+	})
 	cfg, err := levers.Parse(append(env, extra...))
 	if err != nil {
 		t.Fatal(err)

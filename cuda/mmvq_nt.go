@@ -79,9 +79,28 @@ func (k *Kernels) launchMMVQNT(s *driver.Stream, wtype quant.Type, out, x, w, bi
 // check runs before the launch.
 func (k *Kernels) MatMulQ8_1NT(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
 	wtype quant.Type, bias driver.DevicePtr, nt, kDim, n int) error {
-	name := mmvqNTKernel(wtype)
+	return k.matMulQ8_1NT(false, s, out, xq, xqBytes, w, wtype, bias, nt, kDim, n)
+}
+
+// MatMulQ8_1NTR is MatMulQ8_1NT over the repacked copy w (RepackHost's
+// layout, 16-byte aligned; MINFER_ONE_COPY) of a Q8_0 / Q6_K matrix:
+// minfer_mmvq_nt_<t>r, bitwise MatMulQ8_1NT of the GGUF bytes.
+func (k *Kernels) MatMulQ8_1NTR(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
+	wtype quant.Type, bias driver.DevicePtr, nt, kDim, n int) error {
+	return k.matMulQ8_1NT(true, s, out, xq, xqBytes, w, wtype, bias, nt, kDim, n)
+}
+
+func (k *Kernels) matMulQ8_1NT(repacked bool, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
+	wtype quant.Type, bias driver.DevicePtr, nt, kDim, n int) error {
+	name, align := mmvqNTKernel(wtype), mmvqAlign(wtype)
+	if repacked {
+		name, align = "", mmvqrAlign
+		if MMVQRepackable(wtype) && mmvqNTKernel(wtype) != "" {
+			name = mmvqNTKernel(wtype) + "r"
+		}
+	}
 	if name == "" {
-		return fmt.Errorf("matmul_q8_1_nt: weight type %s has no multi-token mmvq kernel", wtype)
+		return fmt.Errorf("matmul_q8_1_nt: weight type %s has no multi-token mmvq kernel (repacked=%v)", wtype, repacked)
 	}
 	if nt < mmvqntMinNT || nt > mmvqntMaxNT {
 		return fmt.Errorf("matmul_q8_1_nt %s nt=%d k=%d n=%d: the multi-token mmvq kernel takes %d..%d tokens",
@@ -98,8 +117,8 @@ func (k *Kernels) MatMulQ8_1NT(s *driver.Stream, out, xq driver.DevicePtr, xqByt
 		return fmt.Errorf("matmul_q8_1_nt %s nt=%d k=%d n=%d: Q8_1 activation %v of %d bytes (needs %d bytes, 4-byte aligned)",
 			wtype, nt, kDim, n, xq, xqBytes, need)
 	}
-	if a := mmvqAlign(wtype); w == 0 || uint64(w)%a != 0 {
-		return fmt.Errorf("matmul_q8_1_nt %s k=%d n=%d: weight pointer %v is null or not %d-byte aligned", wtype, kDim, n, w, a)
+	if w == 0 || uint64(w)%align != 0 {
+		return fmt.Errorf("matmul_q8_1_nt %s k=%d n=%d: weight pointer %v is null or not %d-byte aligned", wtype, kDim, n, w, align)
 	}
 	if out == 0 || uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
 		return fmt.Errorf("matmul_q8_1_nt %s nt=%d k=%d n=%d: null or misaligned output %v / bias %v", wtype, nt, kDim, n, out, bias)
@@ -135,5 +154,8 @@ func (b *Backend) quantizeActNT(x driver.DevicePtr, k, nt int) error {
 // runFromQ8NT runs one multi-token mmvq matmul of m over the nt rows
 // quantizeActNT left in the scratch.
 func (b *Backend) runFromQ8NT(nt int, m matmulPlan) error {
+	if m.w.rpOnly {
+		return b.k.MatMulQ8_1NTR(b.s, m.out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.rp, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows)
+	}
 	return b.k.MatMulQ8_1NT(b.s, m.out, b.mm.ActQ8, b.mm.ActQ8Bytes, m.w.ptr, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows)
 }

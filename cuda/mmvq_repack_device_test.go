@@ -447,7 +447,7 @@ func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 		{"qwen2-0.5b", "Q8_0", "q8_0"}, {"qwen2-0.5b", "Q4_K_M", ""},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on", dsOneWarpDecode...)
+			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on", append(slices.Clone(dsOneWarpDecode), dsTwoCopies...)...)
 			rOff, _ := rpMatching(cOff, "minfer_mmvqr_*")
 			rOn, namesOn := rpMatching(cOn, "minfer_mmvqr_*")
 			t.Logf("decode launches of minfer_mmvqr_*: off %d, on %d %v; repacked bytes: on %d, off %d",

@@ -178,7 +178,7 @@ func TestMMVQWideDevice_ModelDecodeBitwiseOneCopyAndCensus(t *testing.T) {
 		{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q6_K"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			pins := append(slices.Clone(dsOneWarpDecode), "MINFER_MMVQ_REPACK=1")
+			pins := append(slices.Clone(dsOneWarpDecode), "MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=0")
 			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_WIDE", "wide on", pins...)
 			wOn, names := rpMatching(cOn, "minfer_mmvqw_*")
 			wOff, _ := rpMatching(cOff, "minfer_mmvqw_*")

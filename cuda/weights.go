@@ -25,6 +25,9 @@ type devWeight struct {
 	// rp is the 16-byte-aligned repacked copy the decode mmvqr kernels read
 	// (MINFER_MMVQ_REPACK, mmvq_repack.go); 0 when there is none.
 	rp driver.DevicePtr
+	// rpOnly: rp is the only device copy (MINFER_ONE_COPY, onecopy.go);
+	// ptr is 0 and every reader takes its repacked kernel.
+	rpOnly bool
 	// host: ptr is page-locked host memory mapped into the device
 	// (MINFER_EMBED_HOST, registerHostMapped): only the gather reads it.
 	host bool
@@ -87,6 +90,9 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	}
 	if !dw.vector && w.Gathered && b.lv.EmbedHost {
 		return b.registerHostMapped(dw, data)
+	}
+	if b.oneCopyWanted(w) {
+		return b.registerOneCopy(dw, data)
 	}
 	ptr, err := b.pool.raw(MemWeights, uint64(len(data)), "weight "+w.Name)
 	if err != nil {

@@ -485,6 +485,20 @@ var registry = []Lever{
 		Workload: "qwen2-7b:Q8_0",
 		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host) only with the lever on; off, minfer_get_rows reads the device copy",
 			[]string{"minfer_get_rows_host"}, Needs{})},
+	{Name: "MINFER_ONE_COPY", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "weight layout (Q8_0 / Q6_K): one device copy", Issue: "#19",
+		Doc:  "1: a Q8_0 / Q6_K matrix that MINFER_MMVQ_REPACK gives a 16-byte-aligned copy keeps only that copy on the device (repacked on the host, uploaded once): prefill reads it through minfer_mmq_<t>r, 2..8-token matmuls through minfer_mmvq_nt_<t>r, a tied embedding's gather through minfer_get_rows_r; off, the GGUF bytes stay beside the copy for those readers",
+		ArmA: "0", ArmB: "1",
+		// Every reader of the copy is bitwise its GGUF kernel (the
+		// emulators check the MMQ, mmvq_nt and gather variants), so the
+		// arms are bitwise. Requires: the settings under which every route
+		// of these types reads the copy; the backend refuses the lever
+		// with any other. B holds one copy where A holds two: the default
+		// memory bar reads the drop as within it.
+		Workload: "qwen2-7b:Q8_0",
+		Requires: []string{"MINFER_MMVQ_REPACK=1", "MINFER_MMVQ_WIDE=0", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_MMVQ_NT=1",
+			"MINFER_NO_PREFILL_GEMM=0", "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0"},
+		Liveness: cudaOnly("1", "prefill matmuls of Q8_0 / Q6_K weights read the repacked copy (minfer_mmq_q8_0r*, minfer_mmq_q6_kr*) only with the lever on; off, minfer_mmq_<t> reads the GGUF bytes kept beside it",
+			[]string{"minfer_mmq_q[86]_[0k]r*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MinNT: 9})},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: matmul + residual add -> MatMulAdd (decode MMVQ on CUDA)", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
@@ -726,6 +740,7 @@ type Config struct {
 	MMVQRepack       bool
 	MMVQWide         bool
 	EmbedHost        bool
+	OneCopy          bool
 	FuseResidual     bool
 	MMVQNT           bool
 	MMVQSplit        bool
@@ -866,6 +881,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.MMVQWide = on("MINFER_MMVQ_WIDE")
 	c.EmbedHost = on("MINFER_EMBED_HOST")
+	c.OneCopy = on("MINFER_ONE_COPY")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
