@@ -2,8 +2,7 @@
 # The next session's device driver (drive23's harness). Bundle at main's HEAD:
 # `SNAPSHOT=1 TINY=Q8_0 scripts/device-bundle.sh` with bin/lib in place (libdw1,
 # libelf1 from `apt-get download`); carry ["bin", "out/llama-src.tgz"] (under 64 MiB together); move reports/ aside keeping
-# reports/calibration and reports/MINFER_KERNELS/2026-12-06T*.json (session 16's
-# two PASS runs, same kernel sources: step cover counts them). One setsid run, polled by chained calls: each poll waits
+# reports/calibration. One setsid run, polled by chained calls: each poll waits
 # for a step's "exit" line in /tmp/dev/drive.log and tars /tmp/dev into $OUT.
 # Do not `pkill -f` a pattern that the poll's own command line contains.
 # Costs measured 2026-12-06 (H200): cold NVRTC bench 19 s, nvcc one-unit build
@@ -11,10 +10,14 @@
 # --with settings need a suite run of their own.
 #
 # Issue 25: MINFER_KERNELS (nvcc file vs NVRTC, same sources) over the MIX
-# workloads, the settings chosen so every one of the 94 changed functions of
-# reports/kernels/2026-12-06-ff1d7b5/sass-one-vs-nvrtc.md runs in some arm B
+# workloads. Session 16's two PASS runs (m1, m2) were of kernel sources d227bee, and
+# 6794e42 / 8d59a47 changed the sources since, so every run is of this drive: r1 and r2
+# are m1 and m2 again. The settings are chosen so every one of the changed functions
+# (94 in reports/kernels/2026-12-06-ff1d7b5/sass-one-vs-nvrtc.md, more since) runs in some arm B
 # (routes: cuda/mmq.go mmqPlanFor, cuda/attn_prefill2.go attnPrefill2BM,
 # cuda/mmvq.go mmvqFromQ8 / mmvqQKVFromQ8, cuda/mmvq_split.go):
+#   r1  qwen2-0.5b MIX (default settings: this run's suite is the default-settings suite)
+#   r2  qwen3-0.6b MIX
 #   r3  qwen2-0.5b MIX pp2048, SPLIT=1 MMQ_ASYNC=1 FA_PREFILL_TC=0: async MMQ both tiles,
 #       attn_prefill2_hd64_bm64, split res/qkv (repacked)           (session 16's m3 again)
 #   r4  qwen2-0.5b MIX, MMQ=0 NO_FA_PREFILL=1: gemm_<type>, attn_f32  (m4 again)
@@ -29,7 +32,8 @@
 #          the whole device suite with one copy, including TestOneCopyDevice_* (~11 min)
 #   peer   llama-bench built from out/llama-src.tgz in the background from the start (carry
 #          out/llama-src.tgz too; out/llama-src.README has the commit and the commands), then
-#          scripts/perf.sh with PEER on the 7B rows at context 32768 with MINFER_ONE_COPY=1: both
+#          scripts/perf.sh with PEER on the 7B rows at context 32768 with MINFER_ONE_COPY=1 and
+#          MINFER_EMBED_HOST=1 (predicted: 7B Q8_0 ~9.8 GiB against the reference's 9,877 MiB): both
 #          engines' speed and peak memory side by side (issue 19's memory target, issue 20's ratios)
 #   suite  the device suite at HEAD with the default settings (NVRTC)
 # then issue 20 / 19 (lost with session 15's cut-off):
@@ -41,7 +45,7 @@
 #          the r steps (STEPS="r3 ... r8 cover mmqa ...").
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-onecopy peer r3 r4 r5 r6 r7 r8 cover mmqa wide7 embedh}"
+STEPS="${STEPS:-onecopy peer r1 r2 r3 r4 r5 r6 r7 r8 cover embedh mmqa wide7}"
 mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -83,6 +87,8 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in $STEPS; do
     echo "== $step $(ts)"
     case $step in
+    r1) ab abr1 /tmp/wk-k "$K@qwen2-0.5b:MIX" ;;
+    r2) ab abr2 /tmp/wk-k "$K@qwen3-0.6b:MIX" ;;
     r3) ab abr3 /tmp/wk-k "$K@qwen2-0.5b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_MMQ_ASYNC=1@with=MINFER_FA_PREFILL_TC=0" ;;
     r4) ab abr4 /tmp/wk-k "$K@qwen2-0.5b:MIX@with=MINFER_MMQ=0@with=MINFER_NO_FA_PREFILL=1" ;;
     r5) ab abr5 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_FA_PREFILL_TC=0@with=MINFER_MMVQ_WIDE=1@with=MINFER_MMQ_ASYNC=1" ;;
@@ -90,13 +96,13 @@ for step in $STEPS; do
     r7) ab abr7 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_FUSE_RESIDUAL=0" ;;
     r8) ab abr8 /tmp/wk-k "$K@qwen2-0.5b:MIX@pp1024@with=MINFER_FA_PREFILL_TC=0@with=MINFER_MMVQ_WIDE=1@with=MINFER_FUSE_RESIDUAL=0" ;;
     cover)
-        bin/abtest sass-diff --runs "$(ls $R/reports/MINFER_KERNELS/2026-12-06T*.json /tmp/wk-k/reports/MINFER_KERNELS/*.json 2>/dev/null | paste -sd,)" \
+        bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
     onecopy) ab abonecopy /tmp/wk "MINFER_ONE_COPY" ;;
     peer)
         wait $PB; echo "$(tail -n 1 $D/llama-build.log)"
-        MINFER_ONE_COPY=1 PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=2 \
+        MINFER_ONE_COPY=1 MINFER_EMBED_HOST=1 PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=2 \
             OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
         echo "perf rc=$? $(ts)" ;;
     suite)
