@@ -53,8 +53,8 @@ func TestMMQGeometry_MatchesKernelSource(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range []string{"minfer_mmq_##name##_r64(", "minfer_mmq_body<T, 4, 2, false>", "minfer_mmq_body<T, 2, 2, false>",
-		"minfer_mmq_##name##_async(", "minfer_mmq_##name##_async_r64(", "minfer_mmq_body<T, 4, 2, true>", "minfer_mmq_body<T, 2, 2, true>",
+	for _, m := range []string{"minfer_mmq_##name##_r64(", "minfer_mmq_body<T, 4, 2, ASYNC>", "minfer_mmq_body<T, 2, 2, ASYNC>",
+		"MINFER_MMQ_TILES(name, T, false, nullptr)", "MINFER_MMQ_TILES(name##_async, T, true, MINFER_MMQ_DYN)",
 		"__launch_bounds__(MINFER_MMQ_THREADS, 2)", "__launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)", mmqReduceKernel + "("} {
 		if !strings.Contains(src, m) {
 			t.Errorf("mmq.cu has no %q", m)
@@ -66,6 +66,11 @@ func TestMMQGeometry_MatchesKernelSource(t *testing.T) {
 		}
 		if _, ok := matmulTable[ty]; !ok {
 			t.Errorf("%s has an MMQ kernel but no matmulTable entry", ty)
+		}
+	}
+	for ty, name := range mmqTableR {
+		if m := "MINFER_MMQ_TILES(" + strings.TrimPrefix(name, "minfer_mmq_") + ", MINFER_MMQ_T_"; !strings.Contains(src, m) || !MMVQRepackable(ty) {
+			t.Errorf("%s: mmq.cu has no %s (or the type has no repacked layout)", ty, m)
 		}
 	}
 }

@@ -12,31 +12,38 @@ import (
 	"github.com/minfer-go/minfer/harness/runs"
 )
 
-// sass-diff: identical listings exit 0; a changed function exits 1 with its
-// row (instruction counts, moved opcodes); an unreadable or empty input is
-// exit 2.
-func TestSASSDiff_ExitCodesAndChangedFunctionRows(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "..", "harness", "profile", "testdata", "sass.txt"))
+// sassFixture reads the SASS listing fixture and returns it, a temporary
+// directory and a writer of files into it.
+func sassFixture(t *testing.T) (src, dir string, write func(name, body string) string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "harness", "profile", "testdata", "sass.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	write := func(name, body string) string {
+	dir = t.TempDir()
+	return string(b), dir, func(name, body string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	a := write("a.sass", string(src))
-	same := write("same.sass", strings.ReplaceAll(string(src), "/*0020*/", "/*0120*/"))
-	changed := write("changed.sass", strings.Replace(string(src), "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20 ;", "@!P0 HMMA.16816.F32 R20, R12, R18, R20 ;", 1))
+}
+
+// sass-diff: identical listings exit 0; a changed function exits 1 with its
+// row (instruction counts, moved opcodes); an unreadable or empty input is
+// exit 2.
+func TestSASSDiff_ExitCodesAndChangedFunctionRows(t *testing.T) {
+	src, dir, write := sassFixture(t)
+	a := write("a.sass", src)
+	same := write("same.sass", strings.ReplaceAll(src, "/*0020*/", "/*0120*/"))
+	changed := write("changed.sass", strings.Replace(src, "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20 ;", "@!P0 HMMA.16816.F32 R20, R12, R18, R20 ;", 1))
 	var out bytes.Buffer
 	if err := runs.SASSDiff(context.Background(), a, same, nil, &out); runs.ExitCode(err) != 0 || !strings.Contains(out.String(), "2 identical, 0 changed") {
 		t.Errorf("same: exit %d:\n%s", runs.ExitCode(err), out.String())
 	}
 	out.Reset()
-	err = runs.SASSDiff(context.Background(), a, changed, nil, &out)
+	err := runs.SASSDiff(context.Background(), a, changed, nil, &out)
 	if runs.ExitCode(err) != 1 || !strings.Contains(out.String(), "| sm_90a mmq_q4k | 7 -> 7 | HMMA 0 -> 1, IMMA 2 -> 1 |") {
 		t.Errorf("changed: exit %d:\n%s", runs.ExitCode(err), out.String())
 	}
@@ -53,20 +60,9 @@ func TestSASSDiff_ExitCodesAndChangedFunctionRows(t *testing.T) {
 // (exit 1, named); a report of another lever, of other kernel sources or
 // without a census cannot be used (exit 2).
 func TestSASSDiffRuns_ADifferenceIsShownOnlyByAPassRunThatLaunchedItInBothArms(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "..", "harness", "profile", "testdata", "sass.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	a := write("a.sass", string(src))
-	changed := write("changed.sass", strings.Replace(string(src), "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20 ;", "@!P0 HMMA.16816.F32 R20, R12, R18, R20 ;", 1))
+	src, dir, write := sassFixture(t)
+	a := write("a.sass", src)
+	changed := write("changed.sass", strings.Replace(src, "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20 ;", "@!P0 HMMA.16816.F32 R20, R12, R18, R20 ;", 1))
 	report := func(name, lever, verdict, sources string, ca, cb int) string {
 		return write(name+".json", fmt.Sprintf(`{"lever": %q, "verdict": %q, "environment": {"kernel_sources_sha256": %q},
  "gates": [{"gate": "ab"}, {"gate": "profile", "profile": {"census_a": {"mmq_q4k": %d, "rms_norm_f32": 3}, "census_b": {"mmq_q4k": %d, "rms_norm_f32": 3}}}]}`,

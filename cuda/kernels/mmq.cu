@@ -648,27 +648,21 @@ static uint8_t minfer_mmq_dyn[MINFER_MMQ_RAW_BYTES(MINFER_MMQ_CHUNKS(MINFER_Q6_K
 extern __shared__ __align__(16) uint8_t minfer_mmq_dyn[];
 #define MINFER_MMQ_DYN minfer_mmq_dyn
 #endif
-#define MINFER_MMQ_KERNEL(name, T)                                                                             \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                         \
-        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n,    \
-                          int nt) {                                                                            \
-        minfer_mmq_body<T, 4, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                   \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                   \
-        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,       \
-                                int n, int nt) {                                                               \
-        minfer_mmq_body<T, 2, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                   \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                         \
-        minfer_mmq_##name##_async(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,     \
-                                  int n, int nt) {                                                             \
-        minfer_mmq_body<T, 4, 2, true>(out, a, w, bias, k, n, nt, MINFER_MMQ_DYN);                             \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                   \
-        minfer_mmq_##name##_async_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, \
-                                      int n, int nt) {                                                         \
-        minfer_mmq_body<T, 2, 2, true>(out, a, w, bias, k, n, nt, MINFER_MMQ_DYN);                             \
+// MINFER_MMQ_TILES defines both tiles of one variant: minfer_mmq_<name>
+// (128 rows) and minfer_mmq_<name>_r64.
+#define MINFER_MMQ_TILES(name, T, ASYNC, DYN)                                                              \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                     \
+        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n, \
+                          int nt) {                                                                        \
+        minfer_mmq_body<T, 4, 2, ASYNC>(out, a, w, bias, k, n, nt, DYN);                                   \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                               \
+        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,   \
+                                int n, int nt) {                                                           \
+        minfer_mmq_body<T, 2, 2, ASYNC>(out, a, w, bias, k, n, nt, DYN);                                   \
     }
+#define MINFER_MMQ_KERNEL(name, T) \
+    MINFER_MMQ_TILES(name, T, false, nullptr) MINFER_MMQ_TILES(name##_async, T, true, MINFER_MMQ_DYN)
 
 MINFER_MMQ_KERNEL(q8_0, MINFER_T_Q8_0)
 MINFER_MMQ_KERNEL(q4_0, MINFER_T_Q4_0)
@@ -679,26 +673,13 @@ MINFER_MMQ_KERNEL(q4_k, MINFER_T_Q4_K)
 MINFER_MMQ_KERNEL(q5_k, MINFER_T_Q5_K)
 MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
 
-#undef MINFER_MMQ_KERNEL
-
 // minfer_mmq_<t>r, _r64: the repacked layouts (w: the copy of all n rows;
 // 16-byte aligned), the plain tiles only.
-#define MINFER_MMQ_KERNEL_R(name, T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS, 2)                                        \
-        minfer_mmq_##name(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k, int n,   \
-                          int nt) {                                                                           \
-        minfer_mmq_body<T, 4, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                  \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMQ_THREADS_SMALL, 4)                                  \
-        minfer_mmq_##name##_r64(float* out, const uint8_t* a, const uint8_t* w, const float* bias, int k,      \
-                                int n, int nt) {                                                              \
-        minfer_mmq_body<T, 2, 2, false>(out, a, w, bias, k, n, nt, nullptr);                                  \
-    }
+MINFER_MMQ_TILES(q8_0r, MINFER_MMQ_T_Q8_0R, false, nullptr)
+MINFER_MMQ_TILES(q6_kr, MINFER_MMQ_T_Q6_KR, false, nullptr)
 
-MINFER_MMQ_KERNEL_R(q8_0r, MINFER_MMQ_T_Q8_0R)
-MINFER_MMQ_KERNEL_R(q6_kr, MINFER_MMQ_T_Q6_KR)
-
-#undef MINFER_MMQ_KERNEL_R
+#undef MINFER_MMQ_KERNEL
+#undef MINFER_MMQ_TILES
 
 // Split-K reduction: out[i] = ((part[0][i] + part[1][i]) + ...) + bias[i %
 // n] over total = nt * n outputs, the splits added in index order (one

@@ -42,21 +42,37 @@ struct Type {
     void (*async)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
 };
 
+using MmqFn = void (*)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
+
+// Pair is one comparison's inputs and outputs: random Q8_1 activations (nt
+// rows of k values, ending aextra bytes before a PROT_NONE page) and bias,
+// o1 from f1 over w1 and o2 from f2 over w2 (the 64-row tile's grid).
+struct Pair {
+    uint8_t* a;
+    std::vector<float> bias, o1, o2;
+};
+static Pair run_pair(MmqFn f1, const uint8_t* w1, MmqFn f2, const uint8_t* w2, int k, int n, int nt, size_t aextra) {
+    const size_t kblocks = k / 32, actRow = kblocks * 36;
+    Pair p{at_guard(actRow * nt, aextra), std::vector<float>(n), std::vector<float>((size_t)nt * n, -7.0f),
+           std::vector<float>((size_t)nt * n, -9.0f)};
+    for (size_t i = 0; i < actRow * nt; i++) p.a[i] = rng();
+    for (size_t b = 0; b < kblocks * nt; b++) put16(p.a + b * 36, f16r());
+    for (auto& x : p.bias) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
+    const int gx = (n + MINFER_MMQ_ROWS_SMALL - 1) / MINFER_MMQ_ROWS_SMALL, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
+    launch_xy(gx, gy, [&] { f1(p.o1.data(), p.a, w1, p.bias.data(), k, n, nt); });
+    launch_xy(gx, gy, [&] { f2(p.o2.data(), p.a, w2, p.bias.data(), k, n, nt); });
+    return p;
+}
+
 static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra) {
     const size_t rowBytes = (size_t)(k / t.bs) * t.bb, kblocks = k / 32, actRow = kblocks * 36;
     uint8_t* w = at_guard(rowBytes * n, wextra);
     for (size_t i = 0; i < rowBytes * n; i++) w[i] = rng();
     for (size_t b = 0; b < rowBytes * n / t.bb; b++)
         for (int o : t.f16) put16(w + b * t.bb + o, f16r());
-    uint8_t* a = at_guard(actRow * nt, aextra);
-    for (size_t i = 0; i < actRow * nt; i++) a[i] = rng();
-    for (size_t b = 0; b < kblocks * nt; b++) put16(a + b * 36, f16r());
-    std::vector<float> bias(n);
-    for (auto& x : bias) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
-    std::vector<float> o1((size_t)nt * n, -7.0f), o2((size_t)nt * n, -9.0f);
-    const int gx = (n + MINFER_MMQ_ROWS_SMALL - 1) / MINFER_MMQ_ROWS_SMALL, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
-    launch_xy(gx, gy, [&] { t.plain(o1.data(), a, w, bias.data(), k, n, nt); });
-    launch_xy(gx, gy, [&] { t.async(o2.data(), a, w, bias.data(), k, n, nt); });
+    Pair p = run_pair(t.plain, w, t.async, w, k, n, nt, aextra);
+    const uint8_t* a = p.a;
+    const std::vector<float>&bias = p.bias, &o1 = p.o1, &o2 = p.o2;
     int bad = 0;
     if (t.bs == 32 && t.bb == 34) {
         // Q8_0: the plain kernel against the sum in double (checks the int8
@@ -117,24 +133,16 @@ static void repack(const uint8_t* src, uint8_t* dst, size_t nb, bool q6k) {
 // run_r: the repacked variant (minfer_mmq_<t>r_r64) over the repacked copy
 // of random GGUF bytes against the GGUF kernel over the bytes themselves:
 // every output bitwise equal. The copy ends where a PROT_NONE page begins.
-static int run_r(const char* name, bool q6k, void (*plain)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int),
-                 void (*rep)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int), int k, int n, int nt) {
+static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int n, int nt) {
     const int bs = q6k ? 256 : 32, bb = q6k ? 210 : 34, dOff = q6k ? 208 : 0;
-    const size_t nb = (size_t)(k / bs) * n, bytes = nb * bb, kblocks = k / 32, actRow = kblocks * 36;
+    const size_t nb = (size_t)(k / bs) * n, bytes = nb * bb;
     std::vector<uint8_t> w(bytes);
     for (auto& x : w) x = rng();
     for (size_t b = 0; b < nb; b++) put16(w.data() + b * bb + dOff, f16r());
     uint8_t* r = at_guard(bytes, (16 - bytes % 16) % 16); // 16-byte aligned, ends at the guard
     repack(w.data(), r, nb, q6k);
-    uint8_t* a = at_guard(actRow * nt, 0);
-    for (size_t i = 0; i < actRow * nt; i++) a[i] = rng();
-    for (size_t b = 0; b < kblocks * nt; b++) put16(a + b * 36, f16r());
-    std::vector<float> bias(n);
-    for (auto& x : bias) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
-    std::vector<float> o1((size_t)nt * n, -7.0f), o2((size_t)nt * n, -9.0f);
-    const int gx = (n + MINFER_MMQ_ROWS_SMALL - 1) / MINFER_MMQ_ROWS_SMALL, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
-    launch_xy(gx, gy, [&] { plain(o1.data(), a, w.data(), bias.data(), k, n, nt); });
-    launch_xy(gx, gy, [&] { rep(o2.data(), a, r, bias.data(), k, n, nt); });
+    const Pair p = run_pair(plain, w.data(), rep, r, k, n, nt, 0);
+    const std::vector<float>&o1 = p.o1, &o2 = p.o2;
     int bad = 0;
     for (size_t i = 0; i < o1.size(); i++) {
         if (memcmp(&o1[i], &o2[i], 4) != 0) {
