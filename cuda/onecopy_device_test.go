@@ -2,7 +2,10 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // ocForwards runs a 24-token prefill (MMQ), a 5-token forward (the 2..8
@@ -50,8 +53,11 @@ func TestOneCopyDevice_ModelBitwiseOneCopyAndCensus(t *testing.T) {
 	}{{"qwen2-tiny", "Q8_0", "q8_0", true}, {"qwen3-tiny", "Q4_K_M", "q6_k", false}} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
-			gOff, cOff, bOff := ocForwards(t, path, "MINFER_ONE_COPY=0")
-			gOn, cOn, bOn := ocForwards(t, path, "MINFER_ONE_COPY=1")
+			// Both arms pin the lever's Requires (an A/B's arm B, the suite
+			// gate's settings, may set any of them).
+			l, _ := levers.Lookup("MINFER_ONE_COPY")
+			gOff, cOff, bOff := ocForwards(t, path, append(slices.Clone(l.Requires), "MINFER_ONE_COPY=0")...)
+			gOn, cOn, bOn := ocForwards(t, path, append(slices.Clone(l.Requires), "MINFER_ONE_COPY=1")...)
 			for i := range gOff {
 				if bad := rpDiff(t, fmt.Sprintf("forward %d logits (one copy)", i), gOn[i], gOff[i]); bad != 0 {
 					t.Errorf("forward %d: %d of %d logits differ between MINFER_ONE_COPY=1 and =0", i, bad, len(gOff[i]))
