@@ -36,6 +36,8 @@
 #          MINFER_EMBED_HOST=1 (predicted: 7B Q8_0 ~9.8 GiB against the reference's 9,877 MiB): both
 #          engines' speed and peak memory side by side (issue 19's memory target, issue 20's ratios)
 #   suite  the device suite at HEAD with the default settings (NVRTC)
+# Order: issue 19 item 3 first (onecopy, embedh, peer: ~30 min, one session's budget), then issue 25's
+# runs (r1-r8, cover: a session of their own, with the kernel sources frozen), then MMQ_ASYNC and WIDE.
 # then issue 20 / 19 (lost with session 15's cut-off):
 #   mmqa  MINFER_MMQ_ASYNC on qwen2-7b Q8_0 (its registry workload)
 #   wide7 MINFER_MMVQ_WIDE on qwen2-7b Q8_0 (session 15: exit 1, report lost)
@@ -45,7 +47,7 @@
 #          the r steps (STEPS="r3 ... r8 cover mmqa ...").
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-onecopy peer r1 r2 r3 r4 r5 r6 r7 r8 cover embedh mmqa wide7}"
+STEPS="${STEPS:-onecopy embedh peer r1 r2 r3 r4 r5 r6 r7 r8 cover mmqa wide7}"
 mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
