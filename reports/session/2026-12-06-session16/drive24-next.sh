@@ -36,6 +36,12 @@
 #          MINFER_EMBED_HOST=1 (predicted: 7B Q8_0 ~9.8 GiB against the reference's 9,877 MiB): both
 #          engines' speed and peak memory side by side (issue 19's memory target, issue 20's ratios)
 #   suite  the device suite at HEAD with the default settings (NVRTC)
+# Also, CPU only, in the background at the start: can nvcc be told to address __shared__ with
+# 64-bit pointers as NVRTC 13 does (reports/kernels/2026-12-02-ptx-diff-cuda13: NVRTC refuses every
+# spelling of the reverse)? Each spelling's PTX of the attention unit, its ld.shared through 64-bit
+# and 32-bit registers counted ($D/nvccptr.log). If one spelling gives 64-bit ones and
+# scripts/ptx-diff.sh with NVCC_EXTRA=<it> then shows nvcc's SASS equal to NVRTC's, issue 25's
+# differences vanish at the source and build-kernels.sh takes the option.
 # Order: issue 19 item 3 first (onecopy, embedh, peer: ~30 min, one session's budget), then issue 25's
 # runs (r1-r8, cover: a session of their own, with the kernel sources frozen), then MMQ_ASYNC and WIDE.
 # then issue 20 / 19 (lost with session 15's cut-off):
@@ -76,6 +82,12 @@ for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-
 bin/abtest sass-diff /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1; echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md)"
 cp /tmp/nvcc/head.fatbin bin/minfer-kernels.fatbin
 K="MINFER_KERNELS=nvrtc@baseline=$S/bin/minfer-kernels.fatbin"
+(for o in "" "-Xcicc -nvptx-short-ptr=false" "-Xcicc -nvptx-short-ptr=0" "-Xcicc --nvptx-short-ptr=false" \
+    "-Xcicc -sharedmem32=false" "-Xcicc -no-sharedmem32" "-Xptxas -no-short-ptr"; do
+    rm -f /tmp/nvccptr.ptx
+    nvcc -ptx -arch=sm_90a -std=c++17 -O3 $o -I cuda/kernels cuda/kernels/attention.cu -o /tmp/nvccptr.ptx >/tmp/nvccptr.err 2>&1
+    echo "nvcc [$o] rc=$? 64-bit ld.shared $(grep -c 'ld.shared.*\[%rd' /tmp/nvccptr.ptx 2>/dev/null) 32-bit $(grep -c 'ld.shared.*\[%r[0-9]' /tmp/nvccptr.ptx 2>/dev/null) $(head -c 160 /tmp/nvccptr.err | tr '\n' ' ')"
+done >$D/nvccptr.log 2>&1) &
 if [[ " $STEPS " == *" peer "* ]]; then # CPU only, niced, while the GPU steps run
     (mkdir -p /tmp/llama && tar -xzf $R/out/llama-src.tgz -C /tmp/llama && cd /tmp/llama &&
         nice -n 15 cmake -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
