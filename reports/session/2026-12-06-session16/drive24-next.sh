@@ -116,7 +116,7 @@ for step in $STEPS; do
     onecopy) ab abonecopy /tmp/wk "MINFER_ONE_COPY" ;;
     peer)
         wait $PB; echo "$(tail -n 1 $D/llama-build.log)"
-        MINFER_ONE_COPY=1 MINFER_EMBED_HOST=1 PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=2 \
+        MINFER_ONE_COPY=1 MINFER_EMBED_HOST=1 PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=2 PERF_TIMEOUT=1200 \
             OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
         echo "perf rc=$? $(ts)" ;;
     suite)
