@@ -42,7 +42,8 @@
 # and 32-bit registers counted ($D/nvccptr.log). If one spelling gives 64-bit ones and
 # scripts/ptx-diff.sh with NVCC_EXTRA=<it> then shows nvcc's SASS equal to NVRTC's, issue 25's
 # differences vanish at the source and build-kernels.sh takes the option.
-# Order: issue 19 item 3 first (onecopy, embedh, peer: ~30 min, one session's budget), then issue 25's
+# Order: issue 19 item 3 first (onecopy ~11 min, embedh ~11 min, peer 10-20 min: more than one session's 30
+# minutes, so STEPS="onecopy peer" in one session and embedh in the next is the fallback), then issue 25's
 # runs (r1-r8, cover: a session of their own, with the kernel sources frozen), then MMQ_ASYNC and WIDE.
 # then issue 20 / 19 (lost with session 15's cut-off):
 #   mmqa  MINFER_MMQ_ASYNC on qwen2-7b Q8_0 (its registry workload)
