@@ -33,7 +33,7 @@
 #   peer   llama-bench built from out/llama-src.tgz in the background from the start (carry
 #          out/llama-src.tgz too; out/llama-src.README has the commit and the commands), then
 #          scripts/perf.sh with PEER on the 7B rows at context 32768 with MINFER_ONE_COPY=1 and
-#          MINFER_EMBED_HOST=1 (predicted: 7B Q8_0 ~9.8 GiB against the reference's 9,877 MiB): both
+#          MINFER_EMBED_HOST=1 (predicted: 7B Q8_0 ~9,840 MiB against the reference's 9,877 MiB): both
 #          engines' speed and peak memory side by side (issue 19's memory target, issue 20's ratios)
 #   suite  the device suite at HEAD with the default settings (NVRTC)
 # Also, CPU only, in the background at the start: can nvcc be told to address __shared__ with
