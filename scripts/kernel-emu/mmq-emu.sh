@@ -17,6 +17,7 @@
 #       next    the next stage is copied from the current stage's blocks
 #       rd      the repacked Q8_0 unit reads its neighbour block's d
 #       rsc     the repacked Q6_K unit reads its scales one byte off
+#       wr      the 128-row tile maps its warps as the 64-row one does (rows 64..127 never computed)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -33,7 +34,8 @@ if [[ "${1:-}" == "--plant" ]]; then
     next) from='n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);'; to='n0, n, m0, nt, k0, kbEnd);' ;;
     rd) from='u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * i));'; to='u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * (i ^ 1)));' ;;
     rsc) from='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + 2 * quarter);'; to='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + quarter);' ;;
-    *) echo "usage: $0 [--plant wait|tail|mod16|next|rd|rsc]" >&2; exit 2 ;;
+    wr) from='const int wr = warp % WR; // rows 32 wr ..'; to='const int wr = warp % 2; // rows 32 wr ..' ;;
+    *) echo "usage: $0 [--plant wait|tail|mod16|next|rd|rsc|wr]" >&2; exit 2 ;;
     esac
     plant_defect mmq.cu "$2" "$from" "$to"
     quick=(--quick)

@@ -8,7 +8,10 @@
 // token tiles and (small types) a partial last stage; weight and activation
 // rows start at every address mod 16 the type's alignment allows, and each
 // weight ends where a PROT_NONE page begins, so a copy that reads past a
-// span's end faults. Exits 1 on any difference.
+// span's end faults. The 128-row tile (256 threads) runs too, for Q8_0 and
+// Q4_K (async against plain, Q8_0's plain against the double sum), and the
+// repacked variants (minfer_mmq_q8_0r / _q6_kr, both tiles) against the GGUF
+// kernels. Exits 1 on any difference.
 #include "mmq.cu"
 #include <random>
 #include <stdio.h>
@@ -40,37 +43,41 @@ struct Type {
     std::vector<int> f16; // offsets of the block's f16 scales
     void (*plain)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
     void (*async)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
+    void (*plainBig)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int); // the 128-row tile
+    void (*asyncBig)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
 };
 
 using MmqFn = void (*)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
 
 // Pair is one comparison's inputs and outputs: random Q8_1 activations (nt
 // rows of k values, ending aextra bytes before a PROT_NONE page) and bias,
-// o1 from f1 over w1 and o2 from f2 over w2 (the 64-row tile's grid).
+// o1 from f1 over w1 and o2 from f2 over w2 (the 64-row tile's grid and
+// 128-thread blocks, or with big the 128-row tile's and 256 threads).
 struct Pair {
     uint8_t* a;
     std::vector<float> bias, o1, o2;
 };
-static Pair run_pair(MmqFn f1, const uint8_t* w1, MmqFn f2, const uint8_t* w2, int k, int n, int nt, size_t aextra) {
+static Pair run_pair(MmqFn f1, const uint8_t* w1, MmqFn f2, const uint8_t* w2, int k, int n, int nt, size_t aextra, bool big = false) {
     const size_t kblocks = k / 32, actRow = kblocks * 36;
     Pair p{at_guard(actRow * nt, aextra), std::vector<float>(n), std::vector<float>((size_t)nt * n, -7.0f),
            std::vector<float>((size_t)nt * n, -9.0f)};
     for (size_t i = 0; i < actRow * nt; i++) p.a[i] = rng();
     for (size_t b = 0; b < kblocks * nt; b++) put16(p.a + b * 36, f16r());
     for (auto& x : p.bias) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
-    const int gx = (n + MINFER_MMQ_ROWS_SMALL - 1) / MINFER_MMQ_ROWS_SMALL, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
-    launch_xy(gx, gy, [&] { f1(p.o1.data(), p.a, w1, p.bias.data(), k, n, nt); });
-    launch_xy(gx, gy, [&] { f2(p.o2.data(), p.a, w2, p.bias.data(), k, n, nt); });
+    const int rows = big ? MINFER_MMQ_ROWS : MINFER_MMQ_ROWS_SMALL, threads = big ? MINFER_MMQ_THREADS : MINFER_MMQ_THREADS_SMALL;
+    const int gx = (n + rows - 1) / rows, gy = (nt + MINFER_MMQ_TOKS - 1) / MINFER_MMQ_TOKS;
+    launch_xy(gx, gy, [&] { f1(p.o1.data(), p.a, w1, p.bias.data(), k, n, nt); }, threads);
+    launch_xy(gx, gy, [&] { f2(p.o2.data(), p.a, w2, p.bias.data(), k, n, nt); }, threads);
     return p;
 }
 
-static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra) {
+static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra, bool big = false) {
     const size_t rowBytes = (size_t)(k / t.bs) * t.bb, kblocks = k / 32, actRow = kblocks * 36;
     uint8_t* w = at_guard(rowBytes * n, wextra);
     for (size_t i = 0; i < rowBytes * n; i++) w[i] = rng();
     for (size_t b = 0; b < rowBytes * n / t.bb; b++)
         for (int o : t.f16) put16(w + b * t.bb + o, f16r());
-    Pair p = run_pair(t.plain, w, t.async, w, k, n, nt, aextra);
+    Pair p = big ? run_pair(t.plainBig, w, t.asyncBig, w, k, n, nt, aextra, true) : run_pair(t.plain, w, t.async, w, k, n, nt, aextra);
     const uint8_t* a = p.a;
     const std::vector<float>&bias = p.bias, &o1 = p.o1, &o2 = p.o2;
     int bad = 0;
@@ -107,8 +114,8 @@ static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra
             bad++;
         }
     }
-    printf("%-5s k=%-4d n=%d nt=%d weight at +%-2zu act at +%-2zu: %s (%zu outputs)\n", t.name, k, n, nt, (size_t)((uintptr_t)w & 15),
-           (size_t)((uintptr_t)a & 15), bad ? "DIFFER" : "bitwise equal", o1.size());
+    printf("%-5s k=%-4d n=%d nt=%d weight at +%-2zu act at +%-2zu%s: %s (%zu outputs)\n", t.name, k, n, nt, (size_t)((uintptr_t)w & 15),
+           (size_t)((uintptr_t)a & 15), big ? " (128-row tile)" : "", bad ? "DIFFER" : "bitwise equal", o1.size());
     return bad ? 1 : 0;
 }
 
@@ -133,7 +140,7 @@ static void repack(const uint8_t* src, uint8_t* dst, size_t nb, bool q6k) {
 // run_r: the repacked variant (minfer_mmq_<t>r_r64) over the repacked copy
 // of random GGUF bytes against the GGUF kernel over the bytes themselves:
 // every output bitwise equal. The copy ends where a PROT_NONE page begins.
-static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int n, int nt) {
+static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int n, int nt, bool big = false) {
     const int bs = q6k ? 256 : 32, bb = q6k ? 210 : 34, dOff = q6k ? 208 : 0;
     const size_t nb = (size_t)(k / bs) * n, bytes = nb * bb;
     std::vector<uint8_t> w(bytes);
@@ -141,7 +148,7 @@ static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int 
     for (size_t b = 0; b < nb; b++) put16(w.data() + b * bb + dOff, f16r());
     uint8_t* r = at_guard(bytes, (16 - bytes % 16) % 16); // 16-byte aligned, ends at the guard
     repack(w.data(), r, nb, q6k);
-    const Pair p = run_pair(plain, w.data(), rep, r, k, n, nt, 0);
+    const Pair p = run_pair(plain, w.data(), rep, r, k, n, nt, 0, big);
     const std::vector<float>&o1 = p.o1, &o2 = p.o2;
     int bad = 0;
     for (size_t i = 0; i < o1.size(); i++) {
@@ -150,12 +157,12 @@ static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int 
             bad++;
         }
     }
-    printf("%-6s k=%-4d n=%d nt=%d: %s (%zu outputs)\n", name, k, n, nt, bad ? "DIFFER" : "bitwise equal", o1.size());
+    printf("%-6s k=%-4d n=%d nt=%d%s: %s (%zu outputs)\n", name, k, n, nt, big ? " (128-row tile)" : "", bad ? "DIFFER" : "bitwise equal", o1.size());
     return bad ? 1 : 0;
 }
 
 #define T(name, ty, bs, bb, al, ...) \
-    Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64}
+    Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64, minfer_mmq_##name, minfer_mmq_##name##_async}
 
 // --quick: Q8_0 and Q4_K, one shape each (the planted-defect runs: a copy
 // defect shows on any type).
@@ -178,6 +185,13 @@ int main(int argc, char** argv) {
         fails += run(t, k, 66, 9, (size_t)(t.align == 4 ? 4 : 6), 4); // other starts mod 16
         cases++;
     }
+    // The 128-row tile (256 threads, 8 warps), async against plain, once per
+    // type family (Q8_0 and Q4_K: the quick set).
+    for (const Type& t : types) {
+        if (strcmp(t.name, "Q8_0") != 0 && strcmp(t.name, "Q4_K") != 0) continue;
+        fails += run(t, t.bs == 32 ? 192 : 512, 130, 40, 0, 0, true);
+        cases++;
+    }
     // The repacked variants (one shape each under --quick): Q8_0 with a
     // partial last stage and rows of 28 blocks (not a multiple of 8), Q6_K
     // over three super-blocks a row.
@@ -186,7 +200,9 @@ int main(int argc, char** argv) {
     cases += 2;
     if (!quick) {
         fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 896, 33, 10);
-        cases++;
+        fails += run_r("Q8_0r", false, minfer_mmq_q8_0, minfer_mmq_q8_0r, 192, 130, 40, true);
+        fails += run_r("Q6_Kr", true, minfer_mmq_q6_k, minfer_mmq_q6_kr, 512, 130, 40, true);
+        cases += 3;
     }
     if (fails) {
         fprintf(stderr, "mmq-emu: %d of %d cases differ\n", fails, cases);

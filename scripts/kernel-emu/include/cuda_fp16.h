@@ -23,10 +23,10 @@ struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct int2 { int x, y; };
 struct dim3 { unsigned int x, y, z; };
-extern thread_local dim3 threadIdx, blockIdx;
-// launch geometry the emulated launcher always uses: 128 threads per block
-// (grid-stride loops of kernels not run here still compile)
-static const dim3 blockDim = {128, 1, 1}, gridDim = {1, 1, 1};
+extern thread_local dim3 threadIdx, blockIdx, blockDim;
+// gridDim is fixed (grid-stride loops of kernels not run here still
+// compile); blockDim is the launch's (emu_launch.h, 128 by default).
+static const dim3 gridDim = {1, 1, 1};
 [[noreturn]] inline void __trap() { abort(); }
 struct __half { unsigned short x; };
 inline uint4 make_uint4(unsigned int a, unsigned int b, unsigned int c, unsigned int d) { return uint4{a, b, c, d}; }
