@@ -557,6 +557,40 @@ func TestRepackHost_LayoutAndSize(t *testing.T) {
 			t.Errorf("%s: RepackHost layout differs first at byte %d", wt, rpFirstDiff(got, want))
 		}
 	}
+	// Split over the cores: a size whose blocks the workers share unevenly
+	// gives the serial reference's bytes.
+	for _, wt := range rpTypes {
+		nb := 3*repackHostChunk + 17
+		src := make([]byte, nb*wt.BlockBytes())
+		for i := range src {
+			src[i] = byte(i*31 + i>>9)
+		}
+		got, err := RepackHost(wt, src, nb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []byte
+		for part := 0; part < 3; part++ {
+			for i := range nb {
+				b := src[i*wt.BlockBytes() : (i+1)*wt.BlockBytes()]
+				switch {
+				case wt == quant.Q8_0 && part == 0:
+					want = append(want, b[2:34]...)
+				case wt == quant.Q8_0 && part == 1:
+					want = append(want, b[0:2]...)
+				case wt == quant.Q6_K && part == 0:
+					want = append(want, b[0:192]...)
+				case wt == quant.Q6_K && part == 1:
+					want = append(want, b[192:208]...)
+				case wt == quant.Q6_K && part == 2:
+					want = append(want, b[208:210]...)
+				}
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s, %d blocks over the cores: differs first at byte %d", wt, nb, rpFirstDiff(got, want))
+		}
+	}
 	if _, err := RepackHost(quant.Q4_K, make([]byte, 144), 1); err == nil {
 		t.Error("RepackHost of Q4_K: no error, want a refusal (no repacked layout)")
 	}
