@@ -251,6 +251,25 @@ template <> struct MinferMmqW<MINFER_T_Q5_K> {
     }
 };
 
+// minfer_mmq_q6k_quants fills u.q with sub-block j of the Q6_K ql + qh
+// bytes at b (a GGUF block and the repacked copy keep them alike): each
+// 32-bit word read as two 16-bit halves (W4 false: a GGUF block is 2-byte
+// aligned) or whole (the repacked copy's 16-byte aligned blocks).
+template <bool W4> __device__ __forceinline__ void minfer_mmq_q6k_quants(const uint8_t* b, int j, MinferMmqUnit& u) {
+    const int hh = j >> 2, quarter = j & 3;
+    const uint8_t* ql = b + 64 * hh + 32 * (quarter & 1);
+    const uint8_t* qh = b + 128 + 32 * hh;
+    const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t lw = W4 ? minfer_mmq_w4(ql + 4 * i) : minfer_mmq_w2(ql + 4 * i);
+        const uint32_t hw = W4 ? minfer_mmq_w4(qh + 4 * i) : minfer_mmq_w2(qh + 4 * i);
+        const uint32_t lo = (lw >> lshift) & 0x0F0F0F0Fu;
+        const uint32_t hi = ((hw >> hshift) & 0x03030303u) << 4;
+        u.q[i] = __vsub4(lo | hi, 0x20202020u);
+    }
+}
+
 template <> struct MinferMmqW<MINFER_T_Q6_K> {
     static constexpr int bs = MINFER_QKK, bb = MINFER_Q6_K_BYTES, align = 2;
     // Sub-block j = 4 hh + quarter: value l from the low (quarter < 2) or
@@ -259,15 +278,7 @@ template <> struct MinferMmqW<MINFER_T_Q6_K> {
     static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
         const uint8_t* b = row + (size_t)(kb >> 3) * bb;
         const int j = kb & 7, hh = j >> 2, quarter = j & 3;
-        const uint8_t* ql = b + 64 * hh + 32 * (quarter & 1);
-        const uint8_t* qh = b + 128 + 32 * hh;
-        const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t lo = (minfer_mmq_w2(ql + 4 * i) >> lshift) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((minfer_mmq_w2(qh + 4 * i) >> hshift) & 0x03030303u) << 4;
-            u.q[i] = __vsub4(lo | hi, 0x20202020u);
-        }
+        minfer_mmq_q6k_quants<false>(b, j, u);
         u.sc = (int)minfer_mmq_u16(b + 192 + 8 * hh + 2 * quarter); // two int8, low = values 0..15
         u.d = minfer_h2f(minfer_mmq_u16(b + 208));
         u.m = 0.0f;
@@ -297,17 +308,8 @@ template <> struct MinferMmqW<MINFER_MMQ_T_Q8_0R> {
 template <> struct MinferMmqW<MINFER_MMQ_T_Q6_KR> {
     static constexpr int bs = MINFER_QKK, bb = MINFER_Q6_K_BYTES, align = 16;
     static __device__ __forceinline__ void unit_r(const uint8_t* w, size_t nb, size_t i, int kb, MinferMmqUnit& u) {
-        const uint8_t* b = w + 192 * i; // ql, then qh
         const int j = kb & 7, hh = j >> 2, quarter = j & 3;
-        const uint8_t* ql = b + 64 * hh + 32 * (quarter & 1);
-        const uint8_t* qh = b + 128 + 32 * hh;
-        const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
-#pragma unroll
-        for (int t = 0; t < 8; t++) {
-            const uint32_t lo = (minfer_mmq_w4(ql + 4 * t) >> lshift) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((minfer_mmq_w4(qh + 4 * t) >> hshift) & 0x03030303u) << 4;
-            u.q[t] = __vsub4(lo | hi, 0x20202020u);
-        }
+        minfer_mmq_q6k_quants<true>(w + 192 * i, j, u); // ql, then qh
         u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + 2 * quarter);
         u.d = minfer_h2f(minfer_mmq_u16(w + 208 * nb + 2 * i));
         u.m = 0.0f;
