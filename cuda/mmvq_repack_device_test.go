@@ -623,3 +623,17 @@ func TestMMVQRepack_LaunchersRefuseBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRepackHost_Q8_0 (host): the load-time cost of MINFER_ONE_COPY's
+// host repack, 64 MiB of Q8_0 blocks a call (`go test ./cuda -run '^$'
+// -bench RepackHost`; bytes/s over GOMAXPROCS cores).
+func BenchmarkRepackHost_Q8_0(b *testing.B) {
+	n := 64 << 20 / quant.Q8_0.BlockBytes()
+	src := make([]byte, n*quant.Q8_0.BlockBytes())
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		if _, err := RepackHost(quant.Q8_0, src, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -46,31 +46,14 @@ func (b *Backend) oneCopyWanted(w graph.Weight) bool {
 	return b.lv.OneCopy && len(w.Dims) > 1 && b.repackWanted(w.Type) && !w.Gathered
 }
 
-// registerOneCopy uploads dw's repacked layout as its only device copy
-// (dw.rp; dw.ptr stays 0, so a GGUF reader would fail its null-pointer
-// check rather than read anything). Inside dev.Do, at registration.
-func (b *Backend) registerOneCopy(dw *devWeight, data []byte) error {
-	nblocks := dw.rowLen / dw.typ.BlockSize() * dw.rows
-	rp, err := RepackHost(dw.typ, data, nblocks)
+// oneCopyBytes is what registerWeight uploads for dw under
+// MINFER_ONE_COPY: its GGUF bytes in the repacked layout (RepackHost). The
+// upload then makes it dw.rp, the only copy (dw.ptr stays 0, so a GGUF
+// reader would fail its null-pointer check rather than read anything).
+func oneCopyBytes(dw *devWeight, data []byte) ([]byte, error) {
+	rp, err := RepackHost(dw.typ, data, dw.rowLen/dw.typ.BlockSize()*dw.rows)
 	if err != nil {
-		return fmt.Errorf("cuda: weight %s: MINFER_ONE_COPY=1: %w", dw.name, err)
+		return nil, fmt.Errorf("cuda: weight %s: MINFER_ONE_COPY=1: %w", dw.name, err)
 	}
-	ptr, err := b.pool.raw(MemWeights, uint64(len(rp)), "weight "+dw.name+" (repacked, MINFER_ONE_COPY=1)")
-	if err != nil {
-		return err
-	}
-	if uint64(ptr)%mmvqrAlign != 0 {
-		return fmt.Errorf("cuda: weight %s: allocation %v is not %d-byte aligned", dw.name, ptr, mmvqrAlign)
-	}
-	if err := b.s.CopyHtoD(ptr, rp); err != nil {
-		return fmt.Errorf("cuda: upload weight %s: %w", dw.name, err)
-	}
-	if err := b.s.Synchronize(); err != nil {
-		return fmt.Errorf("cuda: upload weight %s: %w", dw.name, err)
-	}
-	b.stage.synced()
-	dw.rp, dw.rpOnly = ptr, true
-	b.setWeight(dw)
-	b.weightBytes += uint64(len(rp))
-	return b.ensureActQ8(dw.rowLen)
+	return rp, nil
 }

@@ -91,8 +91,11 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	if !dw.vector && w.Gathered && b.lv.EmbedHost {
 		return b.registerHostMapped(dw, data)
 	}
-	if b.oneCopyWanted(w) {
-		return b.registerOneCopy(dw, data)
+	oneCopy := b.oneCopyWanted(w)
+	if oneCopy {
+		if data, err = oneCopyBytes(dw, data); err != nil {
+			return err
+		}
 	}
 	ptr, err := b.pool.raw(MemWeights, uint64(len(data)), "weight "+w.Name)
 	if err != nil {
@@ -108,8 +111,17 @@ func (b *Backend) registerWeight(w graph.Weight) error {
 	}
 	b.stage.synced()
 	dw.ptr = ptr
+	if oneCopy { // the repacked layout is the matrix's only copy (onecopy.go)
+		if uint64(ptr)%mmvqrAlign != 0 {
+			return fmt.Errorf("cuda: weight %s: allocation %v is not %d-byte aligned", w.Name, ptr, mmvqrAlign)
+		}
+		dw.ptr, dw.rp, dw.rpOnly = 0, ptr, true
+	}
 	b.setWeight(dw)
 	b.weightBytes += uint64(len(data))
+	if oneCopy {
+		return b.ensureActQ8(dw.rowLen)
+	}
 	if !dw.vector {
 		// A gathered-only weight (an untied embedding) is read by the gather
 		// alone, from its GGUF bytes: a repacked copy of it is never read.
