@@ -459,6 +459,9 @@ type PerfRecord struct {
 	// ratios then use the stored reference constants).
 	Peer   *PerfPeer   `json:"peer,omitempty"`
 	Slopes []PerfSlope `json:"slopes,omitempty"`
+	// With are the --with settings every minfer process ran with (nil:
+	// every lever at its registry default).
+	With map[string]string `json:"with,omitempty"`
 }
 
 // Decide sets Verdict and VerdictLine: FAILED when a row failed, else

@@ -2,7 +2,9 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/minfer-go/minfer/harness"
@@ -48,6 +50,13 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "**Perf: %s** — %s\n\n", p.Verdict, p.VerdictLine)
 	fmt.Fprintf(&b, "# minfer speed against the reference engine (issue 6), %s\n\n", p.Started.UTC().Format("2006-01-02 15:04 MST"))
+	if len(p.With) > 0 {
+		var ws []string
+		for _, k := range slices.Sorted(maps.Keys(p.With)) {
+			ws = append(ws, k+"="+p.With[k])
+		}
+		fmt.Fprintf(&b, "**Not the defaults:** every minfer process ran with %s (--with); every other lever at its registry default.\n\n", strings.Join(ws, ", "))
+	}
 	if pe := p.Peer; pe != nil {
 		fmt.Fprintf(&b, "Reference: **measured in this run** by the peer engine %s (`%s`, sha256 %s) on every row's same GGUF file: "+
 			"per row one untimed warm-up process of each engine (-r 1), then %d round(s) of one `minfer bench` and one `%s -m FILE -ngl 99 -p %d -n %d -r %d -o json` process "+
@@ -196,7 +205,11 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	fmt.Fprintf(&b, "- host: %s, %s, %s, %d CPUs\n", e.Host, e.OS, e.CPUModel, e.NumCPU)
 	fmt.Fprintf(&b, "- commit: %s\n", e.CommitLine())
 	fmt.Fprintf(&b, "- minfer: %s (sha256 %s); abtest built with %s\n", e.Binary, e.BinarySHA256, e.GoVersion)
-	fmt.Fprintf(&b, "- pinned in every minfer process: MINFER_BENCH_WARMUP_MS=%d; every other MINFER_* unset (levers at their defaults)\n", p.BenchWarmupMS)
+	pinned := fmt.Sprintf("MINFER_BENCH_WARMUP_MS=%d", p.BenchWarmupMS)
+	for _, k := range slices.Sorted(maps.Keys(p.With)) {
+		pinned += fmt.Sprintf(", **%s=%s** (--with)", k, p.With[k])
+	}
+	fmt.Fprintf(&b, "- pinned in every minfer process: %s; every other MINFER_* unset (levers at their defaults)\n", pinned)
 	fmt.Fprintf(&b, "- GPU clocks before each row: in the details table\n\n")
 
 	fmt.Fprintf(&b, "## Commands\n\n```sh\n%s\n", p.Command)

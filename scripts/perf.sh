@@ -58,6 +58,9 @@
 #                             SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)
 #   DEVICE=cuda PP=512 TG=128 REPS=5 WARMUP_MS=2000 (MINFER_BENCH_WARMUP_MS of every bench)
 #   PEER=path/to/llama-bench PEER_ROUNDS=2   (no PEER: the stored constants, labelled)
+#   WITH="MINFER_ONE_COPY=1 MINFER_EMBED_HOST=1"   lever settings every minfer process runs with
+#                             (abtest perf --with; a MINFER_* variable exported around this script
+#                             is refused by abtest, never silently dropped)
 #   MODEL_DIR=/tmp/abtest-models    synth cache, shared with nightly.sh
 #   ROW_TIMEOUT=15m           limit of each minfer process (synth, bench)
 #   PERF_TIMEOUT=540          seconds for the whole abtest perf (SIGTERM: the rows done so far
@@ -93,6 +96,8 @@ fi
 
 MODEL_DIR="${MODEL_DIR:-/tmp/abtest-models}"
 mkdir -p "$MODEL_DIR"
+with=()
+for w in ${WITH:-}; do with+=(--with "$w"); done
 peer=()
 if [[ -n "${PEER:-}" ]]; then
     [[ -x "$PEER" ]] || { say "PEER=$PEER is not an executable llama-bench"; exit 2; }
@@ -101,7 +106,7 @@ fi
 say "abtest perf on $DEVICE, rows ${ROWS:-all}, peer ${PEER:-none}, models in $MODEL_DIR ($(df -h --output=avail "$MODEL_DIR" 2>/dev/null | tail -n 1 | tr -d ' ') free)"
 timeout -k 30 "${PERF_TIMEOUT:-540}" bin/abtest perf --device "$DEVICE" --rows "${ROWS:-all}" \
     --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-5}" --bench-warmup-ms "${WARMUP_MS:-2000}" \
-    --synth-dir "$MODEL_DIR" --row-timeout "${ROW_TIMEOUT:-15m}" --out "$out/perf" "${peer[@]}" 2>&1 | tee -a "$log" >&2
+    --synth-dir "$MODEL_DIR" --row-timeout "${ROW_TIMEOUT:-15m}" --out "$out/perf" "${peer[@]}" "${with[@]}" 2>&1 | tee -a "$log" >&2
 rc=${PIPESTATUS[0]}
 say "abtest perf: exit $rc"
 report="$(ls "$out"/perf/*.md 2>/dev/null | sort | tail -n 1)"

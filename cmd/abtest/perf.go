@@ -16,7 +16,7 @@ import (
 func newPerfCmd() *cobra.Command {
 	var f runs.PerfOptions
 	cmd := &cobra.Command{
-		Use:   "perf [--rows all|SHAPE:TYPE[@dDEPTH],...] [--device cuda] [--peer llama-bench=PATH] [--out reports/perf]",
+		Use:   "perf [--rows all|SHAPE:TYPE[@dDEPTH],...] [--device cuda] [--peer llama-bench=PATH] [--with MINFER_X=V] [--out reports/perf]",
 		Short: "measure issue 6's speed table: minfer bench on every synthesized row against the reference engine's numbers, with decode GB/s and the share of the HBM floor",
 		Long: "For each row of issue 6's target table: synthesize the model (cached), run one `minfer bench`\n" +
 			"process (in-process warmup of --bench-warmup-ms first), and write reports/perf/<date>-<commit>.md/.json:\n" +
@@ -33,6 +33,8 @@ func newPerfCmd() *cobra.Command {
 			"GGUF file, the order alternating; the peer's medians are the ratio column and its peak device memory is\n" +
 			"sampled as minfer's. With a depth-0 row and depth rows of one model, the pp chunk time's slope over depth\n" +
 			"(ms per 1,024 cached tokens) is reported for both engines (ours above the peer's is a missed target).\n" +
+			"--with MINFER_X=V (repeatable) runs every minfer process with that lever setting, named at the top of the\n" +
+			"report; a MINFER_* variable in abtest's own environment is refused (exit 2), never silently dropped.\n" +
 			"Exit 0: every judged row met its targets; 1: a row missed a target or failed; 2: could not run.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -57,6 +59,7 @@ func newPerfCmd() *cobra.Command {
 	fl.Uint64Var(&f.Seed, "seed", 1, "weight seed of the synthesized models")
 	fl.StringVar(&f.Peer, "peer", "", "llama-bench=PATH: measure the peer engine on every row's same GGUF file, interleaved with minfer (its numbers become the ratio column; without it the ratios use the stored reference constants of issue 6)")
 	fl.IntVar(&f.PeerRounds, "peer-rounds", 2, "with --peer: rounds per row, each one minfer bench and one llama-bench process of --reps repetitions, odd rounds minfer first, even rounds the peer first (after one untimed -r 1 warm-up process of each)")
+	fl.StringArrayVar(&f.With, "with", nil, "MINFER_X=V every minfer process runs with (repeatable): the table of another setting than the defaults, stated at the top of the report (a MINFER_* variable in abtest's own environment is refused, never dropped)")
 	fl.DurationVar(&f.Timeout, "row-timeout", 20*time.Minute, "limit of each minfer process (synth, bench): a hung row is FAILED (0: no limit)")
 	return cmd
 }

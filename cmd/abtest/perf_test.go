@@ -402,3 +402,74 @@ func TestPerf_Issue20RowsJudgeTheirTargetsAtDepth(t *testing.T) {
 		t.Errorf("exit %d %s: %s; want only qwen2-7b:Q4_K_M@d30000 missed", code, rec.Verdict, rec.VerdictLine)
 	}
 }
+
+func TestPerf_WithReachesEveryMinferProcessAndHeadsTheReport(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200")
+	log := filepath.Join(t.TempDir(), "bench.log")
+	t.Setenv("FAKEMINFER_BENCH_LOG", log)
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0,qwen3-0.6b:Q8_0",
+		"--with", "MINFER_MMVQ_SPLIT=1", "--with", "MINFER_MMQ=0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("%d bench processes logged:\n%s", len(lines), b)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "MINFER_MMQ=0") || !strings.Contains(l, "MINFER_MMVQ_SPLIT=1") {
+			t.Errorf("a bench ran without the --with settings: %s", l)
+		}
+	}
+	if rec.With["MINFER_MMQ"] != "0" || rec.With["MINFER_MMVQ_SPLIT"] != "1" || rec.Env.Levers["MINFER_MMQ"] != "0" {
+		t.Errorf("record: with %v, levers MINFER_MMQ=%s", rec.With, rec.Env.Levers["MINFER_MMQ"])
+	}
+	for _, want := range []string{"**Not the defaults:** every minfer process ran with MINFER_MMQ=0, MINFER_MMVQ_SPLIT=1 (--with)",
+		"MINFER_BENCH_WARMUP_MS=10, **MINFER_MMQ=0** (--with), **MINFER_MMVQ_SPLIT=1** (--with)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// A lever set around abtest perf, or a --with it cannot honour, is a
+// could-not-run with no report: never a table of the defaults under it.
+func TestPerf_InheritedLeverOrBadWithIsCouldNotRunExit2(t *testing.T) {
+	bin := fakeMinfer(t)
+	cache := perfCache(t)
+	for _, c := range []struct {
+		name, env string
+		with      []string
+	}{
+		{"inherited", "MINFER_MMQ=0", nil},
+		{"unknown lever", "", []string{"MINFER_NO_SUCH=1"}},
+		{"bad value", "", []string{"MINFER_MMQ=2"}},
+		{"mutation seam", "", []string{"MINFER_TEST_MUTATE=scale_logits"}},
+		{"warmup", "", []string{"MINFER_BENCH_WARMUP_MS=5"}},
+		{"two values", "", []string{"MINFER_MMQ=0", "MINFER_MMQ=1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env != "" {
+				k, v, _ := strings.Cut(c.env, "=")
+				t.Setenv(k, v)
+			}
+			out := t.TempDir()
+			args := []string{"perf", "--minfer", bin, "--device", "cpu", "--out", out, "--synth-dir", cache,
+				"--reps", "3", "--bench-warmup-ms", "10", "--rows", "qwen2-0.5b:Q8_0"}
+			for _, w := range c.with {
+				args = append(args, "--with", w)
+			}
+			if code := run(args); code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if js, _ := filepath.Glob(filepath.Join(out, "*.json")); len(js) != 0 {
+				t.Errorf("a report was written: %v", js)
+			}
+		})
+	}
+}

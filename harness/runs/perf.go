@@ -19,7 +19,6 @@ import (
 	"github.com/minfer-go/minfer/schema"
 )
 
-// PerfOptions are the flags of `abtest perf`.
 // PerfOptions are the settings of `abtest perf`.
 type PerfOptions struct {
 	Rows, Device, Out, Minfer, SynthDir string
@@ -33,6 +32,9 @@ type PerfOptions struct {
 	// warm-up process of each engine.
 	Peer       string
 	PeerRounds int
+	// With are MINFER_X=V settings every minfer process runs with (--with):
+	// the table of another path than the defaults, stated in the report.
+	With []string
 }
 
 // peerRun is the peer engine of a perf run: its runner (the same device
@@ -80,6 +82,9 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	if f.BenchWarm < 1 {
 		return nil, "", CannotRun("--bench-warmup-ms %d: want a positive budget in ms", f.BenchWarm)
 	}
+	if err := noInheritedLevers(os.Environ()); err != nil {
+		return nil, "", err
+	}
 	if f.Timeout < 0 {
 		return nil, "", CannotRun("--row-timeout %v: want a positive duration (0: no limit)", f.Timeout)
 	}
@@ -121,7 +126,8 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	rec.Env = probe.Capture(ctx, bin, "")
 	rec.Env.Model = "one per row (see the rows)"
 	rec.Env.Pinned = map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(f.BenchWarm)}
-	if ls, err := m.Levers(ctx); err == nil {
+	ls, lerr := m.Levers(ctx)
+	if lerr == nil {
 		rec.Env.Levers = map[string]string{}
 		for _, l := range ls {
 			v := l.Default
@@ -131,6 +137,17 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 			rec.Env.Levers[l.Name] = v
 		}
 	}
+	if len(f.With) > 0 && lerr != nil {
+		return nil, "", CannotRun("--with: the registry of %s could not be read to check it: %v", bin, lerr)
+	}
+	with, err := perfWith(f.With, ls)
+	if err != nil {
+		return nil, "", err
+	}
+	for name, v := range with {
+		r.Pinned[name], rec.Env.Pinned[name], rec.Env.Levers[name] = v, v, v
+	}
+	rec.With = with
 	sameShape := f.PP == harness.PerfRefPP && f.TG == harness.PerfRefTG
 	var notes []string
 	if !sameShape && peer == nil {
@@ -539,4 +556,51 @@ func testNames(b harness.BenchResult) []string {
 		out = append(out, t.Name)
 	}
 	return out
+}
+
+// noInheritedLevers refuses a MINFER_* setting in abtest's own environment:
+// every minfer process starts from the defaults plus --with, so a variable
+// set around `abtest perf` would be dropped without a word (session 17's
+// peer run measured the default layout that way).
+func noInheritedLevers(environ []string) error {
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "MINFER_") {
+			return CannotRun("%s is set in abtest's environment, but perf runs every minfer process with the registry defaults and --with only: pass --with %s, or unset it", kv, kv)
+		}
+	}
+	return nil
+}
+
+// perfWith checks --with: each MINFER_NAME=VALUE a lever of the binary's
+// registry at one of its values, set once. MINFER_BENCH_WARMUP_MS has its
+// own flag and the mutation seam is no setting to measure speed under.
+func perfWith(ws []string, ls []harness.Lever) (map[string]string, error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, w := range ws {
+		name, v, ok := strings.Cut(w, "=")
+		if !ok || !strings.HasPrefix(name, "MINFER_") {
+			return nil, CannotRun("--with %q: want MINFER_NAME=VALUE", w)
+		}
+		switch name {
+		case "MINFER_BENCH_WARMUP_MS":
+			return nil, CannotRun("--with %s: use --bench-warmup-ms", w)
+		case "MINFER_TEST_MUTATE", "MINFER_TEST_CALL_FAIL":
+			return nil, CannotRun("--with %s: a test seam, not a setting to measure", w)
+		}
+		l, err := harness.FindLever(ls, name)
+		if err == nil {
+			err = l.Validate(v)
+		}
+		if err != nil {
+			return nil, CannotRun("--with %s: %v", w, err)
+		}
+		if old, dup := out[name]; dup && old != v {
+			return nil, CannotRun("--with %s: %s is already set to %s", w, name, old)
+		}
+		out[name] = v
+	}
+	return out, nil
 }
