@@ -106,6 +106,9 @@ func New(opts Options) (*Backend, error) {
 	if err := oneCopyConflict(opts.Levers); err != nil {
 		return nil, err
 	}
+	if line := oneCopyYielded(opts.Levers); line != "" {
+		logf("%s", line)
+	}
 	dev, err := driver.Open(driver.Options{Disable: opts.Levers.DisableCUDA, Ordinal: opts.Ordinal, CallFail: opts.Levers.TestCallFail})
 	if err != nil {
 		return nil, err

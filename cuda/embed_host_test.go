@@ -48,11 +48,11 @@ func TestPlan_EmbedHostMovesOnlyTheUntiedEmbeddingOutOfDeviceMemory(t *testing.T
 	}
 }
 
-// TestPlan_GatheredEmbeddingHasNoRepackedCopy: with the repacked copy on,
+// TestPlan_GatheredEmbeddingHasNoRepackedCopy: with two copies,
 // the untied embedding (read only by the gather, from its GGUF bytes) gets
 // none: the derived class is the other Q8_0 matrices only.
 func TestPlan_GatheredEmbeddingHasNoRepackedCopy(t *testing.T) {
-	p := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMVQ_REPACK=1")
+	p := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=0")
 	if p.Weights-p.Derived < embdBytes || p.Weights-p.Derived > embdBytes+8<<20 {
 		t.Errorf("weights %d, derived %d: the difference should be the %d-byte embedding and the f32 vectors", p.Weights, p.Derived, uint64(embdBytes))
 	}

@@ -91,7 +91,10 @@ func TestPlan_Qwen2_7B_Q8_0_At4M_MatchesTheIssuesExample(t *testing.T) {
 	}
 	t.Log(line)
 
-	rp := planOf(t, "qwen2-7b", quant.Q8_0, 4_000_000, kv.F16, "MINFER_MMVQ_REPACK=1")
+	if def := planOf(t, "qwen2-7b", quant.Q8_0, 4_000_000, kv.F16); def.Derived != 0 || def.Weights != p.Weights {
+		t.Errorf("defaults (one copy): weights %d derived %d, want %d and none", def.Weights, def.Derived, p.Weights)
+	}
+	rp := planOf(t, "qwen2-7b", quant.Q8_0, 4_000_000, kv.F16, "MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=0")
 	if d := gib(rp.Derived); d < 6.9 || d > 7.6 {
 		t.Errorf("repacked copies %.2f GiB, want one more copy of the Q8_0 matrices", d)
 	}
@@ -112,7 +115,8 @@ func TestPlan_Qwen2_7B_Q8_0_At32K_WeightsAndKVMatchTheMeasuredColumn(t *testing.
 }
 
 // The rules follow the levers: the repacked copy is derived only where the
-// backend would make it (its type's decode takes mmvq).
+// backend would make it (its type's decode takes mmvq) beside the GGUF
+// bytes (MINFER_ONE_COPY off, or its default yielding).
 func TestMemoryRules_RepackCopyOnlyWhereTheBackendMakesIt(t *testing.T) {
 	q8 := memplan.Tensor{Name: "w", Type: quant.Q8_0, Dims: []int{3584, 512}}
 	norm := memplan.Tensor{Name: "n", Type: quant.F32, Dims: []int{3584}}
@@ -120,10 +124,12 @@ func TestMemoryRules_RepackCopyOnlyWhereTheBackendMakesIt(t *testing.T) {
 		settings []string
 		derived  bool
 	}{
-		{[]string{"MINFER_MMVQ_REPACK=1"}, true},
+		{[]string{"MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=0"}, true},
 		{[]string{"MINFER_MMVQ_REPACK=0"}, false},
 		{[]string{"MINFER_MMVQ_REPACK=1", "MINFER_NO_Q80_MMVQ=1"}, false},
 		{[]string{"MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=1"}, false}, // the copy is the matrix's only one
+		{nil, false},                           // the default: one copy
+		{[]string{"MINFER_MMQ_ASYNC=1"}, true}, // the default one copy yields: async MMQ reads the GGUF bytes
 	} {
 		lv, err := levers.Parse(c.settings)
 		if err != nil {

@@ -1,6 +1,6 @@
 package cuda
 
-// onecopy.go: MINFER_ONE_COPY. A Q8_0 / Q6_K matrix that gets a repacked
+// onecopy.go: MINFER_ONE_COPY (on by default). A Q8_0 / Q6_K matrix that gets a repacked
 // copy (MINFER_MMVQ_REPACK, mmvq_repack.go) keeps only that copy on the
 // device: its GGUF bytes are repacked on the host (RepackHost) and uploaded
 // once, and every kernel that reads the matrix reads the repacked layout:
@@ -9,7 +9,8 @@ package cuda
 // embedding, the gather minfer_get_rows_r (embed.go). Each is bitwise its
 // GGUF kernel. The lever's registry entry lists, as Requires, the settings
 // under which every route of these types reads the copy; with any other the
-// backend refuses the lever at New, never reading a copy it does not have.
+// default yields (two copies, logged at New) and an explicit 1 is refused
+// there, never reading a copy the device does not have.
 
 import (
 	"fmt"
@@ -19,23 +20,47 @@ import (
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
-// oneCopyConflict is the refusal of MINFER_ONE_COPY=1 under lv, or nil:
-// a setting of its Requires that does not hold routes some matmul of a
-// repacked type to a kernel that reads the GGUF bytes.
+// oneCopyConflict is the refusal of an explicit MINFER_ONE_COPY=1 under
+// lv, or nil: a setting of its Requires that does not hold routes some
+// matmul of a repacked type to a kernel that reads the GGUF bytes. (At its
+// default the lever yields to such a setting instead: levers.Parse.)
 func oneCopyConflict(lv levers.Config) error {
 	if !lv.OneCopy || lv.RequiresMet("MINFER_ONE_COPY") {
 		return nil
 	}
+	return fmt.Errorf("cuda: MINFER_ONE_COPY=1 keeps only the repacked copy of Q8_0 / Q6_K matrices, and %s route some of their "+
+		"matmuls to kernels that read the GGUF bytes: set MINFER_ONE_COPY=0 (two copies) or leave it unset (it then yields to them)",
+		strings.Join(oneCopyUnmet(lv), ", "))
+}
+
+// oneCopyYielded is the line the backend logs when the default one-copy
+// layout yielded to lv (levers.Parse): which settings keep the GGUF bytes
+// beside the repacked copy. "" when it did not (on, set to 0, a phantom
+// arm, or no repacked copy made at all: REPACK=0 or WIDE=1 hold one copy).
+func oneCopyYielded(lv levers.Config) string {
+	if lv.OneCopy || lv.Value("MINFER_ONE_COPY") != "1" || !lv.MMVQRepack || lv.MMVQWide {
+		return ""
+	}
+	bad := oneCopyUnmet(lv)
+	if len(bad) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("cuda: two device copies of the Q8_0 / Q6_K matrices (GGUF bytes and repacked): %s read the GGUF bytes, "+
+		"and MINFER_ONE_COPY at its default yields to them", strings.Join(bad, ", "))
+}
+
+// oneCopyUnmet names the settings of MINFER_ONE_COPY's Requires that lv
+// does not hold, each with the value the lever needs.
+func oneCopyUnmet(lv levers.Config) []string {
 	l, _ := levers.Lookup("MINFER_ONE_COPY")
 	var bad []string
 	for _, r := range l.Requires {
 		name, want, _ := strings.Cut(r, "=")
 		if got := lv.Value(name); got != want {
-			bad = append(bad, fmt.Sprintf("%s=%s (it needs %s)", name, got, want))
+			bad = append(bad, fmt.Sprintf("%s=%s (one copy needs %s)", name, got, want))
 		}
 	}
-	return fmt.Errorf("cuda: MINFER_ONE_COPY=1 keeps only the repacked copy of Q8_0 / Q6_K matrices, and %v route some of their "+
-		"matmuls to kernels that read the GGUF bytes: unset MINFER_ONE_COPY or those", bad)
+	return bad
 }
 
 // oneCopyWanted reports whether a matrix of type t registered as w keeps

@@ -8,9 +8,10 @@ import (
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
-// MINFER_ONE_COPY=1 is refused, naming the setting, under every lever value
-// that routes a Q8_0 / Q6_K matmul to a kernel reading GGUF bytes (each of
-// its registry Requires flipped), and accepted with the defaults or off.
+// An explicit MINFER_ONE_COPY=1 is refused, naming the setting, under every
+// lever value that routes a Q8_0 / Q6_K matmul to a kernel reading GGUF
+// bytes (each of its registry Requires flipped), and accepted with the
+// defaults, off, or left at its default (which yields).
 func TestOneCopyConflict_EveryRequiresFlippedIsRefusedByName(t *testing.T) {
 	parse := func(env ...string) levers.Config {
 		lv, err := levers.Parse(env)
@@ -38,6 +39,40 @@ func TestOneCopyConflict_EveryRequiresFlippedIsRefusedByName(t *testing.T) {
 		err := oneCopyConflict(parse("MINFER_ONE_COPY=1", name+"="+other))
 		if err == nil || !strings.Contains(err.Error(), name+"="+other) {
 			t.Errorf("MINFER_ONE_COPY=1 with %s=%s: %v, want a refusal naming it", name, other, err)
+		}
+	}
+}
+
+// At its default the one-copy layout is on, and it yields to each setting
+// of its Requires flipped (two copies, one log line naming the setting),
+// except where no repacked copy is made at all (REPACK=0, WIDE=1: one copy
+// either way, nothing to say). Set to 0, it says nothing.
+func TestOneCopyDefault_OnAndYieldsToEveryRequiresFlippedWithOneLine(t *testing.T) {
+	parse := func(env ...string) levers.Config {
+		lv, err := levers.Parse(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lv
+	}
+	if lv := parse(); !lv.OneCopy || oneCopyYielded(lv) != "" {
+		t.Errorf("defaults: OneCopy %v, line %q", lv.OneCopy, oneCopyYielded(lv))
+	}
+	l, _ := levers.Lookup("MINFER_ONE_COPY")
+	for _, r := range l.Requires {
+		name, want, _ := strings.Cut(r, "=")
+		other := map[string]string{"0": "1", "1": "0"}[want]
+		lv := parse(name + "=" + other)
+		if lv.OneCopy {
+			t.Errorf("%s=%s: the default one copy did not yield", name, other)
+		}
+		line := oneCopyYielded(lv)
+		noCopy := name == "MINFER_MMVQ_REPACK" || name == "MINFER_MMVQ_WIDE"
+		if noCopy && line != "" || !noCopy && !strings.Contains(line, name+"="+other) {
+			t.Errorf("%s=%s: line %q", name, other, line)
+		}
+		if line := oneCopyYielded(parse("MINFER_ONE_COPY=0", name+"="+other)); line != "" {
+			t.Errorf("MINFER_ONE_COPY=0, %s=%s: line %q", name, other, line)
 		}
 	}
 }
