@@ -40,13 +40,19 @@ func memRun(t *testing.T, path string, nCtx int, extra ...string) (*model.Engine
 // the weights, derived and KV classes are exactly the plan's (the rules
 // mirror the allocation sites). Run on the H200 with the device suite.
 // The copy's levers are pinned (MINFER_MMVQ_WIDE=0 and the Q8_0 / Q6_K
-// MMVQ path on: repackWanted reads them; an A/B's arm B may set them).
+// MMVQ path on: repackWanted reads them; an A/B's arm B may set them),
+// and one copy is measured too, with the settings it needs.
 func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
-	for _, repack := range []string{"0", "1"} {
-		t.Run("MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
-			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_ONE_COPY=0", "MINFER_MMVQ_REPACK="+repack)
+	for _, c := range []struct{ repack, oneCopy string }{{"0", "0"}, {"1", "0"}, {"1", "1"}} {
+		repack := c.repack
+		if c.oneCopy == "1" {
+			repack = "1 (one copy: no derived class)"
+		}
+		t.Run("MINFER_MMVQ_REPACK="+c.repack+",MINFER_ONE_COPY="+c.oneCopy, func(t *testing.T) {
+			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0",
+				"MINFER_MMVQ_NT=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_ONE_COPY="+c.oneCopy, "MINFER_MMVQ_REPACK="+c.repack)
 			m, err := b.DeviceMemory()
 			if err != nil {
 				t.Fatal(err)
@@ -65,6 +71,12 @@ func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testin
 			}
 			if (m.Derived > 0) != (repack == "1") {
 				t.Errorf("derived %d bytes with MINFER_MMVQ_REPACK=%s", m.Derived, repack)
+			}
+			// The load reserves each weight class's arena at its exact size
+			// (ReserveWeights): what is left is the driver's granule and
+			// the pieces' alignment, not a chunk's tail.
+			if m.ArenaSlack > 2*allocGranule {
+				t.Errorf("arena slack %d bytes: the reserved arenas did not hold the weights", m.ArenaSlack)
 			}
 			p, ok := e.MemoryPlan()
 			if !ok {

@@ -25,24 +25,7 @@ func planOf(t *testing.T, shape string, typ quant.Type, nCtx int, kvf kv.Format,
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := synth.ShapeByName(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, types, err := synth.MatrixTypes(synth.Options{Shape: shape, Type: typ})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := s.HParams()
-	ts, err := model.PlanTensors(h, func(name string) (quant.Type, bool) {
-		if t, ok := types[name]; ok {
-			return t, true
-		}
-		return quant.F32, true
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, ts := planTensors(t, shape, typ)
 	p, err := model.PlanMemory(h, ts, nCtx, kvf, lv, MemoryRules(lv, planSMs))
 	if err != nil {
 		t.Fatal(err)
@@ -212,4 +195,29 @@ func TestArena_PiecesAlignedPackedAndANewChunkWhenFull(t *testing.T) {
 			t.Errorf("class %s in an arena: %v", memClassNames[c], got)
 		}
 	}
+}
+
+// planTensors are the hyperparameters and the plan's tensors of a
+// synthesized shape of weight type typ (no file written).
+func planTensors(t *testing.T, shape string, typ quant.Type) (model.HParams, []memplan.Tensor) {
+	t.Helper()
+	s, err := synth.ShapeByName(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, types, err := synth.MatrixTypes(synth.Options{Shape: shape, Type: typ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.HParams()
+	ts, err := model.PlanTensors(h, func(name string) (quant.Type, bool) {
+		if t, ok := types[name]; ok {
+			return t, true
+		}
+		return quant.F32, true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ts
 }

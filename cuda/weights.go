@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -215,4 +216,67 @@ func (b *Backend) vector(name string, n int) (driver.DevicePtr, error) {
 		return 0, fmt.Errorf("weight %s has dims %v, want a vector of %d", name, w.dims, n)
 	}
 	return w.ptr, nil
+}
+
+// ReserveWeights implements graph.WeightReserver: before the first weight
+// is registered, one arena chunk per weight class sized to every piece
+// registerWeight will place there (the 1-D tensors as f32, the matrices in
+// their file bytes or their one repacked copy, the derived copies where two
+// are kept; a host-mapped table takes none). A later registration that
+// does not fit (a size the sums missed, a reload) falls back to the
+// ordinary chunks: the reservation only saves memory, it decides nothing.
+func (b *Backend) ReserveWeights(ws []graph.Weight) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errors.New("cuda: backend is closed")
+	}
+	if len(b.weights) > 0 {
+		return nil
+	}
+	own, derived, ok := weightPieces(b, ws)
+	if !ok {
+		return nil // registerWeight will refuse one: no memory set aside for a model placed elsewhere
+	}
+	return b.dev.Do(func() error {
+		if err := b.pool.reserve(MemWeights, arenaBytes(own), "the weights"); err != nil {
+			return err
+		}
+		return b.pool.reserve(MemDerived, arenaBytes(derived), "the weights' repacked copies")
+	})
+}
+
+// weightPieces lists, in registration order, the bytes registerWeight
+// allocates from the weights arena and from the derived arena for ws; ok
+// is false when it would refuse one of them (the model then goes to
+// another backend, so nothing should be reserved here).
+func weightPieces(b *Backend, ws []graph.Weight) (own, derived []uint64, ok bool) {
+	for _, w := range ws {
+		if len(w.Dims) == 0 || w.Dims[0] <= 0 {
+			return nil, nil, false
+		}
+		if len(w.Dims) == 1 {
+			if tr, err := quant.TraitsOf(w.Type); err != nil || tr.Dequantize == nil {
+				return nil, nil, false
+			}
+			own = append(own, 4*uint64(w.Dims[0]))
+			continue
+		}
+		rows := 1
+		for _, d := range w.Dims[1:] {
+			rows *= d
+		}
+		rb, err := w.Type.RowBytes(w.Dims[0])
+		if err != nil || !weightTypeSupported(w.Type) || rows <= 0 {
+			return nil, nil, false
+		}
+		if w.Gathered && b.lv.EmbedHost {
+			continue // registerHostMapped: host memory
+		}
+		own = append(own, uint64(rb)*uint64(rows)) // the file bytes, or the one repacked copy of the same size
+		if !b.oneCopyWanted(w) && b.repackWanted(w.Type) && !w.Gathered {
+			derived = append(derived, MMVQRepackBytes(w.Type, w.Dims[0], rows))
+		}
+	}
+	return own, derived, true
 }

@@ -69,6 +69,14 @@ var ErrNoDevice = errors.New("no usable device")
 // no defect of the path that ran (minfer exits with schema.ExitOutOfMemory).
 var ErrOutOfMemory = errors.New("out of memory")
 
+// WeightReserver is a backend that sets its weight memory aside in one
+// piece before the weights are registered: PlaceWeights hands it every
+// weight first, then registers them one by one. Optional; it may only
+// change where the weights are placed, never whether they are.
+type WeightReserver interface {
+	ReserveWeights(ws []Weight) error
+}
+
 // Backend executes graph nodes. The CPU backend is the numerical reference; a
 // device backend (CUDA) implements the same contract. Every method returns an
 // error instead of panicking; no method falls back to another backend.

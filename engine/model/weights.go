@@ -90,6 +90,11 @@ func PlaceWeights(ws []graph.Weight, backends []graph.Backend, logf func(string,
 }
 
 func registerAll(ws []graph.Weight, b graph.Backend) error {
+	if r, ok := b.(graph.WeightReserver); ok {
+		if err := r.ReserveWeights(ws); err != nil {
+			return fmt.Errorf("reserve the weights' memory: %w", err)
+		}
+	}
 	for _, w := range ws {
 		if err := b.RegisterWeight(w); err != nil {
 			return fmt.Errorf("weight %s (type %s): %w", w.Name, w.Type, err)

@@ -121,3 +121,54 @@ func TestRegisterWeight_SameNameAndSizeIsANoOp(t *testing.T) {
 		t.Fatalf("backend %s, kv %s", e.Backend(), e.KVFormat())
 	}
 }
+
+// reserving records what PlaceWeights hands a graph.WeightReserver and
+// when, and fails its reservation on request.
+type reserving struct {
+	*cpu.Backend
+	calls []string
+	fail  error
+}
+
+func (r *reserving) ReserveWeights(ws []graph.Weight) error {
+	r.calls = append(r.calls, fmt.Sprintf("reserve %d", len(ws)))
+	return r.fail
+}
+
+func (r *reserving) RegisterWeight(w graph.Weight) error {
+	r.calls = append(r.calls, "register")
+	return r.Backend.RegisterWeight(w)
+}
+
+// A backend that reserves its weight memory gets every weight once before
+// the first registration; a failed reservation (out of memory) is an error
+// of that backend, never a move to the next one.
+func TestPlaceWeights_ReserverGetsEveryWeightFirstAndItsFailureIsAnError(t *testing.T) {
+	ws := tinyWeights(t, tinyQwen3)
+	dev := &reserving{Backend: cpu.New(cpu.Options{Threads: 1})}
+	defer dev.Close()
+	if _, err := PlaceWeights(ws, []graph.Backend{dev}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(dev.calls) != len(ws)+1 || dev.calls[0] != fmt.Sprintf("reserve %d", len(ws)) || slicesCount(dev.calls, "register") != len(ws) {
+		t.Errorf("calls %v, want one reserve of %d weights, then %d registrations", dev.calls, len(ws), len(ws))
+	}
+	oom := &reserving{Backend: cpu.New(cpu.Options{Threads: 1}), fail: fmt.Errorf("cuMemAlloc: %w", graph.ErrOutOfMemory)}
+	host := cpu.New(cpu.Options{Threads: 1})
+	defer oom.Close()
+	defer host.Close()
+	i, err := PlaceWeights(ws, []graph.Backend{oom, host}, nil)
+	if !errors.Is(err, graph.ErrOutOfMemory) || i != 0 || slicesCount(oom.calls, "register") != 0 {
+		t.Errorf("placed on %d, err %v, calls %v: want the reservation's out-of-memory, no registration", i, err, oom.calls)
+	}
+}
+
+func slicesCount(s []string, v string) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
