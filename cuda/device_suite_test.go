@@ -1066,11 +1066,11 @@ var dsNoMMVQ = []string{"MINFER_NO_Q80_MMVQ=1", "MINFER_NO_Q40_MMVQ=1", "MINFER_
 var dsMMVQ = []string{"MINFER_NO_Q80_MMVQ=0", "MINFER_NO_Q40_MMVQ=0", "MINFER_NO_KQ_MMVQ=0"}
 
 // dsOneWarpDecode pins decode matmuls to the one-warp MMVQ kernels
-// (dsMMVQ's MMVQ path on, no split form, no wide loads). The suite gate
-// runs the device tests under an A/B's arm B settings, which may route
-// decode elsewhere; a test that names the decode kernel it expects in its
-// census sets these (split and wide have tests of their own).
-var dsOneWarpDecode = []string{"MINFER_NO_Q80_MMVQ=0", "MINFER_NO_Q40_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_SPLIT=0", "MINFER_MMVQ_WIDE=0"}
+// (dsMMVQ's MMVQ path on, no split form). The suite gate runs the device
+// tests under an A/B's arm B settings, which may route decode elsewhere; a
+// test that names the decode kernel it expects in its census sets these
+// (split has tests of its own).
+var dsOneWarpDecode = []string{"MINFER_NO_Q80_MMVQ=0", "MINFER_NO_Q40_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_SPLIT=0"}
 
 // dsTwoCopies pins MINFER_ONE_COPY off: a test whose census names the GGUF
 // kernels of Q8_0 / Q6_K matrices (prefill MMQ, mmvq_nt, the gather) or

@@ -74,7 +74,7 @@ func TestDeviceTests_PinnedSettingsAreLeverValues(t *testing.T) {
 	if c := parse("dsNoMMVQ", dsNoMMVQ); !c.NoQ80MMVQ || !c.NoQ40MMVQ || !c.NoKQMMVQ {
 		t.Errorf("dsNoMMVQ %v does not set every MMVQ kill switch", dsNoMMVQ)
 	}
-	if c := parse("dsOneWarpDecode", dsOneWarpDecode); c.NoQ80MMVQ || c.NoQ40MMVQ || c.NoKQMMVQ || c.MMVQSplit || c.MMVQWide || len(c.Set()) != 5 {
+	if c := parse("dsOneWarpDecode", dsOneWarpDecode); c.NoQ80MMVQ || c.NoQ40MMVQ || c.NoKQMMVQ || c.MMVQSplit || len(c.Set()) != 4 {
 		t.Errorf("dsOneWarpDecode %v does not pin the one-warp MMVQ kernels", dsOneWarpDecode)
 	}
 	if c := parse("dsGraphsOn", dsGraphsOn); c.NoCUDAGraph || len(c.Set()) != 1 {

@@ -74,8 +74,8 @@ func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
 		return fmt.Errorf("weight %s (%s) keeps only its repacked copy (MINFER_ONE_COPY=1) and its matmul over %d tokens takes route %d, "+
 			"which has no repacked kernel", m.w.name, m.w.typ, nt, r)
 	}
-	if r == routeMMVQR || r == routeMMVQW {
-		// Kernels.MatMul knows neither route: quantize x, then minfer_mmvq[rw].
+	if r == routeMMVQR {
+		// Kernels.MatMul knows no repacked copy: quantize x, then minfer_mmvqr.
 		if err := b.quantizeAct(x, m.w.rowLen); err != nil {
 			return err
 		}
@@ -102,8 +102,7 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 
 // residRoute reports whether the matmul node m takes a route whose kernel
 // has a residual form (SupportsFused(FuseMatMulAdd) asks it at fuse time):
-// one token, quantize + minfer_mmvq_<t>, the repacked minfer_mmvqr_<t> or
-// the wide-load minfer_mmvqw_<t>.
+// one token, quantize + minfer_mmvq_<t> or the repacked minfer_mmvqr_<t>.
 // The in-kernel form and the f32 mmv kernel read the f32 activation from
 // every block while others write the output: no residual form.
 func (b *Backend) residRoute(m *graph.Node) bool {
@@ -157,12 +156,11 @@ const (
 	routeMMVQNT                // 2..8 tokens: quantize the rows, minfer_mmvq_nt_<t> (MINFER_MMVQ_NT)
 	routeMMVQ                  // decode: quantize the row, minfer_mmvq_<t> (one-warp or split)
 	routeMMVQR                 // decode: quantize the row, minfer_mmvqr_<t> over the repacked copy
-	routeMMVQW                 // decode: quantize the row, minfer_mmvqw_<t> over the GGUF bytes (MINFER_MMVQ_WIDE)
 )
 
 // decode reports whether r is one of the decode MMVQ routes, whose Q8_1
 // row the fused and residual forms share.
-func (r mmRoute) decode() bool { return r == routeMMVQ || r == routeMMVQR || r == routeMMVQW }
+func (r mmRoute) decode() bool { return r == routeMMVQ || r == routeMMVQR }
 
 // routeFor is the route of a weight type over nt tokens under opts, for
 // the GGUF bytes: matmulRoute adds the repacked copy.
@@ -184,19 +182,11 @@ func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 }
 
 // matmulRoute is the route of weight w over nt tokens on this backend: a
-// decode MMVQ matmul reads the repacked copy when w has one, else, with
-// MINFER_MMVQ_WIDE and a type that has them, the wide-load kernels over
-// the GGUF bytes (the lever allocates no repacked copy, so both never
-// meet).
+// decode MMVQ matmul reads the repacked copy when w has one.
 func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 	r := routeFor(w.typ, nt, b.mm)
-	switch {
-	case r != routeMMVQ:
-		return r
-	case w.rp != 0:
+	if r == routeMMVQ && w.rp != 0 {
 		return routeMMVQR
-	case b.lv.MMVQWide && MMVQWideType(w.typ):
-		return routeMMVQW
 	}
 	return r
 }
@@ -241,7 +231,7 @@ func (b *Backend) routesOf(nt int, ms []matmulPlan) (all mmRoute, anyDecode bool
 
 // decodeGroup reports whether every plan of ms takes one decode MMVQ route
 // over one weight type, so one fused mmvq kernel can run them all, and
-// that route (routeMMVQ, routeMMVQR: all read a repacked copy, routeMMVQW).
+// that route (routeMMVQ, routeMMVQR: all read a repacked copy).
 func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute) {
 	if len(ms) == 0 {
 		return false, routeNone
@@ -257,8 +247,7 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 // opFusedQKV runs the three matmuls of one input into one output (q, then
 // k, then v). Decode with the three of one type on an MMVQ route: one
 // fused launch after the row's quantization (minfer_mmvqr_qkv over
-// repacked copies, minfer_mmvqw_qkv under MINFER_MMVQ_WIDE, else
-// minfer_mmvq_qkv); otherwise the three share x as
+// repacked copies, else minfer_mmvq_qkv); otherwise the three share x as
 // sharedInput says.
 func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if len(n.Weights) != 3 || len(n.Biases) != 3 {
@@ -320,12 +309,10 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 // opFusedFFN computes silu(x*gate) * (x*up) (graph.OpFusedFFN, Weights =
 // {gate, up}, output [n_ff, nt]) as engine/cpu does. Decode with gate and
 // up of one type on an MMVQ route: one fused launch after the row's
-// quantization (minfer_mmvqr_ffn over repacked copies, minfer_mmvqw_ffn
-// under MINFER_MMVQ_WIDE, else
-// minfer_mmvq_ffn). Otherwise gate into the
-// output, up into the backend's ffnUp scratch (sharing x as sharedInput
-// says), then SwiGLU in place: the unfused graph's kernels, so bitwise its
-// values.
+// quantization (minfer_mmvqr_ffn over repacked copies, else
+// minfer_mmvq_ffn). Otherwise gate into the output, up into the backend's
+// ffnUp scratch (sharing x as sharedInput says), then SwiGLU in place: the
+// unfused graph's kernels, so bitwise its values.
 func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if err := checkOut(n, out); err != nil {
 		return nil, err
@@ -363,11 +350,8 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 			if err := b.quantizeAct(x, k); err != nil {
 				return err
 			}
-			switch route {
-			case routeMMVQR:
+			if route == routeMMVQR {
 				return b.k.FFNQ8_1R(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
-			case routeMMVQW:
-				return b.k.FFNQ8_1W(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
 			}
 			return b.k.FFNQ8_1(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff)
 		}, nil

@@ -193,7 +193,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if lv.EmbedHost { // registerHostMapped's rule
 		r.HostMapped = func(t memplan.Tensor) bool { return t.Gathered && t.Matrix() }
 	}
-	if lv.MMVQRepack && !lv.MMVQWide && !lv.OneCopy { // the wide kernels make no copy; one copy is no second
+	if lv.MMVQRepack && !lv.OneCopy { // one copy is no second
 		r.DerivedLever = "MINFER_MMVQ_REPACK=0"
 	}
 	return r

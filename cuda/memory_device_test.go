@@ -39,9 +39,9 @@ func memRun(t *testing.T, path string, nCtx int, extra ...string) (*model.Engine
 // "less the context"), within 64 MiB, with the repacked copy on and off;
 // the weights, derived and KV classes are exactly the plan's (the rules
 // mirror the allocation sites). Run on the H200 with the device suite.
-// The copy's levers are pinned (MINFER_MMVQ_WIDE=0 and the Q8_0 / Q6_K
-// MMVQ path on: repackWanted reads them; an A/B's arm B may set them),
-// and one copy is measured too, with the settings it needs.
+// The copy's levers are pinned (the Q8_0 / Q6_K MMVQ path on: repackWanted
+// reads them; an A/B's arm B may set them), and one copy is measured too,
+// with the settings it needs.
 func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-0.5b", "Q8_0")
@@ -51,7 +51,7 @@ func TestDeviceMemory_ClassesAddUpToTheDriverLessTheContextWithin64MiB(t *testin
 			repack = "1 (one copy: no derived class)"
 		}
 		t.Run("MINFER_MMVQ_REPACK="+c.repack+",MINFER_ONE_COPY="+c.oneCopy, func(t *testing.T) {
-			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0",
+			e, b := memRun(t, path, 4096, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0",
 				"MINFER_MMVQ_NT=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_ONE_COPY="+c.oneCopy, "MINFER_MMVQ_REPACK="+c.repack)
 			m, err := b.DeviceMemory()
 			if err != nil {
@@ -145,7 +145,7 @@ func TestMemoryPlan_WithinFivePercentOfTheProcessOnTheDevice(t *testing.T) {
 		path := dsSynth(t, shape, "Q8_0")
 		for _, repack := range []string{"1", "0"} {
 			t.Run(shape+"/MINFER_MMVQ_REPACK="+repack, func(t *testing.T) {
-				e, b := memRun(t, path, 32768, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_MMVQ_WIDE=0", "MINFER_ONE_COPY=0", "MINFER_MMVQ_REPACK="+repack)
+				e, b := memRun(t, path, 32768, "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0", "MINFER_ONE_COPY=0", "MINFER_MMVQ_REPACK="+repack)
 				m, err := b.DeviceMemory()
 				if err != nil {
 					t.Fatal(err)

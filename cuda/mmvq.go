@@ -115,16 +115,15 @@ func checkMMVQ(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePt
 
 // mmvqFamily is what the decode kernel families that give each output row
 // one warp differ in: minfer_mmvq_* over the GGUF bytes (mmvqFam), its
-// repacked copy (mmvqrFam, mmvq_repack.go) and the GGUF bytes with 16-byte
-// loads (mmvqwFam). Their plain, _res_, _qkv_ and _ffn_ launchers share one
-// body each (mmvqMatVec, mmvqQKV, mmvqFFN) so that the checks, grids and
-// argument orders of the three cannot drift apart.
+// repacked copy (mmvqrFam, mmvq_repack.go). Their plain, _res_, _qkv_ and
+// _ffn_ launchers share one body each (mmvqMatVec, mmvqQKV, mmvqFFN) so
+// that the checks, grids and argument orders of the two cannot drift apart.
 type mmvqFamily struct {
 	rows    int                                        // output rows (warps) per block
 	threads uint32                                     // threads per block
 	kernel  func(wtype quant.Type, form string) string // form "" (plain), "res", "qkv" or "ffn"
-	// check validates one weight under op; checkMMVQ and checkMMVQW check
-	// the Q8_1 row too, checkMMVQR does not (checkQ8Act follows it).
+	// check validates one weight under op; checkMMVQ checks the Q8_1 row
+	// too, checkMMVQR does not (checkQ8Act follows it).
 	check func(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type, kDim, n int) error
 }
 
@@ -151,7 +150,7 @@ func (f mmvqFamily) checkCall(op string, out, xq driver.DevicePtr, xqBytes uint6
 	if err := f.check(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
 		return err
 	}
-	// After checkMMVQ / checkMMVQW this cannot fail: they check the same.
+	// After checkMMVQ this cannot fail: it checks the same.
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return err
 	}
@@ -224,7 +223,7 @@ func (k *Kernels) MatMulQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes
 }
 
 // checkQKV checks, under op, the three weights of a fused q/k/v launch
-// (f.check: checkMMVQ, checkMMVQR for repacked copies, checkMMVQW), their
+// (f.check: checkMMVQ, checkMMVQR for repacked copies), their
 // biases' alignment, the Q8_1 activation and the output (not null, aligned,
 // at most MaxInt32 rows in all), and returns the rows in all.
 func checkQKV(op string, f mmvqFamily, out, xq driver.DevicePtr, xqBytes uint64, w, bias [3]driver.DevicePtr, wtype quant.Type,
@@ -239,7 +238,7 @@ func checkQKV(op string, f mmvqFamily, out, xq driver.DevicePtr, xqBytes uint64,
 		}
 		total += n[i]
 	}
-	// After checkMMVQ / checkMMVQW this cannot fail: they check the same.
+	// After checkMMVQ this cannot fail: it checks the same.
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return 0, err
 	}
@@ -282,7 +281,7 @@ func (k *Kernels) mmvqFFN(f mmvqFamily, op string, s *driver.Stream, out, xq dri
 			return fmt.Errorf("weight %d: %w", i, err)
 		}
 	}
-	// After checkMMVQ / checkMMVQW this cannot fail: they check the same.
+	// After checkMMVQ this cannot fail: it checks the same.
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return err
 	}
@@ -346,7 +345,7 @@ func (k *Kernels) MatMulQ8_1Res(s *driver.Stream, out, xq driver.DevicePtr, xqBy
 func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
 	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
 	route := b.matmulRoute(m.w, 1)
-	w, rp, wide := m.w.ptr, route == routeMMVQR, route == routeMMVQW
+	w, rp := m.w.ptr, route == routeMMVQR
 	if rp {
 		w = m.w.rp
 	}
@@ -359,10 +358,6 @@ func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
 		return b.k.MatMulQ8_1RRes(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
 	case rp:
 		return b.k.MatMulQ8_1R(b.s, out, q, qb, w, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
-	case wide && res != 0:
-		return b.k.MatMulQ8_1WRes(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
-	case wide:
-		return b.k.MatMulQ8_1W(b.s, out, q, qb, w, m.w.typ, m.bias, m.w.rowLen, m.w.rows)
 	case res != 0:
 		return b.k.MatMulQ8_1Res(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows)
 	}
@@ -371,7 +366,7 @@ func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
 
 // mmvqQKVFromQ8 runs a fused decode q/k/v over the Q8_1 row in the
 // scratch: the split form when the rule picks it for the total row count,
-// else minfer_mmvq[r|w]_qkv_<type> as route says (w: the repacked copies
+// else minfer_mmvq[r]_qkv_<type> as route says (w: the repacked copies
 // for routeMMVQR, else the GGUF bytes).
 func (b *Backend) mmvqQKVFromQ8(out driver.DevicePtr, w [3]driver.DevicePtr, wtype quant.Type, bias [3]driver.DevicePtr,
 	kDim int, rows [3]int, route mmRoute) error {
@@ -381,8 +376,6 @@ func (b *Backend) mmvqQKVFromQ8(out driver.DevicePtr, w [3]driver.DevicePtr, wty
 		return b.k.MatMulQ8_1QKVS(b.s, out, q, qb, w, wtype, bias, kDim, rows, route == routeMMVQR)
 	case route == routeMMVQR:
 		return b.k.MatMulQ8_1QKVR(b.s, out, q, qb, w, wtype, bias, kDim, rows)
-	case route == routeMMVQW:
-		return b.k.MatMulQ8_1QKVW(b.s, out, q, qb, w, wtype, bias, kDim, rows)
 	}
 	return b.k.MatMulQ8_1QKV(b.s, out, q, qb, w, wtype, bias, kDim, rows)
 }
@@ -419,122 +412,4 @@ func overlapF32(a driver.DevicePtr, n int, b driver.DevicePtr, m int) bool {
 		return false
 	}
 	return uint64(a) < uint64(b)+uint64(m)*4 && uint64(b) < uint64(a)+uint64(n)*4
-}
-
-// MINFER_MMVQ_WIDE: minfer_mmvqw_<t> (+ _res_, _qkv_, _ffn_) read the GGUF
-// bytes of Q8_0 / Q6_K matrices with 16-byte loads, staging each row
-// through shared memory in chunks of whole blocks (cuda/kernels/mmvq.cu),
-// bitwise minfer_mmvq_<t>: the decode speed of the repacked copy is the
-// aim, without its second copy (with the lever on, repackWanted says no).
-
-// Geometry of the minfer_mmvqw kernels (TestMMVQWideGeometry_MatchesKernelSource
-// pins these to mmvq.cu's #defines).
-const (
-	mmvqwRows     = 4   // MINFER_MMVQW_ROWS: output rows (warps) per block
-	mmvqwThreads  = 128 // MINFER_MMVQW_THREADS
-	mmvqwQ80Chunk = 64  // MINFER_MMVQW_Q8_0_CHUNK: Q8_0 blocks a warp stages at once
-	mmvqwQ6KChunk = 8   // MINFER_MMVQW_Q6_K_CHUNK: Q6_K super-blocks a warp stages at once
-	mmvqwQ80Vecs  = 138 // MINFER_MMVQW_Q8_0_VECS: 16-byte words of a row's shared buffer
-	mmvqwQ6KVecs  = 107 // MINFER_MMVQW_Q6_K_VECS
-	// mmvqwAlign is the weight base alignment the uint4 loads need.
-	mmvqwAlign = 16
-)
-
-// mmvqwTypes names the weight types with wide-load kernels: the suffix of
-// minfer_mmvqw_*.
-var mmvqwTypes = map[quant.Type]string{quant.Q8_0: "q8_0", quant.Q6_K: "q6_k"}
-
-// MMVQWideType reports whether decode of type t takes the minfer_mmvqw
-// kernels under MINFER_MMVQ_WIDE.
-func MMVQWideType(t quant.Type) bool { _, ok := mmvqwTypes[t]; return ok }
-
-// mmvqwKernel names the wide kernel of form "" (plain), "res", "qkv" or
-// "ffn" for wtype ("" for a type without one).
-func mmvqwKernel(wtype quant.Type, form string) string {
-	return formKernel("minfer_mmvqw_", mmvqwTypes, wtype, form)
-}
-
-// formKernel names the kernel prefix[form_]suffix of wtype, its suffix
-// from suffixes ("" for a type without one): the naming the wide and
-// repacked kernel families share.
-func formKernel(prefix string, suffixes map[quant.Type]string, wtype quant.Type, form string) string {
-	sfx, ok := suffixes[wtype]
-	if !ok {
-		return ""
-	}
-	if form == "" {
-		return prefix + sfx
-	}
-	return prefix + form + "_" + sfx
-}
-
-// mmvqwChunk is the blocks per staged chunk and the row buffer's 16-byte
-// words of wtype (0, 0 without wide kernels).
-func mmvqwChunk(wtype quant.Type) (blocks, vecs int) {
-	switch wtype {
-	case quant.Q8_0:
-		return mmvqwQ80Chunk, mmvqwQ80Vecs
-	case quant.Q6_K:
-		return mmvqwQ6KChunk, mmvqwQ6KVecs
-	}
-	return 0, 0
-}
-
-// MMVQWideRowLead is the byte offset mod 16 at which row r of a wtype
-// matrix of k-value rows starts (the matrix 16-byte aligned): 0 for every
-// row iff the row bytes are a multiple of 16, for Q8_0 iff (k / 32) % 8 == 0.
-// The kernel's chunks of a row all start at this lead.
-func MMVQWideRowLead(wtype quant.Type, k, r int) int {
-	rb := uint64(k/wtype.BlockSize()) * uint64(wtype.BlockBytes())
-	return int(uint64(r) * rb % 16)
-}
-
-// MMVQWideChunkWords is the 16-byte words a warp loads for a chunk of cb
-// blocks of wtype at lead: what the kernel's minfer_mmvqw_nvec computes.
-func MMVQWideChunkWords(wtype quant.Type, lead, cb int) int {
-	return (lead + cb*wtype.BlockBytes() + 15) / 16
-}
-
-// checkMMVQW validates one wide-kernel weight and the Q8_1 row.
-func checkMMVQW(op string, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type, kDim, n int) error {
-	if !MMVQWideType(wtype) {
-		return fmt.Errorf("%s: weight type %s has no wide mmvq kernel (types %v)", op, wtype, []quant.Type{quant.Q8_0, quant.Q6_K})
-	}
-	if err := checkMMVQ(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
-		return err
-	}
-	if uint64(w)%mmvqwAlign != 0 {
-		return fmt.Errorf("%s %s k=%d n=%d: weight pointer %v is not %d-byte aligned (the kernel's uint4 loads)", op, wtype, kDim, n, w, mmvqwAlign)
-	}
-	return nil
-}
-
-var mmvqwFam = mmvqFamily{rows: mmvqwRows, threads: mmvqwThreads, kernel: mmvqwKernel, check: checkMMVQW}
-
-// MatMulQ8_1W is MatMulQ8_1 through minfer_mmvqw_<type> (Q8_0, Q6_K): the
-// same GGUF bytes, bitwise the same outputs, 16-byte loads.
-func (k *Kernels) MatMulQ8_1W(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr, wtype quant.Type,
-	bias driver.DevicePtr, kDim, n int) error {
-	return k.mmvqMatVec(mmvqwFam, "matmul_q8_1w", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
-}
-
-// MatMulQ8_1WRes is MatMulQ8_1Res through minfer_mmvqw_res_<type>: bitwise
-// MatMulQ8_1W followed by Add; res may be out.
-func (k *Kernels) MatMulQ8_1WRes(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w driver.DevicePtr,
-	wtype quant.Type, bias, res driver.DevicePtr, kDim, n int) error {
-	return k.mmvqMatVecRes(mmvqwFam, "matmul_q8_1w_res", s, out, xq, xqBytes, w, wtype, bias, res, kDim, n)
-}
-
-// MatMulQ8_1QKVW is MatMulQ8_1QKV through minfer_mmvqw_qkv_<type>: bitwise
-// MatMulQ8_1QKV of the same bytes.
-func (k *Kernels) MatMulQ8_1QKVW(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr,
-	wtype quant.Type, bias [3]driver.DevicePtr, kDim int, n [3]int) error {
-	return k.mmvqQKV(mmvqwFam, "matmul_q8_1w_qkv", s, out, xq, xqBytes, w, wtype, bias, kDim, n)
-}
-
-// FFNQ8_1W is FFNQ8_1 through minfer_mmvqw_ffn_<type>: bitwise FFNQ8_1 of
-// the same bytes.
-func (k *Kernels) FFNQ8_1W(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
-	wtype quant.Type, kDim, n int) error {
-	return k.mmvqFFN(mmvqwFam, "ffn_q8_1w", s, out, xq, xqBytes, wg, wu, wtype, kDim, n)
 }

@@ -522,7 +522,7 @@ func TestMMVQFused_WholeModelLeversOnVsOffWithinActivationClass(t *testing.T) {
 					case k == quantizeQ8_1Kernel, k == quantizeQ8_1X4Kernel:
 						q += n
 					// Every decode matmul family counts (one-warp, repacked,
-					// split, wide: whichever route arm B's settings take).
+					// split: whichever route arm B's settings take).
 					case strings.HasPrefix(k, "minfer_mmvq") && (strings.Contains(k, "_qkv_") || strings.Contains(k, "_ffn_")):
 						fused += n
 						mm += n

@@ -46,7 +46,14 @@ func MMVQRepackable(t quant.Type) bool { _, ok := mmvqrTypes[t]; return ok }
 // mmvqrKernel names the repacked decode kernel of form "" (plain), "res",
 // "qkv" or "ffn" for wtype ("" when the type has none).
 func mmvqrKernel(wtype quant.Type, form string) string {
-	return formKernel("minfer_mmvqr_", mmvqrTypes, wtype, form)
+	sfx, ok := mmvqrTypes[wtype]
+	switch {
+	case !ok:
+		return ""
+	case form == "":
+		return "minfer_mmvqr_" + sfx
+	}
+	return "minfer_mmvqr_" + form + "_" + sfx
 }
 
 // MMVQRepackBytes is the size of the repacked copy of n rows of k values of
@@ -181,10 +188,9 @@ func (k *Kernels) FFNQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqBytes u
 
 // repackWanted reports whether a registered matrix of type t gets a
 // repacked copy: the lever is on, the type has a layout, and its decode
-// takes mmvq (a type whose MINFER_NO_*_MMVQ lever is set would never read it),
-// and MINFER_MMVQ_WIDE is off (its kernels read the GGUF bytes: one copy).
+// takes mmvq (a type whose MINFER_NO_*_MMVQ lever is set would never read it).
 func (b *Backend) repackWanted(t quant.Type) bool {
-	if !b.lv.MMVQRepack || !MMVQRepackable(t) || (b.lv.MMVQWide && MMVQWideType(t)) {
+	if !b.lv.MMVQRepack || !MMVQRepackable(t) {
 		return false
 	}
 	switch t {

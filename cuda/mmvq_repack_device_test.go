@@ -188,7 +188,7 @@ func TestMMVQRepackDevice_BitwiseEqualUnrepacked(t *testing.T) {
 				}
 			}
 			for _, rows := range [][3]int{{896, 128, 128}, {3584, 512, 512}} {
-				fusedCompare(t, ms, rng, rpLayout, wt, k, x, rows)
+				rpFused(t, ms, rng, wt, k, x, rows)
 			}
 		}
 	}
@@ -248,10 +248,9 @@ func rpUploadQuantize(ms *mmtSession, wb []byte, x []float32, k int) (w, dq driv
 	return w, dq, qb, err
 }
 
-// rpRef is what the repacked and wide kernels are held to bitwise: the
-// GGUF kernel minfer_mmvq_<t>'s output over one device-quantized
-// activation row with a bias, and those inputs on the device for the
-// kernel under test.
+// rpRef is what the repacked kernels are held to bitwise: the GGUF kernel
+// minfer_mmvq_<t>'s output over one device-quantized activation row with a
+// bias, and those inputs on the device for the kernel under test.
 type rpRef struct {
 	dq, db driver.DevicePtr // the Q8_1 activation and the bias
 	qb     uint64
@@ -290,33 +289,10 @@ func rpQ8_1Host(t *testing.T, x []float32) []float32 {
 	return a
 }
 
-// fusedLayout is a decode-matmul weight layout under test (repacked,
-// wide): given one GGUF weight uploaded at src (rows x k of wt), it returns
-// the pointer its kernels read (a repacked copy, or src itself).
-type fusedLayout struct {
-	name string
-	copy func(ms *mmtSession, src driver.DevicePtr, wb []byte, wt quant.Type, k, n int) (driver.DevicePtr, error)
-	qkv  func(ms *mmtSession, o, dq driver.DevicePtr, qb uint64, w [3]driver.DevicePtr, wt quant.Type, db [3]driver.DevicePtr, k int, rows [3]int) error
-	ffn  func(ms *mmtSession, o, dq driver.DevicePtr, qb uint64, gate, up driver.DevicePtr, wt quant.Type, k, n int) error
-}
-
-// rpLayout is MINFER_MMVQ_REPACK's: a 16-byte-aligned copy.
-var rpLayout = fusedLayout{name: "repacked",
-	copy: func(ms *mmtSession, _ driver.DevicePtr, wb []byte, wt quant.Type, k, n int) (driver.DevicePtr, error) {
-		_, dst, err := rpRepack(ms, wt, wb, k, n)
-		return dst, err
-	},
-	qkv: func(ms *mmtSession, o, dq driver.DevicePtr, qb uint64, w [3]driver.DevicePtr, wt quant.Type, db [3]driver.DevicePtr, k int, rows [3]int) error {
-		return ms.k.MatMulQ8_1QKVR(ms.s, o, dq, qb, w, wt, db, k, rows)
-	},
-	ffn: func(ms *mmtSession, o, dq driver.DevicePtr, qb uint64, gate, up driver.DevicePtr, wt quant.Type, k, n int) error {
-		return ms.k.FFNQ8_1R(ms.s, o, dq, qb, gate, up, wt, k, n)
-	}}
-
-// fusedCompare compares the fused q/k/v (with biases) and FFN forms of
-// layout against the GGUF kernels, for one k and the row counts rows (q, k,
-// v; the FFN uses rows[0]): bitwise.
-func fusedCompare(t *testing.T, ms *mmtSession, rng *rand.Rand, layout fusedLayout, wt quant.Type, k int, x []float32, rows [3]int) {
+// rpFused compares the fused q/k/v (with biases) and FFN forms, repacked
+// against GGUF, for one k and the row counts rows (q, k, v; the FFN uses
+// rows[0]): bitwise.
+func rpFused(t *testing.T, ms *mmtSession, rng *rand.Rand, wt quant.Type, k int, x []float32, rows [3]int) {
 	t.Helper()
 	var wbs [3][]byte
 	var biases [3][]float32
@@ -335,21 +311,14 @@ func fusedCompare(t *testing.T, ms *mmtSession, rng *rand.Rand, layout fusedLayo
 		var src, dst, db [3]driver.DevicePtr
 		var err error
 		for i := range wbs {
-			if src[i], err = ms.upload(wbs[i]); err != nil {
-				return err
-			}
-			if dst[i], err = layout.copy(ms, src[i], wbs[i], wt, k, rows[i]); err != nil {
+			if src[i], dst[i], err = rpRepack(ms, wt, wbs[i], k, rows[i]); err != nil {
 				return err
 			}
 			if db[i], err = ms.upload(driver.Float32Bytes(biases[i])); err != nil {
 				return err
 			}
 		}
-		usrc, err := ms.upload(up)
-		if err != nil {
-			return err
-		}
-		udst, err := layout.copy(ms, usrc, up, wt, k, rows[0])
+		usrc, udst, err := rpRepack(ms, wt, up, k, rows[0])
 		if err != nil {
 			return err
 		}
@@ -363,7 +332,7 @@ func fusedCompare(t *testing.T, ms *mmtSession, rng *rand.Rand, layout fusedLayo
 			return err
 		}
 		if qkvGot, err = rpOut(ms, total, func(o driver.DevicePtr) error {
-			return layout.qkv(ms, o, dq, qb, dst, wt, db, k, rows)
+			return ms.k.MatMulQ8_1QKVR(ms.s, o, dq, qb, dst, wt, db, k, rows)
 		}); err != nil {
 			return err
 		}
@@ -373,18 +342,18 @@ func fusedCompare(t *testing.T, ms *mmtSession, rng *rand.Rand, layout fusedLayo
 			return err
 		}
 		ffnGot, err = rpOut(ms, rows[0], func(o driver.DevicePtr) error {
-			return layout.ffn(ms, o, dq, qb, dst[0], udst, wt, k, rows[0])
+			return ms.k.FFNQ8_1R(ms.s, o, dq, qb, dst[0], udst, wt, k, rows[0])
 		})
 		return err
 	})
 	if err != nil {
-		t.Fatalf("%s k=%d fused %v (%s): %v", wt, k, rows, layout.name, err)
+		t.Fatalf("%s k=%d fused %v: %v", wt, k, rows, err)
 	}
 	for _, c := range []struct {
 		what      string
 		got, want []float32
 	}{{"qkv", qkvGot, qkvWant}, {"ffn", ffnGot, ffnWant}} {
-		what := fmt.Sprintf("%s k=%d rows=%v %s %s", wt, k, rows, layout.name, c.what)
+		what := fmt.Sprintf("%s k=%d rows=%v %s", wt, k, rows, c.what)
 		if bad := rpDiff(t, what, c.got, c.want); bad == 0 {
 			t.Logf("%s: %d outputs bitwise equal", what, len(c.want))
 		}
@@ -436,7 +405,7 @@ func rpMatching(c map[string]int64, pattern string) (n int64, names []string) {
 // launch of the GGUF minfer_mmvq*_<t> kernel is left; with it off, no
 // minfer_mmvqr_*; the repacked bytes are counted only with it on. Decode
 // is pinned to the one-warp MMVQ kernels (dsOneWarpDecode: the MMVQ path
-// on, which the repacked copy needs, no split, no wide loads).
+// on, which the repacked copy needs, no split).
 func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {

@@ -36,9 +36,9 @@ func oneCopyConflict(lv levers.Config) error {
 // oneCopyYielded is the line the backend logs when the default one-copy
 // layout yielded to lv (levers.Parse): which settings keep the GGUF bytes
 // beside the repacked copy. "" when it did not (on, set to 0, a phantom
-// arm, or no repacked copy made at all: REPACK=0 or WIDE=1 hold one copy).
+// arm, or no repacked copy made at all: REPACK=0 holds one copy).
 func oneCopyYielded(lv levers.Config) string {
-	if lv.OneCopy || lv.Value("MINFER_ONE_COPY") != "1" || !lv.MMVQRepack || lv.MMVQWide {
+	if lv.OneCopy || lv.Value("MINFER_ONE_COPY") != "1" || !lv.MMVQRepack {
 		return ""
 	}
 	bad := oneCopyUnmet(lv)

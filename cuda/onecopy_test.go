@@ -13,19 +13,13 @@ import (
 // bytes (each of its registry Requires flipped), and accepted with the
 // defaults, off, or left at its default (which yields).
 func TestOneCopyConflict_EveryRequiresFlippedIsRefusedByName(t *testing.T) {
-	parse := func(env ...string) levers.Config {
-		lv, err := levers.Parse(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lv
-	}
+	parse := func(env ...string) levers.Config { return ocParse(t, env...) }
 	if err := oneCopyConflict(parse("MINFER_ONE_COPY=1")); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
 	l, _ := levers.Lookup("MINFER_ONE_COPY")
-	if len(l.Requires) < 8 {
-		t.Fatalf("MINFER_ONE_COPY requires %v: want the eight routing settings", l.Requires)
+	if len(l.Requires) < 7 {
+		t.Fatalf("MINFER_ONE_COPY requires %v: want the seven routing settings", l.Requires)
 	}
 	for _, r := range l.Requires {
 		name, want, _ := strings.Cut(r, "=")
@@ -45,16 +39,10 @@ func TestOneCopyConflict_EveryRequiresFlippedIsRefusedByName(t *testing.T) {
 
 // At its default the one-copy layout is on, and it yields to each setting
 // of its Requires flipped (two copies, one log line naming the setting),
-// except where no repacked copy is made at all (REPACK=0, WIDE=1: one copy
-// either way, nothing to say). Set to 0, it says nothing.
+// except where no repacked copy is made at all (REPACK=0: one copy either
+// way, nothing to say). Set to 0, it says nothing.
 func TestOneCopyDefault_OnAndYieldsToEveryRequiresFlippedWithOneLine(t *testing.T) {
-	parse := func(env ...string) levers.Config {
-		lv, err := levers.Parse(env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lv
-	}
+	parse := func(env ...string) levers.Config { return ocParse(t, env...) }
 	if lv := parse(); !lv.OneCopy || oneCopyYielded(lv) != "" {
 		t.Errorf("defaults: OneCopy %v, line %q", lv.OneCopy, oneCopyYielded(lv))
 	}
@@ -67,7 +55,7 @@ func TestOneCopyDefault_OnAndYieldsToEveryRequiresFlippedWithOneLine(t *testing.
 			t.Errorf("%s=%s: the default one copy did not yield", name, other)
 		}
 		line := oneCopyYielded(lv)
-		noCopy := name == "MINFER_MMVQ_REPACK" || name == "MINFER_MMVQ_WIDE"
+		noCopy := name == "MINFER_MMVQ_REPACK"
 		if noCopy && line != "" || !noCopy && !strings.Contains(line, name+"="+other) {
 			t.Errorf("%s=%s: line %q", name, other, line)
 		}
@@ -95,4 +83,14 @@ func TestMMQPlan_RepackedKernelNames(t *testing.T) {
 			t.Errorf("%+v %s: %q, want %q", c.p, c.t, got, c.want)
 		}
 	}
+}
+
+// ocParse is levers.Parse of env, a test failure on an error.
+func ocParse(t *testing.T, env ...string) levers.Config {
+	t.Helper()
+	lv, err := levers.Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lv
 }

@@ -227,7 +227,7 @@ func LivenessOf(cfg Config, a, b ArmEvidence) (Status, string) {
 
 // withMissing names the --with paths an arm did not run ("" when every
 // pinned lever whose value runs a path shows its census names in both
-// arms): an A/B "with the wide kernels on" that never launched them is not
+// arms): an A/B "with the split kernels on" that never launched them is not
 // one.
 func withMissing(cfg Config, a, b ArmEvidence) string {
 	var miss []string

@@ -279,23 +279,23 @@ func TestLiveness_KernelsLeverJudgedByWhereTheKernelsCameFrom(t *testing.T) {
 }
 
 // --with pins another lever in both arms: where its value runs a path,
-// both arms must show it (an A/B "with the wide kernels on" that launched
+// both arms must show it (an A/B "with the split kernels on" that launched
 // none of them in one arm fails), on top of the lever's own rule.
 func TestLiveness_AWithPathMustRunInBothArms(t *testing.T) {
 	cfg := leverCfg(t, "MINFER_NO_Q80_MMVQ")
-	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_MMVQ_WIDE"), Value: "1"}}
-	a := ev(cfg.A, profile.Census{"minfer_mmv_q8_0": 24, "minfer_mmvqw_q8_0": 0, "minfer_rms_norm_f32": 9}, nil)
-	b := ev(cfg.B, profile.Census{"minfer_mmvqw_q8_0": 24, "minfer_rms_norm_f32": 9}, nil)
+	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_MMVQ_SPLIT"), Value: "1"}}
+	a := ev(cfg.A, profile.Census{"minfer_mmv_q8_0": 24, "minfer_mmvq_s_q8_0": 0, "minfer_rms_norm_f32": 9}, nil)
+	b := ev(cfg.B, profile.Census{"minfer_mmvq_s_q8_0": 24, "minfer_rms_norm_f32": 9}, nil)
 	st, why := LivenessOf(cfg, a, b)
-	if st != Fail || !strings.Contains(why, "arm A (--with MINFER_MMVQ_WIDE=1) ran no minfer_mmvqw_*") || strings.Contains(why, "arm B (--with") {
+	if st != Fail || !strings.Contains(why, "arm A (--with MINFER_MMVQ_SPLIT=1) ran no minfer_mmvq*_s_*") || strings.Contains(why, "arm B (--with") {
 		t.Fatalf("%s: %s", st, why)
 	}
-	a.Census["minfer_mmvqw_q6_k"] = 3
+	a.Census["minfer_mmvq_s_q6_k"] = 3
 	if st, why := LivenessOf(cfg, a, b); strings.Contains(why, "--with") {
 		t.Fatalf("both arms ran the pinned path: %s: %s", st, why)
 	}
 	cfg.With[0].Value = "0" // a pinned value that runs no path of its own asks nothing
-	a.Census["minfer_mmvqw_q6_k"] = 0
+	a.Census["minfer_mmvq_s_q6_k"] = 0
 	if _, why := LivenessOf(cfg, a, b); strings.Contains(why, "--with") {
 		t.Fatalf("value 0: %s", why)
 	}

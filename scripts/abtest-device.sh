@@ -77,7 +77,7 @@
 #                                   The whole H200 call: OUT=... GATES=parity,greedy,ab,suite,profile
 #                                   LEVERS="MINFER_KERNELS=nvrtc@baseline=$PWD/bin/minfer-kernels.fatbin" scripts/abtest-device.sh)
 #                                   @with=MINFER_X=V sets X=V in both arms (abtest --with; repeatable): the A/B of
-#                                   an opt-in path's two builds, e.g. ...@baseline=FILE@with=MINFER_MMVQ_WIDE=1
+#                                   an opt-in path's two builds, e.g. ...@baseline=FILE@with=MINFER_MMVQ_SPLIT=1
 #   LEVER_TIMEOUT=200               seconds per lever run (SIGTERM, then SIGKILL 15 s later)
 #   BIG_TIMEOUT=900 BIG_CAL_TIMEOUT=480   the same for a lever spec or calibration on a 7B model (qwen2-7b): on
 #                                   2026-12-02 a 7B calibration was cut at 180 s after 3 of 11 rounds, the

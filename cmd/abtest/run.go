@@ -37,7 +37,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	if withLever {
 		fl.StringVar(&o.Lever, "lever", "", "lever to test: NAME or NAME=B (B: the candidate value)")
 		fl.StringVar(&o.Baseline, "baseline", "", "arm A value (default: the lever's declared arm A)")
-		fl.StringArrayVar(&o.With, "with", nil, "MINFER_X=V set in both arms (repeatable): the A/B with another path on, e.g. an opt-in kernel family (--lever MINFER_KERNELS=nvrtc --with MINFER_MMVQ_WIDE=1); each is a deviation in the report")
+		fl.StringArrayVar(&o.With, "with", nil, "MINFER_X=V set in both arms (repeatable): the A/B with another path on, e.g. an opt-in kernel family (--lever MINFER_KERNELS=nvrtc --with MINFER_MMVQ_SPLIT=1); each is a deviation in the report")
 		fl.StringVar(&o.Mutate, "mutate", "", "plant a defect in arm B through MINFER_TEST_MUTATE (perturb_logit, skip_bias, slow_decode[=F], slow_prefill[=F], phantom, fail_device_test, accept_wrong_draft)")
 		fl.BoolVar(&f.asJSON, "json", false, "print the result JSON on stdout")
 		fl.StringVar(&o.BenchOut, "bench-out", "", "also write the A/B rounds in Go benchmark format to this file")

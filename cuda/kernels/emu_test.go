@@ -6,16 +6,15 @@ import (
 	"testing"
 )
 
-// scripts/kernel-emu runs six kernel families on the CPU through an
+// scripts/kernel-emu runs five kernel families on the CPU through an
 // emulation of the CUDA built-ins, WMMA, mma.sync and cp.async (g++, no
 // toolkit, no GPU) and compares them with references: the tensor-core
-// prefill attention with attention in double, the wide MMVQ and the Q4_K /
-// Q5_K MMVQ bitwise with the kernels they replace or a scalar reference,
-// the async MMQ bitwise with the plain MMQ, the lean decode attention's
-// combine with attention in double, and the multi-token MMVQ and the
-// embedding gather over the repacked Q8_0 / Q6_K copy bitwise with their
-// GGUF twins. A kernel edit that
-// breaks one fails here before a device call pays for it. Skipped without
+// prefill attention with attention in double, the Q4_K / Q5_K MMVQ
+// bitwise with a scalar reference, the async MMQ bitwise with the plain
+// MMQ, the lean decode attention's combine with attention in double, and
+// the multi-token MMVQ and the embedding gather over the repacked Q8_0 /
+// Q6_K copy bitwise with their GGUF twins. A kernel edit that breaks one
+// fails here before a device call pays for it. Skipped without
 // g++ and under -short (about 30 s on 2 cores).
 func emu(t *testing.T, script string, args ...string) (string, int) {
 	t.Helper()
@@ -36,7 +35,7 @@ func emu(t *testing.T, script string, args ...string) (string, int) {
 }
 
 func TestKernelEmulators_EachFamilyMatchesItsReference(t *testing.T) {
-	for script, want := range map[string]string{"fatc-emu.sh": "ALL WITHIN 1e-2", "mmvqw-emu.sh": "ALL BITWISE", "mmvq-kq-emu.sh": "ALL BITWISE",
+	for script, want := range map[string]string{"fatc-emu.sh": "ALL WITHIN 1e-2", "mmvq-kq-emu.sh": "ALL BITWISE",
 		"mmq-emu.sh": "every async output is bitwise the plain kernel's", "repacked-emu.sh": "ALL BITWISE"} {
 		t.Run(script, func(t *testing.T) {
 			t.Parallel()

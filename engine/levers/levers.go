@@ -467,16 +467,6 @@ var registry = []Lever{
 		// bar (until then B held those matrices twice, 7B Q8_0 +~7.5 GB).
 		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights reads their 16-byte-aligned repacked copy (minfer_mmvqr_*) only with the lever on; off, minfer_mmvq_* reads the GGUF blocks",
 			[]string{"minfer_mmvqr_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
-	{Name: "MINFER_MMVQ_WIDE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul loads (Q8_0 / Q6_K), one weight copy", Issue: "#19",
-		Doc: "1: decode MMVQ of Q8_0 / Q6_K weights reads the GGUF blocks with 16-byte loads staged through shared memory (minfer_mmvqw_*) and no repacked copy is made: one device copy of the weights (bitwise minfer_mmvq_*)", ArmA: "0", ArmB: "1",
-		// Arm A is today's default (the repacked copy, minfer_mmvqr_*), so
-		// the A/B asks the issue's question: one copy at the repacked
-		// speed. Both kernels are bitwise minfer_mmvq_*, so the arms are
-		// bitwise (no tolerance class). B holds one copy where A holds two:
-		// the default memory bar reads the drop as within it.
-		Workload: "qwen2-7b:Q8_0",
-		Liveness: cudaOnly("1", "decode MMVQ of Q8_0 / Q6_K weights runs the wide-load kernels over the GGUF bytes (minfer_mmvqw_*) only with the lever on; off, minfer_mmvqr_* over the repacked copy (or minfer_mmvq_* without one)",
-			[]string{"minfer_mmvqw_*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MaxNT: 1})},
 	{Name: "MINFER_EMBED_HOST", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "token embedding placement (untied output)", Issue: "#19",
 		Doc: "1: the token-embedding table of a model with an output matrix of its own stays in page-locked host memory mapped into the device (minfer_get_rows_host reads one row per token over the host link) instead of device memory; a tied output keeps it on the device (the logits matmul reads all of it)", ArmA: "0", ArmB: "1",
 		// Untied: qwen2-7b (552 MiB of Q8_0 embedding). The gather's
@@ -493,10 +483,11 @@ var registry = []Lever{
 		// Every reader of the copy is bitwise its GGUF kernel (the
 		// emulators check the MMQ, mmvq_nt and gather variants), so the
 		// arms are bitwise. Requires: the settings under which every route
-		// of these types reads the copy. B holds one copy where A holds
-		// two: the default memory bar reads the drop as within it.
+		// of these types reads the copy (its A/B also pinned
+		// MINFER_MMVQ_WIDE=0, a lever deleted since). B holds one copy where
+		// A holds two: the default memory bar reads the drop as within it.
 		Workload: "qwen2-7b:Q8_0",
-		Requires: []string{"MINFER_MMVQ_REPACK=1", "MINFER_MMVQ_WIDE=0", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_MMVQ_NT=1",
+		Requires: []string{"MINFER_MMVQ_REPACK=1", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_MMVQ_NT=1",
 			"MINFER_NO_PREFILL_GEMM=0", "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of Q8_0 / Q6_K weights read the repacked copy (minfer_mmq_q8_0r*, minfer_mmq_q6_kr*) only with the lever on; off, minfer_mmq_<t> reads the GGUF bytes kept beside it",
 			[]string{"minfer_mmq_q[86]_[0k]r*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MinNT: 9})},
@@ -739,7 +730,6 @@ type Config struct {
 	AttnSplits       int // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
 	FAPrefillTC      bool
 	MMVQRepack       bool
-	MMVQWide         bool
 	EmbedHost        bool
 	OneCopy          bool
 	FuseResidual     bool
@@ -880,7 +870,6 @@ func Parse(environ []string) (Config, error) {
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
-	c.MMVQWide = on("MINFER_MMVQ_WIDE")
 	c.EmbedHost = on("MINFER_EMBED_HOST")
 	// At its default the one-copy layout yields to a setting that sends a
 	// reader to the GGUF bytes (the backend says so); set explicitly, it

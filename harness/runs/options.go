@@ -73,7 +73,7 @@ type Options struct {
 	SuiteBins                        []string
 	// With are MINFER_X=V settings pinned in both arms (--with): the
 	// lever's A/B with another path on (an opt-in kernel family's two
-	// builds, MINFER_KERNELS with MINFER_MMVQ_WIDE=1); each is a deviation.
+	// builds, MINFER_KERNELS with MINFER_MMVQ_SPLIT=1); each is a deviation.
 	With                             []string
 	OnWorkload                       bool
 	Timeout                          time.Duration

@@ -54,9 +54,6 @@ inline unsigned int __vsub4(unsigned int a, unsigned int b) {
     for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 255) - ((b >> (8 * i)) & 255)) & 255) << (8 * i);
     return r;
 }
-inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int sh) {
-    return (unsigned int)((((uint64_t)hi << 32) | lo) >> (sh & 31));
-}
 // warp emulation: 32 threads per warp barrier; shuffle through slots
 struct WarpCtx { std::barrier<>* bar; float slot[32]; uint32_t mma[32][6]; }; // mma: mma_16816's fragments (mma.h)
 extern thread_local WarpCtx* tw;
