@@ -4,7 +4,8 @@
 # The tree must stay under 64 MiB with what is carried: move reports/ aside (keep reports/calibration), move
 # bin/lib and old scripts out of bin/, carry ["bin"] in the first call. out/llama-src.tgz does not fit beside the
 # bundle: carry it alone in the second call, which starts `bin/llama-build.sh` (setsid) while the first step runs.
-# Poll with `bash bin/poll.sh SECONDS N` (N: how many " exit "/"rc=" lines to wait for). Never kill the driver
+# Poll with `bash bin/poll.sh SECONDS N` (N: how many " exit "/"rc=" lines to wait for; the cold bench, the
+# probe, build-kernels and sass-diff print four before the first A/B). Never kill the driver
 # and start a step by hand: abtest's children outlive a killed process group (session 17's peer table ran beside
 # an orphaned A/B) and a MINFER_* variable exported around perf.sh is now refused (use WITH=).
 #
@@ -44,6 +45,13 @@ echo "== NVRTC cold bench $(ts)"
 t0=$(ms); timeout 400 bin/minfer bench --device cuda -p 512 -n 128 -r 3 --format json -o $D/bench-cold.json 2>$D/bench-cold.err
 rc=$?; echo "cold bench rc=$rc wall_ms=$(($(ms) - t0))"
 [[ $rc -ne 0 ]] && { echo "COMPILE OR RUN FAILURE: $(tail -c 3000 $D/bench-cold.err)"; touch $D/DONE; exit 1; }
+# Session 17 changed the load (one arena reserved for the weights, ReserveWeights) without a GPU: the device tests
+# that load models run first (about a minute), and a failure stops the drive before any A/B spends its minutes.
+echo "== probe $(ts)"
+KERNELS=nvrtc RUN='DeviceMemory|OneCopy|Repack|MemoryPlan|Census|Bitwise' OUT=$D/probe SUITE_TIMEOUT=8m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf \
+    scripts/device-suite.sh >$D/probe.out 2>&1
+rc=$?; echo "probe rc=$rc $(tail -n 1 $D/probe.out) $(ts)"
+[[ $rc -ne 0 ]] && { echo "PROBE FAILED: no A/B run"; touch $D/DONE; exit 1; }
 mkdir -p /tmp/nvcc
 t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; echo "build-kernels rc=$? ms=$(($(ms) - t1))"
 for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-sass $f; done >/tmp/nvcc/nvrtc.sass 2>/dev/null
