@@ -186,3 +186,41 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 		}
 	}
 }
+
+// The wide-load plan names minfer_mmq_<t>w[_r64] for Q4_K and Q5_K only,
+// never an async form; those kernels exist in mmq.cu, need 16-byte aligned
+// weights, and the backend refuses the lever beside MINFER_MMQ_ASYNC=1.
+func TestMMQWideLoads_KernelNamesAlignmentAndAsyncRefusal(t *testing.T) {
+	for _, c := range []struct {
+		p    mmqPlan
+		t    quant.Type
+		want string
+	}{
+		{mmqPlan{rows: mmqRows, wide: true}, quant.Q4_K, "minfer_mmq_q4_kw"},
+		{mmqPlan{rows: mmqRowsSmall, wide: true}, quant.Q5_K, "minfer_mmq_q5_kw_r64"},
+		{mmqPlan{rows: mmqRows, wide: true}, quant.Q8_0, "minfer_mmq_q8_0"},
+		{mmqPlan{rows: mmqRows, wide: true, async: true}, quant.Q4_K, ""},
+		{mmqPlan{rows: mmqRows}, quant.Q4_K, "minfer_mmq_q4_k"},
+	} {
+		if got := c.p.kernel(c.t); got != c.want {
+			t.Errorf("%+v %s: %q, want %q", c.p, c.t, got, c.want)
+		}
+	}
+	_, src := kernelDefines(t, "kernels/mmq.cu")
+	for ty, name := range mmqTableW {
+		if m := "MINFER_MMQ_TILES(" + strings.TrimPrefix(name, "minfer_mmq_") + ", MINFER_MMQ_T_"; !strings.Contains(src, m) {
+			t.Errorf("%s: mmq.cu has no %s", ty, m)
+		}
+		if mmqWeightAlign(ty, true) != 16 || mmqWeightAlign(ty, false) != 4 {
+			t.Errorf("%s: alignment %d wide, %d plain", ty, mmqWeightAlign(ty, true), mmqWeightAlign(ty, false))
+		}
+	}
+	if err := mmqWideConflict(ocParse(t, "MINFER_MMQ_WIDE_LOADS=1", "MINFER_MMQ_ASYNC=1")); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_ASYNC") {
+		t.Errorf("wide loads with async: %v, want a refusal naming MINFER_MMQ_ASYNC", err)
+	}
+	for _, env := range [][]string{{"MINFER_MMQ_WIDE_LOADS=1"}, {"MINFER_MMQ_ASYNC=1"}, nil} {
+		if err := mmqWideConflict(ocParse(t, env...)); err != nil {
+			t.Errorf("%v: %v", env, err)
+		}
+	}
+}

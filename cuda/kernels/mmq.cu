@@ -60,7 +60,13 @@
 // that copy. Only the weight loads differ (aligned 16-byte loads of the
 // quants): bitwise the GGUF kernels. No async variant.
 //
-// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_<t>r.
+// Wide-load variants (minfer_mmq_q4_kw, minfer_mmq_q5_kw and their _r64,
+// MINFER_MMQ_WIDE_LOADS): the Q4_K / Q5_K tile over the GGUF bytes with the
+// quants read by 16-byte loads instead of 4-byte ones; bitwise the plain
+// kernels. No async variant.
+//
+// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_<t>r,
+// minfer_mmq_<t>w.
 #include "cpasync.cuh"
 #include "dequant.cuh"
 
@@ -116,6 +122,21 @@ __device__ __forceinline__ uint32_t minfer_mmq_w2(const uint8_t* p) {
 }
 
 __device__ __forceinline__ uint32_t minfer_mmq_w4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Eight 32-bit words at p: eight 4-byte loads, or with W16 (p 16-byte
+// aligned) two 16-byte loads of the same bytes (MINFER_MMQ_WIDE_LOADS).
+template <bool W16> __device__ __forceinline__ void minfer_mmq_load8(const uint8_t* p, uint32_t v[8]) {
+    if constexpr (W16) {
+#ifdef MINFER_KERNEL_EMU
+        if (reinterpret_cast<uintptr_t>(p) & 15) __builtin_trap(); // the GPU would fault: the emulation must too
+#endif
+        const uint4 a = reinterpret_cast<const uint4*>(p)[0], b = reinterpret_cast<const uint4*>(p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = minfer_mmq_w4(p + 4 * i);
+    }
+}
 
 // Bit e (0..3) of h -> bit 8e + 4: the fifth bit of four packed values.
 __device__ __forceinline__ uint32_t minfer_mmq_spread4(uint32_t h) {
@@ -211,8 +232,12 @@ template <> struct MinferMmqW<MINFER_T_Q5_1> {
     }
 };
 
-template <> struct MinferMmqW<MINFER_T_Q4_K> {
-    static constexpr int bs = MINFER_QKK, bb = MINFER_Q4_K_BYTES, align = 4;
+// Q4_K and Q5_K: W16 reads the quants (and Q5_K's high bits) with 16-byte
+// loads. Their blocks (144, 176 bytes) are 16-byte multiples and every
+// unit's bytes start at a 16-byte offset in the block, so a row that
+// starts 16-byte aligned needs nothing else (the launcher checks).
+template <bool W16> struct MinferMmqQ4K {
+    static constexpr int bs = MINFER_QKK, bb = MINFER_Q4_K_BYTES, align = W16 ? 16 : 4;
     static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
         const uint8_t* b = row + (size_t)(kb >> 3) * bb;
         const int j = kb & 7;
@@ -222,15 +247,17 @@ template <> struct MinferMmqW<MINFER_T_Q4_K> {
         u.d = __fmul_rn(minfer_h2f(dm & 0xFFFFu), (float)sc);
         u.m = -__fmul_rn(minfer_h2f(dm >> 16), (float)mn);
         u.sc = 0;
-        const uint8_t* qs = b + 16 + 32 * (j >> 1);
         const int shift = 4 * (j & 1);
+        uint32_t v[8];
+        minfer_mmq_load8<W16>(b + 16 + 32 * (j >> 1), v);
 #pragma unroll
-        for (int i = 0; i < 8; i++) u.q[i] = (minfer_mmq_w4(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
+        for (int i = 0; i < 8; i++) u.q[i] = (v[i] >> shift) & 0x0F0F0F0Fu;
     }
 };
+template <> struct MinferMmqW<MINFER_T_Q4_K> : MinferMmqQ4K<false> {};
 
-template <> struct MinferMmqW<MINFER_T_Q5_K> {
-    static constexpr int bs = MINFER_QKK, bb = MINFER_Q5_K_BYTES, align = 4;
+template <bool W16> struct MinferMmqQ5K {
+    static constexpr int bs = MINFER_QKK, bb = MINFER_Q5_K_BYTES, align = W16 ? 16 : 4;
     static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
         const uint8_t* b = row + (size_t)(kb >> 3) * bb;
         const int j = kb & 7;
@@ -240,16 +267,19 @@ template <> struct MinferMmqW<MINFER_T_Q5_K> {
         u.d = __fmul_rn(minfer_h2f(dm & 0xFFFFu), (float)sc);
         u.m = -__fmul_rn(minfer_h2f(dm >> 16), (float)mn);
         u.sc = 0;
-        const uint8_t* qs = b + 48 + 32 * (j >> 1);
         const int shift = 4 * (j & 1);
+        uint32_t qs[8], qh[8];
+        minfer_mmq_load8<W16>(b + 48 + 32 * (j >> 1), qs);
+        minfer_mmq_load8<W16>(b + 16, qh);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const uint32_t lo = (minfer_mmq_w4(qs + 4 * i) >> shift) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((minfer_mmq_w4(b + 16 + 4 * i) >> j) & 0x01010101u) << 4;
+            const uint32_t lo = (qs[i] >> shift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((qh[i] >> j) & 0x01010101u) << 4;
             u.q[i] = lo | hi;
         }
     }
 };
+template <> struct MinferMmqW<MINFER_T_Q5_K> : MinferMmqQ5K<false> {};
 
 // minfer_mmq_q6k_quants fills u.q with sub-block j of the Q6_K ql + qh
 // bytes at b (a GGUF block and the repacked copy keep them alike): each
@@ -315,6 +345,13 @@ template <> struct MinferMmqW<MINFER_MMQ_T_Q6_KR> {
         u.m = 0.0f;
     }
 };
+
+// The 16-byte-load forms of Q4_K and Q5_K (MINFER_MMQ_WIDE_LOADS): the
+// GGUF layout, plain tiles only.
+#define MINFER_MMQ_T_Q4_KW (MINFER_T_Q4_K + 2000)
+#define MINFER_MMQ_T_Q5_KW (MINFER_T_Q5_K + 2000)
+template <> struct MinferMmqW<MINFER_MMQ_T_Q4_KW> : MinferMmqQ4K<true> {};
+template <> struct MinferMmqW<MINFER_MMQ_T_Q5_KW> : MinferMmqQ5K<true> {};
 
 // MinferMmqRepacked<T>: whether T is a repacked layout (unit_r, no async).
 template <int T> struct MinferMmqRepacked {
@@ -432,7 +469,8 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
     constexpr bool kQ6K = T == MINFER_T_Q6_K || T == MINFER_MMQ_T_Q6_KR;
     constexpr bool kRepacked = MinferMmqRepacked<T>::value;
     static_assert(!(ASYNC && kRepacked), "the repacked layouts have no async variant");
-    constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;
+    constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K ||
+                          T == MINFER_MMQ_T_Q4_KW || T == MINFER_MMQ_T_Q5_KW;
     static_assert(ROWS * MINFER_MMQ_NB % THREADS == 0 && TOKS * MINFER_MMQ_NB % THREADS == 0, "mmq tile split");
     __shared__ MinferMmqSmem<ROWS, TOKS> sm; // 16-byte aligned (the struct)
 
@@ -679,6 +717,10 @@ MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
 // 16-byte aligned), the plain tiles only.
 MINFER_MMQ_TILES(q8_0r, MINFER_MMQ_T_Q8_0R, false, nullptr)
 MINFER_MMQ_TILES(q6_kr, MINFER_MMQ_T_Q6_KR, false, nullptr)
+// minfer_mmq_q4_kw, _q5_kw and their _r64: the 16-byte-load forms (w 16-byte
+// aligned), the plain tiles only.
+MINFER_MMQ_TILES(q4_kw, MINFER_MMQ_T_Q4_KW, false, nullptr)
+MINFER_MMQ_TILES(q5_kw, MINFER_MMQ_T_Q5_KW, false, nullptr)
 
 #undef MINFER_MMQ_KERNEL
 #undef MINFER_MMQ_TILES

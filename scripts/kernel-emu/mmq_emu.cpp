@@ -161,6 +161,29 @@ static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int 
     return bad ? 1 : 0;
 }
 
+// run_w: the 16-byte-load variant (minfer_mmq_<t>w, MINFER_MMQ_WIDE_LOADS)
+// against the plain kernel over the same 16-byte aligned GGUF bytes (the
+// row ends where a PROT_NONE page begins): every output bitwise equal.
+static int run_w(const char* name, int bb, MmqFn plain, MmqFn wide, int k, int n, int nt, bool big = false) {
+    const size_t bytes = (size_t)(k / 256) * bb * n;
+    uint8_t* w = at_guard(bytes, (16 - bytes % 16) % 16);
+    for (size_t i = 0; i < bytes; i++) w[i] = rng();
+    for (size_t b = 0; b < bytes / bb; b++) {
+        put16(w + b * bb, f16r());
+        put16(w + b * bb + 2, f16r());
+    }
+    const Pair p = run_pair(plain, w, wide, w, k, n, nt, 0, big);
+    int bad = 0;
+    for (size_t i = 0; i < p.o1.size(); i++) {
+        if (memcmp(&p.o1[i], &p.o2[i], 4) != 0) {
+            if (bad < 4) fprintf(stderr, "%s k=%d n=%d nt=%d: out[%zu] (token %zu, row %zu) plain %.9g wide %.9g\n", name, k, n, nt, i, i / n, i % n, p.o1[i], p.o2[i]);
+            bad++;
+        }
+    }
+    printf("%-6s k=%-4d n=%d nt=%d%s: %s (%zu outputs)\n", name, k, n, nt, big ? " (128-row tile)" : "", bad ? "DIFFER" : "bitwise equal", p.o1.size());
+    return bad ? 1 : 0;
+}
+
 #define T(name, ty, bs, bb, al, ...) \
     Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64, minfer_mmq_##name, minfer_mmq_##name##_async}
 
@@ -198,7 +221,15 @@ int main(int argc, char** argv) {
     fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 192, 70, 67);
     fails += run_r("Q6_Kr", true, minfer_mmq_q6_k_r64, minfer_mmq_q6_kr_r64, 768, 66, 9);
     cases += 2;
+    // The wide-load variants: three super-blocks a row (a partial last stage
+    // pair), both tiles.
+    fails += run_w("Q4_Kw", 144, minfer_mmq_q4_k_r64, minfer_mmq_q4_kw_r64, 768, 70, 67);
+    fails += run_w("Q5_Kw", 176, minfer_mmq_q5_k_r64, minfer_mmq_q5_kw_r64, 768, 66, 9);
+    cases += 2;
     if (!quick) {
+        fails += run_w("Q4_Kw", 144, minfer_mmq_q4_k, minfer_mmq_q4_kw, 512, 130, 40, true);
+        fails += run_w("Q5_Kw", 176, minfer_mmq_q5_k, minfer_mmq_q5_kw, 512, 130, 40, true);
+        cases += 2;
         fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 896, 33, 10);
         fails += run_r("Q8_0r", false, minfer_mmq_q8_0, minfer_mmq_q8_0r, 192, 130, 40, true);
         fails += run_r("Q6_Kr", true, minfer_mmq_q6_k, minfer_mmq_q6_kr, 512, 130, 40, true);
@@ -208,6 +239,6 @@ int main(int argc, char** argv) {
         fprintf(stderr, "mmq-emu: %d of %d cases differ\n", fails, cases);
         return 1;
     }
-    printf("mmq-emu: every async output is bitwise the plain kernel's, every repacked output the GGUF kernel's\n");
+    printf("mmq-emu: every async output is bitwise the plain kernel's, every repacked output the GGUF kernel's, every wide-load output the plain kernel's\n");
     return 0;
 }

@@ -17,12 +17,15 @@
 #           context 32768, WITH="MINFER_EMBED_HOST=1" (one copy is the default since 33bd4f8): issue 19's memory
 #           target side by side in one run (reference + 1%: Q8_0 9,868 -> 9,967 MiB, Q4_K_M 6,872 -> 6,941 MiB on
 #           the H100 of session 17) and issue 20's long-context ratios (~10 min)
-#   r1..r9, cover  issue 25's MINFER_KERNELS A/Bs at one frozen kernel tree (drive24-next.sh of session 16 says which
+#   mmqw    MINFER_MMQ_WIDE_LOADS A/B on qwen2-7b Q4_K_M (issue 20: 16-byte loads in the Q4_K / Q5_K MMQ, new in
+#           session 17, emulator-checked only; ~11 min)
+#   r1..r10, cover  issue 25's MINFER_KERNELS A/Bs at one frozen kernel tree (drive24-next.sh of session 16 says which
 #           routes each takes; MINFER_MMVQ_WIDE is gone, so r5 and r8 run without it, and one copy is the default, so
-#           r1/r2 run the repacked MMQ / mmvq_nt / gather kernels and r9 (MINFER_ONE_COPY=0) their GGUF forms)
+#           r1/r2 run the repacked MMQ / mmvq_nt / gather kernels and r9 (MINFER_ONE_COPY=0) their GGUF forms; r10
+#           the wide-load MMQ kernels)
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-embedh peer r1 r2 r3 r4 r5 r6 r7 r8 r9 cover}"
+STEPS="${STEPS:-embedh peer mmqw r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover}"
 mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -71,6 +74,8 @@ for step in $STEPS; do
     r7) ab abr7 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_FUSE_RESIDUAL=0" ;;
     r8) ab abr8 /tmp/wk-k "$K@qwen2-0.5b:MIX@pp1024@with=MINFER_FA_PREFILL_TC=0@with=MINFER_FUSE_RESIDUAL=0" ;;
     r9) ab abr9 /tmp/wk-k "$K@qwen2-0.5b:MIX@with=MINFER_ONE_COPY=0" ;;
+    r10) ab abr10 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_MMQ_WIDE_LOADS=1" ;;
+    mmqw) ab abmmqw /tmp/wk "MINFER_MMQ_WIDE_LOADS" ;;
     cover)
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
