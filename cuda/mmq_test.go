@@ -187,15 +187,22 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 	}
 }
 
-// The wide-load plan names minfer_mmq_<t>w[_r64] for Q4_K and Q5_K only,
-// never an async form; those kernels exist in mmq.cu, need 16-byte aligned
-// weights, and the backend refuses the lever beside MINFER_MMQ_ASYNC=1.
-func TestMMQWideLoads_KernelNamesAlignmentAndAsyncRefusal(t *testing.T) {
+// The plan's kernel names: the repacked MMQ kernels per tile for Q8_0 and
+// Q6_K only, never async; the wide-load ones (minfer_mmq_<t>w[_r64]) for
+// Q4_K and Q5_K only, never async. The wide kernels exist in mmq.cu, need
+// 16-byte aligned weights, and the backend refuses the lever beside
+// MINFER_MMQ_ASYNC=1.
+func TestMMQPlan_KernelNamesAlignmentAndWideAsyncRefusal(t *testing.T) {
 	for _, c := range []struct {
 		p    mmqPlan
 		t    quant.Type
 		want string
 	}{
+		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q8_0, "minfer_mmq_q8_0r"},
+		{mmqPlan{rows: mmqRowsSmall, repacked: true}, quant.Q6_K, "minfer_mmq_q6_kr_r64"},
+		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q4_K, ""},
+		{mmqPlan{rows: mmqRows, repacked: true, async: true}, quant.Q8_0, ""},
+		{mmqPlan{rows: mmqRows}, quant.Q8_0, "minfer_mmq_q8_0"},
 		{mmqPlan{rows: mmqRows, wide: true}, quant.Q4_K, "minfer_mmq_q4_kw"},
 		{mmqPlan{rows: mmqRowsSmall, wide: true}, quant.Q5_K, "minfer_mmq_q5_kw_r64"},
 		{mmqPlan{rows: mmqRows, wide: true}, quant.Q8_0, "minfer_mmq_q8_0"},

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/levers"
-	"github.com/minfer-go/minfer/engine/quant"
 )
 
 // An explicit MINFER_ONE_COPY=1 is refused, naming the setting, under every
@@ -61,26 +60,6 @@ func TestOneCopyDefault_OnAndYieldsToEveryRequiresFlippedWithOneLine(t *testing.
 		}
 		if line := oneCopyYielded(parse("MINFER_ONE_COPY=0", name+"="+other)); line != "" {
 			t.Errorf("MINFER_ONE_COPY=0, %s=%s: line %q", name, other, line)
-		}
-	}
-}
-
-// The repacked MMQ kernels are named per tile and exist for Q8_0 and Q6_K
-// only, never async.
-func TestMMQPlan_RepackedKernelNames(t *testing.T) {
-	for _, c := range []struct {
-		p    mmqPlan
-		t    quant.Type
-		want string
-	}{
-		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q8_0, "minfer_mmq_q8_0r"},
-		{mmqPlan{rows: mmqRowsSmall, repacked: true}, quant.Q6_K, "minfer_mmq_q6_kr_r64"},
-		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q4_K, ""},
-		{mmqPlan{rows: mmqRows, repacked: true, async: true}, quant.Q8_0, ""},
-		{mmqPlan{rows: mmqRows}, quant.Q8_0, "minfer_mmq_q8_0"},
-	} {
-		if got := c.p.kernel(c.t); got != c.want {
-			t.Errorf("%+v %s: %q, want %q", c.p, c.t, got, c.want)
 		}
 	}
 }
