@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand"
 	"path"
@@ -455,10 +456,12 @@ func rpCount(c map[string]int64, names []string, prefix string) (n int64) {
 // geometry and kernel names are those of cuda/kernels/mmvq_repack.cu.
 func TestMMVQRepackGeometry_MatchesKernelSource(t *testing.T) {
 	defs, src := kernelDefines(t, "kernels/mmvq_repack.cu")
+	layout, _ := kernelDefines(t, "kernels/repacked.cuh") // the layout's sizes, shared with mmvq_nt.cu
+	maps.Copy(defs, layout)
 	for name, want := range map[string]int{"MINFER_MMVQR_ROWS": mmvqrRows, "MINFER_MMVQR_UNITS": mmvqrUnits,
 		"MINFER_MMVQR_Q6_K_QBYTES": mmvqrQ6KQBytes, "MINFER_REPACK_THREADS": repackThreads} {
 		if defs[name] != want {
-			t.Errorf("mmvq_repack.cu %s = %d, launcher has %d", name, defs[name], want)
+			t.Errorf("mmvq_repack.cu / repacked.cuh %s = %d, launcher has %d", name, defs[name], want)
 		}
 	}
 	if mmvqrThreads != 32*mmvqrRows {

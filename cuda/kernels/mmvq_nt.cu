@@ -28,6 +28,7 @@
 // helpers and MINFER_MMVQ_Q8_1_BYTES from mmvq.cu, which the one
 // translation unit includes before it (files in name order).
 #include "dequant.cuh"
+#include "repacked.cuh"
 
 #define MINFER_MMVQNT_ROWS 4
 #define MINFER_MMVQNT_THREADS (32 * MINFER_MMVQNT_ROWS)
@@ -302,24 +303,14 @@ struct MinferMmvqntQ6_K : MinferMmvqntGguf {
 // same f16 d and int8 scale), so every output is bitwise the GGUF
 // kernel's. With w 16-byte aligned every load below is aligned: a Q8_0
 // unit's 16 quants sit at 16 u of its row, which starts at 32 (k / 32) r;
-// a Q6_K unit's ql and qh are 16-byte words of its 192-byte block, as in
-// mmvq_repack.cu's MinferMmvqrQ6_K (which this file cannot use:
-// "mmvq_nt.cu" comes before "mmvq_repack.cu" in the translation unit).
-
-#define MINFER_MMVQNT_Q6_K_QBYTES 192 // ql + qh of a repacked Q6_K super-block
+// a Q6_K unit's ql and qh are 16-byte words of its 192-byte block
+// (repacked.cuh, shared with the decode kernels).
 
 struct MinferMmvqntQ8_0r {
     using Raw = MinferMmvqntQ8_0::Raw;
-    struct Row {
-        const uint4* q;          // two units per block, one uint4 each
-        const unsigned short* d; // one f16 per block
-    };
+    using Row = MinferRepackedQ8_0;
     static __device__ __forceinline__ int units(int k) { return k / 16; }
-    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r, size_t) {
-        const size_t nb = (size_t)(k / MINFER_QK);
-        return Row{reinterpret_cast<const uint4*>(w) + (size_t)r * nb * 2,
-                   reinterpret_cast<const unsigned short*>(w + (size_t)n * nb * 32) + (size_t)r * nb};
-    }
+    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r, size_t) { return Row::row(w, n, k, r); }
     static __device__ __forceinline__ Raw load(const Row& w, int u) {
         const uint4 q = __ldg(w.q + u);
         Raw r;
@@ -337,28 +328,15 @@ struct MinferMmvqntQ8_0r {
 
 struct MinferMmvqntQ6_Kr {
     using Raw = MinferMmvqntQ6_K::Raw;
-    struct Row {
-        const uint4* q;          // 12 uint4 per super-block: ql (8) then qh (4)
-        const int8_t* sc;        // 16 per super-block
-        const unsigned short* d; // one f16 per super-block
-    };
+    using Row = MinferRepackedQ6_K;
     static __device__ __forceinline__ int units(int k) { return k / 16; }
-    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r, size_t) {
-        const size_t nsb = (size_t)(k / MINFER_QKK), all = (size_t)n * nsb, first = (size_t)r * nsb;
-        return Row{reinterpret_cast<const uint4*>(w) + first * (MINFER_MMVQNT_Q6_K_QBYTES / 16),
-                   reinterpret_cast<const int8_t*>(w + all * MINFER_MMVQNT_Q6_K_QBYTES) + first * 16,
-                   reinterpret_cast<const unsigned short*>(w + all * (MINFER_MMVQNT_Q6_K_QBYTES + 16)) + first};
-    }
-    // MinferMmvqntQ6_K::load's bytes: ql at 64 hh + 32 (quarter & 1) + 16 h
-    // and qh at 128 + 32 hh + 16 h of the super-block, i.e. its uint4
-    // 4 hh + 2 (quarter & 1) + h and 8 + 2 hh + h; the scale byte
-    // 8 hh + 2 quarter + h of its 16; the same decode.
+    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r, size_t) { return Row::row(w, n, k, r); }
+    // MinferMmvqntQ6_K::load's decode of the same bytes (repacked.cuh's
+    // unit: the uint4 words of the ql and qh, the scale byte, the d).
     static __device__ __forceinline__ Raw load(const Row& w, int u) {
-        const int sb = u >> 4, r4 = u & 15, sub = r4 >> 1, h = r4 & 1;
-        const int hh = sub >> 2, quarter = sub & 3;
-        const uint4* q = w.q + (size_t)sb * (MINFER_MMVQNT_Q6_K_QBYTES / 16);
-        const uint4 ql = __ldg(q + 4 * hh + 2 * (quarter & 1) + h);
-        const uint4 qh = __ldg(q + 8 + 2 * hh + h);
+        const int quarter = ((u & 15) >> 1) & 3;
+        const MinferRepackedQ6_K::Unit x = w.unit(u);
+        const uint4 ql = x.ql, qh = x.qh;
         const uint32_t lw[4] = {ql.x, ql.y, ql.z, ql.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
         const int lshift = 4 * (quarter >> 1), hshift = 2 * quarter;
         Raw r;
@@ -368,8 +346,7 @@ struct MinferMmvqntQ6_Kr {
             const uint32_t hi = ((hw[t] >> hshift) & 0x03030303u) << 4;
             r.q[t] = (int)__vsub4(lo | hi, 0x20202020u); // q - 32 in [-32, 31]
         }
-        const int sc = __ldg(w.sc + (size_t)sb * 16 + 8 * hh + 2 * quarter + h);
-        r.dsc = __fmul_rn(minfer_h2f(__ldg(w.d + sb)), (float)sc);
+        r.dsc = __fmul_rn(minfer_h2f(x.d), (float)x.sc);
         return r;
     }
     static __device__ __forceinline__ float dot(const Raw& w, const MinferMmvqActG& a, int u) {

@@ -31,6 +31,7 @@
 // from mmvq.cu, which the one translation unit includes before it (files in
 // name order: "mmvq.cu" < "mmvq_repack.cu").
 #include "dequant.cuh"
+#include "repacked.cuh"
 
 #define MINFER_MMVQR_ROWS 4
 #define MINFER_MMVQR_THREADS (32 * MINFER_MMVQR_ROWS)
@@ -39,7 +40,6 @@
 // without it the Q6_K one takes 119 (4 blocks); with it neither spills. The
 // fused forms keep their registers (capping them spills the Q6_K FFN).
 #define MINFER_MMVQR_MIN_BLOCKS 8
-#define MINFER_MMVQR_Q6_K_QBYTES 192
 #define MINFER_REPACK_THREADS 256
 
 // ---------------------------------------------------------------- per type
@@ -49,20 +49,13 @@
 // the unrepacked kernel's arithmetic on them.
 
 struct MinferMmvqrQ8_0 {
-    struct Row {
-        const uint4* q;          // 2 units per block, one uint4 each
-        const unsigned short* d; // one f16 per block
-    };
+    using Row = MinferRepackedQ8_0;
     struct Raw {
         uint4 q;
         unsigned short d;
     };
     static __device__ __forceinline__ int units(int k) { return k / 16; }
-    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r) {
-        const size_t nb = (size_t)(k / MINFER_QK);
-        return Row{reinterpret_cast<const uint4*>(w) + (size_t)r * nb * 2,
-                   reinterpret_cast<const unsigned short*>(w + (size_t)n * nb * 32) + (size_t)r * nb};
-    }
+    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r) { return Row::row(w, n, k, r); }
     static __device__ __forceinline__ Raw load(const Row& w, int u) { return Raw{__ldg(w.q + u), __ldg(w.d + (u >> 1))}; }
     template <class A>
     static __device__ __forceinline__ float dot(const Raw& w, const A& a, int u) {
@@ -78,39 +71,11 @@ struct MinferMmvqrQ8_0 {
 };
 
 struct MinferMmvqrQ6_K {
-    struct Row {
-        const uint4* q;          // 12 uint4 per super-block: ql (8) then qh (4)
-        const int8_t* sc;        // 16 per super-block
-        const unsigned short* d; // one f16 per super-block
-    };
-    struct Raw {
-        uint4 ql, qh;
-        int sc;
-        unsigned short d;
-    };
+    using Row = MinferRepackedQ6_K;
+    using Raw = MinferRepackedQ6_K::Unit;
     static __device__ __forceinline__ int units(int k) { return k / 16; }
-    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r) {
-        const size_t nsb = (size_t)(k / MINFER_QKK), all = (size_t)n * nsb, first = (size_t)r * nsb;
-        return Row{reinterpret_cast<const uint4*>(w) + first * (MINFER_MMVQR_Q6_K_QBYTES / 16),
-                   reinterpret_cast<const int8_t*>(w + all * MINFER_MMVQR_Q6_K_QBYTES) + first * 16,
-                   reinterpret_cast<const unsigned short*>(w + all * (MINFER_MMVQR_Q6_K_QBYTES + 16)) + first};
-    }
-    // Unit u as in MinferMmvqQ6_K (mmvq.cu): super-block u / 16, sub-block
-    // sub = 4 hh + quarter, half h; its ql bytes start at 64 hh + 32
-    // (quarter & 1) + 16 h, its qh bytes at 128 + 32 hh + 16 h: both
-    // multiples of 16, so uint4 indices 4 hh + 2 (quarter & 1) + h and
-    // 8 + 2 hh + h of the super-block.
-    static __device__ __forceinline__ Raw load(const Row& w, int u) {
-        const int sb = u >> 4, r = u & 15, sub = r >> 1, h = r & 1;
-        const int hh = sub >> 2, quarter = sub & 3;
-        const uint4* q = w.q + (size_t)sb * (MINFER_MMVQR_Q6_K_QBYTES / 16);
-        Raw raw;
-        raw.ql = __ldg(q + 4 * hh + 2 * (quarter & 1) + h);
-        raw.qh = __ldg(q + 8 + 2 * hh + h);
-        raw.sc = __ldg(w.sc + (size_t)sb * 16 + 8 * hh + 2 * quarter + h);
-        raw.d = __ldg(w.d + sb);
-        return raw;
-    }
+    static __device__ __forceinline__ Row row(const uint8_t* w, int n, int k, int r) { return Row::row(w, n, k, r); }
+    static __device__ __forceinline__ Raw load(const Row& w, int u) { return w.unit(u); }
     template <class A>
     static __device__ __forceinline__ float dot(const Raw& w, const A& a, int u) {
         const int sb = u >> 4, r = u & 15, sub = r >> 1, h = r & 1;

@@ -11,7 +11,7 @@
 #   scripts/kernel-emu/repacked-emu.sh --plant X   a copy of the sources with
 #       a planted defect, which the check must catch (exit 1; fewer shapes):
 #       q8d    mmvq_nt Q8_0r reads the f16 d of the block before
-#       q6qh   mmvq_nt Q6_Kr reads qh word 8 + 2 h + hh (halves swapped)
+#       q6qh   the repacked Q6_K unit (repacked.cuh) reads qh word 8 + 2 h + hh (halves swapped)
 #       rowsc  get_rows_r Q6_K reads the scale of the wrong 16 values
 #       rowsd  get_rows_r Q8_0 takes the d array at 32 (n_rows - 1) blocks
 set -euo pipefail
@@ -25,7 +25,7 @@ quick=()
 if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     q8d) file=mmvq_nt.cu from='r.d = minfer_h2f(__ldg(w.d + (u >> 1)));' to='r.d = minfer_h2f(__ldg(w.d + (u >> 1) - 1));' ;;
-    q6qh) file=mmvq_nt.cu from='__ldg(q + 8 + 2 * hh + h);' to='__ldg(q + 8 + 2 * h + hh);' ;;
+    q6qh) file=repacked.cuh from='x.qh = __ldg(b + 8 + 2 * hh + h);' to='x.qh = __ldg(b + 8 + 2 * h + hh);' ;;
     rowsc) file=embed.cu from='8 * h + l / 16 + 2 * quarter);' to='8 * h + 2 * quarter);' ;;
     rowsd) file=embed.cu from='minfer_dqr_d(w, 32 * nblocks, g);' to='minfer_dqr_d(w, 32 * (nblocks - 1), g);' ;;
     *) echo "usage: $0 [--plant q8d|q6qh|rowsc|rowsd]" >&2; exit 2 ;;
