@@ -5,9 +5,9 @@ package cuda
 // backend's growable activation scratch.
 
 import (
-	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/levers"
@@ -412,12 +412,13 @@ func (b *Backend) runPreQ8(nt int, m matmulPlan) error {
 	return b.k.MatMulPreQ8_1(b.s, m.out, m.w.ptr, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
 }
 
-// mmqWideConflict refuses MINFER_MMQ_WIDE_LOADS=1 with MINFER_MMQ_ASYNC=1:
-// the wide-load kernels have no async form, and running either one where
-// both were asked for would measure something nobody asked for.
+// mmqWideConflict refuses MINFER_MMQ_WIDE_LOADS=1 where its Requires do not
+// hold: with MINFER_MMQ_ASYNC=1 (the wide-load kernels have no async form)
+// or with the MMQ off, the lever would switch nothing that was asked for.
 func mmqWideConflict(lv levers.Config) error {
-	if lv.MMQWideLoads && lv.MMQAsync {
-		return errors.New("cuda: MINFER_MMQ_WIDE_LOADS=1 has no async form: unset MINFER_MMQ_ASYNC or MINFER_MMQ_WIDE_LOADS")
+	if bad := lv.Unmet("MINFER_MMQ_WIDE_LOADS"); lv.MMQWideLoads && len(bad) > 0 {
+		return fmt.Errorf("cuda: MINFER_MMQ_WIDE_LOADS=1 runs the plain MMQ kernels' 16-byte-load forms, and %s: unset those or MINFER_MMQ_WIDE_LOADS",
+			strings.Join(bad, ", "))
 	}
 	return nil
 }

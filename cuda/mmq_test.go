@@ -190,8 +190,8 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 // The plan's kernel names: the repacked MMQ kernels per tile for Q8_0 and
 // Q6_K only, never async; the wide-load ones (minfer_mmq_<t>w[_r64]) for
 // Q4_K and Q5_K only, never async. The wide kernels exist in mmq.cu, need
-// 16-byte aligned weights, and the backend refuses the lever beside
-// MINFER_MMQ_ASYNC=1.
+// 16-byte aligned weights, and the backend refuses the lever where its
+// Requires do not hold (async on, MMQ off).
 func TestMMQPlan_KernelNamesAlignmentAndWideAsyncRefusal(t *testing.T) {
 	for _, c := range []struct {
 		p    mmqPlan
@@ -222,8 +222,10 @@ func TestMMQPlan_KernelNamesAlignmentAndWideAsyncRefusal(t *testing.T) {
 			t.Errorf("%s: alignment %d wide, %d plain", ty, mmqWeightAlign(ty, true), mmqWeightAlign(ty, false))
 		}
 	}
-	if err := mmqWideConflict(ocParse(t, "MINFER_MMQ_WIDE_LOADS=1", "MINFER_MMQ_ASYNC=1")); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_ASYNC") {
-		t.Errorf("wide loads with async: %v, want a refusal naming MINFER_MMQ_ASYNC", err)
+	for _, other := range []string{"MINFER_MMQ_ASYNC=1", "MINFER_MMQ=0", "MINFER_NO_PREFILL_GEMM=1"} {
+		if err := mmqWideConflict(ocParse(t, "MINFER_MMQ_WIDE_LOADS=1", other)); err == nil || !strings.Contains(err.Error(), other) {
+			t.Errorf("wide loads with %s: %v, want a refusal naming it", other, err)
+		}
 	}
 	for _, env := range [][]string{{"MINFER_MMQ_WIDE_LOADS=1"}, {"MINFER_MMQ_ASYNC=1"}, nil} {
 		if err := mmqWideConflict(ocParse(t, env...)); err != nil {

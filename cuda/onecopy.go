@@ -30,7 +30,7 @@ func oneCopyConflict(lv levers.Config) error {
 	}
 	return fmt.Errorf("cuda: MINFER_ONE_COPY=1 keeps only the repacked copy of Q8_0 / Q6_K matrices, and %s route some of their "+
 		"matmuls to kernels that read the GGUF bytes: set MINFER_ONE_COPY=0 (two copies) or leave it unset (it then yields to them)",
-		strings.Join(oneCopyUnmet(lv), ", "))
+		strings.Join(lv.Unmet("MINFER_ONE_COPY"), ", "))
 }
 
 // oneCopyYielded is the line the backend logs when the default one-copy
@@ -41,26 +41,12 @@ func oneCopyYielded(lv levers.Config) string {
 	if lv.OneCopy || lv.Value("MINFER_ONE_COPY") != "1" || !lv.MMVQRepack {
 		return ""
 	}
-	bad := oneCopyUnmet(lv)
+	bad := lv.Unmet("MINFER_ONE_COPY")
 	if len(bad) == 0 {
 		return ""
 	}
 	return fmt.Sprintf("cuda: two device copies of the Q8_0 / Q6_K matrices (GGUF bytes and repacked): %s read the GGUF bytes, "+
 		"and MINFER_ONE_COPY at its default yields to them", strings.Join(bad, ", "))
-}
-
-// oneCopyUnmet names the settings of MINFER_ONE_COPY's Requires that lv
-// does not hold, each with the value the lever needs.
-func oneCopyUnmet(lv levers.Config) []string {
-	l, _ := levers.Lookup("MINFER_ONE_COPY")
-	var bad []string
-	for _, r := range l.Requires {
-		name, want, _ := strings.Cut(r, "=")
-		if got := lv.Value(name); got != want {
-			bad = append(bad, fmt.Sprintf("%s=%s (one copy needs %s)", name, got, want))
-		}
-	}
-	return bad
 }
 
 // oneCopyWanted reports whether a matrix of type t registered as w keeps

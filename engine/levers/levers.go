@@ -397,7 +397,7 @@ var registry = []Lever{
 			"The one-copy MMQ's +44% on 7B Q8_0 came from such loads (reports/MINFER_ONE_COPY)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q4_K_M",
 		// Only the load width differs: the arms are bitwise (no tolerance
-		// class). No async form: the backend refuses the pair.
+		// class). The backend refuses it where these do not hold.
 		Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of Q4_K / Q5_K weights run the 16-byte-load MMQ kernels (minfer_mmq_q4_kw*, minfer_mmq_q5_kw*) only with the lever on; off, minfer_mmq_q4_k / _q5_k",
 			[]string{"minfer_mmq_q[45]_kw*"}, Needs{WeightTypes: []string{"Q4_K", "Q5_K"}, MinNT: 9})},
@@ -788,15 +788,20 @@ func (c Config) Value(name string) string {
 // RequiresMet reports whether every NAME=VALUE the lever's registry entry
 // Requires holds in c: a path that needs another lever's setting is on only
 // with it, by the one declaration abtest pins too.
-func (c Config) RequiresMet(name string) bool {
+func (c Config) RequiresMet(name string) bool { return len(c.Unmet(name)) == 0 }
+
+// Unmet names the settings of the lever's Requires that c does not hold,
+// each as "NAME=VALUE (needs WANT)": what a refusal of the lever says.
+func (c Config) Unmet(name string) []string {
 	l, _ := Lookup(name)
+	var bad []string
 	for _, r := range l.Requires {
-		k, v, _ := strings.Cut(r, "=")
-		if c.Value(k) != v {
-			return false
+		k, want, _ := strings.Cut(r, "=")
+		if got := c.Value(k); got != want {
+			bad = append(bad, fmt.Sprintf("%s=%s (needs %s)", k, got, want))
 		}
 	}
-	return true
+	return bad
 }
 
 // Mutated reports whether the test seam plants the named defect.
