@@ -192,7 +192,7 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 // Q4_K and Q5_K only, never async. The wide kernels exist in mmq.cu, need
 // 16-byte aligned weights, and the backend refuses the lever where its
 // Requires do not hold (async on, MMQ off).
-func TestMMQPlan_KernelNamesAlignmentAndWideAsyncRefusal(t *testing.T) {
+func TestMMQPlan_KernelNamesAlignmentAndWideLoadsRefusal(t *testing.T) {
 	for _, c := range []struct {
 		p    mmqPlan
 		t    quant.Type
