@@ -381,8 +381,8 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 // TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff: a prefill matmul
 // (nt = 64, k = 768 or 1792) through the Backend, with the census on: with
 // MINFER_MMQ unset the census names minfer_mmq_<type> (the Backend grew its
-// Q8_1 scratch on its own) and no minfer_gemm_<type>; with MINFER_MMQ=0 the
-// reverse. Both outputs agree within rel L2 0.05. MINFER_NO_PREFILL_GEMM=0
+// Q8_1 scratch on its own; minfer_mmq_<type>r over the one copy of a Q8_0 /
+// Q6_K matrix) and no minfer_gemm_<type>; with MINFER_MMQ=0 the reverse. Both outputs agree within rel L2 0.05. MINFER_NO_PREFILL_GEMM=0
 // is pinned in both arms: with it set (an A/B's arm B may) the prefill
 // takes neither kernel.
 func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
@@ -416,7 +416,11 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 			census := dev.Kernels().Census()
 			on := arm == 0
 			t.Logf("%s: MMQ=%v census %v (path %s)", c.name, on, census, MatMulPath(wt, nt, dev.MatMulOptions()))
-			mk := MMQKernels(wt, nt, k, m, dev.dev.Attr.SMCount, dev.MatMulOptions().MMQAsync)[0]
+			// The Backend's weight is its one copy (repacked) where MINFER_ONE_COPY holds.
+			p := mmqPlanFor(m, nt, k, dev.dev.Attr.SMCount)
+			p.async, p.wide = dev.MatMulOptions().MMQAsync, dev.MatMulOptions().MMQWide
+			p.repacked = dev.oneCopyWanted(c.weights[0])
+			mk := p.kernel(wt)
 			if on != (census[mk] > 0) || on == (census[matmulTable[wt].gemm] > 0) {
 				t.Errorf("%s: MMQ=%v, census %v: want %s iff MMQ and %s iff not", c.name, on, census, mk, matmulTable[wt].gemm)
 			}
