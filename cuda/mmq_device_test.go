@@ -404,7 +404,8 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 			var c dsCase
 			c.nt = nt
 			x := dsOperand(&c, "x", xv, k)
-			c.weights = append(c.weights, graph.Weight{Name: "w", Type: wt, Dims: []int{k, m}, Data: wb})
+			w := graph.Weight{Name: "w", Type: wt, Dims: []int{k, m}, Data: wb}
+			c.weights = append(c.weights, w)
 			c.name = fmt.Sprintf("mmq/%s/k%d/m%d/nt%d/arm%d", wt, k, m, nt, arm)
 			c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", m) }
 			dev := dsBackend(t, mmqLevers(t, extra...))
@@ -419,7 +420,7 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 			// The Backend's weight is its one copy (repacked) where MINFER_ONE_COPY holds.
 			p := mmqPlanFor(m, nt, k, dev.dev.Attr.SMCount)
 			p.async, p.wide = dev.MatMulOptions().MMQAsync, dev.MatMulOptions().MMQWide
-			p.repacked = dev.oneCopyWanted(c.weights[0])
+			p.repacked = dev.oneCopyWanted(w)
 			mk := p.kernel(wt)
 			if on != (census[mk] > 0) || on == (census[matmulTable[wt].gemm] > 0) {
 				t.Errorf("%s: MMQ=%v, census %v: want %s iff MMQ and %s iff not", c.name, on, census, mk, matmulTable[wt].gemm)
