@@ -13,6 +13,7 @@ import (
 func newQuantizeCmd(_ *app) *cobra.Command {
 	var (
 		pure    bool
+		untie   bool
 		workers int
 		verbose bool
 	)
@@ -32,7 +33,7 @@ func newQuantizeCmd(_ *app) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, out, ftype := args[0], args[1], args[2]
-			opts := quantize.Options{Pure: pure, Workers: workers}
+			opts := quantize.Options{Pure: pure, Untie: untie, Workers: workers}
 			stderr := cmd.ErrOrStderr()
 			if verbose {
 				opts.Progress = func(i, n int, name string, from, to quant.Type) {
@@ -56,6 +57,7 @@ func newQuantizeCmd(_ *app) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&pure, "pure", false, "give every matrix the base type (no per-tensor rules)")
+	fl.BoolVar(&untie, "untie", false, "write a tied model's token embedding again as an output matrix of its own (same type, same logits), for paths that run only on untied models")
 	fl.IntVar(&workers, "threads", 0, "rows quantized in parallel (0: all cores)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "print one line per tensor")
 	return cmd

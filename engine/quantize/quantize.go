@@ -22,7 +22,16 @@ type Options struct {
 	Pure bool
 	// Progress, when set, is called before each tensor is written.
 	Progress func(i, n int, name string, from, to quant.Type)
+	// Untie writes a tied model's token embedding a second time, last, as
+	// an output.weight of its own, both at the tied embedding's type: the
+	// same function, a different layout. A correctness gate needs it for a path
+	// that runs only on untied models (MINFER_EMBED_HOST), since the trained
+	// test models are tied. An untied input is refused.
+	Untie bool
 }
+
+// outputName is the output matrix's tensor; embedName the token embedding's.
+const outputName, embedName = "output.weight", "token_embd.weight"
 
 // Plan is the type File gives one tensor.
 type Plan struct {
@@ -46,7 +55,8 @@ func PlanFile(f *gguf.File, ftype string, opts Options) ([]Plan, error) {
 }
 
 func plan(f *gguf.File, ft FType, hp model.HParams, opts Options) ([]Plan, error) {
-	out := make([]Plan, len(f.Tensors))
+	out := make([]Plan, len(f.Tensors), len(f.Tensors)+1)
+	emb := -1
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		p := Plan{Name: ti.Name, Dims: ti.Dims, From: ti.Type, To: ti.Type}
@@ -61,14 +71,43 @@ func plan(f *gguf.File, ft FType, hp model.HParams, opts Options) ([]Plan, error
 				return nil, err
 			}
 		}
+		if ti.Name == embedName {
+			emb = i
+		}
 		out[i] = p
 	}
+	if opts.Untie {
+		if _, err := untiedSource(f, hp); err != nil {
+			return nil, err
+		}
+		// The embedding's tied type for both copies, so the untied file
+		// computes what the tied one does.
+		p := out[emb]
+		p.Name = outputName
+		out = append(out, p)
+	}
 	return out, nil
+}
+
+// untiedSource is the token embedding Options.Untie writes again as the
+// output matrix, or why f cannot be untied.
+func untiedSource(f *gguf.File, hp model.HParams) (*gguf.TensorInfo, error) {
+	if !hp.TiedOutput {
+		return nil, fmt.Errorf("quantize: --untie: the model has an output matrix of its own (%s) already", outputName)
+	}
+	for i := range f.Tensors {
+		if f.Tensors[i].Name == embedName {
+			return &f.Tensors[i], nil
+		}
+	}
+	return nil, fmt.Errorf("quantize: --untie: the model has no %s", embedName)
 }
 
 // File quantizes the GGUF model in to ftype (a name of FTypes, e.g.
 // "Q4_K_M") and writes it atomically to out. Every metadata entry of in is
 // copied; general.file_type and general.quantization_version are set.
+// With opts.Untie the token embedding is written again, last, as
+// output.weight.
 // Tensors keep their order; each is dequantized from its input type and
 // quantized row by row, in parallel, while the file is written.
 func File(in, out string, ftype string, opts Options) error {
@@ -114,7 +153,12 @@ func File(in, out string, ftype string, opts Options) error {
 	}
 
 	for i, p := range plans {
-		ti := &f.Tensors[i]
+		var ti *gguf.TensorInfo
+		if i < len(f.Tensors) {
+			ti = &f.Tensors[i]
+		} else if ti, err = untiedSource(f, hp); err != nil { // the output matrix Options.Untie adds
+			return err
+		}
 		if opts.Progress != nil {
 			opts.Progress(i, len(plans), p.Name, p.From, p.To)
 		}
