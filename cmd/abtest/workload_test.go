@@ -445,3 +445,50 @@ func fakeModelWriter(t *testing.T) func(name, body string) string {
 		return p
 	}
 }
+
+// TestRun_UntiedOnlyPathGetsTheTrainedModelUntied_ATiedRunModelCannotRun: a
+// lever whose path runs only on untied models (MINFER_EMBED_HOST) gets the
+// tied trained correctness model written again with `quantize --untie`
+// (session 18's A/B ran parity and greedy on the tied one: no liveness);
+// another lever keeps it as given; a tied run model is could-not-run.
+func TestRun_UntiedOnlyPathGetsTheTrainedModelUntied_ATiedRunModelCannotRun(t *testing.T) {
+	bin := fakeMinfer(t)
+	fakeGPU(t)
+	qlog := filepath.Join(t.TempDir(), "quantize.log")
+	t.Setenv("FAKEMINFER_QUANTIZE_LOG", qlog)
+	write := fakeModelWriter(t)
+	cm := write("trained-Q8_0.gguf", "GGUF fake qwen2-trained Q8_0 seed 0")
+	untied := write("m-7b.gguf", "GGUF fake qwen2-7b Q8_0 seed 1")
+	for _, c := range []struct{ lever, want string }{{"MINFER_EMBED_HOST", "-as-Q8_0-untied.gguf"}, {"MINFER_NO_FUSE_FFN", cm}} {
+		code, rec := runAbtest(t, bin, "--lever", c.lever, "--device", "cuda", "--model", untied, "--correctness-model", cm,
+			"--synth-dir", t.TempDir(), "--gates", "ab", "--rounds", "5", "--workload=false")
+		if got := rec.Config.CorrectnessModel; code == 2 || !strings.HasSuffix(got, c.want) {
+			t.Errorf("%s: exit %d, correctness model %q, want ...%s", c.lever, code, got, c.want)
+		}
+	}
+	if b, _ := os.ReadFile(qlog); strings.Count(string(b), " --untie\n") != 1 {
+		t.Errorf("quantize calls:\n%s", b)
+	}
+	tied := write("m-05b.gguf", "GGUF fake qwen2-0.5b Q8_0 seed 1")
+	code, stderr := runStderr(t, []string{"run", "--minfer", bin, "--out", t.TempDir(), "--lever", "MINFER_EMBED_HOST", "--device", "cuda",
+		"--model", tied, "--gates", "ab", "--rounds", "5", "--workload=false", "--pp", "16", "--tg", "4"})
+	if code != 2 || !strings.Contains(stderr, "needs a model with an output matrix of its own, m-05b.gguf ties it") {
+		t.Errorf("tied run model: exit %d (want 2), stderr:\n%s", code, stderr)
+	}
+}
+
+// runStderr runs abtest with args and returns its exit code and stderr.
+func runStderr(t *testing.T, args []string) (int, string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = f
+	code := run(args)
+	os.Stderr = saved
+	f.Close()
+	b, _ := os.ReadFile(f.Name())
+	return code, string(b)
+}

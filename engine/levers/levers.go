@@ -253,6 +253,9 @@ type Needs struct {
 	// Repeats: the path runs only from the Nth execution of one shape (CUDA
 	// graphs are captured at the 3rd and replayed from the 4th).
 	Repeats int `json:"repeats,omitempty"`
+	// Untied: the model has an output matrix of its own (output.weight),
+	// not the token embedding tied to it.
+	Untied bool `json:"untied_output,omitempty"`
 }
 
 // NTRuns reports whether a forward of nt tokens can run the path.
@@ -483,7 +486,7 @@ var registry = []Lever{
 		// by the table, which the default memory bar reads as within.
 		Workload: "qwen2-7b:Q8_0",
 		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host) only with the lever on; off, minfer_get_rows reads the device copy",
-			[]string{"minfer_get_rows_host"}, Needs{})},
+			[]string{"minfer_get_rows_host"}, Needs{Untied: true})},
 	{Name: "MINFER_ONE_COPY", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "weight layout (Q8_0 / Q6_K): one device copy", Issue: "#19",
 		Doc: "0: the GGUF bytes of a Q8_0 / Q6_K matrix stay on the device beside its 16-byte-aligned repacked copy (MINFER_MMVQ_REPACK); on, the repacked copy is the only one (repacked on the host, uploaded once) and prefill reads it through minfer_mmq_<t>r, 2..8-token matmuls through minfer_mmvq_nt_<t>r, a tied embedding's gather through minfer_get_rows_r. " +
 			"At its default it yields to any setting that sends a reader to the GGUF bytes (its Requires: two copies then, said in one log line); set to 1 with such a setting it is refused. " +

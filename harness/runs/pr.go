@@ -232,7 +232,7 @@ func PR(ctx context.Context, o *PROptions, cmdline string, progressTo *os.File) 
 				return nil, "", CannotRun("workload %s: %v", w, err)
 			}
 		}
-		if cfg.CorrectnessModel, cfg.CorrectnessFallback, err = s.correctnessFor(ctx, opts.CorrectnessModels, cfg.Model, opts.SynthDir, prog); err != nil {
+		if cfg.CorrectnessModel, cfg.CorrectnessFallback, err = s.correctnessFor(ctx, opts.CorrectnessModels, cfg.Model, opts.SynthDir, false, prog); err != nil {
 			return nil, "", CannotRun("correctness model: %v", err)
 		}
 		cfg.Defaults()

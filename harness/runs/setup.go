@@ -200,8 +200,11 @@ func (s *setup) info(ctx context.Context, model string) (harness.ModelInfo, erro
 // dir under a name carrying its sha256, so a changed model is never reused
 // stale: on a Q8_0 model both arms of a K-quant or Q4_0 lever would read the
 // same Q8_0 weights and agree whatever its path does, and a random-weight
-// model's top-1 margins are too small to resolve.
-func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir string, prog *harness.Progress) (cm, fallback string, err error) {
+// model's top-1 margins are too small to resolve. With untied (the lever's
+// path needs an output matrix of its own) a tied trained model is written
+// again with `quantize --untie`: its embedding also as output.weight, the
+// same weights and logits, so the gates still judge a trained model.
+func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir string, untied bool, prog *harness.Progress) (cm, fallback string, err error) {
 	if len(cms) == 0 {
 		return "", "", nil
 	}
@@ -210,6 +213,7 @@ func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir str
 		return "", "", err
 	}
 	var others []string
+	untie := false
 	for _, c := range cms {
 		ci, err := s.info(ctx, c)
 		if err != nil {
@@ -217,7 +221,8 @@ func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir str
 		}
 		if ci.Architecture == "" || mi.Architecture == "" || ci.Architecture == mi.Architecture {
 			cm = c
-			if ci.FileType == "" || mi.FileType == "" || strings.EqualFold(ci.FileType, mi.FileType) {
+			untie = untied && ci.HParams.TiedOutput
+			if !untie && (ci.FileType == "" || mi.FileType == "" || strings.EqualFold(ci.FileType, mi.FileType)) {
 				return cm, "", nil
 			}
 			break
@@ -234,13 +239,23 @@ func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir str
 		return "", "", err
 	}
 	typ := mi.FileType
-	out := filepath.Join(synthDir(dir), fmt.Sprintf("%s-%s-as-%s.gguf", strings.TrimSuffix(filepath.Base(cm), ".gguf"), sha[:12], typ))
+	if typ == "" { // unknown: the untie keeps the trained model's type
+		typ = "Q8_0"
+		if ci, err := s.info(ctx, cm); err == nil && ci.FileType != "" {
+			typ = ci.FileType
+		}
+	}
+	args, sfx, why := []string{"quantize", cm}, "", "the run's weight type"
+	if untie {
+		args, sfx, why = []string{"quantize", "--untie", cm}, "-untied", "the run's weight type, its tied embedding written again as an output matrix of its own (the lever's path runs only on untied models)"
+	}
+	out := filepath.Join(synthDir(dir), fmt.Sprintf("%s-%s-as-%s%s.gguf", strings.TrimSuffix(filepath.Base(cm), ".gguf"), sha[:12], typ, sfx))
 	if _, err := writeOnce(out, func(tmp string) error {
-		prog.Note("correctness: quantizing %s to %s, the run's weight type", filepath.Base(cm), typ)
-		_, err := s.m.R.Run(ctx, "quantize", nil, "quantize", cm, tmp, typ)
+		prog.Note("correctness: quantizing %s to %s, %s", filepath.Base(cm), typ, why)
+		_, err := s.m.R.Run(ctx, "quantize", nil, append(args, tmp, typ)...)
 		return err
 	}); err != nil {
-		return "", "", fmt.Errorf("minfer quantize %s to %s: %w", cm, typ, err)
+		return "", "", fmt.Errorf("minfer %s to %s: %w", strings.Join(args, " "), typ, err)
 	}
 	return out, "", nil
 }
@@ -542,7 +557,11 @@ func (s *setup) prepare(ctx context.Context, f *Options, cfg *gates.Config, wm *
 	}
 	if cfg.CorrectnessFallback == "" {
 		var err error
-		if cfg.CorrectnessModel, cfg.CorrectnessFallback, err = s.correctnessFor(ctx, f.CorrectnessModels, cfg.Model, f.SynthDir, prog); err != nil {
+		untied := false
+		if r := cfg.Lever.Rule(cfg.Backend); r != nil {
+			untied = r.Needs.Untied
+		}
+		if cfg.CorrectnessModel, cfg.CorrectnessFallback, err = s.correctnessFor(ctx, f.CorrectnessModels, cfg.Model, f.SynthDir, untied, prog); err != nil {
 			return CannotRun("correctness model: %v", err)
 		}
 	}
@@ -570,12 +589,15 @@ func (s *setup) checkNeeds(ctx context.Context, cfg *gates.Config, prog *harness
 	}
 	n := rule.Needs
 	problem := func(model string) (string, error) {
-		if n.Arch == "" && len(n.WeightTypes) == 0 {
+		if n.Arch == "" && len(n.WeightTypes) == 0 && !n.Untied {
 			return "", nil
 		}
 		inf, err := s.info(ctx, model)
 		if err != nil {
 			return "", err
+		}
+		if n.Untied && inf.HParams.TiedOutput {
+			return fmt.Sprintf("needs a model with an output matrix of its own, %s ties it to the token embedding", modelName(model)), nil
 		}
 		if n.Arch != "" && inf.Architecture != "" && inf.Architecture != n.Arch {
 			return fmt.Sprintf("needs a %s model, %s is %s", n.Arch, modelName(model), inf.Architecture), nil

@@ -93,6 +93,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minfer-go/minfer/engine/synth"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -190,6 +191,7 @@ func main() {
 	fs.Bool("greedy", false, "")
 	fs.Float64("repeat-penalty", 1.1, "")
 	shape := fs.String("shape", "", "")
+	untie := fs.Bool("untie", false, "")
 	typ := fs.String("type", "", "")
 	seed := fs.Uint64("seed", 1, "")
 	output := fs.String("output", "", "")
@@ -266,7 +268,7 @@ func main() {
 			}
 		}
 		arch, ftype := fakeModelKind(*model)
-		info := schema.Info{Path: *model, TypeHistogram: hist, Architecture: arch, FileType: ftype,
+		info := schema.Info{Path: *model, TypeHistogram: hist, Architecture: arch, FileType: ftype, HParams: schema.HParams{TiedOutput: fakeTied(*model)},
 			DecodeRead: schema.DecodeRead{WeightBytes: int64(wb), Method: "fake", KVElemsPerPos: 512}}
 		if (*device == "cuda" || *device == "cpu") && os.Getenv("FAKEMINFER_PLAN_MIB") != "none" { // the memory plan of info --device
 			need := uint64(100) << 20
@@ -286,14 +288,26 @@ func main() {
 		}
 		if lg := os.Getenv("FAKEMINFER_QUANTIZE_LOG"); lg != "" {
 			f, _ := os.OpenFile(lg, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-			fmt.Fprintf(f, "%s %s\n", in, typ)
+			opt := ""
+			if *untie {
+				opt = " --untie"
+			}
+			fmt.Fprintf(f, "%s %s%s\n", in, typ, opt)
 			f.Close()
 		}
 		shape := "qwen2-trained"
 		if f := strings.Fields(string(b)); len(f) >= 3 && f[0] == "GGUF" && f[1] == "fake" {
 			shape = f[2]
 		}
-		_ = os.WriteFile(out, []byte(fmt.Sprintf("GGUF fake %s %s seed 0 (quantized from %s)", shape, typ, in)), 0o644)
+		if *untie && !fakeTied(in) {
+			fmt.Fprintln(os.Stderr, "minfer: quantize: --untie: the model has an output matrix of its own (output.weight) already")
+			os.Exit(1)
+		}
+		tail := ""
+		if *untie || !fakeTied(in) {
+			tail = " untied"
+		}
+		_ = os.WriteFile(out, []byte(fmt.Sprintf("GGUF fake %s %s seed 0 (quantized from %s)%s", shape, typ, in, tail)), 0o644)
 	case "synth":
 		if *shape == "" || *typ == "" || *output == "" {
 			fmt.Fprintln(os.Stderr, "minfer synth: --shape, --type and -o are required")
@@ -938,19 +952,40 @@ func writeBench(format, file string, b schema.Bench) {
 // architecture is the shape's prefix, qwen2-tiny: qwen2); any other file is
 // a qwen2 of unknown type.
 func fakeModelKind(path string) (arch, ftype string) {
-	b := make([]byte, 200)
-	if fh, err := os.Open(path); err == nil {
-		n, _ := fh.Read(b)
-		b = b[:n]
-		fh.Close()
-	} else {
-		b = nil
-	}
-	if f := strings.Fields(string(b)); len(f) >= 4 && f[0] == "GGUF" && f[1] == "fake" {
+	if f := strings.Fields(fakeHead(path)); len(f) >= 4 && f[0] == "GGUF" && f[1] == "fake" {
 		a, _, _ := strings.Cut(f[2], "-")
 		return a, f[3]
 	}
 	return "qwen2", ""
+}
+
+// fakeHead is the first 400 bytes of a file ("" when it cannot be read):
+// all of a fake model.
+func fakeHead(path string) string {
+	fh, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer fh.Close()
+	b := make([]byte, 400)
+	n, _ := fh.Read(b)
+	return string(b[:n])
+}
+
+// fakeTied reports whether a fake model ties its output to the embedding:
+// a synth shape as the real one says (qwen2-7b and qwen3-tiny are untied),
+// a trained model (not a shape) tied, unless quantize --untie wrote it.
+func fakeTied(path string) bool {
+	head := fakeHead(path)
+	if strings.HasSuffix(strings.TrimSpace(head), " untied") {
+		return false
+	}
+	if f := strings.Fields(head); len(f) >= 3 && f[0] == "GGUF" && f[1] == "fake" {
+		if s, err := synth.ShapeByName(f[2]); err == nil {
+			return s.Tied
+		}
+	}
+	return true
 }
 
 // fileSHA256 hashes the model, cached in the temp dir by path, size and
