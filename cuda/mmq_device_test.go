@@ -382,9 +382,10 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 // (nt = 64, k = 768 or 1792) through the Backend, with the census on: with
 // MINFER_MMQ unset the census names minfer_mmq_<type> (the Backend grew its
 // Q8_1 scratch on its own; minfer_mmq_<type>r over the one copy of a Q8_0 /
-// Q6_K matrix) and no minfer_gemm_<type>; with MINFER_MMQ=0 the reverse. Both outputs agree within rel L2 0.05. MINFER_NO_PREFILL_GEMM=0
-// is pinned in both arms: with it set (an A/B's arm B may) the prefill
-// takes neither kernel.
+// Q6_K matrix) and no minfer_gemm_<type>; with MINFER_MMQ=0 the reverse.
+// Both outputs agree within rel L2 0.05. MINFER_NO_PREFILL_GEMM=0 is pinned
+// in both arms: with it set (an A/B's arm B may) the prefill takes neither
+// kernel.
 func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewSource(23))

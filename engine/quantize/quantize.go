@@ -106,10 +106,9 @@ func untiedSource(f *gguf.File, hp model.HParams) (*gguf.TensorInfo, error) {
 // File quantizes the GGUF model in to ftype (a name of FTypes, e.g.
 // "Q4_K_M") and writes it atomically to out. Every metadata entry of in is
 // copied; general.file_type and general.quantization_version are set.
-// With opts.Untie the token embedding is written again, last, as
-// output.weight.
 // Tensors keep their order; each is dequantized from its input type and
-// quantized row by row, in parallel, while the file is written.
+// quantized row by row, in parallel, while the file is written. With
+// opts.Untie the token embedding is written again, last, as output.weight.
 func File(in, out string, ftype string, opts Options) error {
 	ft, err := ParseFType(ftype)
 	if err != nil {
