@@ -9,16 +9,19 @@
 # Session 18's costs on the H100 (1,470 s of device time in all): a fresh machine ~30 s; cold NVRTC bench 21-25 s; the
 # whole device suite 3.7 min; an A/B on qwen2-7b ~11 min (77 s of it abtest-device's nvcc build, 202 s the suite
 # gate); the peer rows at d32128 with PEER_REPS=1 ~4 min once llama-bench is built (~6 min of CPU, second call).
-# Steps (default: embedh mmqw, ~24 min with the probe, which fits one session):
+# Steps (default: embedh mmqw prof, ~26 min with the probe, which fits one session):
 #   embedh  MINFER_EMBED_HOST A/B on qwen2-7b Q8_0, five gates. Session 18's FAILed only on liveness in parity and
 #           greedy (the trained correctness models are tied); abtest now unties them (quantize --untie).
 #   mmqw    MINFER_MMQ_WIDE_LOADS A/B on qwen2-7b Q4_K_M (issue 20; its device tests passed in session 18's probe).
+#   prof    where a 7B pp512 chunk's time goes at depth 0 and 32128 (issue 20): MINFER_OP_TIMING=1 (events around
+#           every direct launch; prefill capture off so every launch is direct), --fill zeros, both 7B files the A/Bs
+#           synthesized; per-kernel device time in prof-*.err. Not a speed claim: which kernel to work on next.
 #   peer    llama-bench beside minfer at d32128 (issue 19/20). Session 18 measured it with MINFER_EMBED_HOST=1: minfer
 #           below the reference on both files. Run it again at the defaults once the lever is on by default.
 #   r1..r10, cover  issue 25's MINFER_KERNELS A/Bs (they add the nvcc build and SASS diff, ~2.5 min).
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-embedh mmqw}"; export PROBE_RUN="${PROBE_RUN:-TestMMQDevice_BackendCensus|TestDeviceMemory|TestMMQWideLoads|EmbedHost}"
+STEPS="${STEPS:-embedh mmqw prof}"; export PROBE_RUN="${PROBE_RUN:-TestMMQDevice_BackendCensus|TestDeviceMemory|TestMMQWideLoads|EmbedHost}"
 rm -rf $D; mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -86,6 +89,15 @@ for step in $STEPS; do
         KERNELS=nvrtc OUT=$D/suite SUITE_TIMEOUT=10m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf scripts/device-suite.sh >$D/suite.out 2>&1
         echo "suite rc=$? $(tail -n 1 $D/suite.out)" ;;
     embedh) ab abembedh /tmp/wk "MINFER_EMBED_HOST" ;;
+    prof)
+        for m in $MD/qwen2-7b-Q8_0-seed1.gguf $MD/qwen2-7b-Q4_K_M-seed1.gguf; do
+            for d in 0 32128; do
+                n=prof-$(basename $m .gguf)-d$d
+                MINFER_OP_TIMING=1 MINFER_NO_PREFILL_CAPTURE=1 timeout 300 bin/minfer bench --device cuda -m $m -p 512 -n 0 \
+                    -d $d --fill zeros -c 32768 -r 2 --format json -o $D/$n.json 2>$D/$n.err
+                echo "$n rc=$? $(ts)"
+            done
+        done ;;
     *) echo "unknown step $step" ;;
     esac
 done
