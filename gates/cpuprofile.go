@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/google/pprof/profile"
@@ -44,6 +46,25 @@ type FuncHit struct {
 	Samples int64  `json:"samples"`
 }
 
+// cpuProfileReps is the profiled bench's repetitions on the CPU. The
+// profiler samples at 100 Hz: one repetition of the README's main job
+// (about 1.4 s) gave MINFER_CACHE_TYPE's f16 row loads, under 2% of the
+// time, no sample in one run (2026-12-06), a FAIL by chance. Eight give
+// such a function about ten expected samples, and a miss odds of ~e^-10.
+const cpuProfileReps = 8
+
+// withReps is bench args with its -r value set to r.
+func withReps(args []string, r int) []string {
+	out := slices.Clone(args)
+	for i := 0; i+1 < len(out); i++ {
+		if out[i] == "-r" {
+			out[i+1] = strconv.Itoa(r)
+			return out
+		}
+	}
+	return append(out, "-r", strconv.Itoa(r))
+}
+
 // cpuProfiles profiles both arms' bench and judges the rule's functions:
 // samples in them with the path on, none with it off.
 func cpuProfiles(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) *CPUProfileDetail {
@@ -67,7 +88,8 @@ func cpuProfiles(ctx context.Context, cfg Config, env *Env, d *ProfileDetail) *C
 	for _, arm := range []Arm{cfg.A, cfg.B} {
 		file := filepath.Join(cfg.TmpDir, "cpu-"+arm.Name+".pprof")
 		ap := ArmCPUProfile{Arm: arm.Name}
-		e, err := env.M.R.Run(ctx, "pprof "+arm.Name, withEnv(armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}), map[string]string{"MINFER_CPU_PROFILE": file}), profileBench(cfg, arm)...)
+		args := withReps(profileBench(cfg, arm), cpuProfileReps)
+		e, err := env.M.R.Run(ctx, "pprof "+arm.Name, withEnv(armEnv(arm, map[string]string{"MINFER_BENCH_WARMUP_MS": ProfileWarmupMS}), map[string]string{"MINFER_CPU_PROFILE": file}), args...)
 		env.Cmd("profile: pprof arm "+arm.Name, e)
 		if err == nil {
 			err = readCPUProfile(file, res, &ap)
