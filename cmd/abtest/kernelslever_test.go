@@ -61,18 +61,8 @@ func TestRunKernels_ArmBMustBeGivenAndExist(t *testing.T) {
 		{"MINFER_KERNELS", "arm B has no default: give it as --lever MINFER_KERNELS=B"},
 		{"MINFER_KERNELS=" + filepath.Join(t.TempDir(), "gone.fatbin"), "gone.fatbin"},
 	} {
-		errf := filepath.Join(t.TempDir(), "stderr")
-		f, err := os.Create(errf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved := os.Stderr
-		os.Stderr = f
-		code := run([]string{"run", "--minfer", bin, "--out", t.TempDir(), "--lever", tc.lever, "--device", "cuda", "--workload=false"})
-		os.Stderr = saved
-		f.Close()
-		msg, _ := os.ReadFile(errf)
-		if code != 2 || !strings.Contains(string(msg), tc.want) {
+		code, msg := runStderr(t, []string{"run", "--minfer", bin, "--out", t.TempDir(), "--lever", tc.lever, "--device", "cuda", "--workload=false"})
+		if code != 2 || !strings.Contains(msg, tc.want) {
 			t.Errorf("--lever %s: exit %d, stderr %q; want 2 and %q", tc.lever, code, msg, tc.want)
 		}
 	}

@@ -174,18 +174,9 @@ func TestNightlyCompare_SummaryFromBeforeWorkloadsComparesOnlyDefaultLevers(t *t
 func TestRun_OffTheDeclaredWorkloadRunsAndSaysWhichOnce(t *testing.T) {
 	bin := fakeMinfer(t)
 	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_FFN=qwen2-0.5b:Q4_K_M")
-	errf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := t.TempDir()
-	saved := os.Stderr
-	os.Stderr = errf
-	code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5",
+	code, stderr := runStderr(t, []string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5",
 		"--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
-	os.Stderr = saved
-	errf.Close()
-	stderr, _ := os.ReadFile(errf.Name())
 	ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
 	if len(ms) != 1 {
 		t.Fatalf("exit %d, %d result files:\n%s", code, len(ms), stderr)
@@ -198,7 +189,7 @@ func TestRun_OffTheDeclaredWorkloadRunsAndSaysWhichOnce(t *testing.T) {
 		t.Fatalf("the run did not run as told (ab PASS, PARTIAL exit 3): exit %d: %s", code, rec.VerdictLine)
 	}
 	want := "MINFER_NO_FUSE_FFN's path needs qwen2-0.5b:Q4_K_M; this run used minfer's embedded default model"
-	if n := strings.Count(string(stderr), want); n != 1 {
+	if n := strings.Count(stderr, want); n != 1 {
 		t.Errorf("stderr states the declared workload %d times, want once:\n%s", n, stderr)
 	}
 	if rec.Config.Lever.Workload != "qwen2-0.5b:Q4_K_M" {
@@ -214,15 +205,10 @@ func TestRun_OffTheDeclaredWorkloadRunsAndSaysWhichOnce(t *testing.T) {
 	if err := os.WriteFile(model, []byte("fake"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if errf, err = os.Create(filepath.Join(t.TempDir(), "stderr")); err != nil {
-		t.Fatal(err)
-	}
-	os.Stderr = errf
-	code, rec = runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5", "--model", model)
-	os.Stderr = saved
-	errf.Close()
-	stderr, _ = os.ReadFile(errf.Name())
-	if code != 3 || strings.Contains(string(stderr), "path needs") {
+	stderr = captureStderr(t, func() {
+		code, rec = runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_FFN", "--gates", "ab", "--rounds", "5", "--model", model)
+	})
+	if code != 3 || strings.Contains(stderr, "path needs") {
 		t.Errorf("on its workload: exit %d, stderr:\n%s", code, stderr)
 	}
 }
@@ -313,18 +299,9 @@ func TestRun_WorkloadFlagRunsOnTheDeclaredWorkload(t *testing.T) {
 		{"MINFER_NO_FUSE_FFN", filepath.Join(synth, "qwen2-tiny-Q4_K_M-seed1.gguf"), "-as-Q4_K_M.gguf", "", 12},
 		{"MINFER_NO_FUSE_QKV", "", cm, "MINFER_NO_FUSE_QKV declares no workload: --workload keeps --model and --pp", 16},
 	} {
-		errf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := t.TempDir()
-		saved := os.Stderr
-		os.Stderr = errf
-		code := run([]string{"run", "--minfer", bin, "--out", out, "--lever", c.lever, "--workload", "--synth-dir", synth,
+		code, stderr := runStderr(t, []string{"run", "--minfer", bin, "--out", out, "--lever", c.lever, "--workload", "--synth-dir", synth,
 			"--correctness-model", cm, "--gates", "ab", "--rounds", "5", "--pp", "16", "--tg", "4", "--warmup-ms", "10", "--bench-warmup-ms", "10"})
-		os.Stderr = saved
-		errf.Close()
-		stderr, _ := os.ReadFile(errf.Name())
 		ms, _ := filepath.Glob(filepath.Join(out, "*", "*.json"))
 		if code != 3 || len(ms) != 1 {
 			t.Fatalf("%s: exit %d (want 3: PARTIAL), %d records:\n%s", c.lever, code, len(ms), stderr)
@@ -339,7 +316,7 @@ func TestRun_WorkloadFlagRunsOnTheDeclaredWorkload(t *testing.T) {
 		if rec.Config.PP != c.pp || !strings.HasSuffix(rec.Config.CorrectnessModel, c.cm) {
 			t.Errorf("%s: pp %d correctness model %q, want pp %d and ...%s", c.lever, rec.Config.PP, rec.Config.CorrectnessModel, c.pp, c.cm)
 		}
-		if strings.Contains(string(stderr), "path needs") || (c.note != "" && !strings.Contains(string(stderr), c.note)) {
+		if strings.Contains(stderr, "path needs") || (c.note != "" && !strings.Contains(stderr, c.note)) {
 			t.Errorf("%s: stderr:\n%s", c.lever, stderr)
 		}
 	}
@@ -478,7 +455,14 @@ func TestRun_UntiedOnlyPathGetsTheTrainedModelUntied_ATiedRunModelCannotRun(t *t
 }
 
 // runStderr runs abtest with args and returns its exit code and stderr.
-func runStderr(t *testing.T, args []string) (int, string) {
+func runStderr(t *testing.T, args []string) (code int, stderr string) {
+	t.Helper()
+	stderr = captureStderr(t, func() { code = run(args) })
+	return code, stderr
+}
+
+// captureStderr returns what fn writes to os.Stderr.
+func captureStderr(t *testing.T, fn func()) string {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
@@ -486,9 +470,9 @@ func runStderr(t *testing.T, args []string) (int, string) {
 	}
 	saved := os.Stderr
 	os.Stderr = f
-	code := run(args)
+	fn()
 	os.Stderr = saved
 	f.Close()
 	b, _ := os.ReadFile(f.Name())
-	return code, string(b)
+	return string(b)
 }
