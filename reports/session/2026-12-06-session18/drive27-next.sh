@@ -13,7 +13,8 @@
 #   embedh  MINFER_EMBED_HOST A/B on qwen2-7b Q8_0, five gates. Session 18's FAILed only on liveness in parity and
 #           greedy (the trained correctness models are tied); abtest now unties them (quantize --untie).
 #   mmqw    MINFER_MMQ_WIDE_LOADS A/B on qwen2-7b Q4_K_M (issue 20; its device tests passed in session 18's probe).
-#   prof    where a 7B pp512 chunk's time goes at depth 0 and 32128 (issue 20): MINFER_OP_TIMING=1 (events around
+#   prof    where a 7B pp512 chunk's time goes at depth 0 and 32128, and a decode step's at 32128 (issue 20):
+#           MINFER_OP_TIMING=1 (events around
 #           every direct launch; prefill capture off so every launch is direct), --fill zeros, both 7B files the A/Bs
 #           synthesized; per-kernel device time in prof-*.err. Not a speed claim: which kernel to work on next.
 #   peer    llama-bench beside minfer at d32128 (issue 19/20). Session 18 measured it with MINFER_EMBED_HOST=1: minfer
@@ -97,7 +98,13 @@ for step in $STEPS; do
                     -d $d --fill zeros -c 32768 -r 2 --format json -o $D/$n.json 2>$D/$n.err
                 echo "$n rc=$? $(ts)"
             done
-        done ;;
+        done
+        # Decode at depth: the grouped-query re-reads (attn_decode2: one warp per query head, each re-reading its
+        # KV head's rows from L2) are the suspect; graphs off so every launch is timed.
+        n=prof-decode-qwen2-7b-Q8_0-d32128
+        MINFER_OP_TIMING=1 MINFER_NO_CUDA_GRAPH=1 timeout 300 bin/minfer bench --device cuda -m $MD/qwen2-7b-Q8_0-seed1.gguf \
+            -p 0 -n 32 -d 32128 --fill zeros -c 32768 -r 2 --format json -o $D/$n.json 2>$D/$n.err
+        echo "$n rc=$? $(ts)" ;;
     *) echo "unknown step $step" ;;
     esac
 done
