@@ -37,6 +37,10 @@ type AttnParams struct {
 	// (MINFER_ATTN_SPLITS; 0: attnDecode2MaxSplits, at most
 	// attnDecode2KernelMaxSplits): more splits put more warps on a long KV.
 	MaxSplits int
+	// Grouped runs the lean decode kernel's grouped form
+	// (MINFER_ATTN_DECODE_GQA): one block of G = NHead / NHeadKV warps per
+	// KV head, at most attnDecode2GroupMax; bitwise the same output.
+	Grouped bool
 }
 
 // attnScale is engine/cpu's default: f32(1/sqrt(hd)) in double.
@@ -128,7 +132,7 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		return nil, err
 	}
 	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
-		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits}
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA}
 	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
 	}

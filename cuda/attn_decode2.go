@@ -39,20 +39,27 @@ func attnDecode2SplitPlan(n, nsplit int) (chunk, nact int) {
 
 // attnDecode2Names[hd class][format]: hd 64, 128, any even head_dim;
 // kv.F32, F16, Q8_0.
-var attnDecode2Names = func() (n [3][3]string) {
-	for i, hd := range []string{"hd64", "hd128", "any"} {
-		for k, f := range []string{"f32", "f16", "q8_0"} {
-			n[i][k] = fmt.Sprintf("minfer_attn_decode2_%s_%s", hd, f)
+var attnDecode2Names = func() (n [2][3][3]string) {
+	for g, fam := range []string{"minfer_attn_decode2", "minfer_attn_decode2g"} {
+		for i, hd := range []string{"hd64", "hd128", "any"} {
+			for k, f := range []string{"f32", "f16", "q8_0"} {
+				n[g][i][k] = fmt.Sprintf("%s_%s_%s", fam, hd, f)
+			}
 		}
 	}
 	return n
 }()
 
+// attnDecode2GroupMax is adec2::GMAX: the most query heads per KV head the
+// grouped kernels' block (32 threads a head) takes.
+const attnDecode2GroupMax = 8
+
 // attnDecode2Geom is the launch geometry of one call.
 type attnDecode2Geom struct {
-	nsplit int // splits of the cells (grid.y)
-	gridX  int // nt * n_head
-	name   string
+	nsplit  int // splits of the cells (grid.y)
+	gridX   int // nt * n_head; grouped: nt * n_head_kv
+	threads int // block: 32; grouped: 32 * n_head / n_head_kv
+	name    string
 
 	// scratch sections (byte offsets and the total)
 	mlOff, accOff, bytes uint64
@@ -64,8 +71,12 @@ func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
 	if p.MaxSplits > 0 {
 		maxs = p.MaxSplits
 	}
-	geo := attnDecode2Geom{gridX: p.NT * p.NHead,
+	geo := attnDecode2Geom{gridX: p.NT * p.NHead, threads: attnDecode2Threads,
 		nsplit: min(maxs, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
+	grouped := 0
+	if p.Grouped {
+		geo.gridX, geo.threads, grouped = p.NT*p.NHeadKV, attnDecode2Threads*(p.NHead/p.NHeadKV), 1
+	}
 	hdClass := 2
 	switch p.HeadDim {
 	case 64:
@@ -80,7 +91,7 @@ func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
 	case kv.Q8_0:
 		fc = 2
 	}
-	geo.name = attnDecode2Names[hdClass][fc]
+	geo.name = attnDecode2Names[grouped][hdClass][fc]
 	align := func(n uint64) uint64 { return (n + attnDecodeAlign - 1) / attnDecodeAlign * attnDecodeAlign }
 	// Sized for AttnDecodeMaxNT tokens whatever p.NT is, so one scratch
 	// serves every nt (a short launch never writes over a longer one's
@@ -125,7 +136,7 @@ func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion dr
 		k.wideSplits.Add(1) // MINFER_ATTN_SPLITS's liveness: a grid past the default cap
 	}
 	return opsErr("attn_decode2", k.launch(s, geo.name, [3]uint32{uint32(geo.gridX), uint32(geo.nsplit), 1},
-		[3]uint32{attnDecode2Threads, 1, 1}, 0,
+		[3]uint32{uint32(geo.threads), 1, 1}, 0,
 		out, q, kRegion, vRegion, win, scratch.Add(geo.mlOff), scratch.Add(geo.accOff), scratch,
 		int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p),
 		int32(geo.nsplit)))
@@ -212,6 +223,10 @@ func (p AttnParams) checkDecode(format kv.Format) (rowBytes int, err error) {
 	}
 	if p.NT > AttnDecodeMaxNT {
 		return 0, opsBad("attn_decode", "%d tokens: the split-K kernel takes at most %d", p.NT, AttnDecodeMaxNT)
+	}
+	if p.Grouped && p.NHead/p.NHeadKV > attnDecode2GroupMax {
+		return 0, opsBad("attn_decode", "%d query heads per KV head: the grouped kernels (MINFER_ATTN_DECODE_GQA) take at most %d; unset it",
+			p.NHead/p.NHeadKV, attnDecode2GroupMax)
 	}
 	if p.MaxSplits < 0 || p.MaxSplits > attnDecode2KernelMaxSplits {
 		return 0, opsBad("attn_decode", "a cap of %d splits: the kernel combines at most %d", p.MaxSplits, attnDecode2KernelMaxSplits)

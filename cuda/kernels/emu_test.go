@@ -76,17 +76,20 @@ func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
 
 // The lean decode attention's combine at 128 splits (MINFER_ATTN_SPLITS):
 // one case past 64 active splits matches attention in double at both
-// caps, and a combine that weighs partials 64..127 with the first groups'
-// weights is caught. (The whole list, `adec2-emu.sh` without --quick,
+// caps, the grouped kernels (MINFER_ATTN_DECODE_GQA) equal the one-warp
+// blocks bitwise, and a combine that weighs partials 64..127 with the first
+// groups' weights, or a grouped block whose warps take another KV head's
+// query heads, is caught. (The whole list, `adec2-emu.sh` without --quick,
 // takes ~10 min here: session 11 ran it, 29 cases, worst 3.9e-8.)
 func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
 	out, code := emu(t, "adec2-emu.sh", "--quick")
 	if code != 0 || !strings.Contains(out, "ALL WITHIN 1e-3") {
 		t.Fatalf("exit %d, want 0 and ALL WITHIN 1e-3:\n%s", code, out)
 	}
-	out, code = emu(t, "adec2-emu.sh", "--plant", "combine")
-	if code != 1 {
-		t.Fatalf("planted combine: exit %d, want 1:\n%s", code, out)
+	for _, plant := range []string{"combine", "group"} {
+		if out, code = emu(t, "adec2-emu.sh", "--plant", plant); code != 1 {
+			t.Fatalf("planted %s: exit %d, want 1:\n%s", plant, code, out)
+		}
 	}
 }
 

@@ -455,6 +455,11 @@ var registry = []Lever{
 	// More warps on a long KV: the lean decode kernel's splits past 64 (each
 	// a one-warp block; 64 x 32 cells covers 2K cells, so beyond that a
 	// split's chunk grows and the GPU holds ~14 warps an SM on a 7B).
+	{Name: "MINFER_ATTN_DECODE_GQA", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
+		Doc: "1: the lean decode attention runs the G query heads of a KV head as G warps of one block (minfer_attn_decode2g_*) instead of G one-warp blocks, so the group's K / V rows come from L1 once fetched instead of from L2 G times (7B at depth 32128: ~12.9 GB of L2 reads a token); the same sums, bitwise; at most 8 query heads per KV head", ArmA: "0", ArmB: "1",
+		Workload: "qwen2-7b:Q8_0 d32128",
+		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the grouped kernels (minfer_attn_decode2g_*) only with the lever on; off, the one-warp blocks of minfer_attn_decode2_*",
+			[]string{"minfer_attn_decode2g_*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_ATTN_SPLITS", Kind: Enum, Default: "64", Values: []string{"64", "128"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
 		Doc:  "128: the lean decode attention splits a long KV range over up to 128 one-warp blocks per (token, head) instead of 64 (a context past 2,048 cells; the combine weighs up to 128 partials); not yet measured on the H200",
 		ArmA: "64", ArmB: "128", Workload: "qwen2-7b:Q8_0 d32128",
@@ -469,8 +474,8 @@ var registry = []Lever{
 		// The split-K kernel sums scores, exponentials and V in another
 		// order (per-warp partials merged with rescaling): f32 rounding only.
 		Tolerance: TolAccumOrder,
-		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (minfer_attn_decode2_*) only with the lever on; off, it runs the plain minfer_attn_f32",
-			[]string{"minfer_attn_decode2_*"}, Needs{MaxNT: 8})},
+		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (minfer_attn_decode2_* or, grouped, minfer_attn_decode2g_*) only with the lever on; off, it runs the plain minfer_attn_f32",
+			[]string{"minfer_attn_decode2*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
 		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_MMVQ_REPACK",
@@ -740,7 +745,8 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
-	AttnSplits       int // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
+	AttnSplits       int  // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
+	AttnDecodeGQA    bool // MINFER_ATTN_DECODE_GQA: its grouped blocks
 	FAPrefillTC      bool
 	MMVQRepack       bool
 	EmbedHost        bool
@@ -887,6 +893,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
+	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = on("MINFER_EMBED_HOST")

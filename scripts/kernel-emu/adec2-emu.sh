@@ -10,6 +10,8 @@
 #                     ~10 min on 2 cores: a thread per lane)
 #   --plant combine   (implies --quick) weighs the combine's partials past
 #                     64 with the wrong group's weight (must exit 1)
+#   --plant group     (implies --quick) a grouped block's warps compute the
+#                     query heads of the next KV head's group (must exit 1)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -23,6 +25,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     quick=(--quick)
     case "${2:-}" in
     combine) sed -i 's/wb = (s0 >> 5) == j ? w\[j\] : wb;/wb = (s0 >> 5) == j ? w[j \& 1] : wb;/' "$tmp/attn_decode2.cu" ;;
+    group) sed -i 's/bx = (blockIdx.x \/ n_head_kv) \* n_head + kvh \* G + /bx = (blockIdx.x \/ n_head_kv) * n_head + (kvh + 1) % n_head_kv * G + /' "$tmp/attn_decode2.cu" ;;
     *) echo "adec2-emu: unknown plant ${2:-}" >&2; exit 2 ;;
     esac
     cmp -s "$tmp/attn_decode2.cu" <(sed 's/asm volatile("prefetch.global.L1 \[%0\];" ::"l"(a));/(void)a;/' "$kern/attn_decode2.cu") && { echo "adec2-emu: the plant did not apply" >&2; exit 2; }

@@ -7,8 +7,10 @@
 // GQA 2 and 7, a window. Below 2,049 cells the two caps must agree
 // bitwise (the same chunks; the combine's extra partials weigh nothing),
 // and every launch must leave its counters at 0. The inline prefetch is
-// dropped (adec2-emu.sh strips it: a hint, no semantics). Exits 1 past
-// the bar (1e-3, the device test's).
+// dropped (adec2-emu.sh strips it: a hint, no semantics). Every case also
+// runs the grouped kernels (MINFER_ATTN_DECODE_GQA: G warps a block), which
+// must equal the one-warp blocks bitwise. Exits 1 past the bar (1e-3, the
+// device test's).
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -91,7 +93,10 @@ static Cache make_cache(int nctx, int nkv, int hd, bool f16) {
 // run launches the kernel for one token at cell start with splits capped
 // at cap (the Go geometry's nsplit); it returns the output and checks the
 // counters came back to 0.
-static std::vector<float> run(const Cache& c, int nh, int start, int window, int cap, const std::vector<float>& q, int* bad) {
+// With grouped, the MINFER_ATTN_DECODE_GQA kernels: a block of G warps
+// per KV head.
+static std::vector<float> run(const Cache& c, int nh, int start, int window, int cap, const std::vector<float>& q, int* bad,
+                              bool grouped = false) {
     const int nsplit = std::min(cap, (c.nctx + 31) / 32);
     std::vector<float> out((size_t)nh * c.hd, -7.0f), acc((size_t)nh * nsplit * c.hd);
     std::vector<float2> ml((size_t)nh * nsplit);
@@ -107,16 +112,16 @@ static std::vector<float> run(const Cache& c, int nh, int start, int window, int
         auto* o = out.data();
         const auto* qp = q.data();
         const auto *kr = c.kr.data(), *vr = c.vr.data();
-        if (c.hd == 64 && !c.f16)
-            minfer_attn_decode2_hd64_f32(o, qp, kr, vr, win, ml.data(), acc.data(), counters.data(), nh, c.nkv, c.hd, c.rb, c.nctx, window, scale, nsplit);
-        else if (c.hd == 64)
-            minfer_attn_decode2_hd64_f16(o, qp, kr, vr, win, ml.data(), acc.data(), counters.data(), nh, c.nkv, c.hd, c.rb, c.nctx, window, scale, nsplit);
-        else if (!c.f16)
-            minfer_attn_decode2_hd128_f32(o, qp, kr, vr, win, ml.data(), acc.data(), counters.data(), nh, c.nkv, c.hd, c.rb, c.nctx, window, scale, nsplit);
-        else
-            minfer_attn_decode2_hd128_f16(o, qp, kr, vr, win, ml.data(), acc.data(), counters.data(), nh, c.nkv, c.hd, c.rb, c.nctx, window, scale, nsplit);
+        auto* k = c.hd == 64 ? (c.f16 ? (grouped ? minfer_attn_decode2g_hd64_f16 : minfer_attn_decode2_hd64_f16)
+                                      : (grouped ? minfer_attn_decode2g_hd64_f32 : minfer_attn_decode2_hd64_f32))
+                             : (c.f16 ? (grouped ? minfer_attn_decode2g_hd128_f16 : minfer_attn_decode2_hd128_f16)
+                                      : (grouped ? minfer_attn_decode2g_hd128_f32 : minfer_attn_decode2_hd128_f32));
+        k(o, qp, kr, vr, win, ml.data(), acc.data(), counters.data(), nh, c.nkv, c.hd, c.rb, c.nctx, window, scale, nsplit);
     };
-    launch2(nh, nsplit, body);
+    if (grouped)
+        launch_xy(c.nkv, nsplit, body, 32 * (nh / c.nkv));
+    else
+        launch2(nh, nsplit, body);
     for (int x : counters) *bad += x != 0;
     return out;
 }
@@ -126,7 +131,7 @@ static std::vector<float> run(const Cache& c, int nh, int start, int window, int
 // cores, a thread per lane.
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    int bad = 0, cases = 0, bitwise = 0;
+    int bad = 0, cases = 0, bitwise = 0, grouped = 0;
     double worst = 0;
     for (int hd : {64, 128})
         for (bool f16 : {false, true}) {
@@ -146,6 +151,14 @@ int main(int argc, char** argv) {
                         for (auto& x : q) x = uni();
                         std::vector<float> o64 = run(c, nh, start, window, 64, q, &bad);
                         std::vector<float> o128 = run(c, nh, start, window, 128, q, &bad);
+                        // The grouped kernels (MINFER_ATTN_DECODE_GQA) change which warps share a block, not
+                        // what a warp computes: bitwise the one-warp blocks' output.
+                        std::vector<float> og = run(c, nh, start, window, 64, q, &bad, true);
+                        grouped++;
+                        if (memcmp(o64.data(), og.data(), o64.size() * 4) != 0) {
+                            fprintf(stderr, "hd%d %s G%d window %d n %d: the grouped kernel differs from the one-warp blocks\n", hd, f16 ? "f16" : "f32", G, window, n);
+                            bad++;
+                        }
                         const int first = window > 0 ? std::max(0, start - window + 1) : 0;
                         const int natt = start - first + 1;
                         for (int h = 0; h < nh; h++) {
@@ -186,7 +199,8 @@ int main(int argc, char** argv) {
                     }
             }
         }
-    printf("%d cases (each at caps 64 and 128), %d compared bitwise across caps, worst |diff| %.3g\n", cases, bitwise, worst);
+    printf("%d cases (each at caps 64 and 128), %d compared bitwise across caps, %d grouped (bitwise), worst |diff| %.3g\n", cases, bitwise,
+           grouped, worst);
     if (bad) {
         printf("FAIL: %d bad values, counters or caps\n", bad);
         return 1;

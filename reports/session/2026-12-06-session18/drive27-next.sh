@@ -9,9 +9,13 @@
 # Session 18's costs on the H100 (1,470 s of device time in all): a fresh machine ~30 s; cold NVRTC bench 21-25 s; the
 # whole device suite 3.7 min; an A/B on qwen2-7b ~11 min (77 s of it abtest-device's nvcc build, 202 s the suite
 # gate); the peer rows at d32128 with PEER_REPS=1 ~4 min once llama-bench is built (~6 min of CPU, second call).
-# Steps (default: embedh mmqw prof, ~26 min with the probe, which fits one session):
+# Steps (default: embedh gqa mmqw prof; embedh and gqa first, ~24 min with the probe; the rest as the budget allows):
 #   embedh  MINFER_EMBED_HOST A/B on qwen2-7b Q8_0, five gates. Session 18's FAILed only on liveness in parity and
 #           greedy (the trained correctness models are tied); abtest now unties them (quantize --untie).
+#   gqa     MINFER_ATTN_DECODE_GQA A/B on its workload, qwen2-7b Q8_0 at depth 32128 (issue 20: the decode kernel's
+#           query heads of a KV head as warps of one block, so their K / V rows come from L1 once fetched instead of
+#           from L2 seven times; emulator-checked bitwise in session 18, its device tests in the probe; forecast tg128
+#           at depth 32128 from ~178 to ~230-245 tok/s on the H100)
 #   mmqw    MINFER_MMQ_WIDE_LOADS A/B on qwen2-7b Q4_K_M (issue 20; its device tests passed in session 18's probe).
 #   prof    where a 7B pp512 chunk's time goes at depth 0 and 32128, and a decode step's at 32128 (issue 20):
 #           MINFER_OP_TIMING=1 (events around
@@ -22,7 +26,7 @@
 #   r1..r10, cover  issue 25's MINFER_KERNELS A/Bs (they add the nvcc build and SASS diff, ~2.5 min).
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-embedh mmqw prof}"; export PROBE_RUN="${PROBE_RUN:-TestMMQDevice_BackendCensus|TestDeviceMemory|TestMMQWideLoads|EmbedHost}"
+STEPS="${STEPS:-embedh gqa mmqw prof}"; export PROBE_RUN="${PROBE_RUN:-TestMMQDevice_BackendCensus|TestDeviceMemory|TestMMQWideLoads|EmbedHost|AttnDecodeGQA|AttnDecode2}"
 rm -rf $D; mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -77,6 +81,7 @@ for step in $STEPS; do
     r9) ab abr9 /tmp/wk-k "$K@qwen2-0.5b:MIX@with=MINFER_ONE_COPY=0" ;;
     r10) ab abr10 /tmp/wk-k "$K@qwen3-0.6b:MIX@pp2048@with=MINFER_MMQ_WIDE_LOADS=1" ;;
     mmqw) ab abmmqw /tmp/wk "MINFER_MMQ_WIDE_LOADS" ;;
+    gqa) ab abgqa /tmp/wk "MINFER_ATTN_DECODE_GQA" ;;
     cover)
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
