@@ -20,12 +20,20 @@ import (
 	"github.com/minfer-go/minfer/engine/kv"
 )
 
-// adLean is the lean kernel (attn_decode2.cu) for the shared adShape helpers.
-var adLean = adKernel{name: "attn_decode2", scratchBytes: AttnDecode2ScratchBytes,
-	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
-		return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, p)
-	},
-	counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecode2Geometry(p, f).mlOff }}
+// adLeanWith is the lean kernel (attn_decode2.cu) for the shared adShape
+// helpers, its params set by set first (a lever's setting).
+func adLeanWith(name string, set func(*AttnParams)) adKernel {
+	adj := func(p AttnParams) AttnParams { set(&p); return p }
+	return adKernel{name: name,
+		scratchBytes: func(p AttnParams, f kv.Format) (int, error) { return AttnDecode2ScratchBytes(adj(p), f) },
+		launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+			return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, adj(p))
+		},
+		counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecode2Geometry(adj(p), f).mlOff }}
+}
+
+// adLean is the lean kernel as the defaults run it.
+var adLean = adLeanWith("attn_decode2", func(*AttnParams) {})
 
 func ad2OpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
 	t.Helper()
@@ -429,19 +437,7 @@ func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *t
 }
 
 // adLean128 is the lean kernel under MINFER_ATTN_SPLITS=128.
-var adLean128 = adKernel{name: "attn_decode2 (128 splits)",
-	scratchBytes: func(p AttnParams, f kv.Format) (int, error) {
-		p.MaxSplits = attnDecode2KernelMaxSplits
-		return AttnDecode2ScratchBytes(p, f)
-	},
-	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
-		p.MaxSplits = attnDecode2KernelMaxSplits
-		return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, p)
-	},
-	counterBytes: func(p AttnParams, f kv.Format) uint64 {
-		p.MaxSplits = attnDecode2KernelMaxSplits
-		return attnDecode2Geometry(p, f).mlOff
-	}}
+var adLean128 = adLeanWith("attn_decode2 (128 splits)", func(p *AttnParams) { p.MaxSplits = attnDecode2KernelMaxSplits })
 
 // The cap of splits (MINFER_ATTN_SPLITS): 64 unless the params ask for up
 // to the kernel's 128; the grid, the scratch and the split rule follow

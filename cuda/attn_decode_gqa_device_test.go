@@ -6,17 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/kv"
 )
 
 // adLeanGQA is the lean kernel's grouped form (MINFER_ATTN_DECODE_GQA).
-var adLeanGQA = adKernel{name: "attn_decode2 (grouped)", scratchBytes: AttnDecode2ScratchBytes,
-	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
-		p.Grouped = true
-		return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, p)
-	},
-	counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecode2Geometry(p, f).mlOff }}
+var adLeanGQA = adLeanWith("attn_decode2 (grouped)", func(p *AttnParams) { p.Grouped = true })
 
 // TestAttnDecodeGQADevice_BitwiseTheOneWarpBlocks: the grouped kernels
 // change which warps share a block, not what a warp computes, so their
