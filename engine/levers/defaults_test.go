@@ -1,4 +1,4 @@
-package levers
+package levers_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,10 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+
+	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/report"
 )
 
 // fiveGates are the gates a PASS must have run to make a path the default
@@ -36,22 +40,10 @@ var grandfathered = map[string]string{
 	"MINFER_NO_PREFILL_CAPTURE": "no report committed",
 }
 
-// reportRef is what defaultEvidence reads of an abtest report's JSON.
-type reportRef struct {
-	Lever   string `json:"lever"`
-	Verdict string `json:"verdict"`
-	Config  struct {
-		B struct {
-			Value string `json:"value"`
-		} `json:"b"`
-		Gates []string `json:"gates"`
-	} `json:"config"`
-}
-
 var reportsDirRE = regexp.MustCompile(`reports/(MINFER_[A-Z0-9_]+)`)
 
 // defaultOn: arm B, the lever's path, is what runs when nothing is set.
-func defaultOn(l Lever) bool {
+func defaultOn(l levers.Lever) bool {
 	return l.HasArms() && l.Reserved == "" && l.ArmB != "" && l.Default == l.ArmB
 }
 
@@ -59,7 +51,7 @@ func defaultOn(l Lever) bool {
 // reports/ folder) that makes l's default: a PASS of all five gates for l
 // with arm B at the default value, in the folder its DefaultSince names
 // (else reports/<name>) or the nightly's. "" and why not when there is none.
-func defaultEvidence(l Lever, root string) (report, why string) {
+func defaultEvidence(l levers.Lever, root string) (rep, why string) {
 	dir := l.Name
 	if m := reportsDirRE.FindStringSubmatch(l.DefaultSince); m != nil {
 		dir = m[1]
@@ -73,9 +65,8 @@ func defaultEvidence(l Lever, root string) (report, why string) {
 	}
 	seen := 0
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		var r reportRef
-		if err != nil || json.Unmarshal(b, &r) != nil || r.Verdict == "" {
+		r, err := report.ReadJSON(f)
+		if err != nil || r.Verdict == "" { // not an abtest record (a calibration, a perf table)
 			continue
 		}
 		seen++
@@ -83,7 +74,8 @@ func defaultEvidence(l Lever, root string) (report, why string) {
 		for _, g := range fiveGates {
 			all = all && slices.Contains(r.Config.Gates, g)
 		}
-		if r.Lever == l.Name && r.Verdict == "PASS" && all && r.Config.B.Value == l.Default {
+		// A mutated run's PASS is a mutation no gate caught: no evidence.
+		if r.Lever == l.Name && r.Verdict == gates.VerdictPass && r.Mutate == "" && all && r.B == l.Default {
 			return f, ""
 		}
 	}
@@ -101,7 +93,7 @@ func TestRegistry_EveryDefaultRestsOnACommittedFiveGatePASS(t *testing.T) {
 		t.Skipf("no reports folder beside the module: %v", err)
 	}
 	n := 0
-	for _, l := range All() {
+	for _, l := range levers.All() {
 		if !defaultOn(l) {
 			if _, old := grandfathered[l.Name]; old {
 				t.Errorf("%s is grandfathered but its path is not the default", l.Name)
@@ -126,37 +118,39 @@ func TestRegistry_EveryDefaultRestsOnACommittedFiveGatePASS(t *testing.T) {
 }
 
 // TestDefaultEvidence_RefusesFailsFewerGatesAndOtherValues: the check
-// itself can fail: a FAIL, a PASS of four gates, a PASS of another lever or
-// of another B value are no evidence; a five-gate PASS at the default is.
+// itself can fail: a FAIL, a PASS of four gates, a mutated run's PASS, a
+// PASS of another lever or of another B value are no evidence; a five-gate
+// PASS at the default is.
 func TestDefaultEvidence_RefusesFailsFewerGatesAndOtherValues(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "MINFER_X")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l := Lever{Name: "MINFER_X", Default: "1", DefaultSince: "reports/MINFER_X"}
-	write := func(name, lever, verdict, b string, gates []string) {
-		var r reportRef
-		r.Lever, r.Verdict, r.Config.B.Value, r.Config.Gates = lever, verdict, b, gates
-		data, _ := json.Marshal(r)
+	l := levers.Lever{Name: "MINFER_X", Default: "1", DefaultSince: "reports/MINFER_X"}
+	write := func(name, lever, verdict, b, mutate string, gs []string) {
+		var r gates.Record
+		r.Lever, r.Verdict, r.B, r.Mutate, r.Config.Gates = lever, verdict, b, mutate, gs
+		data, _ := json.Marshal(&r)
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("fail.json", "MINFER_X", "FAIL", "1", fiveGates)
-	write("four.json", "MINFER_X", "PASS", "1", fiveGates[:4])
-	write("other.json", "MINFER_Y", "PASS", "1", fiveGates)
-	write("value.json", "MINFER_X", "PASS", "0", fiveGates)
+	write("fail.json", "MINFER_X", "FAIL", "1", "", fiveGates)
+	write("four.json", "MINFER_X", "PASS", "1", "", fiveGates[:4])
+	write("mutated.json", "MINFER_X", "PASS", "1", "slow_decode=0.03", fiveGates)
+	write("other.json", "MINFER_Y", "PASS", "1", "", fiveGates)
+	write("value.json", "MINFER_X", "PASS", "0", "", fiveGates)
 	if rep, why := defaultEvidence(l, root); rep != "" || why == "" {
 		t.Fatalf("accepted %q", rep)
 	}
-	write("pass.json", "MINFER_X", "PASS", "1", fiveGates)
+	write("pass.json", "MINFER_X", "PASS", "1", "", fiveGates)
 	if rep, why := defaultEvidence(l, root); filepath.Base(rep) != "pass.json" {
 		t.Fatalf("refused the five-gate PASS: %s", why)
 	}
 	// A kill switch (no DefaultSince) is looked for in its own folder and
 	// the nightly's.
-	ks := Lever{Name: "MINFER_NO_X", Default: "0"}
+	ks := levers.Lever{Name: "MINFER_NO_X", Default: "0"}
 	if rep, _ := defaultEvidence(ks, root); rep != "" {
 		t.Fatalf("accepted %q for a lever with no reports", rep)
 	}
@@ -164,11 +158,11 @@ func TestDefaultEvidence_RefusesFailsFewerGatesAndOtherValues(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write("n.json", "MINFER_NO_X", "PASS", "0", fiveGates)
+	write("n.json", "MINFER_NO_X", "PASS", "0", "", fiveGates)
 	if rep, why := defaultEvidence(ks, root); filepath.Base(rep) != "n.json" {
 		t.Fatalf("refused the nightly's five-gate PASS: %s", why)
 	}
-	if _, why := defaultEvidence(Lever{Name: "MINFER_X", DefaultSince: "c40de5a"}, root); why == "" {
+	if _, why := defaultEvidence(levers.Lever{Name: "MINFER_X", DefaultSince: "c40de5a"}, root); why == "" {
 		t.Error("a DefaultSince without a reports folder was accepted")
 	}
 }

@@ -239,10 +239,13 @@ func (s *setup) correctnessFor(ctx context.Context, cms []string, model, dir str
 		return "", "", err
 	}
 	typ := mi.FileType
-	if typ == "" { // unknown: the untie keeps the trained model's type
-		typ = "Q8_0"
-		if ci, err := s.info(ctx, cm); err == nil && ci.FileType != "" {
-			typ = ci.FileType
+	if typ == "" { // unknown (only an untie gets here): it keeps the trained model's type
+		ci, err := s.info(ctx, cm)
+		if err != nil {
+			return "", "", err
+		}
+		if typ = ci.FileType; typ == "" {
+			return "", "", fmt.Errorf("%s and %s name no file type: no type to write the untied copy in", filepath.Base(cm), filepath.Base(model))
 		}
 	}
 	args, sfx, why := []string{"quantize", cm}, "", "the run's weight type"
