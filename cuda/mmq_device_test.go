@@ -365,11 +365,26 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 
 // mmqLevers parses the environment without any MINFER_MMQ or
 // MINFER_ONE_COPY setting (these tests name the GGUF kernels; the repacked
-// ones are onecopy_device_test.go's), plus extra.
+// ones are onecopy_device_test.go's), plus extra. A setting the environment
+// holds for a lever whose Requires an extra contradicts is dropped too: an
+// A/B's arm B runs the suite with MINFER_MMQ_WIDE_LOADS=1, which the backend
+// refuses beside the MINFER_MMQ=0 of an off arm.
 func mmqLevers(t *testing.T, extra ...string) levers.Config {
 	t.Helper()
+	var drop []string
+	for _, l := range levers.All() {
+		for _, r := range l.Requires {
+			name, want, _ := strings.Cut(r, "=")
+			for _, x := range extra {
+				if n, v, _ := strings.Cut(x, "="); n == name && v != want {
+					drop = append(drop, l.Name+"=")
+				}
+			}
+		}
+	}
 	env := slices.DeleteFunc(os.Environ(), func(e string) bool {
-		return strings.HasPrefix(e, "MINFER_MMQ=") || strings.HasPrefix(e, "MINFER_ONE_COPY=")
+		return strings.HasPrefix(e, "MINFER_MMQ=") || strings.HasPrefix(e, "MINFER_ONE_COPY=") ||
+			slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(e, p) })
 	})
 	cfg, err := levers.Parse(append(env, extra...))
 	if err != nil {
@@ -497,5 +512,21 @@ func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMMQLevers_OffArmDropsSettingsThatNeedTheMMQ: the helper the census
+// tests build their arms with runs under an A/B's arm B environment
+// (MINFER_MMQ_WIDE_LOADS=1 in session 19's suite gate, which failed on it):
+// its MINFER_MMQ=0 arm must come out a configuration the backend accepts,
+// and its MMQ arm must keep the setting under test.
+func TestMMQLevers_OffArmDropsSettingsThatNeedTheMMQ(t *testing.T) {
+	t.Setenv("MINFER_MMQ_WIDE_LOADS", "1")
+	off := mmqLevers(t, "MINFER_MMQ=0")
+	if err := mmqWideConflict(off); err != nil || off.MMQWideLoads {
+		t.Errorf("MINFER_MMQ=0 arm: wide %v, conflict %v; want the wide setting dropped", off.MMQWideLoads, err)
+	}
+	if on := mmqLevers(t, "MINFER_NO_PREFILL_GEMM=0"); !on.MMQWideLoads || mmqWideConflict(on) != nil {
+		t.Errorf("MMQ arm: wide %v, conflict %v; want the setting kept and accepted", on.MMQWideLoads, mmqWideConflict(on))
 	}
 }
