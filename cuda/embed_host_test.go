@@ -21,8 +21,11 @@ const embdBytes = 152064 * 3584 / 32 * 34
 // its repacked copy, which nothing reads, is gone either way); on
 // qwen2-0.5b (tied: the logits matmul reads the table) nothing moves.
 func TestPlan_EmbedHostMovesOnlyTheUntiedEmbeddingOutOfDeviceMemory(t *testing.T) {
-	off := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_MMVQ_REPACK=1")
+	off := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_MMVQ_REPACK=1", "MINFER_EMBED_HOST=0")
 	on := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_MMVQ_REPACK=1", "MINFER_EMBED_HOST=1")
+	if def := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_MMVQ_REPACK=1"); def != on {
+		t.Errorf("the default plan differs from MINFER_EMBED_HOST=1's (on by default):\n%+v\n%+v", def, on)
+	}
 	if on.HostMapped != embdBytes || off.HostMapped != 0 {
 		t.Errorf("host-mapped: on %d, off %d; want %d (the embedding) and 0", on.HostMapped, off.HostMapped, uint64(embdBytes))
 	}
@@ -48,11 +51,12 @@ func TestPlan_EmbedHostMovesOnlyTheUntiedEmbeddingOutOfDeviceMemory(t *testing.T
 	}
 }
 
-// TestPlan_GatheredEmbeddingHasNoRepackedCopy: with two copies,
-// the untied embedding (read only by the gather, from its GGUF bytes) gets
-// none: the derived class is the other Q8_0 matrices only.
+// TestPlan_GatheredEmbeddingHasNoRepackedCopy: with two copies and the
+// table on the device, the untied embedding (read only by the gather, from
+// its GGUF bytes) gets none: the derived class is the other Q8_0 matrices
+// only.
 func TestPlan_GatheredEmbeddingHasNoRepackedCopy(t *testing.T) {
-	p := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=0")
+	p := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMVQ_REPACK=1", "MINFER_ONE_COPY=0", "MINFER_EMBED_HOST=0")
 	if p.Weights-p.Derived < embdBytes || p.Weights-p.Derived > embdBytes+8<<20 {
 		t.Errorf("weights %d, derived %d: the difference should be the %d-byte embedding and the f32 vectors", p.Weights, p.Derived, uint64(embdBytes))
 	}
