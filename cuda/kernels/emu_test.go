@@ -93,6 +93,26 @@ func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
 	}
 }
 
+// The grouped decode attention (MINFER_ATTN_DECODE_GQA) stages each tile of
+// its KV head's rows in shared memory with cp.async: on f32 hd 64 and f16
+// hd 128 at G 7, and q8_0 and f16 rows of the any class whose spans start
+// mid-chunk at G 8, over more tiles than stages, it equals the one-warp
+// blocks bitwise; a tile read one group before its copies land, and staged
+// rows read from their chunk's start, are each caught. (`--grouped-full`,
+// every format, class, G 1 / 2 / 7 / 8 and four ranges, passed in session
+// 19: reports/MINFER_ATTN_DECODE_GQA.)
+func TestKernelEmulator_GroupedDecodeStagesRowsBitwise(t *testing.T) {
+	out, code := emu(t, "adec2-emu.sh", "--grouped")
+	if code != 0 || !strings.Contains(out, "GROUPED BITWISE") {
+		t.Fatalf("exit %d, want 0 and GROUPED BITWISE:\n%s", code, out)
+	}
+	for _, plant := range []string{"stagewait", "stagealign"} {
+		if out, code := emu(t, "adec2-emu.sh", "--plant", plant); code != 1 || !strings.Contains(out, "differs") {
+			t.Fatalf("planted %s: exit %d, want 1 with a run that differs:\n%s", plant, code, out)
+		}
+	}
+}
+
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
 // waited for, and spans whose last 16-byte chunk is not copied, are each
 // caught (exit 1); so is a repacked Q8_0 unit that reads its neighbour's d.

@@ -126,11 +126,112 @@ static std::vector<float> run(const Cache& c, int nh, int start, int window, int
     return out;
 }
 
+// Grouped-only check (--grouped; the CI runs it): every KV format (f32,
+// f16, q8_0) and head_dim class (64, 128, any: 76 or 80 with rows that are
+// not 16-byte multiples, so staged spans start mid-chunk), G 1, 2, 7 and
+// 8, ranges of one split, of more tiles than stages with a partial last
+// one, of 13 splits and a window: the grouped kernels' output must equal
+// the one-warp blocks' bitwise (their shared-memory staging changes where
+// a warp reads its rows, never what it computes).
+typedef void (*Kern)(float*, const float*, const uint8_t*, const uint8_t*, const int*, float2*, float*, int*, int, int, int,
+                     long long, int, int, float, int);
+static Kern kern(int hd, int fmt, bool grouped) {
+    static const Kern k[2][3][3] = {
+        {{minfer_attn_decode2_hd64_f32, minfer_attn_decode2_hd64_f16, minfer_attn_decode2_hd64_q8_0},
+         {minfer_attn_decode2_hd128_f32, minfer_attn_decode2_hd128_f16, minfer_attn_decode2_hd128_q8_0},
+         {minfer_attn_decode2_any_f32, minfer_attn_decode2_any_f16, minfer_attn_decode2_any_q8_0}},
+        {{minfer_attn_decode2g_hd64_f32, minfer_attn_decode2g_hd64_f16, minfer_attn_decode2g_hd64_q8_0},
+         {minfer_attn_decode2g_hd128_f32, minfer_attn_decode2g_hd128_f16, minfer_attn_decode2g_hd128_q8_0},
+         {minfer_attn_decode2g_any_f32, minfer_attn_decode2g_any_f16, minfer_attn_decode2g_any_q8_0}}};
+    return k[grouped][hd == 64 ? 0 : hd == 128 ? 1 : 2][fmt];
+}
+
+static int grouped_check(bool full) {
+    int bad = 0, runs = 0;
+    for (int fmt : {0, 1, 2})
+        for (int hd : {64, 128, 0}) {
+            const int nkv = hd == 0 ? (fmt == 2 ? 2 : 3) : 2;
+            if (hd == 0) hd = fmt == 2 ? 80 : 76; // rows of 170 (q8_0), 912 / 456 bytes: spans start mid-chunk
+            const int nctx = 400;
+            const long long rb = fmt == 0 ? 4LL * nkv * hd : fmt == 1 ? 2LL * nkv * hd : (long long)nkv * hd / 32 * 34;
+            // Rows in one buffer per region; the regions 16-byte aligned (the launcher's check).
+            std::vector<uint4> kbuf((nctx * rb + 15) / 16), vbuf(kbuf.size());
+            uint8_t *kr = reinterpret_cast<uint8_t*>(kbuf.data()), *vr = reinterpret_cast<uint8_t*>(vbuf.data());
+            for (long long i = 0; i < nctx * rb; i++) {
+                if (fmt == 2 && i % 34 < 2) { // a q8_0 block's f16 scale: small, positive
+                    const __half d = __float2half(0.01f + 0.02f * (float)(rng() % 100) / 100.0f);
+                    memcpy(kr + i, reinterpret_cast<const uint8_t*>(&d.x) + i % 34, 1);
+                    memcpy(vr + i, reinterpret_cast<const uint8_t*>(&d.x) + i % 34, 1);
+                } else if (fmt == 1 && i % 2 == 1) { // an f16 high byte: |x| < 2, no inf / NaN
+                    kr[i] = (uint8_t)((rng() & 0x83) | 0x30), vr[i] = (uint8_t)((rng() & 0x83) | 0x30);
+                } else if (fmt == 0 && i % 4 == 3) { // an f32 high byte: the same
+                    kr[i] = (uint8_t)((rng() & 0x80) | 0x3e), vr[i] = (uint8_t)((rng() & 0x80) | 0x3e);
+                } else {
+                    kr[i] = (uint8_t)rng(), vr[i] = (uint8_t)rng();
+                }
+            }
+            // (n, window, nsplit): one split; 3 splits of 134 cells (more tiles than
+            // stages, a partial last one); 13 splits and the combine; a window.
+            struct Case { int n, window, nsplit; };
+            for (int G : {1, 2, 7, 8})
+                for (Case cs : {Case{40, 0, 13}, Case{nctx, 0, 3}, Case{nctx, 0, 13}, Case{380, 150, 13}}) {
+                    // Without full (the CI's, ~30 s): 3 splits of 134 cells on f32 hd 64 and f16 hd 128 at G 7
+                    // (the 7B's), q8_0 and f16 of the any class at G 8 (spans mid-chunk); full: every
+                    // format, class, G and range (~15 min here: a thread per lane).
+                    const bool ci = cs.nsplit == 3 && G == (hd == 64 || hd == 128 ? 7 : 8) &&
+                                    ((fmt == 0 && hd == 64) || (fmt == 1 && hd == 128) || (fmt == 2 && hd == 80) || (fmt == 1 && hd == 76));
+                    if (!full && !ci) continue;
+                    const int n = cs.n, window = cs.window, nsplit = cs.nsplit;
+                    const int nh = G * nkv, start = n - 1;
+                    std::vector<float> q((size_t)nh * hd);
+                    for (auto& x : q) x = uni();
+                    int win[2] = {start, start + 1};
+                    g_ranges.clear();
+                    g_ranges.push_back({kr, (size_t)(nctx * rb)});
+                    g_ranges.push_back({vr, (size_t)(nctx * rb)});
+                    g_ranges.push_back({q.data(), q.size() * 4});
+                    g_ranges.push_back({win, sizeof win});
+                    std::vector<float> out[2];
+                    for (int g = 0; g < 2; g++) {
+                        out[g].assign((size_t)nh * hd, -7.0f);
+                        std::vector<float> acc((size_t)nh * nsplit * hd);
+                        std::vector<float2> ml((size_t)nh * nsplit);
+                        std::vector<int> counters(nh, 0);
+                        auto body = [&] {
+                            kern(hd, fmt, g)(out[g].data(), q.data(), kr, vr, win, ml.data(), acc.data(), counters.data(), nh, nkv, hd,
+                                             rb, nctx, window, 1.0f / sqrtf((float)hd), nsplit);
+                        };
+                        if (g) launch_xy(nkv, nsplit, body, 32 * G);
+                        else launch2(nh, nsplit, body);
+                        for (int x : counters) bad += x != 0;
+                    }
+                    runs++;
+                    if (getenv("ADEC2_EMU_TRACE")) fprintf(stderr, "fmt %d hd %d G %d n %d\n", fmt, hd, G, n);
+                    bool nan = false;
+                    for (float x : out[0]) nan |= std::isnan(x) || x == -7.0f;
+                    if (nan || memcmp(out[0].data(), out[1].data(), out[0].size() * 4) != 0) {
+                        fprintf(stderr, "fmt %d hd %d nkv %d G %d n %d window %d nsplit %d: grouped differs from one-warp blocks (or NaN / unwritten)\n",
+                                fmt, hd, nkv, G, n, window, nsplit);
+                        bad++;
+                    }
+                    if (bad) { // the first failing run is enough (the emulation is slow)
+                        printf("FAIL: grouped run %d differs or left counters\n", runs);
+                        return 1;
+                    }
+                }
+        }
+    printf("%d grouped runs over f32 / f16 / q8_0, head_dim 64 / 128 / any, %s\n", runs,
+           full ? "G 1 / 2 / 7 / 8, four ranges each" : "4 of them at G 7 / 8, 3 splits of 134 cells");
+    printf("GROUPED BITWISE\n");
+    return 0;
+}
+
 // --quick: one case past 64 active splits (head_dim 64, f32, GQA 2; for
 // the planted-defect check and CI): the whole list takes ~10 min on 2
 // cores, a thread per lane.
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    if (argc > 1 && strncmp(argv[1], "--grouped", 9) == 0) return grouped_check(strcmp(argv[1], "--grouped-full") == 0);
     int bad = 0, cases = 0, bitwise = 0, grouped = 0;
     double worst = 0;
     for (int hd : {64, 128})
