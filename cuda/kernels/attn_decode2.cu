@@ -1,10 +1,10 @@
-// attn_decode2.cu: the lean split-K decode attention (lever
-// MINFER_ATTN_DECODE_V2=1, launcher cuda/launch_attn2.go), the same
-// semantics as minfer_attn_f32 and minfer_attn_decode_*: the query of token
-// t sits at cell win[0] + t and attends to cells [max(0, cell - window + 1),
-// cell] (window 0: from cell 0); query head h reads KV head h / G; score =
-// dot(q, k) * scale; out = softmax(scores) . V. A start < 0 or a cell >=
-// n_ctx gives a NaN row.
+// attn_decode2.cu: the lean split-K decode attention (the default decode
+// attention since MINFER_ATTN_DECODE_V2 retired; launcher
+// cuda/attn_decode2.go), the same semantics as minfer_attn_f32 and
+// minfer_attn_decode_*: the query of token t sits at cell win[0] + t and
+// attends to cells [max(0, cell - window + 1), cell] (window 0: from cell
+// 0); query head h reads KV head h / G; score = dot(q, k) * scale; out =
+// softmax(scores) . V. A start < 0 or a cell >= n_ctx gives a NaN row.
 //
 // Why another kernel: attn_decode.cu measured 7.2 us per call at 600 cells
 // (0.2% of the copy ceiling, 166 registers, 5.5% occupancy): a latency
@@ -15,9 +15,10 @@
 // Geometry. Grid (nt * n_head, nsplit), 32 threads: block x is one (token,
 // query head), block y one split of the cells; the block is one warp. Query
 // heads of a GQA group are separate blocks (more warps in flight; the group
-// re-reads the same K/V rows, from L2). The grouped form (decode's GROUPED)
-// makes a group one block that stages the rows in shared memory. The grid depends on n_ctx and the
-// shapes only (nsplit = min(cap, ceil(n_ctx / SPLIT)), the cap 64 or, with
+// re-reads the same K/V rows, from L2); the grouped form (decode's GROUPED)
+// makes a group one block that stages the rows in shared memory. The grid
+// depends on n_ctx and the shapes only (nsplit = min(cap, ceil(n_ctx /
+// SPLIT)), the cap 64 or, with
 // MINFER_ATTN_SPLITS=128, up to MAXS), never on the KV
 // length: the window is read from device memory, so a captured graph
 // replays with fresh cells. The run-time split rule over the attended n:
@@ -53,7 +54,7 @@
 // exponentials and p * v per slot in cell order, merged with rescaling;
 // normalised at the end. A KV element reads exactly as kv_elem.
 //
-// Scratch (cuda/launch_attn2.go): counters int[AttnDecodeMaxNT * n_head]
+// Scratch (cuda/attn_decode2.go): counters int[AttnDecodeMaxNT * n_head]
 // (zero between launches), part_ml float2[grid.x][nsplit], part_acc
 // float[grid.x][nsplit][hd].
 #include "common.cuh"
@@ -313,7 +314,7 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     }
     const long long first = window > 0 ? max(0LL, cell - window + 1) : 0LL;
     const int n = (int)(cell - first + 1);
-    // The run-time split rule (launch_attn2.go attnDecode2SplitPlan mirrors
+    // The run-time split rule (attn_decode2.go attnDecode2SplitPlan mirrors
     // it): chunk >= ceil(n / nsplit), so nact <= nsplit = gridDim.y.
     const int chunk = n <= SINGLE ? n : max((n + nsplit - 1) / nsplit, SPLIT);
     const int nact = (n + chunk - 1) / chunk;
