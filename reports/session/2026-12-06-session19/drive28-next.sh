@@ -92,7 +92,7 @@ for step in $STEPS; do
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
         peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done; echo "$(tail -n 1 $D/llama-build.log)"
-        PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=${PEER_REPS:-2} PERF_TIMEOUT=1200 \
+        PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=${PEER_REPS:-1} PERF_TIMEOUT=1200 \
             OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
         echo "perf rc=$? $(ts)" ;;
     suite)
