@@ -80,15 +80,21 @@ func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
 // blocks bitwise, and a combine that weighs partials 64..127 with the first
 // groups' weights, or a grouped block whose warps take another KV head's
 // query heads, is caught. (The whole list, `adec2-emu.sh` without --quick,
-// takes ~10 min here: session 11 ran it, 29 cases, worst 3.9e-8.)
+// takes ~25 min here: session 19 ran it, 29 cases, worst 3.9e-8.)
 func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
-	out, code := emu(t, "adec2-emu.sh", "--quick")
-	if code != 0 || !strings.Contains(out, "ALL WITHIN 1e-3") {
-		t.Fatalf("exit %d, want 0 and ALL WITHIN 1e-3:\n%s", code, out)
+	emuPassesAndCatches(t, "adec2-emu.sh", "--quick", "ALL WITHIN 1e-3", "FAIL", "combine", "group")
+}
+
+// emuPassesAndCatches runs script in mode (exit 0, its output naming pass)
+// and then with each plant (exit 1, its output naming caught).
+func emuPassesAndCatches(t *testing.T, script, mode, pass, caught string, plants ...string) {
+	t.Helper()
+	if out, code := emu(t, script, mode); code != 0 || !strings.Contains(out, pass) {
+		t.Fatalf("%s %s: exit %d, want 0 and %q:\n%s", script, mode, code, pass, out)
 	}
-	for _, plant := range []string{"combine", "group"} {
-		if out, code = emu(t, "adec2-emu.sh", "--plant", plant); code != 1 {
-			t.Fatalf("planted %s: exit %d, want 1:\n%s", plant, code, out)
+	for _, plant := range plants {
+		if out, code := emu(t, script, "--plant", plant); code != 1 || !strings.Contains(out, caught) {
+			t.Fatalf("planted %s: exit %d, want 1 and %q:\n%s", plant, code, caught, out)
 		}
 	}
 }
@@ -102,15 +108,7 @@ func TestKernelEmulator_DecodeAttentionCombineAt128Splits(t *testing.T) {
 // every format, class, G 1 / 2 / 7 / 8 and four ranges, passed in session
 // 19: reports/MINFER_ATTN_DECODE_GQA.)
 func TestKernelEmulator_GroupedDecodeStagesRowsBitwise(t *testing.T) {
-	out, code := emu(t, "adec2-emu.sh", "--grouped")
-	if code != 0 || !strings.Contains(out, "GROUPED BITWISE") {
-		t.Fatalf("exit %d, want 0 and GROUPED BITWISE:\n%s", code, out)
-	}
-	for _, plant := range []string{"stagewait", "stagealign"} {
-		if out, code := emu(t, "adec2-emu.sh", "--plant", plant); code != 1 || !strings.Contains(out, "differs") {
-			t.Fatalf("planted %s: exit %d, want 1 with a run that differs:\n%s", plant, code, out)
-		}
-	}
+	emuPassesAndCatches(t, "adec2-emu.sh", "--grouped", "GROUPED BITWISE", "differs", "stagewait", "stagealign")
 }
 
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
