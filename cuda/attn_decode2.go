@@ -129,13 +129,6 @@ func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion dr
 		return fmt.Errorf("attn_decode2: %w", err)
 	}
 	geo := attnDecode2Geometry(p, format)
-	// The grouped kernels stage rows from the 16-byte chunk that holds a
-	// span's first byte: a region that starts mid-chunk would have them
-	// read before it.
-	if p.Grouped && (uint64(kRegion)%16 != 0 || uint64(vRegion)%16 != 0) {
-		return opsBad("attn_decode2", "K / V regions at %#x / %#x: the grouped kernels (MINFER_ATTN_DECODE_GQA) need 16-byte alignment",
-			uint64(kRegion), uint64(vRegion))
-	}
 	if scratch == 0 || uint64(scratchBytes) < geo.bytes {
 		return opsBad("attn_decode2", "scratch of %d bytes at %#x, the shape needs %d", scratchBytes, uint64(scratch), geo.bytes)
 	}

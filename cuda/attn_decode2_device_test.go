@@ -335,8 +335,6 @@ func TestAttnDecode2Launcher_RefusesBadCallsAndLaysScratchOutForEveryNT(t *testi
 	}
 	nine := good
 	nine.NT = 9
-	grouped := good
-	grouped.Grouped = true
 	for _, c := range []struct {
 		name, want string
 		err        error
@@ -344,8 +342,6 @@ func TestAttnDecode2Launcher_RefusesBadCallsAndLaysScratchOutForEveryNT(t *testi
 		{"nine tokens", "at most 8", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, nine)},
 		{"short scratch", "needs", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, p0, need-1, good)},
 		{"no scratch", "needs", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, 0, need, good)},
-		{"grouped, K region mid-chunk", "16-byte alignment", k.AttentionDecode2(nil, p0, p0, p0+8, p0, kv.F16, p0, p0, need, grouped)},
-		{"grouped, V region mid-chunk", "16-byte alignment", k.AttentionDecode2(nil, p0, p0, p0, p0+2, kv.F16, p0, p0, need, grouped)},
 		{"bad head_dim", "head_dim 130", k.AttentionDecode2(nil, p0, p0, p0, p0, kv.F16, p0, p0, need, AttnParams{NT: 1, NHead: 2, NHeadKV: 1, HeadDim: 130, NCtx: 64})},
 	} {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || !strings.Contains(c.err.Error(), "attn_decode2") {

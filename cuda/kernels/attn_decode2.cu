@@ -15,10 +15,8 @@
 // Geometry. Grid (nt * n_head, nsplit), 32 threads: block x is one (token,
 // query head), block y one split of the cells; the block is one warp. Query
 // heads of a GQA group are separate blocks (more warps in flight; the group
-// re-reads the same K/V rows, from L2); the grouped form (decode's GROUPED)
-// makes a group one block that stages the rows in shared memory. The grid
-// depends on n_ctx and the shapes only (nsplit = min(cap, ceil(n_ctx /
-// SPLIT)), the cap 64 or, with
+// re-reads the same K/V rows, from L2). The grid depends on n_ctx and the
+// shapes only (nsplit = min(cap, ceil(n_ctx / SPLIT)), the cap 64 or, with
 // MINFER_ATTN_SPLITS=128, up to MAXS), never on the KV
 // length: the window is read from device memory, so a captured graph
 // replays with fresh cells. The run-time split rule over the attended n:
@@ -58,7 +56,6 @@
 // (zero between launches), part_ml float2[grid.x][nsplit], part_acc
 // float[grid.x][nsplit][hd].
 #include "common.cuh"
-#include "cpasync.cuh"
 
 namespace adec2 {
 constexpr int THREADS = 32;   // one warp per block
@@ -70,8 +67,6 @@ constexpr int NW = MAXS / 32; // partials per lane in the combine
 constexpr int SPLIT = 32;     // fewest cells per active split once the range is split
 constexpr int SINGLE = 64;    // attended ranges up to this many cells take one split
 constexpr int PFCELLS = 64;   // cells of a chunk prefetched to L1 up front
-constexpr int STAGES = 4;     // grouped kernels: tiles of K / V in shared memory, STAGES - 1 in flight
-constexpr int TILEBYTES = 8704; // grouped kernels: about this many bytes of K + V a tile
 static_assert(MAXS % 32 == 0 && MAXS <= 128 && SINGLE >= SPLIT, "split rule and combine weights");
 
 // Lay is the lane layout of a head_dim class (HD 0: any even head_dim).
@@ -97,36 +92,27 @@ __device__ __forceinline__ int elem(int lis, int i) {
     else return 2 * (lis + 32 * (i >> 1)) + (i & 1);
 }
 
-// ld reads through the read-only cache from global memory or, for a row
-// staged in shared memory (SH), with a plain load.
-template <bool SH, class T>
-__device__ __forceinline__ T ld(const T* p) {
-    if constexpr (SH) return *p;
-    else return __ldg(p);
-}
-
 // load_raw reads the lane's elements of a KV head (element offset off) of
-// one row as raw bits; pairs beyond the head (HD 0) read as zeros. With SH
-// the row is a staged copy in shared memory.
-template <int HD, int FMT, bool SH = false>
+// one row as raw bits; pairs beyond the head (HD 0) read as zeros.
+template <int HD, int FMT>
 __device__ __forceinline__ void load_raw(unsigned int (&r)[Raw<HD, FMT>::NR], const uint8_t* __restrict__ row, int off,
                                          int lis, int half) {
     if constexpr (HD > 0) {
         const int e = off + lis * 8;
         if constexpr (FMT == mops::KV_F32) {
             const uint4* p = reinterpret_cast<const uint4*>(row) + (e >> 2);
-            const uint4 a = ld<SH>(p), b = ld<SH>(p + 1);
+            const uint4 a = __ldg(p), b = __ldg(p + 1);
             r[0] = a.x, r[1] = a.y, r[2] = a.z, r[3] = a.w, r[4] = b.x, r[5] = b.y, r[6] = b.z, r[7] = b.w;
         } else if constexpr (FMT == mops::KV_F16) {
-            const uint4 a = ld<SH>(reinterpret_cast<const uint4*>(row + 2 * (long long)e));
+            const uint4 a = __ldg(reinterpret_cast<const uint4*>(row + 2 * (long long)e));
             r[0] = a.x, r[1] = a.y, r[2] = a.z, r[3] = a.w;
         } else {
             // q8_0 blocks are 34 bytes: only 2-byte alignment is known.
             const uint8_t* blk = row + (e / mops::Q8_0_LEN) * mops::Q8_0_BYTES;
             const unsigned short* qs = reinterpret_cast<const unsigned short*>(blk + 2 + (e % mops::Q8_0_LEN));
-            r[0] = (unsigned int)ld<SH>(qs) | ((unsigned int)ld<SH>(qs + 1) << 16);
-            r[1] = (unsigned int)ld<SH>(qs + 2) | ((unsigned int)ld<SH>(qs + 3) << 16);
-            r[2] = ld<SH>(reinterpret_cast<const unsigned short*>(blk));
+            r[0] = (unsigned int)__ldg(qs) | ((unsigned int)__ldg(qs + 1) << 16);
+            r[1] = (unsigned int)__ldg(qs + 2) | ((unsigned int)__ldg(qs + 3) << 16);
+            r[2] = __ldg(reinterpret_cast<const unsigned short*>(blk));
         }
     } else {
 #pragma unroll
@@ -135,16 +121,16 @@ __device__ __forceinline__ void load_raw(unsigned int (&r)[Raw<HD, FMT>::NR], co
             const int e = off + 2 * pr;
             if constexpr (FMT == mops::KV_F32) {
                 float2 x = make_float2(0.0f, 0.0f);
-                if (pr < half) x = ld<SH>(reinterpret_cast<const float2*>(row) + (e >> 1));
+                if (pr < half) x = __ldg(reinterpret_cast<const float2*>(row) + (e >> 1));
                 r[2 * j] = __float_as_uint(x.x), r[2 * j + 1] = __float_as_uint(x.y);
             } else if constexpr (FMT == mops::KV_F16) {
-                r[j] = pr < half ? ld<SH>(reinterpret_cast<const unsigned int*>(row) + (e >> 1)) : 0u;
+                r[j] = pr < half ? __ldg(reinterpret_cast<const unsigned int*>(row) + (e >> 1)) : 0u;
             } else {
                 unsigned int w = 0u;
                 if (pr < half) {
                     const uint8_t* blk = row + (e / mops::Q8_0_LEN) * mops::Q8_0_BYTES;
-                    const unsigned int d = ld<SH>(reinterpret_cast<const unsigned short*>(blk));
-                    const unsigned int qq = ld<SH>(reinterpret_cast<const unsigned short*>(blk + 2 + (e % mops::Q8_0_LEN)));
+                    const unsigned int d = __ldg(reinterpret_cast<const unsigned short*>(blk));
+                    const unsigned int qq = __ldg(reinterpret_cast<const unsigned short*>(blk + 2 + (e % mops::Q8_0_LEN)));
                     w = qq | (d << 16);
                 }
                 r[j] = w;
@@ -184,64 +170,6 @@ __device__ __forceinline__ void cvt(const unsigned int (&r)[Raw<HD, FMT>::NR], f
     }
 }
 
-// Stage is the shared-memory tiling of the grouped kernels: SROW bytes a
-// staged row (the KV head's span, at most 15 bytes of the 16-byte chunk
-// before it, in 16-byte chunks) and T cells a tile, a multiple of the
-// cells a pass takes (so a pass never straddles two tiles).
-template <int HD, int FMT>
-struct Stage {
-    static constexpr int SPAN = FMT == mops::KV_F32 ? 4 * (HD > 0 ? HD : 128)
-                              : FMT == mops::KV_F16 ? 2 * (HD > 0 ? HD : 128)
-                                                    : (HD > 0 ? HD / 32 : 5) * 34; // any hd: up to 5 blocks
-    static constexpr int SROW = 16 * ((SPAN + 15 + 15) / 16);
-    static constexpr int CPP = ((HD > 0 && FMT == mops::KV_F32) ? 2 : 4) * Lay<HD>::SLOTS;
-    static constexpr int T = CPP * ((TILEBYTES / (2 * SROW)) / CPP > 0 ? (TILEBYTES / (2 * SROW)) / CPP : 1);
-    static_assert(STAGES * 2 * T * SROW <= 48 * 1024, "static shared memory");
-};
-
-// pass_step scores the slot's B cells of the pass at pb (raw K in kr, V in
-// vr; a cell at or past cnt scores -inf) and folds them into the slot's
-// online softmax (m, l, acc). Both kernel forms run it, so a grouped
-// block's warp computes exactly the one-warp block's sums.
-template <int HD, int FMT, int B>
-__device__ __forceinline__ void pass_step(const unsigned int (&kr)[B][Raw<HD, FMT>::NR],
-                                          const unsigned int (&vr)[B][Raw<HD, FMT>::NR], int pb, int cnt, int slot,
-                                          const float (&qv)[Lay<HD>::NE], float scale, float& m, float& l,
-                                          float (&acc)[Lay<HD>::NE]) {
-    constexpr int NE = Lay<HD>::NE, LPC = Lay<HD>::LPC, SLOTS = Lay<HD>::SLOTS;
-    float s[B];
-#pragma unroll
-    for (int b = 0; b < B; b++) {
-        float x[NE];
-        cvt<HD, FMT>(kr[b], x);
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NE; i++) d = fmaf(qv[i], x[i], d);
-#pragma unroll
-        for (int o = LPC / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        s[b] = pb + b * SLOTS + slot < cnt ? __fmul_rn(d, scale) : -INFINITY;
-    }
-    float mx = m;
-#pragma unroll
-    for (int b = 0; b < B; b++) mx = fmaxf(mx, s[b]);
-    if (mx != -INFINITY) { // slot-uniform: a slot past the chunk's end has nothing yet
-        const float corr = expf(m - mx); // m = -inf: 0
-        l = __fmul_rn(l, corr);
-#pragma unroll
-        for (int i = 0; i < NE; i++) acc[i] = __fmul_rn(acc[i], corr);
-#pragma unroll
-        for (int b = 0; b < B; b++) {
-            const float p = expf(s[b] - mx); // a cell past the end: 0
-            l = __fadd_rn(l, p);
-            float v[NE];
-            cvt<HD, FMT>(vr[b], v);
-#pragma unroll
-            for (int i = 0; i < NE; i++) acc[i] = fmaf(p, v[i], acc[i]);
-        }
-        m = mx;
-    }
-}
-
 // prefetch_span asks L1 for the 128-byte lines of bytes [b0, b1) of a row
 // (a hint: the loads that follow are the same either way).
 __device__ __forceinline__ void prefetch_span(const uint8_t* row, int b0, int b1) {
@@ -253,15 +181,15 @@ __device__ __forceinline__ void prefetch_span(const uint8_t* row, int b0, int b1
 // GROUPED (MINFER_ATTN_DECODE_GQA: minfer_attn_decode2g_*) a block is the
 // G = n_head / n_head_kv warps of one KV head's query heads: warp w of
 // block (t * n_head_kv + kvh, split) is query head kvh * G + w of token t.
-// Each warp does exactly the one-warp block's work (the same cells, passes,
-// order and sums: the output is bitwise the ungrouped kernel's), but the
-// block copies each tile of the KV head's K / V rows into shared memory
-// once (cp.async, STAGES - 1 tiles ahead) and its warps read them there, so
-// a row leaves L2 once per block instead of once per query head: 7B at
-// depth 32128 reads ~12.9 GB of K / V from L2 a token the one-warp way
-// (~2.3 ms of a 5.6 ms token on the H100, session 19's profile). Session
-// 18's first grouped form left the sharing to L1 (loads of the same rows
-// at about the same time): tg128 at depth 32128 +4.4% only.
+// Each warp does exactly the one-warp block's work (the same cells, order
+// and sums: the output is bitwise the ungrouped kernel's), but the group
+// reads each K / V row on one SM at about the same time, so the rows come
+// from L1 once the first warp has fetched them instead of from L2 G times
+// (7B at depth 32128: ~12.9 GB of L2 reads a token, ~2 ms; session 18).
+// Measured: tg128 at depth 32128 x1.044 (PASS). A form that staged each
+// tile in shared memory with cp.async measured x0.938 (FAIL): both forms
+// issue ~60 instructions per cell and query head, and the staged one ran
+// 256 blocks at 2 an SM (reports/MINFER_ATTN_DECODE_GQA/NOTE.md).
 template <int HD, int FMT, bool GROUPED>
 __device__ __forceinline__ void decode(float* __restrict__ out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                        const uint8_t* __restrict__ vreg, const int* __restrict__ win,
@@ -332,97 +260,72 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         b0 = off / mops::Q8_0_LEN * mops::Q8_0_BYTES;
         b1 = (off + hd + mops::Q8_0_LEN - 1) / mops::Q8_0_LEN * mops::Q8_0_BYTES;
     }
+    for (int c = lane; c < min(cnt, PFCELLS) && (!GROUPED || threadIdx.x < 32); c += THREADS) { // grouped: warp 0 for all
+        prefetch_span(kreg + (c_lo + c) * row_bytes, b0, b1);
+        prefetch_span(vreg + (c_lo + c) * row_bytes, b0, b1);
+    }
+
+    // load_pass fills the raw K and V of pass cells pb .. pb + CPP - 1
+    // (this slot's B of them); cells past the chunk read as zeros.
+    auto load_pass = [&](int pb, unsigned int (&kr)[B][NR], unsigned int (&vr)[B][NR]) {
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int c = pb + b * SLOTS + slot;
+            if (c < cnt) {
+                load_raw<HD, FMT>(kr[b], kreg + (c_lo + c) * row_bytes, off, lis, half);
+                load_raw<HD, FMT>(vr[b], vreg + (c_lo + c) * row_bytes, off, lis, half);
+            } else {
+#pragma unroll
+                for (int w = 0; w < NR; w++) kr[b][w] = 0u, vr[b][w] = 0u;
+            }
+        }
+    };
+
     float m = -INFINITY, l = 0.0f, acc[NE];
 #pragma unroll
     for (int i = 0; i < NE; i++) acc[i] = 0.0f;
-    if constexpr (GROUPED) {
-        // The block's G warps copy each tile of K / V rows (the KV head's span
-        // of each) into shared memory once, STAGES - 1 tiles ahead with
-        // cp.async; every warp then reads its cells from there. A staged row
-        // keeps its global address's offset mod 16 (it starts at the 16-byte
-        // chunk holding the span's first byte), so every load_raw alignment
-        // holds in shared memory as it does in global memory. The launcher
-        // checks that both regions are 16-byte aligned: no chunk starts
-        // before them, and none reads past a span (src bytes stop at b1).
-        using St = Stage<HD, FMT>;
-        constexpr int T = St::T, SROW = St::SROW, NCH = SROW / 16;
-        static_assert(T % CPP == 0 && St::CPP == CPP, "a pass lies within one tile");
-        __shared__ uint4 smv[STAGES * 2 * T * SROW / 16]; // uint4: 16-byte aligned
-        auto sm = reinterpret_cast<uint8_t (*)[2][T][SROW]>(smv);
-        const int el0 = FMT == mops::KV_Q8_0 ? off / mops::Q8_0_LEN * mops::Q8_0_LEN : off; // elements before b0
-        const int ntiles = (cnt + T - 1) / T;
-        auto stage = [&](int tile) {
-            const int c0 = tile * T, rows = min(T, cnt - c0);
-            for (int i = threadIdx.x; i < 2 * rows * NCH; i += blockDim.x) {
-                const int kv = i / (rows * NCH), r = i % (rows * NCH) / NCH, ch = i % NCH;
-                const uint8_t* rp = (kv ? vreg : kreg) + (c_lo + c0 + r) * row_bytes;
-                const uint8_t* src = rp + b0 - ((size_t)(rp + b0) & 15) + 16 * ch;
-                const long long left = (long long)(rp + b1 - src);
-                if (left > 0) minfer_cp_async16(&sm[tile % STAGES][kv][r][16 * ch], src, (int)min(left, 16LL));
-            }
-        };
+    unsigned int kr[B][NR], vr[B][NR];
+    load_pass(0, kr, vr);
+    for (int pb = 0; pb < cnt; pb += CPP) { // warp-uniform trip count
+        unsigned int kn[B][NR], vn[B][NR];
+        const bool more = pb + CPP < cnt;
+        if (more) load_pass(pb + CPP, kn, vn);
+        float s[B];
 #pragma unroll
-        for (int t0 = 0; t0 < STAGES - 1; t0++) {
-            if (t0 < ntiles) stage(t0);
-            minfer_cp_async_commit(); // empty groups keep the count uniform
-        }
-        for (int it = 0; it < ntiles; it++) {
-            minfer_cp_async_wait<STAGES - 2>();
-            __syncthreads(); // tile it landed for all; tile it - 1's buffer is free
-            if (it + STAGES - 1 < ntiles) stage(it + STAGES - 1);
-            minfer_cp_async_commit();
-            const int c0 = it * T, buf = it % STAGES;
-            for (int pb = c0; pb < min(cnt, c0 + T); pb += CPP) { // warp-uniform; the passes of the one-warp form
-                unsigned int kr[B][NR], vr[B][NR];
+        for (int b = 0; b < B; b++) {
+            float x[NE];
+            cvt<HD, FMT>(kr[b], x);
+            float d = 0.0f;
 #pragma unroll
-                for (int b = 0; b < B; b++) {
-                    const int c = pb + b * SLOTS + slot;
-                    if (c < cnt) {
-                        const long long ro = (c_lo + c) * row_bytes + b0;
-                        load_raw<HD, FMT, true>(kr[b], &sm[buf][0][c - c0][(size_t)(kreg + ro) & 15], off - el0, lis, half);
-                        load_raw<HD, FMT, true>(vr[b], &sm[buf][1][c - c0][(size_t)(vreg + ro) & 15], off - el0, lis, half);
-                    } else {
+            for (int i = 0; i < NE; i++) d = fmaf(qv[i], x[i], d);
 #pragma unroll
-                        for (int w = 0; w < NR; w++) kr[b][w] = 0u, vr[b][w] = 0u;
-                    }
-                }
-                pass_step<HD, FMT, B>(kr, vr, pb, cnt, slot, qv, scale, m, l, acc);
-            }
+            for (int o = LPC / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            s[b] = pb + b * SLOTS + slot < cnt ? __fmul_rn(d, scale) : -INFINITY;
         }
-    } else {
-        for (int c = lane; c < min(cnt, PFCELLS); c += THREADS) {
-            prefetch_span(kreg + (c_lo + c) * row_bytes, b0, b1);
-            prefetch_span(vreg + (c_lo + c) * row_bytes, b0, b1);
-        }
-
-        // load_pass fills the raw K and V of pass cells pb .. pb + CPP - 1
-        // (this slot's B of them); cells past the chunk read as zeros.
-        auto load_pass = [&](int pb, unsigned int (&kr)[B][NR], unsigned int (&vr)[B][NR]) {
+        float mx = m;
+#pragma unroll
+        for (int b = 0; b < B; b++) mx = fmaxf(mx, s[b]);
+        if (mx != -INFINITY) { // slot-uniform: a slot past the chunk's end has nothing yet
+            const float corr = expf(m - mx); // m = -inf: 0
+            l = __fmul_rn(l, corr);
+#pragma unroll
+            for (int i = 0; i < NE; i++) acc[i] = __fmul_rn(acc[i], corr);
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                const int c = pb + b * SLOTS + slot;
-                if (c < cnt) {
-                    load_raw<HD, FMT>(kr[b], kreg + (c_lo + c) * row_bytes, off, lis, half);
-                    load_raw<HD, FMT>(vr[b], vreg + (c_lo + c) * row_bytes, off, lis, half);
-                } else {
+                const float p = expf(s[b] - mx); // a cell past the end: 0
+                l = __fadd_rn(l, p);
+                float v[NE];
+                cvt<HD, FMT>(vr[b], v);
 #pragma unroll
-                    for (int w = 0; w < NR; w++) kr[b][w] = 0u, vr[b][w] = 0u;
-                }
+                for (int i = 0; i < NE; i++) acc[i] = fmaf(p, v[i], acc[i]);
             }
-        };
-        unsigned int kr[B][NR], vr[B][NR];
-        load_pass(0, kr, vr);
-        for (int pb = 0; pb < cnt; pb += CPP) { // warp-uniform trip count
-            unsigned int kn[B][NR], vn[B][NR];
-            const bool more = pb + CPP < cnt;
-            if (more) load_pass(pb + CPP, kn, vn);
-            pass_step<HD, FMT, B>(kr, vr, pb, cnt, slot, qv, scale, m, l, acc);
-            if (more) {
+            m = mx;
+        }
+        if (more) {
 #pragma unroll
-                for (int b = 0; b < B; b++)
+            for (int b = 0; b < B; b++)
 #pragma unroll
-                    for (int w = 0; w < NR; w++) kr[b][w] = kn[b][w], vr[b][w] = vn[b][w];
-            }
+                for (int w = 0; w < NR; w++) kr[b][w] = kn[b][w], vr[b][w] = vn[b][w];
         }
     }
 

@@ -99,16 +99,14 @@ func emuPassesAndCatches(t *testing.T, script, mode, pass, caught string, plants
 	}
 }
 
-// The grouped decode attention (MINFER_ATTN_DECODE_GQA) stages each tile of
-// its KV head's rows in shared memory with cp.async: on f32 hd 64 and f16
-// hd 128 at G 7, and q8_0 and f16 rows of the any class whose spans start
-// mid-chunk at G 8, over more tiles than stages, it equals the one-warp
-// blocks bitwise; a tile read one group before its copies land, and staged
-// rows read from their chunk's start, are each caught. (`--grouped-full`,
-// every format, class, G 1 / 2 / 7 / 8 and four ranges, passed in session
-// 19: reports/MINFER_ATTN_DECODE_GQA.)
-func TestKernelEmulator_GroupedDecodeStagesRowsBitwise(t *testing.T) {
-	emuPassesAndCatches(t, "adec2-emu.sh", "--grouped", "GROUPED BITWISE", "differs", "stagewait", "stagealign")
+// The grouped decode attention (MINFER_ATTN_DECODE_GQA) equals the
+// one-warp blocks bitwise on f32 hd 64 and f16 hd 128 at G 7, and q8_0 and
+// f16 rows of the any class at G 8; a grouped block whose warps take
+// another KV head's query heads is caught. (`--grouped-full`, every
+// format, class, G 1 / 2 / 7 / 8 and four ranges: session 20 ran it on
+// this form, reports/MINFER_ATTN_DECODE_GQA.)
+func TestKernelEmulator_GroupedDecodeEqualsOneWarpBlocks(t *testing.T) {
+	emuPassesAndCatches(t, "adec2-emu.sh", "--grouped", "GROUPED BITWISE", "differs", "ggroup")
 }
 
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are

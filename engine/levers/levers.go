@@ -456,7 +456,7 @@ var registry = []Lever{
 	// a one-warp block; 64 x 32 cells covers 2K cells, so beyond that a
 	// split's chunk grows and the GPU holds ~14 warps an SM on a 7B).
 	{Name: "MINFER_ATTN_DECODE_GQA", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
-		Doc: "1: the lean decode attention runs the G query heads of a KV head as G warps of one block (minfer_attn_decode2g_*) instead of G one-warp blocks; the block stages its KV head's K / V rows in shared memory (cp.async, tiles ahead), so a row leaves L2 once instead of G times (7B at depth 32128: ~12.9 GB of L2 reads a token); the same sums, bitwise; at most 8 query heads per KV head, K / V regions 16-byte aligned", ArmA: "0", ArmB: "1",
+		Doc: "1: the lean decode attention runs the G query heads of a KV head as G warps of one block (minfer_attn_decode2g_*) instead of G one-warp blocks, so the group's K / V rows come from L1 once fetched instead of from L2 G times (7B at depth 32128: ~12.9 GB of L2 reads a token); the same sums, bitwise; at most 8 query heads per KV head (a form that staged the rows in shared memory lost: reports/MINFER_ATTN_DECODE_GQA)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-7b:Q8_0 d32128",
 		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the grouped kernels (minfer_attn_decode2g_*) only with the lever on; off, the one-warp blocks of minfer_attn_decode2_*",
 			[]string{"minfer_attn_decode2g_*"}, Needs{MaxNT: 8})},

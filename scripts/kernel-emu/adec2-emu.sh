@@ -12,14 +12,11 @@
 #                     64 with the wrong group's weight (must exit 1)
 #   --plant group     (implies --quick) a grouped block's warps compute the
 #                     query heads of the next KV head's group (must exit 1)
+#   --plant ggroup    the same defect under --grouped (must exit 1)
 #   --grouped         the grouped kernels (MINFER_ATTN_DECODE_GQA) against the
 #                     one-warp blocks, bitwise, over every KV format and
 #                     head_dim class (4 runs, ~35 s; --grouped-full: all 144,
 #                     ~15 min)
-#   --plant stagewait (implies --grouped) a grouped tile read one cp.async
-#                     group before its copies land (must exit 1)
-#   --plant stagealign (implies --grouped) staged rows read from their chunk's
-#                     start instead of the span's offset in it (must exit 1)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -31,12 +28,10 @@ quick=()
 [[ "${1:-}" == "--quick" || "${1:-}" == "--grouped" || "${1:-}" == "--grouped-full" ]] && quick=("$1")
 if [[ "${1:-}" == "--plant" ]]; then
     quick=(--quick)
-    [[ "${2:-}" == stage* ]] && quick=(--grouped)
+    [[ "${2:-}" == ggroup ]] && quick=(--grouped)
     case "${2:-}" in
     combine) sed -i 's/wb = (s0 >> 5) == j ? w\[j\] : wb;/wb = (s0 >> 5) == j ? w[j \& 1] : wb;/' "$tmp/attn_decode2.cu" ;;
-    group) sed -i 's/bx = (blockIdx.x \/ n_head_kv) \* n_head + kvh \* G + /bx = (blockIdx.x \/ n_head_kv) * n_head + (kvh + 1) % n_head_kv * G + /' "$tmp/attn_decode2.cu" ;;
-    stagewait) sed -i 's/minfer_cp_async_wait<STAGES - 2>();/minfer_cp_async_wait<STAGES - 1>();/' "$tmp/attn_decode2.cu" ;;
-    stagealign) sed -i 's/\[(size_t)(\([kv]\)reg + ro) \& 15\]/[0]/g' "$tmp/attn_decode2.cu" ;;
+    group | ggroup) sed -i 's/bx = (blockIdx.x \/ n_head_kv) \* n_head + kvh \* G + /bx = (blockIdx.x \/ n_head_kv) * n_head + (kvh + 1) % n_head_kv * G + /' "$tmp/attn_decode2.cu" ;;
     *) echo "adec2-emu: unknown plant ${2:-}" >&2; exit 2 ;;
     esac
     cmp -s "$tmp/attn_decode2.cu" <(sed 's/asm volatile("prefetch.global.L1 \[%0\];" ::"l"(a));/(void)a;/' "$kern/attn_decode2.cu") && { echo "adec2-emu: the plant did not apply" >&2; exit 2; }

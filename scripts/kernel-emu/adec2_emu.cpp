@@ -128,11 +128,10 @@ static std::vector<float> run(const Cache& c, int nh, int start, int window, int
 
 // Grouped-only check (--grouped; the CI runs it): every KV format (f32,
 // f16, q8_0) and head_dim class (64, 128, any: 76 or 80 with rows that are
-// not 16-byte multiples, so staged spans start mid-chunk), G 1, 2, 7 and
-// 8, ranges of one split, of more tiles than stages with a partial last
-// one, of 13 splits and a window: the grouped kernels' output must equal
-// the one-warp blocks' bitwise (their shared-memory staging changes where
-// a warp reads its rows, never what it computes).
+// not 16-byte multiples), G 1, 2, 7 and 8, ranges of one split, of 3
+// splits of 134 cells, of 13 splits and a window: the grouped kernels'
+// output must equal the one-warp blocks' bitwise (grouping changes which
+// warps share a block, never what a warp computes).
 typedef void (*Kern)(float*, const float*, const uint8_t*, const uint8_t*, const int*, float2*, float*, int*, int, int, int,
                      long long, int, int, float, int);
 static Kern kern(int hd, int fmt, bool grouped) {
