@@ -106,9 +106,6 @@ func New(opts Options) (*Backend, error) {
 	if err := oneCopyConflict(opts.Levers); err != nil {
 		return nil, err
 	}
-	if err := mmqWideConflict(opts.Levers); err != nil {
-		return nil, err
-	}
 	if line := oneCopyYielded(opts.Levers); line != "" {
 		logf("%s", line)
 	}
@@ -120,7 +117,7 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
-			MMQAsync: opts.Levers.MMQAsync, MMQWide: opts.Levers.MMQWideLoads,
+			MMQAsync: opts.Levers.MMQAsync,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).

@@ -427,10 +427,7 @@ type MatMulOptions struct {
 	// MMQAsync (MINFER_MMQ_ASYNC) runs the MMQ kernels' async variants
 	// (minfer_mmq_<type>_async[_r64]: a stage's bytes staged in shared
 	// memory by cp.async one stage ahead), bitwise the plain ones.
-	MMQAsync bool
-	// MMQWide (MINFER_MMQ_WIDE_LOADS) runs the Q4_K / Q5_K MMQ kernels'
-	// 16-byte-load forms (minfer_mmq_<t>w[_r64]), bitwise the plain ones.
-	MMQWide     bool
+	MMQAsync    bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
 	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the

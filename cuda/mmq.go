@@ -7,10 +7,8 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
-	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -113,17 +111,10 @@ type mmqPlan struct {
 	// repacked: the weight is the repacked copy (MINFER_ONE_COPY):
 	// minfer_mmq_<t>r, Q8_0 and Q6_K only, no async variant.
 	repacked bool
-	// wide: a Q4_K / Q5_K weight is read with 16-byte loads
-	// (MINFER_MMQ_WIDE_LOADS): minfer_mmq_<t>w, no async variant; other
-	// types are not affected.
-	wide bool
 }
 
 // mmqTableR names the MMQ kernels over the repacked copy (mmqPlan.repacked).
 var mmqTableR = map[quant.Type]string{quant.Q8_0: "minfer_mmq_q8_0r", quant.Q6_K: "minfer_mmq_q6_kr"}
-
-// mmqTableW names the 16-byte-load MMQ kernels (mmqPlan.wide).
-var mmqTableW = map[quant.Type]string{quant.Q4_K: "minfer_mmq_q4_kw", quant.Q5_K: "minfer_mmq_q5_kw"}
 
 // mmqPlanFor picks the tile and split-K of an n x kDim weight over nt
 // tokens on a device of sms SMs: a pure function of the shape (so a
@@ -154,13 +145,8 @@ func mmqPlanFor(n, nt, kDim, sms int) mmqPlan {
 // kernel).
 func (p mmqPlan) kernel(wtype quant.Type) string {
 	name, ok := mmqTable[wtype]
-	_, wideType := mmqTableW[wtype]
-	switch {
-	case p.repacked:
+	if p.repacked {
 		name, ok = mmqTableR[wtype]
-	case p.wide && wideType:
-		name = mmqTableW[wtype]
-		ok = !p.async
 	}
 	if !ok || (p.repacked && p.async) {
 		return ""
@@ -206,16 +192,19 @@ func MMQScratchBytes(kDim, nt, n, sms int) uint64 {
 	return act
 }
 
-// mmqWeightAlign is the byte alignment the MMQ kernel of wtype needs for
-// the weight pointer: its 32-bit loads read 4-byte words of the 20 / 24 /
-// 144 / 176-byte blocks, 2-byte halves of the others; the wide-load
-// kernels' 16-byte loads need 16 (their blocks are 16-byte multiples).
-func mmqWeightAlign(wtype quant.Type, wide bool) uint64 {
-	if _, ok := mmqTableW[wtype]; ok && wide {
-		return 16
-	}
+// mmqWeightAlign is the byte alignment the MMQ kernel of wtype (its async
+// variant when async) needs for the weight pointer: the plain Q4_K / Q5_K
+// kernels read their quants with 16-byte loads (the blocks, 144 and 176
+// bytes, are 16-byte multiples), their async variants and Q4_1 / Q5_1
+// 4-byte words, the others 2-byte halves.
+func mmqWeightAlign(wtype quant.Type, async bool) uint64 {
 	switch wtype {
-	case quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q5_K:
+	case quant.Q4_K, quant.Q5_K:
+		if !async {
+			return 16
+		}
+		return 4
+	case quant.Q4_1, quant.Q5_1:
 		return 4
 	}
 	return 2
@@ -255,7 +244,7 @@ func (k *Kernels) checkMMQ(name string, w driver.DevicePtr, wtype quant.Type, nt
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: activation scratch %v of %d bytes (needs %d bytes, 4-byte aligned)",
 			name, nt, kDim, n, opts.MMQAct, opts.MMQActBytes, need)
 	}
-	if a := mmqWeightAlign(wtype, opts.MMQWide && !opts.MMQAsync); uint64(w)%a != 0 {
+	if a := mmqWeightAlign(wtype, opts.MMQAsync); uint64(w)%a != 0 {
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: weight pointer %v is not %d-byte aligned", name, nt, kDim, n, w, a)
 	}
 	if gy := (nt + mmqToks - 1) / mmqToks; gy > maxGridY {
@@ -269,7 +258,7 @@ func (k *Kernels) checkMMQ(name string, w driver.DevicePtr, wtype quant.Type, nt
 func (k *Kernels) runMMQ(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, repacked bool, bias driver.DevicePtr,
 	nt, kDim, n int, opts MatMulOptions) error {
 	p := mmqPlanFor(n, nt, kDim, k.dev.Attr.SMCount)
-	p.async, p.repacked, p.wide = opts.MMQAsync, repacked, opts.MMQWide
+	p.async, p.repacked = opts.MMQAsync, repacked
 	name := p.kernel(wtype)
 	if name == "" {
 		return fmt.Errorf("matmul %s nt=%d k=%d n=%d: no MMQ kernel (repacked=%v async=%v)", wtype, nt, kDim, n, repacked, p.async)
@@ -410,15 +399,4 @@ func (b *Backend) runPreQ8(nt int, m matmulPlan) error {
 		return b.k.MatMulPreQ8_1R(b.s, m.out, m.w.rp, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
 	}
 	return b.k.MatMulPreQ8_1(b.s, m.out, m.w.ptr, m.w.typ, m.bias, nt, m.w.rowLen, m.w.rows, b.mm)
-}
-
-// mmqWideConflict refuses MINFER_MMQ_WIDE_LOADS=1 where its Requires do not
-// hold: with MINFER_MMQ_ASYNC=1 (the wide-load kernels have no async form)
-// or with the MMQ off, the lever would switch nothing that was asked for.
-func mmqWideConflict(lv levers.Config) error {
-	if bad := lv.Unmet("MINFER_MMQ_WIDE_LOADS"); lv.MMQWideLoads && len(bad) > 0 {
-		return fmt.Errorf("cuda: MINFER_MMQ_WIDE_LOADS=1 runs the plain MMQ kernels' 16-byte-load forms, and %s: unset those or MINFER_MMQ_WIDE_LOADS",
-			strings.Join(bad, ", "))
-	}
-	return nil
 }

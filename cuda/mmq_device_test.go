@@ -367,8 +367,9 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 // MINFER_ONE_COPY setting (these tests name the GGUF kernels; the repacked
 // ones are onecopy_device_test.go's), plus extra. A setting the environment
 // holds for a lever whose Requires an extra contradicts is dropped too: an
-// A/B's arm B runs the suite with MINFER_MMQ_WIDE_LOADS=1, which the backend
-// refuses beside the MINFER_MMQ=0 of an off arm.
+// A/B's arm B runs the suite with its lever set (session 19:
+// MINFER_MMQ_WIDE_LOADS=1, which the backend refused beside the MINFER_MMQ=0
+// of an off arm; MINFER_MMQ_ASYNC=1 would switch nothing there).
 func mmqLevers(t *testing.T, extra ...string) levers.Config {
 	t.Helper()
 	var drop []string
@@ -435,7 +436,7 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 			t.Logf("%s: MMQ=%v census %v (path %s)", c.name, on, census, MatMulPath(wt, nt, dev.MatMulOptions()))
 			// The Backend's weight is its one copy (repacked) where MINFER_ONE_COPY holds.
 			p := mmqPlanFor(m, nt, k, dev.dev.Attr.SMCount)
-			p.async, p.wide = dev.MatMulOptions().MMQAsync, dev.MatMulOptions().MMQWide
+			p.async = dev.MatMulOptions().MMQAsync
 			p.repacked = dev.oneCopyWanted(w)
 			mk := p.kernel(wt)
 			if on != (census[mk] > 0) || on == (census[matmulTable[wt].gemm] > 0) {
@@ -516,17 +517,57 @@ func TestMMQDevice_FusedOpsQuantizeOnceBitwiseEqualUnfused(t *testing.T) {
 }
 
 // TestMMQLevers_OffArmDropsSettingsThatNeedTheMMQ: the helper the census
-// tests build their arms with runs under an A/B's arm B environment
-// (MINFER_MMQ_WIDE_LOADS=1 in session 19's suite gate, which failed on it):
-// its MINFER_MMQ=0 arm must come out a configuration the backend accepts,
-// and its MMQ arm must keep the setting under test.
+// tests build their arms with runs under an A/B's arm B environment (session
+// 19's suite gate failed on MINFER_MMQ_WIDE_LOADS=1, since retired; here
+// MINFER_MMQ_ASYNC=1, whose Requires name MINFER_MMQ=1 too): its
+// MINFER_MMQ=0 arm must drop the setting and come out a configuration the
+// backend accepts, and its MMQ arm must keep the setting under test.
 func TestMMQLevers_OffArmDropsSettingsThatNeedTheMMQ(t *testing.T) {
-	t.Setenv("MINFER_MMQ_WIDE_LOADS", "1")
+	t.Setenv("MINFER_MMQ_ASYNC", "1")
 	off := mmqLevers(t, "MINFER_MMQ=0")
-	if err := mmqWideConflict(off); err != nil || off.MMQWideLoads {
-		t.Errorf("MINFER_MMQ=0 arm: wide %v, conflict %v; want the wide setting dropped", off.MMQWideLoads, err)
+	if err := oneCopyConflict(off); err != nil || off.MMQAsync {
+		t.Errorf("MINFER_MMQ=0 arm: async %v, conflict %v; want the async setting dropped", off.MMQAsync, err)
 	}
-	if on := mmqLevers(t, "MINFER_NO_PREFILL_GEMM=0"); !on.MMQWideLoads || mmqWideConflict(on) != nil {
-		t.Errorf("MMQ arm: wide %v, conflict %v; want the setting kept and accepted", on.MMQWideLoads, mmqWideConflict(on))
+	if on := mmqLevers(t, "MINFER_NO_PREFILL_GEMM=0"); !on.MMQAsync || oneCopyConflict(on) != nil {
+		t.Errorf("MMQ arm: async %v, conflict %v; want the setting kept and accepted", on.MMQAsync, oneCopyConflict(on))
+	}
+}
+
+// TestMMQDevice_KQuantModel16ByteLoadsBitwiseThe4ByteLoads: the plain Q4_K
+// / Q5_K MMQ kernels (16-byte loads, the only ones since
+// MINFER_MMQ_WIDE_LOADS retired) give bitwise the logits of the async ones
+// (MINFER_MMQ_ASYNC=1, which keep the 4-byte loads) over prefill (MMQ), a
+// 5-token forward and decode, on qwen2-tiny Q4_K and qwen3-tiny Q5_K_M. The
+// census names the plain kernels of the type in the default arm and only
+// the async ones with MINFER_MMQ_ASYNC=1. Both arms pin the MMQ on and the
+// GGUF bytes (an A/B's arm B may set any of these).
+func TestMMQDevice_KQuantModel16ByteLoadsBitwiseThe4ByteLoads(t *testing.T) {
+	dsNeedDevice(t)
+	pin := []string{"MINFER_MMQ=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_ONE_COPY=0"}
+	for _, m := range []struct{ shape, typ, sfx string }{{"qwen2-tiny", "Q4_K", "q4_k"}, {"qwen3-tiny", "Q5_K_M", "q5_k"}} {
+		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
+			path := dsSynth(t, m.shape, m.typ)
+			gPlain, cPlain, _ := ocForwards(t, path, append(slices.Clone(pin), "MINFER_MMQ_ASYNC=0")...)
+			gAsync, cAsync, _ := ocForwards(t, path, append(slices.Clone(pin), "MINFER_MMQ_ASYNC=1")...)
+			for i := range gPlain {
+				if bad := rpDiff(t, fmt.Sprintf("forward %d logits (16-byte vs 4-byte loads)", i), gPlain[i], gAsync[i]); bad != 0 {
+					t.Errorf("forward %d: %d of %d logits differ between the plain (16-byte loads) and async (4-byte) MMQ", i, bad, len(gPlain[i]))
+				}
+			}
+			plain := []string{"minfer_mmq_" + m.sfx, "minfer_mmq_" + m.sfx + "_r64"}
+			async := []string{"minfer_mmq_" + m.sfx + "_async", "minfer_mmq_" + m.sfx + "_async_r64"}
+			count := func(c map[string]int64, names []string) (n int64) {
+				for _, name := range names {
+					n += c[name]
+				}
+				return n
+			}
+			if count(cPlain, plain) == 0 || count(cPlain, async) != 0 {
+				t.Errorf("default arm: %d plain, %d async launches of %s (census %v); want plain only", count(cPlain, plain), count(cPlain, async), m.sfx, cPlain)
+			}
+			if count(cAsync, async) == 0 || count(cAsync, plain) != 0 {
+				t.Errorf("async arm: %d plain, %d async launches of %s (census %v); want async only", count(cAsync, plain), count(cAsync, async), m.sfx, cAsync)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -188,11 +189,12 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 }
 
 // The plan's kernel names: the repacked MMQ kernels per tile for Q8_0 and
-// Q6_K only, never async; the wide-load ones (minfer_mmq_<t>w[_r64]) for
-// Q4_K and Q5_K only, never async. The wide kernels exist in mmq.cu, need
-// 16-byte aligned weights, and the backend refuses the lever where its
-// Requires do not hold (async on, MMQ off).
-func TestMMQPlan_KernelNamesAlignmentAndWideLoadsRefusal(t *testing.T) {
+// Q6_K only, never async; Q4_K / Q5_K keep the plain names (their 16-byte
+// loads are the plain kernels since MINFER_MMQ_WIDE_LOADS retired). The
+// plain Q4_K / Q5_K kernels need 16-byte aligned weights, their async
+// variants 4-byte: a weight that is not is refused before any launch, never
+// sent to another kernel.
+func TestMMQPlan_KernelNamesAndWeightAlignment(t *testing.T) {
 	for _, c := range []struct {
 		p    mmqPlan
 		t    quant.Type
@@ -203,33 +205,45 @@ func TestMMQPlan_KernelNamesAlignmentAndWideLoadsRefusal(t *testing.T) {
 		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q4_K, ""},
 		{mmqPlan{rows: mmqRows, repacked: true, async: true}, quant.Q8_0, ""},
 		{mmqPlan{rows: mmqRows}, quant.Q8_0, "minfer_mmq_q8_0"},
-		{mmqPlan{rows: mmqRows, wide: true}, quant.Q4_K, "minfer_mmq_q4_kw"},
-		{mmqPlan{rows: mmqRowsSmall, wide: true}, quant.Q5_K, "minfer_mmq_q5_kw_r64"},
-		{mmqPlan{rows: mmqRows, wide: true}, quant.Q8_0, "minfer_mmq_q8_0"},
-		{mmqPlan{rows: mmqRows, wide: true, async: true}, quant.Q4_K, ""},
 		{mmqPlan{rows: mmqRows}, quant.Q4_K, "minfer_mmq_q4_k"},
+		{mmqPlan{rows: mmqRowsSmall}, quant.Q5_K, "minfer_mmq_q5_k_r64"},
+		{mmqPlan{rows: mmqRows, async: true}, quant.Q4_K, "minfer_mmq_q4_k_async"},
+		{mmqPlan{rows: mmqRowsSmall, async: true}, quant.Q5_K, "minfer_mmq_q5_k_async_r64"},
 	} {
 		if got := c.p.kernel(c.t); got != c.want {
 			t.Errorf("%+v %s: %q, want %q", c.p, c.t, got, c.want)
 		}
 	}
-	_, src := kernelDefines(t, "kernels/mmq.cu")
-	for ty, name := range mmqTableW {
-		if m := "MINFER_MMQ_TILES(" + strings.TrimPrefix(name, "minfer_mmq_") + ", MINFER_MMQ_T_"; !strings.Contains(src, m) {
-			t.Errorf("%s: mmq.cu has no %s", ty, m)
-		}
-		if mmqWeightAlign(ty, true) != 16 || mmqWeightAlign(ty, false) != 4 {
-			t.Errorf("%s: alignment %d wide, %d plain", ty, mmqWeightAlign(ty, true), mmqWeightAlign(ty, false))
+	for ty, want := range map[quant.Type][2]uint64{quant.Q4_K: {16, 4}, quant.Q5_K: {16, 4}, quant.Q4_1: {4, 4},
+		quant.Q5_1: {4, 4}, quant.Q8_0: {2, 2}, quant.Q6_K: {2, 2}} {
+		if got := [2]uint64{mmqWeightAlign(ty, false), mmqWeightAlign(ty, true)}; got != want {
+			t.Errorf("%s: alignment %d plain, %d async; want %d, %d", ty, got[0], got[1], want[0], want[1])
 		}
 	}
-	for _, other := range []string{"MINFER_MMQ_ASYNC=1", "MINFER_MMQ=0", "MINFER_NO_PREFILL_GEMM=1"} {
-		if err := mmqWideConflict(ocParse(t, "MINFER_MMQ_WIDE_LOADS=1", other)); err == nil || !strings.Contains(err.Error(), other) {
-			t.Errorf("wide loads with %s: %v, want a refusal naming it", other, err)
+	// The launcher's checks read only the SM count: no module, no launch.
+	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
+	const nt, kd, n = 64, 1024, 256
+	opts := MatMulOptions{MMQ: true, MMQAct: 0x100000, MMQActBytes: MMQScratchBytes(kd, nt, n, 132)}
+	async := opts
+	async.MMQAsync = true
+	for _, ty := range []quant.Type{quant.Q4_K, quant.Q5_K} {
+		for _, err := range []error{
+			k.checkMMQ(mmqTable[ty], 0x3004, ty, nt, kd, n, opts),
+			k.MatMul(nil, 0x1000, 0x2000, 0x3008, ty, 0, nt, kd, n, opts),
+			k.MatMulPreQ8_1(nil, 0x1000, 0x3004, ty, 0, nt, kd, n, opts),
+		} {
+			if err == nil || !strings.Contains(err.Error(), "is not 16-byte aligned") {
+				t.Errorf("%s plain MMQ, weight 4-byte aligned only: %v, want a refusal naming 16-byte alignment", ty, err)
+			}
 		}
-	}
-	for _, env := range [][]string{{"MINFER_MMQ_WIDE_LOADS=1"}, {"MINFER_MMQ_ASYNC=1"}, nil} {
-		if err := mmqWideConflict(ocParse(t, env...)); err != nil {
-			t.Errorf("%v: %v", env, err)
+		if err := k.checkMMQ(mmqTable[ty], 0x3004, ty, nt, kd, n, async); err != nil {
+			t.Errorf("%s async MMQ, weight 4-byte aligned: %v, want accepted", ty, err)
+		}
+		if err := k.checkMMQ(mmqTable[ty], 0x3002, ty, nt, kd, n, async); err == nil || !strings.Contains(err.Error(), "is not 4-byte aligned") {
+			t.Errorf("%s async MMQ, weight 2-byte aligned: %v, want a refusal naming 4-byte alignment", ty, err)
+		}
+		if err := k.checkMMQ(mmqTable[ty], 0x3010, ty, nt, kd, n, opts); err != nil {
+			t.Errorf("%s plain MMQ, weight 16-byte aligned: %v, want accepted", ty, err)
 		}
 	}
 }

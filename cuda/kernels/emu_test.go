@@ -112,13 +112,13 @@ func TestKernelEmulator_GroupedDecodeEqualsOneWarpBlocks(t *testing.T) {
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
 // waited for, and spans whose last 16-byte chunk is not copied, are each
 // caught (exit 1); so is a repacked Q8_0 unit that reads its neighbour's d.
-// So is a wide-load Q5_K unit that reads its high bits from the wrong
-// 16 bytes (MINFER_MMQ_WIDE_LOADS). (`--plant mod16` and `next` are caught
-// too: session 14 ran them by hand; `rsc`, the repacked Q6_K scales one
-// byte off: session 16; `kwmin`, the wide types without the min term:
-// session 17.)
+// So are a plain Q5_K unit whose 16-byte loads read its high bits from the
+// wrong 16 bytes (against the async kernel's 4-byte loads), and Q4_K / Q5_K
+// without the min term in plain and async alike (against the sum in
+// double). (`--plant mod16` and `next` are caught too: session 14 ran them
+// by hand; `rsc`, the repacked Q6_K scales one byte off: session 16.)
 func TestKernelEmulator_PlantedMMQAsyncCopyDefectsAreCaught(t *testing.T) {
-	for _, plant := range []string{"wait", "tail", "rd", "kwh"} {
+	for _, plant := range []string{"wait", "tail", "rd", "kwh", "kmin"} {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, "mmq-emu.sh", "--plant", plant)

@@ -37,9 +37,10 @@
 // (scale 0), so any n, nt and any k that is a multiple of the type's block
 // work. Static shared memory (MINFER_MMQ_SMEM_BYTES < 48 KiB): no opt-in.
 //
-// Alignment: the 32-bit weight loads need 4-byte aligned rows for Q4_1,
-// Q5_1, Q4_K and Q5_K (block sizes 20, 24, 144, 176), 2-byte for Q8_0,
-// Q4_0, Q5_0 and Q6_K (34, 18, 22, 210); the launcher checks.
+// Alignment: the 32-bit weight loads need 4-byte aligned rows for Q4_1 and
+// Q5_1 (block sizes 20, 24), 2-byte for Q8_0, Q4_0, Q5_0 and Q6_K (34, 18,
+// 22, 210); the plain Q4_K / Q5_K kernels' 16-byte loads need 16-byte
+// aligned rows (144, 176), their async variants 4-byte; the launcher checks.
 //
 // Async variants (MINFER_MMQ_ASYNC): the same tile, fold and output, but a
 // stage's weight and activation bytes are copied as stored, 16 bytes at a
@@ -60,13 +61,14 @@
 // that copy. Only the weight loads differ (aligned 16-byte loads of the
 // quants): bitwise the GGUF kernels. No async variant.
 //
-// Wide-load variants (minfer_mmq_q4_kw, minfer_mmq_q5_kw and their _r64,
-// MINFER_MMQ_WIDE_LOADS): the Q4_K / Q5_K tile over the GGUF bytes with the
-// quants read by 16-byte loads instead of 4-byte ones; bitwise the plain
-// kernels. No async variant.
+// Q4_K / Q5_K loads: the plain kernels read each unit's quants (and Q5_K's
+// high bits) with two 16-byte loads (Q5_K four) instead of eight 4-byte
+// ones (sixteen): pp512 +8% on 7B Q4_K_M, bitwise the same
+// (reports/MINFER_MMQ_WIDE_LOADS; the lever that switched them is
+// retired). The async variants keep the 4-byte loads, so their weights
+// still need only 4-byte alignment; bitwise the plain kernels.
 //
-// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_<t>r,
-// minfer_mmq_<t>w.
+// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_<t>r.
 #include "cpasync.cuh"
 #include "dequant.cuh"
 
@@ -123,8 +125,9 @@ __device__ __forceinline__ uint32_t minfer_mmq_w2(const uint8_t* p) {
 
 __device__ __forceinline__ uint32_t minfer_mmq_w4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// Eight 32-bit words at p: eight 4-byte loads, or with W16 (p 16-byte
-// aligned) two 16-byte loads of the same bytes (MINFER_MMQ_WIDE_LOADS).
+// Eight 32-bit words at p: eight 4-byte loads (the async Q4_K / Q5_K), or
+// with W16 (p 16-byte aligned; the plain Q4_K / Q5_K) two 16-byte loads of
+// the same bytes.
 template <bool W16> __device__ __forceinline__ void minfer_mmq_load8(const uint8_t* p, uint32_t v[8]) {
     if constexpr (W16) {
 #ifdef MINFER_KERNEL_EMU
@@ -233,9 +236,11 @@ template <> struct MinferMmqW<MINFER_T_Q5_1> {
 };
 
 // Q4_K and Q5_K: W16 reads the quants (and Q5_K's high bits) with 16-byte
-// loads. Their blocks (144, 176 bytes) are 16-byte multiples and every
-// unit's bytes start at a 16-byte offset in the block, so a row that
-// starts 16-byte aligned needs nothing else (the launcher checks).
+// loads (the plain kernels), else 4-byte ones (the async kernels, whose
+// weights need only 4-byte alignment: MinferMmqUnitOf). Their blocks (144,
+// 176 bytes) are 16-byte multiples and every unit's bytes start at a
+// 16-byte offset in the block, so a row that starts 16-byte aligned needs
+// nothing else (the launcher checks).
 template <bool W16> struct MinferMmqQ4K {
     static constexpr int bs = MINFER_QKK, bb = MINFER_Q4_K_BYTES, align = W16 ? 16 : 4;
     static __device__ __forceinline__ void unit(const uint8_t* row, int kb, MinferMmqUnit& u) {
@@ -254,7 +259,7 @@ template <bool W16> struct MinferMmqQ4K {
         for (int i = 0; i < 8; i++) u.q[i] = (v[i] >> shift) & 0x0F0F0F0Fu;
     }
 };
-template <> struct MinferMmqW<MINFER_T_Q4_K> : MinferMmqQ4K<false> {};
+template <> struct MinferMmqW<MINFER_T_Q4_K> : MinferMmqQ4K<true> {};
 
 template <bool W16> struct MinferMmqQ5K {
     static constexpr int bs = MINFER_QKK, bb = MINFER_Q5_K_BYTES, align = W16 ? 16 : 4;
@@ -279,7 +284,7 @@ template <bool W16> struct MinferMmqQ5K {
         }
     }
 };
-template <> struct MinferMmqW<MINFER_T_Q5_K> : MinferMmqQ5K<false> {};
+template <> struct MinferMmqW<MINFER_T_Q5_K> : MinferMmqQ5K<true> {};
 
 // minfer_mmq_q6k_quants fills u.q with sub-block j of the Q6_K ql + qh
 // bytes at b (a GGUF block and the repacked copy keep them alike): each
@@ -346,12 +351,14 @@ template <> struct MinferMmqW<MINFER_MMQ_T_Q6_KR> {
     }
 };
 
-// The 16-byte-load forms of Q4_K and Q5_K (MINFER_MMQ_WIDE_LOADS): the
-// GGUF layout, plain tiles only.
-#define MINFER_MMQ_T_Q4_KW (MINFER_T_Q4_K + 2000)
-#define MINFER_MMQ_T_Q5_KW (MINFER_T_Q5_K + 2000)
-template <> struct MinferMmqW<MINFER_MMQ_T_Q4_KW> : MinferMmqQ4K<true> {};
-template <> struct MinferMmqW<MINFER_MMQ_T_Q5_KW> : MinferMmqQ5K<true> {};
+// MinferMmqUnitOf<T, ASYNC>: the unit decoder of T's plain (ASYNC false)
+// or async kernel: MinferMmqW<T>, but the async Q4_K / Q5_K keep the 4-byte
+// loads: MINFER_MMQ_ASYNC asks only 4-byte aligned weights of them, and the
+// staged copy keeps each byte's address mod 16, so a 16-byte load there
+// would need what the global one needs.
+template <int T, bool ASYNC> struct MinferMmqUnitOf : MinferMmqW<T> {};
+template <> struct MinferMmqUnitOf<MINFER_T_Q4_K, true> : MinferMmqQ4K<false> {};
+template <> struct MinferMmqUnitOf<MINFER_T_Q5_K, true> : MinferMmqQ5K<false> {};
 
 // MinferMmqRepacked<T>: whether T is a repacked layout (unit_r, no async).
 template <int T> struct MinferMmqRepacked {
@@ -464,13 +471,12 @@ template <int T, int WR, int WT, bool ASYNC>
 __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const uint8_t* __restrict__ a,
                                                 const uint8_t* __restrict__ w, const float* __restrict__ bias,
                                                 int k, int n, int nt, uint8_t* raw) {
-    using W = MinferMmqW<T>;
+    using W = MinferMmqUnitOf<T, ASYNC>;
     constexpr int ROWS = 32 * WR, TOKS = 32 * WT, THREADS = 32 * WR * WT;
     constexpr bool kQ6K = T == MINFER_T_Q6_K || T == MINFER_MMQ_T_Q6_KR;
     constexpr bool kRepacked = MinferMmqRepacked<T>::value;
     static_assert(!(ASYNC && kRepacked), "the repacked layouts have no async variant");
-    constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K ||
-                          T == MINFER_MMQ_T_Q4_KW || T == MINFER_MMQ_T_Q5_KW;
+    constexpr bool kMin = T == MINFER_T_Q4_1 || T == MINFER_T_Q5_1 || T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;
     static_assert(ROWS * MINFER_MMQ_NB % THREADS == 0 && TOKS * MINFER_MMQ_NB % THREADS == 0, "mmq tile split");
     __shared__ MinferMmqSmem<ROWS, TOKS> sm; // 16-byte aligned (the struct)
 
@@ -717,10 +723,6 @@ MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
 // 16-byte aligned), the plain tiles only.
 MINFER_MMQ_TILES(q8_0r, MINFER_MMQ_T_Q8_0R, false, nullptr)
 MINFER_MMQ_TILES(q6_kr, MINFER_MMQ_T_Q6_KR, false, nullptr)
-// minfer_mmq_q4_kw, _q5_kw and their _r64: the 16-byte-load forms (w 16-byte
-// aligned), the plain tiles only.
-MINFER_MMQ_TILES(q4_kw, MINFER_MMQ_T_Q4_KW, false, nullptr)
-MINFER_MMQ_TILES(q5_kw, MINFER_MMQ_T_Q5_KW, false, nullptr)
 
 #undef MINFER_MMQ_KERNEL
 #undef MINFER_MMQ_TILES

@@ -395,15 +395,6 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1"},
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the async MMQ kernels (minfer_mmq_<type>_async*) only with the lever on; off, the plain minfer_mmq_<type>",
 			[]string{"minfer_mmq_q*_async*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
-	{Name: "MINFER_MMQ_WIDE_LOADS", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads (Q4_K / Q5_K)", Issue: "#20",
-		Doc: "1: the Q4_K / Q5_K MMQ kernels read each unit's quants (and Q5_K's high bits) with 16-byte loads instead of 4-byte ones (minfer_mmq_q4_kw, minfer_mmq_q5_kw): their blocks are 16-byte multiples, so every unit is aligned; bitwise the plain kernels. " +
-			"The one-copy MMQ's +44% on 7B Q8_0 came from such loads (reports/MINFER_ONE_COPY)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q4_K_M",
-		// Only the load width differs: the arms are bitwise (no tolerance
-		// class). The backend refuses it where these do not hold.
-		Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_NO_PREFILL_GEMM=0"},
-		Liveness: cudaOnly("1", "prefill matmuls of Q4_K / Q5_K weights run the 16-byte-load MMQ kernels (minfer_mmq_q4_kw*, minfer_mmq_q5_kw*) only with the lever on; off, minfer_mmq_q4_k / _q5_k",
-			[]string{"minfer_mmq_q[45]_kw*"}, Needs{WeightTypes: []string{"Q4_K", "Q5_K"}, MinNT: 9})},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
 		Doc: "1: per-type matmul kernels for prefill too", ArmA: "1", ArmB: "0",
 		// With MMQ on (the default) every quantized prefill matmul runs
@@ -740,7 +731,6 @@ type Config struct {
 	NoPinnedReadback bool
 	MMQ              bool
 	MMQAsync         bool
-	MMQWideLoads     bool
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -887,7 +877,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
-	c.MMQWideLoads = on("MINFER_MMQ_WIDE_LOADS")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")

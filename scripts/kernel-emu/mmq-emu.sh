@@ -4,15 +4,15 @@
 # cuda/kernels/mmq.cu against an emulation of the CUDA built-ins, of the int8
 # mma.sync and of cp.async (include/cuda_fp16.h, include/mma.h) and requires
 # minfer_mmq_<type>_async_r64 bitwise equal to minfer_mmq_<type>_r64 for every
-# weight type, and minfer_mmq_q8_0r_r64 / _q6_kr_r64 over the repacked copy
-# bitwise equal to the GGUF kernels, and minfer_mmq_q4_kw / _q5_kw (16-byte
-# loads, MINFER_MMQ_WIDE_LOADS) bitwise equal to the plain Q4_K / Q5_K
-# kernels (mmq_emu.cpp).
+# weight type (Q4_K / Q5_K: the async kernels' 4-byte loads against the plain
+# kernels' 16-byte ones), Q8_0's, Q4_K's and Q5_K's plain output within f32
+# rounding of a sum in double, and minfer_mmq_q8_0r_r64 / _q6_kr_r64 over the
+# repacked copy bitwise equal to the GGUF kernels (mmq_emu.cpp).
 # The device test (cuda/mmq_device_test.go) remains the bar on the H200.
 #
 #   scripts/kernel-emu/mmq-emu.sh             the kernels as they are
 #   scripts/kernel-emu/mmq-emu.sh --plant X   a copy of mmq.cu with a planted
-#       defect, which the check must catch (exit 1; Q8_0 and Q4_K, one shape):
+#       defect, which the check must catch (exit 1; Q8_0, Q4_K and Q5_K, one shape):
 #       wait    a stage is unpacked before its copies are waited for
 #       tail    each span's last 16-byte chunk is not copied
 #       mod16   the staged address ignores the span's offset mod 16
@@ -20,8 +20,8 @@
 #       rd      the repacked Q8_0 unit reads its neighbour block's d
 #       rsc     the repacked Q6_K unit reads its scales one byte off
 #       wr      the 128-row tile maps its warps as the 64-row one does (rows 64..127 never computed)
-#       kwh     the wide Q5_K unit reads its high bits 16 bytes on (the 4-byte form unchanged)
-#       kwmin   the wide-load types lose the Q4_K / Q5_K min term
+#       kwh     the plain Q5_K unit's 16-byte loads read its high bits 16 bytes on (the async 4-byte form unchanged)
+#       kmin    Q4_K / Q5_K lose the min term, plain and async alike (the double sum catches it; was kwmin)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -40,8 +40,8 @@ if [[ "${1:-}" == "--plant" ]]; then
     rsc) from='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + 2 * quarter);'; to='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + quarter);' ;;
     wr) from='const int wr = warp % WR; // rows 32 wr ..'; to='const int wr = warp % 2; // rows 32 wr ..' ;;
     kwh) from='minfer_mmq_load8<W16>(b + 16, qh);'; to='minfer_mmq_load8<W16>(b + 16 + 16 * W16, qh);' ;;
-    kwmin) from='T == MINFER_MMQ_T_Q4_KW || T == MINFER_MMQ_T_Q5_KW;'; to='false;' ;;
-    *) echo "usage: $0 [--plant wait|tail|mod16|next|rd|rsc|wr|kwh|kwmin]" >&2; exit 2 ;;
+    kmin) from='T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;'; to='false;' ;;
+    *) echo "usage: $0 [--plant wait|tail|mod16|next|rd|rsc|wr|kwh|kmin]" >&2; exit 2 ;;
     esac
     plant_defect mmq.cu "$2" "$from" "$to"
     quick=(--quick)

@@ -3,15 +3,21 @@
 // int8 mma.sync and cp.async emulated with the PTX ISA's layouts and
 // semantics), the plain 64-row tile (minfer_mmq_<type>_r64, H200-verified)
 // against its async variant (minfer_mmq_<type>_async_r64, MINFER_MMQ_ASYNC),
-// and requires every output bitwise equal (Q8_0's plain output also within
-// f32 rounding of the sum in double, a check of the emulation). The shapes leave partial row and
-// token tiles and (small types) a partial last stage; weight and activation
-// rows start at every address mod 16 the type's alignment allows, and each
-// weight ends where a PROT_NONE page begins, so a copy that reads past a
-// span's end faults. The 128-row tile (256 threads) runs too, for Q8_0 and
-// Q4_K (async against plain, Q8_0's plain against the double sum), and the
-// repacked variants (minfer_mmq_q8_0r / _q6_kr, both tiles) against the GGUF
-// kernels. Exits 1 on any difference.
+// and requires every output bitwise equal. For Q4_K / Q5_K that compares
+// two load paths: the plain kernels read the quants with 16-byte loads, the
+// async ones with 4-byte loads. Q8_0's, Q4_K's and Q5_K's plain output must
+// also be within f32 rounding of the sum in double (a check of the emulation,
+// and of what plain and async share: the K-quant scales and min term). The
+// shapes leave partial row and token tiles and (small types) a partial last
+// stage; weight and activation rows start at every address mod 16 the
+// async kernel's alignment allows (the plain Q4_K / Q5_K, which need 16,
+// read a 16-byte aligned copy of the same bytes), and each weight ends where
+// a PROT_NONE page begins, so a copy that reads past a span's end faults;
+// a 16-byte load from an address that is not 16-byte aligned traps, as the
+// GPU would fault. The 128-row tile (256 threads) runs too, for Q8_0, Q4_K
+// and Q5_K (async against plain, and the double sum), and the repacked
+// variants (minfer_mmq_q8_0r / _q6_kr, both tiles) against the GGUF kernels.
+// Exits 1 on any difference.
 #include "mmq.cu"
 #include <random>
 #include <stdio.h>
@@ -39,7 +45,8 @@ static void put16(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
 
 struct Type {
     const char* name;
-    int bs, bb, align;
+    int bs, bb, align; // align: the async kernel's weight alignment
+    int palign;        // the plain kernel's (16: the Q4_K / Q5_K 16-byte loads)
     std::vector<int> f16; // offsets of the block's f16 scales
     void (*plain)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
     void (*async)(float*, const uint8_t*, const uint8_t*, const float*, int, int, int);
@@ -71,38 +78,93 @@ static Pair run_pair(MmqFn f1, const uint8_t* w1, MmqFn f2, const uint8_t* w2, i
     return p;
 }
 
+static double f16d(const uint8_t* p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return __half2float(__half{v});
+}
+
+// kscale is the GGUF K-quant scale and min of sub-block j (ggml's
+// get_scale_min_k4), written here from the format, not from dequant.cuh.
+static void kscale(const uint8_t* sc, int j, int* d, int* m) {
+    if (j < 4) {
+        *d = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *d = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+// ref_dot is weight row wrow dotted with the Q8_1 activation row arow
+// (kblocks 32-blocks) in double, the sum of its terms' magnitudes in *mag:
+// Q8_0 d_w d_a sum(q_w q_a); Q4_K / Q5_K d sc d_a sum(q_w q_a) - dmin m d_a
+// sum(q_a) per 32-sub-block (the sum of q_a exact, as the kernel takes it).
+static double ref_dot(const Type& t, const uint8_t* wrow, const uint8_t* arow, size_t kblocks, double* mag) {
+    const bool q5k = t.bb == 176;
+    double ref = 0;
+    *mag = 0;
+    for (size_t b = 0; b < kblocks; b++) {
+        const uint8_t* ab = arow + b * 36;
+        const double da = f16d(ab);
+        long dot = 0, sumq = 0;
+        double scale, minTerm = 0;
+        if (t.bs == 32) { // Q8_0
+            const uint8_t* wb = wrow + b * 34;
+            for (int i = 0; i < 32; i++) dot += (long)(int8_t)wb[2 + i] * (int8_t)ab[4 + i];
+            scale = f16d(wb);
+        } else { // Q4_K (qs at 16) / Q5_K (qh at 16, qs at 48)
+            const uint8_t* sb = wrow + (b / 8) * t.bb;
+            const int j = b % 8;
+            int sc, m;
+            kscale(sb + 4, j, &sc, &m);
+            const uint8_t* qs = sb + (q5k ? 48 : 16) + 32 * (j / 2);
+            for (int i = 0; i < 32; i++) {
+                int q = (qs[i] >> (4 * (j % 2))) & 15;
+                if (q5k) q |= ((sb[16 + i] >> j) & 1) << 4;
+                dot += (long)q * (int8_t)ab[4 + i];
+                sumq += (int8_t)ab[4 + i];
+            }
+            scale = f16d(sb) * sc;
+            minTerm = -f16d(sb + 2) * m * da * (double)sumq;
+        }
+        const double term = scale * da * (double)dot;
+        ref += term + minTerm;
+        *mag += fabs(term) + fabs(minTerm);
+    }
+    return ref;
+}
+
 static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra, bool big = false) {
     const size_t rowBytes = (size_t)(k / t.bs) * t.bb, kblocks = k / 32, actRow = kblocks * 36;
     uint8_t* w = at_guard(rowBytes * n, wextra);
     for (size_t i = 0; i < rowBytes * n; i++) w[i] = rng();
     for (size_t b = 0; b < rowBytes * n / t.bb; b++)
         for (int o : t.f16) put16(w + b * t.bb + o, f16r());
-    Pair p = big ? run_pair(t.plainBig, w, t.asyncBig, w, k, n, nt, aextra, true) : run_pair(t.plain, w, t.async, w, k, n, nt, aextra);
+    // The plain kernel reads the same bytes from an address it can load from.
+    const uint8_t* wp = w;
+    if ((uintptr_t)w % t.palign != 0) {
+        const size_t bytes = rowBytes * n;
+        uint8_t* c = at_guard(bytes, (16 - bytes % 16) % 16);
+        memcpy(c, w, bytes);
+        wp = c;
+    }
+    Pair p = big ? run_pair(t.plainBig, wp, t.asyncBig, w, k, n, nt, aextra, true) : run_pair(t.plain, wp, t.async, w, k, n, nt, aextra);
     const uint8_t* a = p.a;
     const std::vector<float>&bias = p.bias, &o1 = p.o1, &o2 = p.o2;
     int bad = 0;
-    if (t.bs == 32 && t.bb == 34) {
-        // Q8_0: the plain kernel against the sum in double (checks the int8
-        // mma emulation's layouts: a wrong one is off by far more than f32
+    if ((t.bs == 32 && t.bb == 34) || t.bb == 144 || t.bb == 176) {
+        // Q8_0, Q4_K, Q5_K: the plain kernel against the sum in double (a
+        // wrong mma layout, scale or min term is off by far more than f32
         // rounding).
         for (int tok = 0; tok < nt; tok++)
             for (int row = 0; row < n; row++) {
-                double ref = bias[row], mag = fabs(bias[row]);
-                for (size_t b = 0; b < kblocks; b++) {
-                    const uint8_t* wb = w + row * rowBytes + b * 34;
-                    const uint8_t* ab = a + tok * actRow + b * 36;
-                    uint16_t dw, da;
-                    memcpy(&dw, wb, 2);
-                    memcpy(&da, ab, 2);
-                    long dot = 0;
-                    for (int i = 0; i < 32; i++) dot += (long)(int8_t)wb[2 + i] * (int8_t)ab[4 + i];
-                    const double term = (double)__half2float(__half{dw}) * __half2float(__half{da}) * dot;
-                    ref += term;
-                    mag += fabs(term);
-                }
+                double mag;
+                const double ref = bias[row] + ref_dot(t, w + row * rowBytes, a + tok * actRow, kblocks, &mag);
+                mag += fabs(bias[row]);
                 const double got = o1[(size_t)tok * n + row];
                 if (fabs(got - ref) > 1e-5 * mag + 1e-30) {
-                    if (bad < 4) fprintf(stderr, "Q8_0 plain out[%d][%d] %.9g, double reference %.9g\n", tok, row, got, ref);
+                    if (bad < 4) fprintf(stderr, "%s plain out[%d][%d] %.9g, double reference %.9g\n", t.name, tok, row, got, ref);
                     bad++;
                 }
             }
@@ -161,57 +223,39 @@ static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int 
     return bad ? 1 : 0;
 }
 
-// run_w: the 16-byte-load variant (minfer_mmq_<t>w, MINFER_MMQ_WIDE_LOADS)
-// against the plain kernel over the same 16-byte aligned GGUF bytes (the
-// row ends where a PROT_NONE page begins): every output bitwise equal.
-static int run_w(const char* name, int bb, MmqFn plain, MmqFn wide, int k, int n, int nt, bool big = false) {
-    const size_t bytes = (size_t)(k / 256) * bb * n;
-    uint8_t* w = at_guard(bytes, (16 - bytes % 16) % 16);
-    for (size_t i = 0; i < bytes; i++) w[i] = rng();
-    for (size_t b = 0; b < bytes / bb; b++) {
-        put16(w + b * bb, f16r());
-        put16(w + b * bb + 2, f16r());
-    }
-    const Pair p = run_pair(plain, w, wide, w, k, n, nt, 0, big);
-    int bad = 0;
-    for (size_t i = 0; i < p.o1.size(); i++) {
-        if (memcmp(&p.o1[i], &p.o2[i], 4) != 0) {
-            if (bad < 4) fprintf(stderr, "%s k=%d n=%d nt=%d: out[%zu] (token %zu, row %zu) plain %.9g wide %.9g\n", name, k, n, nt, i, i / n, i % n, p.o1[i], p.o2[i]);
-            bad++;
-        }
-    }
-    printf("%-6s k=%-4d n=%d nt=%d%s: %s (%zu outputs)\n", name, k, n, nt, big ? " (128-row tile)" : "", bad ? "DIFFER" : "bitwise equal", p.o1.size());
-    return bad ? 1 : 0;
-}
+#define T(name, ty, bs, bb, al, pal, ...)                                                                  \
+    Type{#ty, bs, bb, al, pal, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64, minfer_mmq_##name, \
+         minfer_mmq_##name##_async}
 
-#define T(name, ty, bs, bb, al, ...) \
-    Type{#ty, bs, bb, al, __VA_ARGS__, minfer_mmq_##name##_r64, minfer_mmq_##name##_async_r64, minfer_mmq_##name, minfer_mmq_##name##_async}
-
-// --quick: Q8_0 and Q4_K, one shape each (the planted-defect runs: a copy
-// defect shows on any type).
+// --quick: Q8_0, Q4_K and Q5_K, one shape each (the planted-defect runs: a
+// copy defect shows on any type, a K-quant load or min-term defect on the
+// two whose plain kernels make 16-byte loads).
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const Type types[] = {
-        T(q8_0, Q8_0, 32, 34, 2, {0}),          T(q4_0, Q4_0, 32, 18, 2, {0}),
-        T(q4_1, Q4_1, 32, 20, 4, {0, 2}),       T(q5_0, Q5_0, 32, 22, 2, {0}),
-        T(q5_1, Q5_1, 32, 24, 4, {0, 2}),       T(q4_k, Q4_K, 256, 144, 4, {0, 2}),
-        T(q5_k, Q5_K, 256, 176, 4, {0, 2}),     T(q6_k, Q6_K, 256, 210, 2, {208}),
+        T(q8_0, Q8_0, 32, 34, 2, 2, {0}),          T(q4_0, Q4_0, 32, 18, 2, 2, {0}),
+        T(q4_1, Q4_1, 32, 20, 4, 4, {0, 2}),       T(q5_0, Q5_0, 32, 22, 2, 2, {0}),
+        T(q5_1, Q5_1, 32, 24, 4, 4, {0, 2}),       T(q4_k, Q4_K, 256, 144, 4, 16, {0, 2}),
+        T(q5_k, Q5_K, 256, 176, 4, 16, {0, 2}),    T(q6_k, Q6_K, 256, 210, 2, 2, {208}),
     };
+    auto quickSet = [](const Type& t) { return t.bb == 34 || t.bb == 144 || t.bb == 176; };
     int fails = 0;
     int cases = 0;
     for (const Type& t : types) {
-        if (quick && strcmp(t.name, "Q8_0") != 0 && strcmp(t.name, "Q4_K") != 0) continue;
+        if (quick && !quickSet(t)) continue;
         const int k = t.bs == 32 ? 192 : 512; // small types: a partial last stage (6 blocks)
         fails += run(t, k, 70, 67, 0, 0);
         cases++;
         if (quick) continue;
-        fails += run(t, k, 66, 9, (size_t)(t.align == 4 ? 4 : 6), 4); // other starts mod 16
+        // Other starts mod 16; K-quants over three super-blocks a row (a
+        // partial last stage pair).
+        fails += run(t, t.bs == 32 ? k : 768, 66, 9, (size_t)(t.align == 4 ? 4 : 6), 4);
         cases++;
     }
     // The 128-row tile (256 threads, 8 warps), async against plain, once per
-    // type family (Q8_0 and Q4_K: the quick set).
+    // type family (Q8_0 and Q4_K: the quick set) and Q5_K.
     for (const Type& t : types) {
-        if (strcmp(t.name, "Q8_0") != 0 && strcmp(t.name, "Q4_K") != 0) continue;
+        if (strcmp(t.name, "Q8_0") != 0 && strcmp(t.name, "Q4_K") != 0 && (quick || strcmp(t.name, "Q5_K") != 0)) continue;
         fails += run(t, t.bs == 32 ? 192 : 512, 130, 40, 0, 0, true);
         cases++;
     }
@@ -221,15 +265,7 @@ int main(int argc, char** argv) {
     fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 192, 70, 67);
     fails += run_r("Q6_Kr", true, minfer_mmq_q6_k_r64, minfer_mmq_q6_kr_r64, 768, 66, 9);
     cases += 2;
-    // The wide-load variants: three super-blocks a row (a partial last stage
-    // pair), both tiles.
-    fails += run_w("Q4_Kw", 144, minfer_mmq_q4_k_r64, minfer_mmq_q4_kw_r64, 768, 70, 67);
-    fails += run_w("Q5_Kw", 176, minfer_mmq_q5_k_r64, minfer_mmq_q5_kw_r64, 768, 66, 9);
-    cases += 2;
     if (!quick) {
-        fails += run_w("Q4_Kw", 144, minfer_mmq_q4_k, minfer_mmq_q4_kw, 512, 130, 40, true);
-        fails += run_w("Q5_Kw", 176, minfer_mmq_q5_k, minfer_mmq_q5_kw, 512, 130, 40, true);
-        cases += 2;
         fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 896, 33, 10);
         fails += run_r("Q8_0r", false, minfer_mmq_q8_0, minfer_mmq_q8_0r, 192, 130, 40, true);
         fails += run_r("Q6_Kr", true, minfer_mmq_q6_k, minfer_mmq_q6_kr, 512, 130, 40, true);
@@ -239,6 +275,6 @@ int main(int argc, char** argv) {
         fprintf(stderr, "mmq-emu: %d of %d cases differ\n", fails, cases);
         return 1;
     }
-    printf("mmq-emu: every async output is bitwise the plain kernel's, every repacked output the GGUF kernel's, every wide-load output the plain kernel's\n");
+    printf("mmq-emu: every async output is bitwise the plain kernel's (Q4_K / Q5_K: 4-byte against 16-byte loads), every repacked output the GGUF kernel's\n");
     return 0;
 }
