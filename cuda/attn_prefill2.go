@@ -12,9 +12,11 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 const attnPrefill2BN = 64 // fap2::BN: KV cells per tile
@@ -171,8 +173,25 @@ const (
 	attnPrefillTCThreads = 128 // fatc::NT
 )
 
-// attnPrefillTCName is the kernel of a head_dim variant (64 or 128).
-func attnPrefillTCName(hd int) string { return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd) }
+// attnPrefillTCName is the kernel of a head_dim variant (64 or 128), its
+// lean form (MINFER_FA_PREFILL_LEAN) with lean.
+func attnPrefillTCName(hd int, lean bool) string {
+	if lean {
+		return fmt.Sprintf("minfer_attn_prefill_tcl_hd%d", hd)
+	}
+	return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd)
+}
+
+// faPrefillLeanConflict refuses MINFER_FA_PREFILL_LEAN=1 where its
+// Requires do not hold: with the FMA tiles or the plain kernel doing
+// prefill attention, the lean form would switch nothing that was asked for.
+func faPrefillLeanConflict(lv levers.Config) error {
+	if bad := lv.Unmet("MINFER_FA_PREFILL_LEAN"); lv.FAPrefillLean && len(bad) > 0 {
+		return fmt.Errorf("cuda: MINFER_FA_PREFILL_LEAN=1 is the tensor-core prefill attention's lean form, and %s: unset those or MINFER_FA_PREFILL_LEAN",
+			strings.Join(bad, ", "))
+	}
+	return nil
+}
 
 // attnPrefillTCSmem is fatc::Geo<HD>::BYTES: two buffers of K and V (one
 // tile read while the next arrives), each BN rows of HD+8 halves.
@@ -186,8 +205,10 @@ func attnPrefillTCSmem(hd int) int {
 // dev.Do, as PrepareAttnPrefill2.
 func (k *Kernels) PrepareAttnPrefillTC() error {
 	for _, hd := range []int{64, 128} {
-		if err := k.prepareOptIn("attn_prefill_tc", attnPrefillTCName(hd), attnPrefillTCSmem(hd)); err != nil {
-			return err
+		for _, lean := range []bool{false, true} {
+			if err := k.prepareOptIn("attn_prefill_tc", attnPrefillTCName(hd, lean), attnPrefillTCSmem(hd)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -239,7 +260,7 @@ func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion 
 	if nsplit > 1 && (part == 0 || partBytes < need) {
 		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
 	}
-	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnPrefillTCName(hd), prep: "PrepareAttnPrefillTC",
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnPrefillTCName(hd, p.Lean), prep: "PrepareAttnPrefillTC",
 		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnPrefillTCRows, threads: attnPrefillTCThreads, nsplit: nsplit,
 		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/levers"
@@ -22,9 +23,24 @@ import (
 // up to thousands of cells); the census shows the tensor-core kernel ran and
 // neither FMA kernel did.
 func TestAttnPrefillTCDevice_EveryKVFormatMatchesCPUWithinF16Bar(t *testing.T) {
+	attnPrefillTCSweep(t, false)
+}
+
+// TestAttnPrefillTCDevice_LeanFormMatchesCPUWithinF16Bar: the same sweep
+// and bar through the lean kernels (MINFER_FA_PREFILL_LEAN), and the
+// census shows they ran in place of the plain tensor-core kernels.
+func TestAttnPrefillTCDevice_LeanFormMatchesCPUWithinF16Bar(t *testing.T) {
+	attnPrefillTCSweep(t, true)
+}
+
+func attnPrefillTCSweep(t *testing.T, lean bool) {
 	dsNeedDevice(t)
-	fapSweep(t, 75, []string{"MINFER_FA_PREFILL_TC=1"}, func(t *testing.T, dev *Backend, c fapCase, w fapWorst) {
-		kname := attnPrefillTCName(attnPrefillHD(c.hd))
+	env := []string{"MINFER_FA_PREFILL_TC=1", "MINFER_FA_PREFILL_LEAN=0"}
+	if lean {
+		env[1] = "MINFER_FA_PREFILL_LEAN=1"
+	}
+	fapSweep(t, 75, env, func(t *testing.T, dev *Backend, c fapCase, w fapWorst) {
+		kname, other := attnPrefillTCName(attnPrefillHD(c.hd), lean), attnPrefillTCName(attnPrefillHD(c.hd), !lean)
 		t.Logf("%s: %s", kname, w)
 		if w.nanMismatch > 0 || w.diff > 1e-2 {
 			t.Errorf("%d NaN placements differ; %s > 1e-2", w.nanMismatch, w)
@@ -34,8 +50,9 @@ func TestAttnPrefillTCDevice_EveryKVFormatMatchesCPUWithinF16Bar(t *testing.T) {
 		for _, v := range attnPrefill2Variants {
 			v2 += int(census[attnPrefill2Name(v[0], v[1])])
 		}
-		if census[kname] < 1 || v2 != 0 || census["minfer_attn_f32"] != 0 {
-			t.Errorf("census: %s ran %d times, the FMA kernels %d and %d (want >= 1, 0, 0)", kname, census[kname], v2, census["minfer_attn_f32"])
+		if census[kname] < 1 || census[other] != 0 || v2 != 0 || census["minfer_attn_f32"] != 0 {
+			t.Errorf("census: %s ran %d times, %s %d, the FMA kernels %d and %d (want >= 1, 0, 0, 0)", kname, census[kname], other,
+				census[other], v2, census["minfer_attn_f32"])
 		}
 	})
 }
@@ -78,6 +95,9 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`, `ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16`,
 		`minfer_attn_prefill_tc_hd64\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
 		`minfer_attn_prefill_tc_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`, `minfer_attn_prefill_tc_combine\(`,
+		`minfer_attn_prefill_tcl_hd64\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
+		`minfer_attn_prefill_tcl_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
+		`ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16`, `ex2\.approx\.ftz\.f32`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
@@ -122,5 +142,47 @@ func TestAttnPrefillTCSplits_FillTwoWavesWithinTheScratchBound(t *testing.T) {
 					AttnPrefillTCScratchBytes(h[2], sms))
 			}
 		}
+	}
+}
+
+// MINFER_FA_PREFILL_LEAN=1 beside the FMA tiles or the plain kernel is
+// refused by name before the device opens (it would switch nothing); the
+// device tests' levers drop it for a test that leaves the tensor cores (an
+// A/B's suite gate under arm B) and keep it otherwise; the launcher names
+// the lean kernels only with the lever.
+func TestFAPrefillLean_RefusedWhereTheTensorCoresDoNotRun(t *testing.T) {
+	for _, c := range []struct {
+		set     []string
+		refused bool
+	}{
+		{[]string{"MINFER_FA_PREFILL_LEAN=1"}, false},
+		{[]string{"MINFER_FA_PREFILL_LEAN=1", "MINFER_FA_PREFILL_TC=0"}, true},
+		{[]string{"MINFER_FA_PREFILL_LEAN=1", "MINFER_NO_FA_PREFILL=1"}, true},
+		{[]string{"MINFER_FA_PREFILL_TC=0"}, false},
+	} {
+		lv, err := levers.Parse(c.set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = faPrefillLeanConflict(lv)
+		if (err != nil) != c.refused || err != nil && !strings.Contains(err.Error(), "MINFER_FA_PREFILL_LEAN") {
+			t.Errorf("%v: %v, want refused %v naming the lever", c.set, err, c.refused)
+		}
+		if !c.refused {
+			continue
+		}
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_FA_PREFILL_LEAN") {
+			t.Errorf("New with %v: %v, want the refusal", c.set, err)
+		}
+	}
+	t.Setenv("MINFER_FA_PREFILL_LEAN", "1")
+	if lv := dsLevers(t, "MINFER_FA_PREFILL_TC=0"); lv.FAPrefillLean || faPrefillLeanConflict(lv) != nil {
+		t.Errorf("an FMA-tile test under MINFER_FA_PREFILL_LEAN=1: lean %v, conflict %v; want it dropped", lv.FAPrefillLean, faPrefillLeanConflict(lv))
+	}
+	if lv := dsLevers(t, "MINFER_LAUNCH_CENSUS=1"); !lv.FAPrefillLean {
+		t.Error("a tensor-core test under MINFER_FA_PREFILL_LEAN=1 lost the setting")
+	}
+	if a, b := attnPrefillTCName(128, false), attnPrefillTCName(128, true); a != "minfer_attn_prefill_tc_hd128" || b != "minfer_attn_prefill_tcl_hd128" {
+		t.Errorf("kernel names %s, %s", a, b)
 	}
 }

@@ -106,6 +106,9 @@ func New(opts Options) (*Backend, error) {
 	if err := oneCopyConflict(opts.Levers); err != nil {
 		return nil, err
 	}
+	if err := faPrefillLeanConflict(opts.Levers); err != nil {
+		return nil, err
+	}
 	if line := oneCopyYielded(opts.Levers); line != "" {
 		logf("%s", line)
 	}

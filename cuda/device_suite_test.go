@@ -44,7 +44,17 @@ func dsLevers(t testing.TB, extra ...string) levers.Config {
 	}
 	if oneCopyConflict(cfg) != nil && !slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, "MINFER_ONE_COPY=") }) {
 		t.Logf("MINFER_ONE_COPY=0 for this test: its settings %v need the GGUF bytes (%v)", extra, oneCopyConflict(cfg))
-		if cfg, err = levers.Parse(append(env, "MINFER_ONE_COPY=0")); err != nil {
+		env = append(env, "MINFER_ONE_COPY=0")
+		if cfg, err = levers.Parse(env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An A/B's suite gate runs every test with arm B's MINFER_FA_PREFILL_LEAN=1;
+	// a test that sends prefill attention elsewhere drops it (as the backend
+	// would refuse the pair), unless it pins the lever itself.
+	if faPrefillLeanConflict(cfg) != nil && !slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, "MINFER_FA_PREFILL_LEAN=") }) {
+		t.Logf("MINFER_FA_PREFILL_LEAN=0 for this test: its settings %v leave the tensor-core prefill attention (%v)", extra, faPrefillLeanConflict(cfg))
+		if cfg, err = levers.Parse(append(env, "MINFER_FA_PREFILL_LEAN=0")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -385,6 +385,23 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* ro
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
+// ldsm_x4: four 8x8 f16 matrices, not transposed; lane L names row L % 8
+// of matrix L / 8 and gets in r[i] elements [L / 4][2 (L % 4)] and
+// [L / 4][2 (L % 4) + 1] of matrix i: over rows = cells, the B fragment of
+// an m16n8k16 on K^T.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* row) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+// ex2: 2^x by the special-function unit (one instruction; relative error
+// ~2^-22, far below P's f16 rounding); -inf gives 0.
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 #endif
 
 // stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
@@ -401,6 +418,21 @@ __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* _
         const long long src = 2LL * (off + d);
         minfer_cp_async16(k + j * Geo<HD>::KLD + d, mops::kv_row(kreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
         minfer_cp_async16(v + j * Geo<HD>::KLD + d, mops::kv_row(vreg, in ? c : lo, row_bytes) + src, in ? 16 : 0);
+    }
+}
+
+// stage_f16_in issues the copies of a tile every cell of which is in
+// range (the lean kernels' inner tiles): kp / vp are this thread's first
+// sources (cell c0 + tid / CPR, column 8 (tid % CPR) of the KV head), each
+// next copy step bytes on; no per-copy index, range or row arithmetic.
+template <int HD>
+__device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t* kp, const uint8_t* vp, long long step) {
+    constexpr int CPR = HD / 8, RPI = NT / CPR; // 16-byte chunks a row; rows a pass of the block
+    const int o = (threadIdx.x / CPR) * Geo<HD>::KLD + 8 * (threadIdx.x % CPR);
+#pragma unroll
+    for (int i = 0; i < BN / RPI; i++) {
+        minfer_cp_async16(k + o + i * RPI * Geo<HD>::KLD, kp + i * step, 16);
+        minfer_cp_async16(v + o + i * RPI * Geo<HD>::KLD, vp + i * step, 16);
     }
 }
 
@@ -440,7 +472,7 @@ __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, i
     first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
-template <int HD>
+template <int HD, bool LEAN>
 __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                                 const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
@@ -487,8 +519,9 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     bool nan_row[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) row_cells(r0 + warp * 16 + g + 8 * i, nrows, G, start, n_ctx, window, first[i], last[i], nan_row[i]);
-    // The warp's cells: what any of its 16 rows sees (rows are in t order).
-    int wfirst = 0x7fffffff, wlast = -1;
+    // The warp's cells: what any of its 16 rows sees (rows are in t order),
+    // and [wlo, whi], what every one of them sees (none if a row sees none).
+    int wfirst = 0x7fffffff, wlast = -1, wlo = 0, whi = 0x7fffffff;
     for (int i = 0; i < 16; i++) {
         int f, l;
         bool nr;
@@ -496,13 +529,21 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         if (f <= l) {
             wfirst = min(wfirst, f);
             wlast = max(wlast, l);
+            wlo = max(wlo, f);
+            whi = min(whi, l);
+        } else {
+            whi = -1;
         }
     }
 
+    // LEAN: m in units of log2 (scores times scale / ln 2), and l summed by
+    // the tensor cores as one more column tile of P V against ones (lacc:
+    // every column of a row holds its sum), from the f16 P that P V reads.
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float o[ON][4];
+    float o[ON][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < ON; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const float sl2 = scale * 1.4426950408889634f; // LEAN: scale * log2(e)
 
     const int off = kvh * hd;
     const int c_begin = lo - lo % BN;
@@ -517,8 +558,19 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     }
     const bool f16x8 = format == mops::KV_F16 && hd == HD &&
                        ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
+    // LEAN: a tile whose cells are all in [lo, hi] is copied from this
+    // thread's fixed offset in its first row (stage_f16_in).
+    constexpr int CPR = HD / 8;
+    const long long step = (long long)(NT / CPR) * row_bytes;
+    const long long toff = (long long)(tid / CPR) * row_bytes + 2LL * (off + 8 * (tid % CPR));
+    auto stage = [&](__half* kd, int c) {
+        if (LEAN && c >= lo && c + BN - 1 <= hi)
+            stage_f16_in<HD>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
+        else
+            stage_f16<HD>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
+    };
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
-    if (f16x8 && c_first <= c_last) stage_f16<HD>(smem, smem + Gm::TILE, kreg, vreg, row_bytes, off, c_first, lo, hi);
+    if (f16x8 && c_first <= c_last) stage(smem, c_first);
     if (f16x8) minfer_cp_async_commit();
     for (int c0 = c_first, it = 0; c0 <= c_last; c0 += BN, it++) {
         __half* kb = smem + (it & 1) * 2 * Gm::TILE;
@@ -526,10 +578,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         if (f16x8) {
             // The next tile's copies go to the other buffer, which every warp
             // finished reading before the barrier that ended the last tile.
-            if (c0 + BN <= c_last) {
-                __half* kn = smem + ((it + 1) & 1) * 2 * Gm::TILE;
-                stage_f16<HD>(kn, kn + Gm::TILE, kreg, vreg, row_bytes, off, c0 + BN, lo, hi);
-            }
+            if (c0 + BN <= c_last) stage(smem + ((it + 1) & 1) * 2 * Gm::TILE, c0 + BN);
             minfer_cp_async_commit();
             minfer_cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
@@ -543,17 +592,68 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 #pragma unroll
             for (int j = 0; j < SN; j++) {
                 s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-                const __half* kr = kb + (8 * j + g) * Gm::KLD + 2 * tq;
+                if constexpr (LEAN) {
+                    // One ldmatrix.x4 gives the B fragments of two 16-deep
+                    // steps: lane L names cell 8j + L % 8 at d 16kk + 8 (L / 8).
+                    const __half* kl = kb + (8 * j + (lane & 7)) * Gm::KLD + 8 * (lane >> 3);
 #pragma unroll
-                for (int kk = 0; kk < KS; kk++) {
-                    const uint32_t b[2] = {ld32(kr + 16 * kk), ld32(kr + 16 * kk + 8)};
-                    mma_16816(s[j], qa[kk], b);
+                    for (int kk = 0; kk < KS; kk += 2) {
+                        uint32_t r[4];
+                        ldsm_x4(r, kl + 16 * kk);
+                        const uint32_t bk0[2] = {r[0], r[1]}, bk1[2] = {r[2], r[3]};
+                        mma_16816(s[j], qa[kk], bk0);
+                        mma_16816(s[j], qa[kk + 1], bk1);
+                    }
+                } else {
+                    const __half* kr = kb + (8 * j + g) * Gm::KLD + 2 * tq;
+#pragma unroll
+                    for (int kk = 0; kk < KS; kk++) {
+                        const uint32_t b[2] = {ld32(kr + 16 * kk), ld32(kr + 16 * kk + 8)};
+                        mma_16816(s[j], qa[kk], b);
+                    }
                 }
             }
 
             // Mask, scale and the online softmax of both rows; P rounded to f16.
+            // LEAN: a tile every row of the warp sees whole skips the mask; the
+            // scale folds into 2^(s sl2 - m) (max of s, then scaled: sl2 > 0).
+            const bool full = wlo <= c0 && c0 + BN - 1 <= whi;
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 2 && LEAN; i++) {
+                float mx = -INFINITY;
+                if (full) {
+#pragma unroll
+                    for (int j = 0; j < SN; j++) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+                } else {
+#pragma unroll
+                    for (int j = 0; j < SN; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int c = c0 + 8 * j + 2 * tq + e;
+                            float& x = s[j][2 * i + e];
+                            x = c >= first[i] && c <= last[i] ? x : -INFINITY;
+                            mx = fmaxf(mx, x);
+                        }
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mn = fmaxf(m[i], __fmul_rn(mx, sl2));
+                const float corr = mn == -INFINITY ? 1.0f : ex2(m[i] - mn); // m = -inf: 0
+                const float nm = mn == -INFINITY ? 0.0f : -mn;               // none seen yet: every p is 0
+#pragma unroll
+                for (int j = 0; j < SN; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) s[j][2 * i + e] = ex2(fmaf(s[j][2 * i + e], sl2, nm));
+                m[i] = mn;
+                lacc[2 * i] *= corr;
+#pragma unroll
+                for (int n = 0; n < ON; n++) {
+                    o[n][2 * i] *= corr;
+                    o[n][2 * i + 1] *= corr;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 2 && !LEAN; i++) {
                 float mx = -INFINITY;
 #pragma unroll
                 for (int j = 0; j < SN; j++)
@@ -593,6 +693,11 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             for (int kk = 0; kk < BN / 16; kk++) {
                 const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
                                         h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                if constexpr (LEAN) {
+                    constexpr uint32_t ONES = 0x3C003C00u; // two f16 1.0: B = ones, so C += row sums of P
+                    const uint32_t b1s[2] = {ONES, ONES};
+                    mma_16816(lacc, pa, b1s);
+                }
                 // Lane L names cell 16kk + L % 16 at columns 8 (n + L / 16).
                 const __half* vr = vb + (16 * kk + (lane & 15)) * Gm::KLD + 8 * (lane >> 4);
 #pragma unroll
@@ -608,6 +713,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         __syncthreads(); // every warp is done with this tile's buffer
     }
 
+    if constexpr (LEAN) l[0] = lacc[0], l[1] = lacc[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const long long R = r0 + warp * 16 + g + 8 * i;
@@ -619,7 +725,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 #pragma unroll
                 for (int e = 0; e < 2; e++) rec[8 * n + 2 * tq + e] = o[n][2 * i + e];
             if (tq == 0) {
-                rec[HD] = m[i];
+                rec[HD] = LEAN ? m[i] * 0.6931471805599453f : m[i]; // combine_tc weighs by e^(m - M)
                 rec[HD + 1] = l[i];
             }
             continue;
@@ -684,11 +790,21 @@ __device__ __forceinline__ void combine_tc(float* out, const float* __restrict__
 // minfer_attn_prefill_tc_combine writes out.
 extern "C" __global__ void __launch_bounds__(128, 2)
     minfer_attn_prefill_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<64>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+    fatc::attn_prefill_tc<64, false>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
 }
 extern "C" __global__ void __launch_bounds__(128, 2)
     minfer_attn_prefill_tc_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<128>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+    fatc::attn_prefill_tc<128, false>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+// minfer_attn_prefill_tcl_hd{64,128} (MINFER_FA_PREFILL_LEAN): the same
+// grid, block, shared memory, arguments and partials.
+extern "C" __global__ void __launch_bounds__(128, 2)
+    minfer_attn_prefill_tcl_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<64, true>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+extern "C" __global__ void __launch_bounds__(128, 2)
+    minfer_attn_prefill_tcl_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<128, true>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
 }
 // Grid ceil(nt * G * n_head_kv / 4), block 128 threads (a warp a row), no
 // shared memory; ld = HD + 2 of the split kernel's variant.

@@ -74,6 +74,16 @@ func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
 	}
 }
 
+// The lean tensor-core prefill attention (MINFER_FA_PREFILL_LEAN) is within
+// 1e-2 of attention in double on every case of the plain kernels; K's
+// fragments paired across the ldmatrix's two steps, a diagonal tile taken
+// as seen whole, row sums of P from half the ones, split partials left in
+// log2 units, and an in-range tile copied from the next column are each
+// caught. (The shared plants reach it too: session 20 ran them by hand.)
+func TestKernelEmulator_LeanPrefillAttentionWithinF16Bar(t *testing.T) {
+	emuPassesAndCatches(t, "fatc-emu.sh", "--lean", "ALL WITHIN 1e-2", "OVER", "kfrag", "full", "lsum", "log2", "inld")
+}
+
 // The lean decode attention's combine at 128 splits (MINFER_ATTN_SPLITS):
 // one case past 64 active splits matches attention in double at both
 // caps, the grouped kernels (MINFER_ATTN_DECODE_GQA) equal the one-warp

@@ -434,6 +434,14 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M d4096", DefaultSince: "reports/MINFER_FA_PREFILL_TC",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
 			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
+	// The tensor-core kernel issues ~12 instructions an mma at 7B pp512 over
+	// a 32K cache (ncu, session 20): the lean form's tile is ~460 of them.
+	{Name: "MINFER_FA_PREFILL_LEAN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tensor cores)", Issue: "#20",
+		Doc:  "1: the tensor-core prefill attention runs its lean form (minfer_attn_prefill_tcl_*): K's fragments by ldmatrix, the softmax in powers of 2 (ex2.approx), no mask on a tile every row of a warp sees whole, P's row sums by the tensor cores, in-range tiles copied from fixed offsets; ~1,536 -> ~460 warp instructions a 64-cell tile (reports/MINFER_FA_PREFILL_LEAN)",
+		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
+		Requires: []string{"MINFER_FA_PREFILL_TC=1", "MINFER_NO_FA_PREFILL=0"},
+		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs the lean tensor-core kernels (minfer_attn_prefill_tcl_*) only with the lever on; off, minfer_attn_prefill_tc_*",
+			[]string{"minfer_attn_prefill_tcl_*"}, Needs{MinNT: 9})},
 	// Host work only: the same kernels, launched from the device thread in
 	// one handoff a forward instead of one per backend call (6 a decode
 	// step, ~20 us each on the H200: reports/perf/2026-12-02-1a61e32-host).
@@ -740,6 +748,7 @@ type Config struct {
 	AttnSplits       int  // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
 	AttnDecodeGQA    bool // MINFER_ATTN_DECODE_GQA: its grouped blocks
 	FAPrefillTC      bool
+	FAPrefillLean    bool // MINFER_FA_PREFILL_LEAN: the tensor-core kernels' lean form
 	MMVQRepack       bool
 	EmbedHost        bool
 	OneCopy          bool
@@ -886,6 +895,7 @@ func Parse(environ []string) (Config, error) {
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
 	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
+	c.FAPrefillLean = on("MINFER_FA_PREFILL_LEAN")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = optOut("MINFER_EMBED_HOST")
 	// At its default the one-copy layout yields to a setting that sends a

@@ -124,6 +124,29 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
     for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][2 * t][g] | (uint32_t)e[i][2 * t + 1][g] << 16;
 }
 
+// ldsm_x4: ldmatrix.sync.aligned.m8n8.x4.shared.b16 (not transposed) for
+// the calling warp: lane L names row L % 8 of matrix L / 8; lane L gets in
+// r[i] elements [L / 4][2 (L % 4)] and [L / 4][2 (L % 4) + 1] of matrix i.
+inline void ldsm_x4(uint32_t (&r)[4], const __half* row) {
+    const int lane = threadIdx.x & 31;
+    uint32_t (*m)[6] = tw->mma;
+    __syncwarp();
+    memcpy(&m[lane][0], &row, sizeof row);
+    __syncwarp();
+    unsigned short e[4][8][8]; // [matrix][row][column]
+    for (int L = 0; L < 32; L++) {
+        const __half* p;
+        memcpy(&p, &m[L][0], sizeof p);
+        for (int c = 0; c < 8; c++) e[L / 8][L % 8][c] = p[c].x;
+    }
+    __syncwarp();
+    const int t = lane & 3, g = lane >> 2;
+    for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][g][2 * t] | (uint32_t)e[i][g][2 * t + 1] << 16;
+}
+
+// ex2: ex2.approx.ftz.f32 (the device's is within ~2^-22 of 2^x).
+inline float ex2(float x) { return exp2f(x); }
+
 // cp.async for the calling thread (cpasync.cuh), asynchronous as on the
 // GPU: a copy's src_bytes (0..16, from a 16-byte aligned source; the rest
 // zeros) are read at issue and land in shared memory only at a
