@@ -98,6 +98,7 @@ const (
 	attnPrefill2  = "prefill2"  // minfer_attn_prefill2_*
 	attnPrefillTC = "prefilltc" // minfer_attn_prefill_tc_* (MINFER_FA_PREFILL_TC)
 	attnDecode2   = "decode2"   // minfer_attn_decode2_*
+	attnDecodeTC  = "decodetc"  // minfer_attn_decode_tc_* (MINFER_ATTN_DECODE_TC)
 )
 
 // attnFamily is the attention kernel of an nt-token call: the tiled
@@ -113,6 +114,8 @@ func attnFamily(nt int, lv levers.Config) string {
 		return attnPrefillTC
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
 		return attnPrefill2
+	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC:
+		return attnDecodeTC
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
 		return attnDecode2
 	}
@@ -158,11 +161,17 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	case attnPrefill2:
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case attnPrefillTC:
-		part, partBytes, err := b.attnPrefillTCScratch(ap)
+		part, partBytes, err := b.attnTCScratch(ap, attnPrefillTCSplits(ap, b.dev.Attr.SMCount))
 		if err != nil {
 			return nil, err
 		}
 		return func() error { return b.k.AttentionPrefillTC(b.s, o, p[0], kr, vr, f, win, part, partBytes, ap) }, nil
+	case attnDecodeTC:
+		part, partBytes, err := b.attnTCScratch(ap, attnDecodeTCSplits(ap, b.dev.Attr.SMCount))
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return b.k.AttentionDecodeTC(b.s, o, p[0], kr, vr, f, win, part, partBytes, ap) }, nil
 	case attnDecode2:
 		scr, scrBytes, err := b.attnDecode2Scratch(ap)
 		if err != nil {

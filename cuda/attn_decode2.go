@@ -164,13 +164,13 @@ func (b *Backend) attnDecode2Scratch(p AttnParams) (driver.DevicePtr, int, error
 		p.NHead, p.NHeadKV, p.HeadDim, p.NCtx))
 }
 
-// attnPrefillTCScratch returns the scratch of the tensor-core prefill
-// attention's split launches (AttnPrefillTCScratchBytes, one per head_dim
+// attnTCScratch returns the scratch of the tensor-core attention's split
+// launches, prefill and decode (AttnPrefillTCScratchBytes, one per head_dim
 // variant, allocated the first time a shape splits; 0 while none does).
 // As attnDecode2Scratch: allocated at a direct execution, before any
 // capture of the node, kept until Close.
-func (b *Backend) attnPrefillTCScratch(p AttnParams) (driver.DevicePtr, int, error) {
-	if attnPrefillTCSplits(p, b.dev.Attr.SMCount) == 1 {
+func (b *Backend) attnTCScratch(p AttnParams, nsplit int) (driver.DevicePtr, int, error) {
+	if nsplit == 1 {
 		return 0, 0, nil
 	}
 	key := attnScratchKey{headDim: attnPrefillHD(p.HeadDim), prefillTC: true}
@@ -178,7 +178,7 @@ func (b *Backend) attnPrefillTCScratch(p AttnParams) (driver.DevicePtr, int, err
 		return sb.ptr, sb.bytes, nil
 	}
 	need := AttnPrefillTCScratchBytes(p.HeadDim, b.dev.Attr.SMCount)
-	return b.attnScratchAlloc(key, need, false, fmt.Sprintf("tensor-core prefill attention partials (head_dim %d)", key.headDim))
+	return b.attnScratchAlloc(key, need, false, fmt.Sprintf("tensor-core attention partials (head_dim %d)", key.headDim))
 }
 
 // attnScratchAlloc allocates need bytes of workspace for key (zeroed when

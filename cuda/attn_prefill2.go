@@ -193,6 +193,18 @@ func faPrefillLeanConflict(lv levers.Config) error {
 	return nil
 }
 
+// attnDecodeTCConflict refuses MINFER_ATTN_DECODE_TC=1 where its Requires
+// do not hold: beside the plain kernel (MINFER_NO_SPLITK_ATTN=1) or the
+// grouped one-warp kernels (MINFER_ATTN_DECODE_GQA=1), one of the two
+// settings would switch nothing.
+func attnDecodeTCConflict(lv levers.Config) error {
+	if bad := lv.Unmet("MINFER_ATTN_DECODE_TC"); lv.AttnDecodeTC && len(bad) > 0 {
+		return fmt.Errorf("cuda: MINFER_ATTN_DECODE_TC=1 runs decode attention on the tensor cores, and %s: unset those or MINFER_ATTN_DECODE_TC",
+			strings.Join(bad, ", "))
+	}
+	return nil
+}
+
 // attnPrefillTCSmem is fatc::Geo<HD>::BYTES: two buffers of K and V (one
 // tile read while the next arrives), each BN rows of HD+8 halves.
 func attnPrefillTCSmem(hd int) int {
@@ -200,13 +212,13 @@ func attnPrefillTCSmem(hd int) int {
 	return 2 * 2 * bn * (hd + 8) * 2
 }
 
-// PrepareAttnPrefillTC opts the tensor-core kernels into their dynamic
-// shared memory (above the 48 KiB default). Call it once at init, inside
+// PrepareAttnPrefillTC opts the tensor-core kernels (prefill, lean and
+// decode) into their dynamic shared memory (above the 48 KiB default). Call it once at init, inside
 // dev.Do, as PrepareAttnPrefill2.
 func (k *Kernels) PrepareAttnPrefillTC() error {
 	for _, hd := range []int{64, 128} {
-		for _, lean := range []bool{false, true} {
-			if err := k.prepareOptIn("attn_prefill_tc", attnPrefillTCName(hd, lean), attnPrefillTCSmem(hd)); err != nil {
+		for _, name := range []string{attnPrefillTCName(hd, false), attnPrefillTCName(hd, true), attnDecodeTCName(hd)} {
+			if err := k.prepareOptIn("attn_prefill_tc", name, attnPrefillTCSmem(hd)); err != nil {
 				return err
 			}
 		}
@@ -268,7 +280,14 @@ func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion 
 	if nsplit == 1 {
 		return nil
 	}
+	return k.combineTC(s, op, out, part, win, p, nsplit, hd)
+}
+
+// combineTC merges the nsplit partial rows of a tensor-core launch into
+// out (minfer_attn_prefill_tc_combine, a warp a row).
+func (k *Kernels) combineTC(s *driver.Stream, op string, out, part, win driver.DevicePtr, p AttnParams, nsplit, hd int) error {
 	const combine = "minfer_attn_prefill_tc_combine"
+	rows := p.NT * (p.NHead / p.NHeadKV)
 	warps := attnPrefillTCThreads / 32
 	if err := k.launch(s, combine, [3]uint32{uint32((rows*p.NHeadKV + warps - 1) / warps), 1, 1}, [3]uint32{attnPrefillTCThreads, 1, 1}, 0,
 		out, part, win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NCtx), int32(p.Window),
@@ -276,4 +295,71 @@ func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion 
 		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, combine, p.NT, p.NHead, p.NHeadKV, nsplit, err)
 	}
 	return nil
+}
+
+// The tensor-core decode attention (MINFER_ATTN_DECODE_TC): the lean
+// kernels' body with a block of one warp and 16 rows (the G query heads of
+// a KV head for nt tokens, padded), so one K / V tile in shared memory
+// serves a KV head's whole group through the tensor cores; the same
+// partials, scratch and combine as the prefill kernels.
+const (
+	attnDecodeTCRows    = 16
+	attnDecodeTCThreads = 32
+	// attnDecodeTCMaxSplits caps the KV splits of a decode launch.
+	attnDecodeTCMaxSplits = 128
+)
+
+// attnDecodeTCName is the decode kernel of a head_dim variant (64 or 128).
+func attnDecodeTCName(hd int) string { return fmt.Sprintf("minfer_attn_decode_tc_hd%d", hd) }
+
+// attnDecodeTCSplits is how many blocks share each (row tile, KV head)'s
+// cells: as many as fill one wave of the blocks an SM holds (its shared
+// memory: 3 of head_dim 128, 6 of 64), at most one a 64-cell tile of the
+// context, attnDecodeTCMaxSplits, and what the prefill kernels' scratch
+// holds. It depends on the shapes, the context and the device only (a
+// captured graph replays with more cells filled); each split takes an
+// equal share of the filled tiles at run time. 7B (4 KV heads, G 7) on 132
+// SMs: 99 splits, 396 blocks.
+func attnDecodeTCSplits(p AttnParams, smCount int) int {
+	hd := attnPrefillHD(p.HeadDim)
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	base := (rows + attnDecodeTCRows - 1) / attnDecodeTCRows * p.NHeadKV
+	if base <= 0 {
+		return 1
+	}
+	perSM := (228 << 10) / (attnPrefillTCSmem(hd) + 1<<10) // the H100's / H200's shared memory an SM, 1 KiB reserved a block
+	ns := min(max(perSM*smCount/base, 1), attnDecodeTCMaxSplits, max((p.NCtx+attnPrefill2BN-1)/attnPrefill2BN, 1))
+	rec := p.NHeadKV * rows * (hd + 2) * 4 // one split's partials
+	return max(min(ns, AttnPrefillTCScratchBytes(p.HeadDim, smCount)/rec), 1)
+}
+
+// AttentionDecodeTC is the decode attention's contract (nt <= 8) through
+// the tensor cores (numerics: the f16-attention-tile class). part is the
+// prefill kernels' scratch (AttnPrefillTCScratchBytes).
+func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr,
+	part driver.DevicePtr, partBytes int, p AttnParams) error {
+	rb, err := p.check(format)
+	if err != nil {
+		return err
+	}
+	const op = "attn_decode_tc"
+	if p.NT > AttnDecodeMaxNT {
+		return opsBad(op, "nt %d: the decode kernels take at most %d tokens", p.NT, AttnDecodeMaxNT)
+	}
+	hd := attnPrefillHD(p.HeadDim)
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	nsplit := attnDecodeTCSplits(p, k.dev.Attr.SMCount)
+	need := nsplit * p.NHeadKV * rows * (hd + 2) * 4
+	if nsplit > 1 && (part == 0 || partBytes < need) {
+		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
+	}
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnDecodeTCName(hd), prep: "PrepareAttnPrefillTC",
+		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnDecodeTCRows, threads: attnDecodeTCThreads, nsplit: nsplit,
+		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
+		return err
+	}
+	if nsplit == 1 {
+		return nil
+	}
+	return k.combineTC(s, op, out, part, win, p, nsplit, hd)
 }

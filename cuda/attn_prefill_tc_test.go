@@ -7,11 +7,14 @@ package cuda
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
@@ -98,6 +101,8 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 		`minfer_attn_prefill_tcl_hd64\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
 		`minfer_attn_prefill_tcl_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`,
 		`ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16`, `ex2\.approx\.ftz\.f32`,
+		fmt.Sprintf(`__launch_bounds__\(%d\)\s+minfer_attn_decode_tc_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`, attnDecodeTCThreads),
+		fmt.Sprintf(`attn_prefill_tc<128, true, %d>`, attnDecodeTCRows), `constexpr int THR = 2 \* ROWS;`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
@@ -184,5 +189,94 @@ func TestFAPrefillLean_RefusedWhereTheTensorCoresDoNotRun(t *testing.T) {
 	}
 	if a, b := attnPrefillTCName(128, false), attnPrefillTCName(128, true); a != "minfer_attn_prefill_tc_hd128" || b != "minfer_attn_prefill_tcl_hd128" {
 		t.Errorf("kernel names %s, %s", a, b)
+	}
+}
+
+// adDecodeTC is the tensor-core decode kernel (MINFER_ATTN_DECODE_TC) for
+// the shared adShape helpers: its partials in the prefill kernels' scratch,
+// no counters, the f16 tile bar.
+var adDecodeTC = adKernel{name: "attn_decode_tc",
+	scratchBytes: func(p AttnParams, f kv.Format) (int, error) { return AttnPrefillTCScratchBytes(p.HeadDim, 132), nil },
+	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+		if err := k.PrepareAttnPrefillTC(); err != nil {
+			return err
+		}
+		if need := AttnPrefillTCScratchBytes(p.HeadDim, k.dev.Attr.SMCount); scrB < need {
+			return fmt.Errorf("the test's scratch of %d bytes is short of %d on this device", scrB, need)
+		}
+		return k.AttentionDecodeTC(s, out, q, kr, vr, f, win, scr, scrB, p)
+	},
+	counterBytes: func(AttnParams, kv.Format) uint64 { return 0 },
+	bar:          1e-2}
+
+// TestAttnDecodeTCDevice_EveryFormatShapeWindowMatchesCPUWithinF16Bar: the
+// tensor-core decode kernel against engine/cpu's attention over the lean
+// kernel's sweep (every KV format, head_dim 64 and 128, G 1 / 4 / 7 / 8,
+// nt 1..8, windows, KV lengths 1 .. 4160: one split to all of them), within
+// the prefill kernels' f16 bar; a repeated launch is bitwise equal.
+func TestAttnDecodeTCDevice_EveryFormatShapeWindowMatchesCPUWithinF16Bar(t *testing.T) {
+	ms := mmtOpen(t)
+	r := rand.New(rand.NewPCG(81, 82))
+	const nkv, nCtx = 2, 4160
+	lengths := []int{1, 2, 31, 63, 64, 65, 129, 600, 1000, 2047, 4096 + 37, nCtx}
+	adSweepFormats(t, ms, r, adDecodeTC, nkv, nCtx, lengths, []int{0, 100, 300})
+}
+
+// The decode kernels' splits fill one wave of the blocks an SM holds, never
+// more than the context's 64-cell tiles, and every shape's partials fit the
+// prefill kernels' scratch; MINFER_ATTN_DECODE_TC routes decode (nt <= 8)
+// only, and is refused beside the plain or the grouped decode kernels.
+func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecode(t *testing.T) {
+	const sms = 132
+	for _, c := range []struct {
+		nt, nh, nkv, hd, nctx, want int
+	}{
+		{1, 28, 4, 128, 32768, 99}, // 7B: 3 blocks an SM x 132 / 4 KV heads
+		{1, 14, 2, 64, 32768, 128}, // qwen2-0.5b: 6 an SM, the cap
+		{1, 28, 4, 128, 300, 5},    // a short context: its 5 tiles
+		{8, 28, 4, 128, 32768, 24}, // 56 rows: 4 row tiles a KV head
+	} {
+		p := AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd, NCtx: c.nctx}
+		if got := attnDecodeTCSplits(p, sms); got != c.want {
+			t.Errorf("nt %d heads %d/%d hd %d n_ctx %d: %d splits, want %d", c.nt, c.nh, c.nkv, c.hd, c.nctx, got, c.want)
+		}
+	}
+	for _, h := range [][3]int{{28, 4, 128}, {14, 2, 64}, {16, 8, 128}, {32, 32, 128}, {12, 2, 80}, {64, 8, 128}} {
+		for nt := 1; nt <= AttnDecodeMaxNT; nt++ {
+			p := AttnParams{NT: nt, NHead: h[0], NHeadKV: h[1], HeadDim: h[2], NCtx: 131072}
+			ns := attnDecodeTCSplits(p, sms)
+			if need := ns * h[1] * nt * (h[0] / h[1]) * (attnPrefillHD(h[2]) + 2) * 4; ns < 1 || need > AttnPrefillTCScratchBytes(h[2], sms) {
+				t.Fatalf("nt %d heads %d/%d hd %d: %d splits need %d bytes, the scratch holds %d", nt, h[0], h[1], h[2], ns, need,
+					AttnPrefillTCScratchBytes(h[2], sms))
+			}
+		}
+	}
+	on, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for nt, want := range map[int]string{1: attnDecodeTC, AttnDecodeMaxNT: attnDecodeTC, AttnPrefillMinNT: attnPrefillTC} {
+		if got := attnFamily(nt, on); got != want {
+			t.Errorf("nt %d with the lever: %s, want %s", nt, got, want)
+		}
+	}
+	if attnFamily(1, levers.Default()) != attnDecode2 {
+		t.Error("the lever is off by default: decode must stay on minfer_attn_decode2_*")
+	}
+	for _, other := range []string{"MINFER_NO_SPLITK_ATTN=1", "MINFER_ATTN_DECODE_GQA=1"} {
+		lv, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1", other})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_ATTN_DECODE_TC") {
+			t.Errorf("New with %s: %v, want the refusal", other, err)
+		}
+	}
+	t.Setenv("MINFER_ATTN_DECODE_TC", "1")
+	if lv := dsLevers(t, "MINFER_NO_SPLITK_ATTN=1"); lv.AttnDecodeTC || attnDecodeTCConflict(lv) != nil {
+		t.Errorf("a plain-kernel test under MINFER_ATTN_DECODE_TC=1: tc %v, conflict %v; want it dropped", lv.AttnDecodeTC, attnDecodeTCConflict(lv))
+	}
+	if attnDecodeTCName(128) != "minfer_attn_decode_tc_hd128" {
+		t.Error(attnDecodeTCName(128))
 	}
 }

@@ -109,6 +109,9 @@ func New(opts Options) (*Backend, error) {
 	if err := faPrefillLeanConflict(opts.Levers); err != nil {
 		return nil, err
 	}
+	if err := attnDecodeTCConflict(opts.Levers); err != nil {
+		return nil, err
+	}
 	if line := oneCopyYielded(opts.Levers); line != "" {
 		logf("%s", line)
 	}
@@ -150,7 +153,7 @@ func New(opts Options) (*Backend, error) {
 		if err := k.PrepareAttnPrefill2(); err != nil {
 			return err
 		}
-		if opts.Levers.FAPrefillTC {
+		if opts.Levers.FAPrefillTC || opts.Levers.AttnDecodeTC {
 			if err := k.PrepareAttnPrefillTC(); err != nil {
 				return err
 			}

@@ -49,12 +49,20 @@ func dsLevers(t testing.TB, extra ...string) levers.Config {
 			t.Fatal(err)
 		}
 	}
-	// An A/B's suite gate runs every test with arm B's MINFER_FA_PREFILL_LEAN=1;
-	// a test that sends prefill attention elsewhere drops it (as the backend
-	// would refuse the pair), unless it pins the lever itself.
-	if faPrefillLeanConflict(cfg) != nil && !slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, "MINFER_FA_PREFILL_LEAN=") }) {
-		t.Logf("MINFER_FA_PREFILL_LEAN=0 for this test: its settings %v leave the tensor-core prefill attention (%v)", extra, faPrefillLeanConflict(cfg))
-		if cfg, err = levers.Parse(append(env, "MINFER_FA_PREFILL_LEAN=0")); err != nil {
+	// An A/B's suite gate runs every test with arm B's setting of an opt-in
+	// attention form; a test that sends that attention to another kernel
+	// drops it (as the backend would refuse the pair), unless it pins the
+	// lever itself.
+	for _, c := range []struct {
+		lever    string
+		conflict func(levers.Config) error
+	}{{"MINFER_FA_PREFILL_LEAN", faPrefillLeanConflict}, {"MINFER_ATTN_DECODE_TC", attnDecodeTCConflict}} {
+		if c.conflict(cfg) == nil || slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, c.lever+"=") }) {
+			continue
+		}
+		t.Logf("%s=0 for this test: its settings %v send the attention elsewhere (%v)", c.lever, extra, c.conflict(cfg))
+		env = append(env, c.lever+"=0")
+		if cfg, err = levers.Parse(env); err != nil {
 			t.Fatal(err)
 		}
 	}

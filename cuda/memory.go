@@ -218,8 +218,11 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx, MaxSplits: b.lv.AttnSplits}
 	var attn int
 	var err error
-	if attnFamily(1, b.lv) == attnDecode2 {
+	switch attnFamily(1, b.lv) {
+	case attnDecode2:
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
+	case attnDecodeTC:
+		attn = AttnPrefillTCScratchBytes(p.HeadDim, sms)
 	}
 	if err == nil {
 		n += uint64(attn)

@@ -407,11 +407,11 @@ __device__ __forceinline__ float ex2(float x) {
 // stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
 // hd == HD) into k and v, 16 bytes each as stored; cells outside [lo, hi]
 // are zero-filled (their source is cell lo's, never read).
-template <int HD>
+template <int HD, int THR>
 __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                           const uint8_t* __restrict__ vreg, long long row_bytes, int off, int c0,
                                           int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += NT) {
+    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += THR) {
         const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
         const int c = c0 + j;
         const bool in = c >= lo && c <= hi;
@@ -425,9 +425,9 @@ __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* _
 // range (the lean kernels' inner tiles): kp / vp are this thread's first
 // sources (cell c0 + tid / CPR, column 8 (tid % CPR) of the KV head), each
 // next copy step bytes on; no per-copy index, range or row arithmetic.
-template <int HD>
+template <int HD, int THR>
 __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t* kp, const uint8_t* vp, long long step) {
-    constexpr int CPR = HD / 8, RPI = NT / CPR; // 16-byte chunks a row; rows a pass of the block
+    constexpr int CPR = HD / 8, RPI = THR / CPR; // 16-byte chunks a row; rows a pass of the block
     const int o = (threadIdx.x / CPR) * Geo<HD>::KLD + 8 * (threadIdx.x % CPR);
 #pragma unroll
     for (int i = 0; i < BN / RPI; i++) {
@@ -439,11 +439,11 @@ __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t
 // stage_pairs stores tile c0 of any cache into k and v as f16, a pair of
 // values at a time (f32 rounded, q8_0 dequantized then rounded); cells
 // outside [lo, hi] and columns past hd are zero.
-template <int HD>
+template <int HD, int THR>
 __device__ __forceinline__ void stage_pairs(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                             const uint8_t* __restrict__ vreg, int format, long long row_bytes, int off,
                                             int hd, int c0, int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += NT) {
+    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += THR) {
         const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
         const int c = c0 + j;
         float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
@@ -472,7 +472,7 @@ __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, i
     first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
-template <int HD, bool LEAN>
+template <int HD, bool LEAN, int ROWS = BM>
 __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                                 const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
@@ -487,14 +487,15 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3; // fragment row group and column pair
     const int start = win[0];
-    const PrefillTile pt = prefill_tile<BM>(nt, n_head, n_head_kv, start, n_ctx, window);
+    constexpr int THR = 2 * ROWS; // a warp a 16 rows
+    const PrefillTile pt = prefill_tile<ROWS>(nt, n_head, n_head_kv, start, n_ctx, window);
     const int G = pt.G, kvh = pt.kvh;
     const long long nrows = pt.nrows, r0 = pt.r0;
     const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
 
     // Q (rows r0.., zero past nrows and hd) staged in K's place, then held
     // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8.
-    for (int idx = tid; idx < BM * HD; idx += NT) {
+    for (int idx = tid; idx < ROWS * HD; idx += THR) {
         const int r = idx / HD, d = idx % HD;
         const long long R = r0 + r;
         float v = 0.0f;
@@ -520,7 +521,8 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 #pragma unroll
     for (int i = 0; i < 2; i++) row_cells(r0 + warp * 16 + g + 8 * i, nrows, G, start, n_ctx, window, first[i], last[i], nan_row[i]);
     // The warp's cells: what any of its 16 rows sees (rows are in t order),
-    // and [wlo, whi], what every one of them sees (none if a row sees none).
+    // and [wlo, whi], what every one of them with cells sees. A row with none
+    // (past nrows, or a NaN row) is never written: what it sums is moot.
     int wfirst = 0x7fffffff, wlast = -1, wlo = 0, whi = 0x7fffffff;
     for (int i = 0; i < 16; i++) {
         int f, l;
@@ -531,8 +533,6 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             wlast = max(wlast, l);
             wlo = max(wlo, f);
             whi = min(whi, l);
-        } else {
-            whi = -1;
         }
     }
 
@@ -561,13 +561,13 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     // LEAN: a tile whose cells are all in [lo, hi] is copied from this
     // thread's fixed offset in its first row (stage_f16_in).
     constexpr int CPR = HD / 8;
-    const long long step = (long long)(NT / CPR) * row_bytes;
+    const long long step = (long long)(THR / CPR) * row_bytes;
     const long long toff = (long long)(tid / CPR) * row_bytes + 2LL * (off + 8 * (tid % CPR));
     auto stage = [&](__half* kd, int c) {
         if (LEAN && c >= lo && c + BN - 1 <= hi)
-            stage_f16_in<HD>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
+            stage_f16_in<HD, THR>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
         else
-            stage_f16<HD>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
+            stage_f16<HD, THR>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
     };
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
     if (f16x8 && c_first <= c_last) stage(smem, c_first);
@@ -582,7 +582,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             minfer_cp_async_commit();
             minfer_cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
-            stage_pairs<HD>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
+            stage_pairs<HD, THR>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
         }
         __syncthreads(); // the tile is visible to every warp
         const bool sees = !(wlast < c0 || wfirst > c0 + BN - 1); // any row of this warp sees the tile
@@ -805,6 +805,22 @@ extern "C" __global__ void __launch_bounds__(128, 2)
 extern "C" __global__ void __launch_bounds__(128, 2)
     minfer_attn_prefill_tcl_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
     fatc::attn_prefill_tc<128, true>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+// minfer_attn_decode_tc_hd{64,128} (MINFER_ATTN_DECODE_TC): the lean
+// kernels' body for decode (nt <= 8): a block is one warp and 16 rows, the
+// G query heads of a KV head for nt * G <= 16 (padded: the tensor cores
+// have room to spare in decode, the K / V bytes are the cost), so one K / V
+// tile staged in shared memory serves every query head of its KV head.
+// Grid (ceil(nt * G / 16) * n_head_kv, nsplit), block 32 threads, shared
+// memory fatc::Geo<HD>::BYTES, the partials and combine of the prefill
+// kernels.
+extern "C" __global__ void __launch_bounds__(32)
+    minfer_attn_decode_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<64, true, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+extern "C" __global__ void __launch_bounds__(32)
+    minfer_attn_decode_tc_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<128, true, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
 }
 // Grid ceil(nt * G * n_head_kv / 4), block 128 threads (a warp a row), no
 // shared memory; ld = HD + 2 of the split kernel's variant.

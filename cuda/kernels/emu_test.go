@@ -84,6 +84,24 @@ func TestKernelEmulator_LeanPrefillAttentionWithinF16Bar(t *testing.T) {
 	emuPassesAndCatches(t, "fatc-emu.sh", "--lean", "ALL WITHIN 1e-2", "OVER", "kfrag", "full", "lsum", "log2", "inld")
 }
 
+// The tensor-core decode attention (MINFER_ATTN_DECODE_TC: the lean body
+// with one warp and 16 rows a block) is within 1e-2 of attention in double
+// on nt 1..8 (G 1 / 2 / 7 / 8, head_dim 64 / 80 / 128, 1 to 13 splits, a
+// window, NaN rows); a block that stages as if it had twice its threads,
+// and a diagonal tile taken as seen whole, are caught under --decode.
+// (kfrag, lsum, log2, inld, wait and split are caught there too: session
+// 20 ran them by hand.)
+func TestKernelEmulator_DecodeTensorCoresWithinF16Bar(t *testing.T) {
+	if out, code := emu(t, "fatc-emu.sh", "--decode"); code != 0 || !strings.Contains(out, "ALL WITHIN 1e-2") {
+		t.Fatalf("fatc-emu.sh --decode: exit %d:\n%s", code, out)
+	}
+	for _, plant := range []string{"thr", "full"} {
+		if out, code := emu(t, "fatc-emu.sh", "--decode", "--plant", plant); code != 1 || !strings.Contains(out, "OVER") {
+			t.Fatalf("--decode planted %s: exit %d, want 1 and a case OVER the bar:\n%s", plant, code, out)
+		}
+	}
+}
+
 // The lean decode attention's combine at 128 splits (MINFER_ATTN_SPLITS):
 // one case past 64 active splits matches attention in double at both
 // caps, the grouped kernels (MINFER_ATTN_DECODE_GQA) equal the one-warp

@@ -434,6 +434,14 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M d4096", DefaultSince: "reports/MINFER_FA_PREFILL_TC",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
 			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
+	// Decode at depth: the one-warp kernel issues ~61 instructions a cell and
+	// query head (ncu, session 20); a KV head's group is a tiny matrix product.
+	{Name: "MINFER_ATTN_DECODE_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (tensor cores)", Issue: "#20",
+		Doc:  "1: decode attention (nt <= 8) on the tensor cores (minfer_attn_decode_tc_*): the lean prefill kernel's body with a block of one warp and 16 rows, the G query heads of a KV head padded, so one K / V tile staged in shared memory (cp.async) serves the whole group through mma.sync; splits fill one wave; Q, K, V and P rounded to f16 (reports/MINFER_ATTN_DECODE_TC)",
+		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
+		Requires: []string{"MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_GQA=0"},
+		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on; off, minfer_attn_decode2_*",
+			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8})},
 	// The tensor-core kernel issues ~12 instructions an mma at 7B pp512 over
 	// a 32K cache (ncu, session 20): the lean form's tile is ~460 of them.
 	{Name: "MINFER_FA_PREFILL_LEAN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tensor cores)", Issue: "#20",
@@ -749,6 +757,7 @@ type Config struct {
 	AttnDecodeGQA    bool // MINFER_ATTN_DECODE_GQA: its grouped blocks
 	FAPrefillTC      bool
 	FAPrefillLean    bool // MINFER_FA_PREFILL_LEAN: the tensor-core kernels' lean form
+	AttnDecodeTC     bool // MINFER_ATTN_DECODE_TC: decode attention on the tensor cores
 	MMVQRepack       bool
 	EmbedHost        bool
 	OneCopy          bool
@@ -896,6 +905,7 @@ func Parse(environ []string) (Config, error) {
 	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.FAPrefillLean = on("MINFER_FA_PREFILL_LEAN")
+	c.AttnDecodeTC = on("MINFER_ATTN_DECODE_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = optOut("MINFER_EMBED_HOST")
 	// At its default the one-copy layout yields to a setting that sends a
