@@ -260,20 +260,27 @@ func AttnPrefillTCScratchBytes(headDim, smCount int) int {
 // 0 when attnPrefillTCSplits(p) is 1.
 func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr,
 	part driver.DevicePtr, partBytes int, p AttnParams) error {
+	return k.launchTC(s, "attn_prefill_tc", attnPrefillTCName(attnPrefillHD(p.HeadDim), p.Lean), attnPrefillTCRows, attnPrefillTCThreads,
+		attnPrefillTCSplits(p, k.dev.Attr.SMCount), out, q, kRegion, vRegion, format, win, part, partBytes, p)
+}
+
+// launchTC launches a tensor-core attention kernel (rows a block, threads,
+// nsplit splits of each KV range) and, when it splits, the combine of its
+// partials in part.
+func (k *Kernels) launchTC(s *driver.Stream, op, name string, rowsPerBlock, threads, nsplit int, out, q, kRegion, vRegion driver.DevicePtr,
+	format kv.Format, win, part driver.DevicePtr, partBytes int, p AttnParams) error {
 	rb, err := p.check(format)
 	if err != nil {
 		return err
 	}
-	const op = "attn_prefill_tc"
 	hd := attnPrefillHD(p.HeadDim)
 	rows := p.NT * (p.NHead / p.NHeadKV)
-	nsplit := attnPrefillTCSplits(p, k.dev.Attr.SMCount)
 	need := nsplit * p.NHeadKV * rows * (hd + 2) * 4
 	if nsplit > 1 && (part == 0 || partBytes < need) {
 		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
 	}
-	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnPrefillTCName(hd, p.Lean), prep: "PrepareAttnPrefillTC",
-		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnPrefillTCRows, threads: attnPrefillTCThreads, nsplit: nsplit,
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: name, prep: "PrepareAttnPrefillTC",
+		smem: attnPrefillTCSmem(hd), rowsPerBlock: rowsPerBlock, threads: threads, nsplit: nsplit,
 		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
 		return err
 	}
@@ -338,28 +345,9 @@ func attnDecodeTCSplits(p AttnParams, smCount int) int {
 // prefill kernels' scratch (AttnPrefillTCScratchBytes).
 func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr,
 	part driver.DevicePtr, partBytes int, p AttnParams) error {
-	rb, err := p.check(format)
-	if err != nil {
-		return err
-	}
-	const op = "attn_decode_tc"
 	if p.NT > AttnDecodeMaxNT {
-		return opsBad(op, "nt %d: the decode kernels take at most %d tokens", p.NT, AttnDecodeMaxNT)
+		return opsBad("attn_decode_tc", "nt %d: the decode kernels take at most %d tokens", p.NT, AttnDecodeMaxNT)
 	}
-	hd := attnPrefillHD(p.HeadDim)
-	rows := p.NT * (p.NHead / p.NHeadKV)
-	nsplit := attnDecodeTCSplits(p, k.dev.Attr.SMCount)
-	need := nsplit * p.NHeadKV * rows * (hd + 2) * 4
-	if nsplit > 1 && (part == 0 || partBytes < need) {
-		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
-	}
-	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnDecodeTCName(hd), prep: "PrepareAttnPrefillTC",
-		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnDecodeTCRows, threads: attnDecodeTCThreads, nsplit: nsplit,
-		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
-		return err
-	}
-	if nsplit == 1 {
-		return nil
-	}
-	return k.combineTC(s, op, out, part, win, p, nsplit, hd)
+	return k.launchTC(s, "attn_decode_tc", attnDecodeTCName(attnPrefillHD(p.HeadDim)), attnDecodeTCRows, attnDecodeTCThreads,
+		attnDecodeTCSplits(p, k.dev.Attr.SMCount), out, q, kRegion, vRegion, format, win, part, partBytes, p)
 }

@@ -280,3 +280,30 @@ func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecode(t *testing.T) {
 		t.Error(attnDecodeTCName(128))
 	}
 }
+
+// The tensor-core launchers refuse, by their op's name and before any
+// launch, a decode call of more than 8 tokens and a split launch whose
+// scratch is missing or short of its partials.
+func TestAttnTCLaunchers_RefuseBadCalls(t *testing.T) {
+	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
+	const p0 = driver.DevicePtr(0x1000)
+	dec := AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}
+	pre := dec
+	pre.NT = 512
+	need := func(p AttnParams, ns int) int { return ns * p.NHeadKV * p.NT * (p.NHead / p.NHeadKV) * (128 + 2) * 4 }
+	nine := dec
+	nine.NT = 9
+	for _, c := range []struct {
+		name, op, want string
+		err            error
+	}{
+		{"decode, nine tokens", "attn_decode_tc", "at most 8", k.AttentionDecodeTC(nil, p0, p0, p0, p0, kv.F16, p0, p0, 1<<30, nine)},
+		{"decode, no scratch", "attn_decode_tc", "99 splits need", k.AttentionDecodeTC(nil, p0, p0, p0, p0, kv.F16, p0, 0, 1<<30, dec)},
+		{"decode, short scratch", "attn_decode_tc", "99 splits need", k.AttentionDecodeTC(nil, p0, p0, p0, p0, kv.F16, p0, p0, need(dec, 99)-1, dec)},
+		{"prefill, short scratch", "attn_prefill_tc", "3 splits need", k.AttentionPrefillTC(nil, p0, p0, p0, p0, kv.F16, p0, p0, need(pre, 3)-1, pre)},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.op) || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %s and %q", c.name, c.err, c.op, c.want)
+		}
+	}
+}

@@ -101,12 +101,12 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)
     }
 }
 
-// ldsm_x4_trans: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 for the
+// ldsm_x4_emu: ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the
 // calling warp. Lane L names (row) row L % 8 of matrix L / 8, 8 f16 from
-// there; lane L gets in r[i] elements [2 (L % 4)][L / 4] and
-// [2 (L % 4) + 1][L / 4] of matrix i (row, column), the lower row in the
-// low half.
-inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
+// there; lane L (g = L / 4, t = L % 4) gets in r[i] elements [g][2t] and
+// [g][2t + 1] of matrix i (row, column), or with trans [2t][g] and
+// [2t + 1][g], the lower index in the low half.
+inline void ldsm_x4_emu(uint32_t (&r)[4], const __half* row, bool trans) {
     static_assert(sizeof(const __half*) == 8, "a lane's row pointer fills two slot words");
     const int lane = threadIdx.x & 31;
     uint32_t (*m)[6] = tw->mma;
@@ -121,28 +121,12 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) {
     }
     __syncwarp();
     const int t = lane & 3, g = lane >> 2;
-    for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][2 * t][g] | (uint32_t)e[i][2 * t + 1][g] << 16;
+    for (int i = 0; i < 4; i++)
+        r[i] = trans ? (uint32_t)e[i][2 * t][g] | (uint32_t)e[i][2 * t + 1][g] << 16
+                     : (uint32_t)e[i][g][2 * t] | (uint32_t)e[i][g][2 * t + 1] << 16;
 }
-
-// ldsm_x4: ldmatrix.sync.aligned.m8n8.x4.shared.b16 (not transposed) for
-// the calling warp: lane L names row L % 8 of matrix L / 8; lane L gets in
-// r[i] elements [L / 4][2 (L % 4)] and [L / 4][2 (L % 4) + 1] of matrix i.
-inline void ldsm_x4(uint32_t (&r)[4], const __half* row) {
-    const int lane = threadIdx.x & 31;
-    uint32_t (*m)[6] = tw->mma;
-    __syncwarp();
-    memcpy(&m[lane][0], &row, sizeof row);
-    __syncwarp();
-    unsigned short e[4][8][8]; // [matrix][row][column]
-    for (int L = 0; L < 32; L++) {
-        const __half* p;
-        memcpy(&p, &m[L][0], sizeof p);
-        for (int c = 0; c < 8; c++) e[L / 8][L % 8][c] = p[c].x;
-    }
-    __syncwarp();
-    const int t = lane & 3, g = lane >> 2;
-    for (int i = 0; i < 4; i++) r[i] = (uint32_t)e[i][g][2 * t] | (uint32_t)e[i][g][2 * t + 1] << 16;
-}
+inline void ldsm_x4_trans(uint32_t (&r)[4], const __half* row) { ldsm_x4_emu(r, row, true); }
+inline void ldsm_x4(uint32_t (&r)[4], const __half* row) { ldsm_x4_emu(r, row, false); }
 
 // ex2: ex2.approx.ftz.f32 (the device's is within ~2^-22 of 2^x).
 inline float ex2(float x) { return exp2f(x); }
