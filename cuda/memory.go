@@ -164,8 +164,9 @@ const planSMs = 132
 //   - scratch beyond the graph's buffers: the Q8_1 activation rows
 //     (ensureActQ8), the fused FFN's up buffer at decode and at the
 //     prefill (ensureFFNUp), the decode attention's split-K scratch at the
-//     context (attnDecode2Scratch) and the MMQ scratch
-//     of the widest prefill matmul (ensureMMQScratch, which may double).
+//     context (attnDecode2Scratch), the tensor-core attention's partials
+//     (attnTCScratch) and the MMQ scratch of the widest prefill matmul
+//     (ensureMMQScratch, which may double).
 func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if sms <= 0 {
 		sms = planSMs
@@ -218,11 +219,19 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx, MaxSplits: b.lv.AttnSplits}
 	var attn int
 	var err error
+	// The tensor-core kernels' partials (attnTCScratch): one buffer for the
+	// prefill and decode kernels, allocated the first time a launch splits;
+	// a prefill's last chunk may be short enough to split, so any prefill
+	// through them counts it.
+	tc := nt >= AttnPrefillMinNT && attnFamily(nt, b.lv) == attnPrefillTC
 	switch attnFamily(1, b.lv) {
 	case attnDecode2:
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
 	case attnDecodeTC:
-		attn = AttnPrefillTCScratchBytes(p.HeadDim, sms)
+		tc = true
+	}
+	if tc {
+		attn += AttnPrefillTCScratchBytes(p.HeadDim, sms)
 	}
 	if err == nil {
 		n += uint64(attn)

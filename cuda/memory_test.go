@@ -224,3 +224,30 @@ func planTensors(t *testing.T, shape string, typ quant.Type) (model.HParams, []m
 	}
 	return h, ts
 }
+
+// The plan's scratch counts the tensor-core attention's partials
+// (AttnPrefillTCScratchBytes, one buffer) where a launch through those
+// kernels may split: a prefill on them (the default), decode on them
+// (MINFER_ATTN_DECODE_TC) or both, once; the lean decode kernel's own
+// scratch goes with it. Not with the FMA tiles and the lean decode kernel.
+func TestPlan_ScratchCountsTheTensorCorePartialsOnce(t *testing.T) {
+	tc := uint64(AttnPrefillTCScratchBytes(128, planSMs))
+	d2, err := AttnDecode2ScratchBytes(AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}, kv.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fma := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_FA_PREFILL_TC=0").Scratch // with d2
+	for _, c := range []struct {
+		settings []string
+		want     uint64
+	}{
+		{nil, fma + tc},
+		{[]string{"MINFER_FA_PREFILL_TC=0", "MINFER_ATTN_DECODE_TC=1"}, fma - uint64(d2) + tc},
+		{[]string{"MINFER_ATTN_DECODE_TC=1"}, fma - uint64(d2) + tc},
+	} {
+		if got := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, c.settings...).Scratch; got != c.want {
+			t.Errorf("%v: scratch %d, want %d (FMA tiles and lean decode %d, its decode scratch %d, the partials %d)", c.settings, got, c.want,
+				fma, d2, tc)
+		}
+	}
+}
