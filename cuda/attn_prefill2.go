@@ -182,25 +182,17 @@ func attnPrefillTCName(hd int, lean bool) string {
 	return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd)
 }
 
-// faPrefillLeanConflict refuses MINFER_FA_PREFILL_LEAN=1 where its
-// Requires do not hold: with the FMA tiles or the plain kernel doing
-// prefill attention, the lean form would switch nothing that was asked for.
-func faPrefillLeanConflict(lv levers.Config) error {
-	if bad := lv.Unmet("MINFER_FA_PREFILL_LEAN"); lv.FAPrefillLean && len(bad) > 0 {
-		return fmt.Errorf("cuda: MINFER_FA_PREFILL_LEAN=1 is the tensor-core prefill attention's lean form, and %s: unset those or MINFER_FA_PREFILL_LEAN",
-			strings.Join(bad, ", "))
-	}
-	return nil
-}
+// attnOptIns are the opt-in attention forms whose Requires the backend
+// enforces: set to 1 where another setting sends that attention to another
+// kernel, the setting would switch nothing that was asked for.
+var attnOptIns = []string{"MINFER_FA_PREFILL_LEAN", "MINFER_ATTN_DECODE_TC"}
 
-// attnDecodeTCConflict refuses MINFER_ATTN_DECODE_TC=1 where its Requires
-// do not hold: beside the plain kernel (MINFER_NO_SPLITK_ATTN=1) or the
-// grouped one-warp kernels (MINFER_ATTN_DECODE_GQA=1), one of the two
-// settings would switch nothing.
-func attnDecodeTCConflict(lv levers.Config) error {
-	if bad := lv.Unmet("MINFER_ATTN_DECODE_TC"); lv.AttnDecodeTC && len(bad) > 0 {
-		return fmt.Errorf("cuda: MINFER_ATTN_DECODE_TC=1 runs decode attention on the tensor cores, and %s: unset those or MINFER_ATTN_DECODE_TC",
-			strings.Join(bad, ", "))
+// attnOptInConflict refuses lever=1 (one of attnOptIns) where its Requires
+// do not hold.
+func attnOptInConflict(lv levers.Config, lever string) error {
+	if bad := lv.Unmet(lever); lv.Value(lever) == "1" && len(bad) > 0 {
+		l, _ := levers.Lookup(lever)
+		return fmt.Errorf("cuda: %s=1 switches the %s, and %s: unset those or %s", lever, l.Path, strings.Join(bad, ", "), lever)
 	}
 	return nil
 }

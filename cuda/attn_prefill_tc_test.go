@@ -169,7 +169,7 @@ func TestFAPrefillLean_RefusedWhereTheTensorCoresDoNotRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = faPrefillLeanConflict(lv)
+		err = attnOptInConflict(lv, "MINFER_FA_PREFILL_LEAN")
 		if (err != nil) != c.refused || err != nil && !strings.Contains(err.Error(), "MINFER_FA_PREFILL_LEAN") {
 			t.Errorf("%v: %v, want refused %v naming the lever", c.set, err, c.refused)
 		}
@@ -181,8 +181,8 @@ func TestFAPrefillLean_RefusedWhereTheTensorCoresDoNotRun(t *testing.T) {
 		}
 	}
 	t.Setenv("MINFER_FA_PREFILL_LEAN", "1")
-	if lv := dsLevers(t, "MINFER_FA_PREFILL_TC=0"); lv.FAPrefillLean || faPrefillLeanConflict(lv) != nil {
-		t.Errorf("an FMA-tile test under MINFER_FA_PREFILL_LEAN=1: lean %v, conflict %v; want it dropped", lv.FAPrefillLean, faPrefillLeanConflict(lv))
+	if lv := dsLevers(t, "MINFER_FA_PREFILL_TC=0"); lv.FAPrefillLean || attnOptInConflict(lv, "MINFER_FA_PREFILL_LEAN") != nil {
+		t.Errorf("an FMA-tile test under MINFER_FA_PREFILL_LEAN=1: lean %v, conflict %v; want it dropped", lv.FAPrefillLean, attnOptInConflict(lv, "MINFER_FA_PREFILL_LEAN"))
 	}
 	if lv := dsLevers(t, "MINFER_LAUNCH_CENSUS=1"); !lv.FAPrefillLean {
 		t.Error("a tensor-core test under MINFER_FA_PREFILL_LEAN=1 lost the setting")
@@ -273,8 +273,8 @@ func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecode(t *testing.T) {
 		}
 	}
 	t.Setenv("MINFER_ATTN_DECODE_TC", "1")
-	if lv := dsLevers(t, "MINFER_NO_SPLITK_ATTN=1"); lv.AttnDecodeTC || attnDecodeTCConflict(lv) != nil {
-		t.Errorf("a plain-kernel test under MINFER_ATTN_DECODE_TC=1: tc %v, conflict %v; want it dropped", lv.AttnDecodeTC, attnDecodeTCConflict(lv))
+	if lv := dsLevers(t, "MINFER_NO_SPLITK_ATTN=1"); lv.AttnDecodeTC || attnOptInConflict(lv, "MINFER_ATTN_DECODE_TC") != nil {
+		t.Errorf("a plain-kernel test under MINFER_ATTN_DECODE_TC=1: tc %v, conflict %v; want it dropped", lv.AttnDecodeTC, attnOptInConflict(lv, "MINFER_ATTN_DECODE_TC"))
 	}
 	if attnDecodeTCName(128) != "minfer_attn_decode_tc_hd128" {
 		t.Error(attnDecodeTCName(128))

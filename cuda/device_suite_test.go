@@ -53,15 +53,12 @@ func dsLevers(t testing.TB, extra ...string) levers.Config {
 	// attention form; a test that sends that attention to another kernel
 	// drops it (as the backend would refuse the pair), unless it pins the
 	// lever itself.
-	for _, c := range []struct {
-		lever    string
-		conflict func(levers.Config) error
-	}{{"MINFER_FA_PREFILL_LEAN", faPrefillLeanConflict}, {"MINFER_ATTN_DECODE_TC", attnDecodeTCConflict}} {
-		if c.conflict(cfg) == nil || slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, c.lever+"=") }) {
+	for _, lever := range attnOptIns {
+		if attnOptInConflict(cfg, lever) == nil || slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, lever+"=") }) {
 			continue
 		}
-		t.Logf("%s=0 for this test: its settings %v send the attention elsewhere (%v)", c.lever, extra, c.conflict(cfg))
-		env = append(env, c.lever+"=0")
+		t.Logf("%s=0 for this test: its settings %v send the attention elsewhere (%v)", lever, extra, attnOptInConflict(cfg, lever))
+		env = append(env, lever+"=0")
 		if cfg, err = levers.Parse(env); err != nil {
 			t.Fatal(err)
 		}
