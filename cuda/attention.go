@@ -41,10 +41,6 @@ type AttnParams struct {
 	// (MINFER_ATTN_DECODE_GQA): one block of G = NHead / NHeadKV warps per
 	// KV head, at most attnDecode2GroupMax; bitwise the same output.
 	Grouped bool
-	// Lean runs the tensor-core prefill attention's lean form
-	// (MINFER_FA_PREFILL_LEAN: minfer_attn_prefill_tcl_*): the same
-	// contract, grid and numerics class.
-	Lean bool
 }
 
 // attnScale is engine/cpu's default: f32(1/sqrt(hd)) in double.
@@ -98,7 +94,6 @@ const (
 	attnPrefill2  = "prefill2"  // minfer_attn_prefill2_*
 	attnPrefillTC = "prefilltc" // minfer_attn_prefill_tc_* (MINFER_FA_PREFILL_TC)
 	attnDecode2   = "decode2"   // minfer_attn_decode2_*
-	attnDecodeTC  = "decodetc"  // minfer_attn_decode_tc_* (MINFER_ATTN_DECODE_TC)
 )
 
 // attnFamily is the attention kernel of an nt-token call: the tiled
@@ -114,8 +109,6 @@ func attnFamily(nt int, lv levers.Config) string {
 		return attnPrefillTC
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
 		return attnPrefill2
-	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC:
-		return attnDecodeTC
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
 		return attnDecode2
 	}
@@ -139,8 +132,7 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		return nil, err
 	}
 	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
-		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA,
-		Lean: b.lv.FAPrefillLean}
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA}
 	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
 	}
@@ -166,12 +158,6 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 			return nil, err
 		}
 		return func() error { return b.k.AttentionPrefillTC(b.s, o, p[0], kr, vr, f, win, part, partBytes, ap) }, nil
-	case attnDecodeTC:
-		part, partBytes, err := b.attnTCScratch(ap, attnDecodeTCSplits(ap, b.dev.Attr.SMCount))
-		if err != nil {
-			return nil, err
-		}
-		return func() error { return b.k.AttentionDecodeTC(b.s, o, p[0], kr, vr, f, win, part, partBytes, ap) }, nil
 	case attnDecode2:
 		scr, scrBytes, err := b.attnDecode2Scratch(ap)
 		if err != nil {

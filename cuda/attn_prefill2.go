@@ -12,11 +12,9 @@ package cuda
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/kv"
-	"github.com/minfer-go/minfer/engine/levers"
 )
 
 const attnPrefill2BN = 64 // fap2::BN: KV cells per tile
@@ -173,29 +171,8 @@ const (
 	attnPrefillTCThreads = 128 // fatc::NT
 )
 
-// attnPrefillTCName is the kernel of a head_dim variant (64 or 128), its
-// lean form (MINFER_FA_PREFILL_LEAN) with lean.
-func attnPrefillTCName(hd int, lean bool) string {
-	if lean {
-		return fmt.Sprintf("minfer_attn_prefill_tcl_hd%d", hd)
-	}
-	return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd)
-}
-
-// attnOptIns are the opt-in attention forms whose Requires the backend
-// enforces: set to 1 where another setting sends that attention to another
-// kernel, the setting would switch nothing that was asked for.
-var attnOptIns = []string{"MINFER_FA_PREFILL_LEAN", "MINFER_ATTN_DECODE_TC"}
-
-// attnOptInConflict refuses lever=1 (one of attnOptIns) where its Requires
-// do not hold.
-func attnOptInConflict(lv levers.Config, lever string) error {
-	if bad := lv.Unmet(lever); lv.Value(lever) == "1" && len(bad) > 0 {
-		l, _ := levers.Lookup(lever)
-		return fmt.Errorf("cuda: %s=1 switches the %s, and %s: unset those or %s", lever, l.Path, strings.Join(bad, ", "), lever)
-	}
-	return nil
-}
+// attnPrefillTCName is the kernel of a head_dim variant (64 or 128).
+func attnPrefillTCName(hd int) string { return fmt.Sprintf("minfer_attn_prefill_tc_hd%d", hd) }
 
 // attnPrefillTCSmem is fatc::Geo<HD>::BYTES: two buffers of K and V (one
 // tile read while the next arrives), each BN rows of HD+8 halves.
@@ -204,15 +181,13 @@ func attnPrefillTCSmem(hd int) int {
 	return 2 * 2 * bn * (hd + 8) * 2
 }
 
-// PrepareAttnPrefillTC opts the tensor-core kernels (prefill, lean and
-// decode) into their dynamic shared memory (above the 48 KiB default). Call it once at init, inside
+// PrepareAttnPrefillTC opts the tensor-core kernels into their dynamic
+// shared memory (above the 48 KiB default). Call it once at init, inside
 // dev.Do, as PrepareAttnPrefill2.
 func (k *Kernels) PrepareAttnPrefillTC() error {
 	for _, hd := range []int{64, 128} {
-		for _, name := range []string{attnPrefillTCName(hd, false), attnPrefillTCName(hd, true), attnDecodeTCName(hd)} {
-			if err := k.prepareOptIn("attn_prefill_tc", name, attnPrefillTCSmem(hd)); err != nil {
-				return err
-			}
+		if err := k.prepareOptIn("attn_prefill_tc", attnPrefillTCName(hd), attnPrefillTCSmem(hd)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -252,27 +227,20 @@ func AttnPrefillTCScratchBytes(headDim, smCount int) int {
 // 0 when attnPrefillTCSplits(p) is 1.
 func (k *Kernels) AttentionPrefillTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr,
 	part driver.DevicePtr, partBytes int, p AttnParams) error {
-	return k.launchTC(s, "attn_prefill_tc", attnPrefillTCName(attnPrefillHD(p.HeadDim), p.Lean), attnPrefillTCRows, attnPrefillTCThreads,
-		attnPrefillTCSplits(p, k.dev.Attr.SMCount), out, q, kRegion, vRegion, format, win, part, partBytes, p)
-}
-
-// launchTC launches a tensor-core attention kernel (rows a block, threads,
-// nsplit splits of each KV range) and, when it splits, the combine of its
-// partials in part.
-func (k *Kernels) launchTC(s *driver.Stream, op, name string, rowsPerBlock, threads, nsplit int, out, q, kRegion, vRegion driver.DevicePtr,
-	format kv.Format, win, part driver.DevicePtr, partBytes int, p AttnParams) error {
+	const op = "attn_prefill_tc"
 	rb, err := p.check(format)
 	if err != nil {
 		return err
 	}
 	hd := attnPrefillHD(p.HeadDim)
+	nsplit := attnPrefillTCSplits(p, k.dev.Attr.SMCount)
 	rows := p.NT * (p.NHead / p.NHeadKV)
 	need := nsplit * p.NHeadKV * rows * (hd + 2) * 4
 	if nsplit > 1 && (part == 0 || partBytes < need) {
 		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
 	}
-	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: name, prep: "PrepareAttnPrefillTC",
-		smem: attnPrefillTCSmem(hd), rowsPerBlock: rowsPerBlock, threads: threads, nsplit: nsplit,
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnPrefillTCName(hd), prep: "PrepareAttnPrefillTC",
+		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnPrefillTCRows, threads: attnPrefillTCThreads, nsplit: nsplit,
 		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
 		return err
 	}
@@ -294,52 +262,4 @@ func (k *Kernels) combineTC(s *driver.Stream, op string, out, part, win driver.D
 		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, combine, p.NT, p.NHead, p.NHeadKV, nsplit, err)
 	}
 	return nil
-}
-
-// The tensor-core decode attention (MINFER_ATTN_DECODE_TC): the lean
-// kernels' body with a block of one warp and 16 rows (the G query heads of
-// a KV head for nt tokens, padded), so one K / V tile in shared memory
-// serves a KV head's whole group through the tensor cores; the same
-// partials, scratch and combine as the prefill kernels.
-const (
-	attnDecodeTCRows    = 16
-	attnDecodeTCThreads = 32
-	// attnDecodeTCMaxSplits caps the KV splits of a decode launch.
-	attnDecodeTCMaxSplits = 128
-)
-
-// attnDecodeTCName is the decode kernel of a head_dim variant (64 or 128).
-func attnDecodeTCName(hd int) string { return fmt.Sprintf("minfer_attn_decode_tc_hd%d", hd) }
-
-// attnDecodeTCSplits is how many blocks share each (row tile, KV head)'s
-// cells: as many as fill one wave of the blocks an SM holds (its shared
-// memory: 3 of head_dim 128, 6 of 64), at most one a 64-cell tile of the
-// context, attnDecodeTCMaxSplits, and what the prefill kernels' scratch
-// holds. It depends on the shapes, the context and the device only (a
-// captured graph replays with more cells filled); each split takes an
-// equal share of the filled tiles at run time. 7B (4 KV heads, G 7) on 132
-// SMs: 99 splits, 396 blocks.
-func attnDecodeTCSplits(p AttnParams, smCount int) int {
-	hd := attnPrefillHD(p.HeadDim)
-	rows := p.NT * (p.NHead / p.NHeadKV)
-	base := (rows + attnDecodeTCRows - 1) / attnDecodeTCRows * p.NHeadKV
-	if base <= 0 {
-		return 1
-	}
-	perSM := (228 << 10) / (attnPrefillTCSmem(hd) + 1<<10) // the H100's / H200's shared memory an SM, 1 KiB reserved a block
-	ns := min(max(perSM*smCount/base, 1), attnDecodeTCMaxSplits, max((p.NCtx+attnPrefill2BN-1)/attnPrefill2BN, 1))
-	rec := p.NHeadKV * rows * (hd + 2) * 4 // one split's partials
-	return max(min(ns, AttnPrefillTCScratchBytes(p.HeadDim, smCount)/rec), 1)
-}
-
-// AttentionDecodeTC is the decode attention's contract (nt <= 8) through
-// the tensor cores (numerics: the f16-attention-tile class). part is the
-// prefill kernels' scratch (AttnPrefillTCScratchBytes).
-func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win driver.DevicePtr,
-	part driver.DevicePtr, partBytes int, p AttnParams) error {
-	if p.NT > AttnDecodeMaxNT {
-		return opsBad("attn_decode_tc", "nt %d: the decode kernels take at most %d tokens", p.NT, AttnDecodeMaxNT)
-	}
-	return k.launchTC(s, "attn_decode_tc", attnDecodeTCName(attnPrefillHD(p.HeadDim)), attnDecodeTCRows, attnDecodeTCThreads,
-		attnDecodeTCSplits(p, k.dev.Attr.SMCount), out, q, kRegion, vRegion, format, win, part, partBytes, p)
 }

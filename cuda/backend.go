@@ -106,11 +106,6 @@ func New(opts Options) (*Backend, error) {
 	if err := oneCopyConflict(opts.Levers); err != nil {
 		return nil, err
 	}
-	for _, lever := range attnOptIns {
-		if err := attnOptInConflict(opts.Levers, lever); err != nil {
-			return nil, err
-		}
-	}
 	if line := oneCopyYielded(opts.Levers); line != "" {
 		logf("%s", line)
 	}
@@ -152,7 +147,7 @@ func New(opts Options) (*Backend, error) {
 		if err := k.PrepareAttnPrefill2(); err != nil {
 			return err
 		}
-		if opts.Levers.FAPrefillTC || opts.Levers.AttnDecodeTC {
+		if opts.Levers.FAPrefillTC {
 			if err := k.PrepareAttnPrefillTC(); err != nil {
 				return err
 			}

@@ -219,18 +219,13 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx, MaxSplits: b.lv.AttnSplits}
 	var attn int
 	var err error
-	// The tensor-core kernels' partials (attnTCScratch): one buffer for the
-	// prefill and decode kernels, allocated the first time a launch splits;
-	// a prefill's last chunk may be short enough to split, so any prefill
-	// through them counts it.
-	tc := nt >= AttnPrefillMinNT && attnFamily(nt, b.lv) == attnPrefillTC
-	switch attnFamily(1, b.lv) {
-	case attnDecode2:
+	// The tensor-core kernels' partials (attnTCScratch), allocated the
+	// first time a launch splits: a prefill's last chunk may be short
+	// enough to split, so any prefill through them counts it.
+	if attnFamily(1, b.lv) == attnDecode2 {
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
-	case attnDecodeTC:
-		tc = true
 	}
-	if tc {
+	if nt >= AttnPrefillMinNT && attnFamily(nt, b.lv) == attnPrefillTC {
 		attn += AttnPrefillTCScratchBytes(p.HeadDim, sms)
 	}
 	if err == nil {

@@ -226,11 +226,11 @@ func planTensors(t *testing.T, shape string, typ quant.Type) (model.HParams, []m
 }
 
 // The plan's scratch counts the tensor-core attention's partials
-// (AttnPrefillTCScratchBytes, one buffer) where a launch through those
-// kernels may split: a prefill on them (the default), decode on them
-// (MINFER_ATTN_DECODE_TC) or both, once; the lean decode kernel's own
-// scratch goes with it. Not with the FMA tiles and the lean decode kernel.
-func TestPlan_ScratchCountsTheTensorCorePartialsOnce(t *testing.T) {
+// (AttnPrefillTCScratchBytes, one buffer) where a prefill launch through
+// those kernels may split (the default), beside the lean decode kernel's
+// own scratch or without it (MINFER_NO_SPLITK_ATTN=1); not with the FMA
+// tiles.
+func TestPlan_ScratchCountsTheTensorCorePartials(t *testing.T) {
 	tc := uint64(AttnPrefillTCScratchBytes(128, planSMs))
 	d2, err := AttnDecode2ScratchBytes(AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}, kv.F16)
 	if err != nil {
@@ -242,11 +242,10 @@ func TestPlan_ScratchCountsTheTensorCorePartialsOnce(t *testing.T) {
 		want     uint64
 	}{
 		{nil, fma + tc},
-		{[]string{"MINFER_FA_PREFILL_TC=0", "MINFER_ATTN_DECODE_TC=1"}, fma - uint64(d2) + tc},
-		{[]string{"MINFER_ATTN_DECODE_TC=1"}, fma - uint64(d2) + tc},
+		{[]string{"MINFER_NO_SPLITK_ATTN=1"}, fma - uint64(d2) + tc},
 	} {
 		if got := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, c.settings...).Scratch; got != c.want {
-			t.Errorf("%v: scratch %d, want %d (FMA tiles and lean decode %d, its decode scratch %d, the partials %d)", c.settings, got, c.want,
+			t.Errorf("%v: scratch %d, want %d (FMA tiles and lean decode %d, the decode scratch %d, the partials %d)", c.settings, got, c.want,
 				fma, d2, tc)
 		}
 	}

@@ -323,11 +323,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 }
 
 // ---------------------------------------------------------------------------
-// minfer_attn_prefill_tc_hd{64,128} (lever MINFER_FA_PREFILL_TC, opt-in):
-// the same contract as minfer_attn_prefill2_*, with Q K^T and P V on the
-// tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation). Why: over
-// a filled KV cache the FMA kernel above is flop-bound (7B pp512 at depth
-// 32128: 6.6 TFLOP per chunk against the ~67 TFLOP/s of FP32 FMA;
+// minfer_attn_prefill_tc_hd{64,128} (lever MINFER_FA_PREFILL_TC, on by
+// default): the same contract as minfer_attn_prefill2_*, with Q K^T and P V
+// on the tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulation).
+// Why: over a filled KV cache the FMA kernel above is flop-bound (7B pp512
+// at depth 32128: 6.6 TFLOP per chunk against the ~67 TFLOP/s of FP32 FMA;
 // reports/perf/NOTE.md, issue 20).
 //
 // Block: 64 rows (the t*G+g order above, so the G query heads of a token
@@ -340,9 +340,17 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 // two tiles of K and V as [cell][d] f16 rows: an aligned f16 cache's next
 // tile is copied as stored with cp.async (16 bytes, no register) while
 // this one is read; f32 and q8_0 are converted in place (rounded, or
-// dequantized then rounded). A B fragment word of K^T is one 32-bit load,
-// and one ldmatrix.x4.trans gives the B fragments of V for two 8-column
-// tiles of O. A warp whose rows see no cell of a tile skips its products.
+// dequantized then rounded). ldmatrix.x4 gives K's B fragments for two
+// 16-deep steps, ldmatrix.x4.trans V's for two 8-column tiles of O. A warp
+// whose rows see no cell of a tile skips its products.
+//
+// The instruction count a tile is the cost over a filled cache (ncu,
+// session 20: ~12 instructions an mma), so the softmax works in powers of 2
+// (ex2.approx, the scale folded in), a tile every row of a warp sees whole
+// skips the mask, P's row sums are one more mma against ones, and an
+// in-range tile's copies come from fixed offsets: ~460 warp instructions a
+// 64-cell tile where the first form issued ~1,536 (pp512 at depth 32128
+// x1.29 on the H100, reports/MINFER_FA_PREFILL_LEAN).
 // Numerics (f16-attention-tile class): Q, K, V and P rounded to f16,
 // products summed in f32 in the tensor core's order, l summed from the
 // f16-rounded P that P V uses; not bitwise v2.
@@ -407,11 +415,11 @@ __device__ __forceinline__ float ex2(float x) {
 // stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
 // hd == HD) into k and v, 16 bytes each as stored; cells outside [lo, hi]
 // are zero-filled (their source is cell lo's, never read).
-template <int HD, int THR>
+template <int HD>
 __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                           const uint8_t* __restrict__ vreg, long long row_bytes, int off, int c0,
                                           int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += THR) {
+    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += NT) {
         const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
         const int c = c0 + j;
         const bool in = c >= lo && c <= hi;
@@ -422,12 +430,12 @@ __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* _
 }
 
 // stage_f16_in issues the copies of a tile every cell of which is in
-// range (the lean kernels' inner tiles): kp / vp are this thread's first
+// range (the inner tiles): kp / vp are this thread's first
 // sources (cell c0 + tid / CPR, column 8 (tid % CPR) of the KV head), each
 // next copy step bytes on; no per-copy index, range or row arithmetic.
-template <int HD, int THR>
+template <int HD>
 __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t* kp, const uint8_t* vp, long long step) {
-    constexpr int CPR = HD / 8, RPI = THR / CPR; // 16-byte chunks a row; rows a pass of the block
+    constexpr int CPR = HD / 8, RPI = NT / CPR; // 16-byte chunks a row; rows a pass of the block
     const int o = (threadIdx.x / CPR) * Geo<HD>::KLD + 8 * (threadIdx.x % CPR);
 #pragma unroll
     for (int i = 0; i < BN / RPI; i++) {
@@ -439,11 +447,11 @@ __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t
 // stage_pairs stores tile c0 of any cache into k and v as f16, a pair of
 // values at a time (f32 rounded, q8_0 dequantized then rounded); cells
 // outside [lo, hi] and columns past hd are zero.
-template <int HD, int THR>
+template <int HD>
 __device__ __forceinline__ void stage_pairs(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                             const uint8_t* __restrict__ vreg, int format, long long row_bytes, int off,
                                             int hd, int c0, int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += THR) {
+    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += NT) {
         const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
         const int c = c0 + j;
         float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
@@ -472,7 +480,7 @@ __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, i
     first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
-template <int HD, bool LEAN, int ROWS = BM>
+template <int HD>
 __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                                 const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
@@ -487,15 +495,14 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3; // fragment row group and column pair
     const int start = win[0];
-    constexpr int THR = 2 * ROWS; // a warp a 16 rows
-    const PrefillTile pt = prefill_tile<ROWS>(nt, n_head, n_head_kv, start, n_ctx, window);
+    const PrefillTile pt = prefill_tile<BM>(nt, n_head, n_head_kv, start, n_ctx, window);
     const int G = pt.G, kvh = pt.kvh;
     const long long nrows = pt.nrows, r0 = pt.r0;
     const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
 
     // Q (rows r0.., zero past nrows and hd) staged in K's place, then held
     // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8.
-    for (int idx = tid; idx < ROWS * HD; idx += THR) {
+    for (int idx = tid; idx < BM * HD; idx += NT) {
         const int r = idx / HD, d = idx % HD;
         const long long R = r0 + r;
         float v = 0.0f;
@@ -536,14 +543,14 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         }
     }
 
-    // LEAN: m in units of log2 (scores times scale / ln 2), and l summed by
-    // the tensor cores as one more column tile of P V against ones (lacc:
-    // every column of a row holds its sum), from the f16 P that P V reads.
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    // m in units of log2 (scores times scale / ln 2), and l summed by the
+    // tensor cores as one more column tile of P V against ones (lacc: every
+    // column of a row holds its sum), from the f16 P that P V reads.
+    float m[2] = {-INFINITY, -INFINITY};
     float o[ON][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < ON; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const float sl2 = scale * 1.4426950408889634f; // LEAN: scale * log2(e)
+    const float sl2 = scale * 1.4426950408889634f; // scale * log2(e)
 
     const int off = kvh * hd;
     const int c_begin = lo - lo % BN;
@@ -558,16 +565,16 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     }
     const bool f16x8 = format == mops::KV_F16 && hd == HD &&
                        ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
-    // LEAN: a tile whose cells are all in [lo, hi] is copied from this
-    // thread's fixed offset in its first row (stage_f16_in).
+    // A tile whose cells are all in [lo, hi] is copied from this thread's
+    // fixed offset in its first row (stage_f16_in).
     constexpr int CPR = HD / 8;
-    const long long step = (long long)(THR / CPR) * row_bytes;
+    const long long step = (long long)(NT / CPR) * row_bytes;
     const long long toff = (long long)(tid / CPR) * row_bytes + 2LL * (off + 8 * (tid % CPR));
     auto stage = [&](__half* kd, int c) {
-        if (LEAN && c >= lo && c + BN - 1 <= hi)
-            stage_f16_in<HD, THR>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
+        if (c >= lo && c + BN - 1 <= hi)
+            stage_f16_in<HD>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
         else
-            stage_f16<HD, THR>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
+            stage_f16<HD>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
     };
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
     if (f16x8 && c_first <= c_last) stage(smem, c_first);
@@ -582,7 +589,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             minfer_cp_async_commit();
             minfer_cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
-            stage_pairs<HD, THR>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
+            stage_pairs<HD>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
         }
         __syncthreads(); // the tile is visible to every warp
         const bool sees = !(wlast < c0 || wfirst > c0 + BN - 1); // any row of this warp sees the tile
@@ -592,34 +599,25 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 #pragma unroll
             for (int j = 0; j < SN; j++) {
                 s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-                if constexpr (LEAN) {
-                    // One ldmatrix.x4 gives the B fragments of two 16-deep
-                    // steps: lane L names cell 8j + L % 8 at d 16kk + 8 (L / 8).
-                    const __half* kl = kb + (8 * j + (lane & 7)) * Gm::KLD + 8 * (lane >> 3);
+                // One ldmatrix.x4 gives the B fragments of two 16-deep
+                // steps: lane L names cell 8j + L % 8 at d 16kk + 8 (L / 8).
+                const __half* kl = kb + (8 * j + (lane & 7)) * Gm::KLD + 8 * (lane >> 3);
 #pragma unroll
-                    for (int kk = 0; kk < KS; kk += 2) {
-                        uint32_t r[4];
-                        ldsm_x4(r, kl + 16 * kk);
-                        const uint32_t bk0[2] = {r[0], r[1]}, bk1[2] = {r[2], r[3]};
-                        mma_16816(s[j], qa[kk], bk0);
-                        mma_16816(s[j], qa[kk + 1], bk1);
-                    }
-                } else {
-                    const __half* kr = kb + (8 * j + g) * Gm::KLD + 2 * tq;
-#pragma unroll
-                    for (int kk = 0; kk < KS; kk++) {
-                        const uint32_t b[2] = {ld32(kr + 16 * kk), ld32(kr + 16 * kk + 8)};
-                        mma_16816(s[j], qa[kk], b);
-                    }
+                for (int kk = 0; kk < KS; kk += 2) {
+                    uint32_t r[4];
+                    ldsm_x4(r, kl + 16 * kk);
+                    const uint32_t bk0[2] = {r[0], r[1]}, bk1[2] = {r[2], r[3]};
+                    mma_16816(s[j], qa[kk], bk0);
+                    mma_16816(s[j], qa[kk + 1], bk1);
                 }
             }
 
-            // Mask, scale and the online softmax of both rows; P rounded to f16.
-            // LEAN: a tile every row of the warp sees whole skips the mask; the
-            // scale folds into 2^(s sl2 - m) (max of s, then scaled: sl2 > 0).
+            // Mask and the online softmax of both rows; P rounded to f16. A tile
+            // every row of the warp sees whole skips the mask; the scale folds
+            // into 2^(s sl2 - m) (max of s, then scaled: sl2 > 0).
             const bool full = wlo <= c0 && c0 + BN - 1 <= whi;
 #pragma unroll
-            for (int i = 0; i < 2 && LEAN; i++) {
+            for (int i = 0; i < 2; i++) {
                 float mx = -INFINITY;
                 if (full) {
 #pragma unroll
@@ -652,52 +650,14 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
                     o[n][2 * i + 1] *= corr;
                 }
             }
-#pragma unroll
-            for (int i = 0; i < 2 && !LEAN; i++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int j = 0; j < SN; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int c = c0 + 8 * j + 2 * tq + e;
-                        float& x = s[j][2 * i + e];
-                        x = c >= first[i] && c <= last[i] ? __fmul_rn(x, scale) : -INFINITY;
-                        mx = fmaxf(mx, x);
-                    }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mn = fmaxf(m[i], mx);
-                const float corr = mn == -INFINITY ? 1.0f : expf(m[i] - mn);
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < SN; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float& x = s[j][2 * i + e];
-                        x = mn == -INFINITY || x == -INFINITY ? 0.0f : __half2float(__float2half(expf(x - mn)));
-                        sum += x;
-                    }
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                m[i] = mn;
-                l[i] = fmaf(l[i], corr, sum);
-#pragma unroll
-                for (int n = 0; n < ON; n++) {
-                    o[n][2 * i] *= corr;
-                    o[n][2 * i + 1] *= corr;
-                }
-            }
-
             // O += P V: the 16-deep step kk of cells is S tiles 2kk and 2kk+1.
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) {
                 const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
                                         h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-                if constexpr (LEAN) {
-                    constexpr uint32_t ONES = 0x3C003C00u; // two f16 1.0: B = ones, so C += row sums of P
-                    const uint32_t b1s[2] = {ONES, ONES};
-                    mma_16816(lacc, pa, b1s);
-                }
+                constexpr uint32_t ONES = 0x3C003C00u; // two f16 1.0: B = ones, so C += row sums of P
+                const uint32_t b1s[2] = {ONES, ONES};
+                mma_16816(lacc, pa, b1s);
                 // Lane L names cell 16kk + L % 16 at columns 8 (n + L / 16).
                 const __half* vr = vb + (16 * kk + (lane & 15)) * Gm::KLD + 8 * (lane >> 4);
 #pragma unroll
@@ -713,7 +673,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
         __syncthreads(); // every warp is done with this tile's buffer
     }
 
-    if constexpr (LEAN) l[0] = lacc[0], l[1] = lacc[2];
+    const float l[2] = {lacc[0], lacc[2]};
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const long long R = r0 + warp * 16 + g + 8 * i;
@@ -725,7 +685,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
 #pragma unroll
                 for (int e = 0; e < 2; e++) rec[8 * n + 2 * tq + e] = o[n][2 * i + e];
             if (tq == 0) {
-                rec[HD] = LEAN ? m[i] * 0.6931471805599453f : m[i]; // combine_tc weighs by e^(m - M)
+                rec[HD] = m[i] * 0.6931471805599453f; // natural log units: combine_tc weighs by e^(m - M)
                 rec[HD + 1] = l[i];
             }
             continue;
@@ -790,37 +750,11 @@ __device__ __forceinline__ void combine_tc(float* out, const float* __restrict__
 // minfer_attn_prefill_tc_combine writes out.
 extern "C" __global__ void __launch_bounds__(128, 2)
     minfer_attn_prefill_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<64, false>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+    fatc::attn_prefill_tc<64>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
 }
 extern "C" __global__ void __launch_bounds__(128, 2)
     minfer_attn_prefill_tc_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<128, false>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
-}
-// minfer_attn_prefill_tcl_hd{64,128} (MINFER_FA_PREFILL_LEAN): the same
-// grid, block, shared memory, arguments and partials.
-extern "C" __global__ void __launch_bounds__(128, 2)
-    minfer_attn_prefill_tcl_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<64, true>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
-}
-extern "C" __global__ void __launch_bounds__(128, 2)
-    minfer_attn_prefill_tcl_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<128, true>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
-}
-// minfer_attn_decode_tc_hd{64,128} (MINFER_ATTN_DECODE_TC): the lean
-// kernels' body for decode (nt <= 8): a block is one warp and 16 rows, the
-// G query heads of a KV head for nt * G <= 16 (padded: the tensor cores
-// have room to spare in decode, the K / V bytes are the cost), so one K / V
-// tile staged in shared memory serves every query head of its KV head.
-// Grid (ceil(nt * G / 16) * n_head_kv, nsplit), block 32 threads, shared
-// memory fatc::Geo<HD>::BYTES, the partials and combine of the prefill
-// kernels.
-extern "C" __global__ void __launch_bounds__(32)
-    minfer_attn_decode_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<64, true, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
-}
-extern "C" __global__ void __launch_bounds__(32)
-    minfer_attn_decode_tc_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
-    fatc::attn_prefill_tc<128, true, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+    fatc::attn_prefill_tc<128>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
 }
 // Grid ceil(nt * G * n_head_kv / 4), block 128 threads (a warp a row), no
 // shared memory; ld = HD + 2 of the split kernel's variant.

@@ -430,26 +430,10 @@ var registry = []Lever{
 		Liveness: cudaOnly("0", "prefill attention (nt >= 9) runs the tiled kernels (minfer_attn_prefill_tc_* by default, minfer_attn_prefill2_* with MINFER_FA_PREFILL_TC=0) only with the lever on; off, the plain minfer_attn_f32",
 			[]string{"minfer_attn_prefill*"}, Needs{MinNT: 9})},
 	{Name: "MINFER_FA_PREFILL_TC", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention", Issue: "#20",
-		Doc:  "0: prefill attention (nt >= 9) on the FMA tiles of minfer_attn_prefill2_* instead of the tensor cores (minfer_attn_prefill_tc_*: Q K^T and P V by mma.sync m16n8k16, f16 in, f32 accumulation, each warp's scores and output in registers; a grid short of two waves splits each KV range over up to 8 blocks and merges them); on by default since reports/MINFER_FA_PREFILL_TC (H200, 2026-12-03, five gates PASS: pp512 at depth 4096 x1.72 on qwen2-7b Q4_K_M, x3.03 on qwen3-0.6b Q8_0, pp512 x1.04 at depth 0)",
+		Doc:  "0: prefill attention (nt >= 9) on the FMA tiles of minfer_attn_prefill2_* instead of the tensor cores (minfer_attn_prefill_tc_*: Q K^T and P V by mma.sync m16n8k16, f16 in, f32 accumulation, each warp's scores and output in registers, the softmax in powers of 2, no mask on a tile a warp sees whole, P's row sums by the tensor cores; a grid short of two waves splits each KV range over up to 8 blocks and merges them); on by default since reports/MINFER_FA_PREFILL_TC (H200, 2026-12-03, five gates PASS: pp512 at depth 4096 x1.72 on qwen2-7b Q4_K_M, x3.03 on qwen3-0.6b Q8_0, pp512 x1.04 at depth 0); its lean form is the only one since reports/MINFER_FA_PREFILL_LEAN (H100, 2026-12-06, five gates PASS: pp512 at depth 32128 x1.29 on qwen2-7b Q8_0)",
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q4_K_M d4096", DefaultSince: "reports/MINFER_FA_PREFILL_TC",
 		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs minfer_attn_prefill_tc_* only with the lever on; off, minfer_attn_prefill2_*",
 			[]string{"minfer_attn_prefill_tc_*"}, Needs{MinNT: 9})},
-	// Decode at depth: the one-warp kernel issues ~61 instructions a cell and
-	// query head (ncu, session 20); a KV head's group is a tiny matrix product.
-	{Name: "MINFER_ATTN_DECODE_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (tensor cores)", Issue: "#20",
-		Doc:  "1: decode attention (nt <= 8) on the tensor cores (minfer_attn_decode_tc_*): the lean prefill kernel's body with a block of one warp and 16 rows, the G query heads of a KV head padded, so one K / V tile staged in shared memory (cp.async) serves the whole group through mma.sync; splits fill one wave; Q, K, V and P rounded to f16 (reports/MINFER_ATTN_DECODE_TC)",
-		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
-		Requires: []string{"MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_GQA=0"},
-		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on; off, minfer_attn_decode2_*",
-			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8})},
-	// The tensor-core kernel issues ~12 instructions an mma at 7B pp512 over
-	// a 32K cache (ncu, session 20): the lean form's tile is ~460 of them.
-	{Name: "MINFER_FA_PREFILL_LEAN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill attention (tensor cores)", Issue: "#20",
-		Doc:  "1: the tensor-core prefill attention runs its lean form (minfer_attn_prefill_tcl_*): K's fragments by ldmatrix, the softmax in powers of 2 (ex2.approx), no mask on a tile every row of a warp sees whole, P's row sums by the tensor cores, in-range tiles copied from fixed offsets; ~1,536 -> ~460 warp instructions a 64-cell tile (reports/MINFER_FA_PREFILL_LEAN)",
-		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
-		Requires: []string{"MINFER_FA_PREFILL_TC=1", "MINFER_NO_FA_PREFILL=0"},
-		Liveness: cudaOnly("1", "prefill attention (nt >= 9) runs the lean tensor-core kernels (minfer_attn_prefill_tcl_*) only with the lever on; off, minfer_attn_prefill_tc_*",
-			[]string{"minfer_attn_prefill_tcl_*"}, Needs{MinNT: 9})},
 	// Host work only: the same kernels, launched from the device thread in
 	// one handoff a forward instead of one per backend call (6 a decode
 	// step, ~20 us each on the H200: reports/perf/2026-12-02-1a61e32-host).
@@ -756,8 +740,6 @@ type Config struct {
 	AttnSplits       int  // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
 	AttnDecodeGQA    bool // MINFER_ATTN_DECODE_GQA: its grouped blocks
 	FAPrefillTC      bool
-	FAPrefillLean    bool // MINFER_FA_PREFILL_LEAN: the tensor-core kernels' lean form
-	AttnDecodeTC     bool // MINFER_ATTN_DECODE_TC: decode attention on the tensor cores
 	MMVQRepack       bool
 	EmbedHost        bool
 	OneCopy          bool
@@ -904,8 +886,6 @@ func Parse(environ []string) (Config, error) {
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
 	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
-	c.FAPrefillLean = on("MINFER_FA_PREFILL_LEAN")
-	c.AttnDecodeTC = on("MINFER_ATTN_DECODE_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = optOut("MINFER_EMBED_HOST")
 	// At its default the one-copy layout yields to a setting that sends a

@@ -19,18 +19,11 @@
 #       wait   the tile is read while its async copies may still be in flight
 #       split  each split of the KV range drops its last tile
 #       combine  the merge sums the splits' l without rescaling them to the common max
-#   scripts/kernel-emu/fatc-emu.sh --lean [--plant X]   the lean kernels
-#       (minfer_attn_prefill_tcl_*, MINFER_FA_PREFILL_LEAN); the plants above
-#       apply to them too, and these reach only them (each implies --lean):
 #       kfrag  K's B fragments from ldmatrix paired across the two 16-deep steps
 #       full   a tile that crosses a row's last cell taken as seen whole (no mask)
 #       lsum   the row sums of P count only its odd columns (ones in one half)
 #       log2   the split partials keep m in log2 units (combine_tc reads e-units)
 #       inld   an in-range tile's copies read the next 16-byte column
-#   scripts/kernel-emu/fatc-emu.sh --decode [--plant X]   the decode kernels
-#       (minfer_attn_decode_tc_*, MINFER_ATTN_DECODE_TC: the lean body, one
-#       warp a block) on nt 1..8; every plant above reaches them, and
-#       thr    the block's thread count taken as twice what is launched
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -39,13 +32,7 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=plant.sh
 source "$here/plant.sh"
 quick=()
-if [[ "${1:-}" == "--lean" || "${1:-}" == "--decode" ]]; then
-    quick=("$1")
-    shift
-fi
 if [[ "${1:-}" == "--plant" ]]; then
-    # These reach only the lean body: --lean unless --decode was asked for.
-    [[ ${#quick[@]} -eq 0 ]] && case "${2:-}" in kfrag | full | lsum | log2 | inld | thr) quick=(--lean) ;; esac
     case "${2:-}" in
     pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
     vfrag) from='b0[2] = {b4[0], b4[1]}, b1[2] = {b4[2], b4[3]}'; to='b0[2] = {b4[0], b4[2]}, b1[2] = {b4[1], b4[3]}' ;;
@@ -58,9 +45,8 @@ if [[ "${1:-}" == "--plant" ]]; then
     full) from='c0 + BN - 1 <= whi;'; to='c0 <= whi;' ;;
     lsum) from='ONES = 0x3C003C00u;'; to='ONES = 0x3C000000u;' ;;
     log2) from='m[i] * 0.6931471805599453f'; to='m[i]' ;;
-    thr) from='constexpr int THR = 2 * ROWS;'; to='constexpr int THR = 4 * ROWS;' ;;
     inld) from='2LL * (off + 8 * (tid % CPR));'; to='2LL * (off + 8 * ((tid + 1) % CPR));' ;;
-    *) echo "usage: $0 [--lean] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick+=(--quick)
