@@ -41,6 +41,10 @@ type AttnParams struct {
 	// (MINFER_ATTN_DECODE_GQA): one block of G = NHead / NHeadKV warps per
 	// KV head, at most attnDecode2GroupMax; bitwise the same output.
 	Grouped bool
+	// Lean runs the lean decode kernel's lean form (MINFER_ATTN_DECODE_LEAN:
+	// minfer_attn_decode2l_*): the same grid, scratch and combine, fewer
+	// instructions a cell; not with Grouped.
+	Lean bool
 }
 
 // attnScale is engine/cpu's default: f32(1/sqrt(hd)) in double.
@@ -132,7 +136,8 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		return nil, err
 	}
 	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
-		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA}
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA,
+		Lean: b.lv.AttnDecodeLean}
 	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
 	}

@@ -11,9 +11,11 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 const (
@@ -37,10 +39,12 @@ func attnDecode2SplitPlan(n, nsplit int) (chunk, nact int) {
 	return chunk, (n + chunk - 1) / chunk
 }
 
-// attnDecode2Names[hd class][format]: hd 64, 128, any even head_dim;
-// kv.F32, F16, Q8_0.
-var attnDecode2Names = func() (n [2][3][3]string) {
-	for g, fam := range []string{"minfer_attn_decode2", "minfer_attn_decode2g"} {
+// attnDecode2Names[form][hd class][format]: the one-warp blocks, the
+// grouped blocks (MINFER_ATTN_DECODE_GQA), the lean form
+// (MINFER_ATTN_DECODE_LEAN); hd 64, 128, any even head_dim; kv.F32, F16,
+// Q8_0.
+var attnDecode2Names = func() (n [3][3][3]string) {
+	for g, fam := range []string{"minfer_attn_decode2", "minfer_attn_decode2g", "minfer_attn_decode2l"} {
 		for i, hd := range []string{"hd64", "hd128", "any"} {
 			for k, f := range []string{"f32", "f16", "q8_0"} {
 				n[g][i][k] = fmt.Sprintf("%s_%s_%s", fam, hd, f)
@@ -49,6 +53,21 @@ var attnDecode2Names = func() (n [2][3][3]string) {
 	}
 	return n
 }()
+
+// attnOptIns are the opt-in attention forms whose Requires the backend
+// enforces: set to 1 where another setting sends that attention to another
+// kernel, the setting would switch nothing that was asked for.
+var attnOptIns = []string{"MINFER_ATTN_DECODE_LEAN"}
+
+// attnOptInConflict refuses lever=1 (one of attnOptIns) where its Requires
+// do not hold.
+func attnOptInConflict(lv levers.Config, lever string) error {
+	if bad := lv.Unmet(lever); lv.Value(lever) == "1" && len(bad) > 0 {
+		l, _ := levers.Lookup(lever)
+		return fmt.Errorf("cuda: %s=1 switches the %s, and %s: unset those or %s", lever, l.Path, strings.Join(bad, ", "), lever)
+	}
+	return nil
+}
 
 // attnDecode2GroupMax is adec2::GMAX: the most query heads per KV head the
 // grouped kernels' block (32 threads a head) takes.
@@ -73,9 +92,12 @@ func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
 	}
 	geo := attnDecode2Geom{gridX: p.NT * p.NHead, threads: attnDecode2Threads,
 		nsplit: min(maxs, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
-	grouped := 0
-	if p.Grouped {
-		geo.gridX, geo.threads, grouped = p.NT*p.NHeadKV, attnDecode2Threads*(p.NHead/p.NHeadKV), 1
+	form := 0
+	switch {
+	case p.Grouped:
+		geo.gridX, geo.threads, form = p.NT*p.NHeadKV, attnDecode2Threads*(p.NHead/p.NHeadKV), 1
+	case p.Lean:
+		form = 2
 	}
 	hdClass := 2
 	switch p.HeadDim {
@@ -91,7 +113,7 @@ func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
 	case kv.Q8_0:
 		fc = 2
 	}
-	geo.name = attnDecode2Names[grouped][hdClass][fc]
+	geo.name = attnDecode2Names[form][hdClass][fc]
 	align := func(n uint64) uint64 { return (n + attnDecodeAlign - 1) / attnDecodeAlign * attnDecodeAlign }
 	// Sized for AttnDecodeMaxNT tokens whatever p.NT is, so one scratch
 	// serves every nt (a short launch never writes over a longer one's
@@ -227,6 +249,9 @@ func (p AttnParams) checkDecode(format kv.Format) (rowBytes int, err error) {
 	if p.Grouped && p.NHead/p.NHeadKV > attnDecode2GroupMax {
 		return 0, opsBad("attn_decode", "%d query heads per KV head: the grouped kernels (MINFER_ATTN_DECODE_GQA) take at most %d; unset it",
 			p.NHead/p.NHeadKV, attnDecode2GroupMax)
+	}
+	if p.Grouped && p.Lean {
+		return 0, opsBad("attn_decode", "the lean form (MINFER_ATTN_DECODE_LEAN) has no grouped kernels (MINFER_ATTN_DECODE_GQA): unset one")
 	}
 	if p.MaxSplits < 0 || p.MaxSplits > attnDecode2KernelMaxSplits {
 		return 0, opsBad("attn_decode", "a cap of %d splits: the kernel combines at most %d", p.MaxSplits, attnDecode2KernelMaxSplits)

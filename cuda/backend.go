@@ -106,6 +106,11 @@ func New(opts Options) (*Backend, error) {
 	if err := oneCopyConflict(opts.Levers); err != nil {
 		return nil, err
 	}
+	for _, lever := range attnOptIns {
+		if err := attnOptInConflict(opts.Levers, lever); err != nil {
+			return nil, err
+		}
+	}
 	if line := oneCopyYielded(opts.Levers); line != "" {
 		logf("%s", line)
 	}

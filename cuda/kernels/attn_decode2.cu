@@ -69,6 +69,12 @@ constexpr int SINGLE = 64;    // attended ranges up to this many cells take one 
 constexpr int PFCELLS = 64;   // cells of a chunk prefetched to L1 up front
 static_assert(MAXS % 32 == 0 && MAXS <= 128 && SINGLE >= SPLIT, "split rule and combine weights");
 
+// BoolC carries a compile-time flag into a generic lambda (no <type_traits>
+// under NVRTC).
+template <bool V> struct BoolC {
+    static constexpr bool value = V;
+};
+
 // Lay is the lane layout of a head_dim class (HD 0: any even head_dim).
 template <int HD>
 struct Lay {
@@ -170,6 +176,17 @@ __device__ __forceinline__ void cvt(const unsigned int (&r)[Raw<HD, FMT>::NR], f
     }
 }
 
+#ifndef MINFER_KERNEL_EMU
+// ex2: 2^x by the special-function unit (one instruction, relative error
+// ~2^-22, as expf's 2 ulp); -inf gives 0. The emulation defines it on the
+// CPU (scripts/kernel-emu/include/mma.h).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
 // prefetch_span asks L1 for the 128-byte lines of bytes [b0, b1) of a row
 // (a hint: the loads that follow are the same either way).
 __device__ __forceinline__ void prefetch_span(const uint8_t* row, int b0, int b1) {
@@ -190,7 +207,16 @@ __device__ __forceinline__ void prefetch_span(const uint8_t* row, int b0, int b1
 // tile in shared memory with cp.async measured x0.938 (FAIL): both forms
 // issue ~60 instructions per cell and query head, and the staged one ran
 // 256 blocks at 2 an SM (reports/MINFER_ATTN_DECODE_GQA/NOTE.md).
-template <int HD, int FMT, bool GROUPED>
+//
+// With LEAN (MINFER_ATTN_DECODE_LEAN: minfer_attn_decode2l_*) the same cells,
+// splits, scratch and combine with fewer instructions a cell: ncu puts the
+// one-warp kernel at ~61 warp instructions a cell and query head, bound by
+// issue at ~17% occupancy (session 20). q is scaled by scale * log2(e) once,
+// so a score needs no multiply and every exponential is one ex2 (m, the
+// partials' m included, in log2 units); two passes an iteration alternate
+// their K / V registers instead of copying the next pass into this one's;
+// and the per-cell end test runs in the last pass only.
+template <int HD, int FMT, bool GROUPED, bool LEAN = false>
 __device__ __forceinline__ void decode(float* __restrict__ out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                        const uint8_t* __restrict__ vreg, const int* __restrict__ win,
                                        float2* __restrict__ part_ml, float* __restrict__ part_acc, int* __restrict__ counters,
@@ -231,6 +257,11 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         for (int i = 0; i < NE; i++) {
             const int e = elem<HD>(lis, i);
             qv[i] = e < hd ? __ldg(qr + e) : 0.0f;
+        }
+        if constexpr (LEAN) {
+            const float sl2 = __fmul_rn(scale, 1.4426950408889634f);
+#pragma unroll
+            for (int i = 0; i < NE; i++) qv[i] = __fmul_rn(qv[i], sl2);
         }
     }
     const int start = __ldg(win);
@@ -284,12 +315,11 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     float m = -INFINITY, l = 0.0f, acc[NE];
 #pragma unroll
     for (int i = 0; i < NE; i++) acc[i] = 0.0f;
-    unsigned int kr[B][NR], vr[B][NR];
-    load_pass(0, kr, vr);
-    for (int pb = 0; pb < cnt; pb += CPP) { // warp-uniform trip count
-        unsigned int kn[B][NR], vn[B][NR];
-        const bool more = pb + CPP < cnt;
-        if (more) load_pass(pb + CPP, kn, vn);
+    // step folds pass pb (its raw K / V in kr, vr) into the slot's online
+    // softmax; TAIL: the pass may run past the chunk's end (LEAN tests each
+    // cell only there; the first form tests every pass).
+    auto step = [&](int pb, const unsigned int (&kr)[B][NR], const unsigned int (&vr)[B][NR], auto tail) {
+        constexpr bool TAIL = decltype(tail)::value;
         float s[B];
 #pragma unroll
         for (int b = 0; b < B; b++) {
@@ -300,19 +330,20 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
             for (int i = 0; i < NE; i++) d = fmaf(qv[i], x[i], d);
 #pragma unroll
             for (int o = LPC / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            s[b] = pb + b * SLOTS + slot < cnt ? __fmul_rn(d, scale) : -INFINITY;
+            if constexpr (LEAN) s[b] = !TAIL || pb + b * SLOTS + slot < cnt ? d : -INFINITY;
+            else s[b] = pb + b * SLOTS + slot < cnt ? __fmul_rn(d, scale) : -INFINITY;
         }
         float mx = m;
 #pragma unroll
         for (int b = 0; b < B; b++) mx = fmaxf(mx, s[b]);
         if (mx != -INFINITY) { // slot-uniform: a slot past the chunk's end has nothing yet
-            const float corr = expf(m - mx); // m = -inf: 0
+            const float corr = LEAN ? ex2(m - mx) : expf(m - mx); // m = -inf: 0
             l = __fmul_rn(l, corr);
 #pragma unroll
             for (int i = 0; i < NE; i++) acc[i] = __fmul_rn(acc[i], corr);
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                const float p = expf(s[b] - mx); // a cell past the end: 0
+                const float p = LEAN ? ex2(s[b] - mx) : expf(s[b] - mx); // a cell past the end: 0
                 l = __fadd_rn(l, p);
                 float v[NE];
                 cvt<HD, FMT>(vr[b], v);
@@ -321,11 +352,36 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
             }
             m = mx;
         }
-        if (more) {
+    };
+    unsigned int kr[B][NR], vr[B][NR];
+    load_pass(0, kr, vr);
+    if constexpr (LEAN) {
+        // Two passes an iteration, the next one's loads in the other
+        // registers while this one is computed.
+        unsigned int kn[B][NR], vn[B][NR];
+        for (int pb = 0; pb < cnt; pb += 2 * CPP) { // warp-uniform trip count
+            if (pb + CPP >= cnt) {
+                step(pb, kr, vr, BoolC<true>{});
+                break;
+            }
+            load_pass(pb + CPP, kn, vn);
+            step(pb, kr, vr, BoolC<false>{});
+            if (pb + 2 * CPP < cnt) load_pass(pb + 2 * CPP, kr, vr);
+            if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, BoolC<true>{});
+            else step(pb + CPP, kn, vn, BoolC<false>{});
+        }
+    } else {
+        for (int pb = 0; pb < cnt; pb += CPP) { // warp-uniform trip count
+            unsigned int kn[B][NR], vn[B][NR];
+            const bool more = pb + CPP < cnt;
+            if (more) load_pass(pb + CPP, kn, vn);
+            step(pb, kr, vr, BoolC<true>{});
+            if (more) {
 #pragma unroll
-            for (int b = 0; b < B; b++)
+                for (int b = 0; b < B; b++)
 #pragma unroll
-                for (int w = 0; w < NR; w++) kr[b][w] = kn[b][w], vr[b][w] = vn[b][w];
+                    for (int w = 0; w < NR; w++) kr[b][w] = kn[b][w], vr[b][w] = vn[b][w];
+            }
         }
     }
 
@@ -336,8 +392,8 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         const float mo = __shfl_xor_sync(0xffffffffu, m, o);
         const float lo = __shfl_xor_sync(0xffffffffu, l, o);
         const float M = fmaxf(m, mo);
-        const float ea = m == -INFINITY ? 0.0f : expf(m - M);
-        const float eb = mo == -INFINITY ? 0.0f : expf(mo - M);
+        const float ea = m == -INFINITY ? 0.0f : LEAN ? ex2(m - M) : expf(m - M);
+        const float eb = mo == -INFINITY ? 0.0f : LEAN ? ex2(mo - M) : expf(mo - M);
         l = __fadd_rn(__fmul_rn(ea, l), __fmul_rn(eb, lo));
 #pragma unroll
         for (int i = 0; i < NE; i++) {
@@ -424,7 +480,7 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     const float M = mops::warp_max(mx);
     float w[NW];
 #pragma unroll
-    for (int j = 0; j < NW; j++) w[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M);
+    for (int j = 0; j < NW; j++) w[j] = ms[j] == -INFINITY ? 0.0f : LEAN ? ex2(ms[j] - M) : expf(ms[j] - M);
     // Per lane in j order, then the warp: with nact <= 64 (w[2], w[3] zero)
     // the sum is the two-partial form's.
     float wl = __fmul_rn(w[0], ls[0]);
@@ -501,6 +557,35 @@ extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) m
     adec2::decode<0, mops::KV_Q8_0, false>(MINFER_ADEC2_ARGS);
 }
 
+// The lean kernels (MINFER_ATTN_DECODE_LEAN): the grid, block, arguments
+// and scratch of minfer_attn_decode2_*.
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd64_f32(MINFER_ADEC2_PARAMS) {
+    adec2::decode<64, mops::KV_F32, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd64_f16(MINFER_ADEC2_PARAMS) {
+    adec2::decode<64, mops::KV_F16, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd64_q8_0(MINFER_ADEC2_PARAMS) {
+    adec2::decode<64, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd128_f32(MINFER_ADEC2_PARAMS) {
+    adec2::decode<128, mops::KV_F32, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd128_f16(MINFER_ADEC2_PARAMS) {
+    adec2::decode<128, mops::KV_F16, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd128_q8_0(MINFER_ADEC2_PARAMS) {
+    adec2::decode<128, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_f32(MINFER_ADEC2_PARAMS) {
+    adec2::decode<0, mops::KV_F32, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_f16(MINFER_ADEC2_PARAMS) {
+    adec2::decode<0, mops::KV_F16, false, true>(MINFER_ADEC2_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_q8_0(MINFER_ADEC2_PARAMS) {
+    adec2::decode<0, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+}
 
 // The grouped kernels (MINFER_ATTN_DECODE_GQA): grid (nt * n_head_kv,
 // nsplit), block G * 32 threads, G = n_head / n_head_kv <= adec2::GMAX.

@@ -111,6 +111,15 @@ func TestKernelEmulator_GroupedDecodeEqualsOneWarpBlocks(t *testing.T) {
 	emuPassesAndCatches(t, "adec2-emu.sh", "--grouped", "GROUPED BITWISE", "differs", "ggroup")
 }
 
+// The lean decode attention's lean form (MINFER_ATTN_DECODE_LEAN) is
+// within 1e-4 of the one-warp blocks on every KV format and head_dim class
+// (one split, 3 splits of 134 cells, a window); the second pass of an
+// iteration reading the first one's registers, a partial last pass
+// without its end test, and q scaled without log2(e) are each caught.
+func TestKernelEmulator_LeanDecodeWithin1e4OfTheOneWarpBlocks(t *testing.T) {
+	emuPassesAndCatches(t, "adec2-emu.sh", "--lean", "LEAN WITHIN 1e-4", "differs", "lpass", "ltail", "lscale")
+}
+
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
 // waited for, and spans whose last 16-byte chunk is not copied, are each
 // caught (exit 1); so is a repacked Q8_0 unit that reads its neighbour's d.

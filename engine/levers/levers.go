@@ -451,6 +451,17 @@ var registry = []Lever{
 		Workload: "qwen2-7b:Q8_0 d32128",
 		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the grouped kernels (minfer_attn_decode2g_*) only with the lever on; off, the one-warp blocks of minfer_attn_decode2_*",
 			[]string{"minfer_attn_decode2g_*"}, Needs{MaxNT: 8})},
+	// The one-warp decode kernel issues ~61 instructions a cell and query
+	// head at ~17% occupancy (ncu, session 20): issue-bound, not byte-bound.
+	{Name: "MINFER_ATTN_DECODE_LEAN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
+		Doc:  "1: the lean decode attention runs its lean form (minfer_attn_decode2l_*): q scaled by scale * log2(e) once, so a score needs no multiply and each exponential is one ex2; two passes an iteration alternate their K / V registers instead of copying; the end test in the last pass only; the same grid, splits, scratch and combine (reports/MINFER_ATTN_DECODE_LEAN)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0 d32128",
+		// ex2.approx (~2^-22) for expf (2 ulp) and q rounded once more after
+		// its scale: the same order of sums, other last bits.
+		Tolerance: TolAccumOrder,
+		Requires:  []string{"MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_GQA=0"},
+		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the lean form (minfer_attn_decode2l_*) only with the lever on; off, minfer_attn_decode2_*",
+			[]string{"minfer_attn_decode2l_*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_ATTN_SPLITS", Kind: Enum, Default: "64", Values: []string{"64", "128"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
 		Doc:  "128: the lean decode attention splits a long KV range over up to 128 one-warp blocks per (token, head) instead of 64 (a context past 2,048 cells; the combine weighs up to 128 partials); not yet measured on the H200",
 		ArmA: "64", ArmB: "128", Workload: "qwen2-7b:Q8_0 d32128",
@@ -739,6 +750,7 @@ type Config struct {
 	NoSplitKAttn     bool
 	AttnSplits       int  // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
 	AttnDecodeGQA    bool // MINFER_ATTN_DECODE_GQA: its grouped blocks
+	AttnDecodeLean   bool // MINFER_ATTN_DECODE_LEAN: its lean form
 	FAPrefillTC      bool
 	MMVQRepack       bool
 	EmbedHost        bool
@@ -885,6 +897,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
 	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
+	c.AttnDecodeLean = on("MINFER_ATTN_DECODE_LEAN")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = optOut("MINFER_EMBED_HOST")

@@ -17,6 +17,14 @@
 #                     one-warp blocks, bitwise, over every KV format and
 #                     head_dim class (4 runs, ~35 s; --grouped-full: all 144,
 #                     ~15 min)
+#   --lean            the lean kernels (MINFER_ATTN_DECODE_LEAN) against the
+#                     one-warp blocks within 1e-4, every KV format and
+#                     head_dim class (9 runs; --lean-full: all 144)
+#   --plant lpass     (implies --lean) the second pass of an iteration reads
+#                     the first pass's K / V registers
+#   --plant ltail     (implies --lean) a last pass that is an iteration's
+#                     second skips its end test
+#   --plant lscale    (implies --lean) q scaled without log2(e)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -25,13 +33,17 @@ trap 'rm -rf "$tmp"' EXIT
 sed 's/asm volatile("prefetch.global.L1 \[%0\];" ::"l"(a));/(void)a;/' "$kern/attn_decode2.cu" >"$tmp/attn_decode2.cu"
 grep -q 'prefetch.global' "$tmp/attn_decode2.cu" && { echo "adec2-emu: the prefetch asm was not stripped" >&2; exit 2; }
 quick=()
-[[ "${1:-}" == "--quick" || "${1:-}" == "--grouped" || "${1:-}" == "--grouped-full" ]] && quick=("$1")
+[[ "${1:-}" == "--quick" || "${1:-}" == "--grouped" || "${1:-}" == "--grouped-full" || "${1:-}" == "--lean" || "${1:-}" == "--lean-full" ]] && quick=("$1")
 if [[ "${1:-}" == "--plant" ]]; then
     quick=(--quick)
     [[ "${2:-}" == ggroup ]] && quick=(--grouped)
+    [[ "${2:-}" == l* ]] && quick=(--lean)
     case "${2:-}" in
     combine) sed -i 's/wb = (s0 >> 5) == j ? w\[j\] : wb;/wb = (s0 >> 5) == j ? w[j \& 1] : wb;/' "$tmp/attn_decode2.cu" ;;
     group | ggroup) sed -i 's/bx = (blockIdx.x \/ n_head_kv) \* n_head + kvh \* G + /bx = (blockIdx.x \/ n_head_kv) * n_head + (kvh + 1) % n_head_kv * G + /' "$tmp/attn_decode2.cu" ;;
+    lpass) sed -i 's/else step(pb + CPP, kn, vn, BoolC<false>{});/else step(pb + CPP, kr, vr, BoolC<false>{});/' "$tmp/attn_decode2.cu" ;;
+    ltail) sed -i 's/if (pb + 2 \* CPP >= cnt) step(pb + CPP, kn, vn, BoolC<true>{});/if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, BoolC<false>{});/' "$tmp/attn_decode2.cu" ;;
+    lscale) sed -i 's/const float sl2 = __fmul_rn(scale, 1.4426950408889634f);/const float sl2 = scale;/' "$tmp/attn_decode2.cu" ;;
     *) echo "adec2-emu: unknown plant ${2:-}" >&2; exit 2 ;;
     esac
     cmp -s "$tmp/attn_decode2.cu" <(sed 's/asm volatile("prefetch.global.L1 \[%0\];" ::"l"(a));/(void)a;/' "$kern/attn_decode2.cu") && { echo "adec2-emu: the plant did not apply" >&2; exit 2; }
