@@ -54,14 +54,15 @@ var attnDecode2Names = func() (n [3][3][3]string) {
 	return n
 }()
 
-// attnOptIns are the opt-in attention forms whose Requires the backend
-// enforces: set to 1 where another setting sends that attention to another
-// kernel, the setting would switch nothing that was asked for.
-var attnOptIns = []string{"MINFER_ATTN_DECODE_LEAN"}
+// optInRequires are the opt-in forms (attention, the f16 prefill matmul)
+// whose Requires the backend enforces: set to 1 where another setting sends
+// that work to another kernel, the setting would switch nothing that was
+// asked for.
+var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16"}
 
-// attnOptInConflict refuses lever=1 (one of attnOptIns) where its Requires
+// optInConflict refuses lever=1 (one of optInRequires) where its Requires
 // do not hold.
-func attnOptInConflict(lv levers.Config, lever string) error {
+func optInConflict(lv levers.Config, lever string) error {
 	if bad := lv.Unmet(lever); lv.Value(lever) == "1" && len(bad) > 0 {
 		l, _ := levers.Lookup(lever)
 		return fmt.Errorf("cuda: %s=1 switches the %s, and %s: unset those or %s", lever, l.Path, strings.Join(bad, ", "), lever)

@@ -75,7 +75,7 @@ func TestAttnDecodeLean_GeometryAndRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = attnOptInConflict(lv, "MINFER_ATTN_DECODE_LEAN")
+		err = optInConflict(lv, "MINFER_ATTN_DECODE_LEAN")
 		if (err != nil) != c.refused || err != nil && !strings.Contains(err.Error(), "MINFER_ATTN_DECODE_LEAN") {
 			t.Errorf("%v: %v, want refused %v naming the lever", c.set, err, c.refused)
 		}
@@ -87,9 +87,9 @@ func TestAttnDecodeLean_GeometryAndRefusals(t *testing.T) {
 		}
 	}
 	t.Setenv("MINFER_ATTN_DECODE_LEAN", "1")
-	if lv := dsLevers(t, "MINFER_ATTN_DECODE_GQA=1"); lv.AttnDecodeLean || attnOptInConflict(lv, "MINFER_ATTN_DECODE_LEAN") != nil {
+	if lv := dsLevers(t, "MINFER_ATTN_DECODE_GQA=1"); lv.AttnDecodeLean || optInConflict(lv, "MINFER_ATTN_DECODE_LEAN") != nil {
 		t.Errorf("a grouped test under MINFER_ATTN_DECODE_LEAN=1: lean %v, conflict %v; want it dropped", lv.AttnDecodeLean,
-			attnOptInConflict(lv, "MINFER_ATTN_DECODE_LEAN"))
+			optInConflict(lv, "MINFER_ATTN_DECODE_LEAN"))
 	}
 	if lv := dsLevers(t, "MINFER_LAUNCH_CENSUS=1"); !lv.AttnDecodeLean {
 		t.Error("a decode test under MINFER_ATTN_DECODE_LEAN=1 lost the setting")

@@ -106,8 +106,8 @@ func New(opts Options) (*Backend, error) {
 	if err := oneCopyConflict(opts.Levers); err != nil {
 		return nil, err
 	}
-	for _, lever := range attnOptIns {
-		if err := attnOptInConflict(opts.Levers, lever); err != nil {
+	for _, lever := range optInRequires {
+		if err := optInConflict(opts.Levers, lever); err != nil {
 			return nil, err
 		}
 	}
@@ -122,7 +122,7 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
-			MMQAsync: opts.Levers.MMQAsync,
+			MMQAsync: opts.Levers.MMQAsync, MMQF16: opts.Levers.MMQF16,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).

@@ -53,11 +53,11 @@ func dsLevers(t testing.TB, extra ...string) levers.Config {
 	// attention form; a test that sends that attention to another kernel
 	// drops it (as the backend would refuse the pair), unless it pins the
 	// lever itself.
-	for _, lever := range attnOptIns {
-		if attnOptInConflict(cfg, lever) == nil || slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, lever+"=") }) {
+	for _, lever := range optInRequires {
+		if optInConflict(cfg, lever) == nil || slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, lever+"=") }) {
 			continue
 		}
-		t.Logf("%s=0 for this test: its settings %v send the attention elsewhere (%v)", lever, extra, attnOptInConflict(cfg, lever))
+		t.Logf("%s=0 for this test: its settings %v send the attention elsewhere (%v)", lever, extra, optInConflict(cfg, lever))
 		env = append(env, lever+"=0")
 		if cfg, err = levers.Parse(env); err != nil {
 			t.Fatal(err)

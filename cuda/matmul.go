@@ -47,7 +47,7 @@ func (b *Backend) planMatMul(wname, bname string, x graph.Tensor, nt int, out dr
 	if err != nil {
 		return matmulPlan{}, err
 	}
-	if err := b.ensureMMQScratch(w.typ, nt, w.rowLen, w.rows); err != nil {
+	if err := b.ensureMMQScratch(w.typ, nt, w.rowLen, w.rows, b.matmulRoute(w, nt) == routeGEMM16); err != nil {
 		return matmulPlan{}, fmt.Errorf("weight %s: %w", wname, err)
 	}
 	return matmulPlan{w: w, bias: bias, out: out}, nil
@@ -60,6 +60,11 @@ func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
 		// Kernels.MatMul reads GGUF bytes, so quantize here and run the
 		// route's repacked kernel.
 		switch r {
+		case routeGEMM16:
+			if err := b.convertGemm16(x, m.w.rowLen, nt); err != nil {
+				return err
+			}
+			return b.runGemm16(nt, m)
 		case routeMMQ:
 			if err := b.quantizeMMQ(x, m.w.rowLen, nt); err != nil {
 				return err
@@ -73,6 +78,12 @@ func (b *Backend) runMatMul(x driver.DevicePtr, nt int, m matmulPlan) error {
 		}
 		return fmt.Errorf("weight %s (%s) keeps only its repacked copy (MINFER_ONE_COPY=1) and its matmul over %d tokens takes route %d, "+
 			"which has no repacked kernel", m.w.name, m.w.typ, nt, r)
+	}
+	if r == routeGEMM16 {
+		if err := b.convertGemm16(x, m.w.rowLen, nt); err != nil {
+			return err
+		}
+		return b.runGemm16(nt, m)
 	}
 	if r == routeMMVQR {
 		// Kernels.MatMul knows no repacked copy: quantize x, then minfer_mmvqr.
@@ -156,6 +167,7 @@ const (
 	routeMMVQNT                // 2..8 tokens: quantize the rows, minfer_mmvq_nt_<t> (MINFER_MMVQ_NT)
 	routeMMVQ                  // decode: quantize the row, minfer_mmvq_<t> (one-warp or split)
 	routeMMVQR                 // decode: quantize the row, minfer_mmvqr_<t> over the repacked copy
+	routeGEMM16                // prefill: f16 rows, minfer_gemm16_q8_0r over the repacked copy (MINFER_MMQ_F16)
 )
 
 // decode reports whether r is one of the decode MMVQ routes, whose Q8_1
@@ -182,11 +194,15 @@ func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 }
 
 // matmulRoute is the route of weight w over nt tokens on this backend: a
-// decode MMVQ matmul reads the repacked copy when w has one.
+// decode MMVQ matmul reads the repacked copy when w has one, and so does a
+// Q8_0 prefill under MINFER_MMQ_F16.
 func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 	r := routeFor(w.typ, nt, b.mm)
 	if r == routeMMVQ && w.rp != 0 {
 		return routeMMVQR
+	}
+	if r == routeMMQ && gemm16On(w.typ, nt, w.rp != 0, b.mm) {
+		return routeGEMM16
 	}
 	return r
 }
@@ -204,6 +220,9 @@ func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (p
 	case all == routeMMQ:
 		prep = func() error { return b.quantizeMMQ(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runPreQ8(nt, m) }
+	case all == routeGEMM16:
+		prep = func() error { return b.convertGemm16(x, k, nt) }
+		one = func(m matmulPlan) error { return b.runGemm16(nt, m) }
 	case all == routeMMVQNT:
 		prep = func() error { return b.quantizeActNT(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runFromQ8NT(nt, m) }
@@ -427,7 +446,10 @@ type MatMulOptions struct {
 	// MMQAsync (MINFER_MMQ_ASYNC) runs the MMQ kernels' async variants
 	// (minfer_mmq_<type>_async[_r64]: a stage's bytes staged in shared
 	// memory by cp.async one stage ahead), bitwise the plain ones.
-	MMQAsync    bool
+	MMQAsync bool
+	// MMQF16 (MINFER_MMQ_F16) runs prefill of Q8_0 weights with a repacked
+	// copy through the f16 GEMM (gemm16.go) over their f16 rows in MMQAct.
+	MMQF16      bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
 	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the

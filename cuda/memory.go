@@ -171,7 +171,8 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if sms <= 0 {
 		sms = planSMs
 	}
-	mm := MatMulOptions{NoQ80MMVQ: lv.NoQ80MMVQ, NoKQMMVQ: lv.NoKQMMVQ, MMQ: lv.MMQ, NoPrefillGEMM: lv.NoPrefillGEMM, MMVQNT: lv.MMVQNT}
+	mm := MatMulOptions{NoQ80MMVQ: lv.NoQ80MMVQ, NoKQMMVQ: lv.NoKQMMVQ, MMQ: lv.MMQ, NoPrefillGEMM: lv.NoPrefillGEMM, MMVQNT: lv.MMVQNT,
+		MMQF16: lv.MMQF16}
 	probe := &Backend{lv: lv, mm: mm}
 	r := memplan.Rules{
 		Backend: "cuda",
@@ -211,6 +212,11 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 		maxK = max(maxK, t.Dims[0])
 		if nt > 1 && mmqOn(t.Type, nt, b.mm) {
 			mmq = max(mmq, MMQScratchBytes(t.Dims[0], nt, t.Rows(), sms))
+			// The f16 GEMM's rows share the scratch (Q8_0 has a repacked
+			// copy wherever the lever runs: it requires one copy).
+			if gemm16On(t.Type, nt, true, b.mm) {
+				mmq = max(mmq, Gemm16ActBytes(t.Dims[0], nt))
+			}
 		}
 	}
 	n := ActQ8Bytes(maxK, actQ8Rows(b.mm))

@@ -354,18 +354,23 @@ func (k *Kernels) MatMulPreQ8_1R(s *driver.Stream, out, w driver.DevicePtr, wtyp
 
 // ensureMMQScratch grows the backend's Q8_1 prefill scratch so a matmul of
 // an n x kDim wtype weight over nt tokens fits (activation and split-K
-// partials, MMQScratchBytes), when that matmul takes the MMQ path. It runs
+// partials, MMQScratchBytes), when that matmul takes the MMQ path; with f16
+// (the f16 GEMM's route, MINFER_MMQ_F16) it holds the f16 rows too
+// (Gemm16ActBytes). It runs
 // on the host while a node is planned (before any capture window opens); a
 // growth is a pool allocation, so it moves the pool generation and no stale
 // graph replays. It doubles, so a session grows it a handful of times at
 // most.
-func (b *Backend) ensureMMQScratch(wtype quant.Type, nt, kDim, n int) error {
+func (b *Backend) ensureMMQScratch(wtype quant.Type, nt, kDim, n int, f16 bool) error {
 	if !mmqOn(wtype, nt, b.mm) {
 		return nil
 	}
 	need := MMQScratchBytes(kDim, nt, n, b.dev.Attr.SMCount)
 	if need == 0 {
 		return fmt.Errorf("mmq scratch: k=%d is not a multiple of %d", kDim, quant.QK)
+	}
+	if f16 {
+		need = max(need, Gemm16ActBytes(kDim, nt))
 	}
 	if b.mm.MMQActBytes >= need {
 		return nil

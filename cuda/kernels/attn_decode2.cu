@@ -56,6 +56,7 @@
 // (zero between launches), part_ml float2[grid.x][nsplit], part_acc
 // float[grid.x][nsplit][hd].
 #include "common.cuh"
+#include "mma.cuh"
 
 namespace adec2 {
 constexpr int THREADS = 32;   // one warp per block
@@ -175,17 +176,6 @@ __device__ __forceinline__ void cvt(const unsigned int (&r)[Raw<HD, FMT>::NR], f
         }
     }
 }
-
-#ifndef MINFER_KERNEL_EMU
-// ex2: 2^x by the special-function unit (one instruction, relative error
-// ~2^-22, as expf's 2 ulp); -inf gives 0. The emulation defines it on the
-// CPU (scripts/kernel-emu/include/mma.h).
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-#endif
 
 // prefetch_span asks L1 for the 128-byte lines of bytes [b0, b1) of a row
 // (a hint: the loads that follow are the same either way).

@@ -390,6 +390,17 @@ var registry = []Lever{
 		Tolerance: TolActQuant, Workload: "qwen2-0.5b:Q8_0",
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM",
 			[]string{"minfer_mmq_q*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
+	// MMQ folds each 32-value block's int32 sum into f32: ~16-20
+	// instructions a warp an m16n8k32 (reports/perf/NOTE.md, session 21).
+	{Name: "MINFER_MMQ_F16", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
+		Doc:  "1: prefill matmuls of Q8_0 weights in their repacked copy run an f16 tensor-core GEMM (minfer_gemm16_q8_0r: the weight tile dequantized once into shared memory as f16, the activations converted to f16 once a matmul, ldmatrix fragments, mma.sync m16n8k16 with f32 sums and no per-block fold) instead of the int8 MMQ over Q8_1 activations (reports/MINFER_MMQ_F16)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
+		// B's activations are f16 (2^-11), A's Q8_1 (int8 a 32-value
+		// block): the class that separates MMQ from the GEMM.
+		Tolerance: TolActQuant,
+		Requires:  []string{"MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
+		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16_q8_0r only with the lever on; off, the int8 MMQ (minfer_mmq_q8_0r)",
+			[]string{"minfer_gemm16_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1"},
@@ -742,6 +753,7 @@ type Config struct {
 	NoPinnedReadback bool
 	MMQ              bool
 	MMQAsync         bool
+	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -889,6 +901,7 @@ func Parse(environ []string) (Config, error) {
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
+	c.MMQF16 = on("MINFER_MMQ_F16")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")

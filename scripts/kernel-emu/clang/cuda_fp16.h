@@ -13,6 +13,7 @@ __device__ unsigned short __half_as_ushort(__half);
 __device__ __half2 __halves2half2(__half, __half);
 __device__ __half2 __hmul2(__half2, __half2);
 __device__ __half2 __hadd2(__half2, __half2);
+__device__ __half2 __hsub2(__half2, __half2);
 __device__ __half2 __hfma2(__half2, __half2, __half2);
 __device__ __half __hadd(__half, __half);
 __device__ __half __hmul(__half, __half);

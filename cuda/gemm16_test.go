@@ -1,0 +1,145 @@
+package cuda
+
+// Tests of the f16 prefill matmul of a repacked Q8_0 weight (MINFER_MMQ_F16:
+// gemm16.go, kernels/gemm16.cu). The device test skips with a message when
+// no device answers; the others need none.
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/quant"
+)
+
+// TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus: a backend matmul of a
+// Q8_0 weight (its one copy repacked) at prefill with MINFER_MMQ_F16=1 runs
+// minfer_f32_to_f16 and minfer_gemm16_q8_0r and no MMQ, and its output is
+// within 2e-3 rel L2 of the f16 GEMM's (MINFER_MMQ=0: the same f16 weights,
+// activations carried to ~22 bits; f16 activations differ by ~3e-4), for
+// whole and partial tiles of rows and tokens; the fused q/k/v op converts
+// its input once.
+func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
+	dsNeedDevice(t)
+	r := rand.New(rand.NewSource(31))
+	for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {1024, 384, 200}, {256, 136, 9}} {
+		xv := make([]float32, sh.k*sh.nt)
+		for i := range xv {
+			xv[i] = 2*r.Float32() - 1
+		}
+		wb, _ := mmtWeights(t, r, quant.Q8_0, sh.m, sh.k, 0.05)
+		var outs [2][]float32
+		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1"}, {"MINFER_MMQ=0"}} {
+			var c dsCase
+			c.nt = sh.nt
+			x := dsOperand(&c, "x", xv, sh.k)
+			c.weights = append(c.weights, graph.Weight{Name: "w", Type: quant.Q8_0, Dims: []int{sh.k, sh.m}, Data: wb})
+			c.name = fmt.Sprintf("gemm16/k%d/m%d/nt%d/arm%d", sh.k, sh.m, sh.nt, arm)
+			c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", sh.m) }
+			dev := dsBackend(t, mmqLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_ONE_COPY=1"}, extra...)...))
+			got, err := dsRun(t, c, dev)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			outs[arm] = got
+			census := dev.Kernels().Census()
+			if arm == 0 && (census[gemm16Kernel] == 0 || census[f32ToF16] == 0 || ad2Census(dev, "minfer_mmq_") != 0) {
+				t.Errorf("%s: census %v: want %s and %s, no MMQ", c.name, census, gemm16Kernel, f32ToF16)
+			}
+		}
+		var num, den float64
+		for i := range outs[0] {
+			d := float64(outs[0][i]) - float64(outs[1][i])
+			num += d * d
+			den += float64(outs[1][i]) * float64(outs[1][i])
+		}
+		rel := math.Sqrt(num / (den + 1e-30))
+		t.Logf("k %d m %d nt %d: rel L2 (f16 GEMM of the repacked copy vs MINFER_MMQ=0) = %.3g", sh.k, sh.m, sh.nt, rel)
+		if !(rel <= 2e-3) {
+			t.Errorf("k %d m %d nt %d: rel L2 %.3g, bar 2e-3", sh.k, sh.m, sh.nt, rel)
+		}
+	}
+}
+
+// The route: only a Q8_0 weight with a repacked copy, at an MMQ shape, with
+// the lever on, takes the f16 GEMM (a decode row keeps minfer_mmvqr); the
+// lever beside MINFER_MMQ=0, MINFER_ONE_COPY=0 or MINFER_NO_PREFILL_GEMM=1 is
+// refused before the device opens; the plan's scratch holds the f16 rows;
+// the Go geometry is the kernel's; the launchers refuse bad shapes and
+// pointers by name.
+func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
+	on := MatMulOptions{MMQ: true, MMQF16: true, MMVQNT: true, ActQ8: 0x2000, ActQ8Bytes: 1 << 20}
+	b := &Backend{mm: on}
+	for _, c := range []struct {
+		typ  quant.Type
+		rp   bool
+		nt   int
+		want mmRoute
+	}{
+		{quant.Q8_0, true, 64, routeGEMM16}, {quant.Q8_0, false, 64, routeMMQ}, {quant.Q6_K, true, 64, routeMMQ},
+		{quant.Q8_0, true, 1, routeMMVQR}, {quant.Q8_0, true, 8, routeMMVQNT},
+	} {
+		w := &devWeight{typ: c.typ}
+		if c.rp {
+			w.rp = 0x1000
+		}
+		if got := b.matmulRoute(w, c.nt); got != c.want {
+			t.Errorf("%s repacked %v nt %d: route %d, want %d", c.typ, c.rp, c.nt, got, c.want)
+		}
+	}
+	if (&Backend{mm: MatMulOptions{MMQ: true}}).matmulRoute(&devWeight{typ: quant.Q8_0, rp: 0x1000}, 64) != routeMMQ {
+		t.Error("the lever off: a Q8_0 prefill must stay on MMQ")
+	}
+	for _, other := range []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"} {
+		lv, err := levers.Parse([]string{"MINFER_MMQ_F16=1", other})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_F16") {
+			t.Errorf("New with %s: %v, want the refusal", other, err)
+		}
+	}
+	const nt = 512
+	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=1").Scratch
+	if want := 2 * Gemm16ActBytes(18944, nt); f16 < want || f16 <= base {
+		t.Errorf("plan scratch %d with the lever (%d without): want more, and at least twice the widest f16 rows (%d)", f16, base, want)
+	}
+	src, err := os.ReadFile("kernels/gemm16.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{
+		fmt.Sprintf(`constexpr int BM = %d, BN = %d, BK = 32, NT = %d;`, gemm16Toks, gemm16Rows, gemm16Threads),
+		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Kernel + `\(float\* out, const __half\* x16, const uint8_t\* w, const float\* bias, int k, int n, int nt\)`,
+		f32ToF16 + `\(__half\* y, const float\* x, long long count\)`,
+	} {
+		if !regexp.MustCompile(re).Match(src) {
+			t.Errorf("kernels/gemm16.cu has no %q", re)
+		}
+	}
+	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
+	const p = driver.DevicePtr(0x1000)
+	for _, c := range []struct {
+		name, want string
+		err        error
+	}{
+		{"k not a multiple of 32", "k=48", k.MatMulF16Q8_0R(nil, p, p, p, 0, 64, 48, 128)},
+		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, p, p+8, 0, 64, 64, 128)},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p, p+8, p, 0, 64, 64, 128)},
+		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, 0, p, p, 0, 64, 64, 128)},
+		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
+		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: error %v, want a refusal naming %q", c.name, c.err, c.want)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# gemm16-emu.sh: a CPU check of the f16 prefill matmul of a repacked Q8_0
+# weight (cuda/kernels/gemm16.cu, MINFER_MMQ_F16) without a GPU: g++
+# compiles the kernel source against the emulated CUDA built-ins and
+# mma.sync / ldmatrix / cp.async (include/cuda_fp16.h, include/mma.h) and
+# compares it with double sums over the same f16 values (gemm16_emu.cpp).
+# The device test remains the bar on the GPU.
+#
+#   scripts/kernel-emu/gemm16-emu.sh             four shapes
+#   scripts/kernel-emu/gemm16-emu.sh --plant X   a planted defect, which must
+#       be caught (exit 1; one shape):
+#       afrag  A's ldmatrix rows taken from the first 8 of the 16 only
+#       bfrag  B's words from ldmatrix paired across the two row tiles
+#       deq    the dequantization's offset 1024 instead of 1152
+#       buf    the next step's copies into this step's buffer
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+kern="$here/../../cuda/kernels"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=plant.sh
+source "$here/plant.sh"
+quick=()
+if [[ "${1:-}" == "--plant" ]]; then
+    case "${2:-}" in
+    afrag) from='16 * i + (lane & 15)]'; to='16 * i + (lane & 7)]' ;;
+    bfrag) from='b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]}'; to='b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]}' ;;
+    deq) from='__floats2half2_rn(1152.0f, 1152.0f)'; to='__floats2half2_rn(1024.0f, 1024.0f)' ;;
+    buf) from='stage(sm, buf ^ 1,'; to='stage(sm, buf,' ;;
+    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf]" >&2; exit 2 ;;
+    esac
+    plant_defect gemm16.cu "$2" "$from" "$to"
+    quick+=(--quick)
+fi
+g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
+    "$here/gemm16_emu.cpp" -o "$tmp/gemm16_emu" -pthread
+"$tmp/gemm16_emu" "${quick[@]}"
