@@ -75,7 +75,13 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hdr, err := os.ReadFile("kernels/mma.cuh") // the wrappers it shares with gemm16.cu
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = append(src, hdr...)
 	for _, re := range []string{
+		`#include "mma.cuh"`,
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, NT = %d;`, attnPrefillTCRows, attnPrefill2BN, attnPrefillTCThreads),
 		`KLD = HD \+ 8;`, `TILE = BN \* KLD;`, `BYTES = 2 \* 2 \* TILE \* 2;`, `minfer_cp_async16\(`, `#include "cpasync.cuh"`,
 		`mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32`, `ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16`,
@@ -85,7 +91,7 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 		fmt.Sprintf(`__launch_bounds__\(%d, 2\)\s+minfer_attn_prefill_tc_hd128\(`, attnPrefillTCThreads),
 	} {
 		if !regexp.MustCompile(re).Match(src) {
-			t.Errorf("kernels/attn_prefill2.cu has no %q", re)
+			t.Errorf("kernels/attn_prefill2.cu (with mma.cuh) has no %q", re)
 		}
 	}
 	if hdr, err := os.ReadFile("kernels/cpasync.cuh"); err != nil || !regexp.MustCompile(`cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16, %2;`).Match(hdr) {
