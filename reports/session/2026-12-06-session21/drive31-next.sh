@@ -11,7 +11,10 @@
 # A/B of a session builds the nvcc kernels (84 s) and synthesizes the models; A/Bs on qwen2-7b at depth 32128 take
 # 9.5-10.5 min each. The ncu steps need the 7B file, which only an A/B synthesizes: they come after one (session 21
 # ran them first and both failed, "no such file").
-# Steps (default: dlean ncut ncud2 r1 r2, ~27 min with the probe):
+# Steps (default: f16 dlean ncut ncug ncud2, ~26 min with the probe; r1, r2 only if a session has more time):
+#   f16     MINFER_MMQ_F16 A/B at its workload, qwen2-7b Q8_0 at depth 0 (issue 20's prefill matmul rows). Not yet run
+#           on a GPU: the probe runs its device test first. Forecast: pp512 ~6,700 -> ~9,500 tok/s on the H100.
+#   ncug    ncu --set full on three launches of minfer_gemm16_q8_0r (pp512, depth 0): tensor pipe, issue, smem waits.
 #   dlean   MINFER_ATTN_DECODE_LEAN A/B at its workload, qwen2-7b Q8_0 at depth 32128 (issue 20's decode row). Not yet
 #           run on a GPU: the probe runs its device tests first. Forecast: tg128@d32128 177.7 -> ~182-186 tok/s.
 #   ncut    ncu --set full on three launches of the default tensor-core prefill attention (the lean body since
@@ -22,7 +25,7 @@
 #   peer, mmqw, gqa, profg, ncuatt, prof, embedh, suite, r1..r10, cover: as in drive28.sh.
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-dlean ncut ncud2 r1 r2}"; export PROBE_RUN="${PROBE_RUN:-AttnPrefillTC|AttnDecodeLean|AttnDecode2|KQuantModel16Byte|TestMMQDevice_BackendCensus|TestDeviceMemory|AttnDecodeGQA}"
+STEPS="${STEPS:-f16 dlean ncut ncug ncud2}"; export PROBE_RUN="${PROBE_RUN:-Gemm16|AttnPrefillTC|AttnDecodeLean|AttnDecode2|KQuantModel16Byte|TestMMQDevice_BackendCensus|TestDeviceMemory|AttnDecodeGQA}"
 rm -rf $D; mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -123,10 +126,13 @@ for step in $STEPS; do
         $NCU --import $D/ncu-prefill-tc-d32128.ncu-rep --page details --csv >$D/ncu-prefill-tc-d32128.csv 2>&1
         rm -f $D/ncu-prefill-tc-d32128.ncu-rep ;;
     dlean) ab abdlean /tmp/wk "MINFER_ATTN_DECODE_LEAN" ;;
-    ncut | ncud2)
+    f16) ab abf16 /tmp/wk "MINFER_MMQ_F16" ;;
+    ncut | ncud2 | ncug)
         NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
         [[ -f $MD/qwen2-7b-Q8_0-seed1.gguf ]] || { echo "$step: no 7B file (run an A/B on it first)"; continue; }
-        if [[ $step == ncut ]]; then
+        if [[ $step == ncug ]]; then
+            runs=("ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0")
+        elif [[ $step == ncut ]]; then
             runs=("ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0")
         else
             runs=("ncu-decode2-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2_hd128_f16|56|2|-p 0 -n 4"
