@@ -53,7 +53,10 @@ func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, out, x16, w, bias driver.Devi
 		return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: k must be a multiple of %d, w and x16 16-byte aligned (out=%v x16=%v w=%v bias=%v)",
 			nt, kDim, n, quant.QK, out, x16, w, bias)
 	}
-	grid := [3]uint32{uint32((n + gemm16Rows - 1) / gemm16Rows), uint32((nt + gemm16Toks - 1) / gemm16Toks), 1}
+	grid := [3]uint32{uint32((nt + gemm16Toks - 1) / gemm16Toks), uint32((n + gemm16Rows - 1) / gemm16Rows), 1}
+	if grid[1] > 65535 {
+		return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: %d weight tiles exceed the grid's 65,535 rows", nt, kDim, n, grid[1])
+	}
 	if err := k.launch(s, gemm16Kernel, grid, [3]uint32{gemm16Threads, 1, 1}, 0, out, x16, w, bias, int32(kDim), int32(n), int32(nt)); err != nil {
 		return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d n=%d: %w", gemm16Kernel, nt, kDim, n, err)
 	}

@@ -135,6 +135,7 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, p, p+8, 0, 64, 64, 128)},
 		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p, p+8, p, 0, 64, 64, 128)},
 		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, 0, p, p, 0, 64, 64, 128)},
+		{"too many weight tiles", "65,535", k.MatMulF16Q8_0R(nil, p, p, p, 0, 64, 64, 128*65536)},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

@@ -87,7 +87,9 @@ __device__ __forceinline__ void gemm(float* __restrict__ out, const __half* __re
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
     const int wm = warp & 1, wn = warp >> 1; // tokens 64 wm .., rows 32 wn ..
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    // Token tiles first: the few token tiles of one weight tile run together
+    // and read its quants from L2, not DRAM, once each.
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int kbs = k / BK;
     const uint8_t* wq = w;
     const __half* wsc = reinterpret_cast<const __half*>(w + (size_t)n * k); // [n][k / 32]
@@ -166,7 +168,7 @@ __device__ __forceinline__ void gemm(float* __restrict__ out, const __half* __re
 }
 } // namespace g16
 
-// minfer_gemm16_q8_0r: grid (ceil(n / 128), ceil(nt / 128)), block 256,
+// minfer_gemm16_q8_0r: grid (ceil(nt / 128), ceil(n / 128)), block 256,
 // static shared memory (g16::Smem, 39 KB). x16: [nt][k] f16 (16-byte
 // aligned rows: k % 8 == 0); w: the repacked Q8_0 copy of an n x k matrix
 // (k % 32 == 0); bias: n floats or null.

@@ -67,7 +67,7 @@ static int run(const Case& c) {
     g_ranges.push_back({x.data(), x.size() * 4});
     const long long count = (long long)c.nt * c.k;
     launch_xy((int)((count + 1023) / 1024), 1, [&] { minfer_f32_to_f16(x16, x.data(), count); }, 256);
-    launch_xy((c.n + 127) / 128, (c.nt + 127) / 128,
+    launch_xy((c.nt + 127) / 128, (c.n + 127) / 128,
               [&] { minfer_gemm16_q8_0r(out.data(), x16, w, c.bias ? bias.data() : nullptr, c.k, c.n, c.nt); }, 256);
     double worst = 0;
     int bad = 0;
