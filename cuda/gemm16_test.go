@@ -6,7 +6,6 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 	"math/rand"
 	"os"
 	"regexp"
@@ -55,13 +54,7 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 				t.Errorf("%s: census %v: want %s and %s, no MMQ", c.name, census, gemm16Kernel, f32ToF16)
 			}
 		}
-		var num, den float64
-		for i := range outs[0] {
-			d := float64(outs[0][i]) - float64(outs[1][i])
-			num += d * d
-			den += float64(outs[1][i]) * float64(outs[1][i])
-		}
-		rel := math.Sqrt(num / (den + 1e-30))
+		rel := mfRelL2(outs[0], outs[1])
 		t.Logf("k %d m %d nt %d: rel L2 (f16 GEMM of the repacked copy vs MINFER_MMQ=0) = %.3g", sh.k, sh.m, sh.nt, rel)
 		if !(rel <= 2e-3) {
 			t.Errorf("k %d m %d nt %d: rel L2 %.3g, bar 2e-3", sh.k, sh.m, sh.nt, rel)

@@ -443,13 +443,7 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 				t.Errorf("%s: MMQ=%v, census %v: want %s iff MMQ and %s iff not", c.name, on, census, mk, matmulTable[wt].gemm)
 			}
 		}
-		var num, den float64
-		for i := range outs[0] {
-			d := float64(outs[0][i]) - float64(outs[1][i])
-			num += d * d
-			den += float64(outs[1][i]) * float64(outs[1][i])
-		}
-		rel := math.Sqrt(num / (den + 1e-30))
+		rel := mfRelL2(outs[0], outs[1])
 		t.Logf("%s: rel L2 (MMQ vs MINFER_MMQ=0) = %.3g (bar 0.05)", wt, rel)
 		if !(rel <= 0.05) {
 			t.Errorf("%s: rel L2 (MMQ vs MINFER_MMQ=0) = %.3g, bar 0.05", wt, rel)
