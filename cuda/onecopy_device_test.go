@@ -54,10 +54,12 @@ func TestOneCopyDevice_ModelBitwiseOneCopyAndCensus(t *testing.T) {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			// Both arms pin the lever's Requires (an A/B's arm B, the suite
-			// gate's settings, may set any of them).
+			// gate's settings, may set any of them), and the int8 MMQ: the f16
+			// GEMM (MINFER_MMQ_F16) reads only the repacked copy.
 			l, _ := levers.Lookup("MINFER_ONE_COPY")
-			gOff, cOff, bOff := ocForwards(t, path, append(slices.Clone(l.Requires), "MINFER_ONE_COPY=0")...)
-			gOn, cOn, bOn := ocForwards(t, path, append(slices.Clone(l.Requires), "MINFER_ONE_COPY=1")...)
+			pin := append(slices.Clone(l.Requires), "MINFER_MMQ_F16=0")
+			gOff, cOff, bOff := ocForwards(t, path, append(slices.Clone(pin), "MINFER_ONE_COPY=0")...)
+			gOn, cOn, bOn := ocForwards(t, path, append(slices.Clone(pin), "MINFER_ONE_COPY=1")...)
 			for i := range gOff {
 				if bad := rpDiff(t, fmt.Sprintf("forward %d logits (one copy)", i), gOn[i], gOff[i]); bad != 0 {
 					t.Errorf("forward %d: %d of %d logits differ between MINFER_ONE_COPY=1 and =0", i, bad, len(gOff[i]))
