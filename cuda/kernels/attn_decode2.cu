@@ -70,12 +70,6 @@ constexpr int SINGLE = 64;    // attended ranges up to this many cells take one 
 constexpr int PFCELLS = 64;   // cells of a chunk prefetched to L1 up front
 static_assert(MAXS % 32 == 0 && MAXS <= 128 && SINGLE >= SPLIT, "split rule and combine weights");
 
-// BoolC carries a compile-time flag into a generic lambda (no <type_traits>
-// under NVRTC).
-template <bool V> struct BoolC {
-    static constexpr bool value = V;
-};
-
 // Lay is the lane layout of a head_dim class (HD 0: any even head_dim).
 template <int HD>
 struct Lay {
@@ -306,10 +300,11 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
 #pragma unroll
     for (int i = 0; i < NE; i++) acc[i] = 0.0f;
     // step folds pass pb (its raw K / V in kr, vr) into the slot's online
-    // softmax; TAIL: the pass may run past the chunk's end (LEAN tests each
-    // cell only there; the first form tests every pass).
-    auto step = [&](int pb, const unsigned int (&kr)[B][NR], const unsigned int (&vr)[B][NR], auto tail) {
-        constexpr bool TAIL = decltype(tail)::value;
+    // softmax; tail: the pass may run past the chunk's end (LEAN tests each
+    // cell only there; the first form tests every pass). tail is a constant
+    // at every call and folds once inlined: a generic lambda carrying it as
+    // a type crashed NVRTC 13.0 (SIGSEGV compiling this unit, session 22).
+    auto step = [&](int pb, const unsigned int (&kr)[B][NR], const unsigned int (&vr)[B][NR], bool tail) {
         float s[B];
 #pragma unroll
         for (int b = 0; b < B; b++) {
@@ -320,7 +315,7 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
             for (int i = 0; i < NE; i++) d = fmaf(qv[i], x[i], d);
 #pragma unroll
             for (int o = LPC / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if constexpr (LEAN) s[b] = !TAIL || pb + b * SLOTS + slot < cnt ? d : -INFINITY;
+            if constexpr (LEAN) s[b] = !tail || pb + b * SLOTS + slot < cnt ? d : -INFINITY;
             else s[b] = pb + b * SLOTS + slot < cnt ? __fmul_rn(d, scale) : -INFINITY;
         }
         float mx = m;
@@ -351,21 +346,21 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         unsigned int kn[B][NR], vn[B][NR];
         for (int pb = 0; pb < cnt; pb += 2 * CPP) { // warp-uniform trip count
             if (pb + CPP >= cnt) {
-                step(pb, kr, vr, BoolC<true>{});
+                step(pb, kr, vr, true);
                 break;
             }
             load_pass(pb + CPP, kn, vn);
-            step(pb, kr, vr, BoolC<false>{});
+            step(pb, kr, vr, false);
             if (pb + 2 * CPP < cnt) load_pass(pb + 2 * CPP, kr, vr);
-            if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, BoolC<true>{});
-            else step(pb + CPP, kn, vn, BoolC<false>{});
+            if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, true);
+            else step(pb + CPP, kn, vn, false);
         }
     } else {
         for (int pb = 0; pb < cnt; pb += CPP) { // warp-uniform trip count
             unsigned int kn[B][NR], vn[B][NR];
             const bool more = pb + CPP < cnt;
             if (more) load_pass(pb + CPP, kn, vn);
-            step(pb, kr, vr, BoolC<true>{});
+            step(pb, kr, vr, true);
             if (more) {
 #pragma unroll
                 for (int b = 0; b < B; b++)

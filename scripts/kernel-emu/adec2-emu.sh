@@ -41,8 +41,8 @@ if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     combine) sed -i 's/wb = (s0 >> 5) == j ? w\[j\] : wb;/wb = (s0 >> 5) == j ? w[j \& 1] : wb;/' "$tmp/attn_decode2.cu" ;;
     group | ggroup) sed -i 's/bx = (blockIdx.x \/ n_head_kv) \* n_head + kvh \* G + /bx = (blockIdx.x \/ n_head_kv) * n_head + (kvh + 1) % n_head_kv * G + /' "$tmp/attn_decode2.cu" ;;
-    lpass) sed -i 's/else step(pb + CPP, kn, vn, BoolC<false>{});/else step(pb + CPP, kr, vr, BoolC<false>{});/' "$tmp/attn_decode2.cu" ;;
-    ltail) sed -i 's/if (pb + 2 \* CPP >= cnt) step(pb + CPP, kn, vn, BoolC<true>{});/if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, BoolC<false>{});/' "$tmp/attn_decode2.cu" ;;
+    lpass) sed -i 's/else step(pb + CPP, kn, vn, false);/else step(pb + CPP, kr, vr, false);/' "$tmp/attn_decode2.cu" ;;
+    ltail) sed -i 's/if (pb + 2 \* CPP >= cnt) step(pb + CPP, kn, vn, true);/if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, false);/' "$tmp/attn_decode2.cu" ;;
     lscale) sed -i 's/const float sl2 = __fmul_rn(scale, 1.4426950408889634f);/const float sl2 = scale;/' "$tmp/attn_decode2.cu" ;;
     *) echo "adec2-emu: unknown plant ${2:-}" >&2; exit 2 ;;
     esac
