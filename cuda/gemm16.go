@@ -42,23 +42,66 @@ func (k *Kernels) ConvertF16(s *driver.Stream, y, x driver.DevicePtr, count int)
 		y, x, int64(count)))
 }
 
-// MatMulF16Q8_0R is out = W x (+ bias) for nt tokens over x16, their f16
-// rows (ConvertF16), and w, the repacked copy of an n x kDim Q8_0 matrix.
-func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, out, x16, w, bias driver.DevicePtr, nt, kDim, n int) error {
-	if err := validateMatMul(quant.Q8_0, nt, kDim, n); err != nil {
-		return err
+// Gemm16Seg is one matmul of an f16 GEMM launch: Out [nt][N] = W x (+
+// Bias), W the repacked copy of an N x k Q8_0 matrix, Bias N floats or 0.
+type Gemm16Seg struct {
+	Out, W, Bias driver.DevicePtr
+	N            int
+}
+
+// gemm16Segs is how many matmuls one launch takes (g16::SEGS).
+const gemm16Segs = 3
+
+// gemm16Split is the launch's k split: 2 when its blocks would not fill
+// the SMs once (each block then has a whole SM's warp slots to itself:
+// 12% occupancy in ncu) and k has two 32-deep steps or more, else 1.
+func gemm16Split(blocks, smCount, kDim int) int {
+	if blocks <= smCount && kDim/quant.QK >= 2 {
+		return 2
 	}
-	if kDim%quant.QK != 0 || out == 0 || x16 == 0 || w == 0 || uint64(w)%mmvqrAlign != 0 || uint64(x16)%16 != 0 ||
-		uint64(out)%4 != 0 || uint64(bias)%4 != 0 {
-		return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: k must be a multiple of %d, w and x16 16-byte aligned (out=%v x16=%v w=%v bias=%v)",
-			nt, kDim, n, quant.QK, out, x16, w, bias)
+	return 1
+}
+
+// MatMulF16Q8_0R runs the matmuls segs (1 to 3, one k) over nt tokens of
+// x16, their f16 rows (ConvertF16), in one launch. A split k (gemm16Split)
+// zeroes the outputs first: its two halves add into them.
+func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, segs []Gemm16Seg) error {
+	if len(segs) == 0 || len(segs) > gemm16Segs {
+		return fmt.Errorf("cuda: gemm16: %d matmuls, want 1 to %d", len(segs), gemm16Segs)
 	}
-	grid := [3]uint32{uint32((nt + gemm16Toks - 1) / gemm16Toks), uint32((n + gemm16Rows - 1) / gemm16Rows), 1}
-	if grid[1] > 65535 {
-		return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: %d weight tiles exceed the grid's 65,535 rows", nt, kDim, n, grid[1])
+	tiles := 0
+	for _, g := range segs {
+		if err := validateMatMul(quant.Q8_0, nt, kDim, g.N); err != nil {
+			return err
+		}
+		if kDim%quant.QK != 0 || g.Out == 0 || x16 == 0 || g.W == 0 || uint64(g.W)%mmvqrAlign != 0 || uint64(x16)%16 != 0 ||
+			uint64(g.Out)%4 != 0 || uint64(g.Bias)%4 != 0 {
+			return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: k must be a multiple of %d, w and x16 16-byte aligned (out=%v x16=%v w=%v bias=%v)",
+				nt, kDim, g.N, quant.QK, g.Out, x16, g.W, g.Bias)
+		}
+		tiles += (g.N + gemm16Rows - 1) / gemm16Rows
 	}
-	if err := k.launch(s, gemm16Kernel, grid, [3]uint32{gemm16Threads, 1, 1}, 0, out, x16, w, bias, int32(kDim), int32(n), int32(nt)); err != nil {
-		return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d n=%d: %w", gemm16Kernel, nt, kDim, n, err)
+	tx := (nt + gemm16Toks - 1) / gemm16Toks
+	split := gemm16Split(tx*tiles, k.dev.Attr.SMCount, kDim)
+	if tiles*split > 65535 {
+		return fmt.Errorf("cuda: gemm16 nt=%d k=%d: %d weight tiles (x%d k split) exceed the grid's 65,535 rows", nt, kDim, tiles, split)
+	}
+	args := []any{x16, int32(kDim), int32(nt), int32(split)}
+	for i := range gemm16Segs {
+		var g Gemm16Seg
+		if i < len(segs) {
+			g = segs[i]
+		}
+		if split == 2 && g.N > 0 {
+			if err := s.MemsetD8(g.Out, 0, uint64(nt)*uint64(g.N)*4); err != nil {
+				return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: zeroing the split-k output: %w", nt, kDim, g.N, err)
+			}
+		}
+		args = append(args, g.Out, g.W, g.Bias, int32(g.N))
+	}
+	grid := [3]uint32{uint32(tx), uint32(tiles * split), 1}
+	if err := k.launch(s, gemm16Kernel, grid, [3]uint32{gemm16Threads, 1, 1}, 0, args...); err != nil {
+		return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d (%d matmuls, k split %d): %w", gemm16Kernel, nt, kDim, len(segs), split, err)
 	}
 	return nil
 }
@@ -73,8 +116,12 @@ func (b *Backend) convertGemm16(x driver.DevicePtr, k, nt int) error {
 	return b.k.ConvertF16(b.s, b.mm.MMQAct, x, k*nt)
 }
 
-// runGemm16 runs one prefill matmul of m over the f16 rows convertGemm16
-// left in the scratch.
-func (b *Backend) runGemm16(nt int, m matmulPlan) error {
-	return b.k.MatMulF16Q8_0R(b.s, m.out, b.mm.MMQAct, m.w.rp, m.bias, nt, m.w.rowLen, m.w.rows)
+// runGemm16 runs the prefill matmuls ms (up to three, one input) in one
+// launch over the f16 rows convertGemm16 left in the scratch.
+func (b *Backend) runGemm16(nt int, ms ...matmulPlan) error {
+	segs := make([]Gemm16Seg, len(ms))
+	for i, m := range ms {
+		segs[i] = Gemm16Seg{Out: m.out, W: m.w.rp, Bias: m.bias, N: m.w.rows}
+	}
+	return b.k.MatMulF16Q8_0R(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, segs)
 }

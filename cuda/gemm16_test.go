@@ -1,12 +1,13 @@
 package cuda
 
 // Tests of the f16 prefill matmul of a repacked Q8_0 weight (MINFER_MMQ_F16:
-// gemm16.go, kernels/gemm16.cu). The device test skips with a message when
+// gemm16.go, kernels/gemm16.cu). The device tests skip with a message when
 // no device answers; the others need none.
 
 import (
 	"fmt"
 	"math/rand"
+	randv2 "math/rand/v2"
 	"os"
 	"regexp"
 	"strings"
@@ -24,12 +25,13 @@ import (
 // minfer_f32_to_f16 and minfer_gemm16_q8_0r and no MMQ, and its output is
 // within 2e-3 rel L2 of the f16 GEMM's (MINFER_MMQ=0: the same f16 weights,
 // activations carried to ~22 bits; f16 activations differ by ~3e-4), for
-// whole and partial tiles of rows and tokens; the fused q/k/v op converts
-// its input once.
+// whole and partial tiles of rows and tokens, with and without the k split.
 func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewSource(31))
-	for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {1024, 384, 200}, {256, 136, 9}} {
+	// The first three fill few blocks (k split in two); the last 165 blocks
+	// on 132 SMs (one k range).
+	for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {1024, 384, 200}, {256, 136, 9}, {256, 4200, 520}} {
 		xv := make([]float32, sh.k*sh.nt)
 		for i := range xv {
 			xv[i] = 2*r.Float32() - 1
@@ -64,12 +66,44 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 	}
 }
 
+// TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused: the fused q/k/v
+// and FFN ops with MINFER_MMQ_F16=1 convert x once and run their matmuls in
+// one minfer_gemm16_q8_0r launch, bitwise the unfused graph's separate
+// launches (shapes whose fused and unfused launches take the same k split:
+// all under 132 blocks).
+func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
+	dsNeedDevice(t)
+	r := randv2.New(randv2.NewPCG(71, 72))
+	extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}
+	for _, ffn := range []bool{false, true} {
+		for _, sh := range []struct{ nt, m, k int }{{64, 133, 256}, {200, 1100, 1024}} {
+			g := &mfGraph{ffn: ffn, k: sh.k, m: sh.m, nt: sh.nt}
+			mfWeights(t, r, g, quant.Q8_0, quant.Q8_0, quant.Q8_0)
+			name := fmt.Sprintf("ffn=%v/nt%d/m%d/k%d", ffn, sh.nt, sh.m, sh.k)
+			unfusedDev := dsBackend(t, mmqLevers(t, extra...))
+			var unfused, fused []float32
+			cu := mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
+			dev := dsBackend(t, mmqLevers(t, extra...))
+			cf := mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
+			if bad := mfBitwiseBad(t, name, fused, unfused); bad != 0 {
+				t.Errorf("%s: %d of %d outputs differ from the unfused graph's", name, bad, len(fused))
+			}
+			nw := map[bool]int64{true: 2, false: 3}[ffn]
+			if cf[gemm16Kernel] != 1 || cf[f32ToF16] != 1 || cu[gemm16Kernel] != nw || cu[f32ToF16] != nw {
+				t.Errorf("%s: census fused %v, unfused %v: want one %s and one %s fused, %d of each unfused", name, cf, cu,
+					gemm16Kernel, f32ToF16, nw)
+			}
+		}
+	}
+}
+
 // The route: only a Q8_0 weight with a repacked copy, at an MMQ shape, with
 // the lever on, takes the f16 GEMM (a decode row keeps minfer_mmvqr); the
 // lever beside MINFER_MMQ=0, MINFER_ONE_COPY=0 or MINFER_NO_PREFILL_GEMM=1 is
 // refused before the device opens; the plan's scratch holds the f16 rows;
 // the Go geometry is the kernel's; the launchers refuse bad shapes and
-// pointers by name.
+// pointers by name; k is split in two exactly when the blocks would not
+// fill the SMs once and k has two steps.
 func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	on := MatMulOptions{MMQ: true, MMQF16: true, MMVQNT: true, ActQ8: 0x2000, ActQ8Bytes: 1 << 20}
 	b := &Backend{mm: on}
@@ -113,11 +147,19 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	}
 	for _, re := range []string{
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, BK = 32, NT = %d;`, gemm16Toks, gemm16Rows, gemm16Threads),
-		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Kernel + `\(float\* out, const __half\* x16, const uint8_t\* w, const float\* bias, int k, int n, int nt\)`,
+		fmt.Sprintf(`constexpr int SEGS = %d;`, gemm16Segs),
+		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Kernel + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0, const uint8_t\* w0, const float\* bias0,\s+int n0, float\* out1,`,
 		f32ToF16 + `\(__half\* y, const float\* x, long long count\)`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
+		}
+	}
+	for _, c := range []struct{ blocks, sms, k, want int }{
+		{112, 132, 3584, 2}, {132, 132, 64, 2}, {133, 132, 3584, 1}, {144, 132, 3584, 1}, {16, 132, 32, 1}, {4 * 296, 132, 3584, 1},
+	} {
+		if got := gemm16Split(c.blocks, c.sms, c.k); got != c.want {
+			t.Errorf("gemm16Split(%d blocks, %d SMs, k %d) = %d, want %d", c.blocks, c.sms, c.k, got, c.want)
 		}
 	}
 	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
@@ -126,11 +168,14 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		name, want string
 		err        error
 	}{
-		{"k not a multiple of 32", "k=48", k.MatMulF16Q8_0R(nil, p, p, p, 0, 64, 48, 128)},
-		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, p, p+8, 0, 64, 64, 128)},
-		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p, p+8, p, 0, 64, 64, 128)},
-		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, 0, p, p, 0, 64, 64, 128)},
-		{"too many weight tiles", "65,535", k.MatMulF16Q8_0R(nil, p, p, p, 0, 64, 64, 128*65536)},
+		{"k not a multiple of 32", "k=48", k.MatMulF16Q8_0R(nil, p, 64, 48, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p + 8, N: 128}})},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p+8, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{W: p, N: 128}})},
+		{"a bad second matmul", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}})},
+		{"no matmul", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, nil)},
+		{"four matmuls", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, make([]Gemm16Seg, 4))},
+		{"too many weight tiles", "65,535", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}})},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

@@ -209,20 +209,21 @@ func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 
 // sharedInput is how the matmuls ms of one input x (k values, nt rows:
 // fused q/k/v, gate/up) share it when no single fused kernel takes them:
-// prep runs once (the shared quantization, if any), then one per plan. The
-// routes decide: all MMQ or all multi-token MMVQ quantize x once into their
-// scratch; decode with an MMVQ route quantizes the row once; else each
-// weight's own matmul.
-func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (prep func() error, one func(matmulPlan) error) {
+// prep runs once (the shared quantization, if any), then run with the
+// plans. The routes decide: all MMQ or all multi-token MMVQ quantize x
+// once into their scratch; all f16 GEMM convert it once and run the
+// matmuls in one launch; decode with an MMVQ route quantizes the row
+// once; else each weight's own matmul.
+func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (prep func() error, run func(...matmulPlan) error) {
 	prep = func() error { return nil }
-	one = func(m matmulPlan) error { return b.runMatMul(x, nt, m) }
+	one := func(m matmulPlan) error { return b.runMatMul(x, nt, m) }
 	switch all, anyDecode := b.routesOf(nt, ms); {
 	case all == routeMMQ:
 		prep = func() error { return b.quantizeMMQ(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runPreQ8(nt, m) }
 	case all == routeGEMM16:
 		prep = func() error { return b.convertGemm16(x, k, nt) }
-		one = func(m matmulPlan) error { return b.runGemm16(nt, m) }
+		return prep, func(ms ...matmulPlan) error { return b.runGemm16(nt, ms...) }
 	case all == routeMMVQNT:
 		prep = func() error { return b.quantizeActNT(x, k, nt) }
 		one = func(m matmulPlan) error { return b.runFromQ8NT(nt, m) }
@@ -230,7 +231,14 @@ func (b *Backend) sharedInput(x driver.DevicePtr, k, nt int, ms []matmulPlan) (p
 		prep = func() error { return b.quantizeAct(x, k) }
 		one = func(m matmulPlan) error { return b.runFromQ8(x, m) }
 	}
-	return prep, one
+	return prep, func(ms ...matmulPlan) error {
+		for _, m := range ms {
+			if err := one(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // routesOf is the route every plan of ms shares over nt tokens (routeNone
@@ -311,17 +319,12 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, route)
 		}, nil
 	}
-	prep, one := b.sharedInput(x, k, nt, ms)
+	prep, run := b.sharedInput(x, k, nt, ms)
 	return func() error {
 		if err := prep(); err != nil {
 			return err
 		}
-		for _, m := range ms {
-			if err := one(m); err != nil {
-				return err
-			}
-		}
-		return nil
+		return run(ms...)
 	}, nil
 }
 
@@ -380,15 +383,12 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	u.out = b.ffnUp
 	n0 := out.Len
-	prep, one := b.sharedInput(x, k, nt, []matmulPlan{g, u})
+	prep, run := b.sharedInput(x, k, nt, []matmulPlan{g, u})
 	return func() error {
 		if err := prep(); err != nil {
 			return err
 		}
-		if err := one(g); err != nil {
-			return err
-		}
-		if err := one(u); err != nil {
+		if err := run(g, u); err != nil {
 			return err
 		}
 		return b.k.SwiGLU(b.s, o, o, u.out, n0)

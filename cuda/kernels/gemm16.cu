@@ -19,20 +19,35 @@
 // 4 x 4 C fragments of m16n8 (64 f32 a lane). Shared memory, static:
 //   xs[2][BM][LDK] f16: the activation tile of this step and the next
 //     (cp.async, 16 bytes as stored);
-//   wr[2][BN][BK] int8: the raw quants of this step and the next
-//     (cp.async);
+//   wr[2][BN][WRS] int8: the raw quants of this step and the next
+//     (cp.async; rows of 48 bytes so the dequantizing 8-byte reads of 16
+//     lanes fall on distinct banks);
 //   ws[BN][LDK] f16: this step's dequantized weight tile;
 // LDK = BK + 8 halves: a row is 80 bytes, so ldmatrix's 8 rows fall on
 // distinct 16-byte bank groups. A step: wait for its copies, barrier,
-// issue the next step's copies, dequantize wr into ws (each thread 16
-// quants of one row: q ^ 0x80 placed under the f16 exponent of 1024, minus
+// issue the next step's copies, dequantize wr into ws (each thread two
+// 8-quant chunks: q ^ 0x80 placed under the f16 exponent of 1024, minus
 // 1152, times the row's scale: exact but for the one rounding of d * q to
-// f16), barrier, then the mma.
+// f16), barrier, then the mma. A quarter warp dequantizes one chunk column
+// of 8 consecutive rows, so its 16-byte stores hit 8 distinct bank groups
+// (ncu, session 22: the first mapping, two lanes a row, stored with an
+// 11.7-way conflict).
+//
+// One launch runs up to three matmuls of the same input (fused q/k/v, the
+// FFN's gate and up): their weight tiles follow each other in grid.y, so
+// the k / v projections' few tiles share a wave with q's. When the grid
+// would not fill the SMs (ksplit 2: 7B's q, o and down projections at
+// pp512 are 112 blocks on the H100's 132 SMs, one block an SM, 12% warp
+// occupancy in ncu), each tile's k range is split in two halves whose
+// blocks add their sums into the zeroed output with atomicAdd: two
+// addends onto zero commute exactly, so the result does not depend on
+// which block adds first; the bias comes with the first half.
 //
 // Numerics (the f16-weight-tile class, gemm.cu's): each weight is d * q
 // rounded to f16 once; each activation is x rounded to f16 once; sums in
-// f32 in the tensor core's order. Edges: rows >= n and tokens >= nt are
-// zero-filled by the copies and never stored; k is a multiple of 32.
+// f32 in the tensor core's order (with ksplit 2, two such halves added).
+// Edges: rows >= n and tokens >= nt are zero-filled by the copies and never
+// stored; k is a multiple of 32.
 #include "common.cuh"
 #include "cpasync.cuh"
 #include "mma.cuh"
@@ -40,11 +55,22 @@
 namespace g16 {
 constexpr int BM = 128, BN = 128, BK = 32, NT = 256;
 constexpr int LDK = BK + 8; // halves a staged row
+constexpr int WRS = BK + 16; // bytes a raw quant row
+constexpr int SEGS = 3;      // matmuls a launch
 
 struct Smem {
     __half xs[2][BM][LDK];
     __half ws[BN][LDK];
-    alignas(16) uint8_t wr[2][BN][BK];
+    alignas(16) uint8_t wr[2][BN][WRS];
+};
+
+// Seg is one matmul of a launch: out[t][j] (n values a token), its
+// repacked weight and bias (or null).
+struct Seg {
+    float* out;
+    const uint8_t* w;
+    const float* bias;
+    int n;
 };
 
 // stage issues the copies of step kb (k = 32 kb ..): the activation tile
@@ -68,7 +94,7 @@ __device__ __forceinline__ void stage(Smem& sm, int buf, const __half* __restric
     }
 }
 
-// deq2 turns the 4 int8 quants of w into 4 f16 of d * q (two words, the
+// deq4 turns the 4 int8 quants of w into 4 f16 of d * q (two words, the
 // lower index in the low half): 0x6400 | (q ^ 0x80) is the f16 1024 + 128 +
 // q, exact; minus 1152 is q, exact; times d rounds once.
 __device__ __forceinline__ void deq4(uint32_t w, __half2 d2, uint32_t& lo, uint32_t& hi) {
@@ -81,18 +107,18 @@ __device__ __forceinline__ void deq4(uint32_t w, __half2 d2, uint32_t& lo, uint3
     hi = *reinterpret_cast<uint32_t*>(&hb);
 }
 
-__device__ __forceinline__ void gemm(float* __restrict__ out, const __half* __restrict__ x16, const uint8_t* __restrict__ w,
-                                     const float* __restrict__ bias, int k, int n, int nt) {
+// gemm computes the tile (tokens m0 .., rows n0 ..) of one matmul over the
+// 32-deep steps kb0 .. kb1 - 1; add: atomicAdd into the zeroed output (a
+// split k range) instead of storing.
+__device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x16, int k, int nt, int m0, int n0, int kb0,
+                                     int kb1, bool add) {
     __shared__ Smem sm;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
     const int wm = warp & 1, wn = warp >> 1; // tokens 64 wm .., rows 32 wn ..
-    // Token tiles first: the few token tiles of one weight tile run together
-    // and read its quants from L2, not DRAM, once each.
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int kbs = k / BK;
-    const uint8_t* wq = w;
-    const __half* wsc = reinterpret_cast<const __half*>(w + (size_t)n * k); // [n][k / 32]
+    const int n = sg.n, kbs = k / BK;
+    const uint8_t* wq = sg.w;
+    const __half* wsc = reinterpret_cast<const __half*>(sg.w + (size_t)n * k); // [n][k / 32]
 
     float acc[4][4][4];
 #pragma unroll
@@ -100,29 +126,30 @@ __device__ __forceinline__ void gemm(float* __restrict__ out, const __half* __re
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
-    // The dequantizing thread's row and half of it (16 quants).
-    const int dr = tid >> 1, dq = tid & 1;
-    const int drow = min(n0 + dr, n - 1);
-    stage(sm, 0, x16, wq, k, n, nt, m0, n0, 0);
+    // The dequantizing thread's two chunks: 8 quants at column 8 dq of rows
+    // dr and dr + 64 (chunk c = tid: row (c & 7) + 8 (c >> 5), column c >> 3
+    // & 3; chunk tid + 256 is 64 rows on).
+    const int dr = (tid & 7) + 8 * (tid >> 5), dq = (tid >> 3) & 3;
+    const int drow0 = min(n0 + dr, n - 1), drow1 = min(n0 + dr + 64, n - 1);
+    stage(sm, kb0 & 1, x16, wq, k, n, nt, m0, n0, kb0);
     minfer_cp_async_commit();
-    for (int kb = 0; kb < kbs; kb++) {
+    for (int kb = kb0; kb < kb1; kb++) {
         const int buf = kb & 1;
-        const __half d = wsc[(size_t)drow * kbs + kb]; // a row past n: its quants are zero
+        // a row past n: its quants are zero
+        const __half d0 = wsc[(size_t)drow0 * kbs + kb], d1 = wsc[(size_t)drow1 * kbs + kb];
         minfer_cp_async_wait<0>();
         __syncthreads(); // this step's copies are visible; every warp is done with ws and buffer buf ^ 1
-        if (kb + 1 < kbs) stage(sm, buf ^ 1, x16, wq, k, n, nt, m0, n0, kb + 1);
+        if (kb + 1 < kb1) stage(sm, buf ^ 1, x16, wq, k, n, nt, m0, n0, kb + 1);
         minfer_cp_async_commit();
-        {
-            const uint4 q = *reinterpret_cast<const uint4*>(&sm.wr[buf][dr][16 * dq]);
-            const __half2 d2 = __halves2half2(d, d);
-            uint4 o0, o1;
-            deq4(q.x, d2, o0.x, o0.y);
-            deq4(q.y, d2, o0.z, o0.w);
-            deq4(q.z, d2, o1.x, o1.y);
-            deq4(q.w, d2, o1.z, o1.w);
-            uint4* dst = reinterpret_cast<uint4*>(&sm.ws[dr][16 * dq]);
-            dst[0] = o0;
-            dst[1] = o1;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint2 q = *reinterpret_cast<const uint2*>(&sm.wr[buf][dr + 64 * h][8 * dq]);
+            const __half dh = h == 0 ? d0 : d1;
+            const __half2 d2 = __halves2half2(dh, dh);
+            uint4 o;
+            deq4(q.x, d2, o.x, o.y);
+            deq4(q.y, d2, o.z, o.w);
+            *reinterpret_cast<uint4*>(&sm.ws[dr + 64 * h][8 * dq]) = o;
         }
         __syncthreads(); // ws holds this step's weights
 #pragma unroll
@@ -151,6 +178,8 @@ __device__ __forceinline__ void gemm(float* __restrict__ out, const __half* __re
 
     // C fragment: acc[i][j][0..1] token 16 i + g, rows 8 j + 2 tq (+1);
     // [2..3] token + 8.
+    float* const out = sg.out;
+    const float* const bias = sg.bias;
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -162,19 +191,37 @@ __device__ __forceinline__ void gemm(float* __restrict__ out, const __half* __re
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int row = n0 + 32 * wn + 8 * j + 2 * tq + e;
-                    if (row < n) out[(size_t)tok * n + row] = acc[i][j][2 * h + e] + (bias != nullptr ? bias[row] : 0.0f);
+                    if (row >= n) continue;
+                    const float v = acc[i][j][2 * h + e] + (bias != nullptr ? bias[row] : 0.0f);
+                    if (add) atomicAdd(out + (size_t)tok * n + row, v);
+                    else out[(size_t)tok * n + row] = v;
                 }
         }
 }
 } // namespace g16
 
-// minfer_gemm16_q8_0r: grid (ceil(nt / 128), ceil(n / 128)), block 256,
-// static shared memory (g16::Smem, 39 KB). x16: [nt][k] f16 (16-byte
-// aligned rows: k % 8 == 0); w: the repacked Q8_0 copy of an n x k matrix
-// (k % 32 == 0); bias: n floats or null.
+// minfer_gemm16_q8_0r: grid (ceil(nt / 128), ksplit x the weight tiles
+// of the matmuls: ceil(n0 / 128) + ceil(n1 / 128) + ceil(n2 / 128)),
+// block 256, static shared memory (g16::Smem, 42 KB). x16: [nt][k] f16
+// (16-byte aligned rows: k % 8 == 0); matmul i: out_i [nt][n_i], w_i the
+// repacked Q8_0 copy of an n_i x k matrix (k % 32 == 0), bias_i n_i floats
+// or null; n_i = 0: no such matmul. ksplit (1 or 2, <= k / 32): 2 adds
+// each half of k into out_i, which must hold zeros.
 extern "C" __global__ void __launch_bounds__(g16::NT, 2)
-    minfer_gemm16_q8_0r(float* out, const __half* x16, const uint8_t* w, const float* bias, int k, int n, int nt) {
-    g16::gemm(out, x16, w, bias, k, n, nt);
+    minfer_gemm16_q8_0r(const __half* x16, int k, int nt, int ksplit, float* out0, const uint8_t* w0, const float* bias0,
+                        int n0, float* out1, const uint8_t* w1, const float* bias1, int n1, float* out2, const uint8_t* w2,
+                        const float* bias2, int n2) {
+    const int yt = blockIdx.y / ksplit, sp = blockIdx.y % ksplit;
+    const int t0 = (n0 + g16::BN - 1) / g16::BN, t1 = (n1 + g16::BN - 1) / g16::BN;
+    g16::Seg sg{out0, w0, bias0, n0};
+    int tile = yt;
+    if (yt >= t0 + t1) sg = g16::Seg{out2, w2, bias2, n2}, tile = yt - t0 - t1;
+    else if (yt >= t0) sg = g16::Seg{out1, w1, bias1, n1}, tile = yt - t0;
+    const int kbs = k / g16::BK, half = (kbs + 1) / 2;
+    const int kb0 = ksplit == 2 && sp == 1 ? half : 0, kb1 = ksplit == 2 && sp == 0 ? half : kbs;
+    if (sp == 1) sg.bias = nullptr;
+    if (kb0 >= kb1) return; // never launched so (ksplit <= k / 32); no copy past k
+    g16::gemm(sg, x16, k, nt, blockIdx.x * g16::BM, tile * g16::BN, kb0, kb1, ksplit == 2);
 }
 
 // minfer_f32_to_f16: y[i] = x[i] rounded to f16, i < count; grid

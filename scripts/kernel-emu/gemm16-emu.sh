@@ -13,6 +13,9 @@
 #       bfrag  B's words from ldmatrix paired across the two row tiles
 #       deq    the dequantization's offset 1024 instead of 1152
 #       buf    the next step's copies into this step's buffer
+#       seg    the second matmul's tiles counted from the grid's first
+#       split  the bias added by both halves of a split k
+#       dmap   the dequantizing lanes cover two of a row's four chunks
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -27,7 +30,10 @@ if [[ "${1:-}" == "--plant" ]]; then
     bfrag) from='b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]}'; to='b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]}' ;;
     deq) from='__floats2half2_rn(1152.0f, 1152.0f)'; to='__floats2half2_rn(1024.0f, 1024.0f)' ;;
     buf) from='stage(sm, buf ^ 1,'; to='stage(sm, buf,' ;;
-    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf]" >&2; exit 2 ;;
+    seg) from='n1}, tile = yt - t0;'; to='n1}, tile = yt;' ;;
+    split) from='if (sp == 1) sg.bias = nullptr;'; to='if (sp == 2) sg.bias = nullptr;' ;;
+    dmap) from='dq = (tid >> 3) & 3;'; to='dq = (tid >> 3) & 1;' ;;
+    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf|seg|split|dmap]" >&2; exit 2 ;;
     esac
     plant_defect gemm16.cu "$2" "$from" "$to"
     quick+=(--quick)

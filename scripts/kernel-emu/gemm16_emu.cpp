@@ -35,6 +35,13 @@ inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) 
     for (int i = 0; i < 4; i++) r |= (unsigned int)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
     return r;
 }
+// Blocks run one at a time here, and a block's lanes add to distinct
+// outputs: a plain add is the atomic one.
+inline float atomicAdd(float* p, float v) {
+    const float o = *p;
+    *p = o + v;
+    return o;
+}
 #include "mma.h"
 #include "gemm16.cu"
 #include "emu_launch.h"
@@ -42,62 +49,91 @@ inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) 
 static std::mt19937 rng(23);
 static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
 
-struct Case { int n, k, nt; bool bias; };
+// A case: up to three matmuls of one input (rows n[i], 0: none), one
+// launch; ksplit 2 zeroes the outputs and splits k as the backend does.
+struct Case { int n[3], k, nt; bool bias; int ksplit; };
 
 static int run(const Case& c) {
     const int kbs = c.k / 32;
-    // The repacked copy: quants [n][k], then scales [n][k / 32] f16; 16-byte aligned.
-    std::vector<uint4> wbuf(((size_t)c.n * c.k + 2 * (size_t)c.n * kbs + 15) / 16);
-    uint8_t* w = reinterpret_cast<uint8_t*>(wbuf.data());
-    for (size_t i = 0; i < (size_t)c.n * c.k; i++) w[i] = (uint8_t)rng();
-    std::vector<float> d((size_t)c.n * kbs);
-    for (size_t i = 0; i < d.size(); i++) {
-        const __half h = __float2half(uni() * 0.02f);
-        memcpy(w + (size_t)c.n * c.k + 2 * i, &h.x, 2);
-        d[i] = __half2float(h);
-    }
-    std::vector<float> x((size_t)c.nt * c.k), bias(c.n), out((size_t)c.nt * c.n, NAN);
+    struct Mat {
+        std::vector<uint4> wbuf;
+        std::vector<float> d, bias, out;
+    } m[3];
+    std::vector<float> x((size_t)c.nt * c.k);
     for (auto& v : x) v = uni() * 4;
-    for (auto& v : bias) v = uni();
     std::vector<uint2> xbuf(((size_t)c.nt * c.k + 3) / 4);
     __half* x16 = reinterpret_cast<__half*>(xbuf.data());
     g_ranges.clear();
-    g_ranges.push_back({w, wbuf.size() * 16});
     g_ranges.push_back({x16, xbuf.size() * 8});
     g_ranges.push_back({x.data(), x.size() * 4});
+    for (int s = 0; s < 3; s++) {
+        const int n = c.n[s];
+        if (n == 0) continue;
+        // The repacked copy: quants [n][k], then scales [n][k / 32] f16; 16-byte aligned.
+        m[s].wbuf.resize(((size_t)n * c.k + 2 * (size_t)n * kbs + 15) / 16);
+        uint8_t* w = reinterpret_cast<uint8_t*>(m[s].wbuf.data());
+        for (size_t i = 0; i < (size_t)n * c.k; i++) w[i] = (uint8_t)rng();
+        m[s].d.resize((size_t)n * kbs);
+        for (size_t i = 0; i < m[s].d.size(); i++) {
+            const __half h = __float2half(uni() * 0.02f);
+            memcpy(w + (size_t)n * c.k + 2 * i, &h.x, 2);
+            m[s].d[i] = __half2float(h);
+        }
+        m[s].bias.resize(n);
+        for (auto& v : m[s].bias) v = uni();
+        m[s].out.assign((size_t)c.nt * n, c.ksplit == 2 ? 0.0f : NAN);
+        g_ranges.push_back({w, m[s].wbuf.size() * 16});
+    }
     const long long count = (long long)c.nt * c.k;
     launch_xy((int)((count + 1023) / 1024), 1, [&] { minfer_f32_to_f16(x16, x.data(), count); }, 256);
-    launch_xy((c.nt + 127) / 128, (c.n + 127) / 128,
-              [&] { minfer_gemm16_q8_0r(out.data(), x16, w, c.bias ? bias.data() : nullptr, c.k, c.n, c.nt); }, 256);
+    auto W = [&](int s) { return m[s].wbuf.empty() ? nullptr : reinterpret_cast<const uint8_t*>(m[s].wbuf.data()); };
+    auto B = [&](int s) { return c.bias && c.n[s] ? m[s].bias.data() : nullptr; };
+    auto O = [&](int s) { return c.n[s] ? m[s].out.data() : nullptr; };
+    const int tiles = (c.n[0] + 127) / 128 + (c.n[1] + 127) / 128 + (c.n[2] + 127) / 128;
+    launch_xy((c.nt + 127) / 128, tiles * c.ksplit,
+              [&] {
+                  minfer_gemm16_q8_0r(x16, c.k, c.nt, c.ksplit, O(0), W(0), B(0), c.n[0], O(1), W(1), B(1), c.n[1], O(2), W(2),
+                                      B(2), c.n[2]);
+              },
+              256);
     double worst = 0;
     int bad = 0;
-    for (int t = 0; t < c.nt; t++)
-        for (int j = 0; j < c.n; j++) {
-            double s = 0, a = 0;
-            for (int i = 0; i < c.k; i++) {
-                const float wf = __half2float(__float2half(d[(size_t)j * kbs + i / 32] * (float)(int8_t)w[(size_t)j * c.k + i]));
-                const float xf = __half2float(x16[(size_t)t * c.k + i]);
-                if (xf != __half2float(__float2half(x[(size_t)t * c.k + i]))) bad++; // the conversion kernel
-                s += (double)wf * xf;
-                a += fabs((double)wf * xf);
+    for (int s = 0; s < 3; s++) {
+        const int n = c.n[s];
+        const uint8_t* w = W(s);
+        for (int t = 0; t < c.nt; t++)
+            for (int j = 0; j < n; j++) {
+                double sum = 0, a = 0;
+                for (int i = 0; i < c.k; i++) {
+                    const float wf = __half2float(__float2half(m[s].d[(size_t)j * kbs + i / 32] * (float)(int8_t)w[(size_t)j * c.k + i]));
+                    const float xf = __half2float(x16[(size_t)t * c.k + i]);
+                    if (xf != __half2float(__float2half(x[(size_t)t * c.k + i]))) bad++; // the conversion kernel
+                    sum += (double)wf * xf;
+                    a += fabs((double)wf * xf);
+                }
+                if (c.bias) sum += m[s].bias[j];
+                const double e = fabs(m[s].out[(size_t)t * n + j] - sum) / (a + 1e-30);
+                worst = std::max(worst, std::isnan(e) ? 1e9 : e);
+                bad += !(e <= 1e-5);
             }
-            if (c.bias) s += bias[j];
-            const double e = fabs(out[(size_t)t * c.n + j] - s) / (a + 1e-30);
-            worst = std::max(worst, std::isnan(e) ? 1e9 : e);
-            bad += !(e <= 1e-5);
-        }
-    printf("n %4d k %4d nt %4d%s: worst |diff| / sum|w x| %.2e %s\n", c.n, c.k, c.nt, c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
+    }
+    printf("n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n", c.n[0], c.n[1], c.n[2], c.k, c.nt, c.ksplit,
+           c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
     return bad != 0;
 }
 
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int bad = 0;
-    bad += run({200, 96, 150, true}); // partial row and token tiles, three steps
+    // partial row and token tiles, three steps; three matmuls, a split k
+    bad += run({{200, 64, 136}, 96, 150, true, 2});
     if (!quick) {
-        bad += run({128, 256, 128, false}); // whole tiles, eight steps
-        bad += run({64, 32, 9, true});      // one step, a row tile of 64, nine tokens
-        bad += run({256, 64, 130, false});  // two row tiles, a token tile of 2
+        bad += run({{128, 0, 0}, 256, 128, false, 1}); // whole tiles, eight steps
+        bad += run({{64, 0, 0}, 32, 9, true, 1});      // one step, a row tile of 64, nine tokens
+        bad += run({{256, 0, 0}, 64, 130, false, 1});  // two row tiles, a token tile of 2
+        bad += run({{200, 64, 136}, 96, 150, true, 1}); // three matmuls, one launch
+        bad += run({{256, 0, 0}, 160, 20, true, 2});   // five steps split 3 + 2
+        bad += run({{72, 0, 0}, 64, 33, false, 2});    // one step a half
     }
     printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-5 (f16 GEMM)");
     return bad != 0;
