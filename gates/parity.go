@@ -156,6 +156,81 @@ func CompareAvsB(a, b []float32, nVocab int, tol harness.Tolerance) Comparison {
 	return c
 }
 
+// needsExact reports whether an A-vs-B comparison that failed is one the
+// class's "B vs exact" clause may excuse: only top-1 disagreements missed
+// (rel L2, max|diff| and NaN clauses hold). It notes in Why when the clause
+// cannot apply because another clause failed.
+func (c *Comparison) needsExact(t harness.Tolerance) bool {
+	if c.Pass || !t.ExactBounded {
+		return false
+	}
+	x := *c
+	x.Why = ""
+	x.judgeBar(t.Bitwise, t.Bounded, t.MaxAbsDiff, t.RelBounded, t.RelL2, false, "")
+	if !x.Pass {
+		c.Why += "; not judged against the exact evaluation: its clause excuses only top-1 disagreements"
+	}
+	return x.Pass
+}
+
+// judgeByExact re-judges an A-vs-B comparison that failed only on top-1 by
+// the class's "B vs exact rel L2 <= X" clause: where arm A quantizes what
+// B carries (nearly) exactly, a flip is A's own rounding when B's top-1 is
+// the exact evaluation's. Each non-exempt disagreement at p is excused only
+// when the exact top-1 at p is B's, and B is within X of the exact logits
+// with top-1 equal wherever the exact top-2 margin > t.MarginBar. It returns
+// the B-vs-exact comparison (nil when the exact evaluation failed, exactErr:
+// then the misses stand).
+func (c *Comparison) judgeByExact(t harness.Tolerance, b, exact []float32, nVocab int, exactErr error) *Comparison {
+	if exactErr != nil {
+		c.Why += fmt.Sprintf("; the exact evaluation (MINFER_CPU_EXACT=1) could not run, so the top-1 misses stand: %v", exactErr)
+		return nil
+	}
+	bx := CompareLogits("B vs exact, for A vs B", exact, b, nVocab, t.MarginBar)
+	bx.NT = c.NT
+	bar := fmt.Sprintf("B vs exact rel L2 <= %g", t.ExactRelL2)
+	bx.judgeBar(false, false, 0, true, t.ExactRelL2, true, t.Class+": "+bar)
+	bx.Class = t.Class + " (" + bar + ")"
+	var excused, stand []string
+	for _, p := range c.PerPos {
+		if p.Agree || p.Exempt {
+			continue
+		}
+		m := fmt.Sprintf("pos %d (%d vs %d, margin %.3g)", p.Pos, p.RefTop1, p.Top1, float64(p.RefMargin))
+		if p.Pos >= len(bx.PerPos) || !bx.PerPos[p.Pos].Agree {
+			ex := int32(-1)
+			if p.Pos < len(bx.PerPos) {
+				ex = bx.PerPos[p.Pos].RefTop1
+			}
+			stand = append(stand, fmt.Sprintf("%s where the exact top-1 is %d, not B's", m, ex))
+			continue
+		}
+		excused = append(excused, m)
+	}
+	switch {
+	case len(stand) == 0 && bx.Pass:
+		held := fmt.Sprintf("max|diff| %.3g", float64(c.MaxAbsDiff))
+		if t.Bounded {
+			held += fmt.Sprintf(" <= %g", t.MaxAbsDiff)
+		}
+		if t.RelBounded {
+			held = fmt.Sprintf("rel L2 %.3g <= %g, %s", float64(c.RelL2), t.RelL2, held)
+		}
+		c.Pass = true
+		c.Why = fmt.Sprintf("%s, top-1 %d/%d%s; top-1 differs from A at %s where B equals the exact evaluation (MINFER_CPU_EXACT=1): B vs exact rel L2 %.3g <= %g, top-1 %d/%d%s: A's own quantization error (%s)",
+			held, c.Top1Agree, c.Positions, c.exemptNote(), strings.Join(excused, ", "),
+			float64(bx.RelL2), t.ExactRelL2, bx.Top1Agree, bx.Positions, bx.exemptNote(), t.String())
+	case len(stand) > 0:
+		c.Why += "; not excused by the exact evaluation (MINFER_CPU_EXACT=1): " + strings.Join(stand, ", ")
+		if !bx.Pass {
+			c.Why += "; and B vs exact: " + bx.Why
+		}
+	default:
+		c.Why += "; not excused by the exact evaluation (MINFER_CPU_EXACT=1): B vs exact: " + bx.Why
+	}
+	return &bx
+}
+
 // judgeClass judges a whole-graph comparison by its tolerance class. A
 // class with MarginRMS > 0 scales each position's exempt margin with the
 // diffuse error measured there, capped by the error its rel L2 bar allows:
@@ -368,7 +443,8 @@ type ParityDetail struct {
 	Graph        []Comparison    `json:"graph"` // A vs ref, B vs ref per nt
 	// Exact holds, at each nt where an arm missed the activation-quantization
 	// bar, the CPU reference against the exact reference and each such arm
-	// against it (judgeAgainstExact).
+	// against it (judgeAgainstExact), and where A vs B missed only top-1
+	// under a "B vs exact" clause, B against it (judgeByExact).
 	Exact     []Comparison      `json:"exact,omitempty"`
 	AvsB      []Comparison      `json:"a_vs_b"`
 	Tolerance harness.Tolerance `json:"tolerance"`
@@ -481,14 +557,27 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 			}
 			d.Graph = append(d.Graph, c)
 		}
-		if len(misses) > 0 {
+		c := CompareAvsB(a.Rows, b.Rows, a.NVocab, cfg.Tol)
+		c.NT = nt
+		avsbExact := c.needsExact(cfg.Tol)
+		// The exact evaluation runs at most once an nt, for the graph's
+		// misses and A vs B's clause alike.
+		if len(misses) > 0 || avsbExact {
 			mx := m
 			if cfg.ExactBin != "" {
 				mx.Bin = cfg.ExactBin
 			}
 			exact, e, err := mx.Logits(ctx, fmt.Sprintf("parity exact ref nt=%d", nt), "cpu", exactEnv(cfg), ids, 2, tmp("exact"))
 			env.Cmd("parity: exact CPU reference logits (MINFER_CPU_EXACT=1)", e)
-			ex := judgeAgainstExact(d.Graph, misses, ref.Rows, exact.Rows, ref.NVocab, nt, cfg.GraphGap, err)
+			var ex []Comparison
+			if len(misses) > 0 {
+				ex = judgeAgainstExact(d.Graph, misses, ref.Rows, exact.Rows, ref.NVocab, nt, cfg.GraphGap, err)
+			}
+			if avsbExact {
+				if bx := c.judgeByExact(cfg.Tol, b.Rows, exact.Rows, a.NVocab, err); bx != nil {
+					ex = append(ex, *bx)
+				}
+			}
 			if len(ex) > 0 && cfg.ExactBin != "" {
 				ex[0].Why += fmt.Sprintf(" (computed by %s: the reference's own minfer has no MINFER_CPU_EXACT)", cfg.ExactBin)
 			}
@@ -497,8 +586,6 @@ func Parity(ctx context.Context, cfg Config, env *Env) Result {
 		for _, c := range d.Graph[len(d.Graph)-2:] {
 			failed = failed || !c.Pass
 		}
-		c := CompareAvsB(a.Rows, b.Rows, a.NVocab, cfg.Tol)
-		c.NT = nt
 		failed = failed || !c.Pass
 		d.AvsB = append(d.AvsB, c)
 		trimPerPos(d)

@@ -202,9 +202,10 @@ func (l Lever) seamValue(v string) bool {
 
 // Tolerance is a lever's declared tolerance class for the A-vs-B parity gate,
 // parsed from "name: clause, clause, ..." with the clauses "max|diff| <= X",
-// "rel L2 <= X", "top-1 equal at every position" and "top-2 margin > M where
-// compared". A class may bound max|diff|, rel L2 or both (both must hold).
-// The zero class (Bitwise) demands identical bits.
+// "rel L2 <= X", "top-1 equal at every position", "top-2 margin > M where
+// compared" and "B vs exact rel L2 <= X". A class may bound max|diff|, rel
+// L2 or both (both must hold). The zero class (Bitwise) demands identical
+// bits.
 type Tolerance struct {
 	Raw        string  `json:"raw"`
 	Class      string  `json:"class"`
@@ -220,6 +221,13 @@ type Tolerance struct {
 	// exempt from the top-1 check, and a greedy divergence at a step whose
 	// top-2 margin is at or below it is allowed. 0: no exemption.
 	MarginBar float64 `json:"margin_bar"`
+	// ExactBounded: an A-vs-B top-1 disagreement is excused where B's top-1
+	// is the exact evaluation's (MINFER_CPU_EXACT=1) and B is within
+	// ExactRelL2 of it, top-1 equal above MarginBar (gates.Parity): for a
+	// lever whose arm A quantizes what B carries (nearly) exactly, A's own
+	// rounding is no defect of B. It excuses top-1 only.
+	ExactBounded bool    `json:"exact_bounded,omitempty"`
+	ExactRelL2   float64 `json:"exact_rel_l2,omitempty"`
 }
 
 // ParseTolerance parses a declared tolerance class; "" is bitwise.
@@ -238,6 +246,17 @@ func ParseTolerance(s string) (Tolerance, error) {
 		c = strings.TrimSpace(c)
 		switch {
 		case c == "":
+		case strings.HasPrefix(c, "B vs exact rel L2"):
+			// Gate 1's A vs B only: the greedy gate has no exact reference,
+			// so there a divergence stays judged by MarginBar alone.
+			v, err := numberAfter(c, "<=")
+			if err != nil {
+				return t, fmt.Errorf("tolerance %q: %w", s, err)
+			}
+			if v < 0 {
+				return t, fmt.Errorf("tolerance %q: clause %q: a negative bound", s, c)
+			}
+			t.ExactRelL2, t.ExactBounded = v, true
 		case strings.HasPrefix(c, "max|diff|"):
 			v, err := numberAfter(c, "<=")
 			if err != nil {
@@ -267,6 +286,9 @@ func ParseTolerance(s string) (Tolerance, error) {
 	}
 	if !t.Bounded && !t.RelBounded {
 		return t, fmt.Errorf("tolerance %q: a class bounds max|diff| or rel L2 (or both)", s)
+	}
+	if t.ExactBounded && !t.Top1Equal {
+		return t, fmt.Errorf("tolerance %q: \"B vs exact\" excuses top-1 disagreements, so the class needs \"top-1 equal\"", s)
 	}
 	return t, nil
 }

@@ -3,6 +3,8 @@ package harness
 import (
 	"strings"
 	"testing"
+
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 const actQuantClass = "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"
@@ -36,11 +38,45 @@ func TestParseTolerance_UnknownMalformedOrUnboundedClassErrors(t *testing.T) {
 		"x: rel L2 < 0.05",
 		"x: rel L2 <= abc",
 		"x: rel L2 <= -1",
+		"x: rel L2 <= 0.05, top-1 equal at every position, B vs exact rel L2 <= -0.01",
+		"x: rel L2 <= 0.05, top-1 equal at every position, B vs exact rel L2 < 0.01",
+		"x: rel L2 <= 0.05, B vs exact rel L2 <= 0.01",
+		"x: top-1 equal at every position, B vs exact rel L2 <= 0.01",
 		"x: top-1 equal at every position, top-2 margin > 0.2 where compared",
 		"no colon rel L2 <= 0.05",
 	} {
 		if tol, err := ParseTolerance(s); err == nil {
 			t.Errorf("%q accepted: %+v", s, tol)
 		}
+	}
+}
+
+func TestParseTolerance_BvsExactClauseSetsItsBoundNotTheRelL2Bound(t *testing.T) {
+	tol, err := ParseTolerance(levers.TolActPrecision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tolerance{Raw: levers.TolActPrecision, Class: "activation-precision", RelBounded: true, RelL2: 0.05, Top1Equal: true, MarginBar: 0.2,
+		ExactBounded: true, ExactRelL2: 0.01}
+	if tol != want {
+		t.Fatalf("got %+v\nwant %+v", tol, want)
+	}
+	// In either order: "B vs exact rel L2" must not be read as "rel L2".
+	tol, err = ParseTolerance("x: B vs exact rel L2 <= 0.02, top-1 equal at every position, rel L2 <= 0.05")
+	if err != nil || tol.RelL2 != 0.05 || tol.ExactRelL2 != 0.02 || !tol.ExactBounded {
+		t.Errorf("reordered: %+v %v", tol, err)
+	}
+}
+
+// MINFER_MMQ_F16 declares the clause (TestParseTolerance_
+// AcceptsEveryRegistryDeclaration parses every lever's class).
+func TestParseTolerance_MMQF16DeclaresBvsExactAt001(t *testing.T) {
+	l, ok := levers.Lookup("MINFER_MMQ_F16")
+	if !ok {
+		t.Fatal("MINFER_MMQ_F16 is not registered")
+	}
+	tol, err := ParseTolerance(l.Tolerance)
+	if err != nil || !tol.ExactBounded || tol.ExactRelL2 != 0.01 || tol.MarginBar != 0.2 {
+		t.Errorf("MINFER_MMQ_F16 declares %+v %v", tol, err)
 	}
 }

@@ -271,6 +271,14 @@ const (
 	// TolActQuant: activations quantized to Q8_1 (int8 per 32 values) where
 	// the other arm carries them in f32/f16.
 	TolActQuant = "activation-quantization: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared"
+	// TolActPrecision: arm B carries activations in f16 where A quantizes
+	// them to Q8_1, so A vs B differs by A's own quantization error; a flip
+	// there is excused only where B's top-1 is the exact evaluation's
+	// (MINFER_CPU_EXACT=1) and B is within 0.01 of it (gates.Parity). H100,
+	// 2026-12-06, trained tiny-code Q8_0, nt=64: A vs B rel L2 0.0388 and a
+	// flip at pos 14 (margin 0.236) where A and the CPU reference (0.0345
+	// from exact) agree; B vs exact rel L2 0.00177, top-1 64/64.
+	TolActPrecision = "activation-precision: rel L2 <= 0.05, top-1 equal at every position, top-2 margin > 0.2 where compared, B vs exact rel L2 <= 0.01"
 	// TolF16WeightTile: dequantized weights rounded to f16 in GEMM tiles.
 	TolF16WeightTile = "f16-weight-tile: max|diff| <= 0.5, top-1 equal at every position"
 	// TolAccumOrder: the same f32 sums in another order.
@@ -397,7 +405,7 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
 		// B's activations are f16 (2^-11), A's Q8_1 (int8 a 32-value
 		// block): the class that separates MMQ from the GEMM.
-		Tolerance: TolActQuant,
+		Tolerance: TolActPrecision,
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16_q8_0r only with the lever on; off, the int8 MMQ (minfer_mmq_q8_0r)",
 			[]string{"minfer_gemm16_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},

@@ -34,7 +34,7 @@ func registryProblems(l Lever) []string {
 		bad = append(bad, "a declared memory cost with the default bar")
 	}
 	switch l.Tolerance {
-	case "", TolKVPrecision, TolActQuant, TolF16WeightTile, TolF16AttnTile, TolAccumOrder, TolVerifyChunk:
+	case "", TolKVPrecision, TolActQuant, TolActPrecision, TolF16WeightTile, TolF16AttnTile, TolAccumOrder, TolVerifyChunk:
 	default:
 		bad = append(bad, "tolerance is not one of the Tol* classes: "+l.Tolerance)
 	}
