@@ -10,15 +10,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/minfer-go/minfer/internal/filehash"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -416,35 +415,14 @@ func FileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// hashCache remembers file hashes for the life of the process, keyed by the
-// absolute path, size and modification time: a nightly run (one environment
-// capture per lever) and the report hash the ~500 MB model once.
-var hashCache sync.Map // hashKey -> string
-
-type hashKey struct {
-	path  string
-	size  int64
-	mtime int64
-}
-
-// FileSHA256Cached is FileSHA256, computed once per file version per process.
+// FileSHA256Cached is FileSHA256 remembered across processes
+// (internal/filehash: an entry stands only while the file's identity and
+// change time do). A failure of the cache alone costs a full read, never a
+// wrong hash, so it is not reported here.
 func FileSHA256Cached(path string) (string, error) {
-	st, err := os.Stat(path)
+	r, err := filehash.SHA256(path)
 	if err != nil {
 		return "", err
 	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		abs = path
-	}
-	k := hashKey{abs, st.Size(), st.ModTime().UnixNano()}
-	if h, ok := hashCache.Load(k); ok {
-		return h.(string), nil
-	}
-	h, err := FileSHA256(path)
-	if err != nil {
-		return "", err
-	}
-	hashCache.Store(k, h)
-	return h, nil
+	return r.SHA256, nil
 }

@@ -132,7 +132,12 @@ func TestParseTolerance_AcceptsEveryRegistryDeclaration(t *testing.T) {
 	}
 }
 
-func TestFileSHA256Cached_HashesOnceAndSeesAChangedFile(t *testing.T) {
+// TestFileSHA256Cached_SeesAnEditWithItsModTimeRestored: the cached hash
+// (internal/filehash, which tests the caching itself) never outlives the
+// file's contents, even when an edit keeps the size and sets the
+// modification time back (the in-process cache it replaced answered with
+// the old hash there).
+func TestFileSHA256Cached_SeesAnEditWithItsModTimeRestored(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "model.gguf")
 	if err := os.WriteFile(p, []byte("one"), 0o644); err != nil {
 		t.Fatal(err)
@@ -142,22 +147,17 @@ func TestFileSHA256Cached_HashesOnceAndSeesAChangedFile(t *testing.T) {
 	if err != nil || h1 != want {
 		t.Fatalf("%s %v", h1, err)
 	}
-	// Same size and modification time: the cached hash answers (the file
-	// is not read again).
 	st, _ := os.Stat(p)
+	time.Sleep(50 * time.Millisecond) // past a coarse clock tick
 	if err := os.WriteFile(p, []byte("owt"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_ = os.Chtimes(p, st.ModTime(), st.ModTime())
-	if h, err := FileSHA256Cached(p); err != nil || h != h1 {
-		t.Errorf("second call re-read the file: %s %v", h, err)
-	}
-	if err := os.WriteFile(p, []byte("two!"), 0o644); err != nil {
+	if err := os.Chtimes(p, st.ModTime(), st.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	_ = os.Chtimes(p, time.Now().Add(time.Hour), time.Now().Add(time.Hour))
-	if h, _ := FileSHA256Cached(p); h == h1 {
-		t.Error("a changed file kept its old hash")
+	want, _ = FileSHA256(p)
+	if h, err := FileSHA256Cached(p); err != nil || h != want || h == h1 {
+		t.Errorf("after an in-place edit: %s %v, want %s", h, err, want)
 	}
 }
 

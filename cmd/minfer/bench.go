@@ -2,11 +2,8 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/csv"
-	"encoding/hex"
 	"fmt"
-	"github.com/minfer-go/minfer/cuda/kernels"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -19,9 +16,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/engine/gguf"
 	"github.com/minfer-go/minfer/engine/graph"
 	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/internal/filehash"
 	"github.com/minfer-go/minfer/schema"
 )
 
@@ -164,18 +163,17 @@ func meanStddev(xs []float64) (mean, sd float64) {
 	return mean, math.Sqrt(sd / float64(len(xs)-1))
 }
 
-// fileSHA256 hashes the file at path.
+// fileSHA256 is the file's SHA-256, remembered across processes
+// (internal/filehash): every bench process of an A/B reports its model's.
 func fileSHA256(path string) (string, error) {
-	fh, err := os.Open(path)
+	r, err := filehash.SHA256(path)
 	if err != nil {
 		return "", fmt.Errorf("sha256: %w", err)
 	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return "", fmt.Errorf("sha256: %s: %w", path, err)
+	if r.CacheErr != nil {
+		fmt.Fprintf(os.Stderr, "minfer: warning: %v\n", r.CacheErr)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return r.SHA256, nil
 }
 
 // benchTokens is a deterministic pseudo-random token sequence (ids below
