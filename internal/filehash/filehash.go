@@ -127,6 +127,18 @@ func sha256In(dir, path string, now time.Time) (Result, error) {
 	return res, nil
 }
 
+// regular stats the file at path and refuses anything but a regular file.
+func regular(path string) (os.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return fi, nil
+}
+
 func hashFile(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

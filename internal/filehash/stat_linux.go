@@ -1,19 +1,12 @@
 package filehash
 
-import (
-	"fmt"
-	"os"
-	"syscall"
-)
+import "syscall"
 
 // stat is the file's identity; ok: the file system gives a change time.
 func stat(path string) (identity, bool, error) {
-	fi, err := os.Stat(path)
+	fi, err := regular(path)
 	if err != nil {
 		return identity{}, false, err
-	}
-	if !fi.Mode().IsRegular() {
-		return identity{}, false, fmt.Errorf("%s is not a regular file", path)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
