@@ -18,7 +18,11 @@ const (
 	gemm16Toks    = 128 // g16::BM: tokens a block
 	gemm16Threads = 256 // g16::NT
 	gemm16Kernel  = "minfer_gemm16_q8_0r"
-	f32ToF16      = "minfer_f32_to_f16"
+	gemm16WKernel = "minfer_gemm16w_q8_0r" // the wgmma form (MINFER_MMQ_WGMMA)
+	// gemm16WSmem is g16w::SMEM: xs[3] and ws[2] tiles of 128 x 32 f16,
+	// wr[3] of 128 rows of 48 bytes.
+	gemm16WSmem = 3*128*32*2 + 2*128*32*2 + 3*128*48
+	f32ToF16    = "minfer_f32_to_f16"
 )
 
 // Gemm16ActBytes is the f16 copy of nt activation rows of k values.
@@ -63,9 +67,11 @@ func gemm16Split(blocks, smCount, kDim int) int {
 }
 
 // MatMulF16Q8_0R runs the matmuls segs (1 to 3, one k) over nt tokens of
-// x16, their f16 rows (ConvertF16), in one launch. A split k (gemm16Split)
-// zeroes the outputs first: its two halves add into them.
-func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, segs []Gemm16Seg) error {
+// x16, their f16 rows (ConvertF16), in one launch: of the wgmma form with
+// wg (its dynamic shared memory opted in at New), else the mma.sync one. A
+// split k (gemm16Split) zeroes the outputs first: its two halves add into
+// them.
+func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, segs []Gemm16Seg, wg bool) error {
 	if len(segs) == 0 || len(segs) > gemm16Segs {
 		return fmt.Errorf("cuda: gemm16: %d matmuls, want 1 to %d", len(segs), gemm16Segs)
 	}
@@ -99,9 +105,13 @@ func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, x16 driver.DevicePtr, nt, kDi
 		}
 		args = append(args, g.Out, g.W, g.Bias, int32(g.N))
 	}
+	name, smem := gemm16Kernel, 0
+	if wg {
+		name, smem = gemm16WKernel, gemm16WSmem
+	}
 	grid := [3]uint32{uint32(tx), uint32(tiles * split), 1}
-	if err := k.launch(s, gemm16Kernel, grid, [3]uint32{gemm16Threads, 1, 1}, 0, args...); err != nil {
-		return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d (%d matmuls, k split %d): %w", gemm16Kernel, nt, kDim, len(segs), split, err)
+	if err := k.launch(s, name, grid, [3]uint32{gemm16Threads, 1, 1}, uint32(smem), args...); err != nil {
+		return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d (%d matmuls, k split %d): %w", name, nt, kDim, len(segs), split, err)
 	}
 	return nil
 }
@@ -123,5 +133,5 @@ func (b *Backend) runGemm16(nt int, ms ...matmulPlan) error {
 	for i, m := range ms {
 		segs[i] = Gemm16Seg{Out: m.out, W: m.w.rp, Bias: m.bias, N: m.w.rows}
 	}
-	return b.k.MatMulF16Q8_0R(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, segs)
+	return b.k.MatMulF16Q8_0R(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, segs, b.mm.MMQWGMMA)
 }

@@ -40,7 +40,7 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 		var outs [2][]float32
 		// The reference arm keeps two copies: MINFER_MMQ=0 reads the GGUF
 		// bytes, which one copy does not keep (New refuses the pair).
-		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
+		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1", "MINFER_MMQ_WGMMA=0", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
 			var c dsCase
 			c.nt = sh.nt
 			x := dsOperand(&c, "x", xv, sh.k)
@@ -68,18 +68,28 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 
 // TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused: the fused q/k/v
 // and FFN ops with MINFER_MMQ_F16=1 convert x once and run their matmuls in
-// one minfer_gemm16_q8_0r launch, bitwise the unfused graph's separate
-// launches (shapes whose fused and unfused launches take the same k split:
-// all under 132 blocks).
-func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
+// one launch, bitwise the unfused graph's separate launches (shapes whose
+// fused and unfused launches take the same k split: all under 132 blocks).
+func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) { gemm16FusedCheck(t, false) }
+
+// TestGemm16WGMMADevice_FusedOpsOneLaunchBitwiseEqualUnfused: the same in
+// the wgmma form (MINFER_MMQ_WGMMA=1).
+func TestGemm16WGMMADevice_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
+	gemm16FusedCheck(t, true)
+}
+
+func gemm16FusedCheck(t *testing.T, wg bool) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(71, 72))
-	extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}
+	kernel, extra := gemm16Kernel, []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1", "MINFER_MMQ_WGMMA=0"}
+	if wg {
+		kernel, extra[len(extra)-1] = gemm16WKernel, "MINFER_MMQ_WGMMA=1"
+	}
 	for _, ffn := range []bool{false, true} {
 		for _, sh := range []struct{ nt, m, k int }{{64, 133, 256}, {200, 1100, 1024}} {
 			g := &mfGraph{ffn: ffn, k: sh.k, m: sh.m, nt: sh.nt}
 			mfWeights(t, r, g, quant.Q8_0, quant.Q8_0, quant.Q8_0)
-			name := fmt.Sprintf("ffn=%v/nt%d/m%d/k%d", ffn, sh.nt, sh.m, sh.k)
+			name := fmt.Sprintf("%s/ffn=%v/nt%d/m%d/k%d", kernel, ffn, sh.nt, sh.m, sh.k)
 			unfusedDev := dsBackend(t, mmqLevers(t, extra...))
 			var unfused, fused []float32
 			cu := mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
@@ -89,10 +99,56 @@ func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
 				t.Errorf("%s: %d of %d outputs differ from the unfused graph's", name, bad, len(fused))
 			}
 			nw := map[bool]int64{true: 2, false: 3}[ffn]
-			if cf[gemm16Kernel] != 1 || cf[f32ToF16] != 1 || cu[gemm16Kernel] != nw || cu[f32ToF16] != nw {
+			if cf[kernel] != 1 || cf[f32ToF16] != 1 || cu[kernel] != nw || cu[f32ToF16] != nw {
 				t.Errorf("%s: census fused %v, unfused %v: want one %s and one %s fused, %d of each unfused", name, cf, cu,
-					gemm16Kernel, f32ToF16, nw)
+					kernel, f32ToF16, nw)
 			}
+		}
+	}
+}
+
+// TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus: with
+// MINFER_MMQ_WGMMA=1 a prefill matmul of a repacked Q8_0 weight runs
+// minfer_gemm16w_q8_0r and not the mma.sync form, and its output is within
+// 1e-5 rel L2 of that form's (the same f16 products summed in f32 in
+// another order), for whole and partial tiles, one step to many, with and
+// without the k split.
+func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T) {
+	dsNeedDevice(t)
+	r := rand.New(rand.NewSource(37))
+	for _, sh := range []struct{ k, m, nt int }{{32, 72, 9}, {768, 200, 64}, {3584, 512, 512}, {256, 4200, 520}} {
+		xv := make([]float32, sh.k*sh.nt)
+		for i := range xv {
+			xv[i] = 2*r.Float32() - 1
+		}
+		wb, _ := mmtWeights(t, r, quant.Q8_0, sh.m, sh.k, 0.05)
+		var outs [2][]float32
+		for arm, wg := range []string{"MINFER_MMQ_WGMMA=0", "MINFER_MMQ_WGMMA=1"} {
+			var c dsCase
+			c.nt = sh.nt
+			x := dsOperand(&c, "x", xv, sh.k)
+			c.weights = append(c.weights, graph.Weight{Name: "w", Type: quant.Q8_0, Dims: []int{sh.k, sh.m}, Data: wb})
+			c.name = fmt.Sprintf("gemm16w/k%d/m%d/nt%d/%s", sh.k, sh.m, sh.nt, wg)
+			c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", sh.m) }
+			dev := dsBackend(t, mmqLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1", wg))
+			got, err := dsRun(t, c, dev)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			outs[arm] = got
+			census := dev.Kernels().Census()
+			want, not := gemm16Kernel, gemm16WKernel
+			if arm == 1 {
+				want, not = not, want
+			}
+			if census[want] == 0 || census[not] != 0 {
+				t.Errorf("%s: census %v: want %s, no %s", c.name, census, want, not)
+			}
+		}
+		rel := mfRelL2(outs[1], outs[0])
+		t.Logf("k %d m %d nt %d: rel L2 (wgmma vs mma.sync) = %.3g", sh.k, sh.m, sh.nt, rel)
+		if !(rel <= 1e-5) {
+			t.Errorf("k %d m %d nt %d: rel L2 %.3g, bar 1e-5", sh.k, sh.m, sh.nt, rel)
 		}
 	}
 }
@@ -127,6 +183,14 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	if (&Backend{mm: MatMulOptions{MMQ: true}}).matmulRoute(&devWeight{typ: quant.Q8_0, rp: 0x1000}, 64) != routeMMQ {
 		t.Error("the lever off: a Q8_0 prefill must stay on MMQ")
 	}
+	if gemm16WSmem != 3*128*32*2+2*128*32*2+3*128*(32+16) || gemm16WSmem <= defaultDynSmem {
+		t.Errorf("gemm16WSmem %d: want g16w::SMEM, above the 48 KiB that needs no opt-in", gemm16WSmem)
+	}
+	if lv, err := levers.Parse([]string{"MINFER_MMQ_WGMMA=1"}); err != nil {
+		t.Fatal(err)
+	} else if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_WGMMA") {
+		t.Errorf("New with MINFER_MMQ_WGMMA=1 and the f16 GEMM off: %v, want the refusal", err)
+	}
 	for _, other := range []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"} {
 		lv, err := levers.Parse([]string{"MINFER_MMQ_F16=1", other})
 		if err != nil {
@@ -150,6 +214,10 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		fmt.Sprintf(`constexpr int SEGS = %d;`, gemm16Segs),
 		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Kernel + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0, const uint8_t\* w0, const float\* bias0,\s+int n0, float\* out1,`,
 		f32ToF16 + `\(__half\* y, const float\* x, long long count\)`,
+		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16WKernel + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0,`,
+		`constexpr int TILE = 128 \* BK;`,
+		`constexpr int SMEM = 3 \* TILE \* 2 \+ 2 \* TILE \* 2 \+ 3 \* BN \* WRS;`,
+		`constexpr int WRS = BK \+ 16;`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
@@ -168,14 +236,14 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		name, want string
 		err        error
 	}{
-		{"k not a multiple of 32", "k=48", k.MatMulF16Q8_0R(nil, p, 64, 48, []Gemm16Seg{{Out: p, W: p, N: 128}})},
-		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p + 8, N: 128}})},
-		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p+8, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}})},
-		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{W: p, N: 128}})},
-		{"a bad second matmul", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}})},
-		{"no matmul", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, nil)},
-		{"four matmuls", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, make([]Gemm16Seg, 4))},
-		{"too many weight tiles", "65,535", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}})},
+		{"k not a multiple of 32", "k=48", k.MatMulF16Q8_0R(nil, p, 64, 48, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
+		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, false)},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p+8, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
+		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{W: p, N: 128}}, false)},
+		{"a bad second matmul", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, false)},
+		{"no matmul", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, nil, false)},
+		{"four matmuls", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, make([]Gemm16Seg, 4), true)},
+		{"too many weight tiles", "65,535", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, true)},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

@@ -449,7 +449,10 @@ type MatMulOptions struct {
 	MMQAsync bool
 	// MMQF16 (MINFER_MMQ_F16) runs prefill of Q8_0 weights with a repacked
 	// copy through the f16 GEMM (gemm16.go) over their f16 rows in MMQAct.
-	MMQF16      bool
+	MMQF16 bool
+	// MMQWGMMA (MINFER_MMQ_WGMMA) runs that GEMM on wgmma
+	// (minfer_gemm16w_q8_0r) instead of mma.sync.
+	MMQWGMMA    bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
 	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the

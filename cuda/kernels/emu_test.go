@@ -129,7 +129,7 @@ func TestKernelEmulator_F16GemmWithin1e5OfDoubleSums(t *testing.T) {
 	if out, code := emu(t, "gemm16-emu.sh"); code != 0 || !strings.Contains(out, "ALL WITHIN 1e-5") {
 		t.Fatalf("gemm16-emu.sh: exit %d:\n%s", code, out)
 	}
-	for _, plant := range []string{"afrag", "bfrag", "deq", "buf", "seg", "split", "dmap"} {
+	for _, plant := range []string{"afrag", "bfrag", "deq", "buf", "seg", "split", "dmap", "wlbo", "wslice", "wring", "wwait"} {
 		if out, code := emu(t, "gemm16-emu.sh", "--plant", plant); code != 1 || !strings.Contains(out, "OVER") {
 			t.Fatalf("planted %s: exit %d, want 1 and a shape OVER the bar:\n%s", plant, code, out)
 		}

@@ -409,6 +409,17 @@ var registry = []Lever{
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16_q8_0r only with the lever on; off, the int8 MMQ (minfer_mmq_q8_0r)",
 			[]string{"minfer_gemm16_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
+	// The f16 GEMM's mma.sync form issues each m16n8k16 from registers
+	// that ldmatrix filled; wgmma reads both tiles from shared memory and
+	// runs while the block dequantizes the next (issue 20's Hopper path).
+	{Name: "MINFER_MMQ_WGMMA", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
+		Doc:  "1: the f16 GEMM of MINFER_MMQ_F16 runs on wgmma (minfer_gemm16w_q8_0r: two warpgroups each issue m64n128k16 from core-matrix tiles in shared memory, asynchronous with the next step's dequantization; activation copies two steps ahead) instead of ldmatrix and mma.sync m16n8k16 (reports/MINFER_MMQ_WGMMA)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
+		// The same f16 products, summed in f32 in another order.
+		Tolerance: TolAccumOrder,
+		Requires:  []string{"MINFER_MMQ_F16=1", "MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
+		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16w_q8_0r only with the lever on; off, the mma.sync form minfer_gemm16_q8_0r",
+			[]string{"minfer_gemm16w_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1"},
@@ -762,6 +773,7 @@ type Config struct {
 	MMQ              bool
 	MMQAsync         bool
 	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
+	MMQWGMMA         bool // MINFER_MMQ_WGMMA: that GEMM on wgmma
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -910,6 +922,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
 	c.MMQF16 = on("MINFER_MMQ_F16")
+	c.MMQWGMMA = on("MINFER_MMQ_WGMMA")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")

@@ -16,6 +16,12 @@
 #       seg    the second matmul's tiles counted from the grid's first
 #       split  the bias added by both halves of a split k
 #       dmap   the dequantizing lanes cover two of a row's four chunks
+#     and of the wgmma form (minfer_gemm16w_q8_0r, MINFER_MMQ_WGMMA):
+#       wlbo   the descriptors' lbo and sbo swapped
+#       wslice the second 16-deep slice starting 8 deep
+#       wring  the copies of step kb + 2 into the buffers of step kb + 1
+#       wwait  waiting for the MMA two steps back, not one (a weight
+#              buffer dequantized over while its MMA is in flight)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -31,9 +37,13 @@ if [[ "${1:-}" == "--plant" ]]; then
     deq) from='__floats2half2_rn(1152.0f, 1152.0f)'; to='__floats2half2_rn(1024.0f, 1024.0f)' ;;
     buf) from='stage(sm, buf ^ 1,'; to='stage(sm, buf,' ;;
     seg) from='n1}, tile = yt - t0;'; to='n1}, tile = yt;' ;;
-    split) from='if (sp == 1) sg.bias = nullptr;'; to='if (sp == 2) sg.bias = nullptr;' ;;
+    split) from='if (sp == 1) wk.sg.bias = nullptr;'; to='if (sp == 2) wk.sg.bias = nullptr;' ;;
     dmap) from='dq = (tid >> 3) & 3;'; to='dq = (tid >> 3) & 1;' ;;
-    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf|seg|split|dmap]" >&2; exit 2 ;;
+    wlbo) from='LBO = 128, SBO = 512;'; to='LBO = 512, SBO = 128;' ;;
+    wslice) from='wgmma_desc(xa + cm(0, 16), LBO, SBO)'; to='wgmma_desc(xa + cm(0, 8), LBO, SBO)' ;;
+    wring) from='const int s = (i + 2) % 3;'; to='const int s = (i + 1) % 3;' ;;
+    wwait) from='wgmma_wait<1>();           // this'; to='wgmma_wait<2>();           // this' ;;
+    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf|seg|split|dmap|wlbo|wslice|wring|wwait]" >&2; exit 2 ;;
     esac
     plant_defect gemm16.cu "$2" "$from" "$to"
     quick+=(--quick)

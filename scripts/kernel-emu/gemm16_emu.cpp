@@ -43,7 +43,13 @@ inline float atomicAdd(float* p, float v) {
     return o;
 }
 #include "mma.h"
+namespace g16w {
+extern uint4 g16w_smem[];
+}
 #include "gemm16.cu"
+namespace g16w {
+alignas(128) uint4 g16w_smem[SMEM / 16];
+}
 #include "emu_launch.h"
 
 static std::mt19937 rng(23);
@@ -53,7 +59,7 @@ static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
 // launch; ksplit 2 zeroes the outputs and splits k as the backend does.
 struct Case { int n[3], k, nt; bool bias; int ksplit; };
 
-static int run(const Case& c) {
+static int run(const Case& c, bool wg) {
     const int kbs = c.k / 32;
     struct Mat {
         std::vector<uint4> wbuf;
@@ -90,10 +96,11 @@ static int run(const Case& c) {
     auto B = [&](int s) { return c.bias && c.n[s] ? m[s].bias.data() : nullptr; };
     auto O = [&](int s) { return c.n[s] ? m[s].out.data() : nullptr; };
     const int tiles = (c.n[0] + 127) / 128 + (c.n[1] + 127) / 128 + (c.n[2] + 127) / 128;
+    g_wgmma_smem = reinterpret_cast<unsigned char*>(g16w::g16w_smem), g_wgmma_smem_bytes = g16w::SMEM;
+    auto kern = wg ? minfer_gemm16w_q8_0r : minfer_gemm16_q8_0r;
     launch_xy((c.nt + 127) / 128, tiles * c.ksplit,
               [&] {
-                  minfer_gemm16_q8_0r(x16, c.k, c.nt, c.ksplit, O(0), W(0), B(0), c.n[0], O(1), W(1), B(1), c.n[1], O(2), W(2),
-                                      B(2), c.n[2]);
+                  kern(x16, c.k, c.nt, c.ksplit, O(0), W(0), B(0), c.n[0], O(1), W(1), B(1), c.n[1], O(2), W(2), B(2), c.n[2]);
               },
               256);
     double worst = 0;
@@ -117,23 +124,34 @@ static int run(const Case& c) {
                 bad += !(e <= 1e-5);
             }
     }
-    printf("n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n", c.n[0], c.n[1], c.n[2], c.k, c.nt, c.ksplit,
-           c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
+    printf("%s n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n", wg ? "wgmma" : "mma  ", c.n[0], c.n[1],
+           c.n[2], c.k, c.nt, c.ksplit, c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
     return bad != 0;
 }
 
 int main(int argc, char** argv) {
-    const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    // --quick: the first case only; --mma / --wgmma: that kernel only.
+    bool quick = false, mma = true, wg = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--mma") == 0) wg = false;
+        else if (strcmp(argv[i], "--wgmma") == 0) mma = false;
+    }
+    const Case cases[] = {
+        {{136, 64, 0}, 192, 40, true, 2},   // partial row and token tiles; two matmuls; k split 3 + 3 steps (the plants' case)
+        {{200, 64, 136}, 96, 150, true, 2}, // three matmuls, split 2 + 1
+        {{128, 0, 0}, 256, 128, false, 1},  // whole tiles, eight steps
+        {{64, 0, 0}, 32, 9, true, 1},       // one step, a row tile of 64, nine tokens
+        {{256, 0, 0}, 64, 130, false, 1},   // two row tiles, a token tile of 2
+        {{200, 64, 136}, 96, 150, true, 1}, // three matmuls, one launch
+        {{256, 0, 0}, 160, 20, true, 2},    // five steps split 3 + 2
+        {{72, 0, 0}, 64, 33, false, 2},     // one step a half
+    };
     int bad = 0;
-    // partial row and token tiles, three steps; three matmuls, a split k
-    bad += run({{200, 64, 136}, 96, 150, true, 2});
-    if (!quick) {
-        bad += run({{128, 0, 0}, 256, 128, false, 1}); // whole tiles, eight steps
-        bad += run({{64, 0, 0}, 32, 9, true, 1});      // one step, a row tile of 64, nine tokens
-        bad += run({{256, 0, 0}, 64, 130, false, 1});  // two row tiles, a token tile of 2
-        bad += run({{200, 64, 136}, 96, 150, true, 1}); // three matmuls, one launch
-        bad += run({{256, 0, 0}, 160, 20, true, 2});   // five steps split 3 + 2
-        bad += run({{72, 0, 0}, 64, 33, false, 2});    // one step a half
+    for (const Case& c : cases) {
+        if (mma) bad += run(c, false);
+        if (wg) bad += run(c, true);
+        if (quick) break;
     }
     printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-5 (f16 GEMM)");
     return bad != 0;

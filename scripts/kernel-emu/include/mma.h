@@ -202,3 +202,61 @@ inline void minfer_mmq_mma_k16(int c[4], int a0, int a1, int b0) {
     const uint32_t av[4] = {(uint32_t)a0, (uint32_t)a1, 0, 0}, bv[2] = {(uint32_t)b0, 0};
     mma_s8_emu(c, av, bv, 16);
 }
+
+// The warpgroup MMA of mma.cuh (wgmma.mma_async m64n128k16, f16 in, f32
+// accumulate), asynchronous as on the GPU: an MMA is recorded at issue and
+// run at the wgmma_wait that completes its group, reading shared memory
+// then, so a kernel that rewrites a tile before that wait computes with the
+// new values here too. Descriptors (K-major, no swizzle: 8 x 8 core
+// matrices of 128 contiguous bytes, lbo along K, sbo along M / N) address
+// g_wgmma_smem, the block's dynamic shared memory; any other address, a
+// misaligned one or a swizzle mode aborts. Thread T (warp w = T / 32 % 4,
+// lane L: g = L / 4, t = L % 4) computes its D elements (16 w + g + 8 ((i
+// / 2) % 2), 8 (i / 4) + 2 t + i % 2), each a sum in f32 in k order.
+inline unsigned char* g_wgmma_smem = nullptr;
+inline size_t g_wgmma_smem_bytes = 0;
+inline uint64_t wgmma_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+    const size_t a = (size_t)((const unsigned char*)p - g_wgmma_smem);
+    if (g_wgmma_smem == nullptr || (const unsigned char*)p < g_wgmma_smem || a >= g_wgmma_smem_bytes || (a & 15) || (lbo & 15) ||
+        (sbo & 15))
+        abort();
+    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
+}
+inline float wgmma_elem(uint64_t desc, int r, int k) {
+    if ((desc >> 62) != 0 || ((desc >> 49) & 7) != 0) abort(); // swizzle, base offset: not emulated
+    const size_t a = (size_t)(desc & 0x3FFF) << 4, lbo = (size_t)((desc >> 16) & 0x3FFF) << 4, sbo = (size_t)((desc >> 32) & 0x3FFF) << 4;
+    const size_t off = a + (size_t)(r >> 3) * sbo + (size_t)(k >> 3) * lbo + (size_t)(r & 7) * 16 + (size_t)(k & 7) * 2;
+    if (off + 2 > g_wgmma_smem_bytes) abort();
+    unsigned short h;
+    memcpy(&h, g_wgmma_smem + off, 2);
+    return __half2float(__ushort_as_half(h));
+}
+struct WgmmaOp {
+    float* d;
+    uint64_t da, db;
+    int group;
+};
+inline thread_local std::vector<WgmmaOp> wg_pending;
+inline thread_local int wg_open = 0;
+inline void wgmma_fence() {}
+inline void wgmma_proxy_fence() {}
+inline void wgmma_hold(float (&)[64]) {}
+inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) { wg_pending.push_back({d, da, db, wg_open}); }
+inline void wgmma_commit() { wg_open++; }
+template <int N> inline void wgmma_wait() {
+    const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    std::vector<WgmmaOp> keep;
+    for (auto& op : wg_pending) {
+        if (op.group >= wg_open - N) {
+            keep.push_back(op);
+            continue;
+        }
+        for (int i = 0; i < 64; i++) {
+            const int r = 16 * w + g + 8 * ((i >> 1) & 1), c = 8 * (i >> 2) + 2 * t + (i & 1);
+            float s = 0.0f;
+            for (int k = 0; k < 16; k++) s += wgmma_elem(op.da, r, k) * wgmma_elem(op.db, c, k);
+            op.d[i] += s;
+        }
+    }
+    wg_pending.swap(keep);
+}
