@@ -19,11 +19,13 @@
 #           split on small grids, conflict-free dequantizing stores) and its activation-precision class. Session 22's
 #           first form: FAIL on parity A vs B only (B nearer the exact evaluation than A), pp512 +10.6%.
 #   ncug    ncu --set full on three launches of minfer_gemm16_q8_0r (pp512): grid, occupancy, stalls of the new form.
+#   ncuw    the same for minfer_gemm16w_q8_0r (MINFER_MMQ_WGMMA=1): cheap, and the first sight of the wgmma form's time.
+#   wg      MINFER_MMQ_WGMMA A/B (arm A the f16 GEMM's mma.sync form), qwen2-7b Q8_0 depth 0: only with ~11 min left.
 #   ncut, ncud2: as in session 22 (their results are in reports/session/2026-12-06-session22/ncu).
 #   peer, mmqw, gqa, profg, ncuatt, prof, embedh, suite, r1..r10, cover: as in drive28.sh.
 set -u
 R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
-STEPS="${STEPS:-dlean f16 ncug}"; export PROBE_RUN="${PROBE_RUN:-Gemm16|AttnPrefillTC|AttnDecodeLean|AttnDecode2|KQuantModel16Byte|TestMMQDevice_BackendCensus|TestDeviceMemory|AttnDecodeGQA}"
+STEPS="${STEPS:-dlean f16 ncug ncuw}"; export PROBE_RUN="${PROBE_RUN:-Gemm16|AttnPrefillTC|AttnDecodeLean|AttnDecode2|KQuantModel16Byte|TestMMQDevice_BackendCensus|TestDeviceMemory|AttnDecodeGQA}"
 rm -rf $D; mkdir -p $D $MD
 exec >>$D/drive.log 2>&1
 echo $$ >$D/pid
@@ -61,7 +63,8 @@ if [[ $rc -ne 0 ]]; then
     [[ -z $fails ]] && { echo "PROBE FAILED (no test named): no A/B run"; touch $D/DONE; exit 1; }
     for t in $fails; do
         case $t in
-        *Gemm16*) blocked+=" f16 ncug" ;;
+        *Gemm16WGMMA*) blocked+=" wg ncuw" ;;
+        *Gemm16*) blocked+=" f16 ncug wg ncuw" ;;
         *AttnDecodeLean*) blocked+=" dlean ncud2" ;;
         *) echo "PROBE FAILED ($t): no A/B run"; touch $D/DONE; exit 1 ;;
         esac
@@ -140,11 +143,14 @@ for step in $STEPS; do
         rm -f $D/ncu-prefill-tc-d32128.ncu-rep ;;
     dlean) ab abdlean /tmp/wk "MINFER_ATTN_DECODE_LEAN" ;;
     f16) ab abf16 /tmp/wk "MINFER_MMQ_F16" ;;
-    ncut | ncud2 | ncug)
+    wg) ab abwg /tmp/wk "MINFER_MMQ_WGMMA" ;;
+    ncut | ncud2 | ncug | ncuw)
         NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
         [[ -f $MD/qwen2-7b-Q8_0-seed1.gguf ]] || { echo "$step: no 7B file (run an A/B on it first)"; continue; }
         if [[ $step == ncug ]]; then
             runs=("ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0")
+        elif [[ $step == ncuw ]]; then
+            runs=("ncu-gemm16w-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1 MINFER_MMQ_WGMMA=1|minfer_gemm16w_q8_0r|20|3|-p 512 -n 0")
         elif [[ $step == ncut ]]; then
             runs=("ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0")
         else
