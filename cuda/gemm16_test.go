@@ -41,21 +41,12 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 		// The reference arm keeps two copies: MINFER_MMQ=0 reads the GGUF
 		// bytes, which one copy does not keep (New refuses the pair).
 		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1", "MINFER_MMQ_WGMMA=0", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
-			var c dsCase
-			c.nt = sh.nt
-			x := dsOperand(&c, "x", xv, sh.k)
-			c.weights = append(c.weights, graph.Weight{Name: "w", Type: quant.Q8_0, Dims: []int{sh.k, sh.m}, Data: wb})
-			c.name = fmt.Sprintf("gemm16/k%d/m%d/nt%d/arm%d", sh.k, sh.m, sh.nt, arm)
-			c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", sh.m) }
-			dev := dsBackend(t, mmqLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0"}, extra...)...))
-			got, err := dsRun(t, c, dev)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
+			name := fmt.Sprintf("gemm16/k%d/m%d/nt%d/arm%d", sh.k, sh.m, sh.nt, arm)
+			got, dev := gemm16MatMul(t, name, xv, wb, sh.k, sh.m, sh.nt, extra...)
 			outs[arm] = got
 			census := dev.Kernels().Census()
 			if arm == 0 && (census[gemm16Kernel] == 0 || census[f32ToF16] == 0 || ad2Census(dev, "minfer_mmq_") != 0) {
-				t.Errorf("%s: census %v: want %s and %s, no MMQ", c.name, census, gemm16Kernel, f32ToF16)
+				t.Errorf("%s: census %v: want %s and %s, no MMQ", name, census, gemm16Kernel, f32ToF16)
 			}
 		}
 		rel := mfRelL2(outs[0], outs[1])
@@ -124,17 +115,8 @@ func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T)
 		wb, _ := mmtWeights(t, r, quant.Q8_0, sh.m, sh.k, 0.05)
 		var outs [2][]float32
 		for arm, wg := range []string{"MINFER_MMQ_WGMMA=0", "MINFER_MMQ_WGMMA=1"} {
-			var c dsCase
-			c.nt = sh.nt
-			x := dsOperand(&c, "x", xv, sh.k)
-			c.weights = append(c.weights, graph.Weight{Name: "w", Type: quant.Q8_0, Dims: []int{sh.k, sh.m}, Data: wb})
-			c.name = fmt.Sprintf("gemm16w/k%d/m%d/nt%d/%s", sh.k, sh.m, sh.nt, wg)
-			c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", sh.m) }
-			dev := dsBackend(t, mmqLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1", wg))
-			got, err := dsRun(t, c, dev)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
+			name := fmt.Sprintf("gemm16w/k%d/m%d/nt%d/%s", sh.k, sh.m, sh.nt, wg)
+			got, dev := gemm16MatMul(t, name, xv, wb, sh.k, sh.m, sh.nt, "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1", wg)
 			outs[arm] = got
 			census := dev.Kernels().Census()
 			want, not := gemm16Kernel, gemm16WKernel
@@ -142,7 +124,7 @@ func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T)
 				want, not = not, want
 			}
 			if census[want] == 0 || census[not] != 0 {
-				t.Errorf("%s: census %v: want %s, no %s", c.name, census, want, not)
+				t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
 			}
 		}
 		rel := mfRelL2(outs[1], outs[0])
@@ -151,6 +133,23 @@ func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T)
 			t.Errorf("k %d m %d nt %d: rel L2 %.3g, bar 1e-5", sh.k, sh.m, sh.nt, rel)
 		}
 	}
+}
+
+// gemm16MatMul runs y = W x on a backend with the census, prefill GEMMs and
+// the settings extra: x nt rows of k values, W the Q8_0 bytes wb of m rows.
+func gemm16MatMul(t *testing.T, name string, xv []float32, wb []byte, k, m, nt int, extra ...string) ([]float32, *Backend) {
+	t.Helper()
+	var c dsCase
+	c.nt, c.name = nt, name
+	x := dsOperand(&c, "x", xv, k)
+	c.weights = append(c.weights, graph.Weight{Name: "w", Type: quant.Q8_0, Dims: []int{k, m}, Data: wb})
+	c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", m) }
+	dev := dsBackend(t, mmqLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0"}, extra...)...))
+	got, err := dsRun(t, c, dev)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return got, dev
 }
 
 // The route: only a Q8_0 weight with a repacked copy, at an MMQ shape, with
