@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# device-drive.sh: one session's unattended run on the GPU machine. It unpacks bin/bundle.tgz into
+# /tmp/snap (HEAD's sources and binaries), records nvidia-smi, times a cold NVRTC bench, runs the device
+# tests (the probe), then the STEPS in the order given. Everything goes under /tmp/dev: drive.log (one
+# line with " exit N" or "rc=N" per finished piece of work), each step's output, and DONE at the end.
+# A session records only its STEPS (and PROBE_RUN) and the commit it ran.
+#
+#   STEPS="f16 ncug" [PROBE_RUN='Gemm16|AttnDecode2'] scripts/device-drive.sh [--check]
+#   scripts/device-drive.sh          lists the steps and exits 2, as an unknown step does; both are
+#                                    refused before anything is written. --check stops after that check.
+#
+# PROBE_RUN is the probe's -test.run filter (default: every device test). Any probe failure stops the
+# drive before the steps and names the failing tests: every A/B's suite gate runs all the device tests.
+#
+# Here (the CPU machine), at the commit to test, with bin/lib in place (abtest-device.sh's header):
+#   SNAPSHOT=1 TINY=Q8_0 scripts/device-bundle.sh
+# A call carries at most 64 MiB with the tree: move reports/ aside but keep reports/calibration (the
+# A/Bs read it), move out/ aside, leave only bundle.tgz in bin/, and carry ["bin"]. A slim bundle (no
+# models, no lib) works where an earlier call on the same machine left them in /tmp/stash/: each file
+# there that the bundle lacks is copied into bin/.
+#
+# There, check the steps where the call shows the answer, then start the drive detached:
+#   export STEPS="f16 ncug"; bash scripts/device-drive.sh --check &&
+#       { setsid nohup bash scripts/device-drive.sh </dev/null >/dev/null 2>&1 & }
+# and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
+#   bash scripts/device-poll.sh SECONDS N
+# N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof).
+# Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
+# `pkill -f abtest`: it matches the calling shell's own command line).
+set -u
+
+STEP_NAMES="dlean f16 wg gqa embedh r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncuatt ncud2 prof profg peer suite"
+
+# A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
+declare -A LEVER=(
+    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [wg]=MINFER_MMQ_WGMMA
+    [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
+)
+# r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
+# NVRTC build, at these workloads and WITH settings.
+declare -A RSPEC=(
+    [r1]="qwen2-0.5b:MIX"
+    [r2]="qwen3-0.6b:MIX"
+    [r3]="qwen2-0.5b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_MMQ_ASYNC=1@with=MINFER_FA_PREFILL_TC=0"
+    [r4]="qwen2-0.5b:MIX@with=MINFER_MMQ=0@with=MINFER_NO_FA_PREFILL=1"
+    [r5]="qwen3-0.6b:MIX@pp2048@with=MINFER_FA_PREFILL_TC=0@with=MINFER_MMQ_ASYNC=1"
+    [r6]="qwen3-0.6b:MIX@with=MINFER_MMVQ_SPLIT=1@with=MINFER_MMVQ_REPACK=0"
+    [r7]="qwen3-0.6b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_FUSE_RESIDUAL=0"
+    [r8]="qwen2-0.5b:MIX@pp1024@with=MINFER_FA_PREFILL_TC=0@with=MINFER_FUSE_RESIDUAL=0"
+    [r9]="qwen2-0.5b:MIX@with=MINFER_ONE_COPY=0"
+    [r10]="qwen3-0.6b:MIX@pp2048@with=MINFER_ATTN_DECODE_LEAN=1"
+)
+# ncu steps: ncu --set full (clocks left to the driver) on launches of one kernel in a qwen2-7b Q8_0 bench,
+# one row a profile: STEP|NAME|ENV|KERNEL REGEX|LAUNCH SKIP|LAUNCH COUNT|BENCH ARGS. ncug and ncuw keep
+# their names (-d0) from the drives before this script, whose benches ran at depth 32128 too.
+NCU_RUNS=(
+    "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
+    "ncuw|ncu-gemm16w-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1 MINFER_MMQ_WGMMA=1|minfer_gemm16w_q8_0r|20|3|-p 512 -n 0 -d 32128"
+    "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
+    "ncud2|ncu-decode2-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2_hd128_f16|56|2|-p 0 -n 4 -d 32128"
+    "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_LEAN=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
+)
+# Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
+# STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
+PROF_RUNS=(
+    "prof|prof-qwen2-7b-Q8_0-seed1-d0|MINFER_NO_PREFILL_CAPTURE=1|qwen2-7b-Q8_0|-p 512 -n 0 -d 0"
+    "prof|prof-qwen2-7b-Q8_0-seed1-d32128|MINFER_NO_PREFILL_CAPTURE=1|qwen2-7b-Q8_0|-p 512 -n 0 -d 32128"
+    "prof|prof-qwen2-7b-Q4_K_M-seed1-d0|MINFER_NO_PREFILL_CAPTURE=1|qwen2-7b-Q4_K_M|-p 512 -n 0 -d 0"
+    "prof|prof-qwen2-7b-Q4_K_M-seed1-d32128|MINFER_NO_PREFILL_CAPTURE=1|qwen2-7b-Q4_K_M|-p 512 -n 0 -d 32128"
+    "prof|prof-decode-qwen2-7b-Q8_0-d32128|MINFER_NO_CUDA_GRAPH=1|qwen2-7b-Q8_0|-p 0 -n 32 -d 32128"
+    "profg|prof-decode-gqa-qwen2-7b-Q8_0-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_GQA=1|qwen2-7b-Q8_0|-p 0 -n 32 -d 32128"
+)
+# peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
+# peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
+# ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
+declare -A ABOUT=(
+    [cover]="which kernels nvcc and NVRTC compile differently a PASS r-step timed (abtest sass-diff --runs; after r-steps)"
+    [ncuatt]="ncut's older name"
+    [prof]="per-op times: 7B Q8_0 and Q4_K_M prefill at depth 0 and 32128, Q8_0 decode at 32128"
+    [profg]="per-op times of the Q8_0 decode at 32128 with MINFER_ATTN_DECODE_GQA=1"
+    [peer]="llama-bench beside minfer at qwen2-7b Q8_0 and Q4_K_M d32128 (scripts/perf.sh, REPS=\${PEER_REPS:-1})"
+    [suite]="the whole device suite at the defaults, NVRTC kernels"
+)
+for s in "${!LEVER[@]}"; do ABOUT[$s]="${LEVER[$s]} A/B at its declared workload"; done
+for s in "${!RSPEC[@]}"; do ABOUT[$s]="MINFER_KERNELS A/B, nvcc vs NVRTC, at ${RSPEC[$s]}"; done
+for r in "${NCU_RUNS[@]}"; do
+    IFS='|' read -r s n env k _ _ pn <<<"$r"
+    ABOUT[$s]="${ABOUT[$s]:+${ABOUT[$s]}; }ncu of $k ($env, $pn)"
+done
+
+usage() {
+    echo "usage: STEPS=\"STEP ...\" [PROBE_RUN=REGEX] scripts/device-drive.sh [--check]"
+    echo "steps: $STEP_NAMES"
+    for s in $STEP_NAMES; do printf '  %-7s %s\n' "$s" "${ABOUT[$s]:-}"; done
+}
+# Only builtins until the steps are known good: a refused start writes nothing and runs nothing.
+[[ $# -eq 0 || ($# -eq 1 && $1 == --check) ]] || { echo "device-drive: unknown arguments: $*" >&2; usage >&2; exit 2; }
+STEP_LIST=()
+read -d '' -ra STEP_LIST <<<"${STEPS:-}"
+((${#STEP_LIST[@]})) || { echo "device-drive: STEPS is required" >&2; usage >&2; exit 2; }
+bad=""
+for step in "${STEP_LIST[@]}"; do [[ " $STEP_NAMES " == *" $step "* ]] || bad+=" $step"; done
+[[ -z $bad ]] || { echo "device-drive: unknown step(s):$bad" >&2; usage >&2; exit 2; }
+if [[ ${1:-} == --check ]]; then
+    echo "device-drive: steps ok: ${STEP_LIST[*]}"
+    exit 0
+fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+R=$PWD D=/tmp/dev S=/tmp/snap MD=/tmp/abtest-models
+M7=$MD/qwen2-7b-Q8_0-seed1.gguf
+export PROBE_RUN="${PROBE_RUN:-}"
+rm -rf $D; mkdir -p $D $MD
+exec >>$D/drive.log 2>&1
+echo $$ >$D/pid
+ts() { date -u +%T; }
+ms() { echo $(($(date +%s%N) / 1000000)); }
+echo "drive start $(ts) steps: ${STEP_LIST[*]}"
+rm -rf $S && mkdir -p $S/bin && tar -xzf bin/bundle.tgz -C $S/bin && tar -xzf $S/bin/src.tgz -C $S && rm $S/bin/src.tgz || { echo "setup failed"; touch $D/DONE; exit 2; }
+[[ -d /tmp/stash ]] && for f in /tmp/stash/*; do [[ -e $S/bin/${f##*/} ]] || cp -r $f $S/bin/; done
+cd $S
+export XDG_CACHE_HOME=/tmp/xdg LC_ALL=C PATH=$PATH:/usr/local/cuda/bin
+rm -rf $XDG_CACHE_HOME
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw,memory.used --format=csv >$D/smi.txt 2>&1
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+
+cal() { mkdir -p "$1/reports" && cp -r $R/reports/calibration "$1/reports/" 2>/dev/null; }
+ab() { # OUT-name WORK LEVERS [CALIBRATE]
+    OUT=$D/$1 WORK=$2 CALIBRATE="${4:-}" CORRECTNESS_MODEL="$S/bin/tiny-code-Q8_0.gguf $S/bin/tiny-qwen3-code-Q8_0.gguf" MODEL_DIR=$MD LEVERS="$3" \
+        scripts/abtest-device.sh >$D/$1.out 2>&1
+    echo "$1 exit $? ($3) $(ts)"
+    tar -C $2 -czf $D/$1-work.tgz reports 2>/dev/null
+}
+ncu_step() { # STEP: its NCU_RUNS rows
+    [[ -f $M7 ]] || { echo "$1 rc=skipped: no 7B file (run an A/B on it first)"; return; }
+    local r s n env k skip cnt pn
+    for r in "${NCU_RUNS[@]}"; do
+        IFS='|' read -r s n env k skip cnt pn <<<"$r"
+        [[ $s == "$1" ]] || continue
+        env $env timeout 400 $NCU --clock-control none --set full -k regex:$k --launch-skip $skip --launch-count $cnt -o $D/$n \
+            bin/minfer bench --device cuda -m $M7 $pn --fill zeros -c 32768 -r 1 --format json -o $D/$n.json >$D/$n.out 2>&1
+        echo "$1 $n rc=$? $(ts)"
+        $NCU --import $D/$n.ncu-rep --page details >$D/$n.txt 2>&1
+        $NCU --import $D/$n.ncu-rep --page details --csv >$D/$n.csv 2>&1
+        rm -f $D/$n.ncu-rep
+    done
+}
+prof_step() { # STEP: its PROF_RUNS rows
+    local r s n env m pn
+    for r in "${PROF_RUNS[@]}"; do
+        IFS='|' read -r s n env m pn <<<"$r"
+        [[ $s == "$1" ]] || continue
+        env MINFER_OP_TIMING=1 $env timeout 300 bin/minfer bench --device cuda -m $MD/$m-seed1.gguf $pn --fill zeros -c 32768 -r 2 \
+            --format json -o $D/$n.json 2>$D/$n.err
+        echo "$n rc=$? $(ts)"
+    done
+}
+
+echo "== NVRTC cold bench $(ts)"
+t0=$(ms); timeout 400 bin/minfer bench --device cuda -p 512 -n 128 -r 3 --format json -o $D/bench-cold.json 2>$D/bench-cold.err
+rc=$?; echo "cold bench rc=$rc wall_ms=$(($(ms) - t0))"
+[[ $rc -ne 0 ]] && { echo "COMPILE OR RUN FAILURE: $(tail -c 3000 $D/bench-cold.err)"; touch $D/DONE; exit 1; }
+echo "== probe $(ts)"
+KERNELS=nvrtc RUN="$PROBE_RUN" OUT=$D/probe SUITE_TIMEOUT=10m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf \
+    scripts/device-suite.sh >$D/probe.out 2>&1
+rc=$?; echo "probe rc=$rc $(tail -n 1 $D/probe.out) $(ts)"
+[[ $rc -ne 0 ]] && { echo "PROBE FAILED ($(grep -ohE '^--- FAIL: [A-Za-z0-9_]+' $D/probe/device-suite-*.log 2>/dev/null | awk '{print $3}' | sort -u | tr '\n' ' ')): no A/B run"; touch $D/DONE; exit 1; }
+# nvcc's kernels file and its SASS diff against the NVRTC build serve only the r-steps and cover (2+ minutes).
+if [[ " ${STEP_LIST[*]} " == *" r"* || " ${STEP_LIST[*]} " == *" cover "* ]]; then
+    mkdir -p /tmp/nvcc
+    t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; echo "build-kernels rc=$? ms=$(($(ms) - t1))"
+    for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-sass $f; done >/tmp/nvcc/nvrtc.sass 2>/dev/null
+    bin/abtest sass-diff /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1; echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md)"
+    cp /tmp/nvcc/head.fatbin bin/minfer-kernels.fatbin
+    K="MINFER_KERNELS=nvrtc@baseline=$S/bin/minfer-kernels.fatbin"
+fi
+cal /tmp/wk-k; cal /tmp/wk
+
+for step in "${STEP_LIST[@]}"; do
+    echo "== $step $(ts)"
+    case $step in
+    dlean | f16 | wg | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
+    cover)
+        bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
+            /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
+        echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
+    ncug | ncuw | ncut | ncud2) ncu_step $step ;;
+    ncuatt) ncu_step ncut ;;
+    prof | profg) prof_step $step ;;
+    peer)
+        for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done
+        echo "$(tail -n 1 $D/llama-build.log 2>/dev/null || echo "no $D/llama-build.log")"
+        PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=${PEER_REPS:-1} PERF_TIMEOUT=1200 \
+            OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
+        echo "perf rc=$? $(ts)" ;;
+    suite)
+        # KERNELS=nvrtc refuses a kernels file in bin/, and every A/B leaves one there: set it aside meanwhile.
+        [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/suite-aside.fatbin
+        KERNELS=nvrtc OUT=$D/suite SUITE_TIMEOUT=10m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf scripts/device-suite.sh >$D/suite.out 2>&1
+        echo "suite rc=$? $(tail -n 1 $D/suite.out)"
+        [[ -e /tmp/suite-aside.fatbin ]] && mv /tmp/suite-aside.fatbin bin/minfer-kernels.fatbin ;;
+    *) echo "$step rc=unhandled: no branch for it in device-drive.sh" ;;
+    esac
+done
+echo "drive done $(ts)"
+touch $D/DONE
