@@ -58,7 +58,7 @@ var attnDecode2Names = func() (n [3][3][3]string) {
 // whose Requires the backend enforces: set to 1 where another setting sends
 // that work to another kernel, the setting would switch nothing that was
 // asked for.
-var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_WGMMA"}
+var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_WGMMA", "MINFER_MMQ_F16_KQ"}
 
 // optInConflict refuses lever=1 (one of optInRequires) where its Requires
 // do not hold.

@@ -1,9 +1,11 @@
 package cuda
 
-// gemm16.go: the f16 prefill matmul of a Q8_0 weight's repacked copy
-// (MINFER_MMQ_F16; cuda/kernels/gemm16.cu): minfer_f32_to_f16 converts the
-// nt activation rows once into the MMQ scratch, then minfer_gemm16_q8_0r
-// runs each matmul of that input over them.
+// gemm16.go: the f16 prefill matmul (cuda/kernels/gemm16.cu) of a Q8_0
+// weight's repacked copy (MINFER_MMQ_F16), a Q4_K weight's GGUF bytes and
+// a Q6_K weight's repacked copy (MINFER_MMQ_F16_KQ): minfer_f32_to_f16
+// converts the nt activation rows once into the MMQ scratch, then one
+// minfer_gemm16_<type> launch a weight type runs the matmuls of that input
+// over them.
 
 import (
 	"fmt"
@@ -19,6 +21,8 @@ const (
 	gemm16Threads = 256 // g16::NT
 	gemm16Kernel  = "minfer_gemm16_q8_0r"
 	gemm16WKernel = "minfer_gemm16w_q8_0r" // the wgmma form (MINFER_MMQ_WGMMA)
+	gemm16Q4K     = "minfer_gemm16_q4_k"   // GGUF bytes (MINFER_MMQ_F16_KQ)
+	gemm16Q6KR    = "minfer_gemm16_q6_kr"  // the repacked copy (MINFER_MMQ_F16_KQ)
 	// gemm16WSmem is g16w::SMEM: xs[3] and ws[2] tiles of 128 x 32 f16,
 	// wr[3] of 128 rows of 48 bytes.
 	gemm16WSmem = 3*128*32*2 + 2*128*32*2 + 3*128*48
@@ -29,10 +33,35 @@ const (
 func Gemm16ActBytes(k, nt int) uint64 { return 2 * uint64(k) * uint64(nt) }
 
 // gemm16On reports whether a prefill matmul of a wtype weight over nt
-// tokens with a repacked copy takes the f16 GEMM: the lever on, Q8_0, an
-// MMQ shape.
+// tokens (repacked: it has a repacked copy) takes the f16 GEMM: an MMQ
+// shape and its type's lever on, Q8_0 and Q6_K from their repacked copy,
+// Q4_K from its GGUF bytes.
 func gemm16On(wtype quant.Type, nt int, repacked bool, opts MatMulOptions) bool {
-	return opts.MMQF16 && repacked && wtype == quant.Q8_0 && mmqOn(wtype, nt, opts)
+	switch wtype {
+	case quant.Q8_0:
+		return opts.MMQF16 && repacked && mmqOn(wtype, nt, opts)
+	case quant.Q6_K:
+		return opts.MMQF16KQ && repacked && mmqOn(wtype, nt, opts)
+	case quant.Q4_K:
+		return opts.MMQF16KQ && mmqOn(wtype, nt, opts)
+	}
+	return false
+}
+
+// gemm16KernelOf is the f16 GEMM of weight type t (wg: the wgmma form,
+// Q8_0 only), or "" for a type it does not take.
+func gemm16KernelOf(t quant.Type, wg bool) string {
+	switch {
+	case t == quant.Q8_0 && wg:
+		return gemm16WKernel
+	case t == quant.Q8_0:
+		return gemm16Kernel
+	case t == quant.Q4_K && !wg:
+		return gemm16Q4K
+	case t == quant.Q6_K && !wg:
+		return gemm16Q6KR
+	}
+	return ""
 }
 
 // ConvertF16 writes the count f32 values at x as f16 at y (count % 4 == 0,
@@ -47,7 +76,8 @@ func (k *Kernels) ConvertF16(s *driver.Stream, y, x driver.DevicePtr, count int)
 }
 
 // Gemm16Seg is one matmul of an f16 GEMM launch: Out [nt][N] = W x (+
-// Bias), W the repacked copy of an N x k Q8_0 matrix, Bias N floats or 0.
+// Bias), W an N x k matrix of the launch's type (the repacked copy of a
+// Q8_0 or Q6_K one, the GGUF bytes of a Q4_K one), Bias N floats or 0.
 type Gemm16Seg struct {
 	Out, W, Bias driver.DevicePtr
 	N            int
@@ -66,24 +96,28 @@ func gemm16Split(blocks, smCount, kDim int) int {
 	return 1
 }
 
-// MatMulF16Q8_0R runs the matmuls segs (1 to 3, one k) over nt tokens of
-// x16, their f16 rows (ConvertF16), in one launch: of the wgmma form with
-// wg (its dynamic shared memory opted in at New), else the mma.sync one. A
-// split k (gemm16Split) zeroes the outputs first: its two halves add into
-// them.
-func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, segs []Gemm16Seg, wg bool) error {
+// MatMulF16 runs the matmuls segs (1 to 3, one k, weight type wt) over
+// nt tokens of x16, their f16 rows (ConvertF16), in one launch: of the
+// wgmma form with wg (Q8_0 only; its dynamic shared memory opted in at
+// New), else the mma.sync one. A split k (gemm16Split) zeroes the outputs
+// first: its two halves add into them.
+func (k *Kernels) MatMulF16(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, wt quant.Type, segs []Gemm16Seg, wg bool) error {
 	if len(segs) == 0 || len(segs) > gemm16Segs {
 		return fmt.Errorf("cuda: gemm16: %d matmuls, want 1 to %d", len(segs), gemm16Segs)
 	}
-	tiles := 0
+	name := gemm16KernelOf(wt, wg)
+	if name == "" {
+		return fmt.Errorf("cuda: gemm16: no f16 GEMM for %s weights (wgmma %v): Q8_0, Q4_K and Q6_K have one, wgmma Q8_0 only", wt, wg)
+	}
+	tiles, kStep := 0, wt.BlockSize()
 	for _, g := range segs {
-		if err := validateMatMul(quant.Q8_0, nt, kDim, g.N); err != nil {
+		if err := validateMatMul(wt, nt, kDim, g.N); err != nil {
 			return err
 		}
-		if kDim%quant.QK != 0 || g.Out == 0 || x16 == 0 || g.W == 0 || uint64(g.W)%mmvqrAlign != 0 || uint64(x16)%16 != 0 ||
+		if kDim%kStep != 0 || g.Out == 0 || x16 == 0 || g.W == 0 || uint64(g.W)%mmvqrAlign != 0 || uint64(x16)%16 != 0 ||
 			uint64(g.Out)%4 != 0 || uint64(g.Bias)%4 != 0 {
-			return fmt.Errorf("cuda: gemm16 nt=%d k=%d n=%d: k must be a multiple of %d, w and x16 16-byte aligned (out=%v x16=%v w=%v bias=%v)",
-				nt, kDim, g.N, quant.QK, g.Out, x16, g.W, g.Bias)
+			return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d n=%d: k must be a multiple of %d, w and x16 16-byte aligned (out=%v x16=%v w=%v bias=%v)",
+				wt, nt, kDim, g.N, kStep, g.Out, x16, g.W, g.Bias)
 		}
 		tiles += (g.N + gemm16Rows - 1) / gemm16Rows
 	}
@@ -105,9 +139,9 @@ func (k *Kernels) MatMulF16Q8_0R(s *driver.Stream, x16 driver.DevicePtr, nt, kDi
 		}
 		args = append(args, g.Out, g.W, g.Bias, int32(g.N))
 	}
-	name, smem := gemm16Kernel, 0
+	smem := 0
 	if wg {
-		name, smem = gemm16WKernel, gemm16WSmem
+		smem = gemm16WSmem
 	}
 	grid := [3]uint32{uint32(tx), uint32(tiles * split), 1}
 	if err := k.launch(s, name, grid, [3]uint32{gemm16Threads, 1, 1}, uint32(smem), args...); err != nil {
@@ -126,12 +160,29 @@ func (b *Backend) convertGemm16(x driver.DevicePtr, k, nt int) error {
 	return b.k.ConvertF16(b.s, b.mm.MMQAct, x, k*nt)
 }
 
-// runGemm16 runs the prefill matmuls ms (up to three, one input) in one
-// launch over the f16 rows convertGemm16 left in the scratch.
+// runGemm16 runs the prefill matmuls ms (up to three, one input) over the
+// f16 rows convertGemm16 left in the scratch: one launch a weight type (a
+// Q4_K_M layer's q and k are Q4_K, its v may be Q6_K), in ms's order.
 func (b *Backend) runGemm16(nt int, ms ...matmulPlan) error {
-	segs := make([]Gemm16Seg, len(ms))
-	for i, m := range ms {
-		segs[i] = Gemm16Seg{Out: m.out, W: m.w.rp, Bias: m.bias, N: m.w.rows}
+	for len(ms) > 0 {
+		wt := ms[0].w.typ
+		var segs []Gemm16Seg
+		rest := ms[:0:0]
+		for _, m := range ms {
+			if m.w.typ != wt {
+				rest = append(rest, m)
+				continue
+			}
+			w := m.w.rp // the repacked copy; Q4_K has none and is read as stored
+			if wt == quant.Q4_K {
+				w = m.w.ptr
+			}
+			segs = append(segs, Gemm16Seg{Out: m.out, W: w, Bias: m.bias, N: m.w.rows})
+		}
+		if err := b.k.MatMulF16(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, wt, segs, b.mm.MMQWGMMA && wt == quant.Q8_0); err != nil {
+			return err
+		}
+		ms = rest
 	}
-	return b.k.MatMulF16Q8_0R(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, segs, b.mm.MMQWGMMA)
+	return nil
 }

@@ -1,6 +1,7 @@
 package cuda
 
-// Tests of the f16 prefill matmul of a repacked Q8_0 weight (MINFER_MMQ_F16:
+// Tests of the f16 prefill matmul of a repacked Q8_0 weight (MINFER_MMQ_F16)
+// and of Q4_K / Q6_K weights (MINFER_MMQ_F16_KQ:
 // gemm16.go, kernels/gemm16.cu). The device tests skip with a message when
 // no device answers; the others need none.
 
@@ -53,6 +54,69 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 		t.Logf("k %d m %d nt %d: rel L2 (f16 GEMM of the repacked copy vs MINFER_MMQ=0) = %.3g", sh.k, sh.m, sh.nt, rel)
 		if !(rel <= 2e-3) {
 			t.Errorf("k %d m %d nt %d: rel L2 %.3g, bar 2e-3", sh.k, sh.m, sh.nt, rel)
+		}
+	}
+}
+
+// TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus: with
+// MINFER_MMQ_F16_KQ=1 a prefill matmul of a Q4_K weight (its GGUF bytes)
+// or a Q6_K weight (its one copy repacked) runs minfer_gemm16_q4_k /
+// minfer_gemm16_q6_kr and no MMQ, within 2e-3 rel L2 of the f16 GEMM's
+// (MINFER_MMQ=0), for whole and partial tiles, with and without the k
+// split (the first two shapes fill few blocks).
+func TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
+	dsNeedDevice(t)
+	r := rand.New(rand.NewSource(41))
+	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		kernel := gemm16KernelOf(wt, false)
+		for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {256, 136, 9}, {1024, 4200, 520}} {
+			xv := make([]float32, sh.k*sh.nt)
+			for i := range xv {
+				xv[i] = 2*r.Float32() - 1
+			}
+			wb, _ := mmtWeights(t, r, wt, sh.m, sh.k, 0.05)
+			var outs [2][]float32
+			for arm, extra := range [][]string{{"MINFER_MMQ_F16_KQ=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
+				name := fmt.Sprintf("%s/k%d/m%d/nt%d/arm%d", kernel, sh.k, sh.m, sh.nt, arm)
+				got, dev := gemm16MatMulOf(t, name, wt, xv, wb, sh.k, sh.m, sh.nt, extra...)
+				outs[arm] = got
+				census := dev.Kernels().Census()
+				if arm == 0 && (census[kernel] == 0 || census[f32ToF16] == 0 || ad2Census(dev, "minfer_mmq_") != 0) {
+					t.Errorf("%s: census %v: want %s and %s, no MMQ", name, census, kernel, f32ToF16)
+				}
+			}
+			rel := mfRelL2(outs[0], outs[1])
+			t.Logf("%s k %d m %d nt %d: rel L2 (f16 GEMM vs MINFER_MMQ=0) = %.3g", wt, sh.k, sh.m, sh.nt, rel)
+			if !(rel <= 2e-3) {
+				t.Errorf("%s k %d m %d nt %d: rel L2 %.3g, bar 2e-3", wt, sh.k, sh.m, sh.nt, rel)
+			}
+		}
+	}
+}
+
+// TestGemm16KQDevice_MixedFusedOpsOneLaunchATypeBitwiseEqualUnfused: a fused
+// q/k/v of a Q4_K_M layer (q, k Q4_K, v Q6_K) with MINFER_MMQ_F16_KQ=1
+// converts x once and runs one launch a type, bitwise the unfused graph's
+// three; the FFN's gate and up (Q4_K) one launch.
+func TestGemm16KQDevice_MixedFusedOpsOneLaunchATypeBitwiseEqualUnfused(t *testing.T) {
+	dsNeedDevice(t)
+	r := randv2.New(randv2.NewPCG(73, 74))
+	extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16_KQ=1"}
+	for _, ffn := range []bool{false, true} {
+		g := &mfGraph{ffn: ffn, k: 512, m: 200, nt: 64}
+		mfWeights(t, r, g, quant.Q4_K, quant.Q4_K, quant.Q6_K)
+		name := fmt.Sprintf("gemm16kq/ffn=%v", ffn)
+		unfusedDev := dsBackend(t, mmqLevers(t, extra...))
+		var unfused, fused []float32
+		cu := mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
+		dev := dsBackend(t, mmqLevers(t, extra...))
+		cf := mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
+		if bad := mfBitwiseBad(t, name, fused, unfused); bad != 0 {
+			t.Errorf("%s: %d of %d outputs differ from the unfused graph's", name, bad, len(fused))
+		}
+		want6 := map[bool]int64{true: 0, false: 1}[ffn]
+		if cf[gemm16Q4K] != 1 || cf[gemm16Q6KR] != want6 || cf[f32ToF16] != 1 || cu[f32ToF16] != map[bool]int64{true: 2, false: 3}[ffn] {
+			t.Errorf("%s: census fused %v, unfused %v: want one %s, %d %s and one %s fused", name, cf, cu, gemm16Q4K, want6, gemm16Q6KR, f32ToF16)
 		}
 	}
 }
@@ -139,10 +203,16 @@ func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T)
 // the settings extra: x nt rows of k values, W the Q8_0 bytes wb of m rows.
 func gemm16MatMul(t *testing.T, name string, xv []float32, wb []byte, k, m, nt int, extra ...string) ([]float32, *Backend) {
 	t.Helper()
+	return gemm16MatMulOf(t, name, quant.Q8_0, xv, wb, k, m, nt, extra...)
+}
+
+// gemm16MatMulOf is gemm16MatMul of a weight of type wt.
+func gemm16MatMulOf(t *testing.T, name string, wt quant.Type, xv []float32, wb []byte, k, m, nt int, extra ...string) ([]float32, *Backend) {
+	t.Helper()
 	var c dsCase
 	c.nt, c.name = nt, name
 	x := dsOperand(&c, "x", xv, k)
-	c.weights = append(c.weights, graph.Weight{Name: "w", Type: quant.Q8_0, Dims: []int{k, m}, Data: wb})
+	c.weights = append(c.weights, graph.Weight{Name: "w", Type: wt, Dims: []int{k, m}, Data: wb})
 	c.build = func(b *graph.Builder, ids, pos, kvw int) int { return b.MatMul("y", x(b, ids), "w", "", m) }
 	dev := dsBackend(t, mmqLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0"}, extra...)...))
 	got, err := dsRun(t, c, dev)
@@ -182,6 +252,25 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	if (&Backend{mm: MatMulOptions{MMQ: true}}).matmulRoute(&devWeight{typ: quant.Q8_0, rp: 0x1000}, 64) != routeMMQ {
 		t.Error("the lever off: a Q8_0 prefill must stay on MMQ")
 	}
+	// MINFER_MMQ_F16_KQ: Q4_K from its GGUF bytes, Q6_K from its repacked
+	// copy (none: MMQ); Q8_0 and the other types keep their routes.
+	kq := &Backend{mm: MatMulOptions{MMQ: true, MMQF16KQ: true, MMVQNT: true}}
+	for _, c := range []struct {
+		typ  quant.Type
+		rp   bool
+		want mmRoute
+	}{
+		{quant.Q4_K, false, routeGEMM16}, {quant.Q6_K, true, routeGEMM16}, {quant.Q6_K, false, routeMMQ},
+		{quant.Q8_0, true, routeMMQ}, {quant.Q5_K, false, routeMMQ},
+	} {
+		w := &devWeight{typ: c.typ}
+		if c.rp {
+			w.rp = 0x1000
+		}
+		if got := kq.matmulRoute(w, 64); got != c.want {
+			t.Errorf("MINFER_MMQ_F16_KQ: %s repacked %v: route %d, want %d", c.typ, c.rp, got, c.want)
+		}
+	}
 	if gemm16WSmem != 3*128*32*2+2*128*32*2+3*128*(32+16) || gemm16WSmem <= defaultDynSmem {
 		t.Errorf("gemm16WSmem %d: want g16w::SMEM, above the 48 KiB that needs no opt-in", gemm16WSmem)
 	}
@@ -190,19 +279,26 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	} else if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_WGMMA") {
 		t.Errorf("New with MINFER_MMQ_WGMMA=1 and the f16 GEMM off: %v, want the refusal", err)
 	}
-	for _, other := range []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"} {
-		lv, err := levers.Parse([]string{"MINFER_MMQ_F16=1", other})
+	for _, c := range [][2]string{
+		{"MINFER_MMQ_F16", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16", "MINFER_ONE_COPY=0"}, {"MINFER_MMQ_F16", "MINFER_NO_PREFILL_GEMM=1"},
+		{"MINFER_MMQ_F16_KQ", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_MMVQ_REPACK=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_NO_PREFILL_GEMM=1"},
+	} {
+		lv, err := levers.Parse([]string{c[0] + "=1", c[1]})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_F16") {
-			t.Errorf("New with %s: %v, want the refusal", other, err)
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), c[0]+"=1") {
+			t.Errorf("New with %s=1 and %s: %v, want the refusal", c[0], c[1], err)
 		}
 	}
 	const nt = 512
 	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=1").Scratch
 	if want := 2 * Gemm16ActBytes(18944, nt); f16 < want || f16 <= base {
 		t.Errorf("plan scratch %d with the lever (%d without): want more, and at least twice the widest f16 rows (%d)", f16, base, want)
+	}
+	kbase, kf16 := planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16).Scratch, planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16, "MINFER_MMQ_F16_KQ=1").Scratch
+	if want := 2 * Gemm16ActBytes(18944, nt); kf16 < want || kf16 <= kbase {
+		t.Errorf("Q4_K_M plan scratch %d with MINFER_MMQ_F16_KQ (%d without): want more, and at least twice the widest f16 rows (%d)", kf16, kbase, want)
 	}
 	src, err := os.ReadFile("kernels/gemm16.cu")
 	if err != nil {
@@ -217,6 +313,8 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		`constexpr int TILE = 128 \* BK;`,
 		`constexpr int SMEM = 3 \* TILE \* 2 \+ 2 \* TILE \* 2 \+ 3 \* BN \* WRS;`,
 		`constexpr int WRS = BK \+ 16;`,
+		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Q4K + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0,`,
+		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Q6KR + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0,`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
@@ -235,14 +333,17 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		name, want string
 		err        error
 	}{
-		{"k not a multiple of 32", "k=48", k.MatMulF16Q8_0R(nil, p, 64, 48, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"misaligned weight", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, false)},
-		{"misaligned f16 rows", "gemm16", k.MatMulF16Q8_0R(nil, p+8, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"no output", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{W: p, N: 128}}, false)},
-		{"a bad second matmul", "gemm16", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, false)},
-		{"no matmul", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, nil, false)},
-		{"four matmuls", "1 to 3", k.MatMulF16Q8_0R(nil, p, 64, 64, make([]Gemm16Seg, 4), true)},
-		{"too many weight tiles", "65,535", k.MatMulF16Q8_0R(nil, p, 64, 64, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, true)},
+		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
+		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, false)},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
+		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}}, false)},
+		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, false)},
+		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil, false)},
+		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4), true)},
+		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, true)},
+		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
+		{"Q6_K on wgmma", "wgmma", k.MatMulF16(nil, p, 64, 256, quant.Q6_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, true)},
+		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

@@ -167,7 +167,7 @@ const (
 	routeMMVQNT                // 2..8 tokens: quantize the rows, minfer_mmvq_nt_<t> (MINFER_MMVQ_NT)
 	routeMMVQ                  // decode: quantize the row, minfer_mmvq_<t> (one-warp or split)
 	routeMMVQR                 // decode: quantize the row, minfer_mmvqr_<t> over the repacked copy
-	routeGEMM16                // prefill: f16 rows, minfer_gemm16_q8_0r over the repacked copy (MINFER_MMQ_F16)
+	routeGEMM16                // prefill: f16 rows, minfer_gemm16_* (MINFER_MMQ_F16, MINFER_MMQ_F16_KQ)
 )
 
 // decode reports whether r is one of the decode MMVQ routes, whose Q8_1
@@ -194,8 +194,8 @@ func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 }
 
 // matmulRoute is the route of weight w over nt tokens on this backend: a
-// decode MMVQ matmul reads the repacked copy when w has one, and so does a
-// Q8_0 prefill under MINFER_MMQ_F16.
+// decode MMVQ matmul reads the repacked copy when w has one, and a prefill
+// of the f16 GEMM's types takes it under its lever (gemm16On).
 func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 	r := routeFor(w.typ, nt, b.mm)
 	if r == routeMMVQ && w.rp != 0 {
@@ -452,7 +452,10 @@ type MatMulOptions struct {
 	MMQF16 bool
 	// MMQWGMMA (MINFER_MMQ_WGMMA) runs that GEMM on wgmma
 	// (minfer_gemm16w_q8_0r) instead of mma.sync.
-	MMQWGMMA    bool
+	MMQWGMMA bool
+	// MMQF16KQ (MINFER_MMQ_F16_KQ) runs prefill of Q4_K weights and of Q6_K
+	// weights with a repacked copy through the f16 GEMM too.
+	MMQF16KQ    bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64
 	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the

@@ -55,9 +55,9 @@ func TestOneCopyDevice_ModelBitwiseOneCopyAndCensus(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			// Both arms pin the lever's Requires (an A/B's arm B, the suite
 			// gate's settings, may set any of them), and the int8 MMQ: the f16
-			// GEMM (MINFER_MMQ_F16) reads only the repacked copy.
+			// GEMMs (MINFER_MMQ_F16, _KQ) take the prefill matmuls.
 			l, _ := levers.Lookup("MINFER_ONE_COPY")
-			pin := append(slices.Clone(l.Requires), "MINFER_MMQ_F16=0")
+			pin := append(slices.Clone(l.Requires), "MINFER_MMQ_F16=0", "MINFER_MMQ_F16_KQ=0")
 			gOff, cOff, bOff := ocForwards(t, path, append(slices.Clone(pin), "MINFER_ONE_COPY=0")...)
 			gOn, cOn, bOn := ocForwards(t, path, append(slices.Clone(pin), "MINFER_ONE_COPY=1")...)
 			for i := range gOff {

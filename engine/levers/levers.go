@@ -408,7 +408,17 @@ var registry = []Lever{
 		Tolerance: TolActPrecision,
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16_q8_0r only with the lever on; off, the int8 MMQ (minfer_mmq_q8_0r)",
-			[]string{"minfer_gemm16_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
+			[]string{"minfer_gemm16_q8_0r"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
+	// The same GEMM for the K-quants of a Q4_K_M model: Q4_K from its GGUF
+	// bytes, Q6_K from its repacked copy (issue 20's Q4_K_M rows).
+	{Name: "MINFER_MMQ_F16_KQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
+		Doc:  "1: prefill matmuls of Q4_K weights (GGUF bytes) and Q6_K weights (repacked copy) run the f16 tensor-core GEMM of MINFER_MMQ_F16 (minfer_gemm16_q4_k, minfer_gemm16_q6_kr: each 32-deep step's weight tile dequantized once into shared memory as f16, exactly as dequant.cuh then rounded once) instead of the int8 MMQ over Q8_1 activations (reports/MINFER_MMQ_F16_KQ)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q4_K_M",
+		// As MINFER_MMQ_F16: B's activations are f16, A's Q8_1.
+		Tolerance: TolActPrecision,
+		Requires:  []string{"MINFER_MMQ=1", "MINFER_MMVQ_REPACK=1", "MINFER_NO_PREFILL_GEMM=0"},
+		Liveness: cudaOnly("1", "prefill matmuls of Q4_K and repacked Q6_K weights run minfer_gemm16_q4_k / minfer_gemm16_q6_kr only with the lever on; off, the int8 MMQ (minfer_mmq_q4_k, minfer_mmq_q6_kr)",
+			[]string{"minfer_gemm16_q4_k", "minfer_gemm16_q6_kr"}, Needs{WeightTypes: []string{"Q4_K", "Q6_K"}, MinNT: 9})},
 	// The f16 GEMM's mma.sync form issues each m16n8k16 from registers
 	// that ldmatrix filled; wgmma reads both tiles from shared memory and
 	// runs while the block dequantizes the next (issue 20's Hopper path).
@@ -774,6 +784,7 @@ type Config struct {
 	MMQAsync         bool
 	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
 	MMQWGMMA         bool // MINFER_MMQ_WGMMA: that GEMM on wgmma
+	MMQF16KQ         bool // MINFER_MMQ_F16_KQ: Q4_K / Q6_K prefill as that f16 GEMM
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -922,6 +933,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
 	c.MMQF16 = on("MINFER_MMQ_F16")
+	c.MMQF16KQ = on("MINFER_MMQ_F16_KQ")
 	c.MMQWGMMA = on("MINFER_MMQ_WGMMA")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")

@@ -59,11 +59,51 @@ static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
 // launch; ksplit 2 zeroes the outputs and splits k as the backend does.
 struct Case { int n[3], k, nt; bool bias; int ksplit; };
 
-static int run(const Case& c, bool wg) {
+// The weight layouts (g16::Wt): the repacked Q8_0 copy, Q4_K's GGUF bytes,
+// the repacked Q6_K copy.
+static const char* wtName[] = {"q8_0r", "q4_k ", "q6_kr"};
+
+// kquant fills the n x k matrix of type wt (1: Q4_K, 2: Q6_K) in the layout
+// its kernel reads into wbuf and its f32 weights (dequant.cuh's
+// minfer_dq_*, from the GGUF bytes) into wf.
+static void kquant(int wt, int n, int k, std::vector<uint4>& wbuf, std::vector<float>& wf) {
+    const int nsb = k / 256, bytes = wt == 1 ? MINFER_Q4_K_BYTES : MINFER_Q6_K_BYTES;
+    std::vector<uint8_t> gguf((size_t)n * nsb * bytes);
+    for (auto& b : gguf) b = (uint8_t)rng();
+    for (size_t b = 0; b < (size_t)n * nsb; b++) { // sane f16 scales: d (and Q4_K's dmin)
+        uint8_t* blk = gguf.data() + b * bytes;
+        const __half d = __float2half(uni() * 0.02f), dm = __float2half(uni() * 0.01f);
+        memcpy(wt == 1 ? blk : blk + 208, &d.x, 2);
+        if (wt == 1) memcpy(blk + 2, &dm.x, 2);
+    }
+    wf.resize((size_t)n * k);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < k; i++) {
+            const uint8_t* row = gguf.data() + (size_t)j * nsb * bytes;
+            wf[(size_t)j * k + i] = wt == 1 ? minfer_dq_q4_k(row, i) : minfer_dq_q6_k(row, i);
+        }
+    wbuf.assign((gguf.size() + 15) / 16, uint4{});
+    uint8_t* w = reinterpret_cast<uint8_t*>(wbuf.data());
+    if (wt == 1) {
+        memcpy(w, gguf.data(), gguf.size());
+        return;
+    }
+    // The repacked Q6_K copy (cuda/mmvq_repack.go): ql + qh of every
+    // super-block, then their 16 scales, then their d.
+    const size_t all = (size_t)n * nsb;
+    for (size_t b = 0; b < all; b++) {
+        const uint8_t* blk = gguf.data() + b * bytes;
+        memcpy(w + b * 192, blk, 192);
+        memcpy(w + all * 192 + b * 16, blk + 192, 16);
+        memcpy(w + all * 208 + b * 2, blk + 208, 2);
+    }
+}
+
+static int run(const Case& c, bool wg, int wt) {
     const int kbs = c.k / 32;
     struct Mat {
         std::vector<uint4> wbuf;
-        std::vector<float> d, bias, out;
+        std::vector<float> d, wf, bias, out;
     } m[3];
     std::vector<float> x((size_t)c.nt * c.k);
     for (auto& v : x) v = uni() * 4;
@@ -75,16 +115,21 @@ static int run(const Case& c, bool wg) {
     for (int s = 0; s < 3; s++) {
         const int n = c.n[s];
         if (n == 0) continue;
-        // The repacked copy: quants [n][k], then scales [n][k / 32] f16; 16-byte aligned.
-        m[s].wbuf.resize(((size_t)n * c.k + 2 * (size_t)n * kbs + 15) / 16);
-        uint8_t* w = reinterpret_cast<uint8_t*>(m[s].wbuf.data());
-        for (size_t i = 0; i < (size_t)n * c.k; i++) w[i] = (uint8_t)rng();
-        m[s].d.resize((size_t)n * kbs);
-        for (size_t i = 0; i < m[s].d.size(); i++) {
-            const __half h = __float2half(uni() * 0.02f);
-            memcpy(w + (size_t)n * c.k + 2 * i, &h.x, 2);
-            m[s].d[i] = __half2float(h);
+        if (wt == 0) {
+            // The repacked copy: quants [n][k], then scales [n][k / 32] f16; 16-byte aligned.
+            m[s].wbuf.resize(((size_t)n * c.k + 2 * (size_t)n * kbs + 15) / 16);
+            uint8_t* w = reinterpret_cast<uint8_t*>(m[s].wbuf.data());
+            for (size_t i = 0; i < (size_t)n * c.k; i++) w[i] = (uint8_t)rng();
+            m[s].wf.resize((size_t)n * c.k);
+            for (size_t i = 0; i < (size_t)n * kbs; i++) {
+                const __half h = __float2half(uni() * 0.02f);
+                memcpy(w + (size_t)n * c.k + 2 * i, &h.x, 2);
+                for (int e = 0; e < 32; e++) m[s].wf[32 * i + e] = __half2float(h) * (float)(int8_t)w[32 * i + e];
+            }
+        } else {
+            kquant(wt, n, c.k, m[s].wbuf, m[s].wf);
         }
+        uint8_t* w = reinterpret_cast<uint8_t*>(m[s].wbuf.data());
         m[s].bias.resize(n);
         for (auto& v : m[s].bias) v = uni();
         m[s].out.assign((size_t)c.nt * n, c.ksplit == 2 ? 0.0f : NAN);
@@ -97,7 +142,7 @@ static int run(const Case& c, bool wg) {
     auto O = [&](int s) { return c.n[s] ? m[s].out.data() : nullptr; };
     const int tiles = (c.n[0] + 127) / 128 + (c.n[1] + 127) / 128 + (c.n[2] + 127) / 128;
     g_wgmma_smem = reinterpret_cast<unsigned char*>(g16w::g16w_smem), g_wgmma_smem_bytes = g16w::SMEM;
-    auto kern = wg ? minfer_gemm16w_q8_0r : minfer_gemm16_q8_0r;
+    auto kern = wg ? minfer_gemm16w_q8_0r : wt == 1 ? minfer_gemm16_q4_k : wt == 2 ? minfer_gemm16_q6_kr : minfer_gemm16_q8_0r;
     launch_xy((c.nt + 127) / 128, tiles * c.ksplit,
               [&] {
                   kern(x16, c.k, c.nt, c.ksplit, O(0), W(0), B(0), c.n[0], O(1), W(1), B(1), c.n[1], O(2), W(2), B(2), c.n[2]);
@@ -107,12 +152,11 @@ static int run(const Case& c, bool wg) {
     int bad = 0;
     for (int s = 0; s < 3; s++) {
         const int n = c.n[s];
-        const uint8_t* w = W(s);
         for (int t = 0; t < c.nt; t++)
             for (int j = 0; j < n; j++) {
                 double sum = 0, a = 0;
                 for (int i = 0; i < c.k; i++) {
-                    const float wf = __half2float(__float2half(m[s].d[(size_t)j * kbs + i / 32] * (float)(int8_t)w[(size_t)j * c.k + i]));
+                    const float wf = __half2float(__float2half(m[s].wf[(size_t)j * c.k + i]));
                     const float xf = __half2float(x16[(size_t)t * c.k + i]);
                     if (xf != __half2float(__float2half(x[(size_t)t * c.k + i]))) bad++; // the conversion kernel
                     sum += (double)wf * xf;
@@ -124,16 +168,20 @@ static int run(const Case& c, bool wg) {
                 bad += !(e <= 1e-5);
             }
     }
-    printf("%s n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n", wg ? "wgmma" : "mma  ", c.n[0], c.n[1],
+    printf("%s %s n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n", wg ? "wgmma" : "mma  ", wtName[wt], c.n[0], c.n[1],
            c.n[2], c.k, c.nt, c.ksplit, c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
     return bad != 0;
 }
 
 int main(int argc, char** argv) {
     // --quick: the first case only; --mma / --wgmma: that kernel only.
+    // --kq: the K-quant forms only; --no-kq: without them.
     bool quick = false, mma = true, wg = true;
+    int kq = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (strcmp(argv[i], "--kq") == 0) kq = 2;
+        else if (strcmp(argv[i], "--no-kq") == 0) kq = 0;
         else if (strcmp(argv[i], "--mma") == 0) wg = false;
         else if (strcmp(argv[i], "--wgmma") == 0) mma = false;
     }
@@ -147,10 +195,22 @@ int main(int argc, char** argv) {
         {{256, 0, 0}, 160, 20, true, 2},    // five steps split 3 + 2
         {{72, 0, 0}, 64, 33, false, 2},     // one step a half
     };
+    // The K-quant forms (mma.sync only): k a multiple of 256, one to three
+    // super-blocks, a split inside one.
+    const Case kcases[] = {
+        {{136, 64, 0}, 768, 40, true, 2},    // partial tiles, two matmuls, k split 12 + 12 steps (the plants' case)
+        {{200, 64, 136}, 256, 150, true, 1}, // three matmuls, one super-block
+        {{128, 0, 0}, 512, 20, false, 2},    // two super-blocks split 8 + 8
+    };
     int bad = 0;
     for (const Case& c : cases) {
-        if (mma) bad += run(c, false);
-        if (wg) bad += run(c, true);
+        if (mma && kq != 2) bad += run(c, false, 0);
+        if (wg && kq != 2) bad += run(c, true, 0);
+        if (quick) break;
+    }
+    for (const Case& c : kcases) {
+        if (!mma || kq == 0) break;
+        bad += run(c, false, 1) + run(c, false, 2);
         if (quick) break;
     }
     printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-5 (f16 GEMM)");
