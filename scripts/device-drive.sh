@@ -9,8 +9,9 @@
 #   scripts/device-drive.sh          lists the steps and exits 2, as an unknown step does; both are
 #                                    refused before anything is written. --check stops after that check.
 #
-# PROBE_RUN is the probe's -test.run filter (default: every device test). Any probe failure stops the
-# drive before the steps and names the failing tests: every A/B's suite gate runs all the device tests.
+# PROBE_RUN is the probe's -test.run filter (default: every device test). A probe failure names the
+# failing tests and skips every A/B step (each A/B's suite gate runs all the device tests); the
+# synthesis, quick-bench and ncu steps still run.
 #
 # Here (the CPU machine), at the commit to test, with bin/lib in place (abtest-device.sh's header):
 #   SNAPSHOT=1 TINY=Q8_0 scripts/device-bundle.sh
@@ -30,11 +31,11 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 wg gqa embedh r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncuatt ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 wg kq gqa embedh syn synk qb qbk r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncud2 prof profg peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
-    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [wg]=MINFER_MMQ_WGMMA
+    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [wg]=MINFER_MMQ_WGMMA [kq]=MINFER_MMQ_F16_KQ
     [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
@@ -71,12 +72,20 @@ PROF_RUNS=(
     "prof|prof-decode-qwen2-7b-Q8_0-d32128|MINFER_NO_CUDA_GRAPH=1|qwen2-7b-Q8_0|-p 0 -n 32 -d 32128"
     "profg|prof-decode-gqa-qwen2-7b-Q8_0-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_GQA=1|qwen2-7b-Q8_0|-p 0 -n 32 -d 32128"
 )
+# Synthesis steps: write a 7B model into the A/Bs' model dir (which they reuse) so that timing steps can
+# run before any A/B: STEP|SHAPE|TYPE.
+SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
+# Quick benches (no claim: one process a setting, interleaved twice; an A/B is the claim): STEP|MODEL|
+# NAME=SETTINGS ... (the settings space-separated within a name, names separated by '|').
+QB_RUNS=(
+    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|wg=MINFER_MMQ_F16=1 MINFER_MMQ_WGMMA=1"
+    "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
+)
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
 declare -A ABOUT=(
     [cover]="which kernels nvcc and NVRTC compile differently a PASS r-step timed (abtest sass-diff --runs; after r-steps)"
-    [ncuatt]="ncut's older name"
     [prof]="per-op times: 7B Q8_0 and Q4_K_M prefill at depth 0 and 32128, Q8_0 decode at 32128"
     [profg]="per-op times of the Q8_0 decode at 32128 with MINFER_ATTN_DECODE_GQA=1"
     [peer]="llama-bench beside minfer at qwen2-7b Q8_0 and Q4_K_M d32128 (scripts/perf.sh, REPS=\${PEER_REPS:-1})"
@@ -84,6 +93,8 @@ declare -A ABOUT=(
 )
 for s in "${!LEVER[@]}"; do ABOUT[$s]="${LEVER[$s]} A/B at its declared workload"; done
 for s in "${!RSPEC[@]}"; do ABOUT[$s]="MINFER_KERNELS A/B, nvcc vs NVRTC, at ${RSPEC[$s]}"; done
+for r in "${SYN_RUNS[@]}"; do IFS='|' read -r s sh ty <<<"$r"; ABOUT[$s]="minfer synth $sh $ty into the model dir"; done
+for r in "${QB_RUNS[@]}"; do IFS='|' read -r s m _ <<<"$r"; ABOUT[$s]="quick pp512 bench of $m, its settings interleaved (${r#*|*|})"; done
 for r in "${NCU_RUNS[@]}"; do
     IFS='|' read -r s n env k _ _ pn <<<"$r"
     ABOUT[$s]="${ABOUT[$s]:+${ABOUT[$s]}; }ncu of $k ($env, $pn)"
@@ -127,6 +138,7 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 
 cal() { mkdir -p "$1/reports" && cp -r $R/reports/calibration "$1/reports/" 2>/dev/null; }
 ab() { # OUT-name WORK LEVERS [CALIBRATE]
+    [[ $NOAB == 1 ]] && { echo "$1 skipped: the probe failed"; return; }
     OUT=$D/$1 WORK=$2 CALIBRATE="${4:-}" CORRECTNESS_MODEL="$S/bin/tiny-code-Q8_0.gguf $S/bin/tiny-qwen3-code-Q8_0.gguf" MODEL_DIR=$MD LEVERS="$3" \
         scripts/abtest-device.sh >$D/$1.out 2>&1
     echo "$1 exit $? ($3) $(ts)"
@@ -144,6 +156,33 @@ ncu_step() { # STEP: its NCU_RUNS rows
         $NCU --import $D/$n.ncu-rep --page details >$D/$n.txt 2>&1
         $NCU --import $D/$n.ncu-rep --page details --csv >$D/$n.csv 2>&1
         rm -f $D/$n.ncu-rep
+    done
+}
+syn_step() { # STEP: its SYN_RUNS row
+    local r s sh ty f t1
+    for r in "${SYN_RUNS[@]}"; do
+        IFS='|' read -r s sh ty <<<"$r"
+        [[ $s == "$1" ]] || continue
+        f=$MD/$sh-$ty-seed1.gguf
+        [[ -f $f ]] && { echo "$1 rc=0 (there)"; continue; }
+        t1=$(ms); timeout 400 bin/minfer synth --shape $sh --type $ty --seed 1 -o $f.tmp >$D/$1.out 2>&1 && mv $f.tmp $f
+        echo "$1 rc=$? ms=$(($(ms) - t1))"
+    done
+}
+qb_step() { # STEP: its QB_RUNS row, each setting twice, interleaved
+    local r s m cfgs rep c name env
+    for r in "${QB_RUNS[@]}"; do
+        IFS='|' read -r s m cfgs <<<"$r"
+        [[ $s == "$1" ]] || continue
+        IFS='|' read -ra cfgs <<<"$cfgs"
+        for rep in 1 2; do
+            for c in "${cfgs[@]}"; do
+                name=${c%%=*} env=${c#*=}
+                env $env timeout 120 bin/minfer bench --device cuda -m $MD/$m-seed1.gguf -p 512 -n 0 -r 3 --format json \
+                    -o $D/$1-$rep-$name.json >$D/$1-$rep-$name.out 2>&1
+                echo "$1 $rep $name rc=$? $(grep -m1 -o '"mean_tok_s": *[0-9.]*' $D/$1-$rep-$name.json 2>/dev/null) $(ts)"
+            done
+        done
     done
 }
 prof_step() { # STEP: its PROF_RUNS rows
@@ -165,7 +204,10 @@ echo "== probe $(ts)"
 KERNELS=nvrtc RUN="$PROBE_RUN" OUT=$D/probe SUITE_TIMEOUT=10m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf \
     scripts/device-suite.sh >$D/probe.out 2>&1
 rc=$?; echo "probe rc=$rc $(tail -n 1 $D/probe.out) $(ts)"
-[[ $rc -ne 0 ]] && { echo "PROBE FAILED ($(grep -ohE '^--- FAIL: [A-Za-z0-9_]+' $D/probe/device-suite-*.log 2>/dev/null | awk '{print $3}' | sort -u | tr '\n' ' ')): no A/B run"; touch $D/DONE; exit 1; }
+# A failing probe skips every A/B (each one's suite gate runs all the device tests and would fail too);
+# the synthesis, bench and ncu steps still run: what they measure is still worth seeing.
+NOAB=0
+[[ $rc -ne 0 ]] && { NOAB=1; echo "PROBE FAILED ($(grep -ohE '^--- FAIL: [A-Za-z0-9_]+' $D/probe/device-suite-*.log 2>/dev/null | awk '{print $3}' | sort -u | tr '\n' ' ')): no A/B run"; }
 # nvcc's kernels file and its SASS diff against the NVRTC build serve only the r-steps and cover (2+ minutes).
 if [[ " ${STEP_LIST[*]} " == *" r"* || " ${STEP_LIST[*]} " == *" cover "* ]]; then
     mkdir -p /tmp/nvcc
@@ -180,14 +222,15 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    dlean | f16 | wg | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    dlean | f16 | wg | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    syn | synk) syn_step $step ;;
+    qb | qbk) qb_step $step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
     ncug | ncuw | ncut | ncud2) ncu_step $step ;;
-    ncuatt) ncu_step ncut ;;
     prof | profg) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done
