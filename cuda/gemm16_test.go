@@ -106,14 +106,7 @@ func TestGemm16KQDevice_MixedFusedOpsOneLaunchATypeBitwiseEqualUnfused(t *testin
 		g := &mfGraph{ffn: ffn, k: 512, m: 200, nt: 64}
 		mfWeights(t, r, g, quant.Q4_K, quant.Q4_K, quant.Q6_K)
 		name := fmt.Sprintf("gemm16kq/ffn=%v", ffn)
-		unfusedDev := dsBackend(t, mmqLevers(t, extra...))
-		var unfused, fused []float32
-		cu := mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
-		dev := dsBackend(t, mmqLevers(t, extra...))
-		cf := mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
-		if bad := mfBitwiseBad(t, name, fused, unfused); bad != 0 {
-			t.Errorf("%s: %d of %d outputs differ from the unfused graph's", name, bad, len(fused))
-		}
+		cf, cu := gemm16FusedVsUnfused(t, name, g, extra)
 		want6 := map[bool]int64{true: 0, false: 1}[ffn]
 		if cf[gemm16Q4K] != 1 || cf[gemm16Q6KR] != want6 || cf[f32ToF16] != 1 || cu[f32ToF16] != map[bool]int64{true: 2, false: 3}[ffn] {
 			t.Errorf("%s: census fused %v, unfused %v: want one %s, %d %s and one %s fused", name, cf, cu, gemm16Q4K, want6, gemm16Q6KR, f32ToF16)
@@ -145,14 +138,7 @@ func gemm16FusedCheck(t *testing.T, wg bool) {
 			g := &mfGraph{ffn: ffn, k: sh.k, m: sh.m, nt: sh.nt}
 			mfWeights(t, r, g, quant.Q8_0, quant.Q8_0, quant.Q8_0)
 			name := fmt.Sprintf("%s/ffn=%v/nt%d/m%d/k%d", kernel, ffn, sh.nt, sh.m, sh.k)
-			unfusedDev := dsBackend(t, mmqLevers(t, extra...))
-			var unfused, fused []float32
-			cu := mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
-			dev := dsBackend(t, mmqLevers(t, extra...))
-			cf := mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
-			if bad := mfBitwiseBad(t, name, fused, unfused); bad != 0 {
-				t.Errorf("%s: %d of %d outputs differ from the unfused graph's", name, bad, len(fused))
-			}
+			cf, cu := gemm16FusedVsUnfused(t, name, g, extra)
 			nw := map[bool]int64{true: 2, false: 3}[ffn]
 			if cf[kernel] != 1 || cf[f32ToF16] != 1 || cu[kernel] != nw || cu[f32ToF16] != nw {
 				t.Errorf("%s: census fused %v, unfused %v: want one %s and one %s fused, %d of each unfused", name, cf, cu,
@@ -307,14 +293,15 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	for _, re := range []string{
 		fmt.Sprintf(`constexpr int BM = %d, BN = %d, BK = 32, NT = %d;`, gemm16Toks, gemm16Rows, gemm16Threads),
 		fmt.Sprintf(`constexpr int SEGS = %d;`, gemm16Segs),
-		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Kernel + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0, const uint8_t\* w0, const float\* bias0,\s+int n0, float\* out1,`,
+		`const __half \*x16, int k, int nt, int ksplit, float \*out0, const uint8_t \*w0, const float \*bias0, int n0,\s+\\\s+float \*out1,`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Kernel + `\(MINFER_GEMM16_PARAMS\)`,
 		f32ToF16 + `\(__half\* y, const float\* x, long long count\)`,
-		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16WKernel + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0,`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16WKernel + `\(MINFER_GEMM16_PARAMS\)`,
 		`constexpr int TILE = 128 \* BK;`,
 		`constexpr int SMEM = 3 \* TILE \* 2 \+ 2 \* TILE \* 2 \+ 3 \* BN \* WRS;`,
 		`constexpr int WRS = BK \+ 16;`,
-		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Q4K + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0,`,
-		`__launch_bounds__\(g16::NT, 2\)\s+` + gemm16Q6KR + `\(const __half\* x16, int k, int nt, int ksplit, float\* out0,`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q4K + `\(MINFER_GEMM16_PARAMS\)`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q6KR + `\(MINFER_GEMM16_PARAMS\)`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
@@ -351,4 +338,20 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 			t.Errorf("%s: error %v, want a refusal naming %q", c.name, c.err, c.want)
 		}
 	}
+}
+
+// gemm16FusedVsUnfused runs g fused and unfused on backends of the settings
+// extra, fails the test where any output differs bitwise, and returns each
+// run's census delta.
+func gemm16FusedVsUnfused(t *testing.T, name string, g *mfGraph, extra []string) (fusedCensus, unfusedCensus map[string]int64) {
+	t.Helper()
+	unfusedDev := dsBackend(t, mmqLevers(t, extra...))
+	var unfused, fused []float32
+	unfusedCensus = mfCensusDelta(unfusedDev, func() { unfused = mfRun(t, g, unfusedDev, false) })
+	dev := dsBackend(t, mmqLevers(t, extra...))
+	fusedCensus = mfCensusDelta(dev, func() { fused = mfRun(t, g, dev, true) })
+	if bad := mfBitwiseBad(t, name, fused, unfused); bad != 0 {
+		t.Errorf("%s: %d of %d outputs differ from the unfused graph's", name, bad, len(fused))
+	}
+	return fusedCensus, unfusedCensus
 }

@@ -507,6 +507,24 @@ __device__ __forceinline__ void gemm(const g16::Seg& sg, const __half* __restric
 }
 } // namespace g16w
 
+// The kernels' parameters and their forwarding (each kernel one line).
+#define MINFER_GEMM16_PARAMS                                                                                            \
+    const __half *x16, int k, int nt, int ksplit, float *out0, const uint8_t *w0, const float *bias0, int n0,           \
+        float *out1, const uint8_t *w1, const float *bias1, int n1, float *out2, const uint8_t *w2, const float *bias2, \
+        int n2
+#define MINFER_GEMM16_ARGS x16, k, nt, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2
+
+namespace g16 {
+// entry is a kernel's body: the block's work, then the tile of layout T
+// (WG: the wgmma form, Q8_0R only).
+template <int T, bool WG = false> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
+    Work wk;
+    if (!pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
+    if constexpr (WG) g16w::gemm(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+    else gemm<T>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+}
+} // namespace g16
+
 // minfer_gemm16_q8_0r: grid (ceil(nt / 128), ksplit x the weight tiles
 // of the matmuls: ceil(n0 / 128) + ceil(n1 / 128) + ceil(n2 / 128)),
 // block 256, static shared memory (g16::Smem, 42 KB). x16: [nt][k] f16
@@ -514,46 +532,26 @@ __device__ __forceinline__ void gemm(const g16::Seg& sg, const __half* __restric
 // repacked Q8_0 copy of an n_i x k matrix (k % 32 == 0), bias_i n_i floats
 // or null; n_i = 0: no such matmul. ksplit (1 or 2, <= k / 32): 2 adds
 // each half of k into out_i, which must hold zeros.
-extern "C" __global__ void __launch_bounds__(g16::NT, 2)
-    minfer_gemm16_q8_0r(const __half* x16, int k, int nt, int ksplit, float* out0, const uint8_t* w0, const float* bias0,
-                        int n0, float* out1, const uint8_t* w1, const float* bias1, int n1, float* out2, const uint8_t* w2,
-                        const float* bias2, int n2) {
-    g16::Work wk;
-    if (!g16::pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
-    g16::gemm<g16::Q8_0R>(wk.sg, x16, k, nt, blockIdx.x * g16::BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q8_0r(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q8_0R>(MINFER_GEMM16_ARGS);
 }
 
 // minfer_gemm16_q4_k, minfer_gemm16_q6_kr (MINFER_MMQ_F16_KQ):
 // minfer_gemm16_q8_0r's grid, block and arguments (k % 256 == 0), w_i the
 // GGUF bytes of a Q4_K matrix or the repacked copy of a Q6_K one; static
 // shared memory 42 KB and 46 KB.
-extern "C" __global__ void __launch_bounds__(g16::NT, 2)
-    minfer_gemm16_q4_k(const __half* x16, int k, int nt, int ksplit, float* out0, const uint8_t* w0, const float* bias0,
-                       int n0, float* out1, const uint8_t* w1, const float* bias1, int n1, float* out2, const uint8_t* w2,
-                       const float* bias2, int n2) {
-    g16::Work wk;
-    if (!g16::pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
-    g16::gemm<g16::Q4_K>(wk.sg, x16, k, nt, blockIdx.x * g16::BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q4_k(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q4_K>(MINFER_GEMM16_ARGS);
 }
-extern "C" __global__ void __launch_bounds__(g16::NT, 2)
-    minfer_gemm16_q6_kr(const __half* x16, int k, int nt, int ksplit, float* out0, const uint8_t* w0, const float* bias0,
-                        int n0, float* out1, const uint8_t* w1, const float* bias1, int n1, float* out2, const uint8_t* w2,
-                        const float* bias2, int n2) {
-    g16::Work wk;
-    if (!g16::pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
-    g16::gemm<g16::Q6_KR>(wk.sg, x16, k, nt, blockIdx.x * g16::BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q6_kr(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q6_KR>(MINFER_GEMM16_ARGS);
 }
 
 // minfer_gemm16w_q8_0r: minfer_gemm16_q8_0r's contract on wgmma
 // (MINFER_MMQ_WGMMA): the same grid, block and arguments, dynamic shared
 // memory g16w::SMEM (opted in at init).
-extern "C" __global__ void __launch_bounds__(g16::NT, 2)
-    minfer_gemm16w_q8_0r(const __half* x16, int k, int nt, int ksplit, float* out0, const uint8_t* w0, const float* bias0,
-                         int n0, float* out1, const uint8_t* w1, const float* bias1, int n1, float* out2, const uint8_t* w2,
-                         const float* bias2, int n2) {
-    g16::Work wk;
-    if (!g16::pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
-    g16w::gemm(wk.sg, x16, k, nt, blockIdx.x * g16::BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16w_q8_0r(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q8_0R, true>(MINFER_GEMM16_ARGS);
 }
 
 // minfer_f32_to_f16: y[i] = x[i] rounded to f16, i < count; grid
