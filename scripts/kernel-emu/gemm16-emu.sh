@@ -63,7 +63,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     esac
     plant_defect gemm16.cu "$2" "$from" "$to"
     quick+=(--quick)
-    [[ "$2" == k* ]] && quick+=(--kq)
+    if [[ "$2" == k* ]]; then quick+=(--kq); else quick+=(--no-kq); fi
 fi
 g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
     "$here/gemm16_emu.cpp" -o "$tmp/gemm16_emu" -pthread

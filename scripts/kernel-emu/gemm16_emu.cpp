@@ -198,9 +198,9 @@ int main(int argc, char** argv) {
     // The K-quant forms (mma.sync only): k a multiple of 256, one to three
     // super-blocks, a split inside one.
     const Case kcases[] = {
-        {{136, 64, 0}, 768, 40, true, 2},    // partial tiles, two matmuls, k split 12 + 12 steps (the plants' case)
+        {{136, 0, 0}, 512, 24, true, 1},     // two super-blocks in one k range, a partial row tile (the plants' case)
         {{200, 64, 136}, 256, 150, true, 1}, // three matmuls, one super-block
-        {{128, 0, 0}, 512, 20, false, 2},    // two super-blocks split 8 + 8
+        {{136, 64, 0}, 768, 40, true, 2},    // two matmuls, k split 12 + 12 steps (inside a super-block)
     };
     int bad = 0;
     for (const Case& c : cases) {
