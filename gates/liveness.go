@@ -9,6 +9,7 @@ import (
 
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/profile"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // Liveness in every gate (GATES.md): every arm process of every gate runs
@@ -29,6 +30,9 @@ type ArmEvidence struct {
 	Processes int            `json:"processes"`
 	// NoCensus names the processes that printed no census line.
 	NoCensus []string `json:"no_census,omitempty"`
+	// Kernels is the kernels file the census bench loaded (its document's
+	// "kernels"), which the SASS census reads when no fatbin is given.
+	Kernels *schema.Kernels `json:"kernels,omitempty"`
 }
 
 // Add reads one finished process's census into the evidence; a process

@@ -2,6 +2,7 @@ package gates
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/profile"
+	"github.com/minfer-go/minfer/schema"
 )
 
 // ProfilerTimeout bounds every profiler run.
@@ -144,7 +146,7 @@ func Profile(ctx context.Context, cfg Config, env *Env) Result {
 		kernels := profiledKernels(d, 3)
 		ncu(ctx, cfg, env, d, kernels)
 		nsys(ctx, cfg, env, d)
-		sass(ctx, cfg, env, d, kernels)
+		sass(ctx, cfg, env, d, kernels, ib.Kernels, ia.Kernels)
 		if len(d.NCU) == 0 {
 			d.Missing = append(d.Missing, "ncu: "+d.NCUNote)
 		}
@@ -185,6 +187,12 @@ func armCensus(ctx context.Context, cfg Config, env *Env, arm Arm) (ArmEvidence,
 		return in, err
 	}
 	in.Add("census "+arm.Name, e)
+	var doc struct {
+		Kernels *schema.Kernels `json:"kernels"`
+	}
+	if json.Unmarshal(e.Stdout, &doc) == nil {
+		in.Kernels = doc.Kernels
+	}
 	if len(in.NoCensus) > 0 {
 		_, perr := profile.ParseCensus(e.StderrAll)
 		return in, perr
@@ -524,16 +532,38 @@ func prefixed(s string) string {
 	return ":" + s
 }
 
-func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []profile.CensusDiff) {
-	fat := cfg.Kernels
-	if fat == "" {
-		ms, _ := filepath.Glob(filepath.Join(filepath.Dir(env.M.R.Bin), "*.fatbin"))
-		if len(ms) > 0 {
-			fat = ms[0]
-		}
+// sassFiles is what the SASS census disassembles: --kernels, else the
+// fatbin beside minfer, else the NVRTC build that arm B's (then A's) census
+// bench loaded: its manifest's directory holds one cubin per unit, so an
+// A/B on NVRTC's kernels needs no nvcc build for its census.
+func sassFiles(cfg Config, env *Env, arms ...*schema.Kernels) ([]string, error) {
+	if cfg.Kernels != "" {
+		return []string{cfg.Kernels}, nil
 	}
-	if fat == "" {
-		d.SASSNote = "no kernels fatbin next to minfer (and no --kernels)"
+	if ms, _ := filepath.Glob(filepath.Join(filepath.Dir(env.M.R.Bin), "*.fatbin")); len(ms) > 0 {
+		return ms[:1], nil
+	}
+	for _, k := range arms {
+		if k == nil || filepath.Base(k.Path) != nvrtcManifest {
+			continue
+		}
+		cubins, _ := filepath.Glob(filepath.Join(filepath.Dir(k.Path), "*.cubin"))
+		if len(cubins) == 0 {
+			return nil, fmt.Errorf("the arms' NVRTC build %s lists no cubins beside it", k.Path)
+		}
+		return cubins, nil
+	}
+	return nil, fmt.Errorf("no kernels fatbin next to minfer (and no --kernels), and neither arm's bench named an NVRTC build")
+}
+
+// nvrtcManifest is the file an NVRTC build's bench document names as its
+// kernels file (cuda/nvrtc's cache entry).
+const nvrtcManifest = "manifest.json"
+
+func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels []profile.CensusDiff, arms ...*schema.Kernels) {
+	files, err := sassFiles(cfg, env, arms...)
+	if err != nil {
+		d.SASSNote = err.Error()
 		return
 	}
 	cu := FindTool("cuobjdump")
@@ -543,12 +573,16 @@ func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels [
 	}
 	cctx, cancel := context.WithTimeout(ctx, ProfilerTimeout)
 	defer cancel()
-	out, err := profilerOutput(env, exec.CommandContext(cctx, cu, "--dump-sass", fat), false)
-	if err != nil {
-		d.SASSNote = "cuobjdump failed: " + err.Error()
-		return
+	var listing []byte
+	for _, f := range files {
+		out, err := profilerOutput(env, exec.CommandContext(cctx, cu, "--dump-sass", f), false)
+		if err != nil {
+			d.SASSNote = fmt.Sprintf("cuobjdump --dump-sass %s failed: %v", f, err)
+			return
+		}
+		listing = append(listing, out...)
 	}
-	for _, f := range profile.ParseSASS(string(out)) {
+	for _, f := range profile.ParseSASS(string(listing)) {
 		for _, k := range kernels {
 			if strings.Contains(f.Name, k.Kernel) {
 				d.SASS = append(d.SASS, f)
@@ -556,5 +590,9 @@ func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels [
 			}
 		}
 	}
-	d.SASSNote = fmt.Sprintf("%d functions of %s matched the switched kernels", len(d.SASS), filepath.Base(fat))
+	what := filepath.Base(files[0])
+	if len(files) > 1 {
+		what = fmt.Sprintf("%d cubins of the NVRTC build %s", len(files), filepath.Dir(files[0]))
+	}
+	d.SASSNote = fmt.Sprintf("%d functions of %s matched the switched kernels", len(d.SASS), what)
 }

@@ -25,7 +25,9 @@
 #
 # There (the device tool runs this from the repository root, with $OUT):
 #   1. scripts/build-kernels.sh -> bin/minfer-kernels.fatbin (beside minfer,
-#      where minfer and the test binaries look for it);
+#      where minfer and the test binaries look for it); KERNELS=nvrtc skips
+#      it (79 s on the H100): every process then loads the NVRTC build of the
+#      embedded sources, and the SASS census disassembles that build's cubins;
 #   2. bin/minfer synth writes the model (qwen2-0.5b Q8_0 by default) to
 #      $MODEL_DIR, outside $OUT (it is ~500 MB);
 #   3. abtest calibrate for each workload in CALIBRATE (A/A noise; the lever
@@ -91,6 +93,7 @@
 #                                   model's architecture and quantizes it to its weight type (once, into the
 #                                   synth dir), so parity and greedy run the lever's kernels; with none of that
 #                                   architecture they run on the run's model and the report says so
+#   KERNELS=nvrtc                   no nvcc build: the arms, the suite and the SASS census use the NVRTC build (step 1)
 #   KERNEL_TIMEOUT=300 SYNTH_TIMEOUT=60        (a .kcache miss compiled in 131 s on 2026-11-29; a hit takes ms)
 #   BIG_SYNTH_TIMEOUT=300           the synth limit for a 7B shape (qwen2-7b Q4_K_M took 113 s on 2026-12-02)
 #   GATES=...                       abtest --gates (default all five: anything less is PARTIAL, never a PASS)
@@ -169,12 +172,22 @@ else
     say "nsys importer libraries: bin/lib/libdw.so.1 or libelf.so.1 missing: nsys will likely fall back to MINFER_OP_TIMING"
 fi
 
-# 1. Kernels.
-if ! timeout -k 10 "$KERNEL_TIMEOUT" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
+# 1. Kernels: nvcc's file beside minfer, or with KERNELS=nvrtc none (every
+# process loads the NVRTC build from the user cache; the SASS census reads its cubins).
+kernels_arg=(--kernels bin/minfer-kernels.fatbin)
+if [[ "${KERNELS:-}" == nvrtc ]]; then
+    if [[ -e bin/minfer-kernels.fatbin || -n "${MINFER_KERNELS:-}" ]]; then
+        say "KERNELS=nvrtc, but bin/minfer-kernels.fatbin exists or MINFER_KERNELS is set: every arm would load that file; move it away or unset it"
+        exit 2
+    fi
+    kernels_arg=()
+    say "kernels: the NVRTC build of the embedded sources (KERNELS=nvrtc: no nvcc build)"
+elif ! timeout -k 10 "$KERNEL_TIMEOUT" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
     say "build-kernels.sh failed (see build-kernels.log): $(tail -n 3 "$out/build-kernels.log" | tr '\n' ' ')"
     exit 2
+else
+    say "kernels: $(grep -m1 'wrote' "$out/build-kernels.log" | sed 's/build-kernels: //')"
 fi
-say "kernels: $(grep -m1 'wrote' "$out/build-kernels.log" | sed 's/build-kernels: //')"
 
 # 2. Models: SHAPE/TYPE (or MODEL) for every lever without its own.
 # declared_workload NAME: the workload the registry declares for lever NAME
@@ -316,7 +329,7 @@ for spec in $LEVERS; do
     wl=(--synth-dir "$MODEL_DIR")
     [[ "$spec" != *@[!mbwd]* ]] && wl+=(--workload --seed "$SEED")
     timeout -k 15 "$limit" bin/abtest run --lever "$lever" --device cuda --model "$model" "${cm[@]}" "${wl[@]}" "${mutate[@]}" "${base[@]}" "${with[@]}" "${depth[@]}" \
-        --suite-bin 'bin/*.test' --suite-cache "$work/suite-cache" --kernels bin/minfer-kernels.fatbin --gates "$gates" \
+        --suite-bin 'bin/*.test' --suite-cache "$work/suite-cache" "${kernels_arg[@]}" --gates "$gates" \
         "${rounds[@]}" --pp "$pp" --tg "$TG" --reps "$REPS" --warmup-ms "$WARMUP_MS" \
         --out "$reports" >>"$log" 2>&1
     code=$?

@@ -139,7 +139,8 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 cal() { mkdir -p "$1/reports" && cp -r $R/reports/calibration "$1/reports/" 2>/dev/null; }
 ab() { # OUT-name WORK LEVERS [CALIBRATE]
     [[ $NOAB == 1 ]] && { echo "$1 skipped: the probe failed"; return; }
-    OUT=$D/$1 WORK=$2 CALIBRATE="${4:-}" CORRECTNESS_MODEL="$S/bin/tiny-code-Q8_0.gguf $S/bin/tiny-qwen3-code-Q8_0.gguf" MODEL_DIR=$MD LEVERS="$3" \
+    # No nvcc build for a lever A/B unless an r-step put nvcc's file in bin/ (then every arm loads it).
+    KERNELS=$([[ -e bin/minfer-kernels.fatbin ]] || echo nvrtc) OUT=$D/$1 WORK=$2 CALIBRATE="${4:-}" CORRECTNESS_MODEL="$S/bin/tiny-code-Q8_0.gguf $S/bin/tiny-qwen3-code-Q8_0.gguf" MODEL_DIR=$MD LEVERS="$3" \
         scripts/abtest-device.sh >$D/$1.out 2>&1
     echo "$1 exit $? ($3) $(ts)"
     tar -C $2 -czf $D/$1-work.tgz reports 2>/dev/null
