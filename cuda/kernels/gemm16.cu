@@ -209,7 +209,7 @@ template <> struct Deq<Q8_0R> {
     size_t r[2];
     int kbs;
     __half dh[2];
-    __device__ __forceinline__ Deq(const uint8_t* w, int k, int n, int r0, int r1)
+    __device__ __forceinline__ Deq(const uint8_t* w, int k, int n, int r0, int r1, int)
         : d(reinterpret_cast<const __half*>(w + (size_t)n * k)), r{(size_t)r0, (size_t)r1}, kbs(k / BK) {}
     __device__ __forceinline__ void load(int kb, bool) {
         dh[0] = d[r[0] * kbs + kb];
@@ -233,7 +233,8 @@ template <> struct Deq<Q4_K> {
     int nsb;
     uint4 hd[2];
     float ds[2], dm[2];
-    __device__ __forceinline__ Deq(const uint8_t* w_, int k, int, int r0, int r1) : w(w_), r{(size_t)r0, (size_t)r1}, nsb(k / 256) {}
+    __device__ __forceinline__ Deq(const uint8_t* w_, int k, int, int r0, int r1, int)
+        : w(w_), r{(size_t)r0, (size_t)r1}, nsb(k / 256) {}
     __device__ __forceinline__ void load(int kb, bool first) {
         const int sb = kb >> 3, j = kb & 7, b = 8 * (j & 3);
 #pragma unroll
@@ -264,24 +265,25 @@ template <> struct Deq<Q4_K> {
 
 // Q6_K (the repacked copy: quants, then int8 scales [n][k / 16], then f16 d
 // [n][k / 256]): quarter j = kb % 8 of super-block kb / 8, one scale a 16
-// values.
+// values. A thread's chunks (columns 8 dq ..) lie in one 16 of the step, e,
+// so it keeps only that scale a row (both, indexed by the thread's dq, put
+// them in local memory).
 template <> struct Deq<Q6_KR> {
     const int8_t* sc;
     const __half* d;
     size_t r[2];
-    int nsb;
-    float ds[2][2]; // [row][which 16 of the step]
-    __device__ __forceinline__ Deq(const uint8_t* w, int k, int n, int r0, int r1)
+    int nsb, e;
+    float ds[2]; // [row]
+    __device__ __forceinline__ Deq(const uint8_t* w, int k, int n, int r0, int r1, int dq)
         : sc(reinterpret_cast<const int8_t*>(w + (size_t)n * (k / 256) * 192)),
-          d(reinterpret_cast<const __half*>(w + (size_t)n * (k / 256) * 208)), r{(size_t)r0, (size_t)r1}, nsb(k / 256) {}
+          d(reinterpret_cast<const __half*>(w + (size_t)n * (k / 256) * 208)), r{(size_t)r0, (size_t)r1}, nsb(k / 256),
+          e(dq >> 1) {}
     __device__ __forceinline__ void load(int kb, bool) {
         const int sb = kb >> 3, j = kb & 7, hh = j >> 2, qtr = j & 3;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const size_t b = r[h] * nsb + sb;
-            const float dd = __half2float(d[b]);
-#pragma unroll
-            for (int e = 0; e < 2; e++) ds[h][e] = __fmul_rn(dd, (float)sc[b * 16 + 8 * hh + 2 * qtr + e]);
+            ds[h] = __fmul_rn(__half2float(d[b]), (float)sc[b * 16 + 8 * hh + 2 * qtr + e]);
         }
     }
     __device__ __forceinline__ uint4 chunk(const uint8_t* row, int srow, int h, int dq, int kb) const {
@@ -294,7 +296,7 @@ template <> struct Deq<Q6_KR> {
         const int ls = qtr >= 2 ? 4 : 0, hs = 2 * qtr;
         const uint32_t v0 = ((l.x >> ls) & 0x0F0F0F0Fu) | (((hq.x >> hs) & 0x03030303u) << 4);
         const uint32_t v1 = ((l.y >> ls) & 0x0F0F0F0Fu) | (((hq.y >> hs) & 0x03030303u) << 4);
-        const float s = ds[h][dq >> 1];
+        const float s = ds[h];
         float f[8];
 #pragma unroll
         for (int i = 0; i < 4; i++) { // d sc (q - 32): exact in f32 (24 bits), one rounding
@@ -328,7 +330,7 @@ __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x
     // dr and dr + 64 (chunk c = tid: row (c & 7) + 8 (c >> 5), column c >> 3
     // & 3; chunk tid + 256 is 64 rows on).
     const int dr = (tid & 7) + 8 * (tid >> 5), dq = (tid >> 3) & 3;
-    Deq<T> dz(wq, k, n, min(n0 + dr, n - 1), min(n0 + dr + 64, n - 1));
+    Deq<T> dz(wq, k, n, min(n0 + dr, n - 1), min(n0 + dr + 64, n - 1), dq);
     stage<T>(sm, kb0 & 1, x16, wq, k, n, nt, m0, n0, kb0);
     minfer_cp_async_commit();
     for (int kb = kb0; kb < kb1; kb++) {
