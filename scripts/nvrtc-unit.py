@@ -11,6 +11,10 @@ cuda/nvrtc/units.go builds them; the prelude and the shim are read from
 that file, so there is one copy of them. minfer itself never asks NVRTC for
 PTX: this exists for scripts/ptx-diff.sh, which places a SASS difference
 between nvcc's and NVRTC's builds in the front end or in the assembler.
+
+NVRTC_EXTRA adds options; NVRTC's log, when not empty, goes to stderr, so
+NVRTC_EXTRA=--ptxas-options=-v shows each kernel's registers, stack frame
+and spills (a stack frame without spills is a local array).
 """
 import ctypes
 import os
@@ -66,6 +70,8 @@ def main(argv):
     nv.nvrtcGetProgramLog(prog, log)
     if rc:
         sys.exit("nvrtc-unit: unit %s: compile failed (%d):\n%s" % (unit, rc, log.value.decode()))
+    if log.value.strip():  # warnings, or ptxas's -v (NVRTC_EXTRA=--ptxas-options=-v): registers, stack, spills
+        sys.stderr.write(log.value.decode())
     kind = "PTX" if arch.startswith("compute_") else "CUBIN"
     size = getattr(nv, "nvrtcGet%sSize" % kind)
     get = getattr(nv, "nvrtcGet%s" % kind)
