@@ -316,3 +316,33 @@ func TestDeviceScript_KernelsLeverTakesAPathAndABaseline(t *testing.T) {
 		t.Errorf("file spec: %q", calls[1])
 	}
 }
+
+// KERNELS=nvrtc skips the nvcc build and names no kernels file to abtest
+// (the arms and the SASS census use the NVRTC build); a kernels file beside
+// minfer would make every arm load it instead, so the script refuses.
+func TestDeviceScript_KernelsNVRTCSkipsTheNvccBuildAndRefusesAFileBesideMinfer(t *testing.T) {
+	runs := func(calls []string) (r []string) {
+		for _, c := range calls {
+			if strings.HasPrefix(c, "run ") {
+				r = append(r, c)
+			}
+		}
+		return r
+	}
+	calls, _ := runDeviceScript(t, "LEVERS=MINFER_MMQ", "KERNELS=nvrtc")
+	if calls = runs(calls); len(calls) != 1 || strings.Contains(calls[0], "--kernels") {
+		t.Fatalf("KERNELS=nvrtc: abtest calls %q", calls)
+	}
+	calls, _ = runDeviceScript(t, "LEVERS=MINFER_MMQ")
+	if calls = runs(calls); len(calls) != 1 || argAfter(calls[0], "--kernels") != "minfer-kernels.fatbin" {
+		t.Fatalf("default: abtest calls %q", calls)
+	}
+	calls, _ = runDeviceScript(t, "LEVERS=MINFER_MMQ", "KERNELS=nvrtc", "FILE:bin/minfer-kernels.fatbin=old", "EXIT:2")
+	if len(calls) != 0 {
+		t.Fatalf("a kernels file beside minfer under KERNELS=nvrtc: abtest calls %q", calls)
+	}
+	calls, _ = runDeviceScript(t, "LEVERS=MINFER_MMQ", "KERNELS=nvrtc", "MINFER_KERNELS=/x.fatbin", "EXIT:2")
+	if len(calls) != 0 {
+		t.Fatalf("MINFER_KERNELS under KERNELS=nvrtc: abtest calls %q", calls)
+	}
+}
