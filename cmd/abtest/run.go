@@ -64,7 +64,7 @@ func (f *runFlags) register(cmd *cobra.Command, withLever bool) {
 	fl.StringVar(&o.Gates, "gates", strings.Join(gates.AllGates, ","), "gates to run (fewer than five: PARTIAL, never PASS)")
 	fl.StringVar(&o.Out, "out", "reports", "report folder")
 	fl.StringVar(&o.Minfer, "minfer", "", "minfer binary (default: next to abtest, else in PATH)")
-	fl.StringVar(&o.Kernels, "kernels", "", "kernels fatbin for the SASS census and the test binaries (default: *.fatbin next to minfer)")
+	fl.StringVar(&o.Kernels, "kernels", "", "kernels fatbin for the SASS census and the test binaries (default: *.fatbin next to minfer; with none, the arms load the NVRTC build and the SASS census reads its cubins)")
 	fl.StringSliceVar(&o.SuiteBins, "suite-bin", nil, "test binaries (globs) for kernel parity and the suite gate; only the project's (by build stamp) of the backend's suite count (default: *.test and tests/*.test beside minfer)")
 	fl.DurationVar(&o.Timeout, "arm-timeout", 5*time.Minute, "per-process limit: a hung arm is a FAIL (0: no limit)")
 	fl.Float64Var(&o.BarPP, "bar-pp", 1.015, "not-slower bar for prefill (slowdown factor); the lever's registry entry pre-registers it: setting it is a deviation")
