@@ -54,16 +54,16 @@ var attnDecode2Names = func() (n [3][3][3]string) {
 	return n
 }()
 
-// optInRequires are the opt-in forms (attention, the f16 prefill matmul)
-// whose Requires the backend enforces: set to 1 where another setting sends
-// that work to another kernel, the setting would switch nothing that was
-// asked for.
+// optInRequires are the forms (attention, the f16 prefill matmul) whose
+// Requires the backend enforces: set to 1 where another setting sends that
+// work to another kernel, the setting would switch nothing that was asked
+// for. (MINFER_MMQ_F16 is on by default: unset, it yields instead.)
 var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_WGMMA", "MINFER_MMQ_F16_KQ"}
 
-// optInConflict refuses lever=1 (one of optInRequires) where its Requires
-// do not hold.
+// optInConflict refuses lever=1 (one of optInRequires), set, where its
+// Requires do not hold.
 func optInConflict(lv levers.Config, lever string) error {
-	if bad := lv.Unmet(lever); lv.Value(lever) == "1" && len(bad) > 0 {
+	if bad := lv.Unmet(lever); lv.Set()[lever] == "1" && len(bad) > 0 {
 		l, _ := levers.Lookup(lever)
 		return fmt.Errorf("cuda: %s=1 switches the %s, and %s: unset those or %s", lever, l.Path, strings.Join(bad, ", "), lever)
 	}

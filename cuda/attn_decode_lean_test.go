@@ -46,8 +46,9 @@ func TestAttnDecodeLean_WholeModelCensus(t *testing.T) {
 // names minfer_attn_decode2l_* of the same class; beside the grouped
 // kernels it is refused by both levers' names; MINFER_ATTN_DECODE_LEAN=1
 // with MINFER_NO_SPLITK_ATTN=1 or MINFER_ATTN_DECODE_GQA=1 is refused
-// before the device opens (it would switch nothing), and the device
-// tests' levers drop it for a test that sets those.
+// before the device opens (it would switch nothing), unset it is on and
+// yields to those, and the device tests' levers drop it for a test that
+// sets those.
 func TestAttnDecodeLean_GeometryAndRefusals(t *testing.T) {
 	p := AttnParams{NT: 3, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}
 	plain := attnDecode2Geometry(p, kv.Q8_0)
@@ -70,10 +71,17 @@ func TestAttnDecodeLean_GeometryAndRefusals(t *testing.T) {
 		{[]string{"MINFER_ATTN_DECODE_LEAN=1", "MINFER_NO_SPLITK_ATTN=1"}, true},
 		{[]string{"MINFER_ATTN_DECODE_LEAN=1", "MINFER_ATTN_DECODE_GQA=1"}, true},
 		{[]string{"MINFER_ATTN_DECODE_GQA=1"}, false},
+		{[]string{"MINFER_NO_SPLITK_ATTN=1"}, false},
+		{nil, false},
 	} {
 		lv, err := levers.Parse(c.set)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// On by default (reports/MINFER_ATTN_DECODE_LEAN); unset, it yields
+		// to the settings its Requires exclude instead of being refused.
+		if _, set := lv.Set()["MINFER_ATTN_DECODE_LEAN"]; !set && lv.AttnDecodeLean != lv.RequiresMet("MINFER_ATTN_DECODE_LEAN") {
+			t.Errorf("%v: lean form %v, want it on exactly where its Requires hold", c.set, lv.AttnDecodeLean)
 		}
 		err = optInConflict(lv, "MINFER_ATTN_DECODE_LEAN")
 		if (err != nil) != c.refused || err != nil && !strings.Contains(err.Error(), "MINFER_ATTN_DECODE_LEAN") {

@@ -260,7 +260,7 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	if gemm16WSmem != 3*128*32*2+2*128*32*2+3*128*(32+16) || gemm16WSmem <= defaultDynSmem {
 		t.Errorf("gemm16WSmem %d: want g16w::SMEM, above the 48 KiB that needs no opt-in", gemm16WSmem)
 	}
-	if lv, err := levers.Parse([]string{"MINFER_MMQ_WGMMA=1"}); err != nil {
+	if lv, err := levers.Parse([]string{"MINFER_MMQ_WGMMA=1", "MINFER_MMQ_F16=0"}); err != nil {
 		t.Fatal(err)
 	} else if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_WGMMA") {
 		t.Errorf("New with MINFER_MMQ_WGMMA=1 and the f16 GEMM off: %v, want the refusal", err)
@@ -277,8 +277,22 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 			t.Errorf("New with %s=1 and %s: %v, want the refusal", c[0], c[1], err)
 		}
 	}
+	// On by default, the Q8_0 GEMM yields to each of those settings
+	// instead (New then fails only for want of a driver here).
+	for _, set := range []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"} {
+		lv, err := levers.Parse([]string{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(Options{Levers: lv}); lv.MMQF16 || err == nil || strings.Contains(err.Error(), "MINFER_MMQ_F16") {
+			t.Errorf("New with %s and MINFER_MMQ_F16 unset: f16 GEMM %v, %v: want it off and no refusal", set, lv.MMQF16, err)
+		}
+	}
+	if !levers.Default().MMQF16 {
+		t.Error("MINFER_MMQ_F16 unset: the f16 GEMM must be on (reports/MINFER_MMQ_F16)")
+	}
 	const nt = 512
-	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=1").Scratch
+	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=0").Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch
 	if want := 2 * Gemm16ActBytes(18944, nt); f16 < want || f16 <= base {
 		t.Errorf("plan scratch %d with the lever (%d without): want more, and at least twice the widest f16 rows (%d)", f16, base, want)
 	}

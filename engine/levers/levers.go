@@ -396,13 +396,18 @@ var registry = []Lever{
 		// MMQ quantizes the activations to Q8_1 (int8 per 32 values) where
 		// the GEMM carries them to ~22 bits: the class of the MMVQ levers.
 		Tolerance: TolActQuant, Workload: "qwen2-0.5b:Q8_0",
+		// Its A/B pins the int8 kernels: with MINFER_MMQ_F16 (the default)
+		// a Q8_0 prefill runs the f16 GEMM of that lever instead.
+		Requires: []string{"MINFER_MMQ_F16=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM",
 			[]string{"minfer_mmq_q*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
 	// MMQ folds each 32-value block's int32 sum into f32: ~16-20
 	// instructions a warp an m16n8k32 (reports/perf/NOTE.md, session 21).
-	{Name: "MINFER_MMQ_F16", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc:  "1: prefill matmuls of Q8_0 weights in their repacked copy run an f16 tensor-core GEMM (minfer_gemm16_q8_0r: the weight tile dequantized once into shared memory as f16, the activations converted to f16 once a matmul, ldmatrix fragments, mma.sync m16n8k16 with f32 sums and no per-block fold) instead of the int8 MMQ over Q8_1 activations (reports/MINFER_MMQ_F16)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
+	{Name: "MINFER_MMQ_F16", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
+		Doc: "0: prefill matmuls of Q8_0 weights in their repacked copy run the int8 MMQ over Q8_1 activations (minfer_mmq_q8_0r) instead of an f16 tensor-core GEMM (minfer_gemm16_q8_0r: the weight tile dequantized once into shared memory as f16, the activations converted to f16 once a matmul, ldmatrix fragments, mma.sync m16n8k16 with f32 sums and no per-block fold). " +
+			"At its default it yields to a setting its Requires exclude (the int8 MMQ or the f16 GEMM of MINFER_MMQ=0 then); set to 1 with one it is refused. " +
+			"On by default since reports/MINFER_MMQ_F16: qwen2-7b Q8_0 pp512 +37.2%, tg128 and peak device memory equal (H100)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", DefaultSince: "reports/MINFER_MMQ_F16",
 		// B's activations are f16 (2^-11), A's Q8_1 (int8 a 32-value
 		// block): the class that separates MMQ from the GEMM.
 		Tolerance: TolActPrecision,
@@ -432,7 +437,7 @@ var registry = []Lever{
 			[]string{"minfer_gemm16w_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1"},
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_F16=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the async MMQ kernels (minfer_mmq_<type>_async*) only with the lever on; off, the plain minfer_mmq_<type>",
 			[]string{"minfer_mmq_q*_async*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
@@ -489,13 +494,18 @@ var registry = []Lever{
 	{Name: "MINFER_ATTN_DECODE_GQA", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
 		Doc: "1: the lean decode attention runs the G query heads of a KV head as G warps of one block (minfer_attn_decode2g_*) instead of G one-warp blocks, so the group's K / V rows come from L1 once fetched instead of from L2 G times (7B at depth 32128: ~12.9 GB of L2 reads a token); the same sums, bitwise; at most 8 query heads per KV head (a form that staged the rows in shared memory lost: reports/MINFER_ATTN_DECODE_GQA)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-7b:Q8_0 d32128",
+		// The grouped kernels have the first form's body: its A/B pins the
+		// one-warp blocks to it too (the lean form is the default).
+		Requires: []string{"MINFER_ATTN_DECODE_LEAN=0"},
 		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the grouped kernels (minfer_attn_decode2g_*) only with the lever on; off, the one-warp blocks of minfer_attn_decode2_*",
 			[]string{"minfer_attn_decode2g_*"}, Needs{MaxNT: 8})},
 	// The one-warp decode kernel issues ~61 instructions a cell and query
 	// head at ~17% occupancy (ncu, session 20): issue-bound, not byte-bound.
-	{Name: "MINFER_ATTN_DECODE_LEAN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
-		Doc:  "1: the lean decode attention runs its lean form (minfer_attn_decode2l_*): q scaled by scale * log2(e) once, so a score needs no multiply and each exponential is one ex2; two passes an iteration alternate their K / V registers instead of copying; the end test in the last pass only; the same grid, splits, scratch and combine (reports/MINFER_ATTN_DECODE_LEAN)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0 d32128",
+	{Name: "MINFER_ATTN_DECODE_LEAN", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
+		Doc: "0: the lean decode attention runs its first form (minfer_attn_decode2_*) instead of the lean one (minfer_attn_decode2l_*: q scaled by scale * log2(e) once, so a score needs no multiply and each exponential is one ex2; two passes an iteration alternate their K / V registers instead of copying; the end test in the last pass only; the same grid, splits, scratch and combine). " +
+			"At its default it yields to a setting its Requires exclude (the grouped kernels of MINFER_ATTN_DECODE_GQA, the plain kernel of MINFER_NO_SPLITK_ATTN); set to 1 with one it is refused. " +
+			"On by default since reports/MINFER_ATTN_DECODE_LEAN: qwen2-7b Q8_0 tg128 at depth 32128 +7.1%, pp512 there and peak device memory equal (H100)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0 d32128", DefaultSince: "reports/MINFER_ATTN_DECODE_LEAN",
 		// ex2.approx (~2^-22) for expf (2 ulp) and q rounded once more after
 		// its scale: the same order of sums, other last bits.
 		Tolerance: TolAccumOrder,
@@ -550,8 +560,11 @@ var registry = []Lever{
 		Workload: "qwen2-7b:Q8_0",
 		Requires: []string{"MINFER_MMVQ_REPACK=1", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_MMVQ_NT=1",
 			"MINFER_NO_PREFILL_GEMM=0", "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0"},
-		Liveness: cudaOnly("1", "prefill matmuls of Q8_0 / Q6_K weights read the repacked copy (minfer_mmq_q8_0r*, minfer_mmq_q6_kr*) only with the lever on; off, minfer_mmq_<t> reads the GGUF bytes kept beside it",
-			[]string{"minfer_mmq_q[86]_[0k]r*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MinNT: 9})},
+		// Since MINFER_MMQ_F16 (on by default, Requires this lever on) a Q8_0
+		// prefill of the on arm runs minfer_gemm16_q8_0r: the pattern takes
+		// any kernel family's repacked form.
+		Liveness: cudaOnly("1", "prefill matmuls of Q8_0 / Q6_K weights read the repacked copy (minfer_gemm16_q8_0r or minfer_mmq_q8_0r*, minfer_mmq_q6_kr*) only with the lever on; off, minfer_mmq_<t> reads the GGUF bytes kept beside it",
+			[]string{"minfer_*_q[86]_[0k]r*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MinNT: 9})},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: matmul + residual add -> MatMulAdd (decode MMVQ on CUDA)", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
@@ -932,7 +945,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
-	c.MMQF16 = on("MINFER_MMQ_F16")
 	c.MMQF16KQ = on("MINFER_MMQ_F16_KQ")
 	c.MMQWGMMA = on("MINFER_MMQ_WGMMA")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
@@ -943,15 +955,20 @@ func Parse(environ []string) (Config, error) {
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
 	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
 	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
-	c.AttnDecodeLean = on("MINFER_ATTN_DECODE_LEAN")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = optOut("MINFER_EMBED_HOST")
-	// At its default the one-copy layout yields to a setting that sends a
-	// reader to the GGUF bytes (the backend says so); set explicitly, it
-	// stays on and the backend refuses the pair (cuda/onecopy.go).
-	_, oneCopySet := vals["MINFER_ONE_COPY"]
-	c.OneCopy = optOut("MINFER_ONE_COPY") && (oneCopySet || c.RequiresMet("MINFER_ONE_COPY"))
+	// A default-on path that another setting excludes: at its default it
+	// yields where its Requires do not hold; set explicitly, it stays on
+	// and the backend refuses the pair (cuda/onecopy.go, optInConflict in
+	// cuda/attn_decode2.go). The one-copy layout also says so in a line.
+	yields := func(name string) bool {
+		_, set := vals[name]
+		return optOut(name) && (set || c.RequiresMet(name))
+	}
+	c.OneCopy = yields("MINFER_ONE_COPY")
+	c.MMQF16 = yields("MINFER_MMQ_F16")
+	c.AttnDecodeLean = yields("MINFER_ATTN_DECODE_LEAN")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
