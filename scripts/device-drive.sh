@@ -31,12 +31,15 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 wg kq gqa embedh syn synk qb qbk r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 dleans f16s wg kq gqa embedh syn synk qb qbk r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncud2 prof profg peer suite"
 
-# A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
+# A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
+# at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
+# session 25 on their 7B A/Bs alone; their first forms go only if these pass too).
 declare -A LEVER=(
     [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [wg]=MINFER_MMQ_WGMMA [kq]=MINFER_MMQ_F16_KQ
     [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
+    [dleans]=MINFER_ATTN_DECODE_LEAN@qwen2-0.5b:Q4_K_M [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings.
@@ -91,7 +94,10 @@ declare -A ABOUT=(
     [peer]="llama-bench beside minfer at qwen2-7b Q8_0 and Q4_K_M d32128 (scripts/perf.sh, REPS=\${PEER_REPS:-1})"
     [suite]="the whole device suite at the defaults, NVRTC kernels"
 )
-for s in "${!LEVER[@]}"; do ABOUT[$s]="${LEVER[$s]} A/B at its declared workload"; done
+for s in "${!LEVER[@]}"; do
+    l=${LEVER[$s]}
+    [[ $l == *@* ]] && ABOUT[$s]="${l%%@*} A/B at ${l#*@} (pp512, tg128, depth 0)" || ABOUT[$s]="$l A/B at its declared workload"
+done
 for s in "${!RSPEC[@]}"; do ABOUT[$s]="MINFER_KERNELS A/B, nvcc vs NVRTC, at ${RSPEC[$s]}"; done
 for r in "${SYN_RUNS[@]}"; do IFS='|' read -r s sh ty <<<"$r"; ABOUT[$s]="minfer synth $sh $ty into the model dir"; done
 for r in "${QB_RUNS[@]}"; do IFS='|' read -r s m _ <<<"$r"; ABOUT[$s]="quick pp512 bench of $m, its settings interleaved (${r#*|*|})"; done
@@ -223,7 +229,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    dlean | f16 | wg | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    dlean | f16 | dleans | f16s | wg | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk) qb_step $step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
