@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -259,8 +261,9 @@ func GraphsLine(d *ProfileDetail) string {
 }
 
 // profiledKernels picks the kernels ncu and the SASS census look at: the
-// ones the lever switched (largest launch difference first), else (a lever
-// that switches no kernel, such as graphs) the most launched ones of arm B.
+// ones the lever switched (those its liveness rule names first, then by
+// largest launch difference), else (a lever that switches no kernel, such
+// as graphs) the most launched ones of arm B.
 func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
 	var ks []profile.CensusDiff
 	for _, k := range d.Diff {
@@ -284,7 +287,25 @@ func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
 		}
 		return x
 	}
+	// The kernels the liveness rule names are the path's claim: they come
+	// first. By launch counts alone a 7B A/B of MINFER_MMQ_F16 profiled
+	// the activation conversion, which launches as often as the GEMM, and
+	// not the GEMM (2026-12-07).
+	claimed := func(k string) bool {
+		if d.Rule == nil {
+			return false
+		}
+		for _, p := range slices.Concat(d.Rule.Census, d.Rule.OffCensus) {
+			if ok, _ := path.Match(p, k); ok {
+				return true
+			}
+		}
+		return false
+	}
 	sort.Slice(ks, func(i, j int) bool {
+		if ci, cj := claimed(ks[i].Kernel), claimed(ks[j].Kernel); ci != cj {
+			return ci
+		}
 		di, dj := abs(ks[i].B-ks[i].A), abs(ks[j].B-ks[j].A)
 		if di != dj {
 			return di > dj

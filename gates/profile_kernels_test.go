@@ -3,6 +3,7 @@ package gates
 import (
 	"testing"
 
+	"github.com/minfer-go/minfer/harness"
 	"github.com/minfer-go/minfer/harness/profile"
 )
 
@@ -30,5 +31,25 @@ func TestProfiledKernels_PseudoEntriesNeverReachNcuOrSASS(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Kernel != "minfer_mmvq_q8_0" && got[0].Kernel != "minfer_mmvqr_q8_0" {
 		t.Errorf("a switched kernel pair: profiled %+v, want minfer_mmvq_q8_0 and minfer_mmvqr_q8_0", got)
+	}
+}
+
+// The kernels a liveness rule names come first, whatever their launch
+// counts: MINFER_MMQ_F16's A/B on the H100 (2026-12-07) switched six
+// kernels, and the three with the largest launch difference were the int8
+// MMQ, the activation quantization and the f16 conversion (a tie with the
+// GEMM, broken by name), so ncu and the SASS census never looked at
+// minfer_gemm16_q8_0r.
+func TestProfiledKernels_TheRuleKernelsComeFirst(t *testing.T) {
+	a := profile.Census{"minfer_mmq_q8_0r": 560, "minfer_mmq_q8_0r_r64": 224, "minfer_mmq_reduce": 224, "minfer_quantize_q8_1_x4": 15707}
+	b := profile.Census{"minfer_f32_to_f16": 448, "minfer_gemm16_q8_0r": 448, "minfer_quantize_q8_1_x4": 15259}
+	d := &ProfileDetail{CensusA: a, CensusB: b, Diff: profile.Diff(a, b), Rule: &harness.PathRule{Census: []string{"minfer_gemm16_q8_0r"}}}
+	got := profiledKernels(d, 3)
+	if len(got) != 3 || got[0].Kernel != "minfer_gemm16_q8_0r" {
+		t.Errorf("profiled %+v, want minfer_gemm16_q8_0r first", got)
+	}
+	d.Rule = &harness.PathRule{OffCensus: []string{"minfer_mmq_reduce"}}
+	if got := profiledKernels(d, 1); len(got) != 1 || got[0].Kernel != "minfer_mmq_reduce" {
+		t.Errorf("profiled %+v, want the off arm's rule kernel minfer_mmq_reduce", got)
 	}
 }
