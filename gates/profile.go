@@ -603,7 +603,12 @@ func sass(ctx context.Context, cfg Config, env *Env, d *ProfileDetail, kernels [
 		}
 		listing = append(listing, out...)
 	}
-	for _, f := range profile.ParseSASS(string(listing)) {
+	fs, err := profile.ParseSASS(string(listing))
+	if err != nil {
+		d.SASSNote = err.Error()
+		return
+	}
+	for _, f := range fs {
 		for _, k := range kernels {
 			if strings.Contains(f.Name, k.Kernel) {
 				d.SASS = append(d.SASS, f)

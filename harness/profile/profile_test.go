@@ -69,9 +69,9 @@ func TestParseNsysKernSum_ReadsRowsAfterChatter(t *testing.T) {
 }
 
 func TestParseSASS_CountsBaseOpcodesPerFunction(t *testing.T) {
-	fs := ParseSASS(fixture(t, "sass.txt"))
-	if len(fs) != 2 {
-		t.Fatalf("got %d functions, want 2", len(fs))
+	fs, err := ParseSASS(fixture(t, "sass.txt"))
+	if err != nil || len(fs) != 2 {
+		t.Fatalf("got %d functions (%v), want 2", len(fs), err)
 	}
 	m := fs[0]
 	if m.Name != "mmq_q4k" || m.Arch != "sm_90a" {
@@ -173,7 +173,15 @@ func TestParseGraphs_BackendLineWithInvalidationsAndAborts(t *testing.T) {
 // target is a change, and functions only in one listing are added/removed.
 func TestDiffSASS_InstructionTextPerFunction(t *testing.T) {
 	b := fixture(t, "sass.txt")
-	old := ParseSASSListing(b)
+	listing := func(s string) SASSListing {
+		t.Helper()
+		l, err := ParseSASSListing(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	old := listing(b)
 	if ins := old["sm_90a mmq_q4k"]; len(ins) != 7 || ins[3] != "IMMA.16832.S8.S8 R8, R12, R16, R8" || ins[4] != "@!P0 IMMA.16832.S8.S8 R20, R12, R18, R20" {
 		t.Fatalf("mmq_q4k: %q", ins)
 	}
@@ -182,13 +190,13 @@ func TestDiffSASS_InstructionTextPerFunction(t *testing.T) {
 	}
 	// Moved addresses and encodings only: the same.
 	moved := strings.ReplaceAll(strings.ReplaceAll(b, "/*0010*/", "/*0110*/"), "0x0000000000007919", "0x1111111111117919")
-	if d := DiffSASS(old, ParseSASSListing(moved)); len(d.Changed)+len(d.Added)+len(d.Removed) != 0 || len(d.Same) != len(old) {
+	if d := DiffSASS(old, listing(moved)); len(d.Changed)+len(d.Added)+len(d.Removed) != 0 || len(d.Same) != len(old) {
 		t.Errorf("addresses/encodings moved: %+v", d)
 	}
 	// One operand changed in rms_norm_f32, mmq_q4k renamed.
 	edited := strings.Replace(b, "FFMA R2, R3, R4, R2", "FFMA R2, R3, R5, R2", 1)
 	edited = strings.Replace(edited, "Function : mmq_q4k", "Function : mmq_q4k_v2", 1)
-	d := DiffSASS(old, ParseSASSListing(edited))
+	d := DiffSASS(old, listing(edited))
 	if strings.Join(d.Changed, ",") != "sm_90a rms_norm_f32" || strings.Join(d.Added, ",") != "sm_90a mmq_q4k_v2" || strings.Join(d.Removed, ",") != "sm_90a mmq_q4k" {
 		t.Errorf("edited: %+v", d)
 	}
@@ -200,5 +208,21 @@ func TestParseGraphs_KeepsPDLLaunches(t *testing.T) {
 	g, ok, err := ParseGraphs(`{"cuda_graphs":{"captured":2,"replayed":126,"pdl_launches":338}}`)
 	if err != nil || !ok || g.PDLLaunches != 338 || g.Captured != 2 {
 		t.Fatalf("%+v %v %v", g, ok, err)
+	}
+}
+
+// A listing the scanner cannot read to its end (a line past its 1 MiB
+// buffer: a wrong file given as a saved listing) is an error, not the
+// functions before the break: a census or a diff of part of a build would
+// read as one of the whole.
+func TestParseSASS_AnUnreadableListingIsAnError(t *testing.T) {
+	b := fixture(t, "sass.txt")
+	cut := strings.Index(b, "Function : rms_norm_f32")
+	bad := b[:cut] + strings.Repeat("x", 2<<20) + "\n" + b[cut:]
+	if fs, err := ParseSASS(bad); err == nil {
+		t.Errorf("ParseSASS read %d functions and no error", len(fs))
+	}
+	if l, err := ParseSASSListing(bad); err == nil {
+		t.Errorf("ParseSASSListing read %d functions and no error", len(l))
 	}
 }

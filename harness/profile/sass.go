@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bufio"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -19,10 +20,11 @@ type SASSFunction struct {
 func (f SASSFunction) Has(op string) bool { return f.Opcodes[op] > 0 }
 
 // ParseSASS builds the opcode census of every function in a cuobjdump
-// --dump-sass listing (SASSOpcode of each instruction).
-func ParseSASS(out string) []SASSFunction {
+// --dump-sass listing (SASSOpcode of each instruction). A listing it cannot
+// read to the end is an error, never the functions before the break.
+func ParseSASS(out string) ([]SASSFunction, error) {
 	var fs []SASSFunction
-	scanSASS(out, func(arch, name string) {
+	err := scanSASS(out, func(arch, name string) {
 		fs = append(fs, SASSFunction{Name: name, Arch: arch, Opcodes: map[string]int{}})
 	}, func(ins string) {
 		if op := SASSOpcode(ins); op != "" {
@@ -31,7 +33,7 @@ func ParseSASS(out string) []SASSFunction {
 			cur.Total++
 		}
 	})
-	return fs
+	return fs, err
 }
 
 // SASSOpcode is an instruction's base opcode: its first word after the
@@ -52,11 +54,12 @@ func SASSOpcode(ins string) string {
 // scanSASS walks a cuobjdump --dump-sass listing: fn at each function (with
 // the "code for" arch above it), ins for each of its instructions as text
 // (predicate, opcode, operands, spaces collapsed; no address, no encoding).
-func scanSASS(out string, fn func(arch, name string), ins func(text string)) {
-	arch, in := "", false
+func scanSASS(out string, fn func(arch, name string), ins func(text string)) error {
+	arch, in, n := "", false, 0
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		n++
 		line := strings.TrimSpace(sc.Text())
 		switch {
 		case strings.HasPrefix(line, "code for "):
@@ -80,6 +83,10 @@ func scanSASS(out string, fn func(arch, name string), ins func(text string)) {
 			}
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("SASS listing: after line %d: %w", n, err)
+	}
+	return nil
 }
 
 // TopOpcodes lists a function's opcodes by count, most first (ties by name).
@@ -108,16 +115,16 @@ type SASSListing map[string][]string
 // ParseSASSListing reads the instructions of every function. Branch
 // targets are addresses and move whenever any code before them does, so
 // they are kept: a changed target is a changed function.
-func ParseSASSListing(out string) SASSListing {
+func ParseSASSListing(out string) (SASSListing, error) {
 	l := SASSListing{}
 	cur := ""
-	scanSASS(out, func(arch, name string) {
+	err := scanSASS(out, func(arch, name string) {
 		cur = arch + " " + name
 		if _, ok := l[cur]; !ok {
 			l[cur] = []string{}
 		}
 	}, func(ins string) { l[cur] = append(l[cur], ins) })
-	return l
+	return l, err
 }
 
 // SASSDiff is how two listings differ, by function key, each list sorted.

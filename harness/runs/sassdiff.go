@@ -23,7 +23,11 @@ func sassListing(ctx context.Context, path string) (profile.SASSListing, error) 
 		if err != nil {
 			return nil, err
 		}
-		return profile.ParseSASSListing(string(b)), nil
+		l, err := profile.ParseSASSListing(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return l, nil
 	}
 	if _, err := os.Stat(path); err != nil {
 		return nil, err
@@ -36,7 +40,11 @@ func sassListing(ctx context.Context, path string) (profile.SASSListing, error) 
 	if err != nil {
 		return nil, fmt.Errorf("cuobjdump --dump-sass %s: %w", path, err)
 	}
-	return profile.ParseSASSListing(string(out)), nil
+	l, err := profile.ParseSASSListing(string(out))
+	if err != nil {
+		return nil, fmt.Errorf("cuobjdump --dump-sass %s: %w", path, err)
+	}
+	return l, nil
 }
 
 // kernelsRun is what sass-diff reads of an abtest report (its JSON) of the
