@@ -26,12 +26,12 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb and qbk, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 dleans f16s wg kq gqa embedh syn synk qb qbk r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 dleans f16s wg kq gqa embedh syn synk qb qbk qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncud2 prof profg peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
 # at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
@@ -88,6 +88,7 @@ QB_RUNS=(
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
 declare -A ABOUT=(
+    [qd]="quick bench of every 7B file in the model dir at the defaults: pp512 and tg128 at depth 32128 (no claim)"
     [cover]="which kernels nvcc and NVRTC compile differently a PASS r-step timed (abtest sass-diff --runs; after r-steps)"
     [prof]="per-op times: 7B Q8_0 and Q4_K_M prefill at depth 0 and 32128, Q8_0 decode at 32128"
     [profg]="per-op times of the Q8_0 decode at 32128 with MINFER_ATTN_DECODE_GQA=1"
@@ -192,6 +193,16 @@ qb_step() { # STEP: its QB_RUNS row, each setting twice, interleaved
         done
     done
 }
+qd_step() { # the defaults at issue 20's depth rows, each 7B file there once (an A/B or the perf table is the claim)
+    local f n
+    for f in $MD/qwen2-7b-*-seed1.gguf; do
+        [[ -f $f ]] || continue
+        n=$(basename $f .gguf)
+        timeout 300 bin/minfer bench --device cuda -m $f -p 512 -n 128 -d 32128 --fill zeros -c 32768 -r 2 --format json \
+            -o $D/qd-$n.json >$D/qd-$n.out 2>&1
+        echo "qd $n rc=$? $(grep -o '"mean_tok_s": *[0-9.]*' $D/qd-$n.json 2>/dev/null | tr '\n' ' ') $(ts)"
+    done
+}
 prof_step() { # STEP: its PROF_RUNS rows
     local r s n env m pn
     for r in "${PROF_RUNS[@]}"; do
@@ -232,6 +243,7 @@ for step in "${STEP_LIST[@]}"; do
     dlean | f16 | dleans | f16s | wg | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk) qb_step $step ;;
+    qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
