@@ -26,7 +26,7 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb and qbk, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
