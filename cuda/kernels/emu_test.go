@@ -131,7 +131,7 @@ func TestKernelEmulator_F16GemmWithin1e5OfDoubleSums(t *testing.T) {
 		t.Fatalf("gemm16-emu.sh: exit %d:\n%s", code, out)
 	}
 	for _, plant := range []string{"afrag", "bfrag", "deq", "buf", "seg", "split", "dmap", "wlbo", "wslice", "wring", "wwait",
-		"k4nib", "k4sc", "k4hdr", "k6swz", "k6sc", "k6hi"} {
+		"wscale", "k4nib", "k4sc", "k4hdr", "k6swz", "k6sc", "k6hi"} {
 		if out, code := emu(t, "gemm16-emu.sh", "--plant", plant); code != 1 || !strings.Contains(out, "OVER") {
 			t.Fatalf("planted %s: exit %d, want 1 and a shape OVER the bar:\n%s", plant, code, out)
 		}

@@ -462,16 +462,22 @@ __device__ __forceinline__ void gemm(const g16::Seg& sg, const __half* __restric
     minfer_cp_async_commit();
     if (nk > 1) stage(xs + TILE, wr + BN * WRS, x16, wq, k, n, nt, m0, n0, kb0 + 1);
     minfer_cp_async_commit();
+    // The rows' scales go out a step ahead: loaded where the dequantization
+    // uses them, each step waited a global load's latency with both
+    // warpgroups idle (the mma.sync form issues its loads before its
+    // barrier's wait instead).
+    __half d0 = wsc[(size_t)drow0 * kbs + kb0], d1 = wsc[(size_t)drow1 * kbs + kb0]; // a row past n: zero quants
     minfer_cp_async_wait<1>();
     __syncthreads(); // step 0's copies are visible
     for (int i = 0; i < nk; i++) {
         const int kb = kb0 + i, s3 = i % 3;
         __half* const wsb = ws + (i & 1) * TILE;
-        const __half d0 = wsc[(size_t)drow0 * kbs + kb], d1 = wsc[(size_t)drow1 * kbs + kb]; // a row past n: zero quants
+        const __half c0 = d0, c1 = d1; // step kb's
+        if (i + 1 < nk) d0 = wsc[(size_t)drow0 * kbs + kb + 1], d1 = wsc[(size_t)drow1 * kbs + kb + 1];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint2 q = *reinterpret_cast<const uint2*>(wr + s3 * BN * WRS + (dr + 64 * h) * WRS + 8 * dq);
-            const __half dh = h == 0 ? d0 : d1;
+            const __half dh = h == 0 ? c0 : c1;
             const __half2 d2 = __halves2half2(dh, dh);
             uint4 o;
             g16::deq4(q.x, d2, o.x, o.y);
