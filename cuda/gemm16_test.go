@@ -11,6 +11,7 @@ import (
 	randv2 "math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,7 +69,7 @@ func TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewSource(41))
 	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
-		kernel := gemm16KernelOf(wt, false)
+		kernel := gemm16KernelOf(wt, Gemm16MMA)
 		for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {256, 136, 9}, {1024, 4200, 520}} {
 			xv := make([]float32, sh.k*sh.nt)
 			for i := range xv {
@@ -185,6 +186,46 @@ func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T)
 	}
 }
 
+// TestGemm16AheadDevice_BitwiseThePlainFormAndCensus: with
+// MINFER_MMQ_F16_AHEAD=1 a prefill matmul runs minfer_gemm16a_<type> and
+// not the plain form, and its output is the plain form's bit for bit (the
+// same loads, issued a step earlier): Q8_0 over whole and partial tiles,
+// one step to many, with and without the k split; Q4_K and Q6_K
+// (MINFER_MMQ_F16_KQ) over two super-blocks.
+func TestGemm16AheadDevice_BitwiseThePlainFormAndCensus(t *testing.T) {
+	dsNeedDevice(t)
+	r := rand.New(rand.NewSource(41))
+	for _, sh := range []struct {
+		wt       quant.Type
+		k, m, nt int
+	}{{quant.Q8_0, 32, 72, 9}, {quant.Q8_0, 768, 200, 64}, {quant.Q8_0, 3584, 512, 512}, {quant.Q4_K, 512, 200, 64}, {quant.Q6_K, 512, 200, 64}} {
+		xv := make([]float32, sh.k*sh.nt)
+		for i := range xv {
+			xv[i] = 2*r.Float32() - 1
+		}
+		wb, _ := mmtWeights(t, r, sh.wt, sh.m, sh.k, 0.05)
+		var outs [2][]float32
+		for arm, ah := range []string{"MINFER_MMQ_F16_AHEAD=0", "MINFER_MMQ_F16_AHEAD=1"} {
+			name := fmt.Sprintf("gemm16a/%s/k%d/m%d/nt%d/%s", sh.wt, sh.k, sh.m, sh.nt, ah)
+			got, dev := gemm16MatMulOf(t, name, sh.wt, xv, wb, sh.k, sh.m, sh.nt, "MINFER_MMQ_F16=1", "MINFER_MMQ_F16_KQ=1",
+				"MINFER_ONE_COPY=1", "MINFER_MMQ_WGMMA=0", ah)
+			outs[arm] = got
+			census := dev.Kernels().Census()
+			want, not := gemm16KernelOf(sh.wt, Gemm16MMA), gemm16KernelOf(sh.wt, Gemm16Ahead)
+			if arm == 1 {
+				want, not = not, want
+			}
+			if census[want] == 0 || census[not] != 0 {
+				t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
+			}
+		}
+		if !slices.Equal(outs[0], outs[1]) {
+			t.Errorf("%s k %d m %d nt %d: the step-ahead form is not the plain one bit for bit (rel L2 %.3g)", sh.wt, sh.k, sh.m, sh.nt,
+				mfRelL2(outs[1], outs[0]))
+		}
+	}
+}
+
 // gemm16MatMul runs y = W x on a backend with the census, prefill GEMMs and
 // the settings extra: x nt rows of k values, W the Q8_0 bytes wb of m rows.
 func gemm16MatMul(t *testing.T, name string, xv []float32, wb []byte, k, m, nt int, extra ...string) ([]float32, *Backend) {
@@ -265,7 +306,23 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	} else if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_WGMMA") {
 		t.Errorf("New with MINFER_MMQ_WGMMA=1 and the f16 GEMM off: %v, want the refusal", err)
 	}
+	// The step-ahead scales: a form of the mma.sync kernels of every type,
+	// none of wgmma's, and wgmma wins where both are set (New refuses that).
+	for _, c := range []struct {
+		opts MatMulOptions
+		t    quant.Type
+		want string
+	}{
+		{MatMulOptions{MMQF16Ahead: true}, quant.Q8_0, gemm16AKernel}, {MatMulOptions{MMQF16Ahead: true}, quant.Q4_K, gemm16AQ4K},
+		{MatMulOptions{MMQF16Ahead: true}, quant.Q6_K, gemm16AQ6KR}, {MatMulOptions{}, quant.Q8_0, gemm16Kernel},
+		{MatMulOptions{MMQF16Ahead: true, MMQWGMMA: true}, quant.Q8_0, gemm16WKernel}, {MatMulOptions{MMQF16Ahead: true}, quant.Q5_K, ""},
+	} {
+		if got := gemm16KernelOf(c.t, gemm16FormOf(c.t, c.opts)); got != c.want {
+			t.Errorf("%+v %s: kernel %q, want %q", c.opts, c.t, got, c.want)
+		}
+	}
 	for _, c := range [][2]string{
+		{"MINFER_MMQ_F16_AHEAD", "MINFER_MMQ_F16=0"}, {"MINFER_MMQ_F16_AHEAD", "MINFER_MMQ_WGMMA=1"},
 		{"MINFER_MMQ_F16", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16", "MINFER_ONE_COPY=0"}, {"MINFER_MMQ_F16", "MINFER_NO_PREFILL_GEMM=1"},
 		{"MINFER_MMQ_F16_KQ", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_MMVQ_REPACK=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_NO_PREFILL_GEMM=1"},
 	} {
@@ -316,6 +373,9 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		`constexpr int WRS = BK \+ 16;`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q4K + `\(MINFER_GEMM16_PARAMS\)`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q6KR + `\(MINFER_GEMM16_PARAMS\)`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16AKernel + `\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q8_0R, false, true>`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16AQ4K + `\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q4_K, false, true>`,
+		`__launch_bounds__\(g16::NT, 2\) ` + gemm16AQ6KR + `\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q6_KR, false, true>`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
@@ -334,17 +394,17 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		name, want string
 		err        error
 	}{
-		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, false)},
-		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}}, false)},
-		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, false)},
-		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil, false)},
-		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4), true)},
-		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, true)},
-		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"Q6_K on wgmma", "wgmma", k.MatMulF16(nil, p, 64, 256, quant.Q6_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, true)},
-		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
+		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
+		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, Gemm16MMA)},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
+		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}}, Gemm16MMA)},
+		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, Gemm16MMA)},
+		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil, Gemm16MMA)},
+		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4), Gemm16WGMMA)},
+		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, Gemm16WGMMA)},
+		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
+		{"Q6_K on wgmma", "wgmma", k.MatMulF16(nil, p, 64, 256, quant.Q6_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16WGMMA)},
+		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

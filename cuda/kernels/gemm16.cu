@@ -309,8 +309,12 @@ template <> struct Deq<Q6_KR> {
 
 // gemm computes the tile (tokens m0 .., rows n0 ..) of one matmul over the
 // 32-deep steps kb0 .. kb1 - 1; add: atomicAdd into the zeroed output (a
-// split k range) instead of storing.
-template <int T>
+// split k range) instead of storing. AHEAD (MINFER_MMQ_F16_AHEAD,
+// minfer_gemm16a_*): the weight scales of step kb + 1 are loaded during
+// step kb, into a second Deq, instead of at step kb's top, where the
+// barrier's wait covers little of a global load (the copies it waits for
+// went out a step earlier); the same values, bitwise.
+template <int T, bool AHEAD = false>
 __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x16, int k, int nt, int m0, int n0, int kb0,
                                      int kb1, bool add) {
     __shared__ Smem<T> sm;
@@ -331,11 +335,18 @@ __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x
     // & 3; chunk tid + 256 is 64 rows on).
     const int dr = (tid & 7) + 8 * (tid >> 5), dq = (tid >> 3) & 3;
     Deq<T> dz(wq, k, n, min(n0 + dr, n - 1), min(n0 + dr + 64, n - 1), dq);
+    Deq<T> nx = dz; // AHEAD: the next step's (unused otherwise)
+    if constexpr (AHEAD) nx.load(kb0, true);
     stage<T>(sm, kb0 & 1, x16, wq, k, n, nt, m0, n0, kb0);
     minfer_cp_async_commit();
     for (int kb = kb0; kb < kb1; kb++) {
         const int buf = kb & 1;
-        dz.load(kb, kb == kb0); // a row past n: its quants are zero
+        if constexpr (AHEAD) {
+            dz = nx; // loaded during step kb - 1 (or before the loop)
+            if (kb + 1 < kb1) nx.load(kb + 1, false);
+        } else {
+            dz.load(kb, kb == kb0); // a row past n: its quants are zero
+        }
         minfer_cp_async_wait<0>();
         __syncthreads(); // this step's copies are visible; every warp is done with ws and buffer buf ^ 1
         if (kb + 1 < kb1) stage<T>(sm, buf ^ 1, x16, wq, k, n, nt, m0, n0, kb + 1);
@@ -524,12 +535,12 @@ __device__ __forceinline__ void gemm(const g16::Seg& sg, const __half* __restric
 
 namespace g16 {
 // entry is a kernel's body: the block's work, then the tile of layout T
-// (WG: the wgmma form, Q8_0R only).
-template <int T, bool WG = false> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
+// (WG: the wgmma form, Q8_0R only; AHEAD: gemm's scales a step ahead).
+template <int T, bool WG = false, bool AHEAD = false> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
     Work wk;
     if (!pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
     if constexpr (WG) g16w::gemm(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
-    else gemm<T>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+    else gemm<T, AHEAD>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
 }
 } // namespace g16
 
@@ -553,6 +564,20 @@ extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q4_k(MINF
 }
 extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q6_kr(MINFER_GEMM16_PARAMS) {
     g16::entry<g16::Q6_KR>(MINFER_GEMM16_ARGS);
+}
+
+// minfer_gemm16a_q8_0r, minfer_gemm16a_q4_k, minfer_gemm16a_q6_kr
+// (MINFER_MMQ_F16_AHEAD): the kernels above with each step's weight scales
+// loaded a step ahead; the same grid, block, arguments, shared memory and
+// results, bitwise.
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16a_q8_0r(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q8_0R, false, true>(MINFER_GEMM16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16a_q4_k(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q4_K, false, true>(MINFER_GEMM16_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16a_q6_kr(MINFER_GEMM16_PARAMS) {
+    g16::entry<g16::Q6_KR, false, true>(MINFER_GEMM16_ARGS);
 }
 
 // minfer_gemm16w_q8_0r: minfer_gemm16_q8_0r's contract on wgmma

@@ -435,6 +435,15 @@ var registry = []Lever{
 		Requires:  []string{"MINFER_MMQ_F16=1", "MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16w_q8_0r only with the lever on; off, the mma.sync form minfer_gemm16_q8_0r",
 			[]string{"minfer_gemm16w_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
+	// Each 32-deep step of the f16 GEMM waited on its weight scales'
+	// global loads: issued at the step's top, covered only by a barrier
+	// whose copies had landed a step earlier (session 25, from the source).
+	{Name: "MINFER_MMQ_F16_AHEAD", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
+		Doc:  "1: the f16 GEMM's mma.sync kernels (minfer_gemm16a_*) load each 32-deep step's weight scales during the step before, instead of at its top where the barrier's wait covers little of a global load; bitwise the plain kernels (reports/MINFER_MMQ_F16_AHEAD)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
+		Requires: []string{"MINFER_MMQ_F16=1", "MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_WGMMA=0"},
+		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16a_q8_0r (with MINFER_MMQ_F16_KQ, Q4_K and Q6_K ones minfer_gemm16a_q4_k, minfer_gemm16a_q6_kr) only with the lever on; off, minfer_gemm16_*",
+			[]string{"minfer_gemm16a_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_F16=0"},
@@ -797,6 +806,7 @@ type Config struct {
 	MMQAsync         bool
 	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
 	MMQWGMMA         bool // MINFER_MMQ_WGMMA: that GEMM on wgmma
+	MMQF16Ahead      bool // MINFER_MMQ_F16_AHEAD: its scales a step ahead
 	MMQF16KQ         bool // MINFER_MMQ_F16_KQ: Q4_K / Q6_K prefill as that f16 GEMM
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
@@ -947,6 +957,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
 	c.MMQF16KQ = on("MINFER_MMQ_F16_KQ")
 	c.MMQWGMMA = on("MINFER_MMQ_WGMMA")
+	c.MMQF16Ahead = on("MINFER_MMQ_F16_AHEAD")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")
