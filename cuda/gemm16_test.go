@@ -164,20 +164,8 @@ func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T)
 			xv[i] = 2*r.Float32() - 1
 		}
 		wb, _ := mmtWeights(t, r, quant.Q8_0, sh.m, sh.k, 0.05)
-		var outs [2][]float32
-		for arm, wg := range []string{"MINFER_MMQ_WGMMA=0", "MINFER_MMQ_WGMMA=1"} {
-			name := fmt.Sprintf("gemm16w/k%d/m%d/nt%d/%s", sh.k, sh.m, sh.nt, wg)
-			got, dev := gemm16MatMul(t, name, xv, wb, sh.k, sh.m, sh.nt, "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1", wg)
-			outs[arm] = got
-			census := dev.Kernels().Census()
-			want, not := gemm16Kernel, gemm16WKernel
-			if arm == 1 {
-				want, not = not, want
-			}
-			if census[want] == 0 || census[not] != 0 {
-				t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
-			}
-		}
+		outs := gemm16Arms(t, "gemm16w", quant.Q8_0, xv, wb, sh.k, sh.m, sh.nt, [2]Gemm16Form{Gemm16MMA, Gemm16WGMMA},
+			[2]string{"MINFER_MMQ_WGMMA=0", "MINFER_MMQ_WGMMA=1"}, "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1")
 		rel := mfRelL2(outs[1], outs[0])
 		t.Logf("k %d m %d nt %d: rel L2 (wgmma vs mma.sync) = %.3g", sh.k, sh.m, sh.nt, rel)
 		if !(rel <= 1e-5) {
@@ -204,26 +192,32 @@ func TestGemm16AheadDevice_BitwiseThePlainFormAndCensus(t *testing.T) {
 			xv[i] = 2*r.Float32() - 1
 		}
 		wb, _ := mmtWeights(t, r, sh.wt, sh.m, sh.k, 0.05)
-		var outs [2][]float32
-		for arm, ah := range []string{"MINFER_MMQ_F16_AHEAD=0", "MINFER_MMQ_F16_AHEAD=1"} {
-			name := fmt.Sprintf("gemm16a/%s/k%d/m%d/nt%d/%s", sh.wt, sh.k, sh.m, sh.nt, ah)
-			got, dev := gemm16MatMulOf(t, name, sh.wt, xv, wb, sh.k, sh.m, sh.nt, "MINFER_MMQ_F16=1", "MINFER_MMQ_F16_KQ=1",
-				"MINFER_ONE_COPY=1", "MINFER_MMQ_WGMMA=0", ah)
-			outs[arm] = got
-			census := dev.Kernels().Census()
-			want, not := gemm16KernelOf(sh.wt, Gemm16MMA), gemm16KernelOf(sh.wt, Gemm16Ahead)
-			if arm == 1 {
-				want, not = not, want
-			}
-			if census[want] == 0 || census[not] != 0 {
-				t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
-			}
-		}
+		outs := gemm16Arms(t, "gemm16a", sh.wt, xv, wb, sh.k, sh.m, sh.nt, [2]Gemm16Form{Gemm16MMA, Gemm16Ahead},
+			[2]string{"MINFER_MMQ_F16_AHEAD=0", "MINFER_MMQ_F16_AHEAD=1"}, "MINFER_MMQ_F16=1", "MINFER_MMQ_F16_KQ=1", "MINFER_ONE_COPY=1",
+			"MINFER_MMQ_WGMMA=0")
 		if !slices.Equal(outs[0], outs[1]) {
 			t.Errorf("%s k %d m %d nt %d: the step-ahead form is not the plain one bit for bit (rel L2 %.3g)", sh.wt, sh.k, sh.m, sh.nt,
 				mfRelL2(outs[1], outs[0]))
 		}
 	}
+}
+
+// gemm16Arms runs one matmul twice, with setting[0] then setting[1] added
+// to extra, checks that each arm's census names its form's kernel for wt
+// and not the other's, and returns both outputs.
+func gemm16Arms(t *testing.T, tag string, wt quant.Type, xv []float32, wb []byte, k, m, nt int, forms [2]Gemm16Form, setting [2]string,
+	extra ...string) (outs [2][]float32) {
+	t.Helper()
+	for arm := range 2 {
+		name := fmt.Sprintf("%s/%s/k%d/m%d/nt%d/%s", tag, wt, k, m, nt, setting[arm])
+		got, dev := gemm16MatMulOf(t, name, wt, xv, wb, k, m, nt, append(slices.Clone(extra), setting[arm])...)
+		outs[arm] = got
+		census := dev.Kernels().Census()
+		if want, not := gemm16KernelOf(wt, forms[arm]), gemm16KernelOf(wt, forms[1-arm]); census[want] == 0 || census[not] != 0 {
+			t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
+		}
+	}
+	return outs
 }
 
 // gemm16MatMul runs y = W x on a backend with the census, prefill GEMMs and
