@@ -122,8 +122,7 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
-			MMQAsync: opts.Levers.MMQAsync, MMQF16: opts.Levers.MMQF16, MMQWGMMA: opts.Levers.MMQWGMMA,
-			MMQF16KQ: opts.Levers.MMQF16KQ, MMQF16Ahead: opts.Levers.MMQF16Ahead,
+			MMQAsync: opts.Levers.MMQAsync, MMQF16: opts.Levers.MMQF16, MMQF16KQ: opts.Levers.MMQF16KQ,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).
@@ -155,11 +154,6 @@ func New(opts Options) (*Backend, error) {
 		}
 		if opts.Levers.FAPrefillTC {
 			if err := k.PrepareAttnPrefillTC(); err != nil {
-				return err
-			}
-		}
-		if opts.Levers.MMQWGMMA {
-			if err := k.prepareOptIn("gemm16", gemm16WKernel, gemm16WSmem); err != nil {
 				return err
 			}
 		}

@@ -20,17 +20,9 @@ const (
 	gemm16Toks    = 128 // g16::BM: tokens a block
 	gemm16Threads = 256 // g16::NT
 	gemm16Kernel  = "minfer_gemm16_q8_0r"
-	gemm16WKernel = "minfer_gemm16w_q8_0r" // the wgmma form (MINFER_MMQ_WGMMA)
-	gemm16Q4K     = "minfer_gemm16_q4_k"   // GGUF bytes (MINFER_MMQ_F16_KQ)
-	gemm16Q6KR    = "minfer_gemm16_q6_kr"  // the repacked copy (MINFER_MMQ_F16_KQ)
-	// The mma.sync kernels with the scales a step ahead (MINFER_MMQ_F16_AHEAD).
-	gemm16AKernel = "minfer_gemm16a_q8_0r"
-	gemm16AQ4K    = "minfer_gemm16a_q4_k"
-	gemm16AQ6KR   = "minfer_gemm16a_q6_kr"
-	// gemm16WSmem is g16w::SMEM: xs[3] and ws[2] tiles of 128 x 32 f16,
-	// wr[3] of 128 rows of 48 bytes.
-	gemm16WSmem = 3*128*32*2 + 2*128*32*2 + 3*128*48
-	f32ToF16    = "minfer_f32_to_f16"
+	gemm16Q4K     = "minfer_gemm16_q4_k"  // GGUF bytes (MINFER_MMQ_F16_KQ)
+	gemm16Q6KR    = "minfer_gemm16_q6_kr" // the repacked copy (MINFER_MMQ_F16_KQ)
+	f32ToF16      = "minfer_f32_to_f16"
 )
 
 // Gemm16ActBytes is the f16 copy of nt activation rows of k values.
@@ -52,38 +44,10 @@ func gemm16On(wtype quant.Type, nt int, repacked bool, opts MatMulOptions) bool 
 	return false
 }
 
-// Gemm16Form is which kernel of the f16 GEMM runs: the mma.sync one, it
-// with its scales a step ahead (MINFER_MMQ_F16_AHEAD), or the wgmma one
-// (MINFER_MMQ_WGMMA, Q8_0 only).
-type Gemm16Form int
-
-const (
-	Gemm16MMA Gemm16Form = iota
-	Gemm16Ahead
-	Gemm16WGMMA
-)
-
-// gemm16FormOf is the form opts select for weight type t.
-func gemm16FormOf(t quant.Type, opts MatMulOptions) Gemm16Form {
-	switch {
-	case opts.MMQWGMMA && t == quant.Q8_0:
-		return Gemm16WGMMA
-	case opts.MMQF16Ahead:
-		return Gemm16Ahead
-	}
-	return Gemm16MMA
-}
-
-// gemm16Names are the f16 GEMM's kernels by form and weight type.
-var gemm16Names = map[Gemm16Form]map[quant.Type]string{
-	Gemm16MMA:   {quant.Q8_0: gemm16Kernel, quant.Q4_K: gemm16Q4K, quant.Q6_K: gemm16Q6KR},
-	Gemm16Ahead: {quant.Q8_0: gemm16AKernel, quant.Q4_K: gemm16AQ4K, quant.Q6_K: gemm16AQ6KR},
-	Gemm16WGMMA: {quant.Q8_0: gemm16WKernel},
-}
-
-// gemm16KernelOf is the f16 GEMM of weight type t in form f, or "" for a
-// type that form does not take.
-func gemm16KernelOf(t quant.Type, f Gemm16Form) string { return gemm16Names[f][t] }
+// gemm16Names are the f16 GEMM's kernels by weight type. (Its wgmma form
+// and its scales loaded a step ahead lost their A/Bs and are gone:
+// reports/MINFER_MMQ_WGMMA, reports/MINFER_MMQ_F16_AHEAD.)
+var gemm16Names = map[quant.Type]string{quant.Q8_0: gemm16Kernel, quant.Q4_K: gemm16Q4K, quant.Q6_K: gemm16Q6KR}
 
 // ConvertF16 writes the count f32 values at x as f16 at y (count % 4 == 0,
 // x 16-byte and y 8-byte aligned).
@@ -118,17 +82,15 @@ func gemm16Split(blocks, smCount, kDim int) int {
 }
 
 // MatMulF16 runs the matmuls segs (1 to 3, one k, weight type wt) over
-// nt tokens of x16, their f16 rows (ConvertF16), in one launch of form f
-// (the wgmma one Q8_0 only, its dynamic shared memory opted in at New). A
-// split k (gemm16Split) zeroes the outputs first: its two halves add into
-// them.
-func (k *Kernels) MatMulF16(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, wt quant.Type, segs []Gemm16Seg, f Gemm16Form) error {
+// nt tokens of x16, their f16 rows (ConvertF16), in one launch. A split k
+// (gemm16Split) zeroes the outputs first: its two halves add into them.
+func (k *Kernels) MatMulF16(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, wt quant.Type, segs []Gemm16Seg) error {
 	if len(segs) == 0 || len(segs) > gemm16Segs {
 		return fmt.Errorf("cuda: gemm16: %d matmuls, want 1 to %d", len(segs), gemm16Segs)
 	}
-	name := gemm16KernelOf(wt, f)
+	name := gemm16Names[wt]
 	if name == "" {
-		return fmt.Errorf("cuda: gemm16: no f16 GEMM for %s weights (wgmma %v): Q8_0, Q4_K and Q6_K have one, wgmma Q8_0 only", wt, f == Gemm16WGMMA)
+		return fmt.Errorf("cuda: gemm16: no f16 GEMM for %s weights: Q8_0, Q4_K and Q6_K have one", wt)
 	}
 	tiles, kStep := 0, wt.BlockSize()
 	for _, g := range segs {
@@ -160,12 +122,8 @@ func (k *Kernels) MatMulF16(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int
 		}
 		args = append(args, g.Out, g.W, g.Bias, int32(g.N))
 	}
-	smem := 0
-	if f == Gemm16WGMMA {
-		smem = gemm16WSmem
-	}
 	grid := [3]uint32{uint32(tx), uint32(tiles * split), 1}
-	if err := k.launch(s, name, grid, [3]uint32{gemm16Threads, 1, 1}, uint32(smem), args...); err != nil {
+	if err := k.launch(s, name, grid, [3]uint32{gemm16Threads, 1, 1}, 0, args...); err != nil {
 		return fmt.Errorf("cuda: gemm16 %s nt=%d k=%d (%d matmuls, k split %d): %w", name, nt, kDim, len(segs), split, err)
 	}
 	return nil
@@ -200,7 +158,7 @@ func (b *Backend) runGemm16(nt int, ms ...matmulPlan) error {
 			}
 			segs = append(segs, Gemm16Seg{Out: m.out, W: w, Bias: m.bias, N: m.w.rows})
 		}
-		if err := b.k.MatMulF16(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, wt, segs, gemm16FormOf(wt, b.mm)); err != nil {
+		if err := b.k.MatMulF16(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, wt, segs); err != nil {
 			return err
 		}
 		ms = rest

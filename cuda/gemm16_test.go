@@ -11,7 +11,6 @@ import (
 	randv2 "math/rand/v2"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -42,7 +41,7 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 		var outs [2][]float32
 		// The reference arm keeps two copies: MINFER_MMQ=0 reads the GGUF
 		// bytes, which one copy does not keep (New refuses the pair).
-		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1", "MINFER_MMQ_WGMMA=0", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
+		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
 			name := fmt.Sprintf("gemm16/k%d/m%d/nt%d/arm%d", sh.k, sh.m, sh.nt, arm)
 			got, dev := gemm16MatMul(t, name, xv, wb, sh.k, sh.m, sh.nt, extra...)
 			outs[arm] = got
@@ -69,7 +68,7 @@ func TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewSource(41))
 	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
-		kernel := gemm16KernelOf(wt, Gemm16MMA)
+		kernel := gemm16Names[wt]
 		for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {256, 136, 9}, {1024, 4200, 520}} {
 			xv := make([]float32, sh.k*sh.nt)
 			for i := range xv {
@@ -119,21 +118,10 @@ func TestGemm16KQDevice_MixedFusedOpsOneLaunchATypeBitwiseEqualUnfused(t *testin
 // and FFN ops with MINFER_MMQ_F16=1 convert x once and run their matmuls in
 // one launch, bitwise the unfused graph's separate launches (shapes whose
 // fused and unfused launches take the same k split: all under 132 blocks).
-func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) { gemm16FusedCheck(t, false) }
-
-// TestGemm16WGMMADevice_FusedOpsOneLaunchBitwiseEqualUnfused: the same in
-// the wgmma form (MINFER_MMQ_WGMMA=1).
-func TestGemm16WGMMADevice_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
-	gemm16FusedCheck(t, true)
-}
-
-func gemm16FusedCheck(t *testing.T, wg bool) {
+func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(71, 72))
-	kernel, extra := gemm16Kernel, []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1", "MINFER_MMQ_WGMMA=0"}
-	if wg {
-		kernel, extra[len(extra)-1] = gemm16WKernel, "MINFER_MMQ_WGMMA=1"
-	}
+	kernel, extra := gemm16Kernel, []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}
 	for _, ffn := range []bool{false, true} {
 		for _, sh := range []struct{ nt, m, k int }{{64, 133, 256}, {200, 1100, 1024}} {
 			g := &mfGraph{ffn: ffn, k: sh.k, m: sh.m, nt: sh.nt}
@@ -147,77 +135,6 @@ func gemm16FusedCheck(t *testing.T, wg bool) {
 			}
 		}
 	}
-}
-
-// TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus: with
-// MINFER_MMQ_WGMMA=1 a prefill matmul of a repacked Q8_0 weight runs
-// minfer_gemm16w_q8_0r and not the mma.sync form, and its output is within
-// 1e-5 rel L2 of that form's (the same f16 products summed in f32 in
-// another order), for whole and partial tiles, one step to many, with and
-// without the k split.
-func TestGemm16WGMMADevice_MatchesTheMMASyncFormWithin1e5AndCensus(t *testing.T) {
-	dsNeedDevice(t)
-	r := rand.New(rand.NewSource(37))
-	for _, sh := range []struct{ k, m, nt int }{{32, 72, 9}, {768, 200, 64}, {3584, 512, 512}, {256, 4200, 520}} {
-		xv := make([]float32, sh.k*sh.nt)
-		for i := range xv {
-			xv[i] = 2*r.Float32() - 1
-		}
-		wb, _ := mmtWeights(t, r, quant.Q8_0, sh.m, sh.k, 0.05)
-		outs := gemm16Arms(t, "gemm16w", quant.Q8_0, xv, wb, sh.k, sh.m, sh.nt, [2]Gemm16Form{Gemm16MMA, Gemm16WGMMA},
-			[2]string{"MINFER_MMQ_WGMMA=0", "MINFER_MMQ_WGMMA=1"}, "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1")
-		rel := mfRelL2(outs[1], outs[0])
-		t.Logf("k %d m %d nt %d: rel L2 (wgmma vs mma.sync) = %.3g", sh.k, sh.m, sh.nt, rel)
-		if !(rel <= 1e-5) {
-			t.Errorf("k %d m %d nt %d: rel L2 %.3g, bar 1e-5", sh.k, sh.m, sh.nt, rel)
-		}
-	}
-}
-
-// TestGemm16AheadDevice_BitwiseThePlainFormAndCensus: with
-// MINFER_MMQ_F16_AHEAD=1 a prefill matmul runs minfer_gemm16a_<type> and
-// not the plain form, and its output is the plain form's bit for bit (the
-// same loads, issued a step earlier): Q8_0 over whole and partial tiles,
-// one step to many, with and without the k split; Q4_K and Q6_K
-// (MINFER_MMQ_F16_KQ) over two super-blocks.
-func TestGemm16AheadDevice_BitwiseThePlainFormAndCensus(t *testing.T) {
-	dsNeedDevice(t)
-	r := rand.New(rand.NewSource(41))
-	for _, sh := range []struct {
-		wt       quant.Type
-		k, m, nt int
-	}{{quant.Q8_0, 32, 72, 9}, {quant.Q8_0, 768, 200, 64}, {quant.Q8_0, 3584, 512, 512}, {quant.Q4_K, 512, 200, 64}, {quant.Q6_K, 512, 200, 64}} {
-		xv := make([]float32, sh.k*sh.nt)
-		for i := range xv {
-			xv[i] = 2*r.Float32() - 1
-		}
-		wb, _ := mmtWeights(t, r, sh.wt, sh.m, sh.k, 0.05)
-		outs := gemm16Arms(t, "gemm16a", sh.wt, xv, wb, sh.k, sh.m, sh.nt, [2]Gemm16Form{Gemm16MMA, Gemm16Ahead},
-			[2]string{"MINFER_MMQ_F16_AHEAD=0", "MINFER_MMQ_F16_AHEAD=1"}, "MINFER_MMQ_F16=1", "MINFER_MMQ_F16_KQ=1", "MINFER_ONE_COPY=1",
-			"MINFER_MMQ_WGMMA=0")
-		if !slices.Equal(outs[0], outs[1]) {
-			t.Errorf("%s k %d m %d nt %d: the step-ahead form is not the plain one bit for bit (rel L2 %.3g)", sh.wt, sh.k, sh.m, sh.nt,
-				mfRelL2(outs[1], outs[0]))
-		}
-	}
-}
-
-// gemm16Arms runs one matmul twice, with setting[0] then setting[1] added
-// to extra, checks that each arm's census names its form's kernel for wt
-// and not the other's, and returns both outputs.
-func gemm16Arms(t *testing.T, tag string, wt quant.Type, xv []float32, wb []byte, k, m, nt int, forms [2]Gemm16Form, setting [2]string,
-	extra ...string) (outs [2][]float32) {
-	t.Helper()
-	for arm := range 2 {
-		name := fmt.Sprintf("%s/%s/k%d/m%d/nt%d/%s", tag, wt, k, m, nt, setting[arm])
-		got, dev := gemm16MatMulOf(t, name, wt, xv, wb, k, m, nt, append(slices.Clone(extra), setting[arm])...)
-		outs[arm] = got
-		census := dev.Kernels().Census()
-		if want, not := gemm16KernelOf(wt, forms[arm]), gemm16KernelOf(wt, forms[1-arm]); census[want] == 0 || census[not] != 0 {
-			t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
-		}
-	}
-	return outs
 }
 
 // gemm16MatMul runs y = W x on a backend with the census, prefill GEMMs and
@@ -292,31 +209,7 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 			t.Errorf("MINFER_MMQ_F16_KQ: %s repacked %v: route %d, want %d", c.typ, c.rp, got, c.want)
 		}
 	}
-	if gemm16WSmem != 3*128*32*2+2*128*32*2+3*128*(32+16) || gemm16WSmem <= defaultDynSmem {
-		t.Errorf("gemm16WSmem %d: want g16w::SMEM, above the 48 KiB that needs no opt-in", gemm16WSmem)
-	}
-	if lv, err := levers.Parse([]string{"MINFER_MMQ_WGMMA=1", "MINFER_MMQ_F16=0"}); err != nil {
-		t.Fatal(err)
-	} else if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_WGMMA") {
-		t.Errorf("New with MINFER_MMQ_WGMMA=1 and the f16 GEMM off: %v, want the refusal", err)
-	}
-	// The step-ahead scales: a form of the mma.sync kernels of every type,
-	// none of wgmma's, and wgmma wins where both are set (New refuses that).
-	for _, c := range []struct {
-		opts MatMulOptions
-		t    quant.Type
-		want string
-	}{
-		{MatMulOptions{MMQF16Ahead: true}, quant.Q8_0, gemm16AKernel}, {MatMulOptions{MMQF16Ahead: true}, quant.Q4_K, gemm16AQ4K},
-		{MatMulOptions{MMQF16Ahead: true}, quant.Q6_K, gemm16AQ6KR}, {MatMulOptions{}, quant.Q8_0, gemm16Kernel},
-		{MatMulOptions{MMQF16Ahead: true, MMQWGMMA: true}, quant.Q8_0, gemm16WKernel}, {MatMulOptions{MMQF16Ahead: true}, quant.Q5_K, ""},
-	} {
-		if got := gemm16KernelOf(c.t, gemm16FormOf(c.t, c.opts)); got != c.want {
-			t.Errorf("%+v %s: kernel %q, want %q", c.opts, c.t, got, c.want)
-		}
-	}
 	for _, c := range [][2]string{
-		{"MINFER_MMQ_F16_AHEAD", "MINFER_MMQ_F16=0"}, {"MINFER_MMQ_F16_AHEAD", "MINFER_MMQ_WGMMA=1"},
 		{"MINFER_MMQ_F16", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16", "MINFER_ONE_COPY=0"}, {"MINFER_MMQ_F16", "MINFER_NO_PREFILL_GEMM=1"},
 		{"MINFER_MMQ_F16_KQ", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_MMVQ_REPACK=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_NO_PREFILL_GEMM=1"},
 	} {
@@ -366,15 +259,9 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		`const __half \*x16, int k, int nt, int ksplit, float \*out0, const uint8_t \*w0, const float \*bias0, int n0,\s+\\\s+float \*out1,`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Kernel + `\(MINFER_GEMM16_PARAMS\)`,
 		f32ToF16 + `\(__half\* y, const float\* x, long long count\)`,
-		`__launch_bounds__\(g16::NT, 2\) ` + gemm16WKernel + `\(MINFER_GEMM16_PARAMS\)`,
-		`constexpr int TILE = 128 \* BK;`,
-		`constexpr int SMEM = 3 \* TILE \* 2 \+ 2 \* TILE \* 2 \+ 3 \* BN \* WRS;`,
 		`constexpr int WRS = BK \+ 16;`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q4K + `\(MINFER_GEMM16_PARAMS\)`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q6KR + `\(MINFER_GEMM16_PARAMS\)`,
-		`__launch_bounds__\(g16::NT, 2\) ` + gemm16AKernel + `\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q8_0R, false, true>`,
-		`__launch_bounds__\(g16::NT, 2\) ` + gemm16AQ4K + `\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q4_K, false, true>`,
-		`__launch_bounds__\(g16::NT, 2\) ` + gemm16AQ6KR + `\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q6_KR, false, true>`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
@@ -393,17 +280,16 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		name, want string
 		err        error
 	}{
-		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
-		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, Gemm16MMA)},
-		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
-		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}}, Gemm16MMA)},
-		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, Gemm16MMA)},
-		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil, Gemm16MMA)},
-		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4), Gemm16WGMMA)},
-		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, Gemm16WGMMA)},
-		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
-		{"Q6_K on wgmma", "wgmma", k.MatMulF16(nil, p, 64, 256, quant.Q6_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16WGMMA)},
-		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, Gemm16MMA)},
+		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}})},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}})},
+		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}})},
+		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil)},
+		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4))},
+		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}})},
+		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}})},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

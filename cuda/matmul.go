@@ -450,12 +450,6 @@ type MatMulOptions struct {
 	// MMQF16 (MINFER_MMQ_F16) runs prefill of Q8_0 weights with a repacked
 	// copy through the f16 GEMM (gemm16.go) over their f16 rows in MMQAct.
 	MMQF16 bool
-	// MMQWGMMA (MINFER_MMQ_WGMMA) runs that GEMM on wgmma
-	// (minfer_gemm16w_q8_0r) instead of mma.sync.
-	MMQWGMMA bool
-	// MMQF16Ahead (MINFER_MMQ_F16_AHEAD) runs its mma.sync kernels with
-	// each step's weight scales loaded a step ahead (minfer_gemm16a_*).
-	MMQF16Ahead bool
 	// MMQF16KQ (MINFER_MMQ_F16_KQ) runs prefill of Q4_K weights and of Q6_K
 	// weights with a repacked copy through the f16 GEMM too.
 	MMQF16KQ    bool

@@ -26,21 +26,20 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, eight for qb, four for qbk, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, four for qb, four for qbk, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 dleans f16s ahead wg kq gqa embedh syn synk qb qbk qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncuw ncut ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 dleans f16s kq gqa embedh syn synk qb qbk qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
 # at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
 # session 25 on their 7B A/Bs alone; their first forms go only if these pass too).
 declare -A LEVER=(
-    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [wg]=MINFER_MMQ_WGMMA [kq]=MINFER_MMQ_F16_KQ
+    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ
     [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
     [dleans]=MINFER_ATTN_DECODE_LEAN@qwen2-0.5b:Q4_K_M [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
-    [ahead]=MINFER_MMQ_F16_AHEAD
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings.
@@ -57,11 +56,10 @@ declare -A RSPEC=(
     [r10]="qwen3-0.6b:MIX@pp2048@with=MINFER_ATTN_DECODE_LEAN=1"
 )
 # ncu steps: ncu --set full (clocks left to the driver) on launches of one kernel in a qwen2-7b Q8_0 bench,
-# one row a profile: STEP|NAME|ENV|KERNEL REGEX|LAUNCH SKIP|LAUNCH COUNT|BENCH ARGS. ncug and ncuw keep
-# their names (-d0) from the drives before this script, whose benches ran at depth 32128 too.
+# one row a profile: STEP|NAME|ENV|KERNEL REGEX|LAUNCH SKIP|LAUNCH COUNT|BENCH ARGS. ncug keeps its
+# name (-d0) from the drives before this script, whose benches ran at depth 32128 too.
 NCU_RUNS=(
     "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
-    "ncuw|ncu-gemm16w-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1 MINFER_MMQ_WGMMA=1|minfer_gemm16w_q8_0r|20|3|-p 512 -n 0 -d 32128"
     "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
     "ncud2|ncu-decode2-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2_hd128_f16|56|2|-p 0 -n 4 -d 32128"
     "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_LEAN=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
@@ -82,7 +80,7 @@ SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 # Quick benches (no claim: one process a setting, interleaved twice; an A/B is the claim): STEP|MODEL|
 # NAME=SETTINGS ... (the settings space-separated within a name, names separated by '|').
 QB_RUNS=(
-    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|ahead=MINFER_MMQ_F16_AHEAD=1|wg=MINFER_MMQ_F16=1 MINFER_MMQ_WGMMA=1"
+    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
 )
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
@@ -241,7 +239,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    dlean | f16 | dleans | f16s | ahead | wg | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    dlean | f16 | dleans | f16s | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk) qb_step $step ;;
     qd) qd_step ;;
@@ -250,7 +248,7 @@ for step in "${STEP_LIST[@]}"; do
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
-    ncug | ncuw | ncut | ncud2) ncu_step $step ;;
+    ncug | ncut | ncud2) ncu_step $step ;;
     prof | profg) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done

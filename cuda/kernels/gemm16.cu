@@ -67,7 +67,7 @@
 namespace g16 {
 constexpr int BM = 128, BN = 128, BK = 32, NT = 256;
 constexpr int LDK = BK + 8; // halves a staged row
-constexpr int WRS = BK + 16; // bytes a raw Q8_0 / Q4_K row (the wgmma form's too)
+constexpr int WRS = BK + 16; // bytes a raw Q8_0 / Q4_K row
 constexpr int SEGS = 3;      // matmuls a launch
 
 // The weight layouts: the kernel's template argument.
@@ -309,12 +309,10 @@ template <> struct Deq<Q6_KR> {
 
 // gemm computes the tile (tokens m0 .., rows n0 ..) of one matmul over the
 // 32-deep steps kb0 .. kb1 - 1; add: atomicAdd into the zeroed output (a
-// split k range) instead of storing. AHEAD (MINFER_MMQ_F16_AHEAD,
-// minfer_gemm16a_*): the weight scales of step kb + 1 are loaded during
-// step kb, into a second Deq, instead of at step kb's top, where the
-// barrier's wait covers little of a global load (the copies it waits for
-// went out a step earlier); the same values, bitwise.
-template <int T, bool AHEAD = false>
+// split k range) instead of storing. The weight scales of step kb load at
+// its top (loading them a step ahead into a second Deq was no faster:
+// reports/MINFER_MMQ_F16_AHEAD).
+template <int T>
 __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x16, int k, int nt, int m0, int n0, int kb0,
                                      int kb1, bool add) {
     __shared__ Smem<T> sm;
@@ -335,18 +333,11 @@ __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x
     // & 3; chunk tid + 256 is 64 rows on).
     const int dr = (tid & 7) + 8 * (tid >> 5), dq = (tid >> 3) & 3;
     Deq<T> dz(wq, k, n, min(n0 + dr, n - 1), min(n0 + dr + 64, n - 1), dq);
-    Deq<T> nx = dz; // AHEAD: the next step's (unused otherwise)
-    if constexpr (AHEAD) nx.load(kb0, true);
     stage<T>(sm, kb0 & 1, x16, wq, k, n, nt, m0, n0, kb0);
     minfer_cp_async_commit();
     for (int kb = kb0; kb < kb1; kb++) {
         const int buf = kb & 1;
-        if constexpr (AHEAD) {
-            dz = nx; // loaded during step kb - 1 (or before the loop)
-            if (kb + 1 < kb1) nx.load(kb + 1, false);
-        } else {
-            dz.load(kb, kb == kb0); // a row past n: its quants are zero
-        }
+        dz.load(kb, kb == kb0); // a row past n: its quants are zero
         minfer_cp_async_wait<0>();
         __syncthreads(); // this step's copies are visible; every warp is done with ws and buffer buf ^ 1
         if (kb + 1 < kb1) stage<T>(sm, buf ^ 1, x16, wq, k, n, nt, m0, n0, kb + 1);
@@ -399,133 +390,6 @@ __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x
 
 } // namespace g16
 
-// g16w: the same tile on wgmma (MINFER_MMQ_WGMMA). Each of the two
-// warpgroups (128 threads) owns 64 of the block's 128 tokens and issues one
-// m64n128k16 a 16-deep slice: its 64 tokens times all 128 weight rows, A and
-// B straight from shared memory, 64 f32 sums a thread as before. The tiles
-// are stored as 8 x 8 core matrices (K-major, no swizzle): element (r, k)
-// of a 128 x 32 step tile at half (r / 8) 256 + (k / 8) 64 + (r % 8) 8 + k
-// % 8, so lbo (the next 8 k) is 128 bytes and sbo (the next 8 rows) 512.
-// A quarter warp's 16-byte copies or stores fill one core matrix: no bank
-// conflicts. The MMA runs asynchronously: while slice pair kb is in the
-// tensor cores the block dequantizes step kb + 1 into the other weight
-// buffer, and the activation copies run two steps ahead (three buffers).
-// A step:
-//   dequantize wr[kb % 3] into ws[kb % 2]; proxy fence; barrier A (the
-//   tiles reach the async proxy);
-//   two wgmma (k 0..15, 16..31) on xs[kb % 3], ws[kb % 2]; commit;
-//   wait for the group of kb - 1 and for the copies of kb + 1; barrier B
-//   (both warpgroups are done with kb - 1's buffers, kb + 1's copies are
-//   visible);
-//   issue the copies of kb + 2 into the buffers kb - 1 used.
-namespace g16w {
-using g16::BK;
-using g16::BM;
-using g16::BN;
-using g16::NT;
-using g16::WRS;
-constexpr int TILE = 128 * BK;     // halves of a step tile (BM == BN == 128)
-constexpr int LBO = 128, SBO = 512; // bytes
-constexpr int SMEM = 3 * TILE * 2 + 2 * TILE * 2 + 3 * BN * WRS; // xs[3], ws[2], wr[3]: 59,392 bytes
-static_assert(BM == 128 && BN == 128 && BK == 32 && NT == 256, "the core-matrix layout and the two warpgroups");
-
-// cm is the half offset of element (r, k) of a step tile.
-__device__ __forceinline__ int cm(int r, int k) { return (r >> 3) * 256 + (k >> 3) * 64 + (r & 7) * 8 + (k & 7); }
-
-// stage issues the copies of step kb into xs (a core-matrix tile) and wr
-// (rows of WRS bytes): a quarter warp copies one 8-half column of 8 rows.
-__device__ __forceinline__ void stage(__half* xs, uint8_t* wr, const __half* __restrict__ x16, const uint8_t* __restrict__ wq,
-                                      int k, int n, int nt, int m0, int n0, int kb) {
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int c = tid + i * NT, r = (c & 7) + 8 * (c >> 5), q = (c >> 3) & 3;
-        const int tok = m0 + r;
-        const __half* src = x16 + (size_t)min(tok, nt - 1) * k + BK * kb + 8 * q;
-        minfer_cp_async16(xs + cm(r, 8 * q), src, tok < nt ? 16 : 0);
-    }
-    const int r = tid >> 1, q = tid & 1;
-    const int row = n0 + r;
-    const uint8_t* src = wq + (size_t)min(row, n - 1) * k + BK * kb + 16 * q;
-    minfer_cp_async16(wr + r * WRS + 16 * q, src, row < n ? 16 : 0);
-}
-
-__device__ __forceinline__ void gemm(const g16::Seg& sg, const __half* __restrict__ x16, int k, int nt, int m0, int n0, int kb0,
-                                     int kb1, bool add) {
-#ifndef MINFER_KERNEL_EMU // the emulation declares it (gemm16_emu.cpp)
-    extern __shared__ uint4 g16w_smem[];
-#endif
-    __half* const xs = reinterpret_cast<__half*>(g16w_smem);     // [3][TILE]
-    __half* const ws = xs + 3 * TILE;                            // [2][TILE]
-    uint8_t* const wr = reinterpret_cast<uint8_t*>(ws + 2 * TILE); // [3][BN][WRS]
-    const int tid = threadIdx.x, wg = tid >> 7;
-    const int n = sg.n, kbs = k / BK, nk = kb1 - kb0;
-    const uint8_t* wq = sg.w;
-    const __half* wsc = reinterpret_cast<const __half*>(sg.w + (size_t)n * k); // [n][k / 32]
-    const int dr = (tid & 7) + 8 * (tid >> 5), dq = (tid >> 3) & 3;
-    const int drow0 = min(n0 + dr, n - 1), drow1 = min(n0 + dr + 64, n - 1);
-
-    float acc[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
-
-    stage(xs, wr, x16, wq, k, n, nt, m0, n0, kb0);
-    minfer_cp_async_commit();
-    if (nk > 1) stage(xs + TILE, wr + BN * WRS, x16, wq, k, n, nt, m0, n0, kb0 + 1);
-    minfer_cp_async_commit();
-    // The rows' scales go out a step ahead: loaded where the dequantization
-    // uses them, each step waited a global load's latency with both
-    // warpgroups idle (the mma.sync form issues its loads before its
-    // barrier's wait instead).
-    __half d0 = wsc[(size_t)drow0 * kbs + kb0], d1 = wsc[(size_t)drow1 * kbs + kb0]; // a row past n: zero quants
-    minfer_cp_async_wait<1>();
-    __syncthreads(); // step 0's copies are visible
-    for (int i = 0; i < nk; i++) {
-        const int kb = kb0 + i, s3 = i % 3;
-        __half* const wsb = ws + (i & 1) * TILE;
-        const __half c0 = d0, c1 = d1; // step kb's
-        if (i + 1 < nk) d0 = wsc[(size_t)drow0 * kbs + kb + 1], d1 = wsc[(size_t)drow1 * kbs + kb + 1];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint2 q = *reinterpret_cast<const uint2*>(wr + s3 * BN * WRS + (dr + 64 * h) * WRS + 8 * dq);
-            const __half dh = h == 0 ? c0 : c1;
-            const __half2 d2 = __halves2half2(dh, dh);
-            uint4 o;
-            g16::deq4(q.x, d2, o.x, o.y);
-            g16::deq4(q.y, d2, o.z, o.w);
-            *reinterpret_cast<uint4*>(wsb + cm(dr + 64 * h, 8 * dq)) = o;
-        }
-        wgmma_proxy_fence();
-        __syncthreads(); // A: this step's tiles are written and visible to the MMA
-        wgmma_fence();
-        const __half* const xa = xs + s3 * TILE + cm(64 * wg, 0);
-        wgmma_m64n128k16(acc, wgmma_desc(xa, LBO, SBO), wgmma_desc(wsb, LBO, SBO));
-        wgmma_m64n128k16(acc, wgmma_desc(xa + cm(0, 16), LBO, SBO), wgmma_desc(wsb + cm(0, 16), LBO, SBO));
-        wgmma_commit();
-        wgmma_wait<1>();           // this warpgroup's step i - 1 is done
-        minfer_cp_async_wait<0>(); // step i + 1's copies landed
-        __syncthreads();           // B: both warpgroups are done with step i - 1; step i + 1's copies are visible
-        if (i + 2 < nk) {
-            const int s = (i + 2) % 3;
-            stage(xs + s * TILE, wr + s * BN * WRS, x16, wq, k, n, nt, m0, n0, kb + 2);
-        }
-        minfer_cp_async_commit();
-    }
-    wgmma_wait<0>();
-    wgmma_hold(acc);
-
-    // acc[i]: token 64 wg + 16 (warp % 4) + L / 4 + 8 ((i / 2) % 2), row
-    // 8 (i / 4) + 2 (L % 4) + i % 2.
-    const int lane = tid & 31, wi = (tid >> 5) & 3;
-#pragma unroll
-    for (int i = 0; i < 64; i++) {
-        const int tok = m0 + 64 * wg + 16 * wi + (lane >> 2) + 8 * ((i >> 1) & 1);
-        const int row = n0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-        if (tok < nt && row < n) g16::put(sg, tok, row, acc[i], add);
-    }
-}
-} // namespace g16w
-
 // The kernels' parameters and their forwarding (each kernel one line).
 #define MINFER_GEMM16_PARAMS                                                                                            \
     const __half *x16, int k, int nt, int ksplit, float *out0, const uint8_t *w0, const float *bias0, int n0,           \
@@ -534,13 +398,11 @@ __device__ __forceinline__ void gemm(const g16::Seg& sg, const __half* __restric
 #define MINFER_GEMM16_ARGS x16, k, nt, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2
 
 namespace g16 {
-// entry is a kernel's body: the block's work, then the tile of layout T
-// (WG: the wgmma form, Q8_0R only; AHEAD: gemm's scales a step ahead).
-template <int T, bool WG = false, bool AHEAD = false> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
+// entry is a kernel's body: the block's work, then the tile of layout T.
+template <int T> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
     Work wk;
     if (!pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
-    if constexpr (WG) g16w::gemm(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
-    else gemm<T, AHEAD>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+    gemm<T>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
 }
 } // namespace g16
 
@@ -564,27 +426,6 @@ extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q4_k(MINF
 }
 extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q6_kr(MINFER_GEMM16_PARAMS) {
     g16::entry<g16::Q6_KR>(MINFER_GEMM16_ARGS);
-}
-
-// minfer_gemm16a_q8_0r, minfer_gemm16a_q4_k, minfer_gemm16a_q6_kr
-// (MINFER_MMQ_F16_AHEAD): the kernels above with each step's weight scales
-// loaded a step ahead; the same grid, block, arguments, shared memory and
-// results, bitwise.
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16a_q8_0r(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q8_0R, false, true>(MINFER_GEMM16_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16a_q4_k(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q4_K, false, true>(MINFER_GEMM16_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16a_q6_kr(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q6_KR, false, true>(MINFER_GEMM16_ARGS);
-}
-
-// minfer_gemm16w_q8_0r: minfer_gemm16_q8_0r's contract on wgmma
-// (MINFER_MMQ_WGMMA): the same grid, block and arguments, dynamic shared
-// memory g16w::SMEM (opted in at init).
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16w_q8_0r(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q8_0R, true>(MINFER_GEMM16_ARGS);
 }
 
 // minfer_f32_to_f16: y[i] = x[i] rounded to f16, i < count; grid

@@ -424,26 +424,6 @@ var registry = []Lever{
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_MMVQ_REPACK=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of Q4_K and repacked Q6_K weights run minfer_gemm16_q4_k / minfer_gemm16_q6_kr only with the lever on; off, the int8 MMQ (minfer_mmq_q4_k, minfer_mmq_q6_kr)",
 			[]string{"minfer_gemm16_q4_k", "minfer_gemm16_q6_kr"}, Needs{WeightTypes: []string{"Q4_K", "Q6_K"}, MinNT: 9})},
-	// The f16 GEMM's mma.sync form issues each m16n8k16 from registers
-	// that ldmatrix filled; wgmma reads both tiles from shared memory and
-	// runs while the block dequantizes the next (issue 20's Hopper path).
-	{Name: "MINFER_MMQ_WGMMA", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc:  "1: the f16 GEMM of MINFER_MMQ_F16 runs on wgmma (minfer_gemm16w_q8_0r: two warpgroups each issue m64n128k16 from core-matrix tiles in shared memory, asynchronous with the next step's dequantization; activation copies two steps ahead) instead of ldmatrix and mma.sync m16n8k16 (reports/MINFER_MMQ_WGMMA)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
-		// The same f16 products, summed in f32 in another order.
-		Tolerance: TolAccumOrder,
-		Requires:  []string{"MINFER_MMQ_F16=1", "MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
-		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16w_q8_0r only with the lever on; off, the mma.sync form minfer_gemm16_q8_0r",
-			[]string{"minfer_gemm16w_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
-	// Each 32-deep step of the f16 GEMM waited on its weight scales'
-	// global loads: issued at the step's top, covered only by a barrier
-	// whose copies had landed a step earlier (session 25, from the source).
-	{Name: "MINFER_MMQ_F16_AHEAD", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc:  "1: the f16 GEMM's mma.sync kernels (minfer_gemm16a_*) load each 32-deep step's weight scales during the step before, instead of at its top where the barrier's wait covers little of a global load; bitwise the plain kernels (reports/MINFER_MMQ_F16_AHEAD)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
-		Requires: []string{"MINFER_MMQ_F16=1", "MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_WGMMA=0"},
-		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16a_q8_0r (with MINFER_MMQ_F16_KQ, Q4_K and Q6_K ones minfer_gemm16a_q4_k, minfer_gemm16a_q6_kr) only with the lever on; off, minfer_gemm16_*",
-			[]string{"minfer_gemm16a_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_F16=0"},
@@ -805,8 +785,6 @@ type Config struct {
 	MMQ              bool
 	MMQAsync         bool
 	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
-	MMQWGMMA         bool // MINFER_MMQ_WGMMA: that GEMM on wgmma
-	MMQF16Ahead      bool // MINFER_MMQ_F16_AHEAD: its scales a step ahead
 	MMQF16KQ         bool // MINFER_MMQ_F16_KQ: Q4_K / Q6_K prefill as that f16 GEMM
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
@@ -956,8 +934,6 @@ func Parse(environ []string) (Config, error) {
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
 	c.MMQF16KQ = on("MINFER_MMQ_F16_KQ")
-	c.MMQWGMMA = on("MINFER_MMQ_WGMMA")
-	c.MMQF16Ahead = on("MINFER_MMQ_F16_AHEAD")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")

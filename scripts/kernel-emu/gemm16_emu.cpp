@@ -43,13 +43,7 @@ inline float atomicAdd(float* p, float v) {
     return o;
 }
 #include "mma.h"
-namespace g16w {
-extern uint4 g16w_smem[];
-}
 #include "gemm16.cu"
-namespace g16w {
-alignas(128) uint4 g16w_smem[SMEM / 16];
-}
 #include "emu_launch.h"
 
 static std::mt19937 rng(23);
@@ -99,15 +93,9 @@ static void kquant(int wt, int n, int k, std::vector<uint4>& wbuf, std::vector<f
     }
 }
 
-// g_out is the last run's outputs, matmul after matmul: the step-ahead
-// form's run (same seed) must equal the plain form's bit for bit.
-static std::vector<float> g_out;
-
-// run: form 0 the mma.sync kernel, 1 its step-ahead scales
-// (MINFER_MMQ_F16_AHEAD), 2 the wgmma one; each run of a case draws the
-// same data (seed).
-static int run(const Case& c, int form, int wt, unsigned seed) {
-    const bool wg = form == 2;
+// run: one case of weight type wt (0 Q8_0, 1 Q4_K, 2 Q6_K) on the data
+// seed draws.
+static int run(const Case& c, int wt, unsigned seed) {
     rng.seed(seed);
     const int kbs = c.k / 32;
     struct Mat {
@@ -150,10 +138,7 @@ static int run(const Case& c, int form, int wt, unsigned seed) {
     auto B = [&](int s) { return c.bias && c.n[s] ? m[s].bias.data() : nullptr; };
     auto O = [&](int s) { return c.n[s] ? m[s].out.data() : nullptr; };
     const int tiles = (c.n[0] + 127) / 128 + (c.n[1] + 127) / 128 + (c.n[2] + 127) / 128;
-    g_wgmma_smem = reinterpret_cast<unsigned char*>(g16w::g16w_smem), g_wgmma_smem_bytes = g16w::SMEM;
-    auto kern = wg ? minfer_gemm16w_q8_0r
-                : form == 1 ? (wt == 1 ? minfer_gemm16a_q4_k : wt == 2 ? minfer_gemm16a_q6_kr : minfer_gemm16a_q8_0r)
-                            : (wt == 1 ? minfer_gemm16_q4_k : wt == 2 ? minfer_gemm16_q6_kr : minfer_gemm16_q8_0r);
+    auto kern = wt == 1 ? minfer_gemm16_q4_k : wt == 2 ? minfer_gemm16_q6_kr : minfer_gemm16_q8_0r;
     launch_xy((c.nt + 127) / 128, tiles * c.ksplit,
               [&] {
                   kern(x16, c.k, c.nt, c.ksplit, O(0), W(0), B(0), c.n[0], O(1), W(1), B(1), c.n[1], O(2), W(2), B(2), c.n[2]);
@@ -179,39 +164,20 @@ static int run(const Case& c, int form, int wt, unsigned seed) {
                 bad += !(e <= 1e-5);
             }
     }
-    printf("%s %s n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n",
-           wg ? "wgmma" : form == 1 ? "ahead" : "mma  ", wtName[wt], c.n[0], c.n[1], c.n[2], c.k, c.nt, c.ksplit,
-           c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
-    g_out.clear();
-    for (int s = 0; s < 3; s++) g_out.insert(g_out.end(), m[s].out.begin(), m[s].out.end());
+    printf("%s n %4d+%4d+%4d k %4d nt %4d ksplit %d%s: worst |diff| / sum|w x| %.2e %s\n", wtName[wt], c.n[0], c.n[1],
+           c.n[2], c.k, c.nt, c.ksplit, c.bias ? " bias" : "", worst, bad ? "OVER" : "ok");
     return bad != 0;
 }
 
-// plainAndAhead runs the mma.sync form and its step-ahead form on the same
-// data; the second must be the first bit for bit.
-static int plainAndAhead(const Case& c, int wt, unsigned seed) {
-    int bad = run(c, 0, wt, seed);
-    const std::vector<float> plain = g_out;
-    bad += run(c, 1, wt, seed);
-    if (g_out.size() != plain.size() || memcmp(g_out.data(), plain.data(), plain.size() * 4) != 0) {
-        printf("ahead %s: not bitwise the plain form: OVER\n", wtName[wt]);
-        bad++;
-    }
-    return bad;
-}
-
 int main(int argc, char** argv) {
-    // --quick: the first case only; --mma / --wgmma: that kernel only (the
-    // mma.sync one with its step-ahead form).
-    // --kq: the K-quant forms only; --no-kq: without them.
-    bool quick = false, mma = true, wg = true;
+    // --quick: the first case only; --kq: the K-quant forms only; --no-kq:
+    // without them.
+    bool quick = false;
     int kq = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = true;
         else if (strcmp(argv[i], "--kq") == 0) kq = 2;
         else if (strcmp(argv[i], "--no-kq") == 0) kq = 0;
-        else if (strcmp(argv[i], "--mma") == 0) wg = false;
-        else if (strcmp(argv[i], "--wgmma") == 0) mma = false;
     }
     const Case cases[] = {
         {{136, 64, 0}, 192, 40, true, 2},   // partial row and token tiles; two matmuls; k split 3 + 3 steps (the plants' case)
@@ -223,7 +189,7 @@ int main(int argc, char** argv) {
         {{256, 0, 0}, 160, 20, true, 2},    // five steps split 3 + 2
         {{72, 0, 0}, 64, 33, false, 2},     // one step a half
     };
-    // The K-quant forms (mma.sync only): k a multiple of 256, one to three
+    // The K-quant forms: k a multiple of 256, one to three
     // super-blocks, a split inside one.
     const Case kcases[] = {
         {{136, 0, 0}, 512, 24, true, 1},     // two super-blocks in one k range, a partial row tile (the plants' case)
@@ -233,14 +199,13 @@ int main(int argc, char** argv) {
     int bad = 0;
     unsigned seed = 23;
     for (const Case& c : cases) {
-        if (mma && kq != 2) bad += plainAndAhead(c, 0, seed);
-        if (wg && kq != 2) bad += run(c, 2, 0, seed);
+        if (kq != 2) bad += run(c, 0, seed);
         seed++;
         if (quick) break;
     }
     for (const Case& c : kcases) {
-        if (!mma || kq == 0) break;
-        bad += plainAndAhead(c, 1, seed) + plainAndAhead(c, 2, seed + 1);
+        if (kq == 0) break;
+        bad += run(c, 1, seed) + run(c, 2, seed + 1);
         seed += 2;
         if (quick) break;
     }
