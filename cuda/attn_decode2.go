@@ -59,7 +59,7 @@ var attnDecode2Names = func() (n [3][3][3]string) {
 // work to another kernel, the setting would switch nothing that was asked
 // for. (MINFER_MMQ_F16 and MINFER_ATTN_DECODE_LEAN are on by default:
 // unset, each yields instead.)
-var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ"}
+var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.

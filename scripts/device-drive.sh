@@ -26,18 +26,18 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, four for qb, four for qbk, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 dleans f16s kq gqa embedh syn synk qb qbk qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 dleans f16s kq cpmap gqa embedh syn synk qb qbk qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
 # at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
 # session 25 on their 7B A/Bs alone; their first forms go only if these pass too).
 declare -A LEVER=(
-    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ
+    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [cpmap]=MINFER_MMQ_F16_CPMAP
     [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
     [dleans]=MINFER_ATTN_DECODE_LEAN@qwen2-0.5b:Q4_K_M [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
 )
@@ -80,7 +80,7 @@ SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 # Quick benches (no claim: one process a setting, interleaved twice; an A/B is the claim): STEP|MODEL|
 # NAME=SETTINGS ... (the settings space-separated within a name, names separated by '|').
 QB_RUNS=(
-    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1"
+    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|cpmap=MINFER_MMQ_F16_CPMAP=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
 )
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
@@ -162,6 +162,9 @@ ncu_step() { # STEP: its NCU_RUNS rows
         echo "$1 $n rc=$? $(ts)"
         $NCU --import $D/$n.ncu-rep --page details >$D/$n.txt 2>&1
         $NCU --import $D/$n.ncu-rep --page details --csv >$D/$n.csv 2>&1
+        # Per SASS instruction: stall samples, excessive shared wavefronts and global sectors (which load or
+        # store the details page's bank-conflict and uncoalescing totals come from).
+        $NCU --import $D/$n.ncu-rep --page source --print-source sass --csv >$D/$n-sass.csv 2>&1
         rm -f $D/$n.ncu-rep
     done
 }
@@ -239,7 +242,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    dlean | f16 | dleans | f16s | kq | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    dlean | f16 | dleans | f16s | kq | cpmap | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk) qb_step $step ;;
     qd) qd_step ;;
