@@ -26,12 +26,12 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, six for qg, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 dleans f16s kq cpmap gqa embedh syn synk qb qbk qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 dleans f16s kq cpmap gqa embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
 # at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
@@ -82,7 +82,11 @@ SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 QB_RUNS=(
     "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|cpmap=MINFER_MMQ_F16_CPMAP=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
+    "qg|qwen2-7b-Q8_0|lean=MINFER_ATTN_DECODE_LEAN=1|gqa=MINFER_ATTN_DECODE_LEAN=0 MINFER_ATTN_DECODE_GQA=1|first=MINFER_ATTN_DECODE_LEAN=0"
 )
+# A quick bench's minfer bench arguments where not pp512 (qg: the decode forms at depth: GQA's grouped kernels
+# against the lean default, which its A/B cannot compare, since it pins the first form in both arms).
+declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768")
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
@@ -188,7 +192,8 @@ qb_step() { # STEP: its QB_RUNS row, each setting twice, interleaved
         for rep in 1 2; do
             for c in "${cfgs[@]}"; do
                 name=${c%%=*} env=${c#*=}
-                env $env timeout 120 bin/minfer bench --device cuda -m $MD/$m-seed1.gguf -p 512 -n 0 -r 3 --format json \
+                # shellcheck disable=SC2086 # the arguments split
+                env $env timeout 120 bin/minfer bench --device cuda -m $MD/$m-seed1.gguf ${QB_ARGS[$s]:--p 512 -n 0} -r 3 --format json \
                     -o $D/$1-$rep-$name.json >$D/$1-$rep-$name.out 2>&1
                 echo "$1 $rep $name rc=$? $(grep -m1 -o '"mean_tok_s": *[0-9.]*' $D/$1-$rep-$name.json 2>/dev/null) $(ts)"
             done
@@ -244,7 +249,7 @@ for step in "${STEP_LIST[@]}"; do
     case $step in
     dlean | f16 | dleans | f16s | kq | cpmap | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk) qb_step $step ;;
+    qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
