@@ -32,19 +32,30 @@ type TestRun struct {
 // -v` (subtests included) and notes a panic; a panic with no FAIL line is
 // recorded as a failure of the test that was running. The log lines printed
 // while a test ran (its t.Log/t.Error output, indented) are kept for the
-// tests that fail, the last failureLogLines of them.
+// tests that fail, the last failureLogLines of them. A line belongs to the
+// test the last "=== RUN", "=== CONT" or "=== NAME" named: a parent's
+// "--- FAIL" lines for its subtests come after the last subtest ran, so
+// the lines since the last marker would name the wrong test.
 func ParseGoTestV(out string) TestRun {
 	var r TestRun
 	running := ""
-	var logs []string // lines since the last === RUN
-	keep := func(name string) {
+	logs := map[string][]string{} // per test: its lines, the last 2 x failureLogLines at most
+	keep := func(name, test string) {
 		if r.FailureLogs == nil {
 			r.FailureLogs = map[string][]string{}
 		}
-		if len(logs) > failureLogLines {
-			logs = logs[len(logs)-failureLogLines:]
+		l := logs[test]
+		if len(l) > failureLogLines {
+			l = l[len(l)-failureLogLines:]
 		}
-		r.FailureLogs[name] = append([]string(nil), logs...)
+		r.FailureLogs[name] = append([]string(nil), l...)
+	}
+	add := func(line string) {
+		l := append(logs[running], line)
+		if len(l) > 2*failureLogLines {
+			l = append(l[:0], l[len(l)-failureLogLines:]...)
+		}
+		logs[running] = l
 	}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -52,18 +63,22 @@ func ParseGoTestV(out string) TestRun {
 		line := strings.TrimSpace(sc.Text())
 		if rest, ok := strings.CutPrefix(line, "=== RUN"); ok {
 			running = strings.TrimSpace(rest)
-			logs = logs[:0]
+			logs[running] = nil
+			continue
+		}
+		if rest, ok := cutAny(line, "=== CONT", "=== NAME"); ok {
+			running = strings.TrimSpace(rest)
 			continue
 		}
 		if strings.HasPrefix(line, "panic:") {
 			r.Panicked = true
-			logs = append(logs, line)
+			add(line)
 			continue
 		}
 		rest, ok := strings.CutPrefix(line, "--- ")
 		if !ok {
 			if line != "" && !strings.HasPrefix(line, "=== ") && line != "FAIL" && line != "PASS" {
-				logs = append(logs, line)
+				add(line)
 			}
 			continue
 		}
@@ -81,7 +96,7 @@ func ParseGoTestV(out string) TestRun {
 		case "FAIL":
 			r.Failed++
 			r.Failures = append(r.Failures, name)
-			keep(name)
+			keep(name, name)
 		case "SKIP":
 			r.Skipped++
 			r.Skips = append(r.Skips, name)
@@ -93,7 +108,17 @@ func ParseGoTestV(out string) TestRun {
 			running = "(panic outside a test)"
 		}
 		r.Failures = append(r.Failures, running+" (panic)")
-		keep(running + " (panic)")
+		keep(running+" (panic)", running)
 	}
 	return r
+}
+
+// cutAny is strings.CutPrefix for the first of prefixes that line has.
+func cutAny(line string, prefixes ...string) (string, bool) {
+	for _, p := range prefixes {
+		if rest, ok := strings.CutPrefix(line, p); ok {
+			return rest, true
+		}
+	}
+	return "", false
 }

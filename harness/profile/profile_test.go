@@ -3,6 +3,7 @@ package profile
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -157,6 +158,45 @@ func TestParseGoTestV_CountsPassFailSkipWithNames(t *testing.T) {
 		t.Errorf("the panicking test's log: %q", got)
 	}
 	_ = math.NaN
+}
+
+// A subtest's error lines are its own: go test -v prints a parent's "---
+// FAIL" lines for its subtests after the last subtest ran, and interleaves
+// parallel tests under "=== NAME" (session 26: the suite gate kept the next
+// subtest's log lines for the failing one, and none of its errors).
+func TestParseGoTestV_ASubtestKeepsItsOwnLines(t *testing.T) {
+	r := ParseGoTestV(`=== RUN   TestMMQ
+    mmq_test.go:10: parent line
+=== RUN   TestMMQ/q4_k
+    mmq_test.go:20: default arm: 0 plain launches
+=== RUN   TestMMQ/q5_k
+    kernels.go:89: kernels: from the cache
+=== RUN   TestPar
+=== PAUSE TestPar
+=== CONT  TestPar
+    par_test.go:5: par before
+=== NAME  TestMMQ/q5_k
+    mmq_test.go:30: q5 line
+=== NAME  TestPar
+    par_test.go:6: par failed here
+--- FAIL: TestMMQ (2.00s)
+    --- FAIL: TestMMQ/q4_k (1.00s)
+    --- PASS: TestMMQ/q5_k (1.00s)
+--- FAIL: TestPar (0.10s)
+FAIL
+`)
+	if r.Failed != 3 || r.Passed != 1 {
+		t.Fatalf("counts %+v", r)
+	}
+	for name, want := range map[string][]string{
+		"TestMMQ/q4_k": {"mmq_test.go:20: default arm: 0 plain launches"},
+		"TestMMQ":      {"mmq_test.go:10: parent line"},
+		"TestPar":      {"par_test.go:5: par before", "par_test.go:6: par failed here"},
+	} {
+		if got := r.FailureLogs[name]; !slices.Equal(got, want) {
+			t.Errorf("%s: kept %q, want %q", name, got, want)
+		}
+	}
 }
 
 // The backend's real line carries more than captured/replayed (cmd/minfer
