@@ -211,6 +211,8 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 				return b.residRoute(n)
 			}
 		}
+	case graph.FuseNormQ8:
+		return len(chain) == 2 && b.normQ8Route(chain[0], chain[1])
 	}
 	return false
 }

@@ -1162,11 +1162,12 @@ func TestKVLayouts_WholeModelEveryFormatMatchesCPUWithinItsClass(t *testing.T) {
 }
 
 // TestCensus_ReplayCountsEveryCapturedKernel: with the census on, a replay
-// adds each captured kernel's launches once per replay.
+// adds each captured kernel's launches once per replay. The norms are
+// pinned unfused (MINFER_FUSE_NORM_Q8=0: an A/B's arm B may set it).
 func TestCensus_ReplayCountsEveryCapturedKernel(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen2-tiny", "Q8_0")
-	c1, c2, b := dsReplayedStepCensus(t, path)
+	c1, c2, b := dsReplayedStepCensus(t, path, "MINFER_FUSE_NORM_Q8=0")
 	rms := c2["minfer_rms_norm_f32"] - c1["minfer_rms_norm_f32"]
 	want := int64(2*2 + 1) // qwen2-tiny: 2 layers x 2 norms + the output norm
 	if rms != want || b.CaptureStats().Replays < 1 {

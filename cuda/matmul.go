@@ -271,6 +271,30 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 	return same, route
 }
 
+// decodeQuantize is how a fused q/k/v or gate/up node over the row x (k
+// values, nt tokens) fills the Q8_1 scratch in its decode group: the row's
+// quantization, or with n.Norm (FuseNormQ8) the norm and quantization in
+// one launch (RmsNormQ8_1) of the un-normed row. A Norm outside the decode
+// group is an error: the fuse pass made the node only where normQ8Route
+// holds.
+func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, ms []matmulPlan) (func() error, error) {
+	if n.Norm == "" {
+		return func() error { return b.quantizeAct(x, k) }, nil
+	}
+	if same, route := b.decodeGroup(nt, ms); !same || nt != 1 {
+		return nil, fmt.Errorf("norm %s folded in over %d tokens on route %d: only a decode row of one MMVQ group takes it", n.Norm, nt, route)
+	}
+	w, err := b.vector(n.Norm, k)
+	if err != nil {
+		return nil, err
+	}
+	if need := ActQ8Bytes(k, 1); b.mm.ActQ8Bytes < need {
+		return nil, fmt.Errorf("Q8_1 activation scratch of %d bytes, k=%d needs %d", b.mm.ActQ8Bytes, k, need)
+	}
+	eps := n.P.Eps
+	return func() error { return b.k.RmsNormQ8_1(b.s, b.mm.ActQ8, x, w, k, eps) }, nil
+}
+
 // opFusedQKV runs the three matmuls of one input into one output (q, then
 // k, then v). Decode with the three of one type on an MMVQ route: one
 // fused launch after the row's quantization (minfer_mmvqr_qkv over
@@ -304,6 +328,10 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		return nil, fmt.Errorf("output of %d elements, the three projections give %d", out.Len, off)
 	}
 	x, k := p[0], w0.rowLen
+	quantize, err := b.decodeQuantize(n, x, k, nt, ms)
+	if err != nil {
+		return nil, err
+	}
 	if same, route := b.decodeGroup(nt, ms); same {
 		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
 		if route == routeMMVQR {
@@ -313,7 +341,7 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
 		typ := ms[0].w.typ
 		return func() error {
-			if err := b.quantizeAct(x, k); err != nil {
+			if err := quantize(); err != nil {
 				return err
 			}
 			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, route)
@@ -363,13 +391,17 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		return nil, fmt.Errorf("gate %s has %d rows, up %s %d, node wants n_ff=%d", n.Weights[0], g.w.rows, n.Weights[1], u.w.rows, nff)
 	}
 	x, k := p[0], g.w.rowLen
+	quantize, err := b.decodeQuantize(n, x, k, nt, []matmulPlan{g, u})
+	if err != nil {
+		return nil, err
+	}
 	if same, route := b.decodeGroup(nt, []matmulPlan{g, u}); same {
 		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr
 		if route == routeMMVQR {
 			wg, wu = g.w.rp, u.w.rp
 		}
 		return func() error {
-			if err := b.quantizeAct(x, k); err != nil {
+			if err := quantize(); err != nil {
 				return err
 			}
 			if route == routeMMVQR {

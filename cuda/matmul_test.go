@@ -189,8 +189,9 @@ func TestMatmulGeometry_MatchesKernelSources(t *testing.T) {
 	if qact["MINFER_QACT_BLOCKS"] != qactBlocks || qactThreads != 32*qactBlocks {
 		t.Errorf("quantize_act.cu MINFER_QACT_BLOCKS = %d, launcher has %d blocks, %d threads", qact["MINFER_QACT_BLOCKS"], qactBlocks, qactThreads)
 	}
-	if mmvq["MINFER_MMVQ_Q8_1_BYTES"] != q8_1BlockBytes || qact["MINFER_Q8_1_BYTES"] != q8_1BlockBytes {
-		t.Errorf("Q8_1 block bytes: mmvq.cu %d, quantize_act.cu %d, launcher %d", mmvq["MINFER_MMVQ_Q8_1_BYTES"], qact["MINFER_Q8_1_BYTES"], q8_1BlockBytes)
+	q81, _ := kernelDefines(t, "kernels/q8_1.cuh") // quantize_act.cu's and norm.cu's
+	if mmvq["MINFER_MMVQ_Q8_1_BYTES"] != q8_1BlockBytes || q81["MINFER_Q8_1_BYTES"] != q8_1BlockBytes {
+		t.Errorf("Q8_1 block bytes: mmvq.cu %d, q8_1.cuh %d, launcher %d", mmvq["MINFER_MMVQ_Q8_1_BYTES"], q81["MINFER_Q8_1_BYTES"], q8_1BlockBytes)
 	}
 	if !strings.Contains(qactSrc, quantizeQ8_1Kernel+"(") {
 		t.Errorf("quantize_act.cu has no %s", quantizeQ8_1Kernel)

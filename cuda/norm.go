@@ -9,6 +9,7 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/quant"
 )
 
 // SoftmaxRows: out = softmax(x * scale) per row of n (max-subtracted, f32);
@@ -33,6 +34,57 @@ func (k *Kernels) RmsNorm(s *driver.Stream, out, x, w driver.DevicePtr, rows, n 
 		return opsBad("rms_norm", "eps %g: must be >= 0", eps)
 	}
 	return opsErr("rms_norm", k.launch(s, "minfer_rms_norm_f32", [3]uint32{uint32(rows), 1, 1}, opsRowBlock(n), 0, out, x, w, int32(n), eps))
+}
+
+// RmsNormQ8_1 normalises one row of n values at x (weight w, eps) as
+// RmsNorm does and writes its Q8_1 quantization (n / 32 blocks,
+// QuantizeQ8_1's bytes) at dst instead of the f32 row: one launch of
+// minfer_rms_norm_q8_1 in RmsNorm's block (n % 32 == 0, n <= 16 x the
+// block: the values a thread keeps in registers).
+func (k *Kernels) RmsNormQ8_1(s *driver.Stream, dst, x, w driver.DevicePtr, n int, eps float32) error {
+	blk := opsRowBlock(n)
+	if n <= 0 || n%quant.QK != 0 || n > normQ8MaxPer*int(blk[0]) {
+		return opsBad("rms_norm_q8_1", "row of %d values: want a positive multiple of %d, at most %d", n, quant.QK, normQ8MaxPer*int(blk[0]))
+	}
+	if !(eps >= 0) {
+		return opsBad("rms_norm_q8_1", "eps %g: must be >= 0", eps)
+	}
+	return opsErr("rms_norm_q8_1", k.launch(s, normQ8Kernel, [3]uint32{1, 1, 1}, blk, 0, dst, x, w, int32(n), eps))
+}
+
+const (
+	normQ8Kernel = "minfer_rms_norm_q8_1"
+	normQ8MaxPer = 16 // values a thread holds (norm.cu: rms_q8_1<16>)
+)
+
+// normQ8Route reports whether the backend runs the chain RmsNorm norm ->
+// c (a FusedQKV or FusedFFN node) as FuseNormQ8: one decode row whose
+// matmuls all take c's decode group (one MMVQ route and type, as
+// opFusedQKV / opFusedFFN test), a norm weight, and a row the fused
+// kernel holds (RmsNormQ8_1).
+func (b *Backend) normQ8Route(norm, c *graph.Node) bool {
+	if norm.Op != graph.OpRmsNorm || (c.Op != graph.OpFusedQKV && c.Op != graph.OpFusedFFN) || norm.Shape.Rows() != 1 ||
+		norm.Weight == "" || b.weights[norm.Weight] == nil {
+		return false
+	}
+	n := norm.Shape[0]
+	if n%quant.QK != 0 || n > normQ8MaxPer*int(opsRowBlock(n)[0]) {
+		return false
+	}
+	var ws []*devWeight
+	for _, name := range c.Weights {
+		w := b.weights[name]
+		if w == nil || w.rowLen != n {
+			return false
+		}
+		ws = append(ws, w)
+	}
+	ms := make([]matmulPlan, len(ws))
+	for i, w := range ws {
+		ms[i].w = w
+	}
+	same, _ := b.decodeGroup(1, ms)
+	return same
 }
 
 func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {

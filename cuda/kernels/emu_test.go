@@ -111,6 +111,15 @@ func TestKernelEmulator_GroupedDecodeEqualsOneWarpBlocks(t *testing.T) {
 	emuPassesAndCatches(t, "adec2-emu.sh", "--grouped", "GROUPED BITWISE", "differs", "ggroup")
 }
 
+// The decode norm written as its Q8_1 quantization (minfer_rms_norm_q8_1,
+// MINFER_FUSE_NORM_Q8) is bitwise minfer_rms_norm_f32 then
+// minfer_quantize_q8_1 for hidden sizes 64 to 4096 (both register depths),
+// with and without a weight; two warps writing one block, max |x| over half
+// a warp and the weight left out are each caught.
+func TestKernelEmulator_NormQ8_1BitwiseTheUnfusedPair(t *testing.T) {
+	emuPassesAndCatches(t, "norm-emu.sh", "", "NORM Q8_1 BITWISE", "DIFFER", "qblk", "qamax", "qw")
+}
+
 // The lean decode attention's lean form (MINFER_ATTN_DECODE_LEAN) is
 // within 1e-4 of the one-warp blocks on every KV format and head_dim class
 // (one split, 3 splits of 134 cells, a window); the second pass of an

@@ -6,23 +6,23 @@
 // multiplying with 1/sum. The sums are block tree sums (the CPU sums in
 // index order: the difference is f32 rounding).
 #include "common.cuh"
+#include "q8_1.cuh"
 
 namespace mops {
-// rms_row normalises one row with K values of x and w per thread kept in
-// registers between the sum and the scaling (rows up to K * blockDim in one
-// pass over memory; values beyond are read again, as before).
+// rms_scale loads one row with K values of x and w per thread into
+// registers (values beyond K * blockDim are read again by the caller) and
+// returns the row's scale 1/sqrt(mean(x^2) + eps).
 //
 // Thread j sums x[j], x[j + B], x[j + 2B], ... (B = blockDim.x) in that order,
 // then the block tree sum: the same partial sums and the same reduction as
-// the two-loop form it replaces, so the result is bitwise unchanged. What
-// changed is the memory schedule: every thread issues all its loads of x and
-// w up front (predicated), so a row costs one global round trip instead of
-// two dependent ones (x for the sum, then x again and w for the scaling),
-// and the scaling reads registers.
+// the two-loop form it replaced, so the result is bitwise unchanged. Every
+// thread issues all its loads of x and w up front (predicated), so a row
+// costs one global round trip instead of two dependent ones, and the
+// scaling reads registers.
 template <int K>
-__device__ __forceinline__ void rms_row(float* yr, const float* xr, const float* w, int n, float eps, float* scratch) {
+__device__ __forceinline__ float rms_scale(const float* xr, const float* w, int n, float eps, float* scratch, float (&xv)[K],
+                                           float (&wv)[K]) {
     const int tid = threadIdx.x, nb = blockDim.x;
-    float xv[K], wv[K];
 #pragma unroll
     for (int m = 0; m < K; m++) {
         const int i = tid + m * nb;
@@ -41,6 +41,15 @@ __device__ __forceinline__ void rms_row(float* yr, const float* xr, const float*
     s = block_sum(s, scratch);
     const float mean = __fdiv_rn(s, (float)n);
     const float scale = __fdiv_rn(1.0f, (float)sqrt((double)__fadd_rn(mean, eps)));
+    return scale;
+}
+
+// rms_row normalises one row (rms_scale's loads and scale) into yr.
+template <int K>
+__device__ __forceinline__ void rms_row(float* yr, const float* xr, const float* w, int n, float eps, float* scratch) {
+    const int tid = threadIdx.x, nb = blockDim.x;
+    float xv[K], wv[K];
+    const float scale = rms_scale<K>(xr, w, n, eps, scratch, xv, wv);
 #pragma unroll
     for (int m = 0; m < K; m++) {
         const int i = tid + m * nb;
@@ -52,6 +61,41 @@ __device__ __forceinline__ void rms_row(float* yr, const float* xr, const float*
     for (int i = tid + K * nb; i < n; i += nb) {
         const float v = __fmul_rn(xr[i], scale);
         yr[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
+// rms_q8_1 normalises one row of n <= K * blockDim values (n % 32 == 0,
+// blockDim % 32 == 0) as rms_row does and writes its Q8_1 quantization
+// instead: at depth m a warp holds the 32 consecutive values of block
+// (m * blockDim + 32 warp) / 32, quantized as minfer_quantize_q8_1 does
+// (the same amax, d, id, q and sum: its bytes).
+template <int K>
+__device__ __forceinline__ void rms_q8_1(uint8_t* dst, const float* xr, const float* w, int n, float eps, float* scratch) {
+    const int tid = threadIdx.x, nb = blockDim.x, lane = tid & 31;
+    float xv[K], wv[K];
+    const float scale = rms_scale<K>(xr, w, n, eps, scratch, xv, wv);
+#pragma unroll
+    for (int m = 0; m < K; m++) {
+        const int i0 = m * nb + (tid & ~31); // the warp's block starts here
+        if (i0 >= n) break;                  // warp-uniform
+        float v = __fmul_rn(xv[m], scale);
+        v = w ? __fmul_rn(v, wv[m]) : v;
+        float amax = fabsf(v);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float id;
+        const float d = minfer_q8_1_scale(amax, &id);
+        const int q = minfer_q8_1_quant(v, id);
+        int sum = q;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        uint8_t* b = dst + (size_t)(i0 / 32) * MINFER_Q8_1_BYTES;
+        b[4 + lane] = (uint8_t)(int8_t)q;
+        if (lane == 0) {
+            unsigned short* h = reinterpret_cast<unsigned short*>(b);
+            h[0] = minfer_q8_1_dbits(d);
+            h[1] = minfer_q8_1_sbits(sum, d);
+        }
     }
 }
 } // namespace mops
@@ -70,6 +114,22 @@ extern "C" __global__ void minfer_rms_norm_f32(float* out, const float* x, const
         mops::rms_row<4>(yr, xr, w, n, eps, scratch);
     } else {
         mops::rms_row<16>(yr, xr, w, n, eps, scratch);
+    }
+}
+
+// minfer_rms_norm_q8_1 (MINFER_FUSE_NORM_Q8): one row of n values normalised
+// as minfer_rms_norm_f32 does (the same block, opsRowBlock(n), so the same
+// sums and values) and written as its Q8_1 quantization (n / 32 blocks of
+// 36 bytes at dst, minfer_quantize_q8_1's bytes) instead of as f32: the
+// decode row before the q/k/v or gate/up matvecs, one launch instead of
+// two. n % 32 == 0 and n <= 16 blockDim (the launcher checks).
+extern "C" __global__ void minfer_rms_norm_q8_1(uint8_t* dst, const float* x, const float* w, int n, float eps) {
+    __shared__ float scratch[32];
+    const int per = (n + blockDim.x - 1) / blockDim.x;
+    if (per <= 4) {
+        mops::rms_q8_1<4>(dst, x, w, n, eps, scratch);
+    } else {
+        mops::rms_q8_1<16>(dst, x, w, n, eps, scratch);
     }
 }
 

@@ -6,6 +6,9 @@
 #ifndef MINFER_Q8_1_CUH
 #define MINFER_Q8_1_CUH
 
+// A block of 32 values: f16 d, f16 s, 32 int8 q.
+#define MINFER_Q8_1_BYTES 36
+
 __device__ __forceinline__ int minfer_qact_round(float v) {
     if (!(v > -128.5f)) return -128; // also NaN, as blockRoundAway
     if (v >= 127.5f) return 127;

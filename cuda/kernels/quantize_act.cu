@@ -18,7 +18,6 @@
 
 #define MINFER_QACT_BLOCKS 4
 #define MINFER_QACT_THREADS (32 * MINFER_QACT_BLOCKS)
-#define MINFER_Q8_1_BYTES 36
 
 // grid (ceil(nblocks / MINFER_QACT_BLOCKS)), block (MINFER_QACT_THREADS), no smem;
 // nblocks = nt * k / 32.

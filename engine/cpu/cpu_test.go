@@ -403,3 +403,18 @@ func TestAttn_WindowLimitsTheCellsRead(t *testing.T) {
 	}
 	near(t, "attn window 1", y, want, 1e-6)
 }
+
+// The CPU executes the fused nodes it offers, and only those: a FusedQKV or
+// FusedFFN node with a folded norm (FuseNormQ8), a per-head q/k norm in the
+// QKV tail and a residual MatMulAdd are the CUDA backend's alone.
+func TestSupportsFused_OnlyTheFusionsItExecutes(t *testing.T) {
+	b := New(Options{})
+	for k, want := range map[graph.FuseKind]bool{
+		graph.FuseQKV: true, graph.FuseFFN: true, graph.FuseQkvBiasRopeStore: true,
+		graph.FuseQkNormRopeStore: false, graph.FuseMatMulAdd: false, graph.FuseNormQ8: false,
+	} {
+		if got := b.SupportsFused(k); got != want {
+			t.Errorf("SupportsFused(%d) = %v, want %v", k, got, want)
+		}
+	}
+}

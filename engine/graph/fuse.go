@@ -1,12 +1,14 @@
 package graph
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
-// MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL) and
+// MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
+// MINFER_FUSE_NORM_Q8) and
 // the backend every node of the chain is assigned to says SupportsFused for
 // that chain. The unfused chain is the reference: a fused node computes
 // exactly the same values (the CPU backend executes every fused op). This is
@@ -32,6 +34,9 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	}
 	if g.Params.FuseResidual {
 		count += fuseMatMulAdd(g, supports)
+	}
+	if g.Params.FuseNormQ8 {
+		count += fuseNormQ8(g, supports)
 	}
 	if count == 0 {
 		return 0, nil
@@ -253,6 +258,30 @@ func fuseMatMulAdd(g *Graph, supports supportsFn) int {
 			count++
 			break
 		}
+	}
+	return count
+}
+
+// fuseNormQ8: FusedQKV(RmsNorm(x)) or FusedFFN(RmsNorm(x)) with the norm
+// read by that node alone -> the node reads x and carries the norm's weight
+// in Norm (and its eps in P.Eps). Runs after fuseQKV and fuseFFN.
+func fuseNormQ8(g *Graph, supports supportsFn) int {
+	cons := g.consumers()
+	for id, cs := range cons { // the matmuls fuseFFN folded still name the norm
+		cons[id] = slices.DeleteFunc(cs, func(c int) bool { return g.Nodes[c].dead })
+	}
+	count := 0
+	for _, c := range g.Nodes {
+		if c.dead || (c.Op != OpFusedQKV && c.Op != OpFusedFFN) || c.Norm != "" {
+			continue
+		}
+		n := g.node(c.Inputs[0])
+		if n.dead || n.Op != OpRmsNorm || n.Weight == "" || n.ID == g.Output || !only(cons, n.ID, c.ID) || !supports(FuseNormQ8, n, c) {
+			continue
+		}
+		c.Inputs[0], c.Norm, c.P.Eps = n.Inputs[0], n.Weight, n.P.Eps
+		n.dead = true
+		count++
 	}
 	return count
 }

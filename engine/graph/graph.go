@@ -22,10 +22,10 @@ type Params struct {
 	KVFormat  kv.Format
 
 	// Fusions the caller allows (levers MINFER_NO_FUSE_QKV / _FFN,
-	// MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL); the fuse pass also asks
-	// every backend involved. FuseQKNorm is the q/k-norm variant of the
-	// QKV tail and needs FuseQKV (the registry declares it).
-	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual bool
+	// MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL, MINFER_FUSE_NORM_Q8); the
+	// fuse pass also asks every backend involved. FuseQKNorm is the q/k-norm
+	// variant of the QKV tail and needs FuseQKV (the registry declares it).
+	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8 bool
 }
 
 // NQ is the query width NHead*HeadDim.
@@ -69,8 +69,11 @@ type Node struct {
 	// fused nodes list theirs in Weights / Biases.
 	Weight, Bias    string
 	Weights, Biases []string
-	P               OpParams
-	Name            string // readable: "blk.3.attn_q"
+	// Norm (FuseNormQ8) names the RMS norm weight a FusedQKV / FusedFFN
+	// node applies to in[0] first (eps P.Eps): the norm node it replaced.
+	Norm string
+	P    OpParams
+	Name string // readable: "blk.3.attn_q"
 
 	// Set by the passes.
 	Backend int // index into the backend list (assign)
@@ -100,6 +103,9 @@ func (n *Node) String() string {
 	}
 	if len(n.Weights) > 0 {
 		fmt.Fprintf(&b, " w=%v", n.Weights)
+	}
+	if n.Norm != "" {
+		fmt.Fprintf(&b, " norm=%s", n.Norm)
 	}
 	return b.String()
 }

@@ -59,7 +59,8 @@ const (
 	OpSoftmax
 	// OpFusedQKV: the q, k, v matmuls of one input: weights Weights[0..2],
 	// biases Biases[0..2] (may be empty strings); the output holds q [nq, nt]
-	// then k [nkv, nt] then v [nkv, nt], read through three views.
+	// then k [nkv, nt] then v [nkv, nt], read through three views. With
+	// Norm set (FuseNormQ8) in[0] is RMS-normed by that weight first.
 	OpFusedQKV
 	// OpQkvBiasRopeStore: in = q, k, v (bias-less matmul outputs), positions,
 	// KV window; adds Biases[0..2], ropes q and k, stores k and v in the
@@ -67,7 +68,8 @@ const (
 	// Weights = {q norm, k norm} (qwen3, FuseQkNormRopeStore) q and k are
 	// also RMS-normed per head (eps P.Eps) after the bias, before rope.
 	OpQkvBiasRopeStore
-	// OpFusedFFN: silu(x*gate) * (x*up) with Weights = {gate, up} -> [nff, nt].
+	// OpFusedFFN: silu(x*gate) * (x*up) with Weights = {gate, up} -> [nff, nt];
+	// with Norm set (FuseNormQ8) x is in[0] RMS-normed by that weight.
 	OpFusedFFN
 	// OpMatMulAdd: in[1] + (in[0] times Weight (+ Bias)): a matmul whose
 	// only reader was an add of an operand of its shape (the residual),
@@ -137,6 +139,11 @@ const (
 	// FuseMatMulAdd: Add(MatMul(x), r) with the matmul read by the add
 	// alone -> OpMatMulAdd (the residual adds of every layer).
 	FuseMatMulAdd
+	// FuseNormQ8: FusedQKV(RmsNorm(x)) or FusedFFN(RmsNorm(x)), the norm read
+	// by that node alone -> the node with Norm set (chain: norm, node). A
+	// backend offers it where it can take the normed row straight to the
+	// matmuls' quantized activation (the decode row: one launch, not two).
+	FuseNormQ8
 )
 
 func (k FuseKind) String() string {

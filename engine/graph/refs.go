@@ -8,7 +8,7 @@ import "fmt"
 // WeightNames lists the weights n names (Weight, Bias, Weights, Biases;
 // empty slots left out): the ones a backend's SupportsOp needs registered.
 func (n *Node) WeightNames() []string {
-	all := append([]string{n.Weight, n.Bias}, n.Weights...)
+	all := append([]string{n.Weight, n.Bias, n.Norm}, n.Weights...)
 	var names []string
 	for _, w := range append(all, n.Biases...) {
 		if w != "" {

@@ -569,6 +569,13 @@ var registry = []Lever{
 		Workload: "qwen2-0.5b:Q8_0", DefaultSince: "reports/MINFER_FUSE_RESIDUAL",
 		Liveness: cudaOnly("1", "a decode matmul feeding only the residual add runs as minfer_mmvq[r]_res_<type> (writes x + W a) only with the lever on; off, the plain kernel and minfer_add_f32",
 			[]string{"minfer_mmvq*_res_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
+	// A decode token of qwen2-0.5b is ~320 launches (session 26's census),
+	// ~100 of them Q8_1 quantizations of a row a norm just wrote.
+	{Name: "MINFER_FUSE_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: RMS norm + decode activation quantization -> the fused q/k/v or gate/up node (decode MMVQ on CUDA)", Issue: "#20",
+		Doc:  "1: the decode row's RMS norm before the fused q/k/v and gate/up matvecs writes its Q8_1 quantization directly (minfer_rms_norm_q8_1) instead of an f32 row that a separate minfer_quantize_q8_1 launch quantizes: two launches a layer fewer, bitwise the same bytes (reports/MINFER_FUSE_NORM_Q8)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+		Liveness: cudaOnly("1", "the decode norms before the fused q/k/v and gate/up matvecs run minfer_rms_norm_q8_1 only with the lever on; off, minfer_rms_norm_f32 and a quantization",
+			[]string{"minfer_rms_norm_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
@@ -811,6 +818,7 @@ type Config struct {
 	EmbedHost        bool
 	OneCopy          bool
 	FuseResidual     bool
+	FuseNormQ8       bool // MINFER_FUSE_NORM_Q8: the decode norm writes Q8_1
 	MMVQNT           bool
 	MMVQSplit        bool
 	QuantizeX4       bool
@@ -969,6 +977,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMQF16 = yields("MINFER_MMQ_F16")
 	c.AttnDecodeLean = yields("MINFER_ATTN_DECODE_LEAN")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
+	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")

@@ -247,6 +247,7 @@ func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers
 	p.FuseQKV, p.FuseFFN = !lv.NoFuseQKV, !lv.NoFuseFFN
 	p.FuseQKNorm = lv.FuseQKNorm && lv.RequiresMet("MINFER_FUSE_QKNORM")
 	p.FuseResidual = lv.FuseResidual
+	p.FuseNormQ8 = lv.FuseNormQ8
 	return p
 }
 

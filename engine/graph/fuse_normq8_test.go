@@ -1,0 +1,103 @@
+package graph_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/model/qwen2"
+)
+
+// normFused compiles g on backends that answer FuseNormQ8 with offer and
+// every other fusion yes, and returns its nodes with a Norm as name=norm,
+// and how many RMS norms are left.
+func normFused(t *testing.T, g *graph.Graph, offer bool) (fused []string, norms int) {
+	t.Helper()
+	bes := []graph.Backend{normOffer{offer: offer}}
+	if err := graph.Assign(g, bes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := graph.Fuse(g, bes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		if n.Norm != "" {
+			if n.P.Eps != g.Params.RmsEps {
+				t.Errorf("%s: eps %g, want the norm's %g", n.Name, n.P.Eps, g.Params.RmsEps)
+			}
+			fused = append(fused, n.Name+"="+n.Norm)
+		}
+	}
+	return fused, g.Count(graph.OpRmsNorm)
+}
+
+type normOffer struct {
+	yes
+	offer bool
+}
+
+func (o normOffer) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
+	return k != graph.FuseNormQ8 || o.offer
+}
+
+// TestFuseNormQ8_EveryLayersTwoNormsOnlyWithTheParamAndTheBackend: a qwen2
+// graph with Params.FuseNormQ8 (MINFER_FUSE_NORM_Q8) folds attn_norm into
+// the fused q/k/v and ffn_norm into the fused gate/up of every layer
+// (output_norm, read by the lm head's plain matmul, stays); without the
+// param, or where the backend does not offer the fusion, none.
+func TestFuseNormQ8_EveryLayersTwoNormsOnlyWithTheParamAndTheBackend(t *testing.T) {
+	p := params(1)
+	p.FuseNormQ8 = true
+	g, err := qwen2.Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, l := range []string{"0", "1"} {
+		want = append(want, "blk."+l+".attn_qkv=blk."+l+".attn_norm.weight", "blk."+l+".ffn_gate_up=blk."+l+".ffn_norm.weight")
+	}
+	got, norms := normFused(t, g, true)
+	slices.Sort(got)
+	if !slices.Equal(got, want) || norms != 1 {
+		t.Errorf("fused %v with %d norms left, want %v and 1 (output_norm)", got, norms, want)
+	}
+	for _, c := range []struct {
+		name          string
+		param, offers bool
+	}{{"param off", false, true}, {"backend declines", true, false}} {
+		p := params(1)
+		p.FuseNormQ8 = c.param
+		g, _ := qwen2.Build(p)
+		if got, norms := normFused(t, g, c.offers); len(got) != 0 || norms != 5 {
+			t.Errorf("%s: fused %v, %d norms left, want none and 5", c.name, got, norms)
+		}
+	}
+}
+
+// TestFuseNormQ8_RefusesANormWithASecondReader: a norm whose output another
+// node reads too stays a node (the fused node does not write it), and a
+// plain matmul's norm is not a candidate; the control pair folds.
+func TestFuseNormQ8_RefusesANormWithASecondReader(t *testing.T) {
+	b := graph.NewBuilder(graph.Params{NT: 1, FuseQKV: true, FuseNormQ8: true, RmsEps: 1e-5})
+	tok := b.Input(graph.InputTokens, "tokens")
+	x := b.GetRows("x", "emb", 8, tok)
+	n1 := b.RmsNorm("shared_norm", x, "n1", 1e-5)
+	b.MatMul("a.attn_q", n1, "a.attn_q.weight", "", 8)
+	b.MatMul("a.attn_k", n1, "a.attn_k.weight", "", 8)
+	b.MatMul("a.attn_v", n1, "a.attn_v.weight", "", 8)
+	s := b.Scale("second_reader", n1, 2)
+	n2 := b.RmsNorm("control_norm", s, "n2", 1e-5)
+	b.MatMul("c.attn_q", n2, "c.attn_q.weight", "", 8)
+	b.MatMul("c.attn_k", n2, "c.attn_k.weight", "", 8)
+	v := b.MatMul("c.attn_v", n2, "c.attn_v.weight", "", 8)
+	n3 := b.RmsNorm("plain_norm", v, "n3", 1e-5)
+	b.Output(b.MatMul("plain", n3, "w", "", 8))
+	g, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, norms := normFused(t, g, true)
+	if !slices.Equal(got, []string{"c.attn_qkv=n2"}) || norms != 2 {
+		t.Errorf("fused %v with %d norms left, want [c.attn_qkv=n2] and 2:\n%s", got, norms, g.Dump())
+	}
+}
