@@ -256,6 +256,17 @@ func (b *Backend) routesOf(nt int, ms []matmulPlan) (all mmRoute, anyDecode bool
 	return all, anyDecode
 }
 
+// allDecode reports whether every plan of ms takes a decode MMVQ route over
+// nt == 1 token (any types): each reads only the Q8_1 row.
+func (b *Backend) allDecode(nt int, ms []matmulPlan) bool {
+	for _, m := range ms {
+		if nt != 1 || !b.matmulRoute(m.w, nt).decode() {
+			return false
+		}
+	}
+	return len(ms) > 0
+}
+
 // decodeGroup reports whether every plan of ms takes one decode MMVQ route
 // over one weight type, so one fused mmvq kernel can run them all, and
 // that route (routeMMVQ, routeMMVQR: all read a repacked copy).
@@ -272,17 +283,17 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 }
 
 // decodeQuantize is how a fused q/k/v or gate/up node over the row x (k
-// values, nt tokens) fills the Q8_1 scratch in its decode group: the row's
+// values, nt tokens) fills the Q8_1 scratch at decode: the row's
 // quantization, or with n.Norm (FuseNormQ8) the norm and quantization in
-// one launch (RmsNormQ8_1) of the un-normed row. A Norm outside the decode
-// group is an error: the fuse pass made the node only where normQ8Route
-// holds.
+// one launch (RmsNormQ8_1) of the un-normed row. A Norm where a matmul of
+// the node is not on a decode MMVQ route (it would read the f32 row) is an
+// error: the fuse pass made the node only where normQ8Route holds.
 func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, ms []matmulPlan) (func() error, error) {
 	if n.Norm == "" {
 		return func() error { return b.quantizeAct(x, k) }, nil
 	}
-	if same, route := b.decodeGroup(nt, ms); !same || nt != 1 {
-		return nil, fmt.Errorf("norm %s folded in over %d tokens on route %d: only a decode row of one MMVQ group takes it", n.Norm, nt, route)
+	if !b.allDecode(nt, ms) {
+		return nil, fmt.Errorf("norm %s folded in over %d tokens where a matmul is not on a decode MMVQ route", n.Norm, nt)
 	}
 	w, err := b.vector(n.Norm, k)
 	if err != nil {
@@ -348,6 +359,9 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 		}, nil
 	}
 	prep, run := b.sharedInput(x, k, nt, ms)
+	if n.Norm != "" {
+		prep = quantize // every matmul reads the Q8_1 row (decodeQuantize)
+	}
 	return func() error {
 		if err := prep(); err != nil {
 			return err
@@ -416,6 +430,9 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	u.out = b.ffnUp
 	n0 := out.Len
 	prep, run := b.sharedInput(x, k, nt, []matmulPlan{g, u})
+	if n.Norm != "" {
+		prep = quantize // every matmul reads the Q8_1 row (decodeQuantize)
+	}
 	return func() error {
 		if err := prep(); err != nil {
 			return err

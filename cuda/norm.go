@@ -59,9 +59,9 @@ const (
 
 // normQ8Route reports whether the backend runs the chain RmsNorm norm ->
 // c (a FusedQKV or FusedFFN node) as FuseNormQ8: one decode row whose
-// matmuls all take c's decode group (one MMVQ route and type, as
-// opFusedQKV / opFusedFFN test), a norm weight, and a row the fused
-// kernel holds (RmsNormQ8_1).
+// matmuls all take a decode MMVQ route (any types: each reads only the Q8_1
+// row, as opFusedQKV / opFusedFFN run them), a norm weight, and a row the
+// fused kernel holds (RmsNormQ8_1).
 func (b *Backend) normQ8Route(norm, c *graph.Node) bool {
 	if norm.Op != graph.OpRmsNorm || (c.Op != graph.OpFusedQKV && c.Op != graph.OpFusedFFN) || norm.Shape.Rows() != 1 ||
 		norm.Weight == "" || b.weights[norm.Weight] == nil {
@@ -83,8 +83,7 @@ func (b *Backend) normQ8Route(norm, c *graph.Node) bool {
 	for i, w := range ws {
 		ms[i].w = w
 	}
-	same, _ := b.decodeGroup(1, ms)
-	return same
+	return b.allDecode(1, ms)
 }
 
 func opRmsNorm(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
