@@ -6,8 +6,6 @@ package cuda
 // message when no device answers; the others need none.
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -83,38 +81,20 @@ func TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ(t *testing.T) {
 // (dsMMVQ).
 func TestFuseNormQ8Device_LogitsBitwiseAndOneLaunchForTwo(t *testing.T) {
 	dsNeedDevice(t)
-	for _, m := range []struct{ shape, typ string }{
-		{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"},
-	} {
-		sh, err := synth.ShapeByName(m.shape)
-		if err != nil {
-			t.Fatal(err)
+	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
+	dsLeverDecode(t, "MINFER_FUSE_NORM_Q8", models, func(t *testing.T, m dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
+		fused, fusedOff := cOn[normQ8Kernel], cOff[normQ8Kernel]
+		qOff, _ := rpMatching(cOff, "minfer_quantize_q8_1*")
+		qOn, _ := rpMatching(cOn, "minfer_quantize_q8_1*")
+		rOff, rOn := cOff["minfer_rms_norm_f32"], cOn["minfer_rms_norm_f32"]
+		t.Logf("decode launches over %d steps: %s on %d, off %d; quantizations off %d, on %d; rms_norm_f32 off %d, on %d",
+			frSteps, normQ8Kernel, fused, fusedOff, qOff, qOn, rOff, rOn)
+		if fused == 0 || fusedOff != 0 || qOff-qOn != fused || rOff-rOn != fused {
+			t.Errorf("%s on %d, off %d; quantizations dropped by %d, f32 norms by %d: want on > 0, off 0, both drops equal to on",
+				normQ8Kernel, fused, fusedOff, qOff-qOn, rOff-rOn)
 		}
-		for _, graphs := range []string{"0", "1"} {
-			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
-				p := dsSynth(t, m.shape, m.typ)
-				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, dsMMVQ...))
-				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_FUSE_NORM_Q8=0")...)
-				lOn, cOn, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_FUSE_NORM_Q8=1")...)
-				for i := range lOff {
-					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between MINFER_FUSE_NORM_Q8=1 and =0", i, bad, len(lOff[i]))
-					}
-				}
-				fused, fusedOff := cOn[normQ8Kernel], cOff[normQ8Kernel]
-				qOff, _ := rpMatching(cOff, "minfer_quantize_q8_1*")
-				qOn, _ := rpMatching(cOn, "minfer_quantize_q8_1*")
-				rOff, rOn := cOff["minfer_rms_norm_f32"], cOn["minfer_rms_norm_f32"]
-				t.Logf("decode launches over %d steps: %s on %d, off %d; quantizations off %d, on %d; rms_norm_f32 off %d, on %d",
-					frSteps, normQ8Kernel, fused, fusedOff, qOff, qOn, rOff, rOn)
-				if fused == 0 || fusedOff != 0 || qOff-qOn != fused || rOff-rOn != fused {
-					t.Errorf("%s on %d, off %d; quantizations dropped by %d, f32 norms by %d: want on > 0, off 0, both drops equal to on",
-						normQ8Kernel, fused, fusedOff, qOff-qOn, rOff-rOn)
-				}
-				if want := int64(2 * sh.NLayer * frSteps); m.typ == "Q8_0" && fused != want {
-					t.Errorf("%s launches %d, want 2 x %d layers x %d steps = %d", normQ8Kernel, fused, sh.NLayer, frSteps, want)
-				}
-			})
+		if want := int64(2 * sh.NLayer * frSteps); m.typ == "Q8_0" && fused != want {
+			t.Errorf("%s launches %d, want 2 x %d layers x %d steps = %d", normQ8Kernel, fused, sh.NLayer, frSteps, want)
 		}
-	}
+	})
 }

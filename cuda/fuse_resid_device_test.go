@@ -199,6 +199,38 @@ func frKernelCase(t *testing.T, ms *mmtSession, rng *rand.Rand, wt quant.Type, k
 
 const frSteps = 6
 
+// dsModel is a synthetic model of the decode lever tests: shape and type.
+type dsModel struct{ shape, typ string }
+
+// dsLeverDecode runs each model, with CUDA graphs off and on, through a
+// prefill and frSteps decode steps with lever=0 and lever=1 (the MMVQ path
+// pinned on: dsMMVQ), fails where any step's logits differ bitwise, and
+// hands check the model's shape and both arms' decode censuses.
+func dsLeverDecode(t *testing.T, lever string, models []dsModel,
+	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
+	t.Helper()
+	for _, m := range models {
+		sh, err := synth.ShapeByName(m.shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, graphs := range []string{"0", "1"} {
+			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
+				p := dsSynth(t, m.shape, m.typ)
+				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, dsMMVQ...)) // each append copies
+				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
+				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
+				for i := range lOff {
+					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
+						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
+					}
+				}
+				check(t, m, sh, graphs, cOff, cOn, bOn)
+			})
+		}
+	}
+}
+
 // TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches: synthetic
 // qwen2-tiny and qwen2-0.5b at Q8_0 and Q4_K_M (repacked Q8_0 / Q6_K and
 // GGUF Q4_K kernels), prefill then 6 decode steps, CUDA graphs on and off:
@@ -209,42 +241,24 @@ const frSteps = 6
 // is pinned on (dsMMVQ): an A/B's arm B may turn it off.
 func TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches(t *testing.T) {
 	dsNeedDevice(t)
-	for _, m := range []struct{ shape, typ string }{
-		{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"},
-	} {
-		sh, err := synth.ShapeByName(m.shape)
-		if err != nil {
-			t.Fatal(err)
+	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"}}
+	dsLeverDecode(t, "MINFER_FUSE_RESIDUAL", models, func(t *testing.T, _ dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend) {
+		if graphs == "0" {
+			if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
+				t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)
+			}
 		}
-		for _, graphs := range []string{"0", "1"} {
-			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
-				p := dsSynth(t, m.shape, m.typ)
-				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, dsMMVQ...)) // each append copies
-				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_FUSE_RESIDUAL=0")...)
-				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_FUSE_RESIDUAL=1")...)
-				for i := range lOff {
-					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between MINFER_FUSE_RESIDUAL=1 and =0", i, bad, len(lOff[i]))
-					}
-				}
-				if graphs == "0" {
-					if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
-						t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)
-					}
-				}
-				want := int64(2 * sh.NLayer * frSteps)
-				addOff, addOn := cOff["minfer_add_f32"], cOn["minfer_add_f32"]
-				resOn, namesOn := rpMatching(cOn, "minfer_mmvq*_res_*")
-				resOff, _ := rpMatching(cOff, "minfer_mmvq*_res_*")
-				t.Logf("decode launches over %d steps: minfer_add_f32 off %d, on %d (saved %d, want %d); "+
-					"minfer_mmvq*_res_* on %d %v, off %d", frSteps, addOff, addOn, addOff-addOn, want, resOn, namesOn, resOff)
-				if addOff-addOn != want {
-					t.Errorf("minfer_add_f32 launches dropped by %d, want 2 x %d layers x %d steps = %d", addOff-addOn, sh.NLayer, frSteps, want)
-				}
-				if resOn != want || resOff != 0 {
-					t.Errorf("minfer_mmvq*_res_* launches: on %d (want %d), off %d (want 0)", resOn, want, resOff)
-				}
-			})
+		want := int64(2 * sh.NLayer * frSteps)
+		addOff, addOn := cOff["minfer_add_f32"], cOn["minfer_add_f32"]
+		resOn, namesOn := rpMatching(cOn, "minfer_mmvq*_res_*")
+		resOff, _ := rpMatching(cOff, "minfer_mmvq*_res_*")
+		t.Logf("decode launches over %d steps: minfer_add_f32 off %d, on %d (saved %d, want %d); "+
+			"minfer_mmvq*_res_* on %d %v, off %d", frSteps, addOff, addOn, addOff-addOn, want, resOn, namesOn, resOff)
+		if addOff-addOn != want {
+			t.Errorf("minfer_add_f32 launches dropped by %d, want 2 x %d layers x %d steps = %d", addOff-addOn, sh.NLayer, frSteps, want)
 		}
-	}
+		if resOn != want || resOff != 0 {
+			t.Errorf("minfer_mmvq*_res_* launches: on %d (want %d), off %d (want 0)", resOn, want, resOff)
+		}
+	})
 }

@@ -78,24 +78,8 @@ __device__ __forceinline__ void rms_q8_1(uint8_t* dst, const float* xr, const fl
     for (int m = 0; m < K; m++) {
         const int i0 = m * nb + (tid & ~31); // the warp's block starts here
         if (i0 >= n) break;                  // warp-uniform
-        float v = __fmul_rn(xv[m], scale);
-        v = w ? __fmul_rn(v, wv[m]) : v;
-        float amax = fabsf(v);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float id;
-        const float d = minfer_q8_1_scale(amax, &id);
-        const int q = minfer_q8_1_quant(v, id);
-        int sum = q;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        uint8_t* b = dst + (size_t)(i0 / 32) * MINFER_Q8_1_BYTES;
-        b[4 + lane] = (uint8_t)(int8_t)q;
-        if (lane == 0) {
-            unsigned short* h = reinterpret_cast<unsigned short*>(b);
-            h[0] = minfer_q8_1_dbits(d);
-            h[1] = minfer_q8_1_sbits(sum, d);
-        }
+        const float y = __fmul_rn(xv[m], scale);
+        minfer_q8_1_warp(dst + (size_t)(i0 / 32) * MINFER_Q8_1_BYTES, w ? __fmul_rn(y, wv[m]) : y, lane);
     }
 }
 } // namespace mops

@@ -30,4 +30,26 @@ __device__ __forceinline__ unsigned short minfer_q8_1_sbits(int sum, float d) {
     return __half_as_ushort(__float2half_rn(__fmul_rn((float)sum, d)));
 }
 
+// minfer_q8_1_warp writes at b the Q8_1 block of the 32 values a warp
+// holds, lane l value l (every lane takes part in the shuffles; lane 0
+// writes d and s). max |x| and the sum of q are exact, so the order of the
+// xor trees does not matter.
+__device__ __forceinline__ void minfer_q8_1_warp(uint8_t* b, float v, int lane) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    float id;
+    const float d = minfer_q8_1_scale(amax, &id);
+    const int q = minfer_q8_1_quant(v, id);
+    int sum = q;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    b[4 + lane] = (uint8_t)(int8_t)q;
+    if (lane == 0) {
+        unsigned short* h = reinterpret_cast<unsigned short*>(b);
+        h[0] = minfer_q8_1_dbits(d);
+        h[1] = minfer_q8_1_sbits(sum, d);
+    }
+}
+
 #endif // MINFER_Q8_1_CUH

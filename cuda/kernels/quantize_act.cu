@@ -28,22 +28,5 @@ extern "C" __global__ void __launch_bounds__(MINFER_QACT_THREADS)
     const long long blk = (long long)blockIdx.x * MINFER_QACT_BLOCKS + (threadIdx.x >> 5);
     if (blk >= nblocks) return; // the whole warp leaves together
 
-    const float v = x[(size_t)blk * MINFER_QK + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    float id;
-    const float d = minfer_q8_1_scale(amax, &id);
-    const int q = minfer_q8_1_quant(v, id);
-    int sum = q;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-
-    uint8_t* b = dst + (size_t)blk * MINFER_Q8_1_BYTES;
-    b[4 + lane] = (uint8_t)(int8_t)q;
-    if (lane == 0) {
-        unsigned short* h = reinterpret_cast<unsigned short*>(b);
-        h[0] = minfer_q8_1_dbits(d);
-        h[1] = minfer_q8_1_sbits(sum, d);
-    }
+    minfer_q8_1_warp(dst + (size_t)blk * MINFER_Q8_1_BYTES, x[(size_t)blk * MINFER_QK + lane], lane);
 }

@@ -8,17 +8,23 @@ import (
 	"github.com/minfer-go/minfer/engine/model/qwen2"
 )
 
-// residualFused compiles g on a backend offering every fusion and returns
-// the names of its MatMulAdd nodes with the weights they carry.
-func residualFused(t *testing.T, g *graph.Graph) []string {
+// fused assigns and fuses g on the one backend be.
+func fused(t *testing.T, g *graph.Graph, be graph.Backend) {
 	t.Helper()
-	bes := []graph.Backend{yes{}}
+	bes := []graph.Backend{be}
 	if err := graph.Assign(g, bes); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := graph.Fuse(g, bes); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// residualFused compiles g on a backend offering every fusion and returns
+// the names of its MatMulAdd nodes with the weights they carry.
+func residualFused(t *testing.T, g *graph.Graph) []string {
+	t.Helper()
+	fused(t, g, yes{})
 	var got []string
 	for _, n := range g.Nodes {
 		for _, in := range n.Inputs {

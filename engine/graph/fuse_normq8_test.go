@@ -11,24 +11,18 @@ import (
 // normFused compiles g on backends that answer FuseNormQ8 with offer and
 // every other fusion yes, and returns its nodes with a Norm as name=norm,
 // and how many RMS norms are left.
-func normFused(t *testing.T, g *graph.Graph, offer bool) (fused []string, norms int) {
+func normFused(t *testing.T, g *graph.Graph, offer bool) (folded []string, norms int) {
 	t.Helper()
-	bes := []graph.Backend{normOffer{offer: offer}}
-	if err := graph.Assign(g, bes); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := graph.Fuse(g, bes); err != nil {
-		t.Fatal(err)
-	}
+	fused(t, g, normOffer{offer: offer})
 	for _, n := range g.Nodes {
 		if n.Norm != "" {
 			if n.P.Eps != g.Params.RmsEps {
 				t.Errorf("%s: eps %g, want the norm's %g", n.Name, n.P.Eps, g.Params.RmsEps)
 			}
-			fused = append(fused, n.Name+"="+n.Norm)
+			folded = append(folded, n.Name+"="+n.Norm)
 		}
 	}
-	return fused, g.Count(graph.OpRmsNorm)
+	return folded, g.Count(graph.OpRmsNorm)
 }
 
 type normOffer struct {

@@ -10,25 +10,20 @@
 #   scripts/kernel-emu/norm-emu.sh --plant X   a planted defect, which must
 #       be caught (exit 1):
 #       qblk   two warps' blocks taken as one (the odd warp's block never written)
-#       qamax  max |x| over half the warp
+#       qscale the row's scale left out of the quantized values
 #       qw     the weight left out of the quantized values
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-kern="$here/../../cuda/kernels"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=plant.sh
 source "$here/plant.sh"
+emu_dirs
 if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     qblk) from='const int i0 = m * nb + (tid & ~31);'; to='const int i0 = m * nb + (tid & ~63);' ;;
-    qamax) from='for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));'
-        to='for (int off = 8; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));' ;;
-    qw) from='v = w ? __fmul_rn(v, wv[m]) : v;'; to='v = v;' ;;
-    *) echo "usage: $0 [--plant qblk|qamax|qw]" >&2; exit 2 ;;
+    qscale) from='const float y = __fmul_rn(xv[m], scale);'; to='const float y = xv[m];' ;;
+    qw) from='w ? __fmul_rn(y, wv[m]) : y, lane);'; to='y, lane);' ;;
+    *) echo "usage: $0 [--plant qblk|qscale|qw]" >&2; exit 2 ;;
     esac
     plant_defect norm.cu "$2" "$from" "$to"
 fi
-g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
-    "$here/norm_emu.cpp" -o "$tmp/norm_emu" -pthread
-"$tmp/norm_emu"
+emu_run norm_emu.cpp
