@@ -8,12 +8,12 @@ import (
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8) and
-// the backend every node of the chain is assigned to says SupportsFused for
-// that chain. The unfused chain is the reference: a fused node computes
-// exactly the same values (the CPU backend executes every fused op). This is
-// the only place fusions are decided: a backend executes each node on its
-// own. Run after Assign; returns how many rewrites it made.
+// MINFER_FUSE_NORM_Q8) and the backend every node of the chain is assigned
+// to says SupportsFused for that chain. The unfused chain is the reference:
+// a fused node computes exactly the same values (the CPU backend executes
+// the fused ops it offers). This is the only place fusions are decided: a
+// backend executes each node on its own. Run after Assign; returns how many
+// rewrites it made.
 func Fuse(g *Graph, backends []Backend) (int, error) {
 	supports := func(k FuseKind, nodes ...*Node) bool {
 		b := nodes[0].Backend
