@@ -26,7 +26,7 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, six for qg, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, eight for qg, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
@@ -82,10 +82,11 @@ SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 QB_RUNS=(
     "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|cpmap=MINFER_MMQ_F16_CPMAP=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
-    "qg|qwen2-7b-Q8_0|lean=MINFER_ATTN_DECODE_LEAN=1|gqa=MINFER_ATTN_DECODE_LEAN=0 MINFER_ATTN_DECODE_GQA=1|first=MINFER_ATTN_DECODE_LEAN=0"
+    "qg|qwen2-7b-Q8_0|lean=MINFER_ATTN_DECODE_LEAN=1|gqa=MINFER_ATTN_DECODE_LEAN=0 MINFER_ATTN_DECODE_GQA=1|first=MINFER_ATTN_DECODE_LEAN=0|s128=MINFER_ATTN_SPLITS=128"
 )
 # A quick bench's minfer bench arguments where not pp512 (qg: the decode forms at depth: GQA's grouped kernels
-# against the lean default, which its A/B cannot compare, since it pins the first form in both arms).
+# against the lean default, which its A/B cannot compare, since it pins the first form in both arms; s128: the lean
+# form over 128 splits, twice the blocks at ~19% achieved occupancy).
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768")
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
