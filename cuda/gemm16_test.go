@@ -278,12 +278,29 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 	if !levers.Default().MMQF16 {
 		t.Error("MINFER_MMQ_F16 unset: the f16 GEMM must be on (reports/MINFER_MMQ_F16)")
 	}
+	// The K-quant GEMM, on by default too, yields to its own Requires.
+	for _, set := range []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"} {
+		lv, err := levers.Parse([]string{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Options{Levers: lv})
+		if b != nil {
+			b.Close()
+		}
+		if lv.MMQF16KQ || err != nil && strings.Contains(err.Error(), "MINFER_MMQ_F16_KQ") {
+			t.Errorf("New with %s and MINFER_MMQ_F16_KQ unset: K-quant f16 GEMM %v, %v: want it off and no refusal", set, lv.MMQF16KQ, err)
+		}
+	}
+	if !levers.Default().MMQF16KQ {
+		t.Error("MINFER_MMQ_F16_KQ unset: the K-quant f16 GEMM must be on (reports/MINFER_MMQ_F16_KQ)")
+	}
 	const nt = 512
 	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=0").Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch
 	if want := 2 * Gemm16ActBytes(18944, nt); f16 < want || f16 <= base {
 		t.Errorf("plan scratch %d with the lever (%d without): want more, and at least twice the widest f16 rows (%d)", f16, base, want)
 	}
-	kbase, kf16 := planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16).Scratch, planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16, "MINFER_MMQ_F16_KQ=1").Scratch
+	kbase, kf16 := planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16, "MINFER_MMQ_F16_KQ=0").Scratch, planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16).Scratch
 	if want := 2 * Gemm16ActBytes(18944, nt); kf16 < want || kf16 <= kbase {
 		t.Errorf("Q4_K_M plan scratch %d with MINFER_MMQ_F16_KQ (%d without): want more, and at least twice the widest f16 rows (%d)", kf16, kbase, want)
 	}

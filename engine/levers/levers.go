@@ -416,9 +416,11 @@ var registry = []Lever{
 			[]string{"minfer_gemm16_q8_0r"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	// The same GEMM for the K-quants of a Q4_K_M model: Q4_K from its GGUF
 	// bytes, Q6_K from its repacked copy (issue 20's Q4_K_M rows).
-	{Name: "MINFER_MMQ_F16_KQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc:  "1: prefill matmuls of Q4_K weights (GGUF bytes) and Q6_K weights (repacked copy) run the f16 tensor-core GEMM of MINFER_MMQ_F16 (minfer_gemm16_q4_k, minfer_gemm16_q6_kr: each 32-deep step's weight tile dequantized once into shared memory as f16, exactly as dequant.cuh then rounded once) instead of the int8 MMQ over Q8_1 activations (reports/MINFER_MMQ_F16_KQ)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q4_K_M",
+	{Name: "MINFER_MMQ_F16_KQ", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
+		Doc: "0: prefill matmuls of Q4_K weights (GGUF bytes) and Q6_K weights (repacked copy) run the int8 MMQ over Q8_1 activations (minfer_mmq_q4_k, minfer_mmq_q6_kr) instead of the f16 tensor-core GEMM of MINFER_MMQ_F16 (minfer_gemm16_q4_k, minfer_gemm16_q6_kr: each 32-deep step's weight tile dequantized once into shared memory as f16, exactly as dequant.cuh then rounded once). " +
+			"At its default it yields to a setting its Requires exclude (the int8 MMQ or the f16 GEMM of MINFER_MMQ=0 then); set to 1 with one it is refused. " +
+			"On by default since reports/MINFER_MMQ_F16_KQ: qwen2-7b Q4_K_M pp512 +65.2%, tg128 and peak device memory equal (H100)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q4_K_M", DefaultSince: "reports/MINFER_MMQ_F16_KQ",
 		// As MINFER_MMQ_F16: B's activations are f16, A's Q8_1.
 		Tolerance: TolActPrecision,
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_MMVQ_REPACK=1", "MINFER_NO_PREFILL_GEMM=0"},
@@ -952,7 +954,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
-	c.MMQF16KQ = on("MINFER_MMQ_F16_KQ")
 	c.MMQF16CopyMap = on("MINFER_MMQ_F16_CPMAP")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
@@ -975,6 +976,7 @@ func Parse(environ []string) (Config, error) {
 	}
 	c.OneCopy = yields("MINFER_ONE_COPY")
 	c.MMQF16 = yields("MINFER_MMQ_F16")
+	c.MMQF16KQ = yields("MINFER_MMQ_F16_KQ")
 	c.AttnDecodeLean = yields("MINFER_ATTN_DECODE_LEAN")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")
