@@ -45,6 +45,10 @@ type AttnParams struct {
 	// minfer_attn_decode2l_*): the same grid, scratch and combine, fewer
 	// instructions a cell; not with Grouped.
 	Lean bool
+	// Q8 runs the lean form that also writes each output row's Q8_1
+	// quantization (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*, head_dim 64
+	// or 128, Lean and not Grouped): AttentionDecode2Q8's launches.
+	Q8 bool
 }
 
 // attnScale is engine/cpu's default: f32(1/sqrt(hd)) in double.
@@ -119,40 +123,61 @@ func attnFamily(nt int, lv levers.Config) string {
 	return attnPlain
 }
 
+// attnOperands are what an attention over a layer's KV reads: the
+// parameters, the window and the regions.
+type attnOperands struct {
+	ap          AttnParams
+	win, kr, vr driver.DevicePtr
+}
+
+// attnOperands checks the attention of node n (OpAttn, OpAttnMatMulAdd:
+// P the attention's params, in[0] q, in[1] the KV window) over nt tokens.
+func (b *Backend) attnOperands(n *graph.Node, in []graph.Tensor, nt int) (attnOperands, error) {
+	if len(in) < 2 {
+		return attnOperands{}, errors.New("no KV window input")
+	}
+	win, err := b.kvWindow(in[1])
+	if err != nil {
+		return attnOperands{}, err
+	}
+	kr, vr, err := b.regions(n.P.Layer)
+	if err != nil {
+		return attnOperands{}, err
+	}
+	ap := AttnParams{NT: nt, NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA,
+		Lean: b.lv.AttnDecodeLean}
+	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
+		return attnOperands{}, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
+	}
+	if ap.NHeadKV <= 0 || ap.NHead%ap.NHeadKV != 0 {
+		return attnOperands{}, fmt.Errorf("%d query heads over %d KV heads", ap.NHead, ap.NHeadKV)
+	}
+	if ap.NHeadKV*ap.HeadDim != b.kvSpec.RowLen {
+		return attnOperands{}, fmt.Errorf("%d KV heads of %d is not the KV row of %d", ap.NHeadKV, ap.HeadDim, b.kvSpec.RowLen)
+	}
+	if in[0].Len != ap.HeadDim*ap.NHead*ap.NT {
+		return attnOperands{}, fmt.Errorf("q of %d elements for %d tokens of %d heads of %d", in[0].Len, ap.NT, ap.NHead, ap.HeadDim)
+	}
+	if _, err := ap.check(b.kvSpec.Format); err != nil {
+		return attnOperands{}, err
+	}
+	return attnOperands{ap: ap, win: win, kr: kr, vr: vr}, nil
+}
+
 func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	p, o, err := b.nodeIO(n, in, 1, out)
 	if err != nil {
 		return nil, err
 	}
-	if len(in) < 2 {
-		return nil, errors.New("no KV window input")
-	}
-	win, err := b.kvWindow(in[1])
+	ops, err := b.attnOperands(n, in, n.Shape[1])
 	if err != nil {
 		return nil, err
 	}
-	kr, vr, err := b.regions(n.P.Layer)
-	if err != nil {
-		return nil, err
+	if out.Len != in[0].Len {
+		return nil, fmt.Errorf("q of %d elements, output %d", in[0].Len, out.Len)
 	}
-	ap := AttnParams{NT: n.Shape[1], NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
-		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA,
-		Lean: b.lv.AttnDecodeLean}
-	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
-		return nil, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
-	}
-	if ap.NHeadKV <= 0 || ap.NHead%ap.NHeadKV != 0 {
-		return nil, fmt.Errorf("%d query heads over %d KV heads", ap.NHead, ap.NHeadKV)
-	}
-	if ap.NHeadKV*ap.HeadDim != b.kvSpec.RowLen {
-		return nil, fmt.Errorf("%d KV heads of %d is not the KV row of %d", ap.NHeadKV, ap.HeadDim, b.kvSpec.RowLen)
-	}
-	if in[0].Len != ap.HeadDim*ap.NHead*ap.NT || out.Len != in[0].Len {
-		return nil, fmt.Errorf("q of %d elements, output %d, for %d tokens of %d heads of %d", in[0].Len, out.Len, ap.NT, ap.NHead, ap.HeadDim)
-	}
-	if _, err := ap.check(b.kvSpec.Format); err != nil {
-		return nil, err
-	}
+	ap, win, kr, vr := ops.ap, ops.win, ops.kr, ops.vr
 	f := b.kvSpec.Format
 	switch attnFamily(ap.NT, b.lv) {
 	case attnPrefill2:
@@ -184,4 +209,60 @@ type attnScratchKey struct {
 type attnScratchBuf struct {
 	ptr   driver.DevicePtr
 	bytes int
+}
+
+// attnQ8Route reports whether the backend runs the chain Attn a ->
+// MatMulAdd m (the o-projection and its residual) as FuseAttnQ8: one
+// decode token on the lean one-warp decode kernel at head_dim 64 or 128,
+// and an o-projection on a decode MMVQ route, which reads only the Q8_1 row
+// minfer_attn_decode2q_* writes.
+func (b *Backend) attnQ8Route(a, m *graph.Node) bool {
+	if a.Op != graph.OpAttn || m.Op != graph.OpMatMulAdd || a.Shape[1] != 1 || m.Shape.Rows() != 1 {
+		return false
+	}
+	if attnFamily(1, b.lv) != attnDecode2 || !b.lv.AttnDecodeLean || b.lv.AttnDecodeGQA || (a.P.HeadDim != 64 && a.P.HeadDim != 128) {
+		return false
+	}
+	w := b.weights[m.Weight]
+	return w != nil && w.rowLen == a.Shape[0] && b.allDecode(1, []matmulPlan{{w: w}})
+}
+
+// opAttnMatMulAdd runs graph.OpAttnMatMulAdd (FuseAttnQ8): the lean decode
+// attention of in[0] (window in[1]) writes its output row straight into
+// the Q8_1 activation scratch (minfer_attn_decode2q_*, no f32 row), then
+// out = in[2] + W row as minfer_mmvq[r]_res_<t> from that scratch: bitwise
+// the unfused attention, quantization and residual matvec, one launch
+// fewer. The fuse pass made the node only where attnQ8Route holds;
+// elsewhere it is an error, never a fallback.
+func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	p, o, err := b.nodeIO(n, in, 3, out)
+	if err != nil {
+		return nil, err
+	}
+	nt := n.Shape.Rows()
+	ops, err := b.attnOperands(n, in, nt)
+	if err != nil {
+		return nil, err
+	}
+	m, err := b.planMatMul(n.Weight, n.Bias, in[0], nt, o)
+	if err != nil {
+		return nil, err
+	}
+	if m.w.rows != n.Shape[0] || in[2].Len != out.Len {
+		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[2].Len, n.Shape)
+	}
+	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || attnFamily(nt, b.lv) != attnDecode2 {
+		return nil, fmt.Errorf("attention + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff", n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
+	}
+	scr, scrBytes, err := b.attnDecode2Scratch(ops.ap)
+	if err != nil {
+		return nil, err
+	}
+	f := b.kvSpec.Format
+	return func() error {
+		if err := b.k.AttentionDecode2Q8(b.s, 0, b.mm.ActQ8, b.mm.ActQ8Bytes, p[0], ops.kr, ops.vr, f, ops.win, scr, scrBytes, ops.ap); err != nil {
+			return err
+		}
+		return b.mmvqFromQ8(m, o, p[2])
+	}, nil
 }

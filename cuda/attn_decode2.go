@@ -41,13 +41,16 @@ func attnDecode2SplitPlan(n, nsplit int) (chunk, nact int) {
 
 // attnDecode2Names[form][hd class][format]: the one-warp blocks, the
 // grouped blocks (MINFER_ATTN_DECODE_GQA), the lean form
-// (MINFER_ATTN_DECODE_LEAN); hd 64, 128, any even head_dim; kv.F32, F16,
-// Q8_0.
-var attnDecode2Names = func() (n [3][3][3]string) {
-	for g, fam := range []string{"minfer_attn_decode2", "minfer_attn_decode2g", "minfer_attn_decode2l"} {
+// (MINFER_ATTN_DECODE_LEAN), the lean form with the Q8_1 output
+// (MINFER_FUSE_ATTN_Q8: hd 64 and 128 only, "" for any); hd 64, 128, any
+// even head_dim; kv.F32, F16, Q8_0.
+var attnDecode2Names = func() (n [4][3][3]string) {
+	for g, fam := range []string{"minfer_attn_decode2", "minfer_attn_decode2g", "minfer_attn_decode2l", "minfer_attn_decode2q"} {
 		for i, hd := range []string{"hd64", "hd128", "any"} {
 			for k, f := range []string{"f32", "f16", "q8_0"} {
-				n[g][i][k] = fmt.Sprintf("%s_%s_%s", fam, hd, f)
+				if g < 3 || i < 2 {
+					n[g][i][k] = fmt.Sprintf("%s_%s_%s", fam, hd, f)
+				}
 			}
 		}
 	}
@@ -59,7 +62,7 @@ var attnDecode2Names = func() (n [3][3][3]string) {
 // work to another kernel, the setting would switch nothing that was asked
 // for. (MINFER_MMQ_F16 and MINFER_ATTN_DECODE_LEAN are on by default:
 // unset, each yields instead.)
-var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP"}
+var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP", "MINFER_FUSE_ATTN_Q8"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.
@@ -98,6 +101,8 @@ func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
 	switch {
 	case p.Grouped:
 		geo.gridX, geo.threads, form = p.NT*p.NHeadKV, attnDecode2Threads*(p.NHead/p.NHeadKV), 1
+	case p.Q8:
+		form = 3
 	case p.Lean:
 		form = 2
 	}
@@ -148,6 +153,12 @@ func AttnDecode2ScratchBytes(p AttnParams, format kv.Format) (int, error) {
 // counters zero again. Launches on one scratch must be stream-ordered.
 func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win,
 	scratch driver.DevicePtr, scratchBytes int, p AttnParams) error {
+	p.Q8 = false
+	return k.attentionDecode2(s, out, 0, q, kRegion, vRegion, format, win, scratch, scratchBytes, p)
+}
+
+func (k *Kernels) attentionDecode2(s *driver.Stream, out, q8, q, kRegion, vRegion driver.DevicePtr, format kv.Format, win,
+	scratch driver.DevicePtr, scratchBytes int, p AttnParams) error {
 	rb, err := p.checkDecode(format)
 	if err != nil {
 		return fmt.Errorf("attn_decode2: %w", err)
@@ -159,11 +170,34 @@ func (k *Kernels) AttentionDecode2(s *driver.Stream, out, q, kRegion, vRegion dr
 	if geo.nsplit > attnDecode2MaxSplits {
 		k.wideSplits.Add(1) // MINFER_ATTN_SPLITS's liveness: a grid past the default cap
 	}
-	return opsErr("attn_decode2", k.launch(s, geo.name, [3]uint32{uint32(geo.gridX), uint32(geo.nsplit), 1},
-		[3]uint32{uint32(geo.threads), 1, 1}, 0,
-		out, q, kRegion, vRegion, win, scratch.Add(geo.mlOff), scratch.Add(geo.accOff), scratch,
+	args := []any{out, q, kRegion, vRegion, win, scratch.Add(geo.mlOff), scratch.Add(geo.accOff), scratch,
 		int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p),
-		int32(geo.nsplit)))
+		int32(geo.nsplit)}
+	if p.Q8 {
+		args = append(args, q8)
+	}
+	return opsErr("attn_decode2", k.launch(s, geo.name, [3]uint32{uint32(geo.gridX), uint32(geo.nsplit), 1},
+		[3]uint32{uint32(geo.threads), 1, 1}, 0, args...))
+}
+
+// AttentionDecode2Q8 is AttentionDecode2 in the lean form (p.Lean, not
+// p.Grouped, head_dim 64 or 128) that also writes the output's Q8_1
+// quantization at q8 (ActQ8Bytes(NHead * HeadDim, NT) bytes, 4-byte
+// aligned: the bytes minfer_quantize_q8_1 makes of out). out may be 0:
+// then only q8 is written (MINFER_FUSE_ATTN_Q8: the o-projection reads
+// nothing else).
+func (k *Kernels) AttentionDecode2Q8(s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
+	format kv.Format, win, scratch driver.DevicePtr, scratchBytes int, p AttnParams) error {
+	if !p.Lean || p.Grouped || (p.HeadDim != 64 && p.HeadDim != 128) {
+		return opsBad("attn_decode2", "the Q8_1 output is the lean one-warp form's at head_dim 64 or 128 (lean %v, grouped %v, head_dim %d)",
+			p.Lean, p.Grouped, p.HeadDim)
+	}
+	if need := ActQ8Bytes(p.NHead*p.HeadDim, p.NT); q8 == 0 || uint64(q8)%4 != 0 || q8Bytes < need {
+		return opsBad("attn_decode2", "Q8_1 output of %d bytes at %#x, %d tokens of %d values need %d, 4-byte aligned",
+			q8Bytes, uint64(q8), p.NT, p.NHead*p.HeadDim, need)
+	}
+	p.Q8 = true
+	return k.attentionDecode2(s, out, q8, q, kRegion, vRegion, format, win, scratch, scratchBytes, p)
 }
 
 // attnDecode2Scratch returns the backend's scratch of the lean kernel for

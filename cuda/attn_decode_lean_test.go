@@ -32,10 +32,13 @@ func TestAttnDecodeLeanDevice_EveryFormatShapeWindowMatchesCPUWithin1e3(t *testi
 
 // TestAttnDecodeLean_WholeModelCensus: a whole model decoding at 100+
 // cells with the lever on launches minfer_attn_decode2l_* and none of
-// minfer_attn_decode2_* (the lever's liveness), graphs on.
+// minfer_attn_decode2_* (the lever's liveness), graphs on. The attention
+// keeps its f32 output (MINFER_FUSE_ATTN_Q8=0: an A/B's arm B may set it,
+// and its kernels are minfer_attn_decode2q_*).
 func TestAttnDecodeLean_WholeModelCensus(t *testing.T) {
 	dsNeedDevice(t)
-	set := append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_ATTN_DECODE_LEAN=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_GQA=0"}, dsGraphsOn...)
+	set := append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_ATTN_DECODE_LEAN=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_GQA=0",
+		"MINFER_FUSE_ATTN_Q8=0"}, dsGraphsOn...)
 	_, b := adBackendRun(t, dsLevers(t, set...), kv.F16, 0)
 	if lean, plain := ad2Census(b, "minfer_attn_decode2l_"), ad2Census(b, "minfer_attn_decode2_"); lean == 0 || plain != 0 {
 		t.Errorf("%d lean launches (want > 0), %d one-warp (want 0); census %v", lean, plain, b.Kernels().Census())

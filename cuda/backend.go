@@ -213,6 +213,8 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 		}
 	case graph.FuseNormQ8:
 		return len(chain) == 2 && b.normQ8Route(chain[0], chain[1])
+	case graph.FuseAttnQ8:
+		return len(chain) == 2 && b.attnQ8Route(chain[0], chain[1])
 	}
 	return false
 }

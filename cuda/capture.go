@@ -229,7 +229,7 @@ func (c *capture) noteNode(n *graph.Node) {
 		nt = n.Shape[1]
 	case graph.OpRope:
 		nt = n.Shape[2]
-	case graph.OpAttn:
+	case graph.OpAttn, graph.OpAttnMatMulAdd:
 		nt = n.Shape[1]
 	}
 	c.cur.nt = max(c.cur.nt, nt)

@@ -34,6 +34,7 @@ func opTable() map[graph.Op]opFunc {
 		graph.OpSwiGLU:           opSwiGLU,
 		graph.OpRope:             opRope,
 		graph.OpAttn:             opAttn,
+		graph.OpAttnMatMulAdd:    opAttnMatMulAdd,
 		graph.OpKvcacheStore:     opKVStore,
 		graph.OpKvcacheLoad:      opKVLoad,
 		graph.OpPermute:          opPermute,

@@ -57,6 +57,7 @@
 // float[grid.x][nsplit][hd].
 #include "common.cuh"
 #include "mma.cuh"
+#include "q8_1.cuh"
 
 namespace adec2 {
 constexpr int THREADS = 32;   // one warp per block
@@ -178,6 +179,42 @@ __device__ __forceinline__ void prefetch_span(const uint8_t* row, int b0, int b1
     for (size_t a = (a0 + b0) & ~(size_t)127; a < a0 + b1; a += 128) asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
 }
 
+// q8_1_lanes writes the Q8_1 blocks of a head's output row (MINFER_FUSE_ATTN_Q8)
+// from NV contiguous values a lane: 32 / NV lanes a block, lane li holding
+// elements (li % (32 / NV)) * NV .. + NV - 1 of block li / (32 / NV). Every
+// lane of the warp takes part (the shuffles stay inside aligned groups of
+// 32 / NV lanes); only lanes with write set store. The arithmetic is
+// minfer_q8_1_warp's (q8_1.cuh), and max |x| (NaN-ignoring, as its tree)
+// and the sum of q are exact, so the bytes are bitwise those of a separate
+// quantization of the f32 row.
+template <int NV>
+__device__ __forceinline__ void q8_1_lanes(uint8_t* __restrict__ row, const float (&v)[NV], int li, bool write) {
+    constexpr int LPB = 32 / NV;
+    static_assert(NV * LPB == 32 && (LPB & (LPB - 1)) == 0, "a Q8_1 block is whole lanes");
+    float amax = fabsf(v[0]);
+#pragma unroll
+    for (int i = 1; i < NV; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int off = 1; off < LPB; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    float id;
+    const float d = minfer_q8_1_scale(amax, &id);
+    int q[NV], sum = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) q[i] = minfer_q8_1_quant(v[i], id), sum += q[i];
+#pragma unroll
+    for (int off = 1; off < LPB; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (write) {
+        uint8_t* b = row + (li / LPB) * MINFER_Q8_1_BYTES;
+#pragma unroll
+        for (int i = 0; i < NV; i++) b[4 + (li % LPB) * NV + i] = (uint8_t)(int8_t)q[i];
+        if (li % LPB == 0) {
+            unsigned short* h = reinterpret_cast<unsigned short*>(b);
+            h[0] = minfer_q8_1_dbits(d);
+            h[1] = minfer_q8_1_sbits(sum, d);
+        }
+    }
+}
+
 // decode is the whole kernel for one head_dim class and KV format. With
 // GROUPED (MINFER_ATTN_DECODE_GQA: minfer_attn_decode2g_*) a block is the
 // G = n_head / n_head_kv warps of one KV head's query heads: warp w of
@@ -200,12 +237,19 @@ __device__ __forceinline__ void prefetch_span(const uint8_t* row, int b0, int b1
 // partials' m included, in log2 units); two passes an iteration alternate
 // their K / V registers instead of copying the next pass into this one's;
 // and the per-cell end test runs in the last pass only.
-template <int HD, int FMT, bool GROUPED, bool LEAN = false>
+//
+// With Q8 (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*, the lean form at
+// head_dim 64 / 128) the writer of a row also writes its Q8_1 blocks at q8
+// (row bx's at q8 + bx * hd / 32 blocks: the o-projection's activation
+// row), so the matvec after it needs no quantization launch; with out
+// null it writes q8 alone.
+template <int HD, int FMT, bool GROUPED, bool LEAN = false, bool Q8 = false>
 __device__ __forceinline__ void decode(float* __restrict__ out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                        const uint8_t* __restrict__ vreg, const int* __restrict__ win,
                                        float2* __restrict__ part_ml, float* __restrict__ part_acc, int* __restrict__ counters,
                                        int n_head, int n_head_kv, int hd_arg, long long row_bytes, int n_ctx, int window,
-                                       float scale, int nsplit) {
+                                       float scale, int nsplit, uint8_t* __restrict__ q8 = nullptr) {
+    static_assert(!Q8 || (HD > 0 && LEAN && !GROUPED), "the Q8_1 output: the lean one-warp form at head_dim 64 / 128");
     using L = Lay<HD>;
     constexpr int NE = L::NE, LPC = L::LPC, SLOTS = L::SLOTS, CE = L::CE;
     constexpr int NR = Raw<HD, FMT>::NR;
@@ -232,6 +276,8 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     }
     const int t = bx / n_head;
     float* const y = out + (long long)bx * hd; // q and out are [hd, n_head, nt]: row bx
+    uint8_t* const yq = Q8 ? q8 + (long long)bx * (HD / 32) * MINFER_Q8_1_BYTES : nullptr;
+    const bool wy = !Q8 || out != nullptr; // the Q8_1 form may write q8 alone
 
     // q does not depend on the window: its loads go out with win's.
     float qv[NE];
@@ -251,8 +297,15 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     const int start = __ldg(win);
     const long long cell = (long long)start + t;
     if (start < 0 || cell >= n_ctx) {
-        if (sp == 0)
-            for (int i = lane; i < hd; i += THREADS) y[i] = __int_as_float(0x7fc00000);
+        if (sp == 0) {
+            for (int i = lane; i < hd && wy; i += THREADS) y[i] = __int_as_float(0x7fc00000);
+            if constexpr (Q8) {
+                float nan[CE];
+#pragma unroll
+                for (int c = 0; c < CE; c++) nan[c] = __int_as_float(0x7fc00000);
+                q8_1_lanes<CE>(yq, nan, lane, true);
+            }
+        }
         return;
     }
     const long long first = window > 0 ? max(0LL, cell - window + 1) : 0LL;
@@ -389,13 +442,20 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     }
 
     if (nact == 1) {
-        if (slot == 0) {
+        if (slot == 0 && wy) {
             const float inv = __fdiv_rn(1.0f, l);
 #pragma unroll
             for (int i = 0; i < NE; i++) {
                 const int e = elem<HD>(lis, i);
                 if (e < hd) y[e] = __fmul_rn(acc[i], inv); // scalar stores: out may sit at any element offset
             }
+        }
+        if constexpr (Q8) { // every slot holds the merged row: all lanes quantize, slot 0 writes
+            const float inv = __fdiv_rn(1.0f, l);
+            float v[NE];
+#pragma unroll
+            for (int i = 0; i < NE; i++) v[i] = __fmul_rn(acc[i], inv);
+            q8_1_lanes<NE>(yq, v, lis, slot == 0);
         }
         return;
     }
@@ -500,8 +560,9 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
 #pragma unroll
     for (int c = 0; c < CE; c++) {
         const int e = elc(c);
-        if (e < hd) y[e] = a[c];
+        if (e < hd && wy) y[e] = a[c];
     }
+    if constexpr (Q8) q8_1_lanes<CE>(yq, a, lane, true); // lane holds elements lane * CE ..
 }
 } // namespace adec2
 
@@ -570,6 +631,27 @@ extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) m
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_q8_0(MINFER_ADEC2_PARAMS) {
     adec2::decode<0, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+}
+
+// The lean kernels with the Q8_1 output (MINFER_FUSE_ATTN_Q8): the lean
+// kernels' grid, block and scratch, one argument more (q8).
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd64_f32(MINFER_ADEC2_PARAMS, uint8_t* q8) {
+    adec2::decode<64, mops::KV_F32, false, true, true>(MINFER_ADEC2_ARGS, q8);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd64_f16(MINFER_ADEC2_PARAMS, uint8_t* q8) {
+    adec2::decode<64, mops::KV_F16, false, true, true>(MINFER_ADEC2_ARGS, q8);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd64_q8_0(MINFER_ADEC2_PARAMS, uint8_t* q8) {
+    adec2::decode<64, mops::KV_Q8_0, false, true, true>(MINFER_ADEC2_ARGS, q8);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd128_f32(MINFER_ADEC2_PARAMS, uint8_t* q8) {
+    adec2::decode<128, mops::KV_F32, false, true, true>(MINFER_ADEC2_ARGS, q8);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd128_f16(MINFER_ADEC2_PARAMS, uint8_t* q8) {
+    adec2::decode<128, mops::KV_F16, false, true, true>(MINFER_ADEC2_ARGS, q8);
+}
+extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd128_q8_0(MINFER_ADEC2_PARAMS, uint8_t* q8) {
+    adec2::decode<128, mops::KV_Q8_0, false, true, true>(MINFER_ADEC2_ARGS, q8);
 }
 
 // The grouped kernels (MINFER_ATTN_DECODE_GQA): grid (nt * n_head_kv,

@@ -184,3 +184,13 @@ func TestKernelEmulator_PlantedRepackedOffsetsAreCaught(t *testing.T) {
 		})
 	}
 }
+
+// The lean decode attention's Q8_1 output (MINFER_FUSE_ATTN_Q8) is bitwise
+// the lean kernel's row then minfer_quantize_q8_1 of it, the launch the
+// fusion removes (every KV format, head_dim 64 and 128, one split, the
+// combine, a window, NaN rows, out null); each writer storing a lane's
+// values at its neighbour's place and s from one lane's sum of q are each
+// caught.
+func TestKernelEmulator_AttnQ8BitwiseTheLeanRowQuantized(t *testing.T) {
+	emuPassesAndCatches(t, "adec2-emu.sh", "--q8", "Q8 BITWISE", "differ", "q8one", "q8comb", "q8sum")
+}

@@ -1,14 +1,13 @@
 package graph
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 )
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8) and the backend every node of the chain is assigned
+// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8) and the backend every node of the chain is assigned
 // to says SupportsFused for that chain. The unfused chain is the reference:
 // a fused node computes exactly the same values (the CPU backend executes
 // the fused ops it offers). This is the only place fusions are decided: a
@@ -37,6 +36,9 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	}
 	if g.Params.FuseNormQ8 {
 		count += fuseNormQ8(g, supports)
+	}
+	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
+		count += fuseAttnQ8(g, supports)
 	}
 	if count == 0 {
 		return 0, nil
@@ -266,10 +268,7 @@ func fuseMatMulAdd(g *Graph, supports supportsFn) int {
 // read by that node alone -> the node reads x and carries the norm's weight
 // in Norm (and its eps in P.Eps). Runs after fuseQKV and fuseFFN.
 func fuseNormQ8(g *Graph, supports supportsFn) int {
-	cons := g.consumers()
-	for id, cs := range cons { // the matmuls fuseFFN folded still name the norm
-		cons[id] = slices.DeleteFunc(cs, func(c int) bool { return g.Nodes[c].dead })
-	}
+	cons := g.liveConsumers()
 	count := 0
 	for _, c := range g.Nodes {
 		if c.dead || (c.Op != OpFusedQKV && c.Op != OpFusedFFN) || c.Norm != "" {
@@ -281,6 +280,28 @@ func fuseNormQ8(g *Graph, supports supportsFn) int {
 		}
 		c.Inputs[0], c.Norm, c.P.Eps = n.Inputs[0], n.Weight, n.P.Eps
 		n.dead = true
+		count++
+	}
+	return count
+}
+
+// fuseAttnQ8: MatMulAdd(Attn(q, kvw, deps...), r) with the attention read
+// by the matmul-add alone -> AttnMatMulAdd with inputs q, kvw, r, deps...
+// and the attention's params. Runs after fuseMatMulAdd.
+func fuseAttnQ8(g *Graph, supports supportsFn) int {
+	cons := g.liveConsumers()
+	count := 0
+	for _, m := range g.Nodes {
+		if m.dead || m.Op != OpMatMulAdd {
+			continue
+		}
+		a := g.node(m.Inputs[0])
+		if a.dead || a.Op != OpAttn || a.ID == g.Output || !only(cons, a.ID, m.ID) || !supports(FuseAttnQ8, a, m) {
+			continue
+		}
+		m.Op, m.P = OpAttnMatMulAdd, a.P
+		m.Inputs = append([]int{a.Inputs[0], a.Inputs[1], m.Inputs[1]}, a.Inputs[2:]...)
+		a.dead = true
 		count++
 	}
 	return count

@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 
 	"github.com/minfer-go/minfer/engine/kv"
@@ -25,7 +26,7 @@ type Params struct {
 	// MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL, MINFER_FUSE_NORM_Q8); the
 	// fuse pass also asks every backend involved. FuseQKNorm is the q/k-norm
 	// variant of the QKV tail and needs FuseQKV (the registry declares it).
-	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8 bool
+	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8 bool
 }
 
 // NQ is the query width NHead*HeadDim.
@@ -149,6 +150,17 @@ func (g *Graph) consumers() [][]int {
 		}
 	}
 	return out
+}
+
+// liveConsumers is consumers without the dead readers: a node an earlier
+// rewrite folded (fuseFFN's matmuls, fuseMatMulAdd's) still names its
+// inputs until compact.
+func (g *Graph) liveConsumers() [][]int {
+	cons := g.consumers()
+	for id, cs := range cons {
+		cons[id] = slices.DeleteFunc(cs, func(c int) bool { return g.Nodes[c].dead })
+	}
+	return cons
 }
 
 // compact drops dead nodes, orders the rest topologically (stable: a node

@@ -75,13 +75,18 @@ const (
 	// only reader was an add of an operand of its shape (the residual),
 	// folded into that add (FuseMatMulAdd). in[1] has the output's shape.
 	OpMatMulAdd
+	// OpAttnMatMulAdd: in[2] + (Attn(in[0], in[1]) times Weight (+ Bias)):
+	// the attention (P: its params; in[3:] its ordering dependencies)
+	// whose only reader was the o-projection's OpMatMulAdd, folded into
+	// it (FuseAttnQ8). in[2] has the output's shape.
+	OpAttnMatMulAdd
 	numOps
 )
 
 var opNames = [...]string{
 	"input", "get_rows", "rms_norm", "qk_norm", "mul_mat", "add", "mul", "silu", "swiglu",
 	"rope", "attn", "kvcache_store", "kvcache_load", "view", "reshape", "permute", "scale",
-	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn", "mul_mat_add",
+	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn", "mul_mat_add", "attn_mul_mat_add",
 }
 
 func (o Op) String() string {
@@ -144,6 +149,11 @@ const (
 	// backend offers it where it can take the normed row straight to the
 	// matmuls' quantized activation (the decode row: one launch, not two).
 	FuseNormQ8
+	// FuseAttnQ8: MatMulAdd(Attn(q), r), the attention read by the
+	// o-projection alone -> OpAttnMatMulAdd (chain: attn, matmul-add). A
+	// backend offers it where the attention can write the matmul's
+	// quantized activation itself (the decode row: one launch fewer).
+	FuseAttnQ8
 )
 
 func (k FuseKind) String() string {
@@ -158,6 +168,10 @@ func (k FuseKind) String() string {
 		return "qkv_norm_rope_store"
 	case FuseMatMulAdd:
 		return "mul_mat_add"
+	case FuseNormQ8:
+		return "norm_q8"
+	case FuseAttnQ8:
+		return "attn_q8"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }
@@ -169,13 +183,13 @@ type OpParams struct {
 	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights
 	Theta   float32   // Rope, QkvBiasRopeStore
 	Rope    RopeStyle // Rope, QkvBiasRopeStore
-	Layer   int       // Attn, KvcacheStore, KvcacheLoad, QkvBiasRopeStore
+	Layer   int       // Attn, AttnMatMulAdd, KvcacheStore, KvcacheLoad, QkvBiasRopeStore
 	Side    KVSide    // KvcacheStore, KvcacheLoad
-	NHead   int       // Attn, QkvBiasRopeStore: query heads
-	NHeadKV int       // Attn, QkvBiasRopeStore: KV heads
-	HeadDim int       // Attn, QkvBiasRopeStore, Rope, QkNorm
-	Window  int       // Attn: attend to at most the last Window cells (0: all)
-	Scale   float32   // Attn (0: 1/sqrt(hd)), Scale, Softmax (0: 1)
+	NHead   int       // Attn, AttnMatMulAdd, QkvBiasRopeStore: query heads
+	NHeadKV int       // Attn, AttnMatMulAdd, QkvBiasRopeStore: KV heads
+	HeadDim int       // Attn, AttnMatMulAdd, QkvBiasRopeStore, Rope, QkNorm
+	Window  int       // Attn, AttnMatMulAdd: attend to at most the last Window cells (0: all)
+	Scale   float32   // Attn, AttnMatMulAdd (0: 1/sqrt(hd)), Scale, Softmax (0: 1)
 	Offset  int       // View: element offset into the input
 	Perm    [4]int    // Permute
 }

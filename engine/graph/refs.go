@@ -22,7 +22,7 @@ func (n *Node) WeightNames() []string {
 // P.Layer: a backend without that layer's region cannot run it.
 func (o Op) UsesKV() bool {
 	switch o {
-	case OpAttn, OpKvcacheStore, OpKvcacheLoad, OpQkvBiasRopeStore:
+	case OpAttn, OpAttnMatMulAdd, OpKvcacheStore, OpKvcacheLoad, OpQkvBiasRopeStore:
 		return true
 	}
 	return false

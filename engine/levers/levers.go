@@ -578,6 +578,15 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
 		Liveness: cudaOnly("1", "the decode norms before the fused q/k/v and gate/up matvecs run minfer_rms_norm_q8_1 only with the lever on; off, minfer_rms_norm_f32 and a quantization",
 			[]string{"minfer_rms_norm_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
+	// The next producer of a decode Q8_1 row (reports/MINFER_MMVQ_INLINE_Q8:
+	// a consumer that quantizes its own input lost): the attention output
+	// the o-projection reads.
+	{Name: "MINFER_FUSE_ATTN_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode attention + the o-projection's activation quantization -> one AttnMatMulAdd node (CUDA)", Issue: "#20",
+		Doc:  "1: the decode attention before the o-projection (the lean form at head_dim 64 / 128) writes its output row's Q8_1 quantization directly (minfer_attn_decode2q_*) and the o-projection's residual matvec reads it, instead of an f32 row that a separate minfer_quantize_q8_1 launch quantizes: one launch a layer fewer, bitwise the same bytes (reports/MINFER_FUSE_ATTN_Q8)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_ATTN_DECODE_LEAN=1", "MINFER_ATTN_DECODE_GQA=0", "MINFER_NO_SPLITK_ATTN=0"},
+		Liveness: cudaOnly("1", "the decode attention before the o-projection runs minfer_attn_decode2q_* only with the lever on; off, minfer_attn_decode2l_* and a quantization",
+			[]string{"minfer_attn_decode2q_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
@@ -821,6 +830,7 @@ type Config struct {
 	OneCopy          bool
 	FuseResidual     bool
 	FuseNormQ8       bool // MINFER_FUSE_NORM_Q8: the decode norm writes Q8_1
+	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
 	MMVQNT           bool
 	MMVQSplit        bool
 	QuantizeX4       bool
@@ -980,6 +990,7 @@ func Parse(environ []string) (Config, error) {
 	c.AttnDecodeLean = yields("MINFER_ATTN_DECODE_LEAN")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")
+	c.FuseAttnQ8 = on("MINFER_FUSE_ATTN_Q8")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")

@@ -248,6 +248,7 @@ func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers
 	p.FuseQKNorm = lv.FuseQKNorm && lv.RequiresMet("MINFER_FUSE_QKNORM")
 	p.FuseResidual = lv.FuseResidual
 	p.FuseNormQ8 = lv.FuseNormQ8
+	p.FuseAttnQ8 = lv.FuseAttnQ8
 	return p
 }
 

@@ -43,6 +43,7 @@ inline float __shfl_sync(unsigned int, float v, int src, int = 32) {
 }
 inline int __shfl_sync(unsigned int m, int v, int src, int w = 32) { return (int)__shfl_sync(m, (float)v, src, w); }
 #include "attn_decode2.cu"
+#include "quantize_act.cu"
 #include "emu_launch.h"
 
 // launch2 runs a (gx, gy) grid of one-warp blocks, one block at a time.
@@ -246,6 +247,108 @@ static int grouped_check(bool full, bool lean = false) {
     return 0;
 }
 
+// --q8 (the CI runs it): the lean kernels with the Q8_1 output
+// (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*) against the lean kernels
+// then minfer_quantize_q8_1 (quantize_act.cu) over their output, the
+// launch the fusion removes: the f32 rows and the Q8_1 bytes bitwise, for
+// every KV format at head_dim 64 and 128 (G 2 and 7), on one split (the
+// single-split writer), 3 and 13 splits (the combine; 13 with out null,
+// the fused node's launch, which must leave out alone), a window, and a
+// token past n_ctx (NaN rows).
+typedef void (*KernQ8)(float*, const float*, const uint8_t*, const uint8_t*, const int*, float2*, float*, int*, int, int, int,
+                       long long, int, int, float, int, uint8_t*);
+static int q8_check() {
+    static const KernQ8 kq[2][3] = {
+        {minfer_attn_decode2q_hd64_f32, minfer_attn_decode2q_hd64_f16, minfer_attn_decode2q_hd64_q8_0},
+        {minfer_attn_decode2q_hd128_f32, minfer_attn_decode2q_hd128_f16, minfer_attn_decode2q_hd128_q8_0}};
+    int runs = 0, bad = 0;
+    for (int fmt : {0, 1, 2})
+        for (int hd : {64, 128}) {
+            const int nkv = 2, nctx = 400, G = hd == 128 ? 7 : 2, nh = G * nkv;
+            const long long rb = fmt == 0 ? 4LL * nkv * hd : fmt == 1 ? 2LL * nkv * hd : (long long)nkv * hd / 32 * 34;
+            std::vector<uint4> kbuf((nctx * rb + 15) / 16), vbuf(kbuf.size());
+            uint8_t *kr = reinterpret_cast<uint8_t*>(kbuf.data()), *vr = reinterpret_cast<uint8_t*>(vbuf.data());
+            for (long long i = 0; i < nctx * rb; i++) { // as grouped_check: finite values of every format
+                if (fmt == 2 && i % 34 < 2) {
+                    const __half d = __float2half(0.01f + 0.02f * (float)(rng() % 100) / 100.0f);
+                    memcpy(kr + i, reinterpret_cast<const uint8_t*>(&d.x) + i % 34, 1);
+                    memcpy(vr + i, reinterpret_cast<const uint8_t*>(&d.x) + i % 34, 1);
+                } else if (fmt == 1 && i % 2 == 1) {
+                    kr[i] = (uint8_t)((rng() & 0x83) | 0x30), vr[i] = (uint8_t)((rng() & 0x83) | 0x30);
+                } else if (fmt == 0 && i % 4 == 3) {
+                    kr[i] = (uint8_t)((rng() & 0x80) | 0x3e), vr[i] = (uint8_t)((rng() & 0x80) | 0x3e);
+                } else {
+                    kr[i] = (uint8_t)rng(), vr[i] = (uint8_t)rng();
+                }
+            }
+            struct Case { int n, window, nsplit, start; };
+            for (Case cs : {Case{45, 0, 13, 44}, Case{nctx, 0, 3, nctx - 1}, Case{nctx, 0, 13, nctx - 1}, Case{380, 150, 13, 379},
+                            Case{45, 0, 13, nctx}}) {
+                if (cs.window > 0 && !(fmt == 1 && hd == 128)) continue;
+                if (cs.start >= nctx && !(fmt == 0 && hd == 64)) continue;
+                const int nsplit = cs.nsplit, qbytes = nh * hd / 32 * MINFER_Q8_1_BYTES;
+                // 13 splits of the whole range: the Q8_1 form with out null (the fused node's launch: q8 alone).
+                const bool nullout = cs.nsplit == 13 && cs.window == 0 && cs.start == nctx - 1;
+                std::vector<float> q((size_t)nh * hd);
+                for (auto& x : q) x = uni();
+                int win[2] = {cs.start, cs.start + 1};
+                std::vector<float> out[2];
+                std::vector<uint32_t> q8[2]; // 4-byte aligned rows, as the Q8_1 scratch
+                g_ranges.clear();
+                g_ranges.push_back({kr, (size_t)(nctx * rb)});
+                g_ranges.push_back({vr, (size_t)(nctx * rb)});
+                g_ranges.push_back({q.data(), q.size() * 4});
+                g_ranges.push_back({win, sizeof win});
+                for (int g = 0; g < 2; g++) {
+                    out[g].assign((size_t)nh * hd, -7.0f);
+                    q8[g].assign((qbytes + 3) / 4, 0xa5a5a5a5u);
+                    std::vector<float> acc((size_t)nh * nsplit * hd);
+                    std::vector<float2> ml((size_t)nh * nsplit);
+                    std::vector<int> counters(nh, 0);
+                    uint8_t* qb = reinterpret_cast<uint8_t*>(q8[g].data());
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    launch2(nh, nsplit, [&] {
+                        if (g == 0)
+                            kern(hd, fmt, 2)(out[0].data(), q.data(), kr, vr, win, ml.data(), acc.data(), counters.data(), nh, nkv, hd, rb,
+                                             nctx, cs.window, scale, nsplit);
+                        else
+                            kq[hd == 128][fmt](nullout ? nullptr : out[1].data(), q.data(), kr, vr, win, ml.data(), acc.data(), counters.data(), nh, nkv, hd,
+                                               rb, nctx, cs.window, scale, nsplit, qb);
+                    });
+                    for (int x : counters) bad += x != 0;
+                    if (g == 0) { // the unfused launch: the lean output quantized
+                        g_ranges.push_back({out[0].data(), out[0].size() * 4});
+                        const int n = nh * hd;
+                        launch_xy((n / 32 + 3) / 4, 1, [&] { minfer_quantize_q8_1(qb, out[0].data(), n, 1); }, 128);
+                    }
+                }
+                runs++;
+                const bool nanrow = cs.start >= nctx;
+                bool unwritten = false;
+                for (size_t i = 0; i < out[0].size(); i++)
+                    unwritten |= nullout ? out[1][i] != -7.0f : out[1][i] == -7.0f || (!nanrow && std::isnan(out[1][i]));
+                if (unwritten || (!nullout && memcmp(out[0].data(), out[1].data(), out[0].size() * 4) != 0) ||
+                    memcmp(q8[0].data(), q8[1].data(), qbytes) != 0) {
+                    int first = -1;
+                    for (int i = 0; i < qbytes && first < 0; i++)
+                        if (reinterpret_cast<uint8_t*>(q8[0].data())[i] != reinterpret_cast<uint8_t*>(q8[1].data())[i]) first = i;
+                    fprintf(stderr, "fmt %d hd %d G %d n %d window %d nsplit %d start %d: the Q8_1 kernel's rows or bytes differ "
+                                    "(first differing Q8_1 byte %d of %d; unwritten %d)\n",
+                            fmt, hd, G, cs.n, cs.window, nsplit, cs.start, first, qbytes, unwritten);
+                    printf("FAIL: q8 run %d differs\n", runs);
+                    return 1;
+                }
+            }
+        }
+    if (bad) {
+        printf("FAIL: %d counters left non-zero\n", bad);
+        return 1;
+    }
+    printf("%d q8 runs over f32 / f16 / q8_0, head_dim 64 / 128: rows and Q8_1 bytes equal the lean kernel then minfer_quantize_q8_1\n", runs);
+    printf("Q8 BITWISE\n");
+    return 0;
+}
+
 // --quick: one case past 64 active splits (head_dim 64, f32, GQA 2; for
 // the planted-defect check and CI): the whole list takes ~10 min on 2
 // cores, a thread per lane.
@@ -253,6 +356,7 @@ int main(int argc, char** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 1 && strncmp(argv[1], "--grouped", 9) == 0) return grouped_check(strcmp(argv[1], "--grouped-full") == 0);
     if (argc > 1 && strncmp(argv[1], "--lean", 6) == 0) return grouped_check(strcmp(argv[1], "--lean-full") == 0, true);
+    if (argc > 1 && strcmp(argv[1], "--q8") == 0) return q8_check();
     int bad = 0, cases = 0, bitwise = 0, grouped = 0;
     double worst = 0;
     for (int hd : {64, 128})
