@@ -194,3 +194,12 @@ func TestKernelEmulator_PlantedRepackedOffsetsAreCaught(t *testing.T) {
 func TestKernelEmulator_AttnQ8BitwiseTheLeanRowQuantized(t *testing.T) {
 	emuPassesAndCatches(t, "adec2-emu.sh", "--q8", "Q8 BITWISE", "differ", "q8one", "q8comb", "q8sum")
 }
+
+// A kernel whose threads wait at a barrier the others never reach (a
+// shuffle only some lanes of a warp call) stops the emulator with exit 3
+// and a message (include/emu_launch.h), where a thread per lane hung.
+func TestKernelEmulator_BarrierNotReachedIsADeadlockNotAHang(t *testing.T) {
+	if out, code := emu(t, "adec2-emu.sh", "--plant", "q8div"); code != 3 || !strings.Contains(out, "wait at barriers no other thread reaches") {
+		t.Fatalf("planted q8div: exit %d, want 3 and the deadlock message:\n%s", code, out)
+	}
+}

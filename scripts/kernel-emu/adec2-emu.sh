@@ -7,7 +7,7 @@
 # compares it with attention in double (adec2_emu.cpp). The device tests
 # (cuda/attn_decode2_device_test.go) remain the bar on the H200.
 #   --quick           one case past 64 active splits (the full list takes
-#                     ~10 min on 2 cores: a thread per lane)
+#                     several minutes: every lane emulated)
 #   --plant combine   (implies --quick) weighs the combine's partials past
 #                     64 with the wrong group's weight (must exit 1)
 #   --plant group     (implies --quick) a grouped block's warps compute the
@@ -33,6 +33,9 @@
 #   --plant q8comb    (implies --q8) the same in the combine's writer
 #   --plant q8sum     (implies --q8) s from the lane's own sum of q, not
 #                     the block's
+#   --plant q8div     (implies --q8) only slot 0 reaches the writer's
+#                     shuffles: the emulator must stop with exit 3 (a
+#                     deadlock), not hang
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -55,6 +58,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     lscale) sed -i 's/const float sl2 = __fmul_rn(scale, 1.4426950408889634f);/const float sl2 = scale;/' "$tmp/attn_decode2.cu" ;;
     q8one) sed -i 's/q8_1_lanes<NE>(yq, v, lis, slot == 0);/q8_1_lanes<NE>(yq, v, lis ^ 1, slot == 0);/' "$tmp/attn_decode2.cu" ;;
     q8comb) sed -i 's/if constexpr (Q8) q8_1_lanes<CE>(yq, a, lane, true);/if constexpr (Q8) q8_1_lanes<CE>(yq, a, lane ^ 1, true);/' "$tmp/attn_decode2.cu" ;;
+    q8div) sed -i 's/q8_1_lanes<NE>(yq, v, lis, slot == 0);/if (slot == 0) q8_1_lanes<NE>(yq, v, lis, true);/' "$tmp/attn_decode2.cu" ;;
     q8sum) sed -i 's/for (int off = 1; off < LPB; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);/(void)0;/' "$tmp/attn_decode2.cu" ;;
     *) echo "adec2-emu: unknown plant ${2:-}" >&2; exit 2 ;;
     esac

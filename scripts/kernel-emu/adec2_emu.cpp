@@ -47,24 +47,7 @@ inline int __shfl_sync(unsigned int m, int v, int src, int w = 32) { return (int
 #include "emu_launch.h"
 
 // launch2 runs a (gx, gy) grid of one-warp blocks, one block at a time.
-static void launch2(int gx, int gy, std::function<void()> body) {
-    for (int by = 0; by < gy; by++)
-        for (int bx = 0; bx < gx; bx++) {
-            WarpCtx w;
-            std::barrier<> bar(32), blk(32);
-            w.bar = &bar;
-            std::vector<std::thread> ts;
-            for (int t = 0; t < 32; t++)
-                ts.emplace_back([&, t] {
-                    threadIdx = dim3{(unsigned)t, 0, 0};
-                    blockIdx = dim3{(unsigned)bx, (unsigned)by, 0};
-                    tw = &w;
-                    tblock = &blk;
-                    body();
-                });
-            for (auto& t : ts) t.join();
-        }
-}
+static void launch2(int gx, int gy, std::function<void()> body) { launch_xy(gx, gy, body, 32); }
 
 static std::mt19937 rng(5);
 static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
@@ -186,7 +169,7 @@ static int grouped_check(bool full, bool lean = false) {
                 for (Case cs : {Case{45, 0, 13}, Case{nctx, 0, 3}, Case{nctx, 0, 13}, Case{380, 150, 13}}) {
                     // Without full (the CI's, ~30 s): 3 splits of 134 cells on f32 hd 64 and f16 hd 128 at G 7
                     // (the 7B's), q8_0 and f16 of the any class at G 8 (spans mid-chunk); full: every
-                    // format, class, G and range (~15 min here: a thread per lane).
+                    // format, class, G and range (minutes: every lane emulated).
                     const bool combo = G == (hd == 64 || hd == 128 ? 7 : 8) &&
                                        ((fmt == 0 && hd == 64) || (fmt == 1 && hd == 128) || (fmt == 2 && hd == 80) || (fmt == 1 && hd == 76));
                     const bool ci = lean ? combo && (cs.nsplit == 3 || cs.n == 45 || (cs.window > 0 && fmt == 1 && hd == 128))
@@ -350,8 +333,8 @@ static int q8_check() {
 }
 
 // --quick: one case past 64 active splits (head_dim 64, f32, GQA 2; for
-// the planted-defect check and CI): the whole list takes ~10 min on 2
-// cores, a thread per lane.
+// the planted-defect check and CI): the whole list takes minutes on 2
+// cores (every lane emulated).
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 1 && strncmp(argv[1], "--grouped", 9) == 0) return grouped_check(strcmp(argv[1], "--grouped-full") == 0);

@@ -1,6 +1,8 @@
 // cuda_fp16.h (emulation): just enough of CUDA for g++ to compile and run
-// cuda/kernels/mmvq.cu on the CPU, one std::thread per CUDA thread and a
-// barrier per warp for __syncwarp and the shuffles. For checking kernel
+// cuda/kernels/mmvq.cu on the CPU, each CUDA thread a fiber (emu_launch.h:
+// the block's threads take turns on one OS thread, each running until it
+// waits at a barrier) and a barrier per warp for __syncwarp and the
+// shuffles. For checking kernel
 // logic (layouts, orders, bounds) on a machine without a GPU; nothing here
 // says anything about speed. __ldg checks its address against the ranges
 // the driver registers (g_ranges) and aborts outside them.
@@ -9,7 +11,6 @@
 #include <stddef.h>
 #include <string.h>
 #include <math.h>
-#include <barrier>
 #include <algorithm>
 #define __device__
 #define __global__
@@ -54,12 +55,25 @@ inline unsigned int __vsub4(unsigned int a, unsigned int b) {
     for (int i = 0; i < 4; i++) r |= ((((a >> (8 * i)) & 255) - ((b >> (8 * i)) & 255)) & 255) << (8 * i);
     return r;
 }
+// EmuBarrier: n fibers meet; a fiber that is not the last to arrive yields
+// (emu_launch.h) until the last one does. Deterministic: the block's
+// fibers run in thread order, each until its next barrier.
+void emu_yield();
+struct EmuBarrier {
+    int n, count = 0;
+    unsigned phase = 0;
+    explicit EmuBarrier(int n) : n(n) {}
+    void arrive_and_wait();
+};
 // warp emulation: 32 threads per warp barrier; shuffle through slots
-struct WarpCtx { std::barrier<>* bar; float slot[32]; uint32_t mma[32][6]; }; // mma: mma_16816's fragments (mma.h)
+struct WarpCtx { EmuBarrier* bar; float slot[32]; uint32_t mma[32][6]; }; // mma: mma_16816's fragments (mma.h)
 extern thread_local WarpCtx* tw;
 inline void __syncwarp(unsigned int = 0xffffffffu) { tw->bar->arrive_and_wait(); }
 // block barrier (__syncthreads): one per emulated block, set by the launcher
-extern thread_local std::barrier<>* tblock;
+extern thread_local EmuBarrier* tblock;
+// emu_lane_start, when set, runs as each fiber starts (state a real CUDA
+// thread would start without, e.g. mma.h's cp.async queue).
+extern void (*emu_lane_start)(int lane_in_block);
 inline void __syncthreads() { tblock->arrive_and_wait(); }
 inline float __shfl_xor_sync(unsigned int, float v, int off, int = 32) {
     int lane = threadIdx.x & 31;

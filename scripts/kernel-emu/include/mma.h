@@ -141,8 +141,16 @@ struct CpAsyncCopy {
     unsigned char bytes[16];
     int group;
 };
-inline thread_local std::vector<CpAsyncCopy> cp_pending;
-inline thread_local int cp_open_group = 0;
+// Per CUDA thread of the block (threads are fibers of one OS thread), empty
+// as each thread starts.
+inline std::vector<CpAsyncCopy> cp_pending_lane[1024];
+inline int cp_open_group_lane[1024];
+#define cp_pending (cp_pending_lane[threadIdx.x])
+#define cp_open_group (cp_open_group_lane[threadIdx.x])
+inline const bool cp_lane_hook = [] {
+    emu_lane_start = [](int t) { cp_pending_lane[t].clear(), cp_open_group_lane[t] = 0; };
+    return true;
+}();
 inline void minfer_cp_async16(void* dst, const void* src, int src_bytes) {
     if (src_bytes < 0 || src_bytes > 16 || ((uintptr_t)src & 15) != 0 || ((uintptr_t)dst & 15) != 0) abort();
     CpAsyncCopy c{dst, {}, cp_open_group};
