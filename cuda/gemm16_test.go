@@ -259,41 +259,33 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 			t.Errorf("New with %s=1 and %s: %v, want the refusal", c[0], c[1], err)
 		}
 	}
-	// On by default, the Q8_0 GEMM yields to each of those settings
-	// instead: New does not refuse it (it opens the device where there is
-	// one, else fails for want of a driver only).
-	for _, set := range []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"} {
-		lv, err := levers.Parse([]string{set})
-		if err != nil {
-			t.Fatal(err)
+	// On by default, the Q8_0 and K-quant GEMMs yield to each setting their
+	// Requires exclude instead: New does not refuse them (it opens the
+	// device where there is one, else fails for want of a driver only).
+	for _, c := range []struct {
+		lever string
+		sets  []string
+		on    func(levers.Config) bool
+	}{
+		{"MINFER_MMQ_F16", []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"}, func(c levers.Config) bool { return c.MMQF16 }},
+		{"MINFER_MMQ_F16_KQ", []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"}, func(c levers.Config) bool { return c.MMQF16KQ }},
+	} {
+		for _, set := range c.sets {
+			lv, err := levers.Parse([]string{set})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(Options{Levers: lv})
+			if b != nil {
+				b.Close()
+			}
+			if c.on(lv) || err != nil && strings.Contains(err.Error(), c.lever+"=") {
+				t.Errorf("New with %s and %s unset: GEMM on %v, %v: want it off and no refusal", set, c.lever, c.on(lv), err)
+			}
 		}
-		b, err := New(Options{Levers: lv})
-		if b != nil {
-			b.Close()
+		if !c.on(levers.Default()) {
+			t.Errorf("%s unset: its f16 GEMM must be on (reports/%s)", c.lever, c.lever)
 		}
-		if lv.MMQF16 || err != nil && strings.Contains(err.Error(), "MINFER_MMQ_F16") {
-			t.Errorf("New with %s and MINFER_MMQ_F16 unset: f16 GEMM %v, %v: want it off and no refusal", set, lv.MMQF16, err)
-		}
-	}
-	if !levers.Default().MMQF16 {
-		t.Error("MINFER_MMQ_F16 unset: the f16 GEMM must be on (reports/MINFER_MMQ_F16)")
-	}
-	// The K-quant GEMM, on by default too, yields to its own Requires.
-	for _, set := range []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"} {
-		lv, err := levers.Parse([]string{set})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(Options{Levers: lv})
-		if b != nil {
-			b.Close()
-		}
-		if lv.MMQF16KQ || err != nil && strings.Contains(err.Error(), "MINFER_MMQ_F16_KQ") {
-			t.Errorf("New with %s and MINFER_MMQ_F16_KQ unset: K-quant f16 GEMM %v, %v: want it off and no refusal", set, lv.MMQF16KQ, err)
-		}
-	}
-	if !levers.Default().MMQF16KQ {
-		t.Error("MINFER_MMQ_F16_KQ unset: the K-quant f16 GEMM must be on (reports/MINFER_MMQ_F16_KQ)")
 	}
 	const nt = 512
 	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=0").Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch
