@@ -220,7 +220,7 @@ func (b *Backend) attnQ8Route(a, m *graph.Node) bool {
 	if a.Op != graph.OpAttn || m.Op != graph.OpMatMulAdd || a.Shape[1] != 1 || m.Shape.Rows() != 1 {
 		return false
 	}
-	if attnFamily(1, b.lv) != attnDecode2 || !b.lv.AttnDecodeLean || b.lv.AttnDecodeGQA || (a.P.HeadDim != 64 && a.P.HeadDim != 128) {
+	if attnFamily(1, b.lv) != attnDecode2 || !(AttnParams{Lean: b.lv.AttnDecodeLean, Grouped: b.lv.AttnDecodeGQA, HeadDim: a.P.HeadDim}).q8Form() {
 		return false
 	}
 	w := b.weights[m.Weight]
@@ -251,8 +251,9 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 	if m.w.rows != n.Shape[0] || in[2].Len != out.Len {
 		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[2].Len, n.Shape)
 	}
-	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || attnFamily(nt, b.lv) != attnDecode2 {
-		return nil, fmt.Errorf("attention + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff", n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
+	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || attnFamily(nt, b.lv) != attnDecode2 || !ops.ap.q8Form() {
+		return nil, fmt.Errorf("attention (head_dim %d, lean %v, grouped %v) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
+			ops.ap.HeadDim, ops.ap.Lean, ops.ap.Grouped, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
 	}
 	scr, scrBytes, err := b.attnDecode2Scratch(ops.ap)
 	if err != nil {

@@ -180,6 +180,12 @@ func (k *Kernels) attentionDecode2(s *driver.Stream, out, q8, q, kRegion, vRegio
 		[3]uint32{uint32(geo.threads), 1, 1}, 0, args...))
 }
 
+// q8Form reports whether p's decode kernel has a Q8_1-output form
+// (minfer_attn_decode2q_*): the lean one-warp form at head_dim 64 or 128.
+func (p AttnParams) q8Form() bool {
+	return p.Lean && !p.Grouped && (p.HeadDim == 64 || p.HeadDim == 128)
+}
+
 // AttentionDecode2Q8 is AttentionDecode2 in the lean form (p.Lean, not
 // p.Grouped, head_dim 64 or 128) that also writes the output's Q8_1
 // quantization at q8 (ActQ8Bytes(NHead * HeadDim, NT) bytes, 4-byte
@@ -188,7 +194,7 @@ func (k *Kernels) attentionDecode2(s *driver.Stream, out, q8, q, kRegion, vRegio
 // nothing else).
 func (k *Kernels) AttentionDecode2Q8(s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
 	format kv.Format, win, scratch driver.DevicePtr, scratchBytes int, p AttnParams) error {
-	if !p.Lean || p.Grouped || (p.HeadDim != 64 && p.HeadDim != 128) {
+	if !p.q8Form() {
 		return opsBad("attn_decode2", "the Q8_1 output is the lean one-warp form's at head_dim 64 or 128 (lean %v, grouped %v, head_dim %d)",
 			p.Lean, p.Grouped, p.HeadDim)
 	}
