@@ -366,7 +366,7 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 // mmqLevers parses the environment without any MINFER_MMQ, MINFER_MMQ_F16,
 // MINFER_MMQ_F16_KQ, MINFER_MMQ_F16_CPMAP or MINFER_ONE_COPY setting (these tests name the GGUF MMQ kernels; the
 // repacked ones are onecopy_device_test.go's, the f16 GEMM gemm16_test.go's),
-// plus MINFER_MMQ_F16=0 unless extra sets it, plus extra. A setting the environment
+// plus MINFER_MMQ_F16=0 and MINFER_MMQ_F16_KQ=0 unless extra sets them, plus extra. A setting the environment
 // holds for a lever whose Requires an extra contradicts is dropped too: an
 // A/B's arm B runs the suite with its lever set (session 19:
 // MINFER_MMQ_WIDE_LOADS=1, which the backend refused beside the MINFER_MMQ=0
@@ -389,10 +389,12 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 			strings.HasPrefix(e, "MINFER_MMQ_F16_KQ=") || strings.HasPrefix(e, "MINFER_MMQ_F16_CPMAP=") || strings.HasPrefix(e, "MINFER_ONE_COPY=") ||
 			slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(e, p) })
 	})
-	// The f16 GEMM is on by default (reports/MINFER_MMQ_F16): these tests
-	// name the int8 kernels, so it is off unless an extra sets it.
-	if !slices.ContainsFunc(extra, func(x string) bool { return strings.HasPrefix(x, "MINFER_MMQ_F16=") }) {
-		env = append(env, "MINFER_MMQ_F16=0")
+	// The f16 GEMMs are on by default (reports/MINFER_MMQ_F16, reports/MINFER_MMQ_F16_KQ):
+	// these tests name the int8 kernels, so each is off unless an extra sets it.
+	for _, name := range []string{"MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ"} {
+		if !slices.ContainsFunc(extra, func(x string) bool { return strings.HasPrefix(x, name+"=") }) {
+			env = append(env, name+"=0")
+		}
 	}
 	cfg, err := levers.Parse(append(env, extra...))
 	if err != nil {
