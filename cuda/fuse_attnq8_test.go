@@ -85,6 +85,35 @@ func TestFuseAttnQ8_RouteOnlyTheLeanDecodeRowBeforeAnMMVQProjection(t *testing.T
 	}
 }
 
+// TestFuseAttnQ8_OnByDefaultYieldsToItsRequiresRefusedSetBesideThem: the
+// fusion is on with the lever unset (reports/MINFER_FUSE_ATTN_Q8); unset,
+// it yields to each setting its Requires exclude (New does not refuse),
+// and set to 1 beside one, New refuses the pair by name.
+func TestFuseAttnQ8_OnByDefaultYieldsToItsRequiresRefusedSetBesideThem(t *testing.T) {
+	if !levers.Default().FuseAttnQ8 {
+		t.Error("MINFER_FUSE_ATTN_Q8 unset: the fusion must be on (reports/MINFER_FUSE_ATTN_Q8)")
+	}
+	for _, set := range []string{"MINFER_FUSE_RESIDUAL=0", "MINFER_NO_SPLITK_ATTN=1"} {
+		lv, err := levers.Parse([]string{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Options{Levers: lv})
+		if b != nil {
+			b.Close()
+		}
+		if lv.FuseAttnQ8 || err != nil && strings.Contains(err.Error(), "MINFER_FUSE_ATTN_Q8") {
+			t.Errorf("%s, MINFER_FUSE_ATTN_Q8 unset: fusion %v, New %v: want it off and no refusal", set, lv.FuseAttnQ8, err)
+		}
+		if lv, err = levers.Parse([]string{set, "MINFER_FUSE_ATTN_Q8=1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_FUSE_ATTN_Q8=1") {
+			t.Errorf("%s with MINFER_FUSE_ATTN_Q8=1: New %v, want the refusal", set, err)
+		}
+	}
+}
+
 // TestFuseAttnQ8Device_LogitsBitwiseAndOneLaunchFewer: synthetic
 // qwen2-tiny Q8_0 and Q4_K_M (head_dim 64), qwen3-tiny Q4_K_M (128) and
 // qwen2-0.5b Q4_K_M, prefill then 6 decode steps, CUDA graphs on and off:
