@@ -87,7 +87,9 @@
 #                                   again at 600 s in its profile gate (its other four gates took 516 s)
 #   DEEP_TIMEOUT=1800               the same for a lever spec with @dN (every bench process fills its KV first);
 #                                   a bare spec takes both from the workload the registry declares for it
-#   SUITE_EXTRA=150                 extra seconds for the first lever, which also runs the device suite
+#   SUITE_EXTRA=300                 extra seconds for a lever run whose gates include the device suite (450
+#                                   tests took 190-250 s on the H100 on 2026-12-07, and the 350 s this made
+#                                   with 150 cut MINFER_FUSE_NORM_Q8's profile gate)
 #   CORRECTNESS_MODEL="a.gguf b.gguf" trained models for the parity and greedy gates, one per architecture
 #                                   (each an abtest --correctness-model): abtest run takes the one of the run
 #                                   model's architecture and quantizes it to its weight type (once, into the
@@ -124,7 +126,7 @@ log="$out/abtest-device.log"
 ROUNDS="${ROUNDS:-}" PP="${PP:-512}" TG="${TG:-128}" REPS="${REPS:-3}" WARMUP_MS="${WARMUP_MS:-2000}"
 SHAPE="${SHAPE:-qwen2-0.5b}" TYPE="${TYPE:-Q8_0}" SEED="${SEED:-1}"
 LEVERS="${LEVERS-MINFER_NO_CUDA_GRAPH MINFER_NO_PREFILL_GEMM}"
-LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-150}" BIG_TIMEOUT="${BIG_TIMEOUT:-900}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}" DEEP_TIMEOUT="${DEEP_TIMEOUT:-1800}"
+LEVER_TIMEOUT="${LEVER_TIMEOUT:-200}" SUITE_EXTRA="${SUITE_EXTRA:-300}" BIG_TIMEOUT="${BIG_TIMEOUT:-900}" BIG_CAL_TIMEOUT="${BIG_CAL_TIMEOUT:-480}" DEEP_TIMEOUT="${DEEP_TIMEOUT:-1800}"
 # CORRECTNESS_MODEL: a trained GGUF for the parity and greedy gates (abtest --correctness-model);
 # the real-shape synthetic model keeps the A/B, suite and profile gates.
 CORRECTNESS_MODEL="${CORRECTNESS_MODEL:-}" KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-300}" SYNTH_TIMEOUT="${SYNTH_TIMEOUT:-60}" BIG_SYNTH_TIMEOUT="${BIG_SYNTH_TIMEOUT:-300}"

@@ -170,7 +170,7 @@ func TestDeviceScript_ABareSpecGetsTheLimitOfItsDeclaredWorkload(t *testing.T) {
 		}
 	}
 	want := []string{"on the registry's workload qwen2-7b:Q8_0 d32128 (", "on qwen2-0.5b-Q8_0-seed1.gguf (", "on the registry's workload qwen2-0.5b:Q8_0 ("}
-	limits := []string{"limit 1800 s", "limit 350 s", "limit 350 s"}
+	limits := []string{"limit 1800 s", "limit 500 s", "limit 500 s"}
 	if len(runs) != 3 {
 		t.Fatalf("runs: %q", runs)
 	}
