@@ -57,12 +57,13 @@ var attnDecode2Names = func() (n [4][3][3]string) {
 	return n
 }()
 
-// optInRequires are the forms (attention, the f16 prefill matmul) whose
-// Requires the backend enforces: set to 1 where another setting sends that
-// work to another kernel, the setting would switch nothing that was asked
-// for. (MINFER_MMQ_F16 and MINFER_ATTN_DECODE_LEAN are on by default:
-// unset, each yields instead.)
-var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP", "MINFER_FUSE_ATTN_Q8"}
+// optInRequires are the forms (attention, the f16 prefill matmul, the
+// mixed q/k/v matvec) whose Requires the backend enforces: set to 1 where
+// another setting sends that work to another kernel, the setting would
+// switch nothing that was asked for. (MINFER_MMQ_F16 and
+// MINFER_ATTN_DECODE_LEAN are on by default: unset, each yields instead.)
+var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP", "MINFER_FUSE_ATTN_Q8",
+	"MINFER_MMVQ_QKV_MIXED"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.

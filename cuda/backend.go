@@ -127,7 +127,9 @@ func New(opts Options) (*Backend, error) {
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).
-			MMVQSplit: opts.Levers.MMVQSplit},
+			MMVQSplit: opts.Levers.MMVQSplit,
+			// One launch for a decode q/k/v of mixed types (MINFER_MMVQ_QKV_MIXED=1).
+			MMVQQKVMixed: opts.Levers.MMVQQKVMixed},
 		pool:    newPool(dev),
 		weights: map[string]*devWeight{},
 		ops:     opTable(),

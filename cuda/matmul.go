@@ -307,10 +307,12 @@ func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, m
 }
 
 // opFusedQKV runs the three matmuls of one input into one output (q, then
-// k, then v). Decode with the three of one type on an MMVQ route: one
-// fused launch after the row's quantization (minfer_mmvqr_qkv over
-// repacked copies, else minfer_mmvq_qkv); otherwise the three share x as
-// sharedInput says.
+// k, then v), as qkvDecodePlan says. Decode with the three of one type on
+// an MMVQ route: one fused launch after the row's quantization
+// (minfer_mmvqr_qkv over repacked copies, else minfer_mmvq_qkv); with
+// MINFER_MMVQ_QKV_MIXED, q/k of one type and v of another on decode MMVQ
+// routes: one mixed launch (minfer_mmvq_xqkv_*); otherwise the three share
+// x as sharedInput says.
 func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	if len(n.Weights) != 3 || len(n.Biases) != 3 {
 		return nil, fmt.Errorf("fused qkv wants 3 weights and 3 bias names")
@@ -343,19 +345,33 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	if err != nil {
 		return nil, err
 	}
-	if same, route := b.decodeGroup(nt, ms); same {
+	bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
+	rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
+	switch plan := b.qkvDecodePlan(nt, ms); plan.kind {
+	case qkvOneType:
 		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
-		if route == routeMMVQR {
+		if plan.route == routeMMVQR {
 			w = [3]driver.DevicePtr{ms[0].w.rp, ms[1].w.rp, ms[2].w.rp}
 		}
-		bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
-		rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
 		typ := ms[0].w.typ
 		return func() error {
 			if err := quantize(); err != nil {
 				return err
 			}
-			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, route)
+			return b.mmvqQKVFromQ8(o, w, typ, bias, k, rows, plan.route)
+		}, nil
+	case qkvMixed:
+		// MINFER_MMVQ_QKV_MIXED: q and k from their GGUF bytes, v from
+		// its repacked copy when it has one (mmvq_xqkv.go).
+		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
+		if plan.pair.vRepacked {
+			w[2] = ms[2].w.rp
+		}
+		return func() error {
+			if err := quantize(); err != nil {
+				return err
+			}
+			return b.k.MatMulQ8_1QKVMixed(b.s, o, b.mm.ActQ8, b.mm.ActQ8Bytes, w, plan.pair, bias, k, rows)
 		}, nil
 	}
 	prep, run := b.sharedInput(x, k, nt, ms)
@@ -516,6 +532,10 @@ type MatMulOptions struct {
 	// and fused q/k/v, GGUF and repacked) of few rows in the split form,
 	// several warps per row (mmvq_split.go: Kernels.MMVQSplit).
 	MMVQSplit bool
+	// MMVQQKVMixed (MINFER_MMVQ_QKV_MIXED) runs a decode fused q/k/v whose
+	// v weight type differs from q's and k's as one launch
+	// (mmvq_xqkv.go) instead of one matvec per matrix.
+	MMVQQKVMixed bool
 }
 
 // matmulKernels names the kernels of one weight type.

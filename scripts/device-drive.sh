@@ -31,13 +31,14 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 dleans f16s kq cpmap fnq aq8 gqa embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
+STEP_NAMES="dlean f16 dleans f16s kq cpmap fnq aq8 qkvx gqa embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
 # at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
 # session 25 on their 7B A/Bs alone; their first forms go only if these pass too).
 declare -A LEVER=(
     [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [cpmap]=MINFER_MMQ_F16_CPMAP [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
+    [qkvx]=MINFER_MMVQ_QKV_MIXED
     [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
     [dleans]=MINFER_ATTN_DECODE_LEAN@qwen2-0.5b:Q4_K_M [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
 )
@@ -248,7 +249,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    dlean | f16 | dleans | f16s | kq | cpmap | fnq | aq8 | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    dlean | f16 | dleans | f16s | kq | cpmap | fnq | aq8 | qkvx | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;

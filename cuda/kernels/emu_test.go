@@ -203,3 +203,14 @@ func TestKernelEmulator_BarrierNotReachedIsADeadlockNotAHang(t *testing.T) {
 		t.Fatalf("planted q8div: exit %d, want 3 and the deadlock message:\n%s", code, out)
 	}
 }
+
+// The mixed-type decode q/k/v (MINFER_MMVQ_QKV_MIXED,
+// minfer_mmvq_xqkv_<qk>_<v>[r]) is bitwise the three separate launches it
+// replaces: qwen2-0.5b Q4_K_M's Q5_0 q/k with a repacked Q8_0 v at 896 /
+// 128 / 128 rows of 896, qwen2-7b Q4_K_M's Q4_K q/k with a repacked Q6_K v
+// at 3584 / 512 / 512 rows of 3584, and every pair of the table at a small
+// shape; v's rows read with the q/k type, k's rows given q's bias, and v's
+// repacked rows located with k's row count are each caught.
+func TestKernelEmulator_MixedQKVBitwiseTheThreeLaunches(t *testing.T) {
+	emuPassesAndCatches(t, "xqkv-emu.sh", "", "ALL BITWISE", "DIFFER", "vtype", "kbias", "vn")
+}

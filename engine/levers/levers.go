@@ -589,6 +589,19 @@ var registry = []Lever{
 		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_ATTN_DECODE_LEAN=1", "MINFER_ATTN_DECODE_GQA=0", "MINFER_NO_SPLITK_ATTN=0"},
 		Liveness: cudaOnly("1", "the decode attention before the o-projection runs minfer_attn_decode2q_* only with the lever on; off, minfer_attn_decode2l_* and a quantization",
 			[]string{"minfer_attn_decode2q_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
+	// The q/k/v matvecs of a layer whose v has more bits than q and k (the
+	// _M mixes' attn_v): one launch instead of three.
+	{Name: "MINFER_MMVQ_QKV_MIXED", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode fused q/k/v matvec (v of another weight type than q and k)", Issue: "#20",
+		Doc: "1: a decode q/k/v whose v weight type or layout differs from q's and k's (the _M mixes' attn_v of more bits: qwen2-0.5b Q4_K_M q/k Q5_0 with v Q8_0 repacked in 12 of 24 layers, qwen2-7b Q4_K_M q/k Q4_K with v Q6_K repacked in 14 of 28) runs as one launch, " +
+			"minfer_mmvq_xqkv_<qk>_<v>[r] (each block's rows of one matrix, each row by its separate kernel's row function), instead of one matvec launch per matrix: bitwise the same outputs. " +
+			"Forecast: 24 launches a decoded token fewer on qwen2-0.5b Q4_K_M (28 on the 7B), bytes unchanged, tg128 x1.02-1.07 on the 0.5b (reports/MINFER_MMVQ_QKV_MIXED)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+		// The kernel is the one-warp rows of the separate launches: where
+		// the split form would take a matrix, or no fused q/k/v node exists,
+		// it switches nothing (set to 1 there, it is refused).
+		Requires: []string{"MINFER_NO_FUSE_QKV=0", "MINFER_MMVQ_SPLIT=0"},
+		Liveness: cudaOnly("1", "a decode q/k/v whose v weight type differs from q's and k's runs minfer_mmvq_xqkv_* only with the lever on; off, one matvec per matrix (minfer_mmvq_<qk> twice and minfer_mmvq[r]_<v>)",
+			[]string{"minfer_mmvq_xqkv_*"}, Needs{WeightTypes: []string{"Q5_0", "Q5_1", "Q4_K", "Q5_K"}, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
@@ -833,6 +846,7 @@ type Config struct {
 	FuseResidual     bool
 	FuseNormQ8       bool // MINFER_FUSE_NORM_Q8: the decode norm writes Q8_1
 	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
+	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	MMVQNT           bool
 	MMVQSplit        bool
 	QuantizeX4       bool
@@ -993,6 +1007,7 @@ func Parse(environ []string) (Config, error) {
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseAttnQ8 = yields("MINFER_FUSE_ATTN_Q8")
 	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")
+	c.MMVQQKVMixed = on("MINFER_MMVQ_QKV_MIXED")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")
