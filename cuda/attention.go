@@ -33,21 +33,9 @@ type AttnParams struct {
 	NCtx    int     // cells of the regions
 	Window  int     // attend to at most the last Window cells (0: all)
 	Scale   float32 // score scale; 0 means 1/sqrt(HeadDim)
-	// MaxSplits caps the lean decode kernel's splits of the cells
-	// (MINFER_ATTN_SPLITS; 0: attnDecode2MaxSplits, at most
-	// attnDecode2KernelMaxSplits): more splits put more warps on a long KV.
-	MaxSplits int
-	// Grouped runs the lean decode kernel's grouped form
-	// (MINFER_ATTN_DECODE_GQA): one block of G = NHead / NHeadKV warps per
-	// KV head, at most attnDecode2GroupMax; bitwise the same output.
-	Grouped bool
-	// Lean runs the lean decode kernel's lean form (MINFER_ATTN_DECODE_LEAN:
-	// minfer_attn_decode2l_*): the same grid, scratch and combine, fewer
-	// instructions a cell; not with Grouped.
-	Lean bool
-	// Q8 runs the lean form that also writes each output row's Q8_1
-	// quantization (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*, head_dim 64
-	// or 128, Lean and not Grouped): AttentionDecode2Q8's launches.
+	// Q8 runs the lean decode kernel that also writes each output row's
+	// Q8_1 quantization (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*,
+	// head_dim 64 or 128): AttentionDecode2Q8's launches.
 	Q8 bool
 }
 
@@ -101,7 +89,7 @@ const (
 	attnPlain     = "plain"     // minfer_attn_f32, one block per (token, head)
 	attnPrefill2  = "prefill2"  // minfer_attn_prefill2_*
 	attnPrefillTC = "prefilltc" // minfer_attn_prefill_tc_* (MINFER_FA_PREFILL_TC)
-	attnDecode2   = "decode2"   // minfer_attn_decode2_*
+	attnDecode2   = "decode2"   // minfer_attn_decode2l_* (decode2q_* with MINFER_FUSE_ATTN_Q8)
 )
 
 // attnFamily is the attention kernel of an nt-token call: the tiled
@@ -145,8 +133,7 @@ func (b *Backend) attnOperands(n *graph.Node, in []graph.Tensor, nt int) (attnOp
 		return attnOperands{}, err
 	}
 	ap := AttnParams{NT: nt, NHead: n.P.NHead, NHeadKV: n.P.NHeadKV, HeadDim: n.P.HeadDim,
-		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale, MaxSplits: b.lv.AttnSplits, Grouped: b.lv.AttnDecodeGQA,
-		Lean: b.lv.AttnDecodeLean}
+		NCtx: b.kvSpec.NCtx, Window: n.P.Window, Scale: n.P.Scale}
 	if ap.HeadDim <= 0 || ap.HeadDim > AttnMaxHeadDim || ap.HeadDim%2 != 0 {
 		return attnOperands{}, fmt.Errorf("head_dim %d: the device attention takes even head_dim in 2..%d", ap.HeadDim, AttnMaxHeadDim)
 	}
@@ -213,14 +200,14 @@ type attnScratchBuf struct {
 
 // attnQ8Route reports whether the backend runs the chain Attn a ->
 // MatMulAdd m (the o-projection and its residual) as FuseAttnQ8: one
-// decode token on the lean one-warp decode kernel at head_dim 64 or 128,
+// decode token on the lean split-K decode kernel at head_dim 64 or 128,
 // and an o-projection on a decode MMVQ route, which reads only the Q8_1 row
 // minfer_attn_decode2q_* writes.
 func (b *Backend) attnQ8Route(a, m *graph.Node) bool {
 	if a.Op != graph.OpAttn || m.Op != graph.OpMatMulAdd || a.Shape[1] != 1 || m.Shape.Rows() != 1 {
 		return false
 	}
-	if attnFamily(1, b.lv) != attnDecode2 || !(AttnParams{Lean: b.lv.AttnDecodeLean, Grouped: b.lv.AttnDecodeGQA, HeadDim: a.P.HeadDim}).q8Form() {
+	if attnFamily(1, b.lv) != attnDecode2 || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
 		return false
 	}
 	w := b.weights[m.Weight]
@@ -252,8 +239,8 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[2].Len, n.Shape)
 	}
 	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || attnFamily(nt, b.lv) != attnDecode2 || !ops.ap.q8Form() {
-		return nil, fmt.Errorf("attention (head_dim %d, lean %v, grouped %v) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
-			ops.ap.HeadDim, ops.ap.Lean, ops.ap.Grouped, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
+		return nil, fmt.Errorf("attention (head_dim %d) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
+			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
 	}
 	scr, scrBytes, err := b.attnDecode2Scratch(ops.ap)
 	if err != nil {

@@ -3,7 +3,9 @@ package cuda
 // attn_decode2.go: the lean split-K decode attention
 // (cuda/kernels/attn_decode2.cu) and its scratch. opAttn takes this path for
 // nt <= AttnDecodeMaxNT unless MINFER_NO_SPLITK_ATTN=1 (the v1 split-K
-// kernel it replaced was retired with MINFER_ATTN_DECODE_V2).
+// kernel it replaced was retired with MINFER_ATTN_DECODE_V2; its first and
+// grouped forms and the cap of 128 splits lost to the lean form and were
+// retired in session 28: reports/MINFER_ATTN_DECODE_LEAN).
 //
 // The grid depends on the shapes and n_ctx only:
 // the kernel reads the window from device memory and picks its active
@@ -19,13 +21,14 @@ import (
 )
 
 const (
-	attnDecode2Threads   = 32 // adec2::THREADS: one warp per block
-	attnDecode2MaxSplits = 64 // the default cap of the splits (AttnParams.MaxSplits 0)
-	// attnDecode2KernelMaxSplits is the most splits the kernel's combine
-	// takes (adec2::MAXS): the cap MINFER_ATTN_SPLITS=128 launches.
-	attnDecode2KernelMaxSplits = 128
-	attnDecode2SplitCells      = 32 // adec2::SPLIT: fewest cells per active split once the range is split
-	attnDecode2SingleCells     = 64 // adec2::SINGLE: ranges up to this many cells take one split, no combine
+	attnDecode2Threads = 32 // adec2::THREADS: one warp per block
+	// attnDecode2MaxSplits caps the splits of the cells (64 x 32 cells
+	// covers 2K cells; past that a split's chunk grows). The kernel's
+	// combine takes up to adec2::MAXS; 128 splits were no faster at depth
+	// 32128 (reports/MINFER_ATTN_SPLITS).
+	attnDecode2MaxSplits   = 64
+	attnDecode2SplitCells  = 32 // adec2::SPLIT: fewest cells per active split once the range is split
+	attnDecode2SingleCells = 64 // adec2::SINGLE: ranges up to this many cells take one split, no combine
 )
 
 // attnDecode2SplitPlan is the kernel's run-time split rule (adec2::decode):
@@ -39,16 +42,14 @@ func attnDecode2SplitPlan(n, nsplit int) (chunk, nact int) {
 	return chunk, (n + chunk - 1) / chunk
 }
 
-// attnDecode2Names[form][hd class][format]: the one-warp blocks, the
-// grouped blocks (MINFER_ATTN_DECODE_GQA), the lean form
-// (MINFER_ATTN_DECODE_LEAN), the lean form with the Q8_1 output
-// (MINFER_FUSE_ATTN_Q8: hd 64 and 128 only, "" for any); hd 64, 128, any
-// even head_dim; kv.F32, F16, Q8_0.
-var attnDecode2Names = func() (n [4][3][3]string) {
-	for g, fam := range []string{"minfer_attn_decode2", "minfer_attn_decode2g", "minfer_attn_decode2l", "minfer_attn_decode2q"} {
+// attnDecode2Names[form][hd class][format]: the lean kernels, the ones
+// with the Q8_1 output (MINFER_FUSE_ATTN_Q8: hd 64 and 128 only, "" for
+// any); hd 64, 128, any even head_dim; kv.F32, F16, Q8_0.
+var attnDecode2Names = func() (n [2][3][3]string) {
+	for g, fam := range []string{"minfer_attn_decode2l", "minfer_attn_decode2q"} {
 		for i, hd := range []string{"hd64", "hd128", "any"} {
 			for k, f := range []string{"f32", "f16", "q8_0"} {
-				if g < 3 || i < 2 {
+				if g == 0 || i < 2 {
 					n[g][i][k] = fmt.Sprintf("%s_%s_%s", fam, hd, f)
 				}
 			}
@@ -57,13 +58,12 @@ var attnDecode2Names = func() (n [4][3][3]string) {
 	return n
 }()
 
-// optInRequires are the forms (attention, the f16 prefill matmul, the
-// mixed q/k/v matvec) whose Requires the backend enforces: set to 1 where
-// another setting sends that work to another kernel, the setting would
-// switch nothing that was asked for. (MINFER_MMQ_F16 and
-// MINFER_ATTN_DECODE_LEAN are on by default: unset, each yields instead.)
-var optInRequires = []string{"MINFER_ATTN_DECODE_LEAN", "MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP", "MINFER_FUSE_ATTN_Q8",
-	"MINFER_MMVQ_QKV_MIXED"}
+// optInRequires are the forms (the f16 prefill matmul, the decode
+// attention's Q8_1 output, the mixed q/k/v matvec) whose Requires the
+// backend enforces: set to 1 where another setting sends that work to
+// another kernel, the setting would switch nothing that was asked for.
+// (Those on by default yield instead while unset.)
+var optInRequires = []string{"MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_MMQ_F16_CPMAP", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.
@@ -75,16 +75,11 @@ func optInConflict(lv levers.Config, lever string) error {
 	return nil
 }
 
-// attnDecode2GroupMax is adec2::GMAX: the most query heads per KV head the
-// grouped kernels' block (32 threads a head) takes.
-const attnDecode2GroupMax = 8
-
 // attnDecode2Geom is the launch geometry of one call.
 type attnDecode2Geom struct {
-	nsplit  int // splits of the cells (grid.y)
-	gridX   int // nt * n_head; grouped: nt * n_head_kv
-	threads int // block: 32; grouped: 32 * n_head / n_head_kv
-	name    string
+	nsplit int // splits of the cells (grid.y)
+	gridX  int // nt * n_head
+	name   string
 
 	// scratch sections (byte offsets and the total)
 	mlOff, accOff, bytes uint64
@@ -92,20 +87,11 @@ type attnDecode2Geom struct {
 
 // attnDecode2Geometry derives the geometry from the shape (p.check passed).
 func attnDecode2Geometry(p AttnParams, format kv.Format) attnDecode2Geom {
-	maxs := attnDecode2MaxSplits
-	if p.MaxSplits > 0 {
-		maxs = p.MaxSplits
-	}
-	geo := attnDecode2Geom{gridX: p.NT * p.NHead, threads: attnDecode2Threads,
-		nsplit: min(maxs, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
+	geo := attnDecode2Geom{gridX: p.NT * p.NHead,
+		nsplit: min(attnDecode2MaxSplits, (p.NCtx+attnDecode2SplitCells-1)/attnDecode2SplitCells)}
 	form := 0
-	switch {
-	case p.Grouped:
-		geo.gridX, geo.threads, form = p.NT*p.NHeadKV, attnDecode2Threads*(p.NHead/p.NHeadKV), 1
-	case p.Q8:
-		form = 3
-	case p.Lean:
-		form = 2
+	if p.Q8 {
+		form = 1
 	}
 	hdClass := 2
 	switch p.HeadDim {
@@ -168,9 +154,6 @@ func (k *Kernels) attentionDecode2(s *driver.Stream, out, q8, q, kRegion, vRegio
 	if scratch == 0 || uint64(scratchBytes) < geo.bytes {
 		return opsBad("attn_decode2", "scratch of %d bytes at %#x, the shape needs %d", scratchBytes, uint64(scratch), geo.bytes)
 	}
-	if geo.nsplit > attnDecode2MaxSplits {
-		k.wideSplits.Add(1) // MINFER_ATTN_SPLITS's liveness: a grid past the default cap
-	}
 	args := []any{out, q, kRegion, vRegion, win, scratch.Add(geo.mlOff), scratch.Add(geo.accOff), scratch,
 		int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int64(rb), int32(p.NCtx), int32(p.Window), attnScale(p),
 		int32(geo.nsplit)}
@@ -178,26 +161,24 @@ func (k *Kernels) attentionDecode2(s *driver.Stream, out, q8, q, kRegion, vRegio
 		args = append(args, q8)
 	}
 	return opsErr("attn_decode2", k.launch(s, geo.name, [3]uint32{uint32(geo.gridX), uint32(geo.nsplit), 1},
-		[3]uint32{uint32(geo.threads), 1, 1}, 0, args...))
+		[3]uint32{attnDecode2Threads, 1, 1}, 0, args...))
 }
 
 // q8Form reports whether p's decode kernel has a Q8_1-output form
-// (minfer_attn_decode2q_*): the lean one-warp form at head_dim 64 or 128.
+// (minfer_attn_decode2q_*): head_dim 64 or 128.
 func (p AttnParams) q8Form() bool {
-	return p.Lean && !p.Grouped && (p.HeadDim == 64 || p.HeadDim == 128)
+	return p.HeadDim == 64 || p.HeadDim == 128
 }
 
-// AttentionDecode2Q8 is AttentionDecode2 in the lean form (p.Lean, not
-// p.Grouped, head_dim 64 or 128) that also writes the output's Q8_1
-// quantization at q8 (ActQ8Bytes(NHead * HeadDim, NT) bytes, 4-byte
+// AttentionDecode2Q8 is AttentionDecode2 (head_dim 64 or 128) that also
+// writes the output's Q8_1 quantization at q8 (ActQ8Bytes(NHead * HeadDim, NT) bytes, 4-byte
 // aligned: the bytes minfer_quantize_q8_1 makes of out). out may be 0:
 // then only q8 is written (MINFER_FUSE_ATTN_Q8: the o-projection reads
 // nothing else).
 func (k *Kernels) AttentionDecode2Q8(s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
 	format kv.Format, win, scratch driver.DevicePtr, scratchBytes int, p AttnParams) error {
 	if !p.q8Form() {
-		return opsBad("attn_decode2", "the Q8_1 output is the lean one-warp form's at head_dim 64 or 128 (lean %v, grouped %v, head_dim %d)",
-			p.Lean, p.Grouped, p.HeadDim)
+		return opsBad("attn_decode2", "the Q8_1 output takes head_dim 64 or 128, not %d", p.HeadDim)
 	}
 	if need := ActQ8Bytes(p.NHead*p.HeadDim, p.NT); q8 == 0 || uint64(q8)%4 != 0 || q8Bytes < need {
 		return opsBad("attn_decode2", "Q8_1 output of %d bytes at %#x, %d tokens of %d values need %d, 4-byte aligned",
@@ -288,16 +269,6 @@ func (p AttnParams) checkDecode(format kv.Format) (rowBytes int, err error) {
 	}
 	if p.NT > AttnDecodeMaxNT {
 		return 0, opsBad("attn_decode", "%d tokens: the split-K kernel takes at most %d", p.NT, AttnDecodeMaxNT)
-	}
-	if p.Grouped && p.NHead/p.NHeadKV > attnDecode2GroupMax {
-		return 0, opsBad("attn_decode", "%d query heads per KV head: the grouped kernels (MINFER_ATTN_DECODE_GQA) take at most %d; unset it",
-			p.NHead/p.NHeadKV, attnDecode2GroupMax)
-	}
-	if p.Grouped && p.Lean {
-		return 0, opsBad("attn_decode", "the lean form (MINFER_ATTN_DECODE_LEAN) has no grouped kernels (MINFER_ATTN_DECODE_GQA): unset one")
-	}
-	if p.MaxSplits < 0 || p.MaxSplits > attnDecode2KernelMaxSplits {
-		return 0, opsBad("attn_decode", "a cap of %d splits: the kernel combines at most %d", p.MaxSplits, attnDecode2KernelMaxSplits)
 	}
 	return rb, nil
 }

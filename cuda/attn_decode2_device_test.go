@@ -3,9 +3,10 @@ package cuda
 // Tests of the lean split-K decode attention (attn_decode2.cu,
 // attn_decode2.go): the kernel against the port of engine/cpu's attention
 // (adRef, attn_device_test.go) for every KV format and the decode shapes,
-// the backend path across graph replays, the whole model against the plain
-// kernel, and MINFER_NO_SPLITK_ATTN's census. Device tests skip
-// without a device; the launcher tests are host-only.
+// the backend path across graph replays against the CPU backend, the whole
+// model against the plain kernel (MINFER_NO_SPLITK_ATTN=1), and
+// MINFER_NO_SPLITK_ATTN's census. Device tests skip without a device; the
+// launcher tests are host-only.
 
 import (
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,20 +23,14 @@ import (
 	"github.com/minfer-go/minfer/engine/kv"
 )
 
-// adLeanWith is the lean kernel (attn_decode2.cu) for the shared adShape
-// helpers, its params set by set first (a lever's setting).
-func adLeanWith(name string, set func(*AttnParams)) adKernel {
-	adj := func(p AttnParams) AttnParams { set(&p); return p }
-	return adKernel{name: name,
-		scratchBytes: func(p AttnParams, f kv.Format) (int, error) { return AttnDecode2ScratchBytes(adj(p), f) },
-		launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
-			return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, adj(p))
-		},
-		counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecode2Geometry(adj(p), f).mlOff }}
-}
-
-// adLean is the lean kernel as the defaults run it.
-var adLean = adLeanWith("attn_decode2", func(*AttnParams) {})
+// adLean is the lean kernel (attn_decode2.cu) for the shared adShape
+// helpers.
+var adLean = adKernel{name: "attn_decode2",
+	scratchBytes: AttnDecode2ScratchBytes,
+	launch: func(k *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+		return k.AttentionDecode2(s, out, q, kr, vr, f, win, scr, scrB, p)
+	},
+	counterBytes: func(p AttnParams, f kv.Format) uint64 { return attnDecode2Geometry(p, f).mlOff }}
 
 func ad2OpenShape(t *testing.T, ms *mmtSession, f kv.Format, k, v adRegion, nh, nkv, hd, nCtx int) *adShape {
 	t.Helper()
@@ -210,7 +207,7 @@ func TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
 				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
 			}
-			if n := ad2Census(b, "minfer_attn_decode2"); n == 0 { // either form (MINFER_ATTN_DECODE_GQA)
+			if n := ad2Census(b, "minfer_attn_decode2"); n == 0 { // decode2l_*, or decode2q_* under MINFER_FUSE_ATTN_Q8
 				t.Errorf("%s window %d: no minfer_attn_decode2* launch; census %v", f, w, b.Kernels().Census())
 			}
 		}
@@ -229,7 +226,7 @@ func TestAttnDecode2_LeverSwitchesTheKernel(t *testing.T) {
 			val = "1"
 		}
 		_, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN="+val), kv.F16, 0)
-		lean, plain := ad2Census(b, "minfer_attn_decode2"), ad2Census(b, "minfer_attn_f32") // either lean form
+		lean, plain := ad2Census(b, "minfer_attn_decode2"), ad2Census(b, "minfer_attn_f32") // decode2l_* or decode2q_*
 		if !off && (lean == 0 || plain != 0) {
 			t.Errorf("lever unset: %d split-K launches (want > 0), %d plain (want 0); census %v", lean, plain, b.Kernels().Census())
 		}
@@ -373,7 +370,7 @@ func TestAttnDecode2Launcher_RefusesBadCallsAndLaysScratchOutForEveryNT(t *testi
 							if uint64(4*geo.gridX) > geo.mlOff || geo.bytes != uint64(sb) {
 								t.Fatalf("%+v: %d counters before offset %d; %d bytes, the shape's scratch is %d", p, geo.gridX, geo.mlOff, geo.bytes, sb)
 							}
-							if !strings.HasPrefix(geo.name, "minfer_attn_decode2_") || !strings.HasSuffix(geo.name, "_"+f.String()) {
+							if !strings.HasPrefix(geo.name, "minfer_attn_decode2l_") || !strings.HasSuffix(geo.name, "_"+f.String()) {
 								t.Fatalf("%+v %s: kernel %q", p, f, geo.name)
 							}
 						}
@@ -399,12 +396,12 @@ func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *t
 	src := string(b)
 	for form, fam := range attnDecode2Names {
 		params := "(MINFER_ADEC2_PARAMS) {"
-		if form == 3 { // the Q8_1 output (MINFER_FUSE_ATTN_Q8): one argument more, no any class
+		if form == 1 { // the Q8_1 output (MINFER_FUSE_ATTN_Q8): one argument more, no any class
 			params = "(MINFER_ADEC2_PARAMS, uint8_t* q8) {"
 		}
 		for hd, a := range fam {
 			for _, name := range a {
-				if name == "" && form == 3 && hd == 2 {
+				if name == "" && form == 1 && hd == 2 {
 					continue
 				}
 				if name == "" || !strings.Contains(src, " "+name+params) {
@@ -414,11 +411,17 @@ func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *t
 		}
 	}
 	for name, want := range map[string]int{
-		"THREADS": attnDecode2Threads, "GMAX": attnDecode2GroupMax, "MAXS": attnDecode2KernelMaxSplits, "SPLIT": attnDecode2SplitCells, "SINGLE": attnDecode2SingleCells,
+		"THREADS": attnDecode2Threads, "SPLIT": attnDecode2SplitCells, "SINGLE": attnDecode2SingleCells,
 	} {
 		if decl := fmt.Sprintf("constexpr int %s = %d;", name, want); !strings.Contains(src, decl) {
 			t.Errorf("attn_decode2.cu does not declare %q (the Go launcher's value)", decl)
 		}
+	}
+	// The combine takes MAXS partials; the launcher's cap must fit.
+	if m := regexp.MustCompile(`constexpr int MAXS = (\d+);`).FindStringSubmatch(src); m == nil {
+		t.Error("attn_decode2.cu does not declare MAXS, the splits its combine takes")
+	} else if maxs, _ := strconv.Atoi(m[1]); maxs < attnDecode2MaxSplits {
+		t.Errorf("the combine takes %d splits (MAXS), the launcher's cap is %d", maxs, attnDecode2MaxSplits)
 	}
 	const rule = "const int chunk = n <= SINGLE ? n : max((n + nsplit - 1) / nsplit, SPLIT);"
 	if !strings.Contains(src, rule) || !strings.Contains(src, "const int nact = (n + chunk - 1) / chunk;") {
@@ -440,76 +443,5 @@ func TestAttnDecode2Geometry_KernelNamesConstantsAndSplitRuleMatchTheSource(t *t
 				t.Fatalf("n_ctx %d, n %d: splits of %d cells, fewer than %d", nCtx, n, chunk, attnDecode2SplitCells)
 			}
 		}
-	}
-}
-
-// adLean128 is the lean kernel under MINFER_ATTN_SPLITS=128.
-var adLean128 = adLeanWith("attn_decode2 (128 splits)", func(p *AttnParams) { p.MaxSplits = attnDecode2KernelMaxSplits })
-
-// The cap of splits (MINFER_ATTN_SPLITS): 64 unless the params ask for up
-// to the kernel's 128; the grid, the scratch and the split rule follow
-// it, and a cap past the combine's is refused.
-func TestAttnDecode2Geometry_TheSplitCapSetsGridAndScratch(t *testing.T) {
-	p := AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}
-	base := attnDecode2Geometry(p, kv.F16)
-	p128 := p
-	p128.MaxSplits = 128
-	wide := attnDecode2Geometry(p128, kv.F16)
-	if base.nsplit != attnDecode2MaxSplits || wide.nsplit != 128 || wide.bytes <= base.bytes {
-		t.Errorf("n_ctx 32768: %d splits (%d bytes) by default, %d (%d bytes) at cap 128", base.nsplit, base.bytes, wide.nsplit, wide.bytes)
-	}
-	if _, nact := attnDecode2SplitPlan(3000, wide.nsplit); nact != 94 {
-		t.Errorf("3000 cells over 128 splits: %d active, want 94 (chunks of 32)", nact)
-	}
-	small := p128
-	small.NCtx = 2048
-	if g := attnDecode2Geometry(small, kv.F16); g.nsplit != 64 {
-		t.Errorf("n_ctx 2048 at cap 128: %d splits, want 64 (32 cells each)", g.nsplit)
-	}
-	for _, bad := range []int{-1, attnDecode2KernelMaxSplits + 1} {
-		q := p
-		q.MaxSplits = bad
-		if _, err := q.checkDecode(kv.F16); err == nil {
-			t.Errorf("a cap of %d splits accepted", bad)
-		}
-	}
-}
-
-// TestAttnDecode2Device_128SplitsMatchCPUAndAreBitwiseBelow2K: at cap 128
-// the kernel matches engine/cpu within 1e-3 in every format over lengths
-// whose active splits run past 64 up to 128; where the range needs at most
-// 64 splits of 32 cells (2,048 cells) the split rule is the default's, and
-// the output is bitwise the cap-64 launch's (the combine's extra partials
-// weigh nothing).
-func TestAttnDecode2Device_128SplitsMatchCPUAndAreBitwiseBelow2K(t *testing.T) {
-	ms := mmtOpen(t)
-	r := rand.New(rand.NewPCG(75, 76))
-	const nkv, nCtx = 2, 4160
-	lengths := []int{1, 65, 600, 2048, 2049, 3000, 4096, nCtx}
-	covered := map[int]bool{}
-	for _, L := range lengths {
-		_, nact := attnDecode2SplitPlan(L, attnDecode2Geometry(AttnParams{NT: 1, NHead: nkv, NHeadKV: nkv, HeadDim: 64, NCtx: nCtx, MaxSplits: 128}, kv.F16).nsplit)
-		covered[nact] = true
-	}
-	if !covered[128] || !covered[64] || !covered[94] {
-		t.Fatalf("active split counts %v: want 64, past 64 and 128", covered)
-	}
-	adSweepFormats(t, ms, r, adLean128, nkv, nCtx, lengths, []int{0, 3000})
-	for _, f := range kv.Formats() {
-		k, v := adFill(r, f, nCtx, nkv*128), adFill(r, f, nCtx, nkv*128)
-		adUpload(t, ms, &k, &v)
-		d64 := adOpenKernelShape(t, ms, adLean, f, k, v, 7*nkv, nkv, 128, nCtx)
-		d128 := adOpenKernelShape(t, ms, adLean128, f, k, v, 7*nkv, nkv, 128, nCtx)
-		for _, start := range []int{0, 64, 700, 2047} {
-			q := dsRand(r, 128*7*nkv, 2)
-			a, b := d64.run(t, q, 1, start, 0), d128.run(t, q, 1, start, 0)
-			for j := range a {
-				if math.Float32bits(a[j]) != math.Float32bits(b[j]) {
-					t.Fatalf("%s start %d elem %d: cap 64 %v, cap 128 %v (bitwise below 2,048 cells)", f, start, j, a[j], b[j])
-				}
-			}
-		}
-		d64.zeroCounters(t, f.String())
-		d128.zeroCounters(t, f.String())
 	}
 }

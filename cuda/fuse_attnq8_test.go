@@ -21,16 +21,16 @@ import (
 
 // TestFuseAttnQ8_RouteOnlyTheLeanDecodeRowBeforeAnMMVQProjection: the
 // backend offers the fusion for one decode token's attention at head_dim
-// 64 or 128 on the lean one-warp kernel, read by a matmul-add whose weight
+// 64 or 128 on the lean split-K kernel, read by a matmul-add whose weight
 // takes a decode MMVQ route; it declines two tokens, head_dim 80, the
-// grouped or first decode form, the plain kernel (MINFER_NO_SPLITK_ATTN),
-// an f32-activation weight, a weight of another row length and a plain
-// matmul. The launcher refuses what the route declines, by name.
+// plain kernel (MINFER_NO_SPLITK_ATTN), an f32-activation weight, a weight
+// of another row length and a plain matmul. The launcher refuses what the
+// route declines, by name.
 func TestFuseAttnQ8_RouteOnlyTheLeanDecodeRowBeforeAnMMVQProjection(t *testing.T) {
 	w := func(typ quant.Type, rowLen int) *devWeight {
 		return &devWeight{typ: typ, rowLen: rowLen, rows: 896, ptr: 0x1000}
 	}
-	lean := levers.Config{AttnDecodeLean: true, FAPrefillTC: true}
+	lean := levers.Config{FAPrefillTC: true}
 	b := &Backend{lv: lean, mm: MatMulOptions{MMQ: true, MMVQNT: true, ActQ8: 0x3000, ActQ8Bytes: 1 << 20}, weights: map[string]*devWeight{
 		"o64": w(quant.Q8_0, 14*64), "o128": w(quant.Q4_K, 8*128), "o80": w(quant.Q8_0, 8*80), "f16": w(quant.F16, 14*64),
 	}}
@@ -50,9 +50,7 @@ func TestFuseAttnQ8_RouteOnlyTheLeanDecodeRowBeforeAnMMVQProjection(t *testing.T
 		{"head_dim 128, Q4_K", lean, attn(128, 8, 1), proj("o128", 1), true},
 		{"two tokens", lean, attn(64, 14, 2), proj("o64", 2), false},
 		{"head_dim 80", lean, attn(80, 8, 1), proj("o80", 1), false},
-		{"the grouped form", levers.Config{AttnDecodeGQA: true, FAPrefillTC: true}, attn(64, 14, 1), proj("o64", 1), false},
-		{"the first form", levers.Config{FAPrefillTC: true}, attn(64, 14, 1), proj("o64", 1), false},
-		{"the plain kernel", levers.Config{AttnDecodeLean: true, NoSplitKAttn: true}, attn(64, 14, 1), proj("o64", 1), false},
+		{"the plain kernel", levers.Config{NoSplitKAttn: true}, attn(64, 14, 1), proj("o64", 1), false},
 		{"an f16 projection", lean, attn(64, 14, 1), proj("f16", 1), false},
 		{"a projection of another row length", lean, attn(64, 14, 1), proj("o128", 1), false},
 		{"a plain matmul", lean, attn(64, 14, 1), &graph.Node{Op: graph.OpMatMul, Shape: graph.Sh(896, 1), Weight: "o64"}, false},
@@ -64,16 +62,14 @@ func TestFuseAttnQ8_RouteOnlyTheLeanDecodeRowBeforeAnMMVQProjection(t *testing.T
 	}
 	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
 	const p = driver.DevicePtr(0x1000)
-	ok := AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 256, Lean: true}
+	ok := AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 256}
 	for _, c := range []struct {
 		name    string
 		p       AttnParams
 		q8      driver.DevicePtr
 		q8Bytes uint64
 	}{
-		{"not lean", AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 256}, p, 1 << 20},
-		{"grouped", AttnParams{NT: 1, NHead: 14, NHeadKV: 2, HeadDim: 64, NCtx: 256, Lean: true, Grouped: true}, p, 1 << 20},
-		{"head_dim 80", AttnParams{NT: 1, NHead: 8, NHeadKV: 2, HeadDim: 80, NCtx: 256, Lean: true}, p, 1 << 20},
+		{"head_dim 80", AttnParams{NT: 1, NHead: 8, NHeadKV: 2, HeadDim: 80, NCtx: 256}, p, 1 << 20},
 		{"no Q8_1 buffer", ok, 0, 1 << 20},
 		{"a Q8_1 buffer 2 bytes off", ok, p + 2, 1 << 20},
 		{"a Q8_1 buffer one block short", ok, p, ActQ8Bytes(14*64, 1) - 36},

@@ -9,7 +9,6 @@ import (
 	"math"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/minfer-go/minfer/cuda/driver"
@@ -33,15 +32,7 @@ type Kernels struct {
 
 	timing *opTiming // nil when op timing is off
 	qx4    bool      // activation quantize through minfer_quantize_q8_1_x4 (MINFER_QUANTIZE_X4=1)
-	// wideSplits counts the lean decode attention launches (captures
-	// included, replays not) whose grid passed the default cap of splits:
-	// the census's attn_wide_splits (MINFER_ATTN_SPLITS), kept apart from
-	// the kernel counts so launches per token stay kernels.
-	wideSplits atomic.Int64
 }
-
-// WideSplits is the census's attn_wide_splits (levers.CensusAttnWideSplits).
-func (k *Kernels) WideSplits() int64 { return k.wideSplits.Load() }
 
 // KernelsOptions selects the instrumentation.
 type KernelsOptions struct {

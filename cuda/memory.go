@@ -222,7 +222,7 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	n := ActQ8Bytes(maxK, actQ8Rows(b.mm))
 	n += 4 * uint64(p.NFF) * uint64(1+max(nt, 1)) // the fused FFN's up buffer, decode then prefill
 	n += 2 * mmq                                  // grown by doubling
-	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx, MaxSplits: b.lv.AttnSplits}
+	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx}
 	var attn int
 	var err error
 	// The tensor-core kernels' partials (attnTCScratch), allocated the

@@ -150,14 +150,14 @@ func TestDeviceScript_EachSpecGetsItsModelCorrectnessModelAndWorkload(t *testing
 
 // A bare spec runs on the workload the registry declares, so its limit is
 // sized for that workload (7B at depth: DEEP_TIMEOUT), not for the default
-// model; on 2026-12-02 MINFER_ATTN_SPLITS's 7B run at depth 32128 got the
-// 0.5B limit. An @SHAPE:TYPE spec keeps the limit of the model it names.
+// model; on 2026-12-02 a lever's 7B run at depth 32128 got the 0.5B limit.
+// An @SHAPE:TYPE spec keeps the limit of the model it names.
 func TestDeviceScript_ABareSpecGetsTheLimitOfItsDeclaredWorkload(t *testing.T) {
-	levers := "LEVER               KIND   DEFAULT  VALUES  BACKEND  WORKLOAD              WHAT IT SWITCHES\n" +
-		"MINFER_ATTN_SPLITS  enum   64       64|128  cuda     qwen2-7b:Q8_0 d32128  128: wider\n" +
-		"MINFER_MMQ          opt-in 1        0|1     cuda     qwen2-0.5b:Q8_0       mmq\n"
+	levers := "LEVER                 KIND    DEFAULT  VALUES  BACKEND  WORKLOAD              WHAT IT SWITCHES\n" +
+		"MINFER_FA_PREFILL_TC  opt-out 1        0|1     cuda     qwen2-7b:Q4_K_M d4096 tc\n" +
+		"MINFER_MMQ            opt-in  1        0|1     cuda     qwen2-0.5b:Q8_0       mmq\n"
 	out := t.TempDir()
-	runDeviceScript(t, "LEVERS=MINFER_ATTN_SPLITS=128 MINFER_ATTN_SPLITS=128@qwen2-0.5b:Q8_0 MINFER_MMQ", "CALIBRATE=",
+	runDeviceScript(t, "LEVERS=MINFER_FA_PREFILL_TC=0 MINFER_FA_PREFILL_TC=0@qwen2-0.5b:Q8_0 MINFER_MMQ", "CALIBRATE=",
 		"FILE:levers.txt="+strings.ReplaceAll(levers, `\n`, "\n"), "OUT="+out)
 	b, err := os.ReadFile(filepath.Join(out, "abtest-device.log"))
 	if err != nil {
@@ -169,7 +169,7 @@ func TestDeviceScript_ABareSpecGetsTheLimitOfItsDeclaredWorkload(t *testing.T) {
 			runs = append(runs, l)
 		}
 	}
-	want := []string{"on the registry's workload qwen2-7b:Q8_0 d32128 (", "on qwen2-0.5b-Q8_0-seed1.gguf (", "on the registry's workload qwen2-0.5b:Q8_0 ("}
+	want := []string{"on the registry's workload qwen2-7b:Q4_K_M d4096 (", "on qwen2-0.5b-Q8_0-seed1.gguf (", "on the registry's workload qwen2-0.5b:Q8_0 ("}
 	limits := []string{"limit 1800 s", "limit 500 s", "limit 500 s"}
 	if len(runs) != 3 {
 		t.Fatalf("runs: %q", runs)

@@ -63,9 +63,6 @@ func (d *deviceState) census() map[string]int64 {
 		if n := b.PinnedSteps(); n > 0 {
 			total[levers.CensusPinnedSteps] += n
 		}
-		if n := b.Kernels().WideSplits(); n > 0 {
-			total[levers.CensusAttnWideSplits] += n
-		}
 	}
 	for _, c := range d.cpus {
 		for k, n := range c.Census() {

@@ -1,25 +1,33 @@
-// attn_decode2.cu: the lean split-K decode attention (the default decode
-// attention since MINFER_ATTN_DECODE_V2 retired; launcher
-// cuda/attn_decode2.go), the same semantics as minfer_attn_f32 and
-// minfer_attn_decode_*: the query of token t sits at cell win[0] + t and
-// attends to cells [max(0, cell - window + 1), cell] (window 0: from cell
-// 0); query head h reads KV head h / G; score = dot(q, k) * scale; out =
-// softmax(scores) . V. A start < 0 or a cell >= n_ctx gives a NaN row.
+// attn_decode2.cu: the lean split-K decode attention (the only split-K
+// decode attention since session 28 retired its first and grouped forms,
+// reports/MINFER_ATTN_DECODE_LEAN; launcher cuda/attn_decode2.go), the
+// same semantics as minfer_attn_f32: the query of token t sits at cell
+// win[0] + t and attends to cells [max(0, cell - window + 1), cell]
+// (window 0: from cell 0); query head h reads KV head h / G; score =
+// dot(q, k) * scale; out = softmax(scores) . V. A start < 0 or a cell >=
+// n_ctx gives a NaN row.
 //
 // Why another kernel: attn_decode.cu measured 7.2 us per call at 600 cells
 // (0.2% of the copy ceiling, 166 registers, 5.5% occupancy): a latency
 // chain of q staging, two block barriers, a four-warp merge through shared
 // memory and a combine. This one keeps every warp independent: no shared
-// memory, no barrier, q in registers, and K/V loads one pass ahead.
+// memory, no barrier, q in registers, and K/V loads one pass ahead. Its
+// first form issued ~61 warp instructions a cell and query head at ~17%
+// occupancy (ncu, session 20): issue-bound. The lean form cut that (q
+// pre-scaled, base-2 exponentials, two passes an iteration, the end test
+// in the last pass only): tg128 at depth 32128 +7.1% (H100). The grouped
+// form (a KV head's query heads as the warps of one block, K / V rows from
+// L1) and a cap of 128 splits both lost to it (session 28: lean 188-190
+// tok/s, grouped 182-184, first 178-179, 128 splits 181-182).
 //
 // Geometry. Grid (nt * n_head, nsplit), 32 threads: block x is one (token,
 // query head), block y one split of the cells; the block is one warp. Query
 // heads of a GQA group are separate blocks (more warps in flight; the group
 // re-reads the same K/V rows, from L2). The grid depends on n_ctx and the
-// shapes only (nsplit = min(cap, ceil(n_ctx / SPLIT)), the cap 64 or, with
-// MINFER_ATTN_SPLITS=128, up to MAXS), never on the KV
-// length: the window is read from device memory, so a captured graph
-// replays with fresh cells. The run-time split rule over the attended n:
+// shapes only (nsplit = min(64, ceil(n_ctx / SPLIT)), the launcher's cap;
+// the combine takes up to MAXS), never on the KV length: the window is
+// read from device memory, so a captured graph replays with fresh cells.
+// The run-time split rule over the attended n:
 //   n <= SINGLE: one split that writes the output itself (no scratch);
 //   else chunks of max(SPLIT, ceil(n / nsplit)) cells, nact active splits.
 // Blocks y >= nact exit right after reading the window.
@@ -42,13 +50,15 @@
 // Combine (nact > 1): "last block done", deterministic. Every active block
 // writes its unnormalised (m, l) and acc[hd] to scratch, fences and counts
 // itself on counters[block x]; the block that brings the count to nact
-// reads the nact partials in split order (weights exp(m_s - M) / L), writes
+// reads the nact partials in split order (weights 2^(m_s - M) / L), writes
 // the output and resets the counter to 0 for the next launch (layer, graph
 // replay). The result does not depend on which block came last, and each
 // (token, head) is computed the same way whatever nt is.
 //
-// Numerics (accumulation-order class against the CPU): per-lane partial dot
-// products in f32 FMA, then a fixed shuffle tree; expf (<= 2 ulp); sums of
+// Numerics (accumulation-order class against the CPU): q scaled by
+// scale * log2(e) once (one more f32 rounding); per-lane partial dot
+// products in f32 FMA, then a fixed shuffle tree; scores and m in log2
+// units, every exponential one ex2.approx (~2^-22 relative); sums of
 // exponentials and p * v per slot in cell order, merged with rescaling;
 // normalised at the end. A KV element reads exactly as kv_elem.
 //
@@ -62,9 +72,7 @@
 namespace adec2 {
 constexpr int THREADS = 32;   // one warp per block
 constexpr int MINBLOCKS = 16; // __launch_bounds__: <= 128 registers
-constexpr int GMAX = 8;       // query heads per KV head the grouped kernels take (Qwen2 / Qwen3: 2..8)
-constexpr int GTHREADS = 32 * GMAX, GMINBLOCKS = 512 / GTHREADS; // the same 128-register budget
-constexpr int MAXS = 128;     // splits the combine takes (NW partials per lane); the launch's cap may be lower
+constexpr int MAXS = 128;     // splits the combine takes (NW partials per lane); the launcher caps them at 64
 constexpr int NW = MAXS / 32; // partials per lane in the combine
 constexpr int SPLIT = 32;     // fewest cells per active split once the range is split
 constexpr int SINGLE = 64;    // attended ranges up to this many cells take one split
@@ -215,41 +223,24 @@ __device__ __forceinline__ void q8_1_lanes(uint8_t* __restrict__ row, const floa
     }
 }
 
-// decode is the whole kernel for one head_dim class and KV format. With
-// GROUPED (MINFER_ATTN_DECODE_GQA: minfer_attn_decode2g_*) a block is the
-// G = n_head / n_head_kv warps of one KV head's query heads: warp w of
-// block (t * n_head_kv + kvh, split) is query head kvh * G + w of token t.
-// Each warp does exactly the one-warp block's work (the same cells, order
-// and sums: the output is bitwise the ungrouped kernel's), but the group
-// reads each K / V row on one SM at about the same time, so the rows come
-// from L1 once the first warp has fetched them instead of from L2 G times
-// (7B at depth 32128: ~12.9 GB of L2 reads a token, ~2 ms; session 18).
-// Measured: tg128 at depth 32128 x1.044 (PASS). A form that staged each
-// tile in shared memory with cp.async measured x0.938 (FAIL): both forms
-// issue ~60 instructions per cell and query head, and the staged one ran
-// 256 blocks at 2 an SM (reports/MINFER_ATTN_DECODE_GQA/NOTE.md).
+// decode is the whole kernel for one head_dim class and KV format. q is
+// scaled by scale * log2(e) once, so a score needs no multiply and every
+// exponential is one ex2 (m, the partials' m included, in log2 units); two
+// passes an iteration alternate their K / V registers instead of copying
+// the next pass into this one's; and the per-cell end test runs in the
+// last pass only.
 //
-// With LEAN (MINFER_ATTN_DECODE_LEAN: minfer_attn_decode2l_*) the same cells,
-// splits, scratch and combine with fewer instructions a cell: ncu puts the
-// one-warp kernel at ~61 warp instructions a cell and query head, bound by
-// issue at ~17% occupancy (session 20). q is scaled by scale * log2(e) once,
-// so a score needs no multiply and every exponential is one ex2 (m, the
-// partials' m included, in log2 units); two passes an iteration alternate
-// their K / V registers instead of copying the next pass into this one's;
-// and the per-cell end test runs in the last pass only.
-//
-// With Q8 (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*, the lean form at
-// head_dim 64 / 128) the writer of a row also writes its Q8_1 blocks at q8
-// (row bx's at q8 + bx * hd / 32 blocks: the o-projection's activation
-// row), so the matvec after it needs no quantization launch; with out
-// null it writes q8 alone.
-template <int HD, int FMT, bool GROUPED, bool LEAN = false, bool Q8 = false>
+// With Q8 (MINFER_FUSE_ATTN_Q8: minfer_attn_decode2q_*, head_dim 64 / 128)
+// the writer of a row also writes its Q8_1 blocks at q8 (row bx's at q8 +
+// bx * hd / 32 blocks: the o-projection's activation row), so the matvec
+// after it needs no quantization launch; with out null it writes q8 alone.
+template <int HD, int FMT, bool Q8 = false>
 __device__ __forceinline__ void decode(float* __restrict__ out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                        const uint8_t* __restrict__ vreg, const int* __restrict__ win,
                                        float2* __restrict__ part_ml, float* __restrict__ part_acc, int* __restrict__ counters,
                                        int n_head, int n_head_kv, int hd_arg, long long row_bytes, int n_ctx, int window,
                                        float scale, int nsplit, uint8_t* __restrict__ q8 = nullptr) {
-    static_assert(!Q8 || (HD > 0 && LEAN && !GROUPED), "the Q8_1 output: the lean one-warp form at head_dim 64 / 128");
+    static_assert(!Q8 || HD > 0, "the Q8_1 output: head_dim 64 / 128");
     using L = Lay<HD>;
     constexpr int NE = L::NE, LPC = L::LPC, SLOTS = L::SLOTS, CE = L::CE;
     constexpr int NR = Raw<HD, FMT>::NR;
@@ -265,15 +256,8 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     const int lane = threadIdx.x & 31;
     const int lis = lane % LPC, slot = lane / LPC;
     const int sp = blockIdx.y;
-    int bx, kvh; // bx: the (token, query head) row of q, out and the partials
-    if constexpr (GROUPED) {
-        const int G = n_head / n_head_kv;
-        kvh = blockIdx.x % n_head_kv;
-        bx = (blockIdx.x / n_head_kv) * n_head + kvh * G + (int)(threadIdx.x >> 5);
-    } else {
-        bx = blockIdx.x;
-        kvh = bx % n_head / (n_head / n_head_kv);
-    }
+    const int bx = blockIdx.x; // the (token, query head) row of q, out and the partials
+    const int kvh = bx % n_head / (n_head / n_head_kv);
     const int t = bx / n_head;
     float* const y = out + (long long)bx * hd; // q and out are [hd, n_head, nt]: row bx
     uint8_t* const yq = Q8 ? q8 + (long long)bx * (HD / 32) * MINFER_Q8_1_BYTES : nullptr;
@@ -288,11 +272,9 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
             const int e = elem<HD>(lis, i);
             qv[i] = e < hd ? __ldg(qr + e) : 0.0f;
         }
-        if constexpr (LEAN) {
-            const float sl2 = __fmul_rn(scale, 1.4426950408889634f);
+        const float sl2 = __fmul_rn(scale, 1.4426950408889634f);
 #pragma unroll
-            for (int i = 0; i < NE; i++) qv[i] = __fmul_rn(qv[i], sl2);
-        }
+        for (int i = 0; i < NE; i++) qv[i] = __fmul_rn(qv[i], sl2);
     }
     const int start = __ldg(win);
     const long long cell = (long long)start + t;
@@ -328,7 +310,7 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         b0 = off / mops::Q8_0_LEN * mops::Q8_0_BYTES;
         b1 = (off + hd + mops::Q8_0_LEN - 1) / mops::Q8_0_LEN * mops::Q8_0_BYTES;
     }
-    for (int c = lane; c < min(cnt, PFCELLS) && (!GROUPED || threadIdx.x < 32); c += THREADS) { // grouped: warp 0 for all
+    for (int c = lane; c < min(cnt, PFCELLS); c += THREADS) {
         prefetch_span(kreg + (c_lo + c) * row_bytes, b0, b1);
         prefetch_span(vreg + (c_lo + c) * row_bytes, b0, b1);
     }
@@ -353,10 +335,10 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
 #pragma unroll
     for (int i = 0; i < NE; i++) acc[i] = 0.0f;
     // step folds pass pb (its raw K / V in kr, vr) into the slot's online
-    // softmax; tail: the pass may run past the chunk's end (LEAN tests each
-    // cell only there; the first form tests every pass). tail is a constant
-    // at every call and folds once inlined: a generic lambda carrying it as
-    // a type crashed NVRTC 13.0 (SIGSEGV compiling this unit, session 22).
+    // softmax; tail: the pass may run past the chunk's end (each cell is
+    // tested only there). tail is a constant at every call and folds once
+    // inlined: a generic lambda carrying it as a type crashed NVRTC 13.0
+    // (SIGSEGV compiling this unit, session 22).
     auto step = [&](int pb, const unsigned int (&kr)[B][NR], const unsigned int (&vr)[B][NR], bool tail) {
         float s[B];
 #pragma unroll
@@ -368,20 +350,19 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
             for (int i = 0; i < NE; i++) d = fmaf(qv[i], x[i], d);
 #pragma unroll
             for (int o = LPC / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if constexpr (LEAN) s[b] = !tail || pb + b * SLOTS + slot < cnt ? d : -INFINITY;
-            else s[b] = pb + b * SLOTS + slot < cnt ? __fmul_rn(d, scale) : -INFINITY;
+            s[b] = !tail || pb + b * SLOTS + slot < cnt ? d : -INFINITY;
         }
         float mx = m;
 #pragma unroll
         for (int b = 0; b < B; b++) mx = fmaxf(mx, s[b]);
         if (mx != -INFINITY) { // slot-uniform: a slot past the chunk's end has nothing yet
-            const float corr = LEAN ? ex2(m - mx) : expf(m - mx); // m = -inf: 0
+            const float corr = ex2(m - mx); // m = -inf: 0
             l = __fmul_rn(l, corr);
 #pragma unroll
             for (int i = 0; i < NE; i++) acc[i] = __fmul_rn(acc[i], corr);
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                const float p = LEAN ? ex2(s[b] - mx) : expf(s[b] - mx); // a cell past the end: 0
+                const float p = ex2(s[b] - mx); // a cell past the end: 0
                 l = __fadd_rn(l, p);
                 float v[NE];
                 cvt<HD, FMT>(vr[b], v);
@@ -393,34 +374,19 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     };
     unsigned int kr[B][NR], vr[B][NR];
     load_pass(0, kr, vr);
-    if constexpr (LEAN) {
-        // Two passes an iteration, the next one's loads in the other
-        // registers while this one is computed.
-        unsigned int kn[B][NR], vn[B][NR];
-        for (int pb = 0; pb < cnt; pb += 2 * CPP) { // warp-uniform trip count
-            if (pb + CPP >= cnt) {
-                step(pb, kr, vr, true);
-                break;
-            }
-            load_pass(pb + CPP, kn, vn);
-            step(pb, kr, vr, false);
-            if (pb + 2 * CPP < cnt) load_pass(pb + 2 * CPP, kr, vr);
-            if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, true);
-            else step(pb + CPP, kn, vn, false);
-        }
-    } else {
-        for (int pb = 0; pb < cnt; pb += CPP) { // warp-uniform trip count
-            unsigned int kn[B][NR], vn[B][NR];
-            const bool more = pb + CPP < cnt;
-            if (more) load_pass(pb + CPP, kn, vn);
+    // Two passes an iteration, the next one's loads in the other registers
+    // while this one is computed.
+    unsigned int kn[B][NR], vn[B][NR];
+    for (int pb = 0; pb < cnt; pb += 2 * CPP) { // warp-uniform trip count
+        if (pb + CPP >= cnt) {
             step(pb, kr, vr, true);
-            if (more) {
-#pragma unroll
-                for (int b = 0; b < B; b++)
-#pragma unroll
-                    for (int w = 0; w < NR; w++) kr[b][w] = kn[b][w], vr[b][w] = vn[b][w];
-            }
+            break;
         }
+        load_pass(pb + CPP, kn, vn);
+        step(pb, kr, vr, false);
+        if (pb + 2 * CPP < cnt) load_pass(pb + 2 * CPP, kr, vr);
+        if (pb + 2 * CPP >= cnt) step(pb + CPP, kn, vn, true);
+        else step(pb + CPP, kn, vn, false);
     }
 
     // Merge the slots (slot 0 always has a cell, so M is finite). Partners
@@ -430,8 +396,8 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
         const float mo = __shfl_xor_sync(0xffffffffu, m, o);
         const float lo = __shfl_xor_sync(0xffffffffu, l, o);
         const float M = fmaxf(m, mo);
-        const float ea = m == -INFINITY ? 0.0f : LEAN ? ex2(m - M) : expf(m - M);
-        const float eb = mo == -INFINITY ? 0.0f : LEAN ? ex2(mo - M) : expf(mo - M);
+        const float ea = m == -INFINITY ? 0.0f : ex2(m - M);
+        const float eb = mo == -INFINITY ? 0.0f : ex2(mo - M);
         l = __fadd_rn(__fmul_rn(ea, l), __fmul_rn(eb, lo));
 #pragma unroll
         for (int i = 0; i < NE; i++) {
@@ -525,7 +491,7 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
     const float M = mops::warp_max(mx);
     float w[NW];
 #pragma unroll
-    for (int j = 0; j < NW; j++) w[j] = ms[j] == -INFINITY ? 0.0f : LEAN ? ex2(ms[j] - M) : expf(ms[j] - M);
+    for (int j = 0; j < NW; j++) w[j] = ms[j] == -INFINITY ? 0.0f : ex2(ms[j] - M);
     // Per lane in j order, then the warp: with nact <= 64 (w[2], w[3] zero)
     // the sum is the two-partial form's.
     float wl = __fmul_rn(w[0], ls[0]);
@@ -566,8 +532,10 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
 }
 } // namespace adec2
 
-// The kernels: minfer_attn_decode2_{hd64,hd128,any}_{f32,f16,q8_0}. Grid
-// (nt * n_head, nsplit), block adec2::THREADS; q and out are [hd, n_head, nt].
+// The kernels: minfer_attn_decode2l_{hd64,hd128,any}_{f32,f16,q8_0}
+// (the "l" names the lean form, kept since reports and liveness rules name
+// it). Grid (nt * n_head, nsplit), block adec2::THREADS; q and out are
+// [hd, n_head, nt].
 #define MINFER_ADEC2_PARAMS                                                                                            \
     float *out, const float *q, const uint8_t *kreg, const uint8_t *vreg, const int *win, float2 *part_ml,           \
         float *part_acc, int *counters, int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx, int window, \
@@ -575,113 +543,53 @@ __device__ __forceinline__ void decode(float* __restrict__ out, const float* __r
 #define MINFER_ADEC2_ARGS \
     out, q, kreg, vreg, win, part_ml, part_acc, counters, n_head, n_head_kv, hd, row_bytes, n_ctx, window, scale, nsplit
 
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd64_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_F32, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd64_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_F16, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd64_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_Q8_0, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd128_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_F32, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd128_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_F16, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_hd128_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_Q8_0, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_any_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_F32, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_any_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_F16, false>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2_any_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_Q8_0, false>(MINFER_ADEC2_ARGS);
-}
-
-// The lean kernels (MINFER_ATTN_DECODE_LEAN): the grid, block, arguments
-// and scratch of minfer_attn_decode2_*.
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd64_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_F32, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<64, mops::KV_F32>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd64_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_F16, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<64, mops::KV_F16>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd64_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<64, mops::KV_Q8_0>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd128_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_F32, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<128, mops::KV_F32>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd128_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_F16, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<128, mops::KV_F16>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_hd128_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<128, mops::KV_Q8_0>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_F32, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<0, mops::KV_F32>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_F16, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<0, mops::KV_F16>(MINFER_ADEC2_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2l_any_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_Q8_0, false, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<0, mops::KV_Q8_0>(MINFER_ADEC2_ARGS);
 }
 
-// The lean kernels with the Q8_1 output (MINFER_FUSE_ATTN_Q8): the lean
+// The kernels with the Q8_1 output (MINFER_FUSE_ATTN_Q8): the lean
 // kernels' grid, block and scratch, one argument more (q8).
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd64_f32(MINFER_ADEC2_PARAMS, uint8_t* q8) {
-    adec2::decode<64, mops::KV_F32, false, true, true>(MINFER_ADEC2_ARGS, q8);
+    adec2::decode<64, mops::KV_F32, true>(MINFER_ADEC2_ARGS, q8);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd64_f16(MINFER_ADEC2_PARAMS, uint8_t* q8) {
-    adec2::decode<64, mops::KV_F16, false, true, true>(MINFER_ADEC2_ARGS, q8);
+    adec2::decode<64, mops::KV_F16, true>(MINFER_ADEC2_ARGS, q8);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd64_q8_0(MINFER_ADEC2_PARAMS, uint8_t* q8) {
-    adec2::decode<64, mops::KV_Q8_0, false, true, true>(MINFER_ADEC2_ARGS, q8);
+    adec2::decode<64, mops::KV_Q8_0, true>(MINFER_ADEC2_ARGS, q8);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd128_f32(MINFER_ADEC2_PARAMS, uint8_t* q8) {
-    adec2::decode<128, mops::KV_F32, false, true, true>(MINFER_ADEC2_ARGS, q8);
+    adec2::decode<128, mops::KV_F32, true>(MINFER_ADEC2_ARGS, q8);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd128_f16(MINFER_ADEC2_PARAMS, uint8_t* q8) {
-    adec2::decode<128, mops::KV_F16, false, true, true>(MINFER_ADEC2_ARGS, q8);
+    adec2::decode<128, mops::KV_F16, true>(MINFER_ADEC2_ARGS, q8);
 }
 extern "C" __global__ void __launch_bounds__(adec2::THREADS, adec2::MINBLOCKS) minfer_attn_decode2q_hd128_q8_0(MINFER_ADEC2_PARAMS, uint8_t* q8) {
-    adec2::decode<128, mops::KV_Q8_0, false, true, true>(MINFER_ADEC2_ARGS, q8);
-}
-
-// The grouped kernels (MINFER_ATTN_DECODE_GQA): grid (nt * n_head_kv,
-// nsplit), block G * 32 threads, G = n_head / n_head_kv <= adec2::GMAX.
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_hd64_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_F32, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_hd64_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_F16, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_hd64_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<64, mops::KV_Q8_0, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_hd128_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_F32, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_hd128_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_F16, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_hd128_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<128, mops::KV_Q8_0, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_any_f32(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_F32, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_any_f16(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_F16, true>(MINFER_ADEC2_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(adec2::GTHREADS, adec2::GMINBLOCKS) minfer_attn_decode2g_any_q8_0(MINFER_ADEC2_PARAMS) {
-    adec2::decode<0, mops::KV_Q8_0, true>(MINFER_ADEC2_ARGS);
+    adec2::decode<128, mops::KV_Q8_0, true>(MINFER_ADEC2_ARGS, q8);
 }
 
 #undef MINFER_ADEC2_PARAMS

@@ -360,11 +360,8 @@ const (
 	CensusKernelsFile = "kernels_file"
 	// CensusPinnedSteps counts the forwards a CUDA backend ran through one
 	// handoff (MINFER_PIN_STEP).
-	CensusPinnedSteps = "pinned_steps"
-	// CensusAttnWideSplits counts the lean decode attention launches whose
-	// grid splits the cells past the default cap (MINFER_ATTN_SPLITS=128).
-	CensusAttnWideSplits = "attn_wide_splits"
-	CensusKernelsNVRTC   = "kernels_nvrtc"
+	CensusPinnedSteps  = "pinned_steps"
+	CensusKernelsNVRTC = "kernels_nvrtc"
 )
 
 // DraftNone is MINFER_DRAFT's (and --draft's) plain decoding through the
@@ -489,45 +486,12 @@ var registry = []Lever{
 		Liveness: &Liveness{On: "1",
 			CUDA: &PathRule{Census: []string{CensusPinnedSteps}, SameKernels: true},
 			Why:  "every forward of the pinned arm counts in pinned_steps, the other arm's none, and both launch the same kernels: an arm that handed off per call is caught"}},
-	// More warps on a long KV: the lean decode kernel's splits past 64 (each
-	// a one-warp block; 64 x 32 cells covers 2K cells, so beyond that a
-	// split's chunk grows and the GPU holds ~14 warps an SM on a 7B).
-	{Name: "MINFER_ATTN_DECODE_GQA", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
-		Doc: "1: the lean decode attention runs the G query heads of a KV head as G warps of one block (minfer_attn_decode2g_*) instead of G one-warp blocks, so the group's K / V rows come from L1 once fetched instead of from L2 G times (7B at depth 32128: ~12.9 GB of L2 reads a token); the same sums, bitwise; at most 8 query heads per KV head (a form that staged the rows in shared memory lost: reports/MINFER_ATTN_DECODE_GQA)", ArmA: "0", ArmB: "1",
-		Workload: "qwen2-7b:Q8_0 d32128",
-		// The grouped kernels have the first form's body: its A/B pins the
-		// one-warp blocks to it too (the lean form is the default).
-		Requires: []string{"MINFER_ATTN_DECODE_LEAN=0"},
-		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the grouped kernels (minfer_attn_decode2g_*) only with the lever on; off, the one-warp blocks of minfer_attn_decode2_*",
-			[]string{"minfer_attn_decode2g_*"}, Needs{MaxNT: 8})},
-	// The one-warp decode kernel issues ~61 instructions a cell and query
-	// head at ~17% occupancy (ncu, session 20): issue-bound, not byte-bound.
-	{Name: "MINFER_ATTN_DECODE_LEAN", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
-		Doc: "0: the lean decode attention runs its first form (minfer_attn_decode2_*) instead of the lean one (minfer_attn_decode2l_*: q scaled by scale * log2(e) once, so a score needs no multiply and each exponential is one ex2; two passes an iteration alternate their K / V registers instead of copying; the end test in the last pass only; the same grid, splits, scratch and combine). " +
-			"At its default it yields to a setting its Requires exclude (the grouped kernels of MINFER_ATTN_DECODE_GQA, the plain kernel of MINFER_NO_SPLITK_ATTN); set to 1 with one it is refused. " +
-			"On by default since reports/MINFER_ATTN_DECODE_LEAN: qwen2-7b Q8_0 tg128 at depth 32128 +7.1%, pp512 there and peak device memory equal (H100)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0 d32128", DefaultSince: "reports/MINFER_ATTN_DECODE_LEAN",
-		// ex2.approx (~2^-22) for expf (2 ulp) and q rounded once more after
-		// its scale: the same order of sums, other last bits.
-		Tolerance: TolAccumOrder,
-		Requires:  []string{"MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_GQA=0"},
-		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the lean form (minfer_attn_decode2l_*) only with the lever on; off, minfer_attn_decode2_*",
-			[]string{"minfer_attn_decode2l_*"}, Needs{MaxNT: 8})},
-	{Name: "MINFER_ATTN_SPLITS", Kind: Enum, Default: "64", Values: []string{"64", "128"}, Backend: "cuda", Path: "decode attention", Issue: "#20",
-		Doc:  "128: the lean decode attention splits a long KV range over up to 128 one-warp blocks per (token, head) instead of 64 (a context past 2,048 cells; the combine weighs up to 128 partials); not yet measured on the H200",
-		ArmA: "64", ArmB: "128", Workload: "qwen2-7b:Q8_0 d32128",
-		// More splits sum the cells' partials in another grouping: f32
-		// rounding only, the same class as the split-K kernel against the CPU.
-		Tolerance: TolAccumOrder,
-		Liveness: &Liveness{On: "128",
-			CUDA: &PathRule{Census: []string{CensusAttnWideSplits}, SameKernels: true},
-			Why:  "every lean decode launch with more than 64 splits counts in attn_wide_splits (a context past 2,048 cells), the other arm's none, and both launch the same kernels"}},
 	{Name: "MINFER_NO_SPLITK_ATTN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention", Issue: "#6",
 		Doc: "1: decode (nt <= 8) attention through the plain one-block-per-(token, head) kernel instead of the split-K kernel", ArmA: "1", ArmB: "0",
 		// The split-K kernel sums scores, exponentials and V in another
 		// order (per-warp partials merged with rescaling): f32 rounding only.
 		Tolerance: TolAccumOrder,
-		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the split-K kernels (minfer_attn_decode2_* or, grouped, minfer_attn_decode2g_*) only with the lever on; off, it runs the plain minfer_attn_f32",
+		Liveness: cudaOnly("0", "decode attention (nt <= 8) runs the lean split-K kernels (minfer_attn_decode2l_* or, with MINFER_FUSE_ATTN_Q8, minfer_attn_decode2q_*) only with the lever on; off, it runs the plain minfer_attn_f32",
 			[]string{"minfer_attn_decode2*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_MMVQ_REPACK", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode matmul weight layout (Q8_0 / Q6_K)", Issue: "#6",
 		Doc: "0: no 16-byte-aligned copy of the Q8_0 / Q6_K weights: the decode MMVQ kernels read the GGUF layout (on by default since reports/MINFER_MMVQ_REPACK: tg128 +8.8%)", ArmA: "0", ArmB: "1",
@@ -586,7 +550,7 @@ var registry = []Lever{
 			"At its default it yields to a setting its Requires exclude; set to 1 with one it is refused. " +
 			"On by default since reports/MINFER_FUSE_ATTN_Q8: qwen2-0.5b Q4_K_M tg128 +3.1%, pp512 and peak device memory equal (H100)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M", DefaultSince: "reports/MINFER_FUSE_ATTN_Q8",
-		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_ATTN_DECODE_LEAN=1", "MINFER_ATTN_DECODE_GQA=0", "MINFER_NO_SPLITK_ATTN=0"},
+		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_NO_SPLITK_ATTN=0"},
 		Liveness: cudaOnly("1", "the decode attention before the o-projection runs minfer_attn_decode2q_* only with the lever on; off, minfer_attn_decode2l_* and a quantization",
 			[]string{"minfer_attn_decode2q_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The q/k/v matvecs of a layer whose v has more bits than q and k (the
@@ -836,9 +800,6 @@ type Config struct {
 	NoQ80MMVQ        bool
 	NoFAPrefill      bool
 	NoSplitKAttn     bool
-	AttnSplits       int  // MINFER_ATTN_SPLITS: the lean decode attention's cap of splits
-	AttnDecodeGQA    bool // MINFER_ATTN_DECODE_GQA: its grouped blocks
-	AttnDecodeLean   bool // MINFER_ATTN_DECODE_LEAN: its lean form
 	FAPrefillTC      bool
 	MMVQRepack       bool
 	EmbedHost        bool
@@ -987,8 +948,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoQ80MMVQ = on("MINFER_NO_Q80_MMVQ")
 	c.NoFAPrefill = on("MINFER_NO_FA_PREFILL")
 	c.NoSplitKAttn = on("MINFER_NO_SPLITK_ATTN")
-	c.AttnSplits, _ = strconv.Atoi(vals["MINFER_ATTN_SPLITS"])
-	c.AttnDecodeGQA = on("MINFER_ATTN_DECODE_GQA")
 	c.FAPrefillTC = optOut("MINFER_FA_PREFILL_TC")
 	c.MMVQRepack = optOut("MINFER_MMVQ_REPACK")
 	c.EmbedHost = optOut("MINFER_EMBED_HOST")
@@ -1003,7 +962,6 @@ func Parse(environ []string) (Config, error) {
 	c.OneCopy = yields("MINFER_ONE_COPY")
 	c.MMQF16 = yields("MINFER_MMQ_F16")
 	c.MMQF16KQ = yields("MINFER_MMQ_F16_KQ")
-	c.AttnDecodeLean = yields("MINFER_ATTN_DECODE_LEAN")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseAttnQ8 = yields("MINFER_FUSE_ATTN_Q8")
 	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")

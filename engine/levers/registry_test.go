@@ -96,9 +96,8 @@ func registryProblems(l Lever) []string {
 			// spec_* names are the speculative decoder's counts, on
 			// either backend (CensusSpec*); kernels_* where the CUDA
 			// backend's kernels came from (CensusKernels*); pinned_steps
-			// its forwards in one handoff (CensusPinnedSteps);
-			// attn_wide_splits its lean attention grids past 64 splits.
-			pseudo := strings.HasPrefix(p, "spec_") || r.prefix == "minfer_" && (p == CensusKernelsFile || p == CensusKernelsNVRTC || p == CensusPinnedSteps || p == CensusAttnWideSplits)
+			// its forwards in one handoff (CensusPinnedSteps).
+			pseudo := strings.HasPrefix(p, "spec_") || r.prefix == "minfer_" && (p == CensusKernelsFile || p == CensusKernelsNVRTC || p == CensusPinnedSteps)
 			if _, err := path.Match(p, r.prefix); err != nil || !strings.HasPrefix(p, r.prefix) && !pseudo {
 				bad = append(bad, "census pattern "+p+" is not a glob of "+r.prefix+"* names")
 			}

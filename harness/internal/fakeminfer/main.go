@@ -30,7 +30,7 @@
 // backend: bench reports "backend":"cuda" and device_ms/device_tok_s, the
 // census names CUDA kernels (minfer_mmq_q8_0 with MMQ on, minfer_gemm_q8_0
 // otherwise unless MINFER_NO_PREFILL_GEMM=1, the fused FFN/QKV kernels unless
-// their kill switch is set, minfer_attn_decode2_hd64_<kv>) and
+// their kill switch is set, minfer_attn_decode2l_hd64_<kv>) and
 // {"cuda_graphs":...} (pdl_launches under MINFER_PDL=1), and with
 // MINFER_KERNELS set kernels_nvrtc (=nvrtc) or kernels_file (a file), where
 // the kernels came from; otherwise the CPU
@@ -668,7 +668,7 @@ func deviceLines() {
 		exitLine(schema.CensusLine{LaunchCensus: c})
 		return
 	}
-	c := schema.LaunchCensus{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196, "minfer_attn_decode2_hd64_" + kv: 24}
+	c := schema.LaunchCensus{"minfer_rms_norm_f32": 57, "minfer_mmv_q8_0": 196, "minfer_attn_decode2l_hd64_" + kv: 24}
 	prefill := promptNT >= 9 || benchRun
 	switch {
 	case !prefill:
