@@ -26,24 +26,23 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (two for ncud2, five for prof, six for qb, four for qbk, eight for qg, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (five for prof, six for qb, four for qbk, two for qg, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="dlean f16 dleans f16s kq cpmap fnq aq8 qkvx gqa embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof profg peer suite"
+STEP_NAMES="f16 f16s kq cpmap fnq aq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
-# at the spec's @SHAPE:TYPE (dleans, f16s: issue 20's small-model rows of the two paths made default in
-# session 25 on their 7B A/Bs alone; their first forms go only if these pass too).
+# at the spec's @SHAPE:TYPE (f16s: issue 20's small-model row of MINFER_MMQ_F16, made default in session
+# 25 on its 7B A/B alone; the path it replaced goes only if this passes too).
 declare -A LEVER=(
-    [dlean]=MINFER_ATTN_DECODE_LEAN [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [cpmap]=MINFER_MMQ_F16_CPMAP [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
-    [qkvx]=MINFER_MMVQ_QKV_MIXED
-    [gqa]=MINFER_ATTN_DECODE_GQA [embedh]=MINFER_EMBED_HOST
-    [dleans]=MINFER_ATTN_DECODE_LEAN@qwen2-0.5b:Q4_K_M [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
+    [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [cpmap]=MINFER_MMQ_F16_CPMAP [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
+    [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
-# NVRTC build, at these workloads and WITH settings.
+# NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
+# attention's combine takes all 64 splits).
 declare -A RSPEC=(
     [r1]="qwen2-0.5b:MIX"
     [r2]="qwen3-0.6b:MIX"
@@ -54,7 +53,7 @@ declare -A RSPEC=(
     [r7]="qwen3-0.6b:MIX@pp2048@with=MINFER_MMVQ_SPLIT=1@with=MINFER_FUSE_RESIDUAL=0"
     [r8]="qwen2-0.5b:MIX@pp1024@with=MINFER_FA_PREFILL_TC=0@with=MINFER_FUSE_RESIDUAL=0"
     [r9]="qwen2-0.5b:MIX@with=MINFER_ONE_COPY=0"
-    [r10]="qwen3-0.6b:MIX@pp2048@with=MINFER_ATTN_DECODE_LEAN=1"
+    [r10]="qwen3-0.6b:MIX@pp2048"
 )
 # ncu steps: ncu --set full (clocks left to the driver) on launches of one kernel in a qwen2-7b Q8_0 bench,
 # one row a profile: STEP|NAME|ENV|KERNEL REGEX|LAUNCH SKIP|LAUNCH COUNT|BENCH ARGS. ncug keeps its
@@ -62,8 +61,7 @@ declare -A RSPEC=(
 NCU_RUNS=(
     "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
     "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
-    "ncud2|ncu-decode2-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2_hd128_f16|56|2|-p 0 -n 4 -d 32128"
-    "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_LEAN=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
+    "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
 )
 # Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
 # STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
@@ -73,7 +71,6 @@ PROF_RUNS=(
     "prof|prof-qwen2-7b-Q4_K_M-seed1-d0|MINFER_NO_PREFILL_CAPTURE=1|qwen2-7b-Q4_K_M|-p 512 -n 0 -d 0"
     "prof|prof-qwen2-7b-Q4_K_M-seed1-d32128|MINFER_NO_PREFILL_CAPTURE=1|qwen2-7b-Q4_K_M|-p 512 -n 0 -d 32128"
     "prof|prof-decode-qwen2-7b-Q8_0-d32128|MINFER_NO_CUDA_GRAPH=1|qwen2-7b-Q8_0|-p 0 -n 32 -d 32128"
-    "profg|prof-decode-gqa-qwen2-7b-Q8_0-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_GQA=1|qwen2-7b-Q8_0|-p 0 -n 32 -d 32128"
 )
 # Synthesis steps: write a 7B model into the A/Bs' model dir (which they reuse) so that timing steps can
 # run before any A/B: STEP|SHAPE|TYPE.
@@ -83,11 +80,10 @@ SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 QB_RUNS=(
     "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|cpmap=MINFER_MMQ_F16_CPMAP=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
-    "qg|qwen2-7b-Q8_0|lean=MINFER_ATTN_DECODE_LEAN=1|gqa=MINFER_ATTN_DECODE_LEAN=0 MINFER_ATTN_DECODE_GQA=1|first=MINFER_ATTN_DECODE_LEAN=0|s128=MINFER_ATTN_SPLITS=128"
+    "qg|qwen2-7b-Q8_0|lean="
 )
-# A quick bench's minfer bench arguments where not pp512 (qg: the decode forms at depth: GQA's grouped kernels
-# against the lean default, which its A/B cannot compare, since it pins the first form in both arms; s128: the lean
-# form over 128 splits, twice the blocks at ~19% achieved occupancy).
+# A quick bench's minfer bench arguments where not pp512 (qg: decode at depth at the defaults, the lean decode
+# attention; its grouped and first forms and 128 splits, timed beside it in session 28, lost and were deleted).
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768")
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
@@ -96,7 +92,6 @@ declare -A ABOUT=(
     [qd]="quick bench of every 7B file in the model dir at the defaults: pp512 and tg128 at depth 32128 (no claim)"
     [cover]="which kernels nvcc and NVRTC compile differently a PASS r-step timed (abtest sass-diff --runs; after r-steps)"
     [prof]="per-op times: 7B Q8_0 and Q4_K_M prefill at depth 0 and 32128, Q8_0 decode at 32128"
-    [profg]="per-op times of the Q8_0 decode at 32128 with MINFER_ATTN_DECODE_GQA=1"
     [peer]="llama-bench beside minfer at qwen2-7b Q8_0 and Q4_K_M d32128 (scripts/perf.sh, REPS=\${PEER_REPS:-1})"
     [suite]="the whole device suite at the defaults, NVRTC kernels"
 )
@@ -106,7 +101,7 @@ for s in "${!LEVER[@]}"; do
 done
 for s in "${!RSPEC[@]}"; do ABOUT[$s]="MINFER_KERNELS A/B, nvcc vs NVRTC, at ${RSPEC[$s]}"; done
 for r in "${SYN_RUNS[@]}"; do IFS='|' read -r s sh ty <<<"$r"; ABOUT[$s]="minfer synth $sh $ty into the model dir"; done
-for r in "${QB_RUNS[@]}"; do IFS='|' read -r s m _ <<<"$r"; ABOUT[$s]="quick pp512 bench of $m, its settings interleaved (${r#*|*|})"; done
+for r in "${QB_RUNS[@]}"; do IFS='|' read -r s m _ <<<"$r"; ABOUT[$s]="quick bench (${QB_ARGS[$s]:--p 512 -n 0}) of $m, its settings interleaved (${r#*|*|})"; done
 for r in "${NCU_RUNS[@]}"; do
     IFS='|' read -r s n env k _ _ pn <<<"$r"
     ABOUT[$s]="${ABOUT[$s]:+${ABOUT[$s]}; }ncu of $k ($env, $pn)"
@@ -249,7 +244,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    dlean | f16 | dleans | f16s | kq | cpmap | fnq | aq8 | qkvx | gqa | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    f16 | f16s | kq | cpmap | fnq | aq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;
@@ -259,7 +254,7 @@ for step in "${STEP_LIST[@]}"; do
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
     ncug | ncut | ncud2) ncu_step $step ;;
-    prof | profg) prof_step $step ;;
+    prof) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done
         echo "$(tail -n 1 $D/llama-build.log 2>/dev/null || echo "no $D/llama-build.log")"
