@@ -44,14 +44,10 @@ func gemm16On(wtype quant.Type, nt int, repacked bool, opts MatMulOptions) bool 
 	return false
 }
 
-// gemm16Names are the f16 GEMM's kernels by copy map (false: the plain
-// one; true: MINFER_MMQ_F16_CPMAP's column map) and weight type. (Its wgmma
-// form and its scales loaded a step ahead lost their A/Bs and are gone:
+// gemm16Names are the f16 GEMM's kernels by weight type. (Its wgmma form
+// and its scales loaded a step ahead lost their A/Bs and are gone:
 // reports/MINFER_MMQ_WGMMA, reports/MINFER_MMQ_F16_AHEAD.)
-var gemm16Names = map[bool]map[quant.Type]string{
-	false: {quant.Q8_0: gemm16Kernel, quant.Q4_K: gemm16Q4K, quant.Q6_K: gemm16Q6KR},
-	true:  {quant.Q8_0: "minfer_gemm16c_q8_0r", quant.Q4_K: "minfer_gemm16c_q4_k", quant.Q6_K: "minfer_gemm16c_q6_kr"},
-}
+var gemm16Names = map[quant.Type]string{quant.Q8_0: gemm16Kernel, quant.Q4_K: gemm16Q4K, quant.Q6_K: gemm16Q6KR}
 
 // ConvertF16 writes the count f32 values at x as f16 at y (count % 4 == 0,
 // x 16-byte and y 8-byte aligned).
@@ -86,14 +82,13 @@ func gemm16Split(blocks, smCount, kDim int) int {
 }
 
 // MatMulF16 runs the matmuls segs (1 to 3, one k, weight type wt) over
-// nt tokens of x16, their f16 rows (ConvertF16), in one launch of the
-// kernel with the column copy map or not (colMap). A split k (gemm16Split)
-// zeroes the outputs first: its two halves add into them.
-func (k *Kernels) MatMulF16(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, wt quant.Type, segs []Gemm16Seg, colMap bool) error {
+// nt tokens of x16, their f16 rows (ConvertF16), in one launch. A split k
+// (gemm16Split) zeroes the outputs first: its two halves add into them.
+func (k *Kernels) MatMulF16(s *driver.Stream, x16 driver.DevicePtr, nt, kDim int, wt quant.Type, segs []Gemm16Seg) error {
 	if len(segs) == 0 || len(segs) > gemm16Segs {
 		return fmt.Errorf("cuda: gemm16: %d matmuls, want 1 to %d", len(segs), gemm16Segs)
 	}
-	name := gemm16Names[colMap][wt]
+	name := gemm16Names[wt]
 	if name == "" {
 		return fmt.Errorf("cuda: gemm16: no f16 GEMM for %s weights: Q8_0, Q4_K and Q6_K have one", wt)
 	}
@@ -163,7 +158,7 @@ func (b *Backend) runGemm16(nt int, ms ...matmulPlan) error {
 			}
 			segs = append(segs, Gemm16Seg{Out: m.out, W: w, Bias: m.bias, N: m.w.rows})
 		}
-		if err := b.k.MatMulF16(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, wt, segs, b.mm.MMQF16CopyMap); err != nil {
+		if err := b.k.MatMulF16(b.s, b.mm.MMQAct, nt, ms[0].w.rowLen, wt, segs); err != nil {
 			return err
 		}
 		ms = rest

@@ -11,7 +11,6 @@ import (
 	randv2 "math/rand/v2"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -69,7 +68,7 @@ func TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	r := rand.New(rand.NewSource(41))
 	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K} {
-		kernel := gemm16Names[false][wt]
+		kernel := gemm16Names[wt]
 		for _, sh := range []struct{ k, m, nt int }{{768, 200, 64}, {256, 136, 9}, {1024, 4200, 520}} {
 			xv := make([]float32, sh.k*sh.nt)
 			for i := range xv {
@@ -134,42 +133,6 @@ func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
 				t.Errorf("%s: census fused %v, unfused %v: want one %s and one %s fused, %d of each unfused", name, cf, cu,
 					kernel, f32ToF16, nw)
 			}
-		}
-	}
-}
-
-// TestGemm16CopyMapDevice_BitwiseThePlainKernelsAndCensus: with
-// MINFER_MMQ_F16_CPMAP=1 a prefill matmul runs minfer_gemm16c_<type> and not
-// the plain kernel, and its output is the plain kernel's bit for bit (the
-// same bytes staged in the same places by other lanes): Q8_0 over whole and
-// partial tiles, one step to many, with and without the k split; Q4_K and
-// Q6_K (MINFER_MMQ_F16_KQ) over two super-blocks.
-func TestGemm16CopyMapDevice_BitwiseThePlainKernelsAndCensus(t *testing.T) {
-	dsNeedDevice(t)
-	r := rand.New(rand.NewSource(43))
-	for _, sh := range []struct {
-		wt       quant.Type
-		k, m, nt int
-	}{{quant.Q8_0, 32, 72, 9}, {quant.Q8_0, 768, 200, 64}, {quant.Q8_0, 3584, 512, 512}, {quant.Q4_K, 512, 200, 64}, {quant.Q6_K, 512, 200, 64}} {
-		xv := make([]float32, sh.k*sh.nt)
-		for i := range xv {
-			xv[i] = 2*r.Float32() - 1
-		}
-		wb, _ := mmtWeights(t, r, sh.wt, sh.m, sh.k, 0.05)
-		var outs [2][]float32
-		for arm, cm := range []bool{false, true} {
-			setting := map[bool]string{false: "MINFER_MMQ_F16_CPMAP=0", true: "MINFER_MMQ_F16_CPMAP=1"}[cm]
-			name := fmt.Sprintf("gemm16c/%s/k%d/m%d/nt%d/%s", sh.wt, sh.k, sh.m, sh.nt, setting)
-			got, dev := gemm16MatMulOf(t, name, sh.wt, xv, wb, sh.k, sh.m, sh.nt, "MINFER_MMQ_F16=1", "MINFER_MMQ_F16_KQ=1", "MINFER_ONE_COPY=1", setting)
-			outs[arm] = got
-			census := dev.Kernels().Census()
-			if want, not := gemm16Names[cm][sh.wt], gemm16Names[!cm][sh.wt]; census[want] == 0 || census[not] != 0 {
-				t.Errorf("%s: census %v: want %s, no %s", name, census, want, not)
-			}
-		}
-		if !slices.Equal(outs[0], outs[1]) {
-			t.Errorf("%s k %d m %d nt %d: the column copy map is not the plain kernel bit for bit (rel L2 %.3g)", sh.wt, sh.k, sh.m, sh.nt,
-				mfRelL2(outs[1], outs[0]))
 		}
 	}
 }
@@ -247,7 +210,6 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		}
 	}
 	for _, c := range [][2]string{
-		{"MINFER_MMQ_F16_CPMAP", "MINFER_MMQ_F16=0"}, {"MINFER_MMQ_F16_CPMAP", "MINFER_ONE_COPY=0"},
 		{"MINFER_MMQ_F16", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16", "MINFER_ONE_COPY=0"}, {"MINFER_MMQ_F16", "MINFER_NO_PREFILL_GEMM=1"},
 		{"MINFER_MMQ_F16_KQ", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_MMVQ_REPACK=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_NO_PREFILL_GEMM=1"},
 	} {
@@ -309,9 +271,6 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		`constexpr int WRS = BK \+ 16;`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q4K + `\(MINFER_GEMM16_PARAMS\)`,
 		`__launch_bounds__\(g16::NT, 2\) ` + gemm16Q6KR + `\(MINFER_GEMM16_PARAMS\)`,
-		`__launch_bounds__\(g16::NT, 2\) minfer_gemm16c_q8_0r\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q8_0R, true>`,
-		`__launch_bounds__\(g16::NT, 2\) minfer_gemm16c_q4_k\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q4_K, true>`,
-		`__launch_bounds__\(g16::NT, 2\) minfer_gemm16c_q6_kr\(MINFER_GEMM16_PARAMS\)\s*\{\s*g16::entry<g16::Q6_KR, true>`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/gemm16.cu has no %q", re)
@@ -330,17 +289,16 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 		name, want string
 		err        error
 	}{
-		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}}, true)},
-		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}}, false)},
-		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}}, false)},
-		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil, false)},
-		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4), true)},
-		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}}, true)},
-		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, false)},
-		{"a type the copy map does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}}, true)},
+		{"k not a multiple of 32", "k=48", k.MatMulF16(nil, p, 64, 48, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"misaligned weight", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p + 8, N: 128}})},
+		{"misaligned f16 rows", "gemm16", k.MatMulF16(nil, p+8, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"no output", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{W: p, N: 128}})},
+		{"a bad second matmul", "gemm16", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128}, {Out: p, W: p + 4, N: 64}})},
+		{"no matmul", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, nil)},
+		{"four matmuls", "1 to 3", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, make([]Gemm16Seg, 4))},
+		{"too many weight tiles", "65,535", k.MatMulF16(nil, p, 64, 64, quant.Q8_0, []Gemm16Seg{{Out: p, W: p, N: 128 * 65536}})},
+		{"Q4_K k not a multiple of 256", "k=288", k.MatMulF16(nil, p, 64, 288, quant.Q4_K, []Gemm16Seg{{Out: p, W: p, N: 128}})},
+		{"a type it does not take", "no f16 GEMM for Q5_K", k.MatMulF16(nil, p, 64, 256, quant.Q5_K, []Gemm16Seg{{Out: p, W: p, N: 128}})},
 		{"count not a multiple of 4", "f32_to_f16", k.ConvertF16(nil, p, p, 6)},
 		{"misaligned f32 rows", "f32_to_f16", k.ConvertF16(nil, p, p+4, 8)},
 	} {

@@ -517,12 +517,9 @@ type MatMulOptions struct {
 	MMQF16 bool
 	// MMQF16KQ (MINFER_MMQ_F16_KQ) runs prefill of Q4_K weights and of Q6_K
 	// weights with a repacked copy through the f16 GEMM too.
-	MMQF16KQ bool
-	// MMQF16CopyMap (MINFER_MMQ_F16_CPMAP) runs that GEMM's kernels with
-	// the column copy map (minfer_gemm16c_*), bitwise the plain ones.
-	MMQF16CopyMap bool
-	MMQAct        driver.DevicePtr
-	MMQActBytes   uint64
+	MMQF16KQ    bool
+	MMQAct      driver.DevicePtr
+	MMQActBytes uint64
 	// MMVQNT (MINFER_MMVQ_NT, default on) runs matmuls of 2..8 tokens of the
 	// mmvq types (their mmvq lever off) as minfer_quantize_q8_1 of the nt
 	// rows into ActQ8 (ActQ8Bytes(k, nt)) + minfer_mmvq_nt_<t>

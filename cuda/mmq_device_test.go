@@ -364,7 +364,7 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 }
 
 // mmqLevers parses the environment without any MINFER_MMQ, MINFER_MMQ_F16,
-// MINFER_MMQ_F16_KQ, MINFER_MMQ_F16_CPMAP or MINFER_ONE_COPY setting (these tests name the GGUF MMQ kernels; the
+// MINFER_MMQ_F16_KQ or MINFER_ONE_COPY setting (these tests name the GGUF MMQ kernels; the
 // repacked ones are onecopy_device_test.go's, the f16 GEMM gemm16_test.go's),
 // plus MINFER_MMQ_F16=0 and MINFER_MMQ_F16_KQ=0 unless extra sets them, plus extra. A setting the environment
 // holds for a lever whose Requires an extra contradicts is dropped too: an
@@ -386,7 +386,7 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 	}
 	env := slices.DeleteFunc(os.Environ(), func(e string) bool {
 		return strings.HasPrefix(e, "MINFER_MMQ=") || strings.HasPrefix(e, "MINFER_MMQ_F16=") ||
-			strings.HasPrefix(e, "MINFER_MMQ_F16_KQ=") || strings.HasPrefix(e, "MINFER_MMQ_F16_CPMAP=") || strings.HasPrefix(e, "MINFER_ONE_COPY=") ||
+			strings.HasPrefix(e, "MINFER_MMQ_F16_KQ=") || strings.HasPrefix(e, "MINFER_ONE_COPY=") ||
 			slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(e, p) })
 	})
 	// The f16 GEMMs are on by default (reports/MINFER_MMQ_F16, reports/MINFER_MMQ_F16_KQ):

@@ -26,18 +26,18 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (five for prof, six for qb, four for qbk, two for qg, one per 7B file for qd).
+# first step, the nvcc build (r-steps, cover) two more, then one per step (five for prof, four for qb, four for qbk, two for qg, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="f16 f16s kq cpmap fnq aq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
+STEP_NAMES="f16 f16s kq fnq aq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
 # at the spec's @SHAPE:TYPE (f16s: issue 20's small-model row of MINFER_MMQ_F16, made default in session
 # 25 on its 7B A/B alone; the path it replaced goes only if this passes too).
 declare -A LEVER=(
-    [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [cpmap]=MINFER_MMQ_F16_CPMAP [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
+    [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
@@ -78,7 +78,7 @@ SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 # Quick benches (no claim: one process a setting, interleaved twice; an A/B is the claim): STEP|MODEL|
 # NAME=SETTINGS ... (the settings space-separated within a name, names separated by '|').
 QB_RUNS=(
-    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1|cpmap=MINFER_MMQ_F16_CPMAP=1"
+    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
     "qg|qwen2-7b-Q8_0|lean="
 )
@@ -244,7 +244,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    f16 | f16s | kq | cpmap | fnq | aq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    f16 | f16s | kq | fnq | aq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;

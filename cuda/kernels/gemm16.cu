@@ -131,20 +131,13 @@ __device__ __forceinline__ void put(const Seg& sg, int tok, int row, float v, bo
 // stage issues the copies of step kb (k = 32 kb ..): the activation tile
 // (BM rows of 64 bytes: 4 chunks each) and the raw quant bytes (BN rows of
 // RowBytes: see Smem); rows past nt or n copy nothing (zero-filled).
-// A shared-memory request of 16 bytes a lane is served a quarter warp at a
-// time: with CM (MINFER_MMQ_F16_CPMAP, minfer_gemm16c_*) a quarter warp
-// copies one chunk column of 8 consecutive rows (80- and 48-byte rows: 8
-// distinct 16-byte bank groups) instead of all the chunks of 2 or 4 rows
-// (two chunks of one bank group: a 2-way conflict). The same bytes land in
-// the same places; a warp reads the same global sectors either way.
-template <int T, bool CM>
+template <int T>
 __device__ __forceinline__ void stage(Smem<T>& sm, int buf, const __half* __restrict__ x16, const uint8_t* __restrict__ wq,
                                       int k, int n, int nt, int m0, int n0, int kb) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < BM * 4 / NT; i++) {
-        const int c = tid + i * NT;
-        const int r = CM ? (c & 7) + 8 * (c >> 5) : c >> 2, q = CM ? (c >> 3) & 3 : c & 3;
+        const int c = tid + i * NT, r = c >> 2, q = c & 3;
         const int tok = m0 + r;
         const __half* src = x16 + (size_t)min(tok, nt - 1) * k + BK * kb + 8 * q;
         minfer_cp_async16(&sm.xs[buf][r][8 * q], src, tok < nt ? 16 : 0);
@@ -163,7 +156,7 @@ __device__ __forceinline__ void stage(Smem<T>& sm, int buf, const __half* __rest
             minfer_cp_async16(&sm.wr[buf][r][16 * (q ^ swz(r))], src, row < n ? 16 : 0);
         }
     } else {
-        const int r = CM ? (tid & 7) + 8 * (tid >> 4) : tid >> 1, q = CM ? (tid >> 3) & 1 : tid & 1; // BN * 2 == NT chunks
+        const int r = tid >> 1, q = tid & 1; // BN * 2 == NT chunks
         const int row = n0 + r;
         const size_t rw = min(row, n - 1);
         // Q4_K: sub-block j's values are the low (j even) or high nibbles
@@ -318,8 +311,8 @@ template <> struct Deq<Q6_KR> {
 // 32-deep steps kb0 .. kb1 - 1; add: atomicAdd into the zeroed output (a
 // split k range) instead of storing. The weight scales of step kb load at
 // its top (loading them a step ahead into a second Deq was no faster:
-// reports/MINFER_MMQ_F16_AHEAD). CM: stage's copy map.
-template <int T, bool CM>
+// reports/MINFER_MMQ_F16_AHEAD).
+template <int T>
 __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x16, int k, int nt, int m0, int n0, int kb0,
                                      int kb1, bool add) {
     __shared__ Smem<T> sm;
@@ -340,14 +333,14 @@ __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x
     // & 3; chunk tid + 256 is 64 rows on).
     const int dr = (tid & 7) + 8 * (tid >> 5), dq = (tid >> 3) & 3;
     Deq<T> dz(wq, k, n, min(n0 + dr, n - 1), min(n0 + dr + 64, n - 1), dq);
-    stage<T, CM>(sm, kb0 & 1, x16, wq, k, n, nt, m0, n0, kb0);
+    stage<T>(sm, kb0 & 1, x16, wq, k, n, nt, m0, n0, kb0);
     minfer_cp_async_commit();
     for (int kb = kb0; kb < kb1; kb++) {
         const int buf = kb & 1;
         dz.load(kb, kb == kb0); // a row past n: its quants are zero
         minfer_cp_async_wait<0>();
         __syncthreads(); // this step's copies are visible; every warp is done with ws and buffer buf ^ 1
-        if (kb + 1 < kb1) stage<T, CM>(sm, buf ^ 1, x16, wq, k, n, nt, m0, n0, kb + 1);
+        if (kb + 1 < kb1) stage<T>(sm, buf ^ 1, x16, wq, k, n, nt, m0, n0, kb + 1);
         minfer_cp_async_commit();
 #pragma unroll
         for (int h = 0; h < 2; h++)
@@ -405,12 +398,11 @@ __device__ __forceinline__ void gemm(const Seg& sg, const __half* __restrict__ x
 #define MINFER_GEMM16_ARGS x16, k, nt, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2
 
 namespace g16 {
-// entry is a kernel's body: the block's work, then the tile of layout T
-// (CM: stage's copy map).
-template <int T, bool CM = false> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
+// entry is a kernel's body: the block's work, then the tile of layout T.
+template <int T> __device__ __forceinline__ void entry(MINFER_GEMM16_PARAMS) {
     Work wk;
     if (!pick(wk, k, ksplit, out0, w0, bias0, n0, out1, w1, bias1, n1, out2, w2, bias2, n2)) return;
-    gemm<T, CM>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
+    gemm<T>(wk.sg, x16, k, nt, blockIdx.x * BM, wk.n0, wk.kb0, wk.kb1, ksplit == 2);
 }
 } // namespace g16
 
@@ -434,19 +426,6 @@ extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q4_k(MINF
 }
 extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16_q6_kr(MINFER_GEMM16_PARAMS) {
     g16::entry<g16::Q6_KR>(MINFER_GEMM16_ARGS);
-}
-
-// minfer_gemm16c_q8_0r, minfer_gemm16c_q4_k, minfer_gemm16c_q6_kr
-// (MINFER_MMQ_F16_CPMAP): the kernels above with stage's column copy map;
-// the same grid, block, arguments, shared memory and results, bitwise.
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16c_q8_0r(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q8_0R, true>(MINFER_GEMM16_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16c_q4_k(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q4_K, true>(MINFER_GEMM16_ARGS);
-}
-extern "C" __global__ void __launch_bounds__(g16::NT, 2) minfer_gemm16c_q6_kr(MINFER_GEMM16_PARAMS) {
-    g16::entry<g16::Q6_KR, true>(MINFER_GEMM16_ARGS);
 }
 
 // minfer_f32_to_f16: y[i] = x[i] rounded to f16, i < count; grid

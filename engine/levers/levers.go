@@ -423,16 +423,6 @@ var registry = []Lever{
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_MMVQ_REPACK=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of Q4_K and repacked Q6_K weights run minfer_gemm16_q4_k / minfer_gemm16_q6_kr only with the lever on; off, the int8 MMQ (minfer_mmq_q4_k, minfer_mmq_q6_kr)",
 			[]string{"minfer_gemm16_q4_k", "minfer_gemm16_q6_kr"}, Needs{WeightTypes: []string{"Q4_K", "Q6_K"}, MinNT: 9})},
-	// ncu of the GEMM (session 26, 7B Q8_0 pp512): short-scoreboard
-	// (shared memory) stalls are a third of its issue gaps; its activation
-	// and raw weight copies put two chunks of one bank group in each
-	// quarter warp.
-	{Name: "MINFER_MMQ_F16_CPMAP", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc:  "1: the f16 GEMM's kernels (minfer_gemm16c_*) stage each step's activation and raw weight chunks a quarter warp to one chunk column of 8 consecutive rows (distinct shared-memory bank groups) instead of all the chunks of 2 or 4 rows (2-way conflicts); the same bytes in the same places, bitwise the plain kernels (reports/MINFER_MMQ_F16_CPMAP)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
-		Requires: []string{"MINFER_MMQ_F16=1", "MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
-		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16c_q8_0r (with MINFER_MMQ_F16_KQ, Q4_K and Q6_K ones minfer_gemm16c_q4_k, minfer_gemm16c_q6_kr) only with the lever on; off, minfer_gemm16_*",
-			[]string{"minfer_gemm16c_*"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_F16=0"},
@@ -793,7 +783,6 @@ type Config struct {
 	MMQAsync         bool
 	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
 	MMQF16KQ         bool // MINFER_MMQ_F16_KQ: Q4_K / Q6_K prefill as that f16 GEMM
-	MMQF16CopyMap    bool // MINFER_MMQ_F16_CPMAP: that GEMM's column copy map
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -941,7 +930,6 @@ func Parse(environ []string) (Config, error) {
 	c.NoPinnedReadback = on("MINFER_NO_PINNED_READBACK")
 	c.MMQ = optOut("MINFER_MMQ")
 	c.MMQAsync = on("MINFER_MMQ_ASYNC")
-	c.MMQF16CopyMap = on("MINFER_MMQ_F16_CPMAP")
 	c.NoPrefillGEMM = on("MINFER_NO_PREFILL_GEMM")
 	c.NoKQMMVQ = on("MINFER_NO_KQ_MMVQ")
 	c.NoQ40MMVQ = on("MINFER_NO_Q40_MMVQ")

@@ -8,9 +8,7 @@
 # The device test remains the bar on the GPU.
 #
 #   scripts/kernel-emu/gemm16-emu.sh             eight Q8_0 shapes, three K-quant
-#                                                shapes of each K-quant type, each by
-#                                                the plain kernel and the column copy
-#                                                map (MINFER_MMQ_F16_CPMAP), bitwise
+#                                                shapes of each K-quant type
 #   scripts/kernel-emu/gemm16-emu.sh --plant X   a planted defect, which must
 #       be caught (exit 1; one shape):
 #       afrag  A's ldmatrix rows taken from the first 8 of the 16 only
@@ -20,10 +18,6 @@
 #       seg    the second matmul's tiles counted from the grid's first
 #       split  the bias added by both halves of a split k
 #       dmap   the dequantizing lanes cover two of a row's four chunks
-#       cmx    the column copy map's activation chunks: a quarter warp's rows
-#              taken as its chunks (a chunk copied twice, one never)
-#       cmw    the column copy map's raw weight rows: 8 rows a half warp
-#              (rows 64 .. of the tile never staged)
 #     and of the K-quant forms (minfer_gemm16_q4_k, minfer_gemm16_q6_kr,
 #     MINFER_MMQ_F16_KQ):
 #       k4nib  Q4_K's nibble chosen by the pair of sub-blocks, not the sub-block
@@ -45,9 +39,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     afrag) from='16 * i + (lane & 15)]'; to='16 * i + (lane & 7)]' ;;
     bfrag) from='b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]}'; to='b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]}' ;;
     deq) from='__floats2half2_rn(1152.0f, 1152.0f)'; to='__floats2half2_rn(1024.0f, 1024.0f)' ;;
-    buf) from='stage<T, CM>(sm, buf ^ 1,'; to='stage<T, CM>(sm, buf,' ;;
-    cmx) from='q = CM ? (c >> 3) & 3 : c & 3;'; to='q = CM ? (c >> 2) & 3 : c & 3;' ;;
-    cmw) from='(tid & 7) + 8 * (tid >> 4)'; to='(tid & 7) + 8 * (tid >> 5)' ;;
+    buf) from='stage<T>(sm, buf ^ 1,'; to='stage<T>(sm, buf,' ;;
     seg) from='n1}, tile = yt - t0;'; to='n1}, tile = yt;' ;;
     split) from='if (sp == 1) wk.sg.bias = nullptr;'; to='if (sp == 2) wk.sg.bias = nullptr;' ;;
     dmap) from='dq = (tid >> 3) & 3;'; to='dq = (tid >> 3) & 1;' ;;
@@ -57,7 +49,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     k6swz) from='&sm.wr[buf][r][16 * (q ^ swz(r))]'; to='&sm.wr[buf][r][16 * q]' ;;
     k6sc) from='sc[b * 16 + 8 * hh + 2 * qtr + e]'; to='sc[b * 16 + 8 * hh + 2 * qtr]' ;;
     k6hi) from='const int ls = qtr >= 2 ? 4 : 0'; to='const int ls = qtr >= 1 ? 4 : 0' ;;
-    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf|seg|split|dmap|cmx|cmw|k4nib|k4sc|k4hdr|k6swz|k6sc|k6hi]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--plant afrag|bfrag|deq|buf|seg|split|dmap|k4nib|k4sc|k4hdr|k6swz|k6sc|k6hi]" >&2; exit 2 ;;
     esac
     plant_defect gemm16.cu "$2" "$from" "$to"
     quick+=(--quick)
