@@ -63,7 +63,7 @@ var attnDecode2Names = func() (n [2][3][3]string) {
 // backend enforces: set to 1 where another setting sends that work to
 // another kernel, the setting would switch nothing that was asked for.
 // (Those on by default yield instead while unset.)
-var optInRequires = []string{"MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED"}
+var optInRequires = []string{"MINFER_MMQ_F16_KQ", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.

@@ -122,7 +122,7 @@ func New(opts Options) (*Backend, error) {
 		dev: dev, lv: opts.Levers, logf: logf,
 		mm: MatMulOptions{NoPrefillGEMM: opts.Levers.NoPrefillGEMM,
 			NoQ80MMVQ: opts.Levers.NoQ80MMVQ, NoQ40MMVQ: opts.Levers.NoQ40MMVQ, NoKQMMVQ: opts.Levers.NoKQMMVQ, MMQ: opts.Levers.MMQ,
-			MMQAsync: opts.Levers.MMQAsync, MMQF16: opts.Levers.MMQF16, MMQF16KQ: opts.Levers.MMQF16KQ,
+			MMQAsync: opts.Levers.MMQAsync, MMQF16KQ: opts.Levers.MMQF16KQ,
 			// Multi-token mmvq for 2..8 tokens (MINFER_MMVQ_NT=1).
 			MMVQNT: opts.Levers.MMVQNT,
 			// Several warps per row for few-row decode mmvq (MINFER_MMVQ_SPLIT=1).

@@ -1,8 +1,9 @@
 package cuda
 
 // gemm16.go: the f16 prefill matmul (cuda/kernels/gemm16.cu) of a Q8_0
-// weight's repacked copy (MINFER_MMQ_F16), a Q4_K weight's GGUF bytes and
-// a Q6_K weight's repacked copy (MINFER_MMQ_F16_KQ): minfer_f32_to_f16
+// weight's one repacked copy (the only Q8_0 prefill over it since
+// reports/MINFER_MMQ_F16), a Q4_K weight's GGUF bytes and a Q6_K weight's
+// repacked copy (MINFER_MMQ_F16_KQ): minfer_f32_to_f16
 // converts the nt activation rows once into the MMQ scratch, then one
 // minfer_gemm16_<type> launch a weight type runs the matmuls of that input
 // over them.
@@ -29,13 +30,18 @@ const (
 func Gemm16ActBytes(k, nt int) uint64 { return 2 * uint64(k) * uint64(nt) }
 
 // gemm16On reports whether a prefill matmul of a wtype weight over nt
-// tokens (repacked: it has a repacked copy) takes the f16 GEMM: an MMQ
-// shape and its type's lever on, Q8_0 and Q6_K from their repacked copy,
-// Q4_K from its GGUF bytes.
-func gemm16On(wtype quant.Type, nt int, repacked bool, opts MatMulOptions) bool {
+// tokens takes the f16 GEMM (repacked: the weight has a repacked copy;
+// only: that copy is its only one, MINFER_ONE_COPY): an MMQ shape and Q8_0
+// from its one copy, or under MINFER_MMQ_F16_KQ Q6_K from its repacked
+// copy and Q4_K from its GGUF bytes. A Q8_0 matrix whose GGUF bytes stay
+// beside the copy (MINFER_ONE_COPY=0 or a setting it yields to, such as
+// MINFER_MMQ_ASYNC=1) keeps the int8 MMQ over those bytes: the f16 GEMM
+// won its A/B over the one copy (reports/MINFER_MMQ_F16), and the
+// two-copy layout is the opt-out that keeps the path before it.
+func gemm16On(wtype quant.Type, nt int, repacked, only bool, opts MatMulOptions) bool {
 	switch wtype {
 	case quant.Q8_0:
-		return opts.MMQF16 && repacked && mmqOn(wtype, nt, opts)
+		return only && mmqOn(wtype, nt, opts)
 	case quant.Q6_K:
 		return opts.MMQF16KQ && repacked && mmqOn(wtype, nt, opts)
 	case quant.Q4_K:

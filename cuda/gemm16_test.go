@@ -1,9 +1,9 @@
 package cuda
 
-// Tests of the f16 prefill matmul of a repacked Q8_0 weight (MINFER_MMQ_F16)
-// and of Q4_K / Q6_K weights (MINFER_MMQ_F16_KQ:
-// gemm16.go, kernels/gemm16.cu). The device tests skip with a message when
-// no device answers; the others need none.
+// Tests of the f16 prefill matmul of a Q8_0 weight's one repacked copy (its
+// only prefill route there since MINFER_MMQ_F16 retired) and of Q4_K / Q6_K
+// weights (MINFER_MMQ_F16_KQ: gemm16.go, kernels/gemm16.cu). The device
+// tests skip with a message when no device answers; the others need none.
 
 import (
 	"fmt"
@@ -22,8 +22,8 @@ import (
 )
 
 // TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus: a backend matmul of a
-// Q8_0 weight (its one copy repacked) at prefill with MINFER_MMQ_F16=1 runs
-// minfer_f32_to_f16 and minfer_gemm16_q8_0r and no MMQ, and its output is
+// Q8_0 weight (its one copy repacked) at prefill runs minfer_f32_to_f16 and
+// minfer_gemm16_q8_0r and no MMQ, and its output is
 // within 2e-3 rel L2 of the f16 GEMM's (MINFER_MMQ=0: the same f16 weights,
 // activations carried to ~22 bits; f16 activations differ by ~3e-4), for
 // whole and partial tiles of rows and tokens, with and without the k split.
@@ -41,7 +41,7 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 		var outs [2][]float32
 		// The reference arm keeps two copies: MINFER_MMQ=0 reads the GGUF
 		// bytes, which one copy does not keep (New refuses the pair).
-		for arm, extra := range [][]string{{"MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
+		for arm, extra := range [][]string{{"MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
 			name := fmt.Sprintf("gemm16/k%d/m%d/nt%d/arm%d", sh.k, sh.m, sh.nt, arm)
 			got, dev := gemm16MatMul(t, name, xv, wb, sh.k, sh.m, sh.nt, extra...)
 			outs[arm] = got
@@ -60,7 +60,7 @@ func TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 
 // TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus: with
 // MINFER_MMQ_F16_KQ=1 a prefill matmul of a Q4_K weight (its GGUF bytes)
-// or a Q6_K weight (its one copy repacked) runs minfer_gemm16_q4_k /
+// or a Q6_K weight (its one copy repacked: mmqLevers keeps two unless told) runs minfer_gemm16_q4_k /
 // minfer_gemm16_q6_kr and no MMQ, within 2e-3 rel L2 of the f16 GEMM's
 // (MINFER_MMQ=0), for whole and partial tiles, with and without the k
 // split (the first two shapes fill few blocks).
@@ -76,7 +76,7 @@ func TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 			}
 			wb, _ := mmtWeights(t, r, wt, sh.m, sh.k, 0.05)
 			var outs [2][]float32
-			for arm, extra := range [][]string{{"MINFER_MMQ_F16_KQ=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
+			for arm, extra := range [][]string{{"MINFER_MMQ_F16_KQ=1", "MINFER_ONE_COPY=1"}, {"MINFER_MMQ=0", "MINFER_ONE_COPY=0"}} {
 				name := fmt.Sprintf("%s/k%d/m%d/nt%d/arm%d", kernel, sh.k, sh.m, sh.nt, arm)
 				got, dev := gemm16MatMulOf(t, name, wt, xv, wb, sh.k, sh.m, sh.nt, extra...)
 				outs[arm] = got
@@ -101,7 +101,7 @@ func TestGemm16KQDevice_MatchesTheF16GEMMWithin2e3AndCensus(t *testing.T) {
 func TestGemm16KQDevice_MixedFusedOpsOneLaunchATypeBitwiseEqualUnfused(t *testing.T) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(73, 74))
-	extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16_KQ=1"}
+	extra := []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16_KQ=1", "MINFER_ONE_COPY=1"}
 	for _, ffn := range []bool{false, true} {
 		g := &mfGraph{ffn: ffn, k: 512, m: 200, nt: 64}
 		mfWeights(t, r, g, quant.Q4_K, quant.Q4_K, quant.Q6_K)
@@ -115,13 +115,13 @@ func TestGemm16KQDevice_MixedFusedOpsOneLaunchATypeBitwiseEqualUnfused(t *testin
 }
 
 // TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused: the fused q/k/v
-// and FFN ops with MINFER_MMQ_F16=1 convert x once and run their matmuls in
+// and FFN ops over Q8_0 weights' one copy convert x once and run their matmuls in
 // one launch, bitwise the unfused graph's separate launches (shapes whose
 // fused and unfused launches take the same k split: all under 132 blocks).
 func TestGemm16Device_FusedOpsOneLaunchBitwiseEqualUnfused(t *testing.T) {
 	dsNeedDevice(t)
 	r := randv2.New(randv2.NewPCG(71, 72))
-	kernel, extra := gemm16Kernel, []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_MMQ_F16=1", "MINFER_ONE_COPY=1"}
+	kernel, extra := gemm16Kernel, []string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_PREFILL_GEMM=0", "MINFER_ONE_COPY=1"}
 	for _, ffn := range []bool{false, true} {
 		for _, sh := range []struct{ nt, m, k int }{{64, 133, 256}, {200, 1100, 1024}} {
 			g := &mfGraph{ffn: ffn, k: sh.k, m: sh.m, nt: sh.nt}
@@ -160,99 +160,90 @@ func gemm16MatMulOf(t *testing.T, name string, wt quant.Type, xv []float32, wb [
 	return got, dev
 }
 
-// The route: only a Q8_0 weight with a repacked copy, at an MMQ shape, with
-// the lever on, takes the f16 GEMM (a decode row keeps minfer_mmvqr); the
-// lever beside MINFER_MMQ=0, MINFER_ONE_COPY=0 or MINFER_NO_PREFILL_GEMM=1 is
+// The route: a Q8_0 weight whose repacked copy is its only one, at an MMQ
+// shape, takes the f16 GEMM (a decode row keeps minfer_mmvqr); with its GGUF
+// bytes kept (two copies, or none repacked) the int8 MMQ. MINFER_MMQ_F16_KQ
+// beside MINFER_MMQ=0, MINFER_MMVQ_REPACK=0 or MINFER_NO_PREFILL_GEMM=1 is
 // refused before the device opens; the plan's scratch holds the f16 rows;
 // the Go geometry is the kernel's; the launchers refuse bad shapes and
 // pointers by name; k is split in two exactly when the blocks would not
 // fill the SMs once and k has two steps.
 func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
-	on := MatMulOptions{MMQ: true, MMQF16: true, MMVQNT: true, ActQ8: 0x2000, ActQ8Bytes: 1 << 20}
+	on := MatMulOptions{MMQ: true, MMVQNT: true, ActQ8: 0x2000, ActQ8Bytes: 1 << 20}
 	b := &Backend{mm: on}
-	for _, c := range []struct {
-		typ  quant.Type
-		rp   bool
-		nt   int
-		want mmRoute
-	}{
-		{quant.Q8_0, true, 64, routeGEMM16}, {quant.Q8_0, false, 64, routeMMQ}, {quant.Q6_K, true, 64, routeMMQ},
-		{quant.Q8_0, true, 1, routeMMVQR}, {quant.Q8_0, true, 8, routeMMVQNT},
-	} {
-		w := &devWeight{typ: c.typ}
-		if c.rp {
+	// copies: 0 GGUF bytes only, 1 GGUF bytes and the repacked copy, 2 the
+	// repacked copy only (MINFER_ONE_COPY).
+	weight := func(typ quant.Type, copies int) *devWeight {
+		w := &devWeight{typ: typ}
+		if copies > 0 {
 			w.rp = 0x1000
 		}
-		if got := b.matmulRoute(w, c.nt); got != c.want {
-			t.Errorf("%s repacked %v nt %d: route %d, want %d", c.typ, c.rp, c.nt, got, c.want)
+		w.rpOnly = copies == 2
+		return w
+	}
+	for _, c := range []struct {
+		typ        quant.Type
+		copies, nt int
+		want       mmRoute
+	}{
+		{quant.Q8_0, 2, 64, routeGEMM16}, {quant.Q8_0, 1, 64, routeMMQ}, {quant.Q8_0, 0, 64, routeMMQ}, {quant.Q6_K, 2, 64, routeMMQ},
+		{quant.Q8_0, 2, 1, routeMMVQR}, {quant.Q8_0, 2, 8, routeMMVQNT},
+	} {
+		if got := b.matmulRoute(weight(c.typ, c.copies), c.nt); got != c.want {
+			t.Errorf("%s copies %d nt %d: route %d, want %d", c.typ, c.copies, c.nt, got, c.want)
 		}
 	}
-	if (&Backend{mm: MatMulOptions{MMQ: true}}).matmulRoute(&devWeight{typ: quant.Q8_0, rp: 0x1000}, 64) != routeMMQ {
-		t.Error("the lever off: a Q8_0 prefill must stay on MMQ")
+	if (&Backend{mm: MatMulOptions{MMQ: true, NoPrefillGEMM: true}}).matmulRoute(weight(quant.Q8_0, 2), 64) == routeGEMM16 {
+		t.Error("MINFER_NO_PREFILL_GEMM: a Q8_0 prefill must not take the f16 GEMM")
 	}
 	// MINFER_MMQ_F16_KQ: Q4_K from its GGUF bytes, Q6_K from its repacked
 	// copy (none: MMQ); Q8_0 and the other types keep their routes.
 	kq := &Backend{mm: MatMulOptions{MMQ: true, MMQF16KQ: true, MMVQNT: true}}
 	for _, c := range []struct {
-		typ  quant.Type
-		rp   bool
-		want mmRoute
+		typ    quant.Type
+		copies int
+		want   mmRoute
 	}{
-		{quant.Q4_K, false, routeGEMM16}, {quant.Q6_K, true, routeGEMM16}, {quant.Q6_K, false, routeMMQ},
-		{quant.Q8_0, true, routeMMQ}, {quant.Q5_K, false, routeMMQ},
+		{quant.Q4_K, 0, routeGEMM16}, {quant.Q6_K, 1, routeGEMM16}, {quant.Q6_K, 2, routeGEMM16}, {quant.Q6_K, 0, routeMMQ},
+		{quant.Q8_0, 1, routeMMQ}, {quant.Q8_0, 2, routeGEMM16}, {quant.Q5_K, 0, routeMMQ},
 	} {
-		w := &devWeight{typ: c.typ}
-		if c.rp {
-			w.rp = 0x1000
-		}
-		if got := kq.matmulRoute(w, 64); got != c.want {
-			t.Errorf("MINFER_MMQ_F16_KQ: %s repacked %v: route %d, want %d", c.typ, c.rp, got, c.want)
+		if got := kq.matmulRoute(weight(c.typ, c.copies), 64); got != c.want {
+			t.Errorf("MINFER_MMQ_F16_KQ: %s copies %d: route %d, want %d", c.typ, c.copies, got, c.want)
 		}
 	}
-	for _, c := range [][2]string{
-		{"MINFER_MMQ_F16", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16", "MINFER_ONE_COPY=0"}, {"MINFER_MMQ_F16", "MINFER_NO_PREFILL_GEMM=1"},
-		{"MINFER_MMQ_F16_KQ", "MINFER_MMQ=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_MMVQ_REPACK=0"}, {"MINFER_MMQ_F16_KQ", "MINFER_NO_PREFILL_GEMM=1"},
-	} {
-		lv, err := levers.Parse([]string{c[0] + "=1", c[1]})
+	for _, set := range []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"} {
+		lv, err := levers.Parse([]string{"MINFER_MMQ_F16_KQ=1", set})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), c[0]+"=1") {
-			t.Errorf("New with %s=1 and %s: %v, want the refusal", c[0], c[1], err)
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_F16_KQ=1") {
+			t.Errorf("New with MINFER_MMQ_F16_KQ=1 and %s: %v, want the refusal", set, err)
 		}
 	}
-	// On by default, the Q8_0 and K-quant GEMMs yield to each setting their
-	// Requires exclude instead: New does not refuse them (it opens the
-	// device where there is one, else fails for want of a driver only).
-	for _, c := range []struct {
-		lever string
-		sets  []string
-		on    func(levers.Config) bool
-	}{
-		{"MINFER_MMQ_F16", []string{"MINFER_MMQ=0", "MINFER_ONE_COPY=0", "MINFER_NO_PREFILL_GEMM=1"}, func(c levers.Config) bool { return c.MMQF16 }},
-		{"MINFER_MMQ_F16_KQ", []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"}, func(c levers.Config) bool { return c.MMQF16KQ }},
-	} {
-		for _, set := range c.sets {
-			lv, err := levers.Parse([]string{set})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := New(Options{Levers: lv})
-			if b != nil {
-				b.Close()
-			}
-			if c.on(lv) || err != nil && strings.Contains(err.Error(), c.lever+"=") {
-				t.Errorf("New with %s and %s unset: GEMM on %v, %v: want it off and no refusal", set, c.lever, c.on(lv), err)
-			}
+	// On by default, the K-quant GEMM yields to each setting its Requires
+	// exclude instead: New does not refuse it (it opens the device where
+	// there is one, else fails for want of a driver only).
+	for _, set := range []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"} {
+		lv, err := levers.Parse([]string{set})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !c.on(levers.Default()) {
-			t.Errorf("%s unset: its f16 GEMM must be on (reports/%s)", c.lever, c.lever)
+		b, err := New(Options{Levers: lv})
+		if b != nil {
+			b.Close()
 		}
+		if lv.MMQF16KQ || err != nil && strings.Contains(err.Error(), "MINFER_MMQ_F16_KQ=") {
+			t.Errorf("New with %s and MINFER_MMQ_F16_KQ unset: GEMM on %v, %v: want it off and no refusal", set, lv.MMQF16KQ, err)
+		}
+	}
+	if !levers.Default().MMQF16KQ {
+		t.Error("MINFER_MMQ_F16_KQ unset: its f16 GEMM must be on (reports/MINFER_MMQ_F16_KQ)")
 	}
 	const nt = 512
-	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_MMQ_F16=0").Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch
+	// Two copies (MINFER_ONE_COPY=0): the int8 MMQ's Q8_1 scratch alone.
+	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_ONE_COPY=0").Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch
 	if want := 2 * Gemm16ActBytes(18944, nt); f16 < want || f16 <= base {
-		t.Errorf("plan scratch %d with the lever (%d without): want more, and at least twice the widest f16 rows (%d)", f16, base, want)
+		t.Errorf("plan scratch %d with the one copy's f16 GEMM (%d with two copies): want more, and at least twice the widest f16 rows (%d)", f16, base, want)
 	}
 	kbase, kf16 := planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16, "MINFER_MMQ_F16_KQ=0").Scratch, planOf(t, "qwen2-7b", quant.Q4_K, 4096, kv.F16).Scratch
 	if want := 2 * Gemm16ActBytes(18944, nt); kf16 < want || kf16 <= kbase {

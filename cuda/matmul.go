@@ -167,7 +167,7 @@ const (
 	routeMMVQNT                // 2..8 tokens: quantize the rows, minfer_mmvq_nt_<t> (MINFER_MMVQ_NT)
 	routeMMVQ                  // decode: quantize the row, minfer_mmvq_<t> (one-warp or split)
 	routeMMVQR                 // decode: quantize the row, minfer_mmvqr_<t> over the repacked copy
-	routeGEMM16                // prefill: f16 rows, minfer_gemm16_* (MINFER_MMQ_F16, MINFER_MMQ_F16_KQ)
+	routeGEMM16                // prefill: f16 rows, minfer_gemm16_* (Q8_0's one copy; MINFER_MMQ_F16_KQ)
 )
 
 // decode reports whether r is one of the decode MMVQ routes, whose Q8_1
@@ -195,13 +195,13 @@ func routeFor(wtype quant.Type, nt int, opts MatMulOptions) mmRoute {
 
 // matmulRoute is the route of weight w over nt tokens on this backend: a
 // decode MMVQ matmul reads the repacked copy when w has one, and a prefill
-// of the f16 GEMM's types takes it under its lever (gemm16On).
+// of the f16 GEMM's types takes that GEMM where gemm16On says.
 func (b *Backend) matmulRoute(w *devWeight, nt int) mmRoute {
 	r := routeFor(w.typ, nt, b.mm)
 	if r == routeMMVQ && w.rp != 0 {
 		return routeMMVQR
 	}
-	if r == routeMMQ && gemm16On(w.typ, nt, w.rp != 0, b.mm) {
+	if r == routeMMQ && gemm16On(w.typ, nt, w.rp != 0, w.rpOnly, b.mm) {
 		return routeGEMM16
 	}
 	return r
@@ -512,11 +512,9 @@ type MatMulOptions struct {
 	// (minfer_mmq_<type>_async[_r64]: a stage's bytes staged in shared
 	// memory by cp.async one stage ahead), bitwise the plain ones.
 	MMQAsync bool
-	// MMQF16 (MINFER_MMQ_F16) runs prefill of Q8_0 weights with a repacked
-	// copy through the f16 GEMM (gemm16.go) over their f16 rows in MMQAct.
-	MMQF16 bool
 	// MMQF16KQ (MINFER_MMQ_F16_KQ) runs prefill of Q4_K weights and of Q6_K
-	// weights with a repacked copy through the f16 GEMM too.
+	// weights with a repacked copy through the f16 GEMM (gemm16.go) over
+	// their f16 rows in MMQAct, as a Q8_0 weight's one copy always is.
 	MMQF16KQ    bool
 	MMQAct      driver.DevicePtr
 	MMQActBytes uint64

@@ -172,7 +172,7 @@ func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 		sms = planSMs
 	}
 	mm := MatMulOptions{NoQ80MMVQ: lv.NoQ80MMVQ, NoKQMMVQ: lv.NoKQMMVQ, MMQ: lv.MMQ, NoPrefillGEMM: lv.NoPrefillGEMM, MMVQNT: lv.MMVQNT,
-		MMQF16: lv.MMQF16, MMQF16KQ: lv.MMQF16KQ}
+		MMQF16KQ: lv.MMQF16KQ}
 	probe := &Backend{lv: lv, mm: mm}
 	r := memplan.Rules{
 		Backend: "cuda",
@@ -212,9 +212,11 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 		maxK = max(maxK, t.Dims[0])
 		if nt > 1 && mmqOn(t.Type, nt, b.mm) {
 			mmq = max(mmq, MMQScratchBytes(t.Dims[0], nt, t.Rows(), sms))
-			// The f16 GEMM's rows share the scratch (Q8_0 and Q6_K have a
-			// repacked copy wherever their levers run: they require it).
-			if gemm16On(t.Type, nt, true, b.mm) {
+			// The f16 GEMM's rows share the scratch; a matrix has the
+			// repacked copy by registerWeight's rule, as its only one under
+			// MINFER_ONE_COPY.
+			rp := b.repackWanted(t.Type) && !t.Gathered
+			if gemm16On(t.Type, nt, rp, rp && b.lv.OneCopy, b.mm) {
 				mmq = max(mmq, Gemm16ActBytes(t.Dims[0], nt))
 			}
 		}

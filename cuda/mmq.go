@@ -109,12 +109,14 @@ type mmqPlan struct {
 	rows, splits int
 	async        bool
 	// repacked: the weight is the repacked copy (MINFER_ONE_COPY):
-	// minfer_mmq_<t>r, Q8_0 and Q6_K only, no async variant.
+	// minfer_mmq_<t>r, Q6_K only, no async variant.
 	repacked bool
 }
 
-// mmqTableR names the MMQ kernels over the repacked copy (mmqPlan.repacked).
-var mmqTableR = map[quant.Type]string{quant.Q8_0: "minfer_mmq_q8_0r", quant.Q6_K: "minfer_mmq_q6_kr"}
+// mmqTableR names the MMQ kernels over the repacked copy (mmqPlan.repacked):
+// Q6_K's alone. A Q8_0 prefill over its one copy runs the f16 GEMM
+// (gemm16On); its int8 form there went with MINFER_MMQ_F16.
+var mmqTableR = map[quant.Type]string{quant.Q6_K: "minfer_mmq_q6_kr"}
 
 // mmqPlanFor picks the tile and split-K of an n x kDim weight over nt
 // tokens on a device of sms SMs: a pure function of the shape (so a
@@ -326,13 +328,13 @@ func (k *Kernels) MatMulPreQ8_1(s *driver.Stream, out, w driver.DevicePtr, wtype
 
 // MatMulPreQ8_1R is MatMulPreQ8_1 over the repacked copy w (RepackHost's
 // layout of the n x kDim wtype matrix, 16-byte aligned; MINFER_ONE_COPY):
-// minfer_mmq_<t>r, bitwise MatMulPreQ8_1 of the GGUF bytes. Q8_0 and Q6_K;
-// no async variant (opts.MMQAsync is an error).
+// minfer_mmq_<t>r, bitwise MatMulPreQ8_1 of the GGUF bytes. Q6_K only; no
+// async variant (opts.MMQAsync is an error).
 func (k *Kernels) MatMulPreQ8_1R(s *driver.Stream, out, w driver.DevicePtr, wtype quant.Type, bias driver.DevicePtr,
 	nt, kDim, n int, opts MatMulOptions) error {
 	name, ok := mmqTableR[wtype]
 	if !ok || opts.MMQAsync {
-		return fmt.Errorf("matmul_pre_q8_1r %s nt=%d k=%d n=%d: no repacked MMQ kernel (Q8_0 and Q6_K, not async; async=%v)",
+		return fmt.Errorf("matmul_pre_q8_1r %s nt=%d k=%d n=%d: no repacked MMQ kernel (Q6_K, not async; async=%v)",
 			wtype, nt, kDim, n, opts.MMQAsync)
 	}
 	if err := validateMatMul(wtype, nt, kDim, n); err != nil {
@@ -355,7 +357,7 @@ func (k *Kernels) MatMulPreQ8_1R(s *driver.Stream, out, w driver.DevicePtr, wtyp
 // ensureMMQScratch grows the backend's Q8_1 prefill scratch so a matmul of
 // an n x kDim wtype weight over nt tokens fits (activation and split-K
 // partials, MMQScratchBytes), when that matmul takes the MMQ path; with f16
-// (the f16 GEMM's route, MINFER_MMQ_F16) it holds the f16 rows too
+// (the f16 GEMM's route, gemm16On) it holds the f16 rows too
 // (Gemm16ActBytes). It runs
 // on the host while a node is planned (before any capture window opens); a
 // growth is a pool allocation, so it moves the pool generation and no stale

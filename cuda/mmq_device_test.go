@@ -363,21 +363,31 @@ func TestMMQDevice_PathCensusAndScratchErrors(t *testing.T) {
 	}
 }
 
-// mmqLevers parses the environment without any MINFER_MMQ, MINFER_MMQ_F16,
-// MINFER_MMQ_F16_KQ or MINFER_ONE_COPY setting (these tests name the GGUF MMQ kernels; the
-// repacked ones are onecopy_device_test.go's, the f16 GEMM gemm16_test.go's),
-// plus MINFER_MMQ_F16=0 and MINFER_MMQ_F16_KQ=0 unless extra sets them, plus extra. A setting the environment
-// holds for a lever whose Requires an extra contradicts is dropped too: an
-// A/B's arm B runs the suite with its lever set (session 19:
+// mmqLevers parses the environment without any MINFER_MMQ,
+// MINFER_MMQ_F16_KQ or MINFER_ONE_COPY setting, plus MINFER_MMQ_F16_KQ=0
+// and MINFER_ONE_COPY=0 unless extra sets them, plus extra: these tests
+// name the int8 MMQ kernels of the GGUF bytes, and the f16 GEMM takes the
+// prefill of Q4_K / Q6_K under MINFER_MMQ_F16_KQ and of Q8_0 over its one
+// repacked copy (the repacked int8 kernel is onecopy_device_test.go's, the
+// f16 GEMM gemm16_test.go's, which set these). A setting the environment
+// holds for a lever whose Requires a pin or an extra contradicts is dropped
+// too: an A/B's arm B runs the suite with its lever set (session 19:
 // MINFER_MMQ_WIDE_LOADS=1, which the backend refused beside the MINFER_MMQ=0
 // of an off arm; MINFER_MMQ_ASYNC=1 would switch nothing there).
 func mmqLevers(t *testing.T, extra ...string) levers.Config {
 	t.Helper()
+	set := slices.Clone(extra)
+	for _, pin := range []string{"MINFER_MMQ_F16_KQ=0", "MINFER_ONE_COPY=0"} {
+		name, _, _ := strings.Cut(pin, "=")
+		if !slices.ContainsFunc(extra, func(x string) bool { return strings.HasPrefix(x, name+"=") }) {
+			set = append([]string{pin}, set...)
+		}
+	}
 	var drop []string
 	for _, l := range levers.All() {
 		for _, r := range l.Requires {
 			name, want, _ := strings.Cut(r, "=")
-			for _, x := range extra {
+			for _, x := range set {
 				if n, v, _ := strings.Cut(x, "="); n == name && v != want {
 					drop = append(drop, l.Name+"=")
 				}
@@ -385,18 +395,10 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 		}
 	}
 	env := slices.DeleteFunc(os.Environ(), func(e string) bool {
-		return strings.HasPrefix(e, "MINFER_MMQ=") || strings.HasPrefix(e, "MINFER_MMQ_F16=") ||
-			strings.HasPrefix(e, "MINFER_MMQ_F16_KQ=") || strings.HasPrefix(e, "MINFER_ONE_COPY=") ||
+		return strings.HasPrefix(e, "MINFER_MMQ=") || strings.HasPrefix(e, "MINFER_MMQ_F16_KQ=") || strings.HasPrefix(e, "MINFER_ONE_COPY=") ||
 			slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(e, p) })
 	})
-	// The f16 GEMMs are on by default (reports/MINFER_MMQ_F16, reports/MINFER_MMQ_F16_KQ):
-	// these tests name the int8 kernels, so each is off unless an extra sets it.
-	for _, name := range []string{"MINFER_MMQ_F16", "MINFER_MMQ_F16_KQ"} {
-		if !slices.ContainsFunc(extra, func(x string) bool { return strings.HasPrefix(x, name+"=") }) {
-			env = append(env, name+"=0")
-		}
-	}
-	cfg, err := levers.Parse(append(env, extra...))
+	cfg, err := levers.Parse(append(env, set...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,8 +408,9 @@ func mmqLevers(t *testing.T, extra ...string) levers.Config {
 // TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff: a prefill matmul
 // (nt = 64, k = 768 or 1792) through the Backend, with the census on: with
 // MINFER_MMQ unset the census names minfer_mmq_<type> (the Backend grew its
-// Q8_1 scratch on its own; minfer_mmq_<type>r over the one copy of a Q8_0 /
-// Q6_K matrix) and no minfer_gemm_<type>; with MINFER_MMQ=0 the reverse.
+// Q8_1 scratch on its own; mmqLevers keeps the GGUF bytes of Q8_0 and Q6_K,
+// whose one copy the f16 GEMM or minfer_mmq_q6_kr would read) and no
+// minfer_gemm_<type>; with MINFER_MMQ=0 the reverse.
 // Both outputs agree within rel L2 0.05. MINFER_NO_PREFILL_GEMM=0 is pinned
 // in both arms: with it set (an A/B's arm B may) the prefill takes neither
 // kernel.
@@ -443,7 +446,8 @@ func TestMMQDevice_BackendCensusNamesMMQUnlessLeverOff(t *testing.T) {
 			census := dev.Kernels().Census()
 			on := arm == 0
 			t.Logf("%s: MMQ=%v census %v (path %s)", c.name, on, census, MatMulPath(wt, nt, dev.MatMulOptions()))
-			// The Backend's weight is its one copy (repacked) where MINFER_ONE_COPY holds.
+			// The Backend's weight is its one copy (repacked) where MINFER_ONE_COPY holds
+			// (mmqLevers pins it off: the GGUF kernel).
 			p := mmqPlanFor(m, nt, k, dev.dev.Attr.SMCount)
 			p.async = dev.MatMulOptions().MMQAsync
 			p.repacked = dev.oneCopyWanted(w)
@@ -552,8 +556,8 @@ func TestMMQDevice_KQuantModel16ByteLoadsBitwiseThe4ByteLoads(t *testing.T) {
 	for _, m := range []struct{ shape, typ, sfx string }{{"qwen2-tiny", "Q4_K", "q4_k"}, {"qwen3-tiny", "Q5_K_M", "q5_k"}} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
-			gPlain, cPlain, _ := ocForwards(t, path, append(slices.Clone(pin), "MINFER_MMQ_ASYNC=0")...)
-			gAsync, cAsync, _ := ocForwards(t, path, append(slices.Clone(pin), "MINFER_MMQ_ASYNC=1")...)
+			gPlain, cPlain, _ := ocForwards(t, path, true, append(slices.Clone(pin), "MINFER_MMQ_ASYNC=0")...)
+			gAsync, cAsync, _ := ocForwards(t, path, true, append(slices.Clone(pin), "MINFER_MMQ_ASYNC=1")...)
 			for i := range gPlain {
 				if bad := rpDiff(t, fmt.Sprintf("forward %d logits (16-byte vs 4-byte loads)", i), gPlain[i], gAsync[i]); bad != 0 {
 					t.Errorf("forward %d: %d of %d logits differ between the plain (16-byte loads) and async (4-byte) MMQ", i, bad, len(gPlain[i]))

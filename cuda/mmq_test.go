@@ -188,8 +188,9 @@ func TestMMQPlan_PicksEachVariantAsPureFunctionOfShape(t *testing.T) {
 	}
 }
 
-// The plan's kernel names: the repacked MMQ kernels per tile for Q8_0 and
-// Q6_K only, never async; Q4_K / Q5_K keep the plain names (their 16-byte
+// The plan's kernel names: the repacked MMQ kernels per tile for Q6_K only
+// (Q8_0's went with MINFER_MMQ_F16: the f16 GEMM reads its one copy), never
+// async; Q4_K / Q5_K keep the plain names (their 16-byte
 // loads are the plain kernels since MINFER_MMQ_WIDE_LOADS retired). The
 // plain Q4_K / Q5_K kernels need 16-byte aligned weights, their async
 // variants 4-byte: a weight that is not is refused before any launch, never
@@ -200,7 +201,8 @@ func TestMMQPlan_KernelNamesAndWeightAlignment(t *testing.T) {
 		t    quant.Type
 		want string
 	}{
-		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q8_0, "minfer_mmq_q8_0r"},
+		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q6_K, "minfer_mmq_q6_kr"},
+		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q8_0, ""},
 		{mmqPlan{rows: mmqRowsSmall, repacked: true}, quant.Q6_K, "minfer_mmq_q6_kr_r64"},
 		{mmqPlan{rows: mmqRows, repacked: true}, quant.Q4_K, ""},
 		{mmqPlan{rows: mmqRows, repacked: true, async: true}, quant.Q8_0, ""},

@@ -1,16 +1,20 @@
 package cuda
 
-// onecopy.go: MINFER_ONE_COPY (on by default). A Q8_0 / Q6_K matrix that gets a repacked
-// copy (MINFER_MMVQ_REPACK, mmvq_repack.go) keeps only that copy on the
-// device: its GGUF bytes are repacked on the host (RepackHost) and uploaded
-// once, and every kernel that reads the matrix reads the repacked layout:
-// decode minfer_mmvqr_* (as with two copies), prefill minfer_mmq_<t>r
-// (mmq.go), 2..8 tokens minfer_mmvq_nt_<t>r (mmvq_nt.go) and, for a tied
-// embedding, the gather minfer_get_rows_r (embed.go). Each is bitwise its
-// GGUF kernel. The lever's registry entry lists, as Requires, the settings
-// under which every route of these types reads the copy; with any other the
-// default yields (two copies, logged at New) and an explicit 1 is refused
-// there, never reading a copy the device does not have.
+// onecopy.go: MINFER_ONE_COPY (on by default). A Q8_0 / Q6_K matrix that
+// gets a repacked copy (MINFER_MMVQ_REPACK, mmvq_repack.go) keeps only
+// that copy on the device: its GGUF bytes are repacked on the host
+// (RepackHost) and uploaded once, and every kernel that reads the matrix
+// reads the repacked layout: decode minfer_mmvqr_* (as with two copies),
+// prefill the f16 GEMM (gemm16.go: minfer_gemm16_q8_0r, and under
+// MINFER_MMQ_F16_KQ minfer_gemm16_q6_kr) or minfer_mmq_q6_kr (mmq.go),
+// 2..8 tokens minfer_mmvq_nt_<t>r (mmvq_nt.go) and, for a tied embedding,
+// the gather minfer_get_rows_r (embed.go). Each but the f16 GEMM is bitwise
+// its GGUF kernel; with two copies a Q8_0 prefill runs the int8 MMQ over the
+// GGUF bytes instead (gemm16On). The lever's registry entry lists, as
+// Requires, the settings under which every route of these types reads the
+// copy; with any other the default yields (two copies, logged at New) and an
+// explicit 1 is refused there, never reading a copy the device does not
+// have.
 
 import (
 	"fmt"

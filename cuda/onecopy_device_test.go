@@ -8,11 +8,12 @@ import (
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
-// ocForwards runs a 24-token prefill (MMQ), a 5-token forward (the 2..8
-// token path) and 6 decode steps on a fresh engine with the census on, and
+// ocForwards runs a 24-token prompt, a 5-token forward (the 2..8 token
+// path) and 6 decode steps on a fresh engine with the census on, and
 // returns every forward's logits, the launches of the whole run and the
-// backend.
-func ocForwards(t *testing.T, path string, extra ...string) ([][]float32, map[string]int64, *Backend) {
+// backend. prefill: the prompt is one forward (a prefill matmul shape);
+// else three forwards of 8 tokens (the 2..8 token path only).
+func ocForwards(t *testing.T, path string, prefill bool, extra ...string) ([][]float32, map[string]int64, *Backend) {
 	t.Helper()
 	e := dsEngine(t, path, "cuda", 256, append([]string{"MINFER_LAUNCH_CENSUS=1"}, extra...)...)
 	b := dsDeviceBackend(t, e)
@@ -29,7 +30,13 @@ func ocForwards(t *testing.T, path string, extra ...string) ([][]float32, map[st
 		for i := range prompt {
 			prompt[i] = int32(10 + 13*i)
 		}
-		step(prompt)
+		if prefill {
+			step(prompt)
+		} else {
+			for i := 0; i < len(prompt); i += 8 {
+				step(prompt[i : i+8])
+			}
+		}
 		step([]int32{300, 301, 302, 303, 304})
 		for i := range 6 {
 			step([]int32{int32(100 + 7*i)})
@@ -39,34 +46,42 @@ func ocForwards(t *testing.T, path string, extra ...string) ([][]float32, map[st
 }
 
 // TestOneCopyDevice_ModelBitwiseOneCopyAndCensus: MINFER_ONE_COPY=1 gives
-// bitwise the logits of =0 over prefill (MMQ), a 5-token forward (mmvq_nt)
-// and decode, on qwen2-tiny Q8_0 (tied: the gather reads the copy) and
-// qwen3-tiny Q4_K_M (Q6_K matrices, untied). With it on the census names
-// the repacked MMQ, mmvq_nt and (tied) gather kernels and no GGUF kernel of
-// those types; the derived class is empty and the device holds the matrices
-// once (weights + derived on = weights off).
+// bitwise the logits of =0 on qwen2-tiny Q8_0 (tied: the gather reads the
+// copy) and qwen3-tiny Q4_K_M (Q6_K matrices, untied). The Q6_K model runs
+// a prefill (the int8 MMQ: minfer_mmq_q6_kr over the one copy), the Q8_0
+// model its prompt in 8-token forwards: a Q8_0 prefill over the one copy
+// runs the f16 GEMM, and over the GGUF bytes the int8 MMQ, which are not
+// bitwise (TestGemm16Device_MatchesTheF16GEMMWithin2e3AndCensus bounds the
+// GEMM). Then a 5-token forward (mmvq_nt) and decode. With the lever on the
+// census names the repacked MMQ (Q6_K), mmvq_nt and (tied) gather kernels
+// and no GGUF kernel of those types, and a Q8_0 prefill of the one copy
+// names minfer_gemm16_q8_0r and no int8 MMQ; the derived class is empty and
+// the device holds the matrices once (weights + derived on = weights off).
 func TestOneCopyDevice_ModelBitwiseOneCopyAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {
 		shape, typ, sfx string
-		tied            bool
-	}{{"qwen2-tiny", "Q8_0", "q8_0", true}, {"qwen3-tiny", "Q4_K_M", "q6_k", false}} {
+		tied, prefill   bool
+	}{{"qwen2-tiny", "Q8_0", "q8_0", true, false}, {"qwen3-tiny", "Q4_K_M", "q6_k", false, true}} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
 			path := dsSynth(t, m.shape, m.typ)
 			// Both arms pin the lever's Requires (an A/B's arm B, the suite
-			// gate's settings, may set any of them), and the int8 MMQ: the f16
-			// GEMMs (MINFER_MMQ_F16, _KQ) take the prefill matmuls.
+			// gate's settings, may set any of them), and the int8 MMQ of
+			// Q6_K: the f16 GEMM of MINFER_MMQ_F16_KQ takes its prefill.
 			l, _ := levers.Lookup("MINFER_ONE_COPY")
-			pin := append(slices.Clone(l.Requires), "MINFER_MMQ_F16=0", "MINFER_MMQ_F16_KQ=0")
-			gOff, cOff, bOff := ocForwards(t, path, append(slices.Clone(pin), "MINFER_ONE_COPY=0")...)
-			gOn, cOn, bOn := ocForwards(t, path, append(slices.Clone(pin), "MINFER_ONE_COPY=1")...)
+			pin := append(slices.Clone(l.Requires), "MINFER_MMQ_F16_KQ=0")
+			gOff, cOff, bOff := ocForwards(t, path, m.prefill, append(slices.Clone(pin), "MINFER_ONE_COPY=0")...)
+			gOn, cOn, bOn := ocForwards(t, path, m.prefill, append(slices.Clone(pin), "MINFER_ONE_COPY=1")...)
 			for i := range gOff {
 				if bad := rpDiff(t, fmt.Sprintf("forward %d logits (one copy)", i), gOn[i], gOff[i]); bad != 0 {
 					t.Errorf("forward %d: %d of %d logits differ between MINFER_ONE_COPY=1 and =0", i, bad, len(gOff[i]))
 				}
 			}
-			want := []string{"minfer_mmq_" + m.sfx + "r*", "minfer_mmvq_nt_" + m.sfx + "r", "minfer_mmvqr_*"}
+			want := []string{"minfer_mmvq_nt_" + m.sfx + "r", "minfer_mmvqr_*"}
 			gone := []string{"minfer_mmq_" + m.sfx, "minfer_mmq_" + m.sfx + "_r64", "minfer_mmvq_nt_" + m.sfx}
+			if m.prefill {
+				want = append(want, "minfer_mmq_"+m.sfx+"r*")
+			}
 			if m.tied {
 				want = append(want, "minfer_get_rows_r")
 			}
@@ -81,6 +96,16 @@ func TestOneCopyDevice_ModelBitwiseOneCopyAndCensus(t *testing.T) {
 			for _, p := range gone {
 				if n, _ := rpMatching(cOn, p); n != 0 {
 					t.Errorf("one copy: %s launched %d times over the GGUF bytes it does not have", p, n)
+				}
+			}
+			if !m.prefill {
+				// The one copy's prefill: the f16 GEMM, no int8 MMQ of the type.
+				_, cPre, _ := ocForwards(t, path, true, append(slices.Clone(pin), "MINFER_ONE_COPY=1")...)
+				if n, _ := rpMatching(cPre, gemm16Kernel); n == 0 {
+					t.Errorf("one copy, prefill: no %s launch (census %v)", gemm16Kernel, cPre)
+				}
+				if n, names := rpMatching(cPre, "minfer_mmq_"+m.sfx+"*"); n != 0 {
+					t.Errorf("one copy, prefill: int8 MMQ %v launched", names)
 				}
 			}
 			mOn, err1 := bOn.DeviceMemory()

@@ -288,9 +288,9 @@ func profiledKernels(d *ProfileDetail, n int) []profile.CensusDiff {
 		return x
 	}
 	// The kernels the liveness rule names are the path's claim: they come
-	// first. By launch counts alone a 7B A/B of MINFER_MMQ_F16 profiled
-	// the activation conversion, which launches as often as the GEMM, and
-	// not the GEMM (2026-12-07).
+	// first. By launch counts alone a 7B A/B of MINFER_MMQ_F16 (since
+	// retired) profiled the activation conversion, which launches as often
+	// as the GEMM, and not the GEMM (2026-12-07).
 	claimed := func(k string) bool {
 		if d.Rule == nil {
 			return false

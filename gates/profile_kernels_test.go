@@ -35,13 +35,14 @@ func TestProfiledKernels_PseudoEntriesNeverReachNcuOrSASS(t *testing.T) {
 }
 
 // The kernels a liveness rule names come first, whatever their launch
-// counts: MINFER_MMQ_F16's A/B on the H100 (2026-12-07) switched six
-// kernels, and the three with the largest launch difference were the int8
-// MMQ, the activation quantization and the f16 conversion (a tie with the
-// GEMM, broken by name), so ncu and the SASS census never looked at
-// minfer_gemm16_q8_0r.
+// counts: MINFER_MMQ_F16's A/B on the H100 (2026-12-07; the lever is
+// retired) switched six kernels, and the three with the largest launch
+// difference were the int8 MMQ, the activation quantization and the f16
+// conversion (a tie with the GEMM, broken by name), so ncu and the SASS
+// census never looked at minfer_gemm16_q8_0r. (Arm A's int8 MMQ read the
+// repacked copy with a kernel deleted since; its GGUF twin stands in.)
 func TestProfiledKernels_TheRuleKernelsComeFirst(t *testing.T) {
-	a := profile.Census{"minfer_mmq_q8_0r": 560, "minfer_mmq_q8_0r_r64": 224, "minfer_mmq_reduce": 224, "minfer_quantize_q8_1_x4": 15707}
+	a := profile.Census{"minfer_mmq_q8_0": 560, "minfer_mmq_q8_0_r64": 224, "minfer_mmq_reduce": 224, "minfer_quantize_q8_1_x4": 15707}
 	b := profile.Census{"minfer_f32_to_f16": 448, "minfer_gemm16_q8_0r": 448, "minfer_quantize_q8_1_x4": 15259}
 	d := &ProfileDetail{CensusA: a, CensusB: b, Diff: profile.Diff(a, b), Rule: &harness.PathRule{Census: []string{"minfer_gemm16_q8_0r"}}}
 	got := profiledKernels(d, 3)

@@ -68,15 +68,19 @@ func TestParseTolerance_BvsExactClauseSetsItsBoundNotTheRelL2Bound(t *testing.T)
 	}
 }
 
-// MINFER_MMQ_F16 declares the clause (TestParseTolerance_
+// The f16 GEMM's levers declare the clause: MINFER_MMQ_F16_KQ, and
+// MINFER_ONE_COPY, whose Q8_0 prefill runs that GEMM over the one copy and
+// the int8 MMQ over the GGUF bytes (TestParseTolerance_
 // AcceptsEveryRegistryDeclaration parses every lever's class).
-func TestParseTolerance_MMQF16DeclaresBvsExactAt001(t *testing.T) {
-	l, ok := levers.Lookup("MINFER_MMQ_F16")
-	if !ok {
-		t.Fatal("MINFER_MMQ_F16 is not registered")
-	}
-	tol, err := ParseTolerance(l.Tolerance)
-	if err != nil || !tol.ExactBounded || tol.ExactRelL2 != 0.01 || tol.MarginBar != 0.2 {
-		t.Errorf("MINFER_MMQ_F16 declares %+v %v", tol, err)
+func TestParseTolerance_F16GEMMLeversDeclareBvsExactAt001(t *testing.T) {
+	for _, name := range []string{"MINFER_MMQ_F16_KQ", "MINFER_ONE_COPY"} {
+		l, ok := levers.Lookup(name)
+		if !ok {
+			t.Fatalf("%s is not registered", name)
+		}
+		tol, err := ParseTolerance(l.Tolerance)
+		if err != nil || !tol.ExactBounded || tol.ExactRelL2 != 0.01 || tol.MarginBar != 0.2 {
+			t.Errorf("%s declares %+v %v", name, tol, err)
+		}
 	}
 }

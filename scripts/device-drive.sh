@@ -5,7 +5,7 @@
 # line with " exit N" or "rc=N" per finished piece of work), each step's output, and DONE at the end.
 # A session records only its STEPS (and PROBE_RUN) and the commit it ran.
 #
-#   STEPS="f16 ncug" [PROBE_RUN='Gemm16|AttnDecode2'] scripts/device-drive.sh [--check]
+#   STEPS="kq ncug" [PROBE_RUN='Gemm16|AttnDecode2'] scripts/device-drive.sh [--check]
 #   scripts/device-drive.sh          lists the steps and exits 2, as an unknown step does; both are
 #                                    refused before anything is written. --check stops after that check.
 #
@@ -21,7 +21,7 @@
 # there that the bundle lacks is copied into bin/.
 #
 # There, check the steps where the call shows the answer, then start the drive detached:
-#   export STEPS="f16 ncug"; bash scripts/device-drive.sh --check &&
+#   export STEPS="kq ncug"; bash scripts/device-drive.sh --check &&
 #       { setsid nohup bash scripts/device-drive.sh </dev/null >/dev/null 2>&1 & }
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
@@ -31,14 +31,12 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="f16 f16s kq fnq aq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
+STEP_NAMES="kq fnq aq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
 
-# A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares, or
-# at the spec's @SHAPE:TYPE (f16s: issue 20's small-model row of MINFER_MMQ_F16, made default in session
-# 25 on its 7B A/B alone; the path it replaced goes only if this passes too).
+# A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
-    [f16]=MINFER_MMQ_F16 [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
-    [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [f16s]=MINFER_MMQ_F16@qwen3-0.6b:Q8_0
+    [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
+    [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
@@ -59,7 +57,7 @@ declare -A RSPEC=(
 # one row a profile: STEP|NAME|ENV|KERNEL REGEX|LAUNCH SKIP|LAUNCH COUNT|BENCH ARGS. ncug keeps its
 # name (-d0) from the drives before this script, whose benches ran at depth 32128 too.
 NCU_RUNS=(
-    "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1 MINFER_MMQ_F16=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
+    "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
     "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
     "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
 )
@@ -76,9 +74,10 @@ PROF_RUNS=(
 # run before any A/B: STEP|SHAPE|TYPE.
 SYN_RUNS=("syn|qwen2-7b|Q8_0" "synk|qwen2-7b|Q4_K_M")
 # Quick benches (no claim: one process a setting, interleaved twice; an A/B is the claim): STEP|MODEL|
-# NAME=SETTINGS ... (the settings space-separated within a name, names separated by '|').
+# NAME=SETTINGS ... (the settings space-separated within a name, names separated by '|'). qb: the Q8_0
+# prefill's f16 GEMM over the one copy against the int8 MMQ that two copies keep (MINFER_ONE_COPY=0).
 QB_RUNS=(
-    "qb|qwen2-7b-Q8_0|mmq=MINFER_MMQ_F16=0|f16=MINFER_MMQ_F16=1"
+    "qb|qwen2-7b-Q8_0|mmq=MINFER_ONE_COPY=0|f16=MINFER_ONE_COPY=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
     "qg|qwen2-7b-Q8_0|lean="
 )
@@ -244,7 +243,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    f16 | f16s | kq | fnq | aq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;

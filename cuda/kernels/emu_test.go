@@ -118,7 +118,7 @@ func TestKernelEmulator_LeanDecodeWithin1e4OfDouble(t *testing.T) {
 	emuPassesAndCatches(t, "adec2-emu.sh", "--lean", "LEAN WITHIN 1e-4", "differs", "lpass", "ltail", "lscale")
 }
 
-// The f16 prefill matmul of a repacked Q8_0 weight (MINFER_MMQ_F16) and of
+// The f16 prefill matmul of a Q8_0 weight's one repacked copy and of
 // Q4_K / Q6_K weights (MINFER_MMQ_F16_KQ) is within 1e-5 of sum |w x| of
 // double sums over the same f16 values on whole and partial tiles;
 // fragment, dequantization, buffer and split plants, and the K-quants'
@@ -136,14 +136,15 @@ func TestKernelEmulator_F16GemmWithin1e5OfDoubleSums(t *testing.T) {
 
 // The async MMQ (MINFER_MMQ_ASYNC): a stage unpacked before its copies are
 // waited for, and spans whose last 16-byte chunk is not copied, are each
-// caught (exit 1); so is a repacked Q8_0 unit that reads its neighbour's d.
-// So are a plain Q5_K unit whose 16-byte loads read its high bits from the
-// wrong 16 bytes (against the async kernel's 4-byte loads), and Q4_K / Q5_K
-// without the min term in plain and async alike (against the sum in
-// double). (`--plant mod16` and `next` are caught too: session 14 ran them
-// by hand; `rsc`, the repacked Q6_K scales one byte off: session 16.)
+// caught (exit 1); so is a repacked Q6_K unit that reads its scales one byte
+// off (the repacked MMQ's only type since its Q8_0 form and plant `rd` went
+// with MINFER_MMQ_F16). So are a plain Q5_K unit whose 16-byte loads read
+// its high bits from the wrong 16 bytes (against the async kernel's 4-byte
+// loads), and Q4_K / Q5_K without the min term in plain and async alike
+// (against the sum in double). (`--plant mod16` and `next` are caught too:
+// session 14 ran them by hand.)
 func TestKernelEmulator_PlantedMMQAsyncCopyDefectsAreCaught(t *testing.T) {
-	for _, plant := range []string{"wait", "tail", "rd", "kwh", "kmin"} {
+	for _, plant := range []string{"wait", "tail", "rsc", "kwh", "kmin"} {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			out, code := emu(t, "mmq-emu.sh", "--plant", plant)

@@ -1,7 +1,7 @@
 // gemm16.cu: prefill matmul (nt >= 9) of a Q8_0 weight in its repacked
 // copy (MINFER_ONE_COPY: quants [n][k] int8, 16-byte aligned, then the
-// scales [n][k / 32] f16) on the tensor cores in f16 (lever
-// MINFER_MMQ_F16, issue 20):
+// scales [n][k / 32] f16) on the tensor cores in f16 (issue 20; the only
+// Q8_0 prefill over that copy since its lever, MINFER_MMQ_F16, retired):
 //
 //   out[t][j] = sum_i W[j][i] * x[t][i] (+ bias[j]),  W[j][i] = d[j][i/32] * q[j][i]
 //

@@ -54,12 +54,13 @@
 // unpack reads it with the same alignment as from global memory. Results
 // are bitwise the plain kernel's.
 //
-// Repacked variants (minfer_mmq_q8_0r, minfer_mmq_q6_kr and their _r64): the
-// same tile, fold and output over the 16-byte aligned repacked copy of a
-// Q8_0 / Q6_K matrix (cuda/mmvq_repack.go RepackHost: quants, then scales,
-// then d, each array over the whole matrix), for a device that keeps only
-// that copy. Only the weight loads differ (aligned 16-byte loads of the
-// quants): bitwise the GGUF kernels. No async variant.
+// Repacked variant (minfer_mmq_q6_kr and its _r64): the same tile, fold and
+// output over the 16-byte aligned repacked copy of a Q6_K matrix
+// (cuda/mmvq_repack.go RepackHost: quants, then scales, then d, each array
+// over the whole matrix), for a device that keeps only that copy. Only the
+// weight loads differ (aligned 16-byte loads of the quants): bitwise the
+// GGUF kernel. No async variant. (A Q8_0 prefill over its one copy runs the
+// f16 GEMM of gemm16.cu; its int8 form here lost: reports/MINFER_MMQ_F16.)
 //
 // Q4_K / Q5_K loads: the plain kernels read each unit's quants (and Q5_K's
 // high bits) with two 16-byte loads (Q5_K four) instead of eight 4-byte
@@ -68,7 +69,7 @@
 // retired). The async variants keep the 4-byte loads, so their weights
 // still need only 4-byte alignment; bitwise the plain kernels.
 //
-// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_<t>r.
+// Kernel names: minfer_mmq_<type>, minfer_mmq_<type>_async, minfer_mmq_q6_kr.
 #include "cpasync.cuh"
 #include "dequant.cuh"
 
@@ -320,25 +321,11 @@ template <> struct MinferMmqW<MINFER_T_Q6_K> {
     }
 };
 
-// The repacked layouts. unit_r(w, nb, i, kb, u) decodes 32-block kb of
-// block i (Q8_0: i = row * k / 32 + kb; Q6_K: the super-block row * k / 256
-// + kb / 8) of the copy w of nb blocks: the same unit as the GGUF decoder
-// of its type, read from the three arrays.
-#define MINFER_MMQ_T_Q8_0R (MINFER_T_Q8_0 + 1000)
+// The repacked layout. unit_r(w, nb, i, kb, u) decodes 32-block kb of
+// block i (the super-block row * k / 256 + kb / 8) of the copy w of nb
+// blocks: the same unit as the GGUF decoder of its type, read from the
+// three arrays.
 #define MINFER_MMQ_T_Q6_KR (MINFER_T_Q6_K + 1000)
-
-template <> struct MinferMmqW<MINFER_MMQ_T_Q8_0R> {
-    static constexpr int bs = MINFER_QK, bb = MINFER_Q8_0_BYTES, align = 16;
-    static __device__ __forceinline__ void unit_r(const uint8_t* w, size_t nb, size_t i, int, MinferMmqUnit& u) {
-        const uint4* q = reinterpret_cast<const uint4*>(w + 32 * i);
-        const uint4 lo = q[0], hi = q[1];
-        u.q[0] = lo.x, u.q[1] = lo.y, u.q[2] = lo.z, u.q[3] = lo.w;
-        u.q[4] = hi.x, u.q[5] = hi.y, u.q[6] = hi.z, u.q[7] = hi.w;
-        u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * i));
-        u.m = 0.0f;
-        u.sc = 0;
-    }
-};
 
 template <> struct MinferMmqW<MINFER_MMQ_T_Q6_KR> {
     static constexpr int bs = MINFER_QKK, bb = MINFER_Q6_K_BYTES, align = 16;
@@ -362,7 +349,7 @@ template <> struct MinferMmqUnitOf<MINFER_T_Q5_K, true> : MinferMmqQ5K<false> {}
 
 // MinferMmqRepacked<T>: whether T is a repacked layout (unit_r, no async).
 template <int T> struct MinferMmqRepacked {
-    static constexpr bool value = T == MINFER_MMQ_T_Q8_0R || T == MINFER_MMQ_T_Q6_KR;
+    static constexpr bool value = T == MINFER_MMQ_T_Q6_KR;
 };
 
 // ---------------------------------------------------------------- MMA
@@ -526,8 +513,8 @@ __device__ __forceinline__ void minfer_mmq_body(float* __restrict__ out, const u
             MinferMmqUnit u;
             if (row < n && kb < kbEnd) {
                 if constexpr (kRepacked) {
-                    // Block index in the copy: Q8_0 per 32-block, Q6_K per
-                    // super-block (the whole matrix is n * k / bs of them).
+                    // Block index in the copy: per block of W::bs values
+                    // (Q6_K: a super-block; the matrix is n * k / bs of them).
                     const size_t perRow = (size_t)(k / W::bs);
                     W::unit_r(w, (size_t)n * perRow, (size_t)row * perRow + (size_t)(kb / (W::bs / MINFER_QK)), kb, u);
                 } else {
@@ -719,9 +706,8 @@ MINFER_MMQ_KERNEL(q4_k, MINFER_T_Q4_K)
 MINFER_MMQ_KERNEL(q5_k, MINFER_T_Q5_K)
 MINFER_MMQ_KERNEL(q6_k, MINFER_T_Q6_K)
 
-// minfer_mmq_<t>r, _r64: the repacked layouts (w: the copy of all n rows;
+// minfer_mmq_q6_kr, _r64: the repacked layout (w: the copy of all n rows;
 // 16-byte aligned), the plain tiles only.
-MINFER_MMQ_TILES(q8_0r, MINFER_MMQ_T_Q8_0R, false, nullptr)
 MINFER_MMQ_TILES(q6_kr, MINFER_MMQ_T_Q6_KR, false, nullptr)
 
 #undef MINFER_MMQ_KERNEL

@@ -389,43 +389,40 @@ var registry = []Lever{
 	{Name: "MINFER_NO_PINNED_READBACK", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "logits readback", Issue: "#4",
 		Doc: "1: pageable logits readback", ArmA: "1", ArmB: "0", HostWork: true},
 	{Name: "MINFER_MMQ", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#6",
-		Doc: "0: int8 tensor-core MMQ prefill off, f16 tensor-core GEMM instead", ArmA: "0", ArmB: "1",
+		Doc: "0: prefill matmuls of quantized weights run the f16 tensor-core GEMM of their GGUF bytes (minfer_gemm_<type>) instead of the MMQ route: the int8 tensor-core MMQ over Q8_1 activations (minfer_mmq_<type>) or the f16 GEMM of minfer_gemm16_* (a Q8_0 matrix in its one repacked copy, and with MINFER_MMQ_F16_KQ Q4_K / Q6_K ones)", ArmA: "0", ArmB: "1",
 		// MMQ quantizes the activations to Q8_1 (int8 per 32 values) where
 		// the GEMM carries them to ~22 bits: the class of the MMVQ levers.
 		Tolerance: TolActQuant, Workload: "qwen2-0.5b:Q8_0",
-		// Its A/B pins the int8 kernels: with MINFER_MMQ_F16 (the default)
-		// a Q8_0 prefill runs the f16 GEMM of that lever instead.
-		Requires: []string{"MINFER_MMQ_F16=0"},
+		// Its A/B pins the int8 kernels: over the one repacked copy (the
+		// default) a Q8_0 prefill runs minfer_gemm16_q8_0r; with the GGUF
+		// bytes kept it runs minfer_mmq_q8_0 over them. (Arm A's
+		// MINFER_MMQ=0 keeps them anyway: the one copy yields to it.)
+		Requires: []string{"MINFER_ONE_COPY=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the int8 tensor-core MMQ kernels (minfer_mmq_<type>) only with MMQ on; with MINFER_MMQ=0 they run the f16 GEMM",
 			[]string{"minfer_mmq_q*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
-	// MMQ folds each 32-value block's int32 sum into f32: ~16-20
-	// instructions a warp an m16n8k32 (reports/perf/NOTE.md, session 21).
-	{Name: "MINFER_MMQ_F16", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc: "0: prefill matmuls of Q8_0 weights in their repacked copy run the int8 MMQ over Q8_1 activations (minfer_mmq_q8_0r) instead of an f16 tensor-core GEMM (minfer_gemm16_q8_0r: the weight tile dequantized once into shared memory as f16, the activations converted to f16 once a matmul, ldmatrix fragments, mma.sync m16n8k16 with f32 sums and no per-block fold). " +
-			"At its default it yields to a setting its Requires exclude (the int8 MMQ or the f16 GEMM of MINFER_MMQ=0 then); set to 1 with one it is refused. " +
-			"On by default since reports/MINFER_MMQ_F16: qwen2-7b Q8_0 pp512 +37.2%, tg128 and peak device memory equal (H100)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", DefaultSince: "reports/MINFER_MMQ_F16",
-		// B's activations are f16 (2^-11), A's Q8_1 (int8 a 32-value
-		// block): the class that separates MMQ from the GEMM.
-		Tolerance: TolActPrecision,
-		Requires:  []string{"MINFER_MMQ=1", "MINFER_ONE_COPY=1", "MINFER_NO_PREFILL_GEMM=0"},
-		Liveness: cudaOnly("1", "prefill matmuls of repacked Q8_0 weights run minfer_gemm16_q8_0r only with the lever on; off, the int8 MMQ (minfer_mmq_q8_0r)",
-			[]string{"minfer_gemm16_q8_0r"}, Needs{WeightTypes: []string{"Q8_0"}, MinNT: 9})},
-	// The same GEMM for the K-quants of a Q4_K_M model: Q4_K from its GGUF
-	// bytes, Q6_K from its repacked copy (issue 20's Q4_K_M rows).
+	// The f16 GEMM that a Q8_0 prefill over its one repacked copy runs
+	// (minfer_gemm16_q8_0r: reports/MINFER_MMQ_F16, its lever retired) for
+	// the K-quants of a Q4_K_M model: Q4_K from its GGUF bytes, Q6_K from
+	// its repacked copy (issue 20's Q4_K_M rows).
 	{Name: "MINFER_MMQ_F16_KQ", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul", Issue: "#20",
-		Doc: "0: prefill matmuls of Q4_K weights (GGUF bytes) and Q6_K weights (repacked copy) run the int8 MMQ over Q8_1 activations (minfer_mmq_q4_k, minfer_mmq_q6_kr) instead of the f16 tensor-core GEMM of MINFER_MMQ_F16 (minfer_gemm16_q4_k, minfer_gemm16_q6_kr: each 32-deep step's weight tile dequantized once into shared memory as f16, exactly as dequant.cuh then rounded once). " +
+		Doc: "0: prefill matmuls of Q4_K weights (GGUF bytes) and Q6_K weights (repacked copy) run the int8 MMQ over Q8_1 activations (minfer_mmq_q4_k, minfer_mmq_q6_kr) instead of the f16 tensor-core GEMM of a Q8_0 prefill (minfer_gemm16_q4_k, minfer_gemm16_q6_kr: each 32-deep step's weight tile dequantized once into shared memory as f16, exactly as dequant.cuh then rounded once). " +
 			"At its default it yields to a setting its Requires exclude (the int8 MMQ or the f16 GEMM of MINFER_MMQ=0 then); set to 1 with one it is refused. " +
 			"On by default since reports/MINFER_MMQ_F16_KQ: qwen2-7b Q4_K_M pp512 +65.2%, tg128 and peak device memory equal (H100)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q4_K_M", DefaultSince: "reports/MINFER_MMQ_F16_KQ",
-		// As MINFER_MMQ_F16: B's activations are f16, A's Q8_1.
+		// B's activations are f16 (2^-11), A's Q8_1 (int8 a 32-value
+		// block): the class that separates MMQ from the GEMM.
 		Tolerance: TolActPrecision,
 		Requires:  []string{"MINFER_MMQ=1", "MINFER_MMVQ_REPACK=1", "MINFER_NO_PREFILL_GEMM=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of Q4_K and repacked Q6_K weights run minfer_gemm16_q4_k / minfer_gemm16_q6_kr only with the lever on; off, the int8 MMQ (minfer_mmq_q4_k, minfer_mmq_q6_kr)",
 			[]string{"minfer_gemm16_q4_k", "minfer_gemm16_q6_kr"}, Needs{WeightTypes: []string{"Q4_K", "Q6_K"}, MinNT: 9})},
 	{Name: "MINFER_MMQ_ASYNC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill quantized matmul loads", Issue: "#20",
 		Doc:  "1: the MMQ kernels stage each k stage's weight and activation bytes in shared memory with cp.async one stage ahead (minfer_mmq_<type>_async[_r64]) instead of loading them into registers while the tensor cores wait (ncu 2026-12-03: long_scoreboard the largest stall of minfer_mmq_*); bitwise the plain kernels",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0", Requires: []string{"MINFER_MMQ=1", "MINFER_MMQ_F16=0"},
+		ArmA: "0", ArmB: "1", Workload: "qwen2-7b:Q8_0",
+		// The async kernels read only GGUF bytes (the repacked copy has no
+		// async form; the one copy yields to MINFER_MMQ_ASYNC=1): both arms
+		// keep them, so arm A's Q8_0 prefill runs minfer_mmq_q8_0, not the
+		// f16 GEMM of the one copy.
+		Requires: []string{"MINFER_MMQ=1", "MINFER_ONE_COPY=0"},
 		Liveness: cudaOnly("1", "prefill matmuls of quantized weights run the async MMQ kernels (minfer_mmq_<type>_async*) only with the lever on; off, the plain minfer_mmq_<type>",
 			[]string{"minfer_mmq_q*_async*"}, Needs{WeightTypes: mmqTypes, MinNT: 9})},
 	{Name: "MINFER_NO_PREFILL_GEMM", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "prefill matmul", Issue: "#4",
@@ -502,23 +499,27 @@ var registry = []Lever{
 		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host) only with the lever on; off, minfer_get_rows reads the device copy",
 			[]string{"minfer_get_rows_host"}, Needs{Untied: true})},
 	{Name: "MINFER_ONE_COPY", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "weight layout (Q8_0 / Q6_K): one device copy", Issue: "#19",
-		Doc: "0: the GGUF bytes of a Q8_0 / Q6_K matrix stay on the device beside its 16-byte-aligned repacked copy (MINFER_MMVQ_REPACK); on, the repacked copy is the only one (repacked on the host, uploaded once) and prefill reads it through minfer_mmq_<t>r, 2..8-token matmuls through minfer_mmvq_nt_<t>r, a tied embedding's gather through minfer_get_rows_r. " +
+		Doc: "0: the GGUF bytes of a Q8_0 / Q6_K matrix stay on the device beside its 16-byte-aligned repacked copy (MINFER_MMVQ_REPACK); on, the repacked copy is the only one (repacked on the host, uploaded once) and prefill reads it through the f16 GEMM (minfer_gemm16_q8_0r; Q6_K: minfer_gemm16_q6_kr, or minfer_mmq_q6_kr with MINFER_MMQ_F16_KQ=0), 2..8-token matmuls through minfer_mmvq_nt_<t>r, a tied embedding's gather through minfer_get_rows_r. " +
+			"With the GGUF bytes kept a Q8_0 prefill runs the int8 MMQ over them (minfer_mmq_q8_0). " +
 			"At its default it yields to any setting that sends a reader to the GGUF bytes (its Requires: two copies then, said in one log line); set to 1 with such a setting it is refused. " +
 			"On by default since reports/MINFER_ONE_COPY: qwen2-7b Q8_0 pp512 +44.4%, tg128 equal, peak device memory -46% (H100)",
 		ArmA: "0", ArmB: "1", DefaultSince: "reports/MINFER_ONE_COPY",
-		// Every reader of the copy is bitwise its GGUF kernel (the
-		// emulators check the MMQ, mmvq_nt and gather variants), so the
-		// arms are bitwise. Requires: the settings under which every route
-		// of these types reads the copy (its A/B also pinned
-		// MINFER_MMVQ_WIDE=0, a lever deleted since). B holds one copy where
-		// A holds two: the default memory bar reads the drop as within it.
-		Workload: "qwen2-7b:Q8_0",
+		// The decode, 2..8-token, gather and Q6_K MMQ readers of the copy
+		// are bitwise their GGUF kernels (the emulators check them), but a
+		// Q8_0 prefill runs the f16 GEMM over the one copy and the int8 MMQ
+		// over the GGUF bytes (since MINFER_MMQ_F16 retired, session 28):
+		// the arms differ by that lever's class (its report: B's f16
+		// activations 0.00177 from the exact evaluation). Requires: the
+		// settings under which every route of these types reads the copy
+		// (its A/B also pinned MINFER_MMVQ_WIDE=0, a lever deleted since).
+		// B holds one copy where A holds two: the default memory bar reads
+		// the drop as within it.
+		Tolerance: TolActPrecision, Workload: "qwen2-7b:Q8_0",
 		Requires: []string{"MINFER_MMVQ_REPACK=1", "MINFER_MMQ=1", "MINFER_MMQ_ASYNC=0", "MINFER_MMVQ_NT=1",
 			"MINFER_NO_PREFILL_GEMM=0", "MINFER_NO_Q80_MMVQ=0", "MINFER_NO_KQ_MMVQ=0"},
-		// Since MINFER_MMQ_F16 (on by default, Requires this lever on) a Q8_0
-		// prefill of the on arm runs minfer_gemm16_q8_0r: the pattern takes
-		// any kernel family's repacked form.
-		Liveness: cudaOnly("1", "prefill matmuls of Q8_0 / Q6_K weights read the repacked copy (minfer_gemm16_q8_0r or minfer_mmq_q8_0r*, minfer_mmq_q6_kr*) only with the lever on; off, minfer_mmq_<t> reads the GGUF bytes kept beside it",
+		// The pattern takes any kernel family's repacked form (a Q8_0
+		// prefill of the on arm runs minfer_gemm16_q8_0r).
+		Liveness: cudaOnly("1", "prefill matmuls of Q8_0 / Q6_K weights read the repacked copy (minfer_gemm16_q8_0r, minfer_mmq_q6_kr* or minfer_gemm16_q6_kr) only with the lever on; off, a Q8_0 prefill runs minfer_mmq_q8_0 over the GGUF bytes kept beside it",
 			[]string{"minfer_*_q[86]_[0k]r*"}, Needs{WeightTypes: []string{"Q8_0", "Q6_K"}, MinNT: 9})},
 	{Name: "MINFER_FUSE_RESIDUAL", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: matmul + residual add -> MatMulAdd (decode MMVQ on CUDA)", Issue: "#6",
 		Doc: "0: the decode matmul feeding the residual add writes W a and a separate add launch sums it (on by default since reports/MINFER_FUSE_RESIDUAL: tg128 +4.5%)", ArmA: "0", ArmB: "1",
@@ -781,8 +782,7 @@ type Config struct {
 	NoPinnedReadback bool
 	MMQ              bool
 	MMQAsync         bool
-	MMQF16           bool // MINFER_MMQ_F16: Q8_0 prefill as an f16 GEMM
-	MMQF16KQ         bool // MINFER_MMQ_F16_KQ: Q4_K / Q6_K prefill as that f16 GEMM
+	MMQF16KQ         bool // MINFER_MMQ_F16_KQ: Q4_K / Q6_K prefill as Q8_0's f16 GEMM
 	NoPrefillGEMM    bool
 	NoKQMMVQ         bool
 	NoQ40MMVQ        bool
@@ -948,7 +948,6 @@ func Parse(environ []string) (Config, error) {
 		return optOut(name) && (set || c.RequiresMet(name))
 	}
 	c.OneCopy = yields("MINFER_ONE_COPY")
-	c.MMQF16 = yields("MINFER_MMQ_F16")
 	c.MMQF16KQ = yields("MINFER_MMQ_F16_KQ")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseAttnQ8 = yields("MINFER_FUSE_ATTN_Q8")

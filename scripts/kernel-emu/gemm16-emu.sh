@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gemm16-emu.sh: a CPU check of the f16 prefill matmul of a repacked Q8_0
-# weight and of Q4_K / Q6_K weights (cuda/kernels/gemm16.cu, MINFER_MMQ_F16,
+# weight's one copy and of Q4_K / Q6_K weights (cuda/kernels/gemm16.cu,
 # MINFER_MMQ_F16_KQ) without a GPU: g++
 # compiles the kernel source against the emulated CUDA built-ins and
 # mma.sync / ldmatrix / cp.async (include/cuda_fp16.h, include/mma.h) and

@@ -1,6 +1,6 @@
 // gemm16_emu.cpp: runs minfer_f32_to_f16 and minfer_gemm16_q8_0r of
 // cuda/kernels/gemm16.cu (the f16 prefill matmul of a repacked Q8_0
-// weight, MINFER_MMQ_F16) on the CPU through include/cuda_fp16.h and
+// weight's one copy) on the CPU through include/cuda_fp16.h and
 // include/mma.h, and compares the output with the same products in double
 // over the f16-rounded weights (d * q) and activations: full and partial
 // tiles of rows and tokens, one to eight 32-deep steps, a bias. The bar is

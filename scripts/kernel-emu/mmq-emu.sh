@@ -6,8 +6,8 @@
 # minfer_mmq_<type>_async_r64 bitwise equal to minfer_mmq_<type>_r64 for every
 # weight type (Q4_K / Q5_K: the async kernels' 4-byte loads against the plain
 # kernels' 16-byte ones), Q8_0's, Q4_K's and Q5_K's plain output within f32
-# rounding of a sum in double, and minfer_mmq_q8_0r_r64 / _q6_kr_r64 over the
-# repacked copy bitwise equal to the GGUF kernels (mmq_emu.cpp).
+# rounding of a sum in double, and minfer_mmq_q6_kr[_r64] over the repacked
+# copy bitwise equal to the GGUF kernel (mmq_emu.cpp).
 # The device test (cuda/mmq_device_test.go) remains the bar on the H200.
 #
 #   scripts/kernel-emu/mmq-emu.sh             the kernels as they are
@@ -17,7 +17,6 @@
 #       tail    each span's last 16-byte chunk is not copied
 #       mod16   the staged address ignores the span's offset mod 16
 #       next    the next stage is copied from the current stage's blocks
-#       rd      the repacked Q8_0 unit reads its neighbour block's d
 #       rsc     the repacked Q6_K unit reads its scales one byte off
 #       wr      the 128-row tile maps its warps as the 64-row one does (rows 64..127 never computed)
 #       kwh     the plain Q5_K unit's 16-byte loads read its high bits 16 bytes on (the async 4-byte form unchanged)
@@ -36,12 +35,11 @@ if [[ "${1:-}" == "--plant" ]]; then
     tail) from='if (src < g1) minfer_cp_async16'; to='if (src + 16 < g1) minfer_cp_async16' ;;
     mod16) from='return dst + (reinterpret_cast<uintptr_t>(g0) & 15) + (g - g0);'; to='return dst + (g - g0);' ;;
     next) from='n0, n, m0, nt, k0 + MINFER_MMQ_NB, kbEnd);'; to='n0, n, m0, nt, k0, kbEnd);' ;;
-    rd) from='u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * i));'; to='u.d = minfer_h2f(minfer_mmq_u16(w + 32 * nb + 2 * (i ^ 1)));' ;;
     rsc) from='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + 2 * quarter);'; to='u.sc = (int)minfer_mmq_u16(w + 192 * nb + 16 * i + 8 * hh + quarter);' ;;
     wr) from='const int wr = warp % WR; // rows 32 wr ..'; to='const int wr = warp % 2; // rows 32 wr ..' ;;
     kwh) from='minfer_mmq_load8<W16>(b + 16, qh);'; to='minfer_mmq_load8<W16>(b + 16 + 16 * W16, qh);' ;;
     kmin) from='T == MINFER_T_Q4_K || T == MINFER_T_Q5_K;'; to='false;' ;;
-    *) echo "usage: $0 [--plant wait|tail|mod16|next|rd|rsc|wr|kwh|kmin]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--plant wait|tail|mod16|next|rsc|wr|kwh|kmin]" >&2; exit 2 ;;
     esac
     plant_defect mmq.cu "$2" "$from" "$to"
     quick=(--quick)

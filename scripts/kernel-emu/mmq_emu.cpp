@@ -16,7 +16,7 @@
 // a 16-byte load from an address that is not 16-byte aligned traps, as the
 // GPU would fault. The 128-row tile (256 threads) runs too, for Q8_0, Q4_K
 // and Q5_K (async against plain, and the double sum), and the repacked
-// variants (minfer_mmq_q8_0r / _q6_kr, both tiles) against the GGUF kernels.
+// variant (minfer_mmq_q6_kr, both tiles) against the GGUF kernel.
 // Exits 1 on any difference.
 #include "mmq.cu"
 #include <random>
@@ -181,35 +181,29 @@ static int run(const Type& t, int k, int n, int nt, size_t wextra, size_t aextra
     return bad ? 1 : 0;
 }
 
-// repack is cuda/mmvq_repack.go RepackHost: Q8_0's quants at 32 i and d at
-// 32 N + 2 i; Q6_K's ql + qh at 192 i, scales at 192 N + 16 i, d at
-// 208 N + 2 i (block i of N).
-static void repack(const uint8_t* src, uint8_t* dst, size_t nb, bool q6k) {
+// repack is cuda/mmvq_repack.go RepackHost of Q6_K: ql + qh at 192 i,
+// scales at 192 N + 16 i, d at 208 N + 2 i (block i of N).
+static void repack(const uint8_t* src, uint8_t* dst, size_t nb) {
     for (size_t i = 0; i < nb; i++) {
-        if (q6k) {
-            const uint8_t* b = src + i * 210;
-            memcpy(dst + 192 * i, b, 192);
-            memcpy(dst + 192 * nb + 16 * i, b + 192, 16);
-            memcpy(dst + 208 * nb + 2 * i, b + 208, 2);
-        } else {
-            const uint8_t* b = src + i * 34;
-            memcpy(dst + 32 * i, b + 2, 32);
-            memcpy(dst + 32 * nb + 2 * i, b, 2);
-        }
+        const uint8_t* b = src + i * 210;
+        memcpy(dst + 192 * i, b, 192);
+        memcpy(dst + 192 * nb + 16 * i, b + 192, 16);
+        memcpy(dst + 208 * nb + 2 * i, b + 208, 2);
     }
 }
 
-// run_r: the repacked variant (minfer_mmq_<t>r_r64) over the repacked copy
-// of random GGUF bytes against the GGUF kernel over the bytes themselves:
-// every output bitwise equal. The copy ends where a PROT_NONE page begins.
-static int run_r(const char* name, bool q6k, MmqFn plain, MmqFn rep, int k, int n, int nt, bool big = false) {
-    const int bs = q6k ? 256 : 32, bb = q6k ? 210 : 34, dOff = q6k ? 208 : 0;
+// run_r: the repacked variant (minfer_mmq_q6_kr[_r64]) over the repacked
+// copy of random Q6_K bytes against the GGUF kernel over the bytes
+// themselves: every output bitwise equal. The copy ends where a PROT_NONE
+// page begins.
+static int run_r(const char* name, MmqFn plain, MmqFn rep, int k, int n, int nt, bool big = false) {
+    const int bs = 256, bb = 210, dOff = 208;
     const size_t nb = (size_t)(k / bs) * n, bytes = nb * bb;
     std::vector<uint8_t> w(bytes);
     for (auto& x : w) x = rng();
     for (size_t b = 0; b < nb; b++) put16(w.data() + b * bb + dOff, f16r());
     uint8_t* r = at_guard(bytes, (16 - bytes % 16) % 16); // 16-byte aligned, ends at the guard
-    repack(w.data(), r, nb, q6k);
+    repack(w.data(), r, nb);
     const Pair p = run_pair(plain, w.data(), rep, r, k, n, nt, 0, big);
     const std::vector<float>&o1 = p.o1, &o2 = p.o2;
     int bad = 0;
@@ -259,17 +253,14 @@ int main(int argc, char** argv) {
         fails += run(t, t.bs == 32 ? 192 : 512, 130, 40, 0, 0, true);
         cases++;
     }
-    // The repacked variants (one shape each under --quick): Q8_0 with a
-    // partial last stage and rows of 28 blocks (not a multiple of 8), Q6_K
-    // over three super-blocks a row.
-    fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 192, 70, 67);
-    fails += run_r("Q6_Kr", true, minfer_mmq_q6_k_r64, minfer_mmq_q6_kr_r64, 768, 66, 9);
-    cases += 2;
+    // The repacked variant (one shape under --quick): Q6_K over three
+    // super-blocks a row, then the 128-row tile. (Q8_0's went with
+    // MINFER_MMQ_F16: the f16 GEMM reads its one copy.)
+    fails += run_r("Q6_Kr", minfer_mmq_q6_k_r64, minfer_mmq_q6_kr_r64, 768, 66, 9);
+    cases++;
     if (!quick) {
-        fails += run_r("Q8_0r", false, minfer_mmq_q8_0_r64, minfer_mmq_q8_0r_r64, 896, 33, 10);
-        fails += run_r("Q8_0r", false, minfer_mmq_q8_0, minfer_mmq_q8_0r, 192, 130, 40, true);
-        fails += run_r("Q6_Kr", true, minfer_mmq_q6_k, minfer_mmq_q6_kr, 512, 130, 40, true);
-        cases += 3;
+        fails += run_r("Q6_Kr", minfer_mmq_q6_k, minfer_mmq_q6_kr, 512, 130, 40, true);
+        cases++;
     }
     if (fails) {
         fprintf(stderr, "mmq-emu: %d of %d cases differ\n", fails, cases);
