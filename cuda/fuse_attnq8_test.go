@@ -86,10 +86,21 @@ func TestFuseAttnQ8_RouteOnlyTheLeanDecodeRowBeforeAnMMVQProjection(t *testing.T
 // it yields to each setting its Requires exclude (New does not refuse),
 // and set to 1 beside one, New refuses the pair by name.
 func TestFuseAttnQ8_OnByDefaultYieldsToItsRequiresRefusedSetBesideThem(t *testing.T) {
-	if !levers.Default().FuseAttnQ8 {
-		t.Error("MINFER_FUSE_ATTN_Q8 unset: the fusion must be on (reports/MINFER_FUSE_ATTN_Q8)")
+	checkDefaultYieldsRefusedSet(t, "MINFER_FUSE_ATTN_Q8", []string{"MINFER_FUSE_RESIDUAL=0", "MINFER_NO_SPLITK_ATTN=1"},
+		func(c levers.Config) bool { return c.FuseAttnQ8 })
+}
+
+// checkDefaultYieldsRefusedSet: the default-on lever is on with nothing
+// set (its DefaultSince report); with each of sets (settings its Requires
+// exclude) and the lever unset it is off and New does not refuse it (New
+// opens the device where there is one, else fails for want of a driver
+// only); set to 1 beside each, New refuses the pair by name.
+func checkDefaultYieldsRefusedSet(t *testing.T, lever string, sets []string, on func(levers.Config) bool) {
+	t.Helper()
+	if !on(levers.Default()) {
+		t.Errorf("%s unset: its path must be on (reports/%s)", lever, lever)
 	}
-	for _, set := range []string{"MINFER_FUSE_RESIDUAL=0", "MINFER_NO_SPLITK_ATTN=1"} {
+	for _, set := range sets {
 		lv, err := levers.Parse([]string{set})
 		if err != nil {
 			t.Fatal(err)
@@ -98,14 +109,14 @@ func TestFuseAttnQ8_OnByDefaultYieldsToItsRequiresRefusedSetBesideThem(t *testin
 		if b != nil {
 			b.Close()
 		}
-		if lv.FuseAttnQ8 || err != nil && strings.Contains(err.Error(), "MINFER_FUSE_ATTN_Q8") {
-			t.Errorf("%s, MINFER_FUSE_ATTN_Q8 unset: fusion %v, New %v: want it off and no refusal", set, lv.FuseAttnQ8, err)
+		if on(lv) || err != nil && strings.Contains(err.Error(), lever+"=") {
+			t.Errorf("%s with %s unset: on %v, New %v: want it off and no refusal", set, lever, on(lv), err)
 		}
-		if lv, err = levers.Parse([]string{set, "MINFER_FUSE_ATTN_Q8=1"}); err != nil {
+		if lv, err = levers.Parse([]string{set, lever + "=1"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_FUSE_ATTN_Q8=1") {
-			t.Errorf("%s with MINFER_FUSE_ATTN_Q8=1: New %v, want the refusal", set, err)
+		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), lever+"=1") {
+			t.Errorf("%s with %s=1: New %v, want the refusal", set, lever, err)
 		}
 	}
 }

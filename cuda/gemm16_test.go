@@ -211,34 +211,8 @@ func TestGemm16_RouteRefusalsPlanAndSource(t *testing.T) {
 			t.Errorf("MINFER_MMQ_F16_KQ: %s copies %d: route %d, want %d", c.typ, c.copies, got, c.want)
 		}
 	}
-	for _, set := range []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"} {
-		lv, err := levers.Parse([]string{"MINFER_MMQ_F16_KQ=1", set})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := New(Options{Levers: lv}); err == nil || !strings.Contains(err.Error(), "MINFER_MMQ_F16_KQ=1") {
-			t.Errorf("New with MINFER_MMQ_F16_KQ=1 and %s: %v, want the refusal", set, err)
-		}
-	}
-	// On by default, the K-quant GEMM yields to each setting its Requires
-	// exclude instead: New does not refuse it (it opens the device where
-	// there is one, else fails for want of a driver only).
-	for _, set := range []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"} {
-		lv, err := levers.Parse([]string{set})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(Options{Levers: lv})
-		if b != nil {
-			b.Close()
-		}
-		if lv.MMQF16KQ || err != nil && strings.Contains(err.Error(), "MINFER_MMQ_F16_KQ=") {
-			t.Errorf("New with %s and MINFER_MMQ_F16_KQ unset: GEMM on %v, %v: want it off and no refusal", set, lv.MMQF16KQ, err)
-		}
-	}
-	if !levers.Default().MMQF16KQ {
-		t.Error("MINFER_MMQ_F16_KQ unset: its f16 GEMM must be on (reports/MINFER_MMQ_F16_KQ)")
-	}
+	checkDefaultYieldsRefusedSet(t, "MINFER_MMQ_F16_KQ", []string{"MINFER_MMQ=0", "MINFER_MMVQ_REPACK=0", "MINFER_NO_PREFILL_GEMM=1"},
+		func(c levers.Config) bool { return c.MMQF16KQ })
 	const nt = 512
 	// Two copies (MINFER_ONE_COPY=0): the int8 MMQ's Q8_1 scratch alone.
 	base, f16 := planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16, "MINFER_ONE_COPY=0").Scratch, planOf(t, "qwen2-7b", quant.Q8_0, 4096, kv.F16).Scratch

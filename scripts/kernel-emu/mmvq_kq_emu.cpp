@@ -24,17 +24,6 @@
 #include <unistd.h>
 #include "emu_launch.h"
 
-// guarded returns n bytes (n a multiple of 16) that end where a PROT_NONE
-// page begins: 16-byte aligned, and any read past the end faults.
-static uint8_t* guarded(size_t n) {
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t body = (n + pg - 1) / pg * pg;
-    uint8_t* base = (uint8_t*)mmap(nullptr, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED || mprotect(base + body, pg, PROT_NONE) != 0) { perror("mmap"); exit(2); }
-    g_ranges.push_back({base + body - n, n});
-    return base + body - n;
-}
-
 static std::mt19937 rng(7);
 static uint16_t f16r() { return (uint16_t)((rng() & 1) << 15 | (6 + rng() % 12) << 10 | (rng() % 1024)); }
 

@@ -26,18 +26,6 @@
 #include <unistd.h>
 #include "emu_launch.h"
 
-// guarded returns n bytes starting at a 16-byte boundary that end at most
-// 15 bytes before a PROT_NONE page; exactly they are registered.
-static uint8_t* guarded(size_t n) {
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t body = (n + 15 + pg - 1) / pg * pg;
-    uint8_t* base = (uint8_t*)mmap(nullptr, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED || mprotect(base + body, pg, PROT_NONE) != 0) { perror("mmap"); exit(2); }
-    uint8_t* p = (uint8_t*)((uintptr_t)(base + body - n) & ~(uintptr_t)15);
-    g_ranges.push_back({p, n});
-    return p;
-}
-
 static std::mt19937 rng(29);
 // f16r: a finite normal f16 of either sign, magnitude 2^-7 .. 2^2.
 static uint16_t f16r() { return (uint16_t)((rng() & 1) << 15 | (8 + rng() % 10) << 10 | (rng() % 1024)); }

@@ -14,15 +14,30 @@
 // (barriers a kernel's threads do not all reach): it exits 3 with a message.
 #pragma once
 #include <functional>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 #include <vector>
 thread_local dim3 threadIdx, blockIdx, blockDim = {128, 1, 1};
 thread_local WarpCtx* tw;
 thread_local EmuBarrier* tblock;
 void (*emu_lane_start)(int) = nullptr;
 std::vector<std::pair<const void*, size_t>> g_ranges;
+
+// guarded returns n registered bytes starting at a 16-byte boundary that
+// end at most 15 bytes before a PROT_NONE page: a read past the end faults.
+inline uint8_t* guarded(size_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t body = (n + 15 + pg - 1) / pg * pg;
+    uint8_t* base = (uint8_t*)mmap(nullptr, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED || mprotect(base + body, pg, PROT_NONE) != 0) { perror("mmap"); exit(2); }
+    uint8_t* p = (uint8_t*)((uintptr_t)(base + body - n) & ~(uintptr_t)15);
+    g_ranges.push_back({p, n});
+    return p;
+}
 
 namespace emu {
 struct Fiber {
