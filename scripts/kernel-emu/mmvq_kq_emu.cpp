@@ -12,6 +12,7 @@
 // split _s_, _res_s_, _qkv_s_. Q4_K (H200-verified) checks the reference;
 // Q5_K is the kernel under test. Buffers end at a PROT_NONE page, so a read
 // past a weight or activation faults. Exits 1 on any difference.
+#include "emu_mmvq.h"
 #include "mmvq.cu"
 #include "mmvq_nt.cu"
 #include "mmvq_repack.cu"

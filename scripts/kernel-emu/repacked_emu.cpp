@@ -19,18 +19,10 @@
 // address outside it); buffers end near a PROT_NONE page. Output buffers
 // start with different fill values, so an output one kernel leaves
 // unwritten differs. Exits 1 on any difference.
+#include "emu_mmvq.h" // also the f32 -> f16 built-ins embed.cu's common.cuh names
 #include "mmvq.cu"
 #include "mmvq_nt.cu"
 #include "mmvq_repack.cu"
-// embed.cu's common.cuh converts f32 to f16 (KV helpers no kernel here
-// runs): the two built-ins it names, RNE through g++'s _Float16.
-inline __half __float2half_rn(float f) {
-    _Float16 h = (_Float16)f;
-    unsigned short u;
-    memcpy(&u, &h, 2);
-    return __half{u};
-}
-inline unsigned short __half_as_ushort(__half h) { return h.x; }
 #include "embed.cu"
 #include <random>
 #include <stdio.h>

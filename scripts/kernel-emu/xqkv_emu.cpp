@@ -17,6 +17,7 @@
 // start as two different NaN fills, so a row either side leaves unwritten
 // differs. --quick: the 0.5b pair and the small shapes only (the plants'
 // runs). Exits 1 on any difference.
+#include "emu_mmvq.h"
 #include "mmvq.cu"
 #include "mmvq_repack.cu"
 #include "mmvq_xqkv.cu"
