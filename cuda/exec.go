@@ -35,6 +35,7 @@ func opTable() map[graph.Op]opFunc {
 		graph.OpRope:             opRope,
 		graph.OpAttn:             opAttn,
 		graph.OpAttnMatMulAdd:    opAttnMatMulAdd,
+		graph.OpFFNMatMulAdd:     opFFNMatMulAdd,
 		graph.OpKvcacheStore:     opKVStore,
 		graph.OpKvcacheLoad:      opKVLoad,
 		graph.OpPermute:          opPermute,

@@ -460,6 +460,137 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}, nil
 }
 
+// ffnQ8Route reports whether the backend runs the chain FusedFFN f ->
+// MatMulAdd m (the down projection and its residual) as FuseFFNQ8: one
+// decode row, gate and up on one decode MMVQ route of one type (one fused
+// launch, whose _ffnq_ form writes the Q8_1 row), n_ff whole Q8_1 blocks
+// (the kernel's 32-row groups), and a down projection over n_ff values on
+// a decode MMVQ route, which reads only that Q8_1 row. Every other shape
+// is declined here, at plan time.
+func (b *Backend) ffnQ8Route(f, m *graph.Node) bool {
+	if f.Op != graph.OpFusedFFN || m.Op != graph.OpMatMulAdd || len(f.Weights) != 2 || f.Shape.Rows() != 1 || m.Shape.Rows() != 1 {
+		return false
+	}
+	nff := f.Shape[0]
+	g, u, d := b.weights[f.Weights[0]], b.weights[f.Weights[1]], b.weights[m.Weight]
+	if nff <= 0 || nff%quant.QK != 0 || g == nil || u == nil || d == nil || g.rows != nff || u.rows != nff || d.rowLen != nff {
+		return false
+	}
+	same, _ := b.decodeGroup(1, []matmulPlan{{w: g}, {w: u}})
+	return same && b.allDecode(1, []matmulPlan{{w: d}})
+}
+
+// opFFNMatMulAdd runs graph.OpFFNMatMulAdd (FuseFFNQ8): the fused decode
+// gate/up + SwiGLU of in[0] (normed first with n.Norm, as opFusedFFN)
+// writes its f32 row into the ffnUp scratch and, through the per-group
+// counters, its Q8_1 quantization into the FFN's Q8_1 output
+// (minfer_mmvq[r]_ffnq_<t>, ensureFFNQ8: not the scratch the FFN reads),
+// then out = in[1] + W row as minfer_mmvq[r]_res_<t> (or the split form)
+// from that row: bitwise the unfused FFN, quantization and residual
+// matvec, one launch fewer. The fuse pass made the node only where
+// ffnQ8Route holds; elsewhere it is an error, never a fallback.
+func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	p, o, err := b.nodeIO(n, in, 2, out)
+	if err != nil {
+		return nil, err
+	}
+	if len(n.Weights) != 2 {
+		return nil, fmt.Errorf("ffn + %s wants 2 weights (gate, up), has %d", n.Weight, len(n.Weights))
+	}
+	nt := n.Shape.Rows()
+	gw, err := b.weight(n.Weights[0])
+	if err != nil {
+		return nil, err
+	}
+	if gw.rowLen <= 0 || in[0].Len != gw.rowLen*nt {
+		return nil, fmt.Errorf("input of %d elements is not %d rows of %d", in[0].Len, nt, gw.rowLen)
+	}
+	g, err := b.planMatMul(n.Weights[0], "", in[0], nt, 0)
+	if err != nil {
+		return nil, err
+	}
+	u, err := b.planMatMul(n.Weights[1], "", in[0], nt, 0)
+	if err != nil {
+		return nil, err
+	}
+	nff := g.w.rows
+	d, err := b.planMatMul(n.Weight, n.Bias, graph.Tensor{Len: nff * nt}, nt, o)
+	if err != nil {
+		return nil, err
+	}
+	if u.w.rows != nff || d.w.rows != n.Shape[0] || in[1].Len != out.Len {
+		return nil, fmt.Errorf("gate %s has %d rows, up %s %d; down %s has %d rows, residual %d elements, node wants %s",
+			n.Weights[0], nff, n.Weights[1], u.w.rows, n.Weight, d.w.rows, in[1].Len, n.Shape)
+	}
+	same, route := b.decodeGroup(nt, []matmulPlan{g, u})
+	if nt != 1 || !same || !b.allDecode(nt, []matmulPlan{d}) || nff%quant.QK != 0 {
+		return nil, fmt.Errorf("ffn %s/%s (%s, %s) + %s (%s) over %d tokens at n_ff=%d: gate/up routes %d and %d, down %d: no Q8_1 handoff",
+			n.Weights[0], n.Weights[1], g.w.typ, u.w.typ, n.Weight, d.w.typ, nt, nff,
+			b.matmulRoute(g.w, nt), b.matmulRoute(u.w, nt), b.matmulRoute(d.w, nt))
+	}
+	x, k := p[0], g.w.rowLen
+	quantize, err := b.decodeQuantize(n, x, k, nt, []matmulPlan{g, u})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.ensureFFNUp(nff); err != nil {
+		return nil, err
+	}
+	q, err := b.ensureFFNQ8(nff)
+	if err != nil {
+		return nil, err
+	}
+	row, typ, wg, wu := b.ffnUp, g.w.typ, g.w.ptr, u.w.ptr
+	if route == routeMMVQR {
+		wg, wu = g.w.rp, u.w.rp
+	}
+	return func() error {
+		if err := quantize(); err != nil {
+			return err
+		}
+		var err error
+		if route == routeMMVQR {
+			err = b.k.FFNQ8_1RQ(b.s, row, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff, q)
+		} else {
+			err = b.k.FFNQ8_1Q(b.s, row, b.mm.ActQ8, b.mm.ActQ8Bytes, wg, wu, typ, k, nff, q)
+		}
+		if err != nil {
+			return err
+		}
+		return b.mmvqFromQ8At(d, q.Q8, q.Q8Bytes, o, p[1])
+	}, nil
+}
+
+// ensureFFNQ8 returns the FFN's Q8_1 output for n_ff = n (FFNQ8OutBytes:
+// the row and the group counters, one workspace allocation), allocating
+// and zeroing it the first time a larger n asks (one per model in
+// practice: every layer shares it). It runs at plan time, a direct
+// execution before any capture of the node; a new allocation moves the
+// pool generation, and the old one stays allocated until Close. The
+// counters start at zero, and every launch leaves them at zero.
+func (b *Backend) ensureFFNQ8(n int) (FFNQ8Out, error) {
+	if n > b.ffnQ8Len {
+		need := FFNQ8OutBytes(n)
+		err := b.dev.Do(func() error {
+			what := fmt.Sprintf("fused FFN Q8_1 output and counters (n_ff %d)", n)
+			ptr, err := b.pool.raw(MemWorkspace, need, what)
+			if err != nil {
+				return err
+			}
+			if err := b.s.MemsetD8(ptr, 0, need); err != nil {
+				return fmt.Errorf("cuda: zero the %s: %w", what, err)
+			}
+			b.ffnQ8, b.ffnQ8Len = ptr, n
+			return nil
+		})
+		if err != nil {
+			return FFNQ8Out{}, err
+		}
+	}
+	off := ffnQ8CounterOff(b.ffnQ8Len)
+	return FFNQ8Out{Q8: b.ffnQ8, Q8Bytes: off, Counters: b.ffnQ8.Add(off), CounterBytes: FFNQ8OutBytes(b.ffnQ8Len) - off}, nil
+}
+
 // ensureFFNUp grows the fused FFN's up scratch to n f32 values. It runs at
 // plan time (Execute's host half, never inside a capture window); a new
 // allocation moves the pool generation, so no graph captured with the old

@@ -7,7 +7,7 @@ import (
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8) and the backend every node of the chain is assigned
+// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8) and the backend every node of the chain is assigned
 // to says SupportsFused for that chain. The unfused chain is the reference:
 // a fused node computes exactly the same values (the CPU backend executes
 // the fused ops it offers). This is the only place fusions are decided: a
@@ -39,6 +39,9 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	}
 	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
 		count += fuseAttnQ8(g, supports)
+	}
+	if g.Params.FuseResidual && g.Params.FuseFFN && g.Params.FuseFFNQ8 {
+		count += fuseFFNQ8(g, supports)
 	}
 	if count == 0 {
 		return 0, nil
@@ -302,6 +305,29 @@ func fuseAttnQ8(g *Graph, supports supportsFn) int {
 		m.Op, m.P = OpAttnMatMulAdd, a.P
 		m.Inputs = append([]int{a.Inputs[0], a.Inputs[1], m.Inputs[1]}, a.Inputs[2:]...)
 		a.dead = true
+		count++
+	}
+	return count
+}
+
+// fuseFFNQ8: MatMulAdd(FusedFFN(x), r) with the FFN output read by the
+// matmul-add alone -> FFNMatMulAdd with inputs x, r, the FFN's weights,
+// norm and eps, and the matmul's weight and bias. Runs after fuseFFN,
+// fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along).
+func fuseFFNQ8(g *Graph, supports supportsFn) int {
+	cons := g.liveConsumers()
+	count := 0
+	for _, m := range g.Nodes {
+		if m.dead || m.Op != OpMatMulAdd {
+			continue
+		}
+		f := g.node(m.Inputs[0])
+		if f.dead || f.Op != OpFusedFFN || f.ID == g.Output || !only(cons, f.ID, m.ID) || !supports(FuseFFNQ8, f, m) {
+			continue
+		}
+		m.Op, m.Inputs = OpFFNMatMulAdd, []int{f.Inputs[0], m.Inputs[1]}
+		m.Weights, m.Norm, m.P.Eps = f.Weights, f.Norm, f.P.Eps
+		f.dead = true
 		count++
 	}
 	return count

@@ -80,6 +80,12 @@ const (
 	// whose only reader was the o-projection's OpMatMulAdd, folded into
 	// it (FuseAttnQ8). in[2] has the output's shape.
 	OpAttnMatMulAdd
+	// OpFFNMatMulAdd: in[1] + (FusedFFN(in[0]) times Weight (+ Bias)): the
+	// fused gate/up + SwiGLU (Weights = {gate, up}; with Norm set, in[0]
+	// RMS-normed by that weight, eps P.Eps, first) whose only reader was
+	// the down projection's OpMatMulAdd, folded into it (FuseFFNQ8). in[1]
+	// has the output's shape.
+	OpFFNMatMulAdd
 	numOps
 )
 
@@ -87,6 +93,7 @@ var opNames = [...]string{
 	"input", "get_rows", "rms_norm", "qk_norm", "mul_mat", "add", "mul", "silu", "swiglu",
 	"rope", "attn", "kvcache_store", "kvcache_load", "view", "reshape", "permute", "scale",
 	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn", "mul_mat_add", "attn_mul_mat_add",
+	"ffn_mul_mat_add",
 }
 
 func (o Op) String() string {
@@ -154,6 +161,11 @@ const (
 	// backend offers it where the attention can write the matmul's
 	// quantized activation itself (the decode row: one launch fewer).
 	FuseAttnQ8
+	// FuseFFNQ8: MatMulAdd(FusedFFN(x), r), the FFN output read by the down
+	// projection alone -> OpFFNMatMulAdd (chain: fused FFN, matmul-add). A
+	// backend offers it where the FFN can write the matmul's quantized
+	// activation itself (the decode row: one launch fewer).
+	FuseFFNQ8
 )
 
 func (k FuseKind) String() string {
@@ -172,6 +184,8 @@ func (k FuseKind) String() string {
 		return "norm_q8"
 	case FuseAttnQ8:
 		return "attn_q8"
+	case FuseFFNQ8:
+		return "ffn_q8"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }
@@ -180,7 +194,7 @@ func (k FuseKind) String() string {
 // comment names.
 type OpParams struct {
 	Input   InputKind // OpInput
-	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights
+	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights, FusedQKV / FusedFFN / FFNMatMulAdd with Norm
 	Theta   float32   // Rope, QkvBiasRopeStore
 	Rope    RopeStyle // Rope, QkvBiasRopeStore
 	Layer   int       // Attn, AttnMatMulAdd, KvcacheStore, KvcacheLoad, QkvBiasRopeStore

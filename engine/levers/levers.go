@@ -557,6 +557,17 @@ var registry = []Lever{
 		Requires: []string{"MINFER_NO_FUSE_QKV=0", "MINFER_MMVQ_SPLIT=0"},
 		Liveness: cudaOnly("1", "a decode q/k/v whose v weight type differs from q's and k's runs minfer_mmvq_xqkv_* only with the lever on; off, one matvec per matrix (minfer_mmvq_<qk> twice and minfer_mmvq[r]_<v>)",
 			[]string{"minfer_mmvq_xqkv_*"}, Needs{WeightTypes: []string{"Q5_0", "Q5_1", "Q4_K", "Q5_K"}, MaxNT: 1})},
+	// The producer of the down projection's Q8_1 row: the fused gate/up +
+	// SwiGLU kernel, whose warps own one output each, completes a Q8_1
+	// block per 32 outputs through a per-group counter (the last block of
+	// the 8 quantizes).
+	{Name: "MINFER_FUSE_FFN_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode fused FFN + the down projection's activation quantization -> one FFNMatMulAdd node (CUDA)", Issue: "#20",
+		Doc: "1: the decode gate/up + SwiGLU kernel before the down projection also writes its output row's Q8_1 quantization (minfer_mmvq[r]_ffnq_<type>: the block completing each 32-row group quantizes it) and the down projection's residual matvec reads it, instead of a separate minfer_quantize_q8_1 launch: one launch a layer fewer, bitwise the same bytes; n_ff a multiple of 32. " +
+			"Forecast qwen2-0.5b Q4_K_M tg128 x1.005-1.025 (reports/MINFER_FUSE_FFN_Q8)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_NO_FUSE_FFN=0"},
+		Liveness: cudaOnly("1", "the decode gate/up + SwiGLU before the down projection runs minfer_mmvq[r]_ffnq_<type> only with the lever on; off, minfer_mmvq[r]_ffn_<type> and a quantization",
+			[]string{"minfer_mmvq*_ffnq_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
@@ -797,6 +808,7 @@ type Config struct {
 	FuseNormQ8       bool // MINFER_FUSE_NORM_Q8: the decode norm writes Q8_1
 	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
+	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
 	MMVQNT           bool
 	MMVQSplit        bool
 	QuantizeX4       bool
@@ -953,6 +965,7 @@ func Parse(environ []string) (Config, error) {
 	c.FuseAttnQ8 = yields("MINFER_FUSE_ATTN_Q8")
 	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")
 	c.MMVQQKVMixed = on("MINFER_MMVQ_QKV_MIXED")
+	c.FuseFFNQ8 = on("MINFER_FUSE_FFN_Q8")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")

@@ -814,11 +814,11 @@ type offersAll struct{ *cpu.Backend }
 
 func (offersAll) Name() string { return "cpu-fuses-all" }
 
-// SupportsFused offers every kind the CPU can execute: not the two whose
+// SupportsFused offers every kind the CPU can execute: not the three whose
 // node hands a Q8_1 row to the next (no CPU op has that form; their bytes
 // are held by the kernel emulators and the device tests).
 func (offersAll) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
-	return k != graph.FuseNormQ8 && k != graph.FuseAttnQ8
+	return k != graph.FuseNormQ8 && k != graph.FuseAttnQ8 && k != graph.FuseFFNQ8
 }
 
 // TestFusedEqualsUnfused_EveryFusedKindOnTheCPUReference: with every fusion
