@@ -31,11 +31,11 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
-    [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8
+    [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
@@ -243,7 +243,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;
