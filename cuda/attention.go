@@ -246,11 +246,15 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 	if err != nil {
 		return nil, err
 	}
+	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
+	if err != nil {
+		return nil, err
+	}
 	f := b.kvSpec.Format
 	return func() error {
 		if err := b.k.AttentionDecode2Q8(b.s, 0, b.mm.ActQ8, b.mm.ActQ8Bytes, p[0], ops.kr, ops.vr, f, ops.win, scr, scrBytes, ops.ap); err != nil {
 			return err
 		}
-		return b.mmvqFromQ8(m, o, p[2])
+		return b.mmvqResNormFromQ8(m, o, p[2], nrm)
 	}, nil
 }

@@ -146,11 +146,15 @@ func opMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor)
 	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() {
 		return nil, fmt.Errorf("weight %s (%s) over %d tokens takes route %d: no residual form", n.Weight, m.w.typ, nt, r)
 	}
+	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
+	if err != nil {
+		return nil, err
+	}
 	return func() error {
 		if err := b.quantizeAct(p[0], m.w.rowLen); err != nil {
 			return err
 		}
-		return b.mmvqFromQ8(m, o, p[1])
+		return b.mmvqResNormFromQ8(m, o, p[1], nrm)
 	}, nil
 }
 
@@ -285,7 +289,8 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 // decodeQuantize is how a fused q/k/v or gate/up node over the row x (k
 // values, nt tokens) fills the Q8_1 scratch at decode: the row's
 // quantization, or with n.Norm (FuseNormQ8) the norm and quantization in
-// one launch (RmsNormQ8_1) of the un-normed row. A Norm where a matmul of
+// one launch (RmsNormQ8_1) of the un-normed row, or with n.Q8In
+// (FuseResNormQ8) nothing: the residual matvec before it wrote that row. A Norm where a matmul of
 // the node is not on a decode MMVQ route (it would read the f32 row) is an
 // error: the fuse pass made the node only where normQ8Route holds.
 func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, ms []matmulPlan) (func() error, error) {
@@ -294,6 +299,9 @@ func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, m
 	}
 	if !b.allDecode(nt, ms) {
 		return nil, fmt.Errorf("norm %s folded in over %d tokens where a matmul is not on a decode MMVQ route", n.Norm, nt)
+	}
+	if n.Q8In { // FuseResNormQ8: the matvec before wrote the normed row's Q8_1
+		return func() error { return nil }, nil
 	}
 	w, err := b.vector(n.Norm, k)
 	if err != nil {

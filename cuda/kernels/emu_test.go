@@ -214,3 +214,14 @@ func TestKernelEmulator_MixedQKVBitwiseTheThreeLaunches(t *testing.T) {
 func TestKernelEmulator_FFNQ8BitwiseTheRowQuantizedCountersZero(t *testing.T) {
 	emuPassesAndCatches(t, "ffnq-emu.sh", "", "FFN Q8_1 BITWISE", "DIFFER", "last", "reset", "sync", "grp")
 }
+
+// The residual matvec that writes the next norm's Q8_1 row
+// (minfer_mmvq[r]_resn_<t>, MINFER_FUSE_RES_NORM_Q8): its f32 rows are
+// bitwise the _res_ kernel's and its Q8_1 row bitwise minfer_rms_norm_q8_1
+// of that row (Q4_K, Q5_0, repacked Q8_0 and Q6_K; rows of 896 and 3584;
+// the row over its own activation), the counter 0 after each launch; the
+// first block norming a stale row, a counter left unreset and a wrong eps
+// are each caught.
+func TestKernelEmulator_ResNormQ8BitwiseTheResKernelThenTheNorm(t *testing.T) {
+	emuPassesAndCatches(t, "resn-emu.sh", "", "RESN BITWISE", "DIFFER", "first", "reset", "eps")
+}

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -40,13 +41,29 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
 		count += fuseAttnQ8(g, supports)
 	}
+	if g.Params.FuseFFNQ8 && g.Params.FuseResNormQ8 {
+		// Both rewrite the down projection's matmul-add (its input row, its
+		// output's norm) and no kernel does both: refused, not ordered.
+		return 0, fmt.Errorf("graph: FuseFFNQ8 and FuseResNormQ8 together: no kernel writes both Q8_1 rows of one down projection")
+	}
 	if g.Params.FuseResidual && g.Params.FuseFFN && g.Params.FuseFFNQ8 {
 		count += fuseFFNQ8(g, supports)
+	}
+	resNorm := 0
+	if g.Params.FuseResidual && g.Params.FuseNormQ8 && g.Params.FuseResNormQ8 {
+		resNorm = fuseResNormQ8(g, supports)
+		count += resNorm
 	}
 	if count == 0 {
 		return 0, nil
 	}
-	return count, g.compact()
+	if err := g.compact(); err != nil {
+		return count, err
+	}
+	if resNorm > 0 {
+		return count, g.checkQ8In()
+	}
+	return count, nil
 }
 
 type supportsFn func(k FuseKind, nodes ...*Node) bool
@@ -331,4 +348,44 @@ func fuseFFNQ8(g *Graph, supports supportsFn) int {
 		count++
 	}
 	return count
+}
+
+// fuseResNormQ8: a FusedQKV / FusedFFN node c that carries a folded norm
+// (Norm, from fuseNormQ8) and reads the row of a MatMulAdd / AttnMatMulAdd
+// m -> m takes the norm (m.Norm, m.P.Eps: it writes its f32 row as before,
+// then the Q8_1 row of that row normed) and c is marked Q8In (its matvecs
+// read that Q8_1 row). m's other readers (the next residual add) read its
+// f32 row, which is unchanged. Runs after fuseNormQ8 and fuseAttnQ8.
+func fuseResNormQ8(g *Graph, supports supportsFn) int {
+	count := 0
+	for _, c := range g.Nodes {
+		if c.dead || (c.Op != OpFusedQKV && c.Op != OpFusedFFN) || c.Norm == "" || c.Q8In {
+			continue
+		}
+		m := g.node(c.Inputs[0])
+		if m.dead || (m.Op != OpMatMulAdd && m.Op != OpAttnMatMulAdd) || m.Norm != "" || m.ID == g.Output || !supports(FuseResNormQ8, m, c) {
+			continue
+		}
+		m.Norm, m.P.Eps = c.Norm, c.P.Eps
+		c.Q8In = true
+		count++
+	}
+	return count
+}
+
+// checkQ8In checks, in the compacted order, that every Q8In node runs right
+// after its producer: no kernel between them may reuse the backend's Q8_1
+// scratch (inputs and alias ops launch nothing).
+func (g *Graph) checkQ8In() error {
+	prev := -1
+	for _, n := range g.Nodes {
+		if n.Op == OpInput || n.Op.IsAlias() {
+			continue
+		}
+		if n.Q8In && (len(n.Inputs) == 0 || n.Inputs[0] != prev) {
+			return fmt.Errorf("graph: %s reads the Q8_1 row of node %d, but another node runs between them", n.Name, n.Inputs[0])
+		}
+		prev = n.ID
+	}
+	return nil
 }

@@ -30,6 +30,9 @@ type Params struct {
 	// FuseFFNQ8 fold into the residual fusion's nodes (FuseFFNQ8 into the
 	// FFN fusion's too).
 	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseFFNQ8 bool
+	// FuseResNormQ8 (MINFER_FUSE_RES_NORM_Q8): a norm FuseNormQ8 folded
+	// goes on into the residual matvec that wrote its row.
+	FuseResNormQ8 bool
 }
 
 // NQ is the query width NHead*HeadDim.
@@ -76,6 +79,11 @@ type Node struct {
 	// Norm (FuseNormQ8) names the RMS norm weight a FusedQKV / FusedFFN
 	// node applies to in[0] first (eps P.Eps): the norm node it replaced.
 	Norm string
+	// Q8In (FuseResNormQ8) marks a FusedQKV / FusedFFN node whose Q8_1 row
+	// of in[0] normed by Norm its producer (a MatMulAdd / AttnMatMulAdd
+	// with Norm set: that norm, eps P.Eps, applied to its output) already
+	// wrote into the backend's scratch: the node runs its matvecs only.
+	Q8In bool
 	P    OpParams
 	Name string // readable: "blk.3.attn_q"
 
@@ -110,6 +118,9 @@ func (n *Node) String() string {
 	}
 	if n.Norm != "" {
 		fmt.Fprintf(&b, " norm=%s", n.Norm)
+	}
+	if n.Q8In {
+		b.WriteString(" q8in")
 	}
 	return b.String()
 }

@@ -166,6 +166,12 @@ const (
 	// backend offers it where the FFN can write the matmul's quantized
 	// activation itself (the decode row: one launch fewer).
 	FuseFFNQ8
+	// FuseResNormQ8: a FusedQKV / FusedFFN node with Norm set (FuseNormQ8)
+	// whose in[0] is a MatMulAdd / AttnMatMulAdd -> that node takes the
+	// norm (Norm, P.Eps) and the consumer gets Q8In (chain: matmul-add,
+	// consumer). A backend offers it where the residual matvec can write
+	// the normed row's quantized activation itself (one launch fewer).
+	FuseResNormQ8
 )
 
 func (k FuseKind) String() string {
@@ -186,6 +192,8 @@ func (k FuseKind) String() string {
 		return "attn_q8"
 	case FuseFFNQ8:
 		return "ffn_q8"
+	case FuseResNormQ8:
+		return "res_norm_q8"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }
@@ -194,7 +202,7 @@ func (k FuseKind) String() string {
 // comment names.
 type OpParams struct {
 	Input   InputKind // OpInput
-	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights, FusedQKV / FusedFFN / FFNMatMulAdd with Norm
+	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights, nodes with Norm
 	Theta   float32   // Rope, QkvBiasRopeStore
 	Rope    RopeStyle // Rope, QkvBiasRopeStore
 	Layer   int       // Attn, AttnMatMulAdd, KvcacheStore, KvcacheLoad, QkvBiasRopeStore
