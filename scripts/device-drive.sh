@@ -31,12 +31,14 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq syn synk qb qbk qg qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
     [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST
+    # rnq: both arms with the folded norms it builds on (its Requires)
+    [rnq]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
@@ -96,7 +98,13 @@ declare -A ABOUT=(
 )
 for s in "${!LEVER[@]}"; do
     l=${LEVER[$s]}
-    [[ $l == *@* ]] && ABOUT[$s]="${l%%@*} A/B at ${l#*@} (pp512, tg128, depth 0)" || ABOUT[$s]="$l A/B at its declared workload"
+    if [[ $l == *@with=* ]]; then # @with= keeps the declared workload (abtest-device.sh)
+        ABOUT[$s]="${l%%@*} A/B at its declared workload, ${l#*@} in both arms"
+    elif [[ $l == *@* ]]; then
+        ABOUT[$s]="${l%%@*} A/B at ${l#*@} (pp512, tg128, depth 0)"
+    else
+        ABOUT[$s]="$l A/B at its declared workload"
+    fi
 done
 for s in "${!RSPEC[@]}"; do ABOUT[$s]="MINFER_KERNELS A/B, nvcc vs NVRTC, at ${RSPEC[$s]}"; done
 for r in "${SYN_RUNS[@]}"; do IFS='|' read -r s sh ty <<<"$r"; ABOUT[$s]="minfer synth $sh $ty into the model dir"; done
@@ -243,7 +251,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg) qb_step $step ;;
     qd) qd_step ;;

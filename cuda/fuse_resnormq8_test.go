@@ -1,0 +1,149 @@
+package cuda
+
+// Tests of MINFER_FUSE_RES_NORM_Q8 (graph.FuseResNormQ8: the decode
+// residual matvec whose last block writes the next norm's Q8_1 row,
+// mmvq_resn.go, cuda/kernels/mmvq_resn.cu). The device test skips with a
+// message when no device answers; the others need none.
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/quant"
+	"github.com/minfer-go/minfer/engine/synth"
+)
+
+// TestFuseResNormQ8_RouteOnlyAOneWarpDecodeRowWithAResnKernel: the backend
+// offers the fusion for a one-row MatMulAdd or AttnMatMulAdd whose weight
+// takes a one-warp decode MMVQ route (GGUF Q4_K, Q5_0; repacked Q6_K) read
+// by a fused q/k/v or gate/up node that carries a folded norm; it declines
+// two rows, the split form (MINFER_MMVQ_SPLIT), an f32-activation weight
+// (F16), a consumer without a folded norm, an unregistered norm weight, a
+// plain add and a row that is not whole Q8_1 blocks. The launcher refuses
+// bad norms, Q8_1 rows and counters by name.
+func TestFuseResNormQ8_RouteOnlyAOneWarpDecodeRowWithAResnKernel(t *testing.T) {
+	const n = 896
+	w := func(typ quant.Type, rows int, rp driver.DevicePtr) *devWeight {
+		return &devWeight{typ: typ, rowLen: 4864, rows: rows, ptr: 0x1000, rp: rp}
+	}
+	mm := MatMulOptions{MMQ: true, MMVQNT: true, ActQ8: 0x3000, ActQ8Bytes: 1 << 20}
+	b := &Backend{mm: mm, weights: map[string]*devWeight{
+		"norm": {typ: quant.F32, rowLen: n, rows: 1, vector: true, ptr: 0x2000},
+		"q4k":  w(quant.Q4_K, n, 0), "q50": w(quant.Q5_0, n, 0), "q6kr": w(quant.Q6_K, n, 0x8000), "f16": w(quant.F16, n, 0),
+		"odd": w(quant.Q5_0, 880, 0),
+	}}
+	madd := func(op graph.Op, weight string, rows, width int) *graph.Node {
+		return &graph.Node{ID: 7, Op: op, Weight: weight, Shape: graph.Sh(width, rows)}
+	}
+	cons := func(op graph.Op, norm string) *graph.Node {
+		return &graph.Node{Op: op, Inputs: []int{7}, Norm: norm, Weights: []string{"x", "y", "z"}}
+	}
+	for _, c := range []struct {
+		name string
+		m, c *graph.Node
+		want bool
+	}{
+		{"down Q4_K -> q/k/v", madd(graph.OpMatMulAdd, "q4k", 1, n), cons(graph.OpFusedQKV, "norm"), true},
+		{"o-proj Q5_0 after the attention -> gate/up", madd(graph.OpAttnMatMulAdd, "q50", 1, n), cons(graph.OpFusedFFN, "norm"), true},
+		{"down repacked Q6_K", madd(graph.OpMatMulAdd, "q6kr", 1, n), cons(graph.OpFusedQKV, "norm"), true},
+		{"two rows", madd(graph.OpMatMulAdd, "q4k", 2, n), cons(graph.OpFusedQKV, "norm"), false},
+		{"an f16 weight", madd(graph.OpMatMulAdd, "f16", 1, n), cons(graph.OpFusedQKV, "norm"), false},
+		{"no folded norm", madd(graph.OpMatMulAdd, "q4k", 1, n), cons(graph.OpFusedQKV, ""), false},
+		{"an unregistered norm", madd(graph.OpMatMulAdd, "q4k", 1, n), cons(graph.OpFusedQKV, "gone"), false},
+		{"a plain add", madd(graph.OpAdd, "q4k", 1, n), cons(graph.OpFusedQKV, "norm"), false},
+		{"a row of 880", madd(graph.OpMatMulAdd, "odd", 1, 880), cons(graph.OpFusedQKV, "norm"), false},
+	} {
+		if got := b.SupportsFused(graph.FuseResNormQ8, c.m, c.c); got != c.want {
+			t.Errorf("%s: SupportsFused %v, want %v", c.name, got, c.want)
+		}
+	}
+	split := &Backend{mm: mm, weights: b.weights}
+	split.mm.MMVQSplit = true
+	if split.SupportsFused(graph.FuseResNormQ8, madd(graph.OpMatMulAdd, "q4k", 1, n), cons(graph.OpFusedQKV, "norm")) {
+		t.Error("offered with MINFER_MMVQ_SPLIT on: the split form has no resn kernel")
+	}
+	if resnKernel(quant.Q4_K, false) != "minfer_mmvq_resn_q4_k" || resnKernel(quant.Q6_K, true) != "minfer_mmvqr_resn_q6_k" || resnKernel(quant.Q4_K, true) != "" {
+		t.Errorf("resn kernel names: %q %q %q", resnKernel(quant.Q4_K, false), resnKernel(quant.Q6_K, true), resnKernel(quant.Q4_K, true))
+	}
+	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
+	const wp, out, res, xq = driver.DevicePtr(0x10000), driver.DevicePtr(0x20000), driver.DevicePtr(0x30000), driver.DevicePtr(0x40000)
+	good := ResNorm{W: 0x50000, Eps: 1e-6, Q8: xq, Q8Bytes: 1 << 20, Counter: 0x60000}
+	for _, c := range []struct {
+		name string
+		n    int
+		nrm  func(r *ResNorm)
+	}{
+		{"row of 880", 880, func(*ResNorm) {}},
+		{"negative eps", n, func(r *ResNorm) { r.Eps = -1 }},
+		{"no counter", n, func(r *ResNorm) { r.Counter = 0 }},
+		{"a short Q8_1 row", n, func(r *ResNorm) { r.Q8Bytes = 100 }},
+		{"a Q8_1 row over the output", n, func(r *ResNorm) { r.Q8 = out }},
+	} {
+		r := good
+		c.nrm(&r)
+		err := k.MatMulQ8_1ResNorm(nil, out, xq, 1<<20, wp, quant.Q5_0, 0, res, 4864, c.n, r, false)
+		if err == nil || !strings.Contains(err.Error(), "matmul_q8_1_resn") {
+			t.Errorf("%s: %v, want a refusal naming the op", c.name, err)
+		}
+	}
+}
+
+// TestFuseResNormQ8Device_LogitsBitwiseAndTwoLaunchesFewerALayer: synthetic
+// qwen2-tiny Q8_0 and Q4_K_M, qwen3-tiny Q4_K_M and qwen2-0.5b Q4_K_M,
+// prefill then 6 decode steps, CUDA graphs on and off, both arms with
+// MINFER_FUSE_NORM_Q8=1 and the one-warp decode matvecs:
+// MINFER_FUSE_RES_NORM_Q8=1 gives bitwise the logits of =0 at every step.
+// Census of the decode steps: minfer_mmvq*_resn_* runs only with the lever
+// on, and each of its launches replaces one minfer_mmvq*_res_* and one
+// minfer_rms_norm_q8_1 (all launches drop by exactly that count); on Q8_0
+// (every norm folds) that is 2 a layer a step less the first layer's attn
+// norm, which reads the embedding.
+func TestFuseResNormQ8Device_LogitsBitwiseAndTwoLaunchesFewerALayer(t *testing.T) {
+	dsNeedDevice(t)
+	const lever = "MINFER_FUSE_RES_NORM_Q8"
+	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
+	for _, m := range models {
+		sh, err := synth.ShapeByName(m.shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, graphs := range []string{"0", "1"} {
+			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
+				p := dsSynth(t, m.shape, m.typ)
+				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs, "MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1"}, dsOneWarpDecode...))
+				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
+				lOn, cOn, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
+				for i := range lOff {
+					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
+						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
+					}
+				}
+				fused, _ := rpMatching(cOn, "minfer_mmvq*_resn_*")
+				fusedOff, _ := rpMatching(cOff, "minfer_mmvq*_resn_*")
+				resOff, _ := rpMatching(cOff, "minfer_mmvq*_res_*")
+				resOn, _ := rpMatching(cOn, "minfer_mmvq*_res_*")
+				nOff, nOn := cOff[normQ8Kernel], cOn[normQ8Kernel]
+				var allOff, allOn int64
+				for _, v := range cOff {
+					allOff += v
+				}
+				for _, v := range cOn {
+					allOn += v
+				}
+				t.Logf("decode launches over %d steps: resn on %d, off %d; res off %d, on %d; %s off %d, on %d; all off %d, on %d",
+					frSteps, fused, fusedOff, resOff, resOn, normQ8Kernel, nOff, nOn, allOff, allOn)
+				if fused == 0 || fusedOff != 0 || resOff-resOn != fused || nOff-nOn != fused || allOff-allOn != fused {
+					t.Errorf("resn on %d, off %d; res dropped by %d, norms by %d, all launches by %d: want on > 0, off 0, the res and all drops equal to on",
+						fused, fusedOff, resOff-resOn, nOff-nOn, allOff-allOn)
+				}
+				if want := int64((2*sh.NLayer - 1) * frSteps); m.typ == "Q8_0" && fused != want {
+					t.Errorf("resn launches %d, want (2 x %d layers - 1) x %d steps = %d", fused, sh.NLayer, frSteps, want)
+				}
+			})
+		}
+	}
+}
