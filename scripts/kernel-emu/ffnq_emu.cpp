@@ -132,17 +132,9 @@ static void launch_mixed(int gx, std::function<void()> body, int threads, int re
     }
 }
 
-// guarded returns n bytes (rounded up to 16) that end at a PROT_NONE page,
-// registered for the range checks (__ldg, __ldcg, atomicAdd).
-static uint8_t* guarded(size_t n) {
-    n = (n + 15) / 16 * 16;
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t body = (n + pg - 1) / pg * pg;
-    uint8_t* base = (uint8_t*)mmap(nullptr, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED || mprotect(base + body, pg, PROT_NONE) != 0) { perror("mmap"); exit(2); }
-    g_ranges.push_back({base + body - n, n});
-    return base + body - n;
-}
+// guarded16 is emu_launch.h's guarded of n rounded up to 16 bytes (the
+// range checks of __ldg, __ldcg and atomicAdd cover whole 16-byte loads).
+static uint8_t* guarded16(size_t n) { return guarded((n + 15) / 16 * 16); }
 
 static std::mt19937 rng(41);
 // f16r: a finite normal f16 of either sign, small enough that silu(g) * u
@@ -164,7 +156,7 @@ static const Type kQ6_Kr = {"Q6_Kr", 256, MINFER_Q6_K_BYTES, 208, -1, true};
 // rows' scales 0 (a gate of zeros: out 0 there, a Q8_1 block with d 0).
 static uint8_t* weight(const Type& t, int k, int n, bool zero) {
     const size_t nb = (size_t)(k / t.bs) * n;
-    uint8_t* w = guarded(nb * t.bb);
+    uint8_t* w = guarded16(nb * t.bb);
     for (size_t i = 0; i < nb * t.bb; i++) w[i] = rng();
     for (size_t b = 0; b < nb; b++) {
         const bool z = zero && b < (size_t)(k / t.bs) * 32;
@@ -175,7 +167,7 @@ static uint8_t* weight(const Type& t, int k, int n, bool zero) {
         }
     }
     if (!t.repacked) return w;
-    uint8_t* r = guarded(nb * t.bb);
+    uint8_t* r = guarded16(nb * t.bb);
     launch_xy(1, 1, [&] {
         if (t.bb == MINFER_Q8_0_BYTES) minfer_repack_q8_0(r, w, (long long)nb);
         else minfer_repack_q6_k(r, w, (long long)nb);
@@ -185,7 +177,7 @@ static uint8_t* weight(const Type& t, int k, int n, bool zero) {
 
 // act: k / 32 random Q8_1 blocks with finite d.
 static uint8_t* act(int k) {
-    uint8_t* a = guarded((size_t)k / 32 * 36);
+    uint8_t* a = guarded16((size_t)k / 32 * 36);
     for (int i = 0; i < k / 32 * 36; i++) a[i] = rng();
     for (int b = 0; b < k / 32; b++) {
         const uint16_t d = f16r();
@@ -220,9 +212,9 @@ int main(int argc, char** argv) {
         const int k = c.k, n = quick ? std::min(c.n, 1024) : c.n, groups = n / 32;
         const uint8_t* wg = weight(c.t, k, n, true);
         const uint8_t* wu = weight(c.t, k, n, false);
-        float* out = (float*)guarded((size_t)n * 4);
-        uint8_t* q8 = guarded((size_t)groups * 36);
-        int* counters = (int*)guarded((size_t)groups * 4);
+        float* out = (float*)guarded16((size_t)n * 4);
+        uint8_t* q8 = guarded16((size_t)groups * 36);
+        int* counters = (int*)guarded16((size_t)groups * 4);
         memset(counters, 0, (size_t)groups * 4);
         // The unfused pair: the _ffn_ kernel's row, then minfer_quantize_q8_1.
         const uint8_t* a = act(k);

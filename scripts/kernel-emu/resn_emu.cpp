@@ -19,13 +19,8 @@
 #include <string.h>
 #include <thread>
 #include <vector>
-inline __half __float2half(float f) { _Float16 h = (_Float16)f; __half r; memcpy(&r.x, &h, 2); return r; }
-inline __half __float2half_rn(float f) { return __float2half(f); }
-inline unsigned short __half_as_ushort(__half h) { return h.x; }
-template <class T> inline T __ldcg(const T* p) { return *p; }
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-static std::mutex g_atomic;
-inline int atomicAdd(int* p, int v) { std::lock_guard<std::mutex> l(g_atomic); int o = *p; *p += v; return o; }
+#include "emu_mmvq.h"
+inline __half __float2half(float f) { return __float2half_rn(f); }
 #include "mmvq.cu"
 #include "mmvq_nt.cu"
 #include "mmvq_repack.cu"
