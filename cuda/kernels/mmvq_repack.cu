@@ -48,9 +48,7 @@
 // 11.8, sm_80 ptxas).
 #define MINFER_MMVQR_FFNQ_MIN_BLOCKS 4
 #define MINFER_REPACK_THREADS 256
-#if MINFER_MMVQR_ROWS != MINFER_MMVQ_ROWS
-#error "minfer_mmvq_q8_group counts MINFER_MMVQ_ROWS rows a block"
-#endif
+static_assert(MINFER_MMVQR_ROWS == MINFER_MMVQ_ROWS, "minfer_mmvq_q8_group counts MINFER_MMVQ_ROWS rows a block");
 
 // ---------------------------------------------------------------- per type
 //
