@@ -265,38 +265,21 @@ func b2i(b bool) int {
 func TestFuseFFNQ8Device_LogitsBitwiseAndOneLaunchFewer(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
-	const lever = "MINFER_FUSE_FFN_Q8"
-	for _, m := range models {
-		sh, err := synth.ShapeByName(m.shape)
-		if err != nil {
-			t.Fatal(err)
+	pin := append([]string{"MINFER_FUSE_RESIDUAL=1", "MINFER_NO_FUSE_FFN=0"}, dsMMVQ...)
+	dsLeverDecodeOn(t, "MINFER_FUSE_FFN_Q8", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
+		fused, names := rpMatching(cOn, "minfer_mmvq*_ffnq_*")
+		fusedOff, _ := rpMatching(cOff, "minfer_mmvq*_ffnq_*")
+		fOff, _ := rpMatching(cOff, "minfer_mmvq*_ffn_*")
+		fOn, _ := rpMatching(cOn, "minfer_mmvq*_ffn_*")
+		qOff, _ := rpMatching(cOff, "minfer_quantize_q8_1*")
+		qOn, _ := rpMatching(cOn, "minfer_quantize_q8_1*")
+		t.Logf("decode launches over %d steps: minfer_mmvq*_ffnq_* on %d %v, off %d; minfer_mmvq*_ffn_* off %d, on %d; quantizations off %d, on %d",
+			frSteps, fused, names, fusedOff, fOff, fOn, qOff, qOn)
+		if want := int64(sh.NLayer * frSteps); fused != want || fusedOff != 0 || fOff-fOn != fused || qOff-qOn != fused {
+			t.Errorf("minfer_mmvq*_ffnq_* on %d (want %d layers x %d steps = %d), off %d; fused FFN dropped by %d, quantizations by %d: want both drops equal to on",
+				fused, sh.NLayer, frSteps, want, fusedOff, fOff-fOn, qOff-qOn)
 		}
-		for _, graphs := range []string{"0", "1"} {
-			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
-				p := dsSynth(t, m.shape, m.typ)
-				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs, "MINFER_FUSE_RESIDUAL=1", "MINFER_NO_FUSE_FFN=0"}, dsMMVQ...))
-				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
-				lOn, cOn, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
-				for i := range lOff {
-					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
-					}
-				}
-				fused, names := rpMatching(cOn, "minfer_mmvq*_ffnq_*")
-				fusedOff, _ := rpMatching(cOff, "minfer_mmvq*_ffnq_*")
-				fOff, _ := rpMatching(cOff, "minfer_mmvq*_ffn_*")
-				fOn, _ := rpMatching(cOn, "minfer_mmvq*_ffn_*")
-				qOff, _ := rpMatching(cOff, "minfer_quantize_q8_1*")
-				qOn, _ := rpMatching(cOn, "minfer_quantize_q8_1*")
-				t.Logf("decode launches over %d steps: minfer_mmvq*_ffnq_* on %d %v, off %d; minfer_mmvq*_ffn_* off %d, on %d; quantizations off %d, on %d",
-					frSteps, fused, names, fusedOff, fOff, fOn, qOff, qOn)
-				if want := int64(sh.NLayer * frSteps); fused != want || fusedOff != 0 || fOff-fOn != fused || qOff-qOn != fused {
-					t.Errorf("minfer_mmvq*_ffnq_* on %d (want %d layers x %d steps = %d), off %d; fused FFN dropped by %d, quantizations by %d: want both drops equal to on",
-						fused, sh.NLayer, frSteps, want, fusedOff, fOff-fOn, qOff-qOn)
-				}
-			})
-		}
-	}
+	})
 }
 
 // TestFuseFFNQ8_SetBesideAnUnmetRequireIsRefused: MINFER_FUSE_FFN_Q8=1 with

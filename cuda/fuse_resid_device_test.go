@@ -209,6 +209,14 @@ type dsModel struct{ shape, typ string }
 func dsLeverDecode(t *testing.T, lever string, models []dsModel,
 	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
 	t.Helper()
+	dsLeverDecodeOn(t, lever, models, dsMMVQ, check)
+}
+
+// dsLeverDecodeOn is dsLeverDecode with pin (settings both arms hold)
+// instead of dsMMVQ.
+func dsLeverDecodeOn(t *testing.T, lever string, models []dsModel, pin []string,
+	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
+	t.Helper()
 	for _, m := range models {
 		sh, err := synth.ShapeByName(m.shape)
 		if err != nil {
@@ -217,7 +225,7 @@ func dsLeverDecode(t *testing.T, lever string, models []dsModel,
 		for _, graphs := range []string{"0", "1"} {
 			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
 				p := dsSynth(t, m.shape, m.typ)
-				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, dsMMVQ...)) // each append copies
+				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, pin...)) // each append copies
 				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
 				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
 				for i := range lOff {

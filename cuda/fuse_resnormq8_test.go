@@ -6,8 +6,6 @@ package cuda
 // message when no device answers; the others need none.
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -104,46 +102,29 @@ func TestFuseResNormQ8_RouteOnlyAOneWarpDecodeRowWithAResnKernel(t *testing.T) {
 // norm, which reads the embedding.
 func TestFuseResNormQ8Device_LogitsBitwiseAndTwoLaunchesFewerALayer(t *testing.T) {
 	dsNeedDevice(t)
-	const lever = "MINFER_FUSE_RES_NORM_Q8"
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
-	for _, m := range models {
-		sh, err := synth.ShapeByName(m.shape)
-		if err != nil {
-			t.Fatal(err)
+	pin := append([]string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1"}, dsOneWarpDecode...)
+	dsLeverDecodeOn(t, "MINFER_FUSE_RES_NORM_Q8", models, pin, func(t *testing.T, m dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
+		fused, _ := rpMatching(cOn, "minfer_mmvq*_resn_*")
+		fusedOff, _ := rpMatching(cOff, "minfer_mmvq*_resn_*")
+		resOff, _ := rpMatching(cOff, "minfer_mmvq*_res_*")
+		resOn, _ := rpMatching(cOn, "minfer_mmvq*_res_*")
+		nOff, nOn := cOff[normQ8Kernel], cOn[normQ8Kernel]
+		var allOff, allOn int64
+		for _, v := range cOff {
+			allOff += v
 		}
-		for _, graphs := range []string{"0", "1"} {
-			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
-				p := dsSynth(t, m.shape, m.typ)
-				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs, "MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1"}, dsOneWarpDecode...))
-				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
-				lOn, cOn, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
-				for i := range lOff {
-					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
-					}
-				}
-				fused, _ := rpMatching(cOn, "minfer_mmvq*_resn_*")
-				fusedOff, _ := rpMatching(cOff, "minfer_mmvq*_resn_*")
-				resOff, _ := rpMatching(cOff, "minfer_mmvq*_res_*")
-				resOn, _ := rpMatching(cOn, "minfer_mmvq*_res_*")
-				nOff, nOn := cOff[normQ8Kernel], cOn[normQ8Kernel]
-				var allOff, allOn int64
-				for _, v := range cOff {
-					allOff += v
-				}
-				for _, v := range cOn {
-					allOn += v
-				}
-				t.Logf("decode launches over %d steps: resn on %d, off %d; res off %d, on %d; %s off %d, on %d; all off %d, on %d",
-					frSteps, fused, fusedOff, resOff, resOn, normQ8Kernel, nOff, nOn, allOff, allOn)
-				if fused == 0 || fusedOff != 0 || resOff-resOn != fused || nOff-nOn != fused || allOff-allOn != fused {
-					t.Errorf("resn on %d, off %d; res dropped by %d, norms by %d, all launches by %d: want on > 0, off 0, the res and all drops equal to on",
-						fused, fusedOff, resOff-resOn, nOff-nOn, allOff-allOn)
-				}
-				if want := int64((2*sh.NLayer - 1) * frSteps); m.typ == "Q8_0" && fused != want {
-					t.Errorf("resn launches %d, want (2 x %d layers - 1) x %d steps = %d", fused, sh.NLayer, frSteps, want)
-				}
-			})
+		for _, v := range cOn {
+			allOn += v
 		}
-	}
+		t.Logf("decode launches over %d steps: resn on %d, off %d; res off %d, on %d; %s off %d, on %d; all off %d, on %d",
+			frSteps, fused, fusedOff, resOff, resOn, normQ8Kernel, nOff, nOn, allOff, allOn)
+		if fused == 0 || fusedOff != 0 || resOff-resOn != fused || nOff-nOn != fused || allOff-allOn != fused {
+			t.Errorf("resn on %d, off %d; res dropped by %d, norms by %d, all launches by %d: want on > 0, off 0, the res and all drops equal to on",
+				fused, fusedOff, resOff-resOn, nOff-nOn, allOff-allOn)
+		}
+		if want := int64((2*sh.NLayer - 1) * frSteps); m.typ == "Q8_0" && fused != want {
+			t.Errorf("resn launches %d, want (2 x %d layers - 1) x %d steps = %d", fused, sh.NLayer, frSteps, want)
+		}
+	})
 }
