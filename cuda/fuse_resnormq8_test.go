@@ -11,6 +11,7 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 	"github.com/minfer-go/minfer/engine/synth"
 )
@@ -87,6 +88,18 @@ func TestFuseResNormQ8_RouteOnlyAOneWarpDecodeRowWithAResnKernel(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "matmul_q8_1_resn") {
 			t.Errorf("%s: %v, want a refusal naming the op", c.name, err)
 		}
+	}
+}
+
+// TestFuseResNormQ8_MemoryPlanCountsTheCounter: the lever's one device
+// allocation beyond the graph's buffers, the resn counter, is in the
+// memory plan's scratch with the lever on and not without it.
+func TestFuseResNormQ8_MemoryPlanCountsTheCounter(t *testing.T) {
+	p := graph.Params{NHead: 14, NHeadKV: 2, HeadDim: 64, NFF: 4864, NCtx: 256}
+	off, on := levers.Default(), levers.Default()
+	on.FuseResNormQ8 = true
+	if d := MemoryRules(on, 132).Scratch(p, nil, 1) - MemoryRules(off, 132).Scratch(p, nil, 1); d != ResnCounterBytes {
+		t.Errorf("the memory plan's scratch grows by %d bytes with the lever, want the counter's %d", d, ResnCounterBytes)
 	}
 }
 

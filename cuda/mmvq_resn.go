@@ -117,6 +117,10 @@ func (b *Backend) resNormOf(n *graph.Node, m matmulPlan) (ResNorm, error) {
 	return ResNorm{W: w, Eps: n.P.Eps, Q8: b.mm.ActQ8, Q8Bytes: b.mm.ActQ8Bytes, Counter: ctr}, nil
 }
 
+// ResnCounterBytes is the resn launches' counter allocation (one int used,
+// a pool granule held): what the memory plan counts with the lever on.
+const ResnCounterBytes = 256
+
 // resnCounter returns the resn launches' counter (one int, shared: the
 // launches are stream-ordered and each leaves it 0), allocated and zeroed
 // the first time a node asks, at a direct execution before any capture
@@ -127,11 +131,11 @@ func (b *Backend) resnCounter() (driver.DevicePtr, error) {
 	}
 	const what = "residual matvec norm counter"
 	err := b.dev.Do(func() error {
-		ptr, err := b.pool.raw(MemWorkspace, 256, what)
+		ptr, err := b.pool.raw(MemWorkspace, ResnCounterBytes, what)
 		if err != nil {
 			return err
 		}
-		if err := b.s.MemsetD8(ptr, 0, 256); err != nil {
+		if err := b.s.MemsetD8(ptr, 0, ResnCounterBytes); err != nil {
 			return fmt.Errorf("cuda: zero the %s: %w", what, err)
 		}
 		b.resnCtr = ptr
