@@ -284,47 +284,51 @@ func fuseMatMulAdd(g *Graph, supports supportsFn) int {
 	return count
 }
 
+// foldProducer folds into each live node c that isC accepts its in[0] p
+// when isP accepts p, p is not the graph's output, c is p's only reader
+// and the backends offer kind on (p, c): fold rewrites c, and p goes.
+// It returns the folds made.
+func foldProducer(g *Graph, supports supportsFn, kind FuseKind, isC, isP func(*Node) bool, fold func(p, c *Node)) int {
+	cons := g.liveConsumers()
+	count := 0
+	for _, c := range g.Nodes {
+		if c.dead || !isC(c) {
+			continue
+		}
+		p := g.node(c.Inputs[0])
+		if p.dead || !isP(p) || p.ID == g.Output || !only(cons, p.ID, c.ID) || !supports(kind, p, c) {
+			continue
+		}
+		fold(p, c)
+		p.dead = true
+		count++
+	}
+	return count
+}
+
+// isMatMulAdd accepts the residual fusion's node.
+func isMatMulAdd(n *Node) bool { return n.Op == OpMatMulAdd }
+
 // fuseNormQ8: FusedQKV(RmsNorm(x)) or FusedFFN(RmsNorm(x)) with the norm
 // read by that node alone -> the node reads x and carries the norm's weight
 // in Norm (and its eps in P.Eps). Runs after fuseQKV and fuseFFN.
 func fuseNormQ8(g *Graph, supports supportsFn) int {
-	cons := g.liveConsumers()
-	count := 0
-	for _, c := range g.Nodes {
-		if c.dead || (c.Op != OpFusedQKV && c.Op != OpFusedFFN) || c.Norm != "" {
-			continue
-		}
-		n := g.node(c.Inputs[0])
-		if n.dead || n.Op != OpRmsNorm || n.Weight == "" || n.ID == g.Output || !only(cons, n.ID, c.ID) || !supports(FuseNormQ8, n, c) {
-			continue
-		}
-		c.Inputs[0], c.Norm, c.P.Eps = n.Inputs[0], n.Weight, n.P.Eps
-		n.dead = true
-		count++
-	}
-	return count
+	return foldProducer(g, supports, FuseNormQ8,
+		func(c *Node) bool { return (c.Op == OpFusedQKV || c.Op == OpFusedFFN) && c.Norm == "" },
+		func(n *Node) bool { return n.Op == OpRmsNorm && n.Weight != "" },
+		func(n, c *Node) { c.Inputs[0], c.Norm, c.P.Eps = n.Inputs[0], n.Weight, n.P.Eps })
 }
 
 // fuseAttnQ8: MatMulAdd(Attn(q, kvw, deps...), r) with the attention read
 // by the matmul-add alone -> AttnMatMulAdd with inputs q, kvw, r, deps...
 // and the attention's params. Runs after fuseMatMulAdd.
 func fuseAttnQ8(g *Graph, supports supportsFn) int {
-	cons := g.liveConsumers()
-	count := 0
-	for _, m := range g.Nodes {
-		if m.dead || m.Op != OpMatMulAdd {
-			continue
-		}
-		a := g.node(m.Inputs[0])
-		if a.dead || a.Op != OpAttn || a.ID == g.Output || !only(cons, a.ID, m.ID) || !supports(FuseAttnQ8, a, m) {
-			continue
-		}
-		m.Op, m.P = OpAttnMatMulAdd, a.P
-		m.Inputs = append([]int{a.Inputs[0], a.Inputs[1], m.Inputs[1]}, a.Inputs[2:]...)
-		a.dead = true
-		count++
-	}
-	return count
+	return foldProducer(g, supports, FuseAttnQ8, isMatMulAdd,
+		func(a *Node) bool { return a.Op == OpAttn },
+		func(a, m *Node) {
+			m.Op, m.P = OpAttnMatMulAdd, a.P
+			m.Inputs = append([]int{a.Inputs[0], a.Inputs[1], m.Inputs[1]}, a.Inputs[2:]...)
+		})
 }
 
 // fuseFFNQ8: MatMulAdd(FusedFFN(x), r) with the FFN output read by the
@@ -332,22 +336,12 @@ func fuseAttnQ8(g *Graph, supports supportsFn) int {
 // norm and eps, and the matmul's weight and bias. Runs after fuseFFN,
 // fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along).
 func fuseFFNQ8(g *Graph, supports supportsFn) int {
-	cons := g.liveConsumers()
-	count := 0
-	for _, m := range g.Nodes {
-		if m.dead || m.Op != OpMatMulAdd {
-			continue
-		}
-		f := g.node(m.Inputs[0])
-		if f.dead || f.Op != OpFusedFFN || f.ID == g.Output || !only(cons, f.ID, m.ID) || !supports(FuseFFNQ8, f, m) {
-			continue
-		}
-		m.Op, m.Inputs = OpFFNMatMulAdd, []int{f.Inputs[0], m.Inputs[1]}
-		m.Weights, m.Norm, m.P.Eps = f.Weights, f.Norm, f.P.Eps
-		f.dead = true
-		count++
-	}
-	return count
+	return foldProducer(g, supports, FuseFFNQ8, isMatMulAdd,
+		func(f *Node) bool { return f.Op == OpFusedFFN },
+		func(f, m *Node) {
+			m.Op, m.Inputs = OpFFNMatMulAdd, []int{f.Inputs[0], m.Inputs[1]}
+			m.Weights, m.Norm, m.P.Eps = f.Weights, f.Norm, f.P.Eps
+		})
 }
 
 // fuseResNormQ8: a FusedQKV / FusedFFN node c that carries a folded norm
