@@ -90,6 +90,7 @@ const (
 	attnPrefill2  = "prefill2"  // minfer_attn_prefill2_*
 	attnPrefillTC = "prefilltc" // minfer_attn_prefill_tc_* (MINFER_FA_PREFILL_TC)
 	attnDecode2   = "decode2"   // minfer_attn_decode2l_* (decode2q_* with MINFER_FUSE_ATTN_Q8)
+	attnDecodeTC  = "decodetc"  // minfer_attn_decode_tc_* (MINFER_ATTN_DECODE_TC)
 )
 
 // attnFamily is the attention kernel of an nt-token call: the tiled
@@ -105,6 +106,8 @@ func attnFamily(nt int, lv levers.Config) string {
 		return attnPrefillTC
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
 		return attnPrefill2
+	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC:
+		return attnDecodeTC
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
 		return attnDecode2
 	}
@@ -181,6 +184,14 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 			return nil, err
 		}
 		return func() error { return b.k.AttentionDecode2(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
+	case attnDecodeTC:
+		part, partBytes, err := b.attnTCScratch(ap, attnDecodeTCSplits(ap, b.dev.Attr.SMCount))
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			return b.k.AttentionDecodeTC(b.s, o, 0, 0, p[0], kr, vr, f, win, part, partBytes, ap)
+		}, nil
 	}
 	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 }
@@ -207,7 +218,7 @@ func (b *Backend) attnQ8Route(a, m *graph.Node) bool {
 	if a.Op != graph.OpAttn || m.Op != graph.OpMatMulAdd || a.Shape[1] != 1 || m.Shape.Rows() != 1 {
 		return false
 	}
-	if attnFamily(1, b.lv) != attnDecode2 || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
+	if fam := attnFamily(1, b.lv); (fam != attnDecode2 && fam != attnDecodeTC) || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
 		return false
 	}
 	w := b.weights[m.Weight]
@@ -238,19 +249,32 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 	if m.w.rows != n.Shape[0] || in[2].Len != out.Len {
 		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[2].Len, n.Shape)
 	}
-	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || attnFamily(nt, b.lv) != attnDecode2 || !ops.ap.q8Form() {
+	fam := attnFamily(nt, b.lv)
+	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || (fam != attnDecode2 && fam != attnDecodeTC) || !ops.ap.q8Form() {
 		return nil, fmt.Errorf("attention (head_dim %d) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
 			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
-	}
-	scr, scrBytes, err := b.attnDecode2Scratch(ops.ap)
-	if err != nil {
-		return nil, err
 	}
 	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
 	if err != nil {
 		return nil, err
 	}
 	f := b.kvSpec.Format
+	if fam == attnDecodeTC { // the combine writes the Q8_1 row
+		part, partBytes, err := b.attnTCScratch(ops.ap, attnDecodeTCSplits(ops.ap, b.dev.Attr.SMCount))
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			if err := b.k.AttentionDecodeTC(b.s, 0, b.mm.ActQ8, b.mm.ActQ8Bytes, p[0], ops.kr, ops.vr, f, ops.win, part, partBytes, ops.ap); err != nil {
+				return err
+			}
+			return b.mmvqResNormFromQ8(m, o, p[2], nrm)
+		}, nil
+	}
+	scr, scrBytes, err := b.attnDecode2Scratch(ops.ap)
+	if err != nil {
+		return nil, err
+	}
 	return func() error {
 		if err := b.k.AttentionDecode2Q8(b.s, 0, b.mm.ActQ8, b.mm.ActQ8Bytes, p[0], ops.kr, ops.vr, f, ops.win, scr, scrBytes, ops.ap); err != nil {
 			return err

@@ -64,7 +64,8 @@ var attnDecode2Names = func() (n [2][3][3]string) {
 // set to 1 where another setting sends that work to another kernel, the
 // setting would switch nothing that was asked for. (Those on by default
 // yield instead while unset.)
-var optInRequires = []string{"MINFER_MMQ_F16_KQ", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED", "MINFER_FUSE_FFN_Q8", "MINFER_FUSE_RES_NORM_Q8"}
+var optInRequires = []string{"MINFER_MMQ_F16_KQ", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED", "MINFER_FUSE_FFN_Q8", "MINFER_FUSE_RES_NORM_Q8",
+	"MINFER_ATTN_DECODE_TC"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.

@@ -196,13 +196,14 @@ func ad2Census(b *Backend, prefix string) int64 {
 // replay with a new window each step) against the engine/cpu backend, every
 // KV format, no window and a sliding window; the census shows the lean
 // kernels ran. The lean kernels and graphs are pinned on
-// (MINFER_NO_SPLITK_ATTN=0, dsGraphsOn): an A/B's arm B may turn either off.
+// (MINFER_NO_SPLITK_ATTN=0, MINFER_ATTN_DECODE_TC=0, dsGraphsOn): an A/B's
+// arm B may turn either off.
 func TestAttnDecode2_BackendMatchesCPUBackendAcrossReplays(t *testing.T) {
 	dsNeedDevice(t)
 	worst := 0.0
 	for _, f := range kv.Formats() {
 		for _, w := range []int{0, 64} {
-			d, b := adBackendRun(t, dsLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0"}, dsGraphsOn...)...), f, w)
+			d, b := adBackendRun(t, dsLevers(t, append([]string{"MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_TC=0"}, dsGraphsOn...)...), f, w)
 			worst = max(worst, d)
 			if st := b.CaptureStats(); !st.Disabled && st.Replays == 0 {
 				t.Errorf("%s window %d: no replay happened (%+v): the test did not cover graph replays", f, w, st)
@@ -225,7 +226,7 @@ func TestAttnDecode2_LeverSwitchesTheKernel(t *testing.T) {
 		if off {
 			val = "1"
 		}
-		_, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN="+val), kv.F16, 0)
+		_, b := adBackendRun(t, dsLevers(t, "MINFER_LAUNCH_CENSUS=1", "MINFER_NO_SPLITK_ATTN="+val, "MINFER_ATTN_DECODE_TC=0"), kv.F16, 0)
 		lean, plain := ad2Census(b, "minfer_attn_decode2"), ad2Census(b, "minfer_attn_f32") // decode2l_* or decode2q_*
 		if !off && (lean == 0 || plain != 0) {
 			t.Errorf("lever unset: %d split-K launches (want > 0), %d plain (want 0); census %v", lean, plain, b.Kernels().Census())
@@ -288,8 +289,8 @@ func TestAttnDecode2_WholeModelLeverOnVsOffWithin1e3(t *testing.T) {
 		{"qwen2-0.5b Q8_0", dsSynth(t, "qwen2-0.5b", "Q8_0"), 5e-2, 0.2},
 	}
 	for _, m := range models {
-		v2 := ad2LongSteps(t, m.path, 8, append([]string{"MINFER_NO_SPLITK_ATTN=0"}, dsGraphsOn...)...)
-		direct := ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=0", "MINFER_NO_CUDA_GRAPH=1")
+		v2 := ad2LongSteps(t, m.path, 8, append([]string{"MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_TC=0"}, dsGraphsOn...)...)
+		direct := ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=0", "MINFER_ATTN_DECODE_TC=0", "MINFER_NO_CUDA_GRAPH=1")
 		arms := map[string][][]float32{
 			"plain": ad2LongSteps(t, m.path, 8, "MINFER_NO_SPLITK_ATTN=1"),
 		}

@@ -186,8 +186,10 @@ func attnPrefillTCSmem(hd int) int {
 // dev.Do, as PrepareAttnPrefill2.
 func (k *Kernels) PrepareAttnPrefillTC() error {
 	for _, hd := range []int{64, 128} {
-		if err := k.prepareOptIn("attn_prefill_tc", attnPrefillTCName(hd), attnPrefillTCSmem(hd)); err != nil {
-			return err
+		for _, name := range []string{attnPrefillTCName(hd), attnDecodeTCName(hd)} {
+			if err := k.prepareOptIn("attn_prefill_tc", name, attnPrefillTCSmem(hd)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -260,6 +262,96 @@ func (k *Kernels) combineTC(s *driver.Stream, op string, out, part, win driver.D
 		out, part, win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NCtx), int32(p.Window),
 		int32(nsplit), int32(hd+2)); err != nil {
 		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, combine, p.NT, p.NHead, p.NHeadKV, nsplit, err)
+	}
+	return nil
+}
+
+// The tensor-core decode attention (MINFER_ATTN_DECODE_TC): the tensor-core
+// kernels' body with a block of one warp and 16 rows (the G query heads of
+// a KV head for nt tokens, padded), so one K / V tile in shared memory
+// serves a KV head's whole group through the tensor cores; the partials and
+// scratch of the prefill kernels, and a combine of its own
+// (minfer_attn_decode_tc_combine: a block of 4 warps a row, the splits'
+// loads in flight together) that also writes the Q8_1 row under
+// MINFER_FUSE_ATTN_Q8.
+const (
+	attnDecodeTCRows    = 16
+	attnDecodeTCThreads = 32
+	// attnDecodeTCMaxSplits caps the KV splits of a decode launch
+	// (fatc::DC_MAXS, what the combine's lanes hold).
+	attnDecodeTCMaxSplits = 128
+	attnDecodeTCCombine   = "minfer_attn_decode_tc_combine"
+	attnDecodeTCCombineTh = 128 // fatc::DC_WARPS * 32
+)
+
+// attnDecodeTCName is the decode kernel of a head_dim variant (64 or 128).
+func attnDecodeTCName(hd int) string { return fmt.Sprintf("minfer_attn_decode_tc_hd%d", hd) }
+
+// attnDecodeTCSplits is how many blocks share each (row tile, KV head)'s
+// cells: as many as fill one wave of the blocks an SM holds (its shared
+// memory: 3 of head_dim 128, 6 of 64), at least 2 (the combine always
+// writes the row, so the Q8_1 form has one path), at most one a 64-cell
+// tile of the context, attnDecodeTCMaxSplits, and what the prefill
+// kernels' scratch holds. It depends on the shapes, the context and the
+// device only (a captured graph replays with more cells filled); each split
+// takes an equal share of the filled tiles at run time. 7B (4 KV heads, G
+// 7) on 132 SMs: 99 splits, 396 blocks.
+func attnDecodeTCSplits(p AttnParams, smCount int) int {
+	hd := attnPrefillHD(p.HeadDim)
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	base := (rows + attnDecodeTCRows - 1) / attnDecodeTCRows * p.NHeadKV
+	if base <= 0 {
+		return 2
+	}
+	perSM := (228 << 10) / (attnPrefillTCSmem(hd) + 1<<10) // the H100's / H200's shared memory an SM, 1 KiB reserved a block
+	ns := min(max(perSM*smCount/base, 1), attnDecodeTCMaxSplits, max((p.NCtx+attnPrefillBN-1)/attnPrefillBN, 1))
+	rec := p.NHeadKV * rows * (hd + 2) * 4 // one split's partials
+	return max(min(ns, AttnPrefillTCScratchBytes(p.HeadDim, smCount)/rec), 2)
+}
+
+// AttentionDecodeTC is the decode attention's contract (nt <=
+// AttnDecodeMaxNT) through the tensor cores (numerics: the
+// f16-attention-tile class). part is the prefill kernels' scratch
+// (AttnPrefillTCScratchBytes). The combine writes out (f32, unless out is
+// 0) and, when q8 is not 0, the rows' Q8_1 blocks at q8 (head_dim 64 / 128,
+// q8Bytes at least ActQ8Bytes of the rows): the o-projection's input under
+// MINFER_FUSE_ATTN_Q8.
+func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
+	format kv.Format, win driver.DevicePtr, part driver.DevicePtr, partBytes int, p AttnParams) error {
+	const op = "attn_decode_tc"
+	rb, err := p.check(format)
+	if err != nil {
+		return err
+	}
+	if p.NT > AttnDecodeMaxNT {
+		return opsBad(op, "nt %d: the decode kernels take at most %d tokens", p.NT, AttnDecodeMaxNT)
+	}
+	if out == 0 && q8 == 0 {
+		return opsBad(op, "no output: out and q8 are both null")
+	}
+	if q8 != 0 {
+		if !p.q8Form() {
+			return opsBad(op, "a Q8_1 output at head_dim %d: the kernels write it at head_dim 64 or 128", p.HeadDim)
+		}
+		if need := ActQ8Bytes(p.HeadDim*p.NHead, p.NT); q8Bytes < need {
+			return opsBad(op, "the Q8_1 output of %d bytes is short of %d", q8Bytes, need)
+		}
+	}
+	hd := attnPrefillHD(p.HeadDim)
+	rows := p.NT * (p.NHead / p.NHeadKV)
+	nsplit := attnDecodeTCSplits(p, k.dev.Attr.SMCount)
+	if need := nsplit * p.NHeadKV * rows * (hd + 2) * 4; part == 0 || partBytes < need {
+		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
+	}
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnDecodeTCName(hd), prep: "PrepareAttnPrefillTC",
+		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnDecodeTCRows, threads: attnDecodeTCThreads, nsplit: nsplit,
+		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
+		return err
+	}
+	if err := k.launch(s, attnDecodeTCCombine, [3]uint32{uint32(rows * p.NHeadKV), 1, 1}, [3]uint32{attnDecodeTCCombineTh, 1, 1}, 0,
+		out, q8, part, win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NCtx), int32(p.Window),
+		int32(nsplit), int32(hd+2)); err != nil {
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, attnDecodeTCCombine, p.NT, p.NHead, p.NHeadKV, nsplit, err)
 	}
 	return nil
 }

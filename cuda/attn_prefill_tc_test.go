@@ -89,6 +89,11 @@ func TestAttnPrefillTCGeometry_MatchesKernelSource(t *testing.T) {
 		`minfer_attn_prefill_tc_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`, `minfer_attn_prefill_tc_combine\(`,
 		`ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16`, `ex2\.approx\.ftz\.f32`,
 		fmt.Sprintf(`__launch_bounds__\(%d, 2\)\s+minfer_attn_prefill_tc_hd128\(`, attnPrefillTCThreads),
+		// The decode form: one warp and 16 rows, and its combine.
+		fmt.Sprintf(`__launch_bounds__\(%d\)\s+minfer_attn_decode_tc_hd128\(MINFER_PREFILL_ATTN_PARAMS, float\* part, int nsplit\)`, attnDecodeTCThreads),
+		fmt.Sprintf(`attn_prefill_tc<128, %d>`, attnDecodeTCRows), `constexpr int THR = 2 \* ROWS;`,
+		fmt.Sprintf(`constexpr int DC_WARPS = %d, DC_MAXS = %d,`, attnDecodeTCCombineTh/32, attnDecodeTCMaxSplits),
+		`minfer_attn_decode_tc_combine\(\s+float\* out, uint8_t\* q8, const float\* part, const int\* win, int nt, int n_head, int n_head_kv, int hd, int n_ctx,\s+int window, int nsplit, int ld\)`,
 	} {
 		if !regexp.MustCompile(re).Match(src) {
 			t.Errorf("kernels/attn_prefill2.cu (with mma.cuh) has no %q", re)
@@ -142,6 +147,7 @@ func TestAttnTCLaunchers_RefuseBadCalls(t *testing.T) {
 	k := &Kernels{dev: &driver.Device{Attr: driver.Attributes{SMCount: 132}}}
 	const p0 = driver.DevicePtr(0x1000)
 	pre := AttnParams{NT: 512, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}
+	dec := AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}
 	need := func(p AttnParams, ns int) int { return ns * p.NHeadKV * p.NT * (p.NHead / p.NHeadKV) * (128 + 2) * 4 }
 	for _, c := range []struct {
 		name, op, want string
@@ -149,9 +155,72 @@ func TestAttnTCLaunchers_RefuseBadCalls(t *testing.T) {
 	}{
 		{"prefill, no scratch", "attn_prefill_tc", "3 splits need", k.AttentionPrefillTC(nil, p0, p0, p0, p0, kv.F16, p0, 0, 1<<30, pre)},
 		{"prefill, short scratch", "attn_prefill_tc", "3 splits need", k.AttentionPrefillTC(nil, p0, p0, p0, p0, kv.F16, p0, p0, need(pre, 3)-1, pre)},
+		{"decode, short scratch", "attn_decode_tc", "99 splits need", k.AttentionDecodeTC(nil, p0, 0, 0, p0, p0, p0, kv.F16, p0, p0, need(dec, 99)-1, dec)},
+		{"decode, no output", "attn_decode_tc", "no output", k.AttentionDecodeTC(nil, 0, 0, 0, p0, p0, p0, kv.F16, p0, p0, 1<<30, dec)},
+		{"decode, short Q8_1 row", "attn_decode_tc", "short of", k.AttentionDecodeTC(nil, 0, p0, 100, p0, p0, p0, kv.F16, p0, p0, 1<<30, dec)},
+		{"decode, Q8_1 at head_dim 80", "attn_decode_tc", "head_dim 80", k.AttentionDecodeTC(nil, 0, p0, 1<<20, p0, p0, p0, kv.F32, p0, p0, 1<<30,
+			AttnParams{NT: 1, NHead: 4, NHeadKV: 2, HeadDim: 80, NCtx: 4096})},
+		{"decode, nt 9", "attn_decode_tc", "at most", k.AttentionDecodeTC(nil, p0, 0, 0, p0, p0, p0, kv.F16, p0, p0, 1<<30,
+			AttnParams{NT: 9, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768})},
 	} {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.op) || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %s and %q", c.name, c.err, c.op, c.want)
 		}
+	}
+}
+
+// The tensor-core decode kernels' splits fill one wave of the blocks an SM
+// holds (its shared memory), at least 2 (the combine always runs), never
+// more than the context's 64-cell tiles or the combine's 128, and every
+// shape's partials fit the prefill kernels' scratch; MINFER_ATTN_DECODE_TC
+// routes decode (nt <= 8) only, and is refused beside the plain kernel.
+func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecodeOnly(t *testing.T) {
+	const sms = 132
+	for _, c := range []struct {
+		nt, nh, nkv, hd, nctx, want int
+	}{
+		{1, 28, 4, 128, 32768, 99}, // 7B: 3 blocks an SM x 132 / 4 KV heads
+		{1, 14, 2, 64, 32768, 128}, // qwen2-0.5b: 6 an SM, the cap
+		{1, 28, 4, 128, 300, 5},    // a short context: its 5 tiles
+		{1, 28, 4, 128, 64, 2},     // one tile: still 2 (the combine writes the row)
+		{8, 28, 4, 128, 32768, 24}, // 56 rows: 4 row tiles a KV head
+	} {
+		p := AttnParams{NT: c.nt, NHead: c.nh, NHeadKV: c.nkv, HeadDim: c.hd, NCtx: c.nctx}
+		if got := attnDecodeTCSplits(p, sms); got != c.want {
+			t.Errorf("nt %d heads %d/%d hd %d n_ctx %d: %d splits, want %d", c.nt, c.nh, c.nkv, c.hd, c.nctx, got, c.want)
+		}
+	}
+	for _, h := range [][3]int{{28, 4, 128}, {14, 2, 64}, {16, 8, 128}, {32, 32, 128}, {12, 2, 80}, {64, 8, 128}} {
+		for nt := 1; nt <= AttnDecodeMaxNT; nt++ {
+			p := AttnParams{NT: nt, NHead: h[0], NHeadKV: h[1], HeadDim: h[2], NCtx: 131072}
+			ns := attnDecodeTCSplits(p, sms)
+			need := ns * h[1] * nt * (h[0] / h[1]) * (attnPrefillHD(h[2]) + 2) * 4
+			if ns < 2 || ns > attnDecodeTCMaxSplits || need > AttnPrefillTCScratchBytes(h[2], sms) {
+				t.Fatalf("nt %d heads %d/%d hd %d: %d splits need %d bytes, the scratch holds %d", nt, h[0], h[1], h[2], ns, need,
+					AttnPrefillTCScratchBytes(h[2], sms))
+			}
+		}
+	}
+	on, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for nt, want := range map[int]string{1: attnDecodeTC, AttnDecodeMaxNT: attnDecodeTC, AttnPrefillMinNT: attnPrefillTC} {
+		if got := attnFamily(nt, on); got != want {
+			t.Errorf("nt %d with the lever: %s, want %s", nt, got, want)
+		}
+	}
+	if attnFamily(1, levers.Default()) != attnDecode2 {
+		t.Error("the lever is off by default: decode must stay on minfer_attn_decode2*")
+	}
+	lv, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_NO_SPLITK_ATTN=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := optInConflict(lv, "MINFER_ATTN_DECODE_TC"); err == nil || !strings.Contains(err.Error(), "MINFER_NO_SPLITK_ATTN") {
+		t.Errorf("MINFER_ATTN_DECODE_TC=1 beside MINFER_NO_SPLITK_ATTN=1: %v, want the refusal", err)
+	}
+	if attnDecodeTCName(128) != "minfer_attn_decode_tc_hd128" {
+		t.Error(attnDecodeTCName(128))
 	}
 }

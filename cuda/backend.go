@@ -160,7 +160,7 @@ func New(opts Options) (*Backend, error) {
 		if err := k.PrepareAttnPrefill2(); err != nil {
 			return err
 		}
-		if opts.Levers.FAPrefillTC {
+		if opts.Levers.FAPrefillTC || opts.Levers.AttnDecodeTC {
 			if err := k.PrepareAttnPrefillTC(); err != nil {
 				return err
 			}

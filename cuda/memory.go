@@ -238,10 +238,15 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	// The tensor-core kernels' partials (attnTCScratch), allocated the
 	// first time a launch splits: a prefill's last chunk may be short
 	// enough to split, so any prefill through them counts it.
-	if attnFamily(1, b.lv) == attnDecode2 {
+	// The decode and prefill tensor-core kernels share one (attnTCScratch).
+	tc := nt >= AttnPrefillMinNT && attnFamily(nt, b.lv) == attnPrefillTC
+	switch attnFamily(1, b.lv) {
+	case attnDecode2:
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
+	case attnDecodeTC:
+		tc = true
 	}
-	if nt >= AttnPrefillMinNT && attnFamily(nt, b.lv) == attnPrefillTC {
+	if tc {
 		attn += AttnPrefillTCScratchBytes(p.HeadDim, sms)
 	}
 	if err == nil {

@@ -31,6 +31,7 @@
 #include "common.cuh"
 #include "cpasync.cuh"
 #include "mma.cuh"
+#include "q8_1.cuh"
 
 // PrefillTile is one block's share of a tiled prefill attention: KV head
 // kvh and the BM query rows from r0 (row R = t * G + g, nrows in all), the
@@ -379,11 +380,11 @@ __device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_
 // stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
 // hd == HD) into k and v, 16 bytes each as stored; cells outside [lo, hi]
 // are zero-filled (their source is cell lo's, never read).
-template <int HD>
+template <int HD, int THR>
 __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                           const uint8_t* __restrict__ vreg, long long row_bytes, int off, int c0,
                                           int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += NT) {
+    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += THR) {
         const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
         const int c = c0 + j;
         const bool in = c >= lo && c <= hi;
@@ -397,9 +398,9 @@ __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* _
 // range (the inner tiles): kp / vp are this thread's first
 // sources (cell c0 + tid / CPR, column 8 (tid % CPR) of the KV head), each
 // next copy step bytes on; no per-copy index, range or row arithmetic.
-template <int HD>
+template <int HD, int THR>
 __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t* kp, const uint8_t* vp, long long step) {
-    constexpr int CPR = HD / 8, RPI = NT / CPR; // 16-byte chunks a row; rows a pass of the block
+    constexpr int CPR = HD / 8, RPI = THR / CPR; // 16-byte chunks a row; rows a pass of the block
     const int o = (threadIdx.x / CPR) * Geo<HD>::KLD + 8 * (threadIdx.x % CPR);
 #pragma unroll
     for (int i = 0; i < BN / RPI; i++) {
@@ -411,11 +412,11 @@ __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t
 // stage_pairs stores tile c0 of any cache into k and v as f16, a pair of
 // values at a time (f32 rounded, q8_0 dequantized then rounded); cells
 // outside [lo, hi] and columns past hd are zero.
-template <int HD>
+template <int HD, int THR>
 __device__ __forceinline__ void stage_pairs(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                             const uint8_t* __restrict__ vreg, int format, long long row_bytes, int off,
                                             int hd, int c0, int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += NT) {
+    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += THR) {
         const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
         const int c = c0 + j;
         float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
@@ -444,7 +445,9 @@ __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, i
     first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
-template <int HD>
+// ROWS: the rows of a block, a warp each 16 (BM for prefill; 16, one warp,
+// for the decode kernels).
+template <int HD, int ROWS = BM>
 __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                                 const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
@@ -459,14 +462,15 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3; // fragment row group and column pair
     const int start = win[0];
-    const PrefillTile pt = prefill_tile<BM>(nt, n_head, n_head_kv, start, n_ctx, window);
+    constexpr int THR = 2 * ROWS; // a warp a 16 rows
+    const PrefillTile pt = prefill_tile<ROWS>(nt, n_head, n_head_kv, start, n_ctx, window);
     const int G = pt.G, kvh = pt.kvh;
     const long long nrows = pt.nrows, r0 = pt.r0;
     const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
 
     // Q (rows r0.., zero past nrows and hd) staged in K's place, then held
     // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8.
-    for (int idx = tid; idx < BM * HD; idx += NT) {
+    for (int idx = tid; idx < ROWS * HD; idx += THR) {
         const int r = idx / HD, d = idx % HD;
         const long long R = r0 + r;
         float v = 0.0f;
@@ -532,13 +536,13 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     // A tile whose cells are all in [lo, hi] is copied from this thread's
     // fixed offset in its first row (stage_f16_in).
     constexpr int CPR = HD / 8;
-    const long long step = (long long)(NT / CPR) * row_bytes;
+    const long long step = (long long)(THR / CPR) * row_bytes;
     const long long toff = (long long)(tid / CPR) * row_bytes + 2LL * (off + 8 * (tid % CPR));
     auto stage = [&](__half* kd, int c) {
         if (c >= lo && c + BN - 1 <= hi)
-            stage_f16_in<HD>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
+            stage_f16_in<HD, THR>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
         else
-            stage_f16<HD>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
+            stage_f16<HD, THR>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
     };
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
     if (f16x8 && c_first <= c_last) stage(smem, c_first);
@@ -553,7 +557,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             minfer_cp_async_commit();
             minfer_cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
-            stage_pairs<HD>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
+            stage_pairs<HD, THR>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
         }
         __syncthreads(); // the tile is visible to every warp
         const bool sees = !(wlast < c0 || wfirst > c0 + BN - 1); // any row of this warp sees the tile
@@ -706,6 +710,99 @@ __device__ __forceinline__ void combine_tc(float* out, const float* __restrict__
 }
 } // namespace fatc
 
+namespace fatc {
+// The decode combine (MINFER_ATTN_DECODE_TC): the decode kernels split a KV
+// head's cells over ~100 blocks, so a row has ~100 partials, and
+// combine_tc's one warp walking them in turn (three passes, a load's
+// latency each split) cost ~60 us a layer at 7B (session 21's FAIL). Here a
+// block of DC_WARPS warps takes one row: every warp loads the splits' (m,
+// l) at once (lane s % 32, DC_MAXS / 32 a lane) and computes the same
+// weights; warp w sums splits w, w + DC_WARPS, ... with DC_U of them in
+// flight; the warps' sums add in warp order through shared memory. The
+// same partials and formula as combine_tc (e-units m, expf weights),
+// another order of the sums (the f16-attention-tile class either way).
+// With q8 the row's Q8_1 blocks are written too (MINFER_FUSE_ATTN_Q8, hd 64
+// / 128: warp w quantizes blocks w, w + DC_WARPS, ..., minfer_q8_1_warp on
+// the values written as f32), and out may be null.
+constexpr int DC_WARPS = 4, DC_MAXS = 128, DC_U = 8;
+__shared__ float dc_sum[DC_WARPS][128];
+
+__device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float* __restrict__ part, const int* win, int nt,
+                                            int n_head, int n_head_kv, int hd, int n_ctx, int window, int nsplit, int ld) {
+    constexpr int NJ = DC_MAXS / 32;
+    const int G = n_head / n_head_kv, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const long long nrows = (long long)nt * G;
+    const long long w = blockIdx.x; // row w = kvh * nrows + R, the kernels' order
+    if (w >= nrows * n_head_kv) return; // block-uniform
+    const int kvh = (int)(w / nrows);
+    const long long R = w % nrows;
+    int first, last;
+    bool nan_row;
+    row_cells(R, nrows, G, win[0], n_ctx, window, first, last, nan_row);
+    const long long yrow = (R / G) * n_head + kvh * G + (int)(R % G);
+    const long long stride = (long long)n_head_kv * nrows * ld; // one split to the next
+    const float* rec = part + w * ld;
+    float ms[NJ], ls[NJ], M = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int s = lane + 32 * j;
+        ms[j] = -INFINITY, ls[j] = 0.0f;
+        if (s < nsplit) ms[j] = __ldcg(rec + s * stride + ld - 2), ls[j] = __ldcg(rec + s * stride + ld - 1);
+        M = fmaxf(M, ms[j]);
+    }
+    M = mops::warp_max(M);
+    float wt[NJ], wl = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        wt[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M); // a split that saw no cell of the row weighs 0
+        wl = __fadd_rn(wl, __fmul_rn(wt[j], ls[j]));
+    }
+    const float inv = __fdiv_rn(1.0f, mops::warp_sum(wl));
+    // Element pairs p = lane + 32 i of the row (hd <= 128: i < 2).
+    const int np = hd >> 1;
+    float2 a[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+    for (int s0 = wp; s0 < nsplit; s0 += DC_WARPS * DC_U) {
+        float ws[DC_U];
+        float2 v[DC_U][2];
+#pragma unroll
+        for (int u = 0; u < DC_U; u++) {
+            const int s = s0 + DC_WARPS * u; // warp-uniform
+            float x = wt[NJ - 1];
+#pragma unroll
+            for (int j = NJ - 2; j >= 0; j--) x = (s >> 5) == j ? wt[j] : x;
+            ws[u] = s < nsplit ? __shfl_sync(0xffffffffu, x, s & 31) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int pr = lane + 32 * i;
+                v[u][i] = ws[u] != 0.0f && pr < np ? __ldcg(reinterpret_cast<const float2*>(rec + s * stride) + pr) : make_float2(0.0f, 0.0f);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DC_U; u++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) a[i].x = fmaf(ws[u], v[u][i].x, a[i].x), a[i].y = fmaf(ws[u], v[u][i].y, a[i].y);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int pr = lane + 32 * i;
+        if (pr < np) dc_sum[wp][2 * pr] = a[i].x, dc_sum[wp][2 * pr + 1] = a[i].y;
+    }
+    __syncthreads();
+    auto value = [&](int d) {
+        float x = dc_sum[0][d];
+#pragma unroll
+        for (int k = 1; k < DC_WARPS; k++) x = __fadd_rn(x, dc_sum[k][d]);
+        return nan_row ? __int_as_float(0x7fc00000) : __fmul_rn(x, inv);
+    };
+    if (out != nullptr)
+        for (int d = threadIdx.x; d < hd; d += DC_WARPS * 32) out[yrow * hd + d] = value(d);
+    if (q8 != nullptr) {
+        uint8_t* yq = q8 + yrow * (hd / 32) * MINFER_Q8_1_BYTES;
+        for (int b = wp; b < hd / 32; b += DC_WARPS) minfer_q8_1_warp(yq + b * MINFER_Q8_1_BYTES, value(32 * b + lane), lane);
+    }
+}
+} // namespace fatc
+
 // Grid (ceil(nt * G / 64) * n_head_kv, nsplit), block 128 threads, dynamic
 // shared memory fatc::Geo<HD>::BYTES; the arguments of
 // minfer_attn_prefill2_* (MINFER_PREFILL_ATTN_PARAMS, defined above), then
@@ -726,6 +823,32 @@ extern "C" __global__ void __launch_bounds__(128) minfer_attn_prefill_tc_combine
     float* out, const float* part, const int* win, int nt, int n_head, int n_head_kv, int hd, int n_ctx, int window,
     int nsplit, int ld) {
     fatc::combine_tc(out, part, win, nt, n_head, n_head_kv, hd, n_ctx, window, nsplit, ld);
+}
+
+// minfer_attn_decode_tc_hd{64,128} (MINFER_ATTN_DECODE_TC): the kernels'
+// body for decode (nt <= 8) with a block of one warp and 16 rows, the G
+// query heads of a KV head for nt tokens (nt * G <= 16 a block, padded:
+// the tensor cores have room to spare in decode, the K / V bytes are the
+// cost), so one K / V tile staged in shared memory serves a KV head's whole
+// group. Grid (ceil(nt * G / 16) * n_head_kv, nsplit), block 32 threads,
+// shared memory fatc::Geo<HD>::BYTES; the partials of the prefill kernels,
+// merged by minfer_attn_decode_tc_combine.
+extern "C" __global__ void __launch_bounds__(32)
+    minfer_attn_decode_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<64, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+extern "C" __global__ void __launch_bounds__(32)
+    minfer_attn_decode_tc_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<128, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+// Grid nt * G * n_head_kv (a block a row), block fatc::DC_WARPS * 32
+// threads, no dynamic shared memory; nsplit <= fatc::DC_MAXS, hd <= 128
+// (64 or 128 with q8), ld = HD + 2 of the split kernel's variant; out, q8:
+// either may be null.
+extern "C" __global__ void __launch_bounds__(fatc::DC_WARPS * 32) minfer_attn_decode_tc_combine(
+    float* out, uint8_t* q8, const float* part, const int* win, int nt, int n_head, int n_head_kv, int hd, int n_ctx,
+    int window, int nsplit, int ld) {
+    fatc::combine_dec(out, q8, part, win, nt, n_head, n_head_kv, hd, n_ctx, window, nsplit, ld);
 }
 #undef MINFER_PREFILL_ATTN_PARAMS
 #undef MINFER_PREFILL_ATTN_ARGS

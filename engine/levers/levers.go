@@ -547,6 +547,16 @@ var registry = []Lever{
 	// The next producer of a decode Q8_1 row (reports/MINFER_MMVQ_INLINE_Q8:
 	// a consumer that quantizes its own input lost): the attention output
 	// the o-projection reads.
+	// Decode at depth: the lean kernel issues its instructions a cell and
+	// query head (ncu, session 20); a KV head's group is a tiny matrix
+	// product. Session 21's form lost to a serial combine (reports/MINFER_ATTN_DECODE_TC).
+	{Name: "MINFER_ATTN_DECODE_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (tensor cores)", Issue: "#20",
+		Doc: "1: decode attention (nt <= 8) on the tensor cores (minfer_attn_decode_tc_*): the tensor-core prefill kernel's body with a block of one warp and 16 rows, the G query heads of a KV head padded, so one K / V tile staged in shared memory (cp.async) serves the whole group through mma.sync; splits fill one wave; " +
+			"minfer_attn_decode_tc_combine merges the splits (4 warps a row, their loads in flight together) and writes the Q8_1 row under MINFER_FUSE_ATTN_Q8; Q, K, V and P rounded to f16 (reports/MINFER_ATTN_DECODE_TC)",
+		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
+		Requires: []string{"MINFER_NO_SPLITK_ATTN=0"},
+		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on; off, minfer_attn_decode2*",
+			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8})},
 	{Name: "MINFER_FUSE_ATTN_Q8", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode attention + the o-projection's activation quantization -> one AttnMatMulAdd node (CUDA)", Issue: "#20",
 		Doc: "0: the decode attention before the o-projection writes an f32 row that a separate minfer_quantize_q8_1 launch quantizes, instead of writing its Q8_1 quantization directly (minfer_attn_decode2q_*: the lean form at head_dim 64 / 128) for the o-projection's residual matvec to read: one launch a layer more, bitwise the same bytes. " +
 			"At its default it yields to a setting its Requires exclude; set to 1 with one it is refused. " +
@@ -818,6 +828,7 @@ type Config struct {
 	FuseResidual     bool
 	FuseNormQ8       bool // MINFER_FUSE_NORM_Q8: the decode norm writes Q8_1
 	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
+	AttnDecodeTC     bool // MINFER_ATTN_DECODE_TC: decode attention on the tensor cores
 	FuseResNormQ8    bool // MINFER_FUSE_RES_NORM_Q8: the residual matvec writes the next norm's Q8_1
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
@@ -975,6 +986,7 @@ func Parse(environ []string) (Config, error) {
 	c.MMQF16KQ = yields("MINFER_MMQ_F16_KQ")
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseAttnQ8 = yields("MINFER_FUSE_ATTN_Q8")
+	c.AttnDecodeTC = on("MINFER_ATTN_DECODE_TC")
 	c.FuseNormQ8 = on("MINFER_FUSE_NORM_Q8")
 	c.FuseResNormQ8 = on("MINFER_FUSE_RES_NORM_Q8")
 	c.MMVQQKVMixed = on("MINFER_MMVQ_QKV_MIXED")

@@ -24,6 +24,14 @@
 #       lsum   the row sums of P count only its odd columns (ones in one half)
 #       log2   the split partials keep m in log2 units (combine_tc reads e-units)
 #       inld   an in-range tile's copies read the next 16-byte column
+#   scripts/kernel-emu/fatc-emu.sh --decode [--plant X]   the decode kernels
+#       (minfer_attn_decode_tc_*, MINFER_ATTN_DECODE_TC: the same body, one
+#       warp a block) and their combine on nt 1..8; every plant above but
+#       combine reaches them, and
+#       thr    the block's thread count taken as twice what is launched
+#       dcw    the combine weighs every split 1 (no rescale to the common max)
+#       dcq    the combine's Q8_1 blocks quantize neighbouring elements swapped
+#       dcs    the combine's warps drop the first element of their last split in flight
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -32,6 +40,10 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=plant.sh
 source "$here/plant.sh"
 quick=()
+if [[ "${1:-}" == "--decode" ]]; then
+    quick=(--decode)
+    shift
+fi
 if [[ "${1:-}" == "--plant" ]]; then
     case "${2:-}" in
     pfrag) from='h2u(s[2 * kk][2], s[2 * kk][3]),'; to='h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]),' ;;
@@ -46,7 +58,11 @@ if [[ "${1:-}" == "--plant" ]]; then
     lsum) from='ONES = 0x3C003C00u;'; to='ONES = 0x3C000000u;' ;;
     log2) from='m[i] * 0.6931471805599453f'; to='m[i]' ;;
     inld) from='2LL * (off + 8 * (tid % CPR));'; to='2LL * (off + 8 * ((tid + 1) % CPR));' ;;
-    *) echo "usage: $0 [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld]" >&2; exit 2 ;;
+    thr) from='constexpr int THR = 2 * ROWS;'; to='constexpr int THR = 4 * ROWS;' ;;
+    dcw) from='wt[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M);'; to='wt[j] = ms[j] == -INFINITY ? 0.0f : 1.0f;' ;;
+    dcq) from='value(32 * b + lane), lane);'; to='value(32 * b + (lane ^ 1)), lane);' ;;
+    dcs) from='a[i].x = fmaf(ws[u], v[u][i].x, a[i].x)'; to='a[i].x = u == DC_U - 1 ? a[i].x : fmaf(ws[u], v[u][i].x, a[i].x)' ;;
+    *) echo "usage: $0 [--decode] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|dcw|dcq|dcs]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick+=(--quick)

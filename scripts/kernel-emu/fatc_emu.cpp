@@ -21,6 +21,21 @@ inline unsigned short __half_as_ushort(__half h) { return h.x; }
 struct alignas(4) __half2 { __half x, y; };
 inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half(a), __float2half(b)}; }
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
+// The decode combine's loads and weight broadcast (adec2_emu.cpp's, with
+// the range check: the partials are registered).
+template <class T> inline T __ldcg(const T* p) {
+    check_range(p, sizeof(T));
+    return *p;
+}
+inline float __shfl_sync(unsigned int, float v, int src, int = 32) {
+    const int lane = threadIdx.x & 31;
+    tw->bar->arrive_and_wait();
+    tw->slot[lane] = v;
+    tw->bar->arrive_and_wait();
+    const float r = tw->slot[src & 31];
+    tw->bar->arrive_and_wait();
+    return r;
+}
 #include "mma.h"
 #include "attn_prefill2.cu"
 namespace fap2 { alignas(32) float4 fap2_smem4[fap2::smem_floats(64, 16) / 4]; }
@@ -30,7 +45,28 @@ namespace fatc { alignas(32) float4 fatc_smem4[fatc::Geo<128>::BYTES / 16]; }
 static std::mt19937 rng(11);
 static float uni() { return (float)((double)rng() / 4294967296.0 * 2 - 1); }
 
-struct Case { int nt, nh, nkv, hd, nctx, window, start, format, nsplit = 1; };
+struct Case { int nt, nh, nkv, hd, nctx, window, start, format, nsplit = 1; float vbias = 0.0f; };
+// decode: the MINFER_ATTN_DECODE_TC kernels (minfer_attn_decode_tc_*: one
+// warp and 16 rows a block, always split) and their combine, which also
+// writes the rows' Q8_1 blocks: checked bitwise against a quantization of
+// the f32 rows it writes (--decode).
+static bool decode = false;
+
+// q8Ref is the Q8_1 block of 32 values by q8_1.cuh's arithmetic on the CPU.
+static void q8Ref(uint8_t* b, const float* v) {
+    float amax = fabsf(v[0]); // as the warp's tree: NaN only when every value is
+    for (int i = 1; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+    float id;
+    const float d = minfer_q8_1_scale(amax, &id);
+    int sum = 0;
+    for (int i = 0; i < 32; i++) {
+        const int q = minfer_q8_1_quant(v[i], id);
+        b[4 + i] = (uint8_t)(int8_t)q;
+        sum += q;
+    }
+    const unsigned short h[2] = {minfer_q8_1_dbits(d), minfer_q8_1_sbits(sum, d)};
+    memcpy(b, h, 4);
+}
 
 // run checks the tensor-core kernel (fma false: f16 tiles, bar 1e-2) or
 // the FMA kernel minfer_attn_prefill2_hd64_bm16 (fma: f32, bar 1e-3; the
@@ -41,7 +77,7 @@ static int run(const Case& c, bool fma = false) {
     std::vector<float> q((size_t)c.nt * c.nh * c.hd), kf((size_t)c.nctx * c.nkv * c.hd), vf(kf.size());
     for (auto& x : q) x = uni();
     for (auto& x : kf) x = uni();
-    for (auto& x : vf) x = uni();
+    for (auto& x : vf) x = uni() + c.vbias; // a bias keeps a long row's output far from 0: every split's share shows
     std::vector<uint8_t> kr((size_t)c.nctx * rb), vr(kr.size());
     for (size_t i = 0; i < kf.size(); i++) {
         if (c.format == mops::KV_F16) { // the cache holds f16: the reference reads the same values
@@ -59,7 +95,8 @@ static int run(const Case& c, bool fma = false) {
     const float scale = 1.0f / sqrtf((float)c.hd);
     std::vector<float> out(q.size(), -7.0f);
     const long long rows = (long long)c.nt * G;
-    const int bm = fma ? 16 : 64, grid = (int)((rows + bm - 1) / bm) * c.nkv;
+    const int bm = fma || decode ? 16 : 64, grid = (int)((rows + bm - 1) / bm) * c.nkv;
+    int q8bad = 0;
     if (fma)
         launch(grid, [&] { minfer_attn_prefill2_hd64_bm16(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
     else {
@@ -68,11 +105,24 @@ static int run(const Case& c, bool fma = false) {
         const int HD = c.hd <= 64 ? 64 : 128, ns = c.nsplit;
         std::vector<float> part(ns > 1 ? (size_t)ns * c.nkv * rows * (HD + 2) : 1, NAN);
         float* pp = ns > 1 ? part.data() : nullptr;
-        auto* k = c.hd <= 64 ? minfer_attn_prefill_tc_hd64 : minfer_attn_prefill_tc_hd128;
+        g_ranges.push_back({part.data(), part.size() * 4});
+        auto* k = decode ? (c.hd <= 64 ? minfer_attn_decode_tc_hd64 : minfer_attn_decode_tc_hd128)
+                         : (c.hd <= 64 ? minfer_attn_prefill_tc_hd64 : minfer_attn_prefill_tc_hd128);
         launch_xy(grid, ns, [&] { k(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale, pp, ns); },
-                  128);
-        if (ns > 1)
+                  decode ? 32 : 128);
+        const bool q8 = decode && c.hd % 32 == 0;
+        std::vector<uint8_t> q8o(q8 ? q.size() / 32 * MINFER_Q8_1_BYTES : 1, 0xA5);
+        if (decode)
+            launch((int)(rows * c.nkv), [&] {
+                minfer_attn_decode_tc_combine(out.data(), q8 ? q8o.data() : nullptr, part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2);
+            });
+        else if (ns > 1)
             launch((int)((rows * c.nkv + 3) / 4), [&] { minfer_attn_prefill_tc_combine(out.data(), part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2); });
+        for (size_t b = 0; q8 && b < q.size() / 32; b++) { // the Q8_1 blocks are those of the f32 row written
+            uint8_t want[MINFER_Q8_1_BYTES];
+            q8Ref(want, &out[32 * b]);
+            q8bad += memcmp(want, &q8o[b * MINFER_Q8_1_BYTES], MINFER_Q8_1_BYTES) != 0;
+        }
     }
     double worst = 0;
     int badnan = 0;
@@ -104,9 +154,10 @@ static int run(const Case& c, bool fma = false) {
                 else worst = std::max(worst, fabs(o - y[d]));
             }
         }
-    const bool ok = badnan == 0 && worst <= (fma ? 1e-3 : 1e-2);
-    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s %s\n", fma ? "fma" : "tc ", c.nt, c.nh, c.nkv, c.hd,
-           c.nctx, c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", c.nsplit, worst, badnan ? " (NaN placement differs)" : "", ok ? "ok" : "OVER");
+    const bool ok = badnan == 0 && q8bad == 0 && worst <= (fma ? 1e-3 : 1e-2);
+    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s%s %s\n", fma ? "fma" : decode ? "dtc" : "tc ", c.nt, c.nh,
+           c.nkv, c.hd, c.nctx, c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", c.nsplit, worst, badnan ? " (NaN placement differs)" : "",
+           q8bad ? " (Q8_1 blocks differ)" : "", ok ? "ok" : "OVER");
     return !ok;
 }
 
@@ -116,8 +167,24 @@ int main(int argc, char** argv) {
     bool quick = false;
     for (int i = 1; i < argc; i++) {
         quick = quick || strcmp(argv[i], "--quick") == 0;
+        decode = decode || strcmp(argv[i], "--decode") == 0;
     }
     int bad = 0;
+    if (decode) { // nt 1..8: one token to a verify batch; the 7B's G 7, G 8 (two tokens fill 16 rows), G 1 and 2
+        for (int f : {mops::KV_F32, mops::KV_F16}) {
+            if (quick && f != mops::KV_F16) continue;
+            bad += run({1, 7, 1, 128, 700, 0, 640, f, 2});     // one token over a filled cache: 11 tiles, 2 splits
+            bad += run({1, 28, 4, 128, 700, 0, 640, f, 13});   // 4 KV heads, 13 splits (some of one tile)
+            bad += run({1, 28, 4, 128, 9000, 0, 8600, f, 99, 0.5f}); // the 7B's 99 splits: more than 32 partials a lane group
+            bad += run({2, 16, 2, 64, 300, 0, 200, f, 3});     // G 8: two tokens fill the 16 rows
+            bad += run({3, 14, 2, 64, 300, 0, 10, f, 5});      // 21 rows: two row tiles a KV head; more splits than tiles
+            bad += run({8, 4, 4, 80, 400, 50, 300, f, 4});     // G 1, head_dim 80 (no Q8_1), a window
+            bad += run({4, 4, 2, 128, 200, 0, 198, f, 2});     // cells past n_ctx: NaN rows
+            bad += run({1, 2, 1, 64, 64, 0, -3, f, 2});        // start < 0: every row NaN
+        }
+        printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-2 (tensor-core decode; Q8_1 bitwise)");
+        return bad != 0;
+    }
     // A plant is caught at its first case over the bar: the rest is skipped.
     auto R = [&](const Case& c, bool fma = false) {
         if (!(quick && bad)) bad += run(c, fma);
