@@ -31,12 +31,12 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 prof peer suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq dtc syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
     [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8
-    [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST
+    [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
     # rnq: both arms with the folded norms it builds on (its Requires)
     [rnq]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1
 )
@@ -62,6 +62,7 @@ NCU_RUNS=(
     "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
     "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
     "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
+    "ncudt|ncu-decode-tc-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1|minfer_attn_decode_tc_|112|4|-p 0 -n 4 -d 32128"
 )
 # Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
 # STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
@@ -255,7 +256,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | dtc) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg | qt | qt0) qb_step $step ;;
     qd) qd_step ;;
@@ -264,7 +265,7 @@ for step in "${STEP_LIST[@]}"; do
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
-    ncug | ncut | ncud2) ncu_step $step ;;
+    ncug | ncut | ncud2 | ncudt) ncu_step $step ;;
     prof) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done

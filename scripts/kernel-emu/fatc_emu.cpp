@@ -21,21 +21,7 @@ inline unsigned short __half_as_ushort(__half h) { return h.x; }
 struct alignas(4) __half2 { __half x, y; };
 inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half(a), __float2half(b)}; }
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
-// The decode combine's loads and weight broadcast (adec2_emu.cpp's, with
-// the range check: the partials are registered).
-template <class T> inline T __ldcg(const T* p) {
-    check_range(p, sizeof(T));
-    return *p;
-}
-inline float __shfl_sync(unsigned int, float v, int src, int = 32) {
-    const int lane = threadIdx.x & 31;
-    tw->bar->arrive_and_wait();
-    tw->slot[lane] = v;
-    tw->bar->arrive_and_wait();
-    const float r = tw->slot[src & 31];
-    tw->bar->arrive_and_wait();
-    return r;
-}
+#include "emu_sync.h" // the decode combine's loads and weight broadcast
 #include "mma.h"
 #include "attn_prefill2.cu"
 namespace fap2 { alignas(32) float4 fap2_smem4[fap2::smem_floats(64, 16) / 4]; }

@@ -7,6 +7,7 @@
 // sequentially consistent: the fence does nothing here.
 #pragma once
 #include <string.h>
+#include "emu_sync.h"
 inline __half __float2half_rn(float f) { // RNE through g++'s _Float16
     _Float16 h = (_Float16)f;
     __half r;
@@ -15,10 +16,6 @@ inline __half __float2half_rn(float f) { // RNE through g++'s _Float16
 }
 inline unsigned short __half_as_ushort(__half h) { return h.x; }
 inline void __threadfence() {}
-template <class T> inline T __ldcg(const T* p) {
-    check_range(p, sizeof(T));
-    return *p;
-}
 // emu_atomic_seen, when set, sees each atomicAdd's address and old value
 // (ffnq_emu.cpp counts which block of a group completes it).
 inline void (*emu_atomic_seen)(const int* p, int old) = nullptr;
@@ -29,13 +26,3 @@ inline int atomicAdd(int* p, int v) {
     if (emu_atomic_seen) emu_atomic_seen(p, o);
     return o;
 }
-inline float __shfl_sync(unsigned int, float v, int src, int = 32) {
-    const int lane = threadIdx.x & 31;
-    tw->bar->arrive_and_wait();
-    tw->slot[lane] = v;
-    tw->bar->arrive_and_wait();
-    const float r = tw->slot[src];
-    tw->bar->arrive_and_wait();
-    return r;
-}
-inline int __shfl_sync(unsigned int m, int v, int src, int w = 32) { return (int)__shfl_sync(m, (float)v, src, w); }
