@@ -99,14 +99,16 @@ const (
 // MINFER_FA_PREFILL_TC=0), each unless its kill switch (MINFER_NO_FA_PREFILL,
 // MINFER_NO_SPLITK_ATTN) sends it to the plain kernel. (The v1 tiled and
 // split-K kernels were retired with MINFER_FA_PREFILL_V2 and
-// MINFER_ATTN_DECODE_V2.)
-func attnFamily(nt int, lv levers.Config) string {
+// MINFER_ATTN_DECODE_V2.) MINFER_ATTN_DECODE_TC sends decode over an f16
+// cache (kvf) to the tensor cores; an f32 or q8_0 cache stays on the lean
+// kernels (f32: its precision class; q8_0: staged through registers).
+func attnFamily(nt int, lv levers.Config, kvf kv.Format) string {
 	switch {
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill && lv.FAPrefillTC:
 		return attnPrefillTC
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
 		return attnPrefill2
-	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC:
+	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC && kvf == kv.F16:
 		return attnDecodeTC
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
 		return attnDecode2
@@ -169,7 +171,7 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	}
 	ap, win, kr, vr := ops.ap, ops.win, ops.kr, ops.vr
 	f := b.kvSpec.Format
-	switch attnFamily(ap.NT, b.lv) {
+	switch attnFamily(ap.NT, b.lv, b.kvSpec.Format) {
 	case attnPrefill2:
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case attnPrefillTC:
@@ -218,7 +220,7 @@ func (b *Backend) attnQ8Route(a, m *graph.Node) bool {
 	if a.Op != graph.OpAttn || m.Op != graph.OpMatMulAdd || a.Shape[1] != 1 || m.Shape.Rows() != 1 {
 		return false
 	}
-	if fam := attnFamily(1, b.lv); (fam != attnDecode2 && fam != attnDecodeTC) || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
+	if fam := attnFamily(1, b.lv, b.kvSpec.Format); (fam != attnDecode2 && fam != attnDecodeTC) || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
 		return false
 	}
 	w := b.weights[m.Weight]
@@ -249,10 +251,10 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 	if m.w.rows != n.Shape[0] || in[2].Len != out.Len {
 		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[2].Len, n.Shape)
 	}
-	fam := attnFamily(nt, b.lv)
+	fam := attnFamily(nt, b.lv, b.kvSpec.Format)
 	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || (fam != attnDecode2 && fam != attnDecodeTC) || !ops.ap.q8Form() {
 		return nil, fmt.Errorf("attention (head_dim %d) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
-			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv))
+			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv, b.kvSpec.Format))
 	}
 	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
 	if err != nil {

@@ -3,6 +3,7 @@ package cuda
 import (
 	"testing"
 
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
 )
 
@@ -23,15 +24,15 @@ func TestAttnFamily_KillSwitchesGiveThePlainKernel(t *testing.T) {
 				wantPre = attnPlain
 			}
 			for _, nt := range []int{1, AttnDecodeMaxNT} {
-				if got := attnFamily(nt, lv); got != wantDec {
+				if got := attnFamily(nt, lv, kv.F16); got != wantDec {
 					t.Errorf("nt %d, %+v: %s, want %s", nt, lv, got, wantDec)
 				}
 			}
-			if got := attnFamily(512, lv); got != wantPre {
+			if got := attnFamily(512, lv, kv.F16); got != wantPre {
 				t.Errorf("nt 512, %+v: %s, want %s", lv, got, wantPre)
 			}
 			for nt := AttnDecodeMaxNT + 1; nt < AttnPrefillMinNT; nt++ {
-				if got := attnFamily(nt, lv); got != attnPlain {
+				if got := attnFamily(nt, lv, kv.F16); got != attnPlain {
 					t.Errorf("nt %d, %+v: %s, want the plain kernel", nt, lv, got)
 				}
 			}
@@ -41,7 +42,7 @@ func TestAttnFamily_KillSwitchesGiveThePlainKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if attnFamily(1, def) != attnDecode2 || attnFamily(512, def) != attnPrefillTC {
-		t.Errorf("defaults: decode %s, prefill %s; want decode2 and prefilltc (MINFER_FA_PREFILL_TC on by default)", attnFamily(1, def), attnFamily(512, def))
+	if attnFamily(1, def, kv.F16) != attnDecode2 || attnFamily(512, def, kv.F16) != attnPrefillTC {
+		t.Errorf("defaults: decode %s, prefill %s; want decode2 and prefilltc (MINFER_FA_PREFILL_TC on by default)", attnFamily(1, def, kv.F16), attnFamily(512, def, kv.F16))
 	}
 }

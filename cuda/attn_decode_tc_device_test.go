@@ -50,7 +50,8 @@ func TestAttnDecodeTCDevice_EveryFormatShapeWindowMatchesCPUWithinF16Bar(t *test
 
 // TestAttnDecodeTCDevice_Q8RowBitwiseAndTheKernelsRun: synthetic
 // qwen2-tiny and qwen2-0.5b Q4_K_M, prefill then 6 decode steps, CUDA
-// graphs on and off, the tensor-core decode pinned on: the combine's Q8_1
+// graphs on and off, the tensor-core decode pinned on over an f16 cache
+// (the small models' auto cache is f32, which stays lean): the combine's Q8_1
 // row (MINFER_FUSE_ATTN_Q8=1) gives bitwise the logits of the f32 row and a
 // separate quantization (=0). Census: minfer_attn_decode_tc_* and its
 // combine run once a layer a step in both arms, the lean kernels never,
@@ -58,7 +59,7 @@ func TestAttnDecodeTCDevice_EveryFormatShapeWindowMatchesCPUWithinF16Bar(t *test
 func TestAttnDecodeTCDevice_Q8RowBitwiseAndTheKernelsRun(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
-	pin := append([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_FUSE_RESIDUAL=1"}, dsMMVQ...)
+	pin := append([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_CACHE_TYPE=f16", "MINFER_FUSE_RESIDUAL=1"}, dsMMVQ...)
 	dsLeverDecodeOn(t, "MINFER_FUSE_ATTN_Q8", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
 		want := int64(sh.NLayer * frSteps)
 		for arm, c := range map[string]map[string]int64{"off": cOff, "on": cOn} {

@@ -60,7 +60,7 @@ func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 		{AttnPrefillMinNT, on, attnPrefillTC}, {512, on, attnPrefillTC}, {1, on, attnDecode2},
 		{512, fma, attnPrefill2}, {AttnPrefillMinNT, fma, attnPrefill2}, {512, off, attnPlain},
 	} {
-		if got := attnFamily(c.nt, c.lv); got != c.want {
+		if got := attnFamily(c.nt, c.lv, kv.F16); got != c.want {
 			t.Errorf("nt %d, FAPrefillTC %v NoFAPrefill %v: %s, want %s", c.nt, c.lv.FAPrefillTC, c.lv.NoFAPrefill, got, c.want)
 		}
 	}
@@ -206,11 +206,16 @@ func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecodeOnly(t *testing.T)
 		t.Fatal(err)
 	}
 	for nt, want := range map[int]string{1: attnDecodeTC, AttnDecodeMaxNT: attnDecodeTC, AttnPrefillMinNT: attnPrefillTC} {
-		if got := attnFamily(nt, on); got != want {
+		if got := attnFamily(nt, on, kv.F16); got != want {
 			t.Errorf("nt %d with the lever: %s, want %s", nt, got, want)
 		}
 	}
-	if attnFamily(1, levers.Default()) != attnDecode2 {
+	for _, f := range []kv.Format{kv.F32, kv.Q8_0} { // the lean kernels keep an f32 cache's precision and read q8_0 directly
+		if got := attnFamily(1, on, f); got != attnDecode2 {
+			t.Errorf("decode over a %s cache with the lever: %s, want %s", f, got, attnDecode2)
+		}
+	}
+	if attnFamily(1, levers.Default(), kv.F16) != attnDecode2 {
 		t.Error("the lever is off by default: decode must stay on minfer_attn_decode2*")
 	}
 	lv, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_NO_SPLITK_ATTN=1"})

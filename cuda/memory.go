@@ -239,8 +239,8 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	// first time a launch splits: a prefill's last chunk may be short
 	// enough to split, so any prefill through them counts it.
 	// The decode and prefill tensor-core kernels share one (attnTCScratch).
-	tc := nt >= AttnPrefillMinNT && attnFamily(nt, b.lv) == attnPrefillTC
-	switch attnFamily(1, b.lv) {
+	tc := nt >= AttnPrefillMinNT && attnFamily(nt, b.lv, p.KVFormat) == attnPrefillTC
+	switch attnFamily(1, b.lv, p.KVFormat) {
 	case attnDecode2:
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
 	case attnDecodeTC:
