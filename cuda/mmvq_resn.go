@@ -95,18 +95,19 @@ func (b *Backend) resNormRoute(m, c *graph.Node) bool {
 	return r.decode() && resnKernel(w.typ, r == routeMMVQR) != ""
 }
 
-// resNormOf is what the matmul-add n with a norm (FuseResNormQ8) writes
-// after its row m: the norm's weight and eps, the Q8_1 row into the
-// backend's activation scratch (where the Q8In node after it reads it) and
-// the counter. A zero ResNorm for a node without one.
+// resNormOf is what the matmul-add n with an output norm (FuseResNormQ8:
+// OutNorm, P.OutEps) writes after its row m: the norm's weight and eps,
+// the Q8_1 row into the backend's activation scratch (where the Q8In node
+// after it reads it) and the counter. A zero ResNorm for a node without
+// one.
 func (b *Backend) resNormOf(n *graph.Node, m matmulPlan) (ResNorm, error) {
-	if n.Norm == "" {
+	if n.OutNorm == "" {
 		return ResNorm{}, nil
 	}
 	if b.mm.MMVQSplit || !b.matmulRoute(m.w, 1).decode() {
-		return ResNorm{}, fmt.Errorf("norm %s folded into %s, whose matvec has no resn form here", n.Norm, n.Weight)
+		return ResNorm{}, fmt.Errorf("norm %s folded into %s, whose matvec has no resn form here", n.OutNorm, n.Weight)
 	}
-	w, err := b.vector(n.Norm, m.w.rows)
+	w, err := b.vector(n.OutNorm, m.w.rows)
 	if err != nil {
 		return ResNorm{}, err
 	}
@@ -114,7 +115,7 @@ func (b *Backend) resNormOf(n *graph.Node, m matmulPlan) (ResNorm, error) {
 	if err != nil {
 		return ResNorm{}, err
 	}
-	return ResNorm{W: w, Eps: n.P.Eps, Q8: b.mm.ActQ8, Q8Bytes: b.mm.ActQ8Bytes, Counter: ctr}, nil
+	return ResNorm{W: w, Eps: n.P.OutEps, Q8: b.mm.ActQ8, Q8Bytes: b.mm.ActQ8Bytes, Counter: ctr}, nil
 }
 
 // ResnCounterBytes is the resn launches' counter allocation (one int used,

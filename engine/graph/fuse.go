@@ -8,7 +8,8 @@ import (
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8) and the backend every node of the chain is assigned
+// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8,
+// MINFER_FUSE_RES_NORM_Q8) and the backend every node of the chain is assigned
 // to says SupportsFused for that chain. The unfused chain is the reference:
 // a fused node computes exactly the same values (the CPU backend executes
 // the fused ops it offers). This is the only place fusions are decided: a
@@ -41,11 +42,10 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
 		count += fuseAttnQ8(g, supports)
 	}
-	if g.Params.FuseFFNQ8 && g.Params.FuseResNormQ8 {
-		// Both rewrite the down projection's matmul-add (its input row, its
-		// output's norm) and no kernel does both: refused, not ordered.
-		return 0, fmt.Errorf("graph: FuseFFNQ8 and FuseResNormQ8 together: no kernel writes both Q8_1 rows of one down projection")
-	}
+	// FuseFFNQ8 before FuseResNormQ8: the latter then sees the nodes that
+	// run, an FFNMatMulAdd as the reader of the o-projection's normed row
+	// (its Norm, the FFN's) and as the down projection that writes the
+	// next layer's (its OutNorm), and asks the backend about those.
 	if g.Params.FuseResidual && g.Params.FuseFFN && g.Params.FuseFFNQ8 {
 		count += fuseFFNQ8(g, supports)
 	}
@@ -334,7 +334,8 @@ func fuseAttnQ8(g *Graph, supports supportsFn) int {
 // fuseFFNQ8: MatMulAdd(FusedFFN(x), r) with the FFN output read by the
 // matmul-add alone -> FFNMatMulAdd with inputs x, r, the FFN's weights,
 // norm and eps, and the matmul's weight and bias. Runs after fuseFFN,
-// fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along).
+// fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along),
+// before fuseResNormQ8 (no OutNorm or Q8In is set yet).
 func fuseFFNQ8(g *Graph, supports supportsFn) int {
 	return foldProducer(g, supports, FuseFFNQ8, isMatMulAdd,
 		func(f *Node) bool { return f.Op == OpFusedFFN },
@@ -344,23 +345,28 @@ func fuseFFNQ8(g *Graph, supports supportsFn) int {
 		})
 }
 
-// fuseResNormQ8: a FusedQKV / FusedFFN node c that carries a folded norm
-// (Norm, from fuseNormQ8) and reads the row of a MatMulAdd / AttnMatMulAdd
-// m -> m takes the norm (m.Norm, m.P.Eps: it writes its f32 row as before,
-// then the Q8_1 row of that row normed) and c is marked Q8In (its matvecs
-// read that Q8_1 row). m's other readers (the next residual add) read its
-// f32 row, which is unchanged. Runs after fuseNormQ8 and fuseAttnQ8.
+// fuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd node c that carries
+// a folded norm (Norm, from fuseNormQ8) and reads the row of a MatMulAdd /
+// AttnMatMulAdd / FFNMatMulAdd m -> m takes the norm (m.OutNorm,
+// m.P.OutEps: it writes its f32 row as before, then the Q8_1 row of that
+// row normed) and c is marked Q8In (its matvecs read that Q8_1 row). m's
+// other readers (the next residual add) read its f32 row, which is
+// unchanged; m writes one normed row at most. An FFNMatMulAdd may be both:
+// the reader of the o-projection's row and the down projection writing
+// the next layer's. Runs after fuseNormQ8, fuseAttnQ8 and fuseFFNQ8.
 func fuseResNormQ8(g *Graph, supports supportsFn) int {
+	isReader := func(c *Node) bool { return c.Op == OpFusedQKV || c.Op == OpFusedFFN || c.Op == OpFFNMatMulAdd }
+	isProducer := func(m *Node) bool { return m.Op == OpMatMulAdd || m.Op == OpAttnMatMulAdd || m.Op == OpFFNMatMulAdd }
 	count := 0
 	for _, c := range g.Nodes {
-		if c.dead || (c.Op != OpFusedQKV && c.Op != OpFusedFFN) || c.Norm == "" || c.Q8In {
+		if c.dead || !isReader(c) || c.Norm == "" || c.Q8In {
 			continue
 		}
 		m := g.node(c.Inputs[0])
-		if m.dead || (m.Op != OpMatMulAdd && m.Op != OpAttnMatMulAdd) || m.Norm != "" || m.ID == g.Output || !supports(FuseResNormQ8, m, c) {
+		if m.dead || !isProducer(m) || m.OutNorm != "" || m.ID == g.Output || !supports(FuseResNormQ8, m, c) {
 			continue
 		}
-		m.Norm, m.P.Eps = c.Norm, c.P.Eps
+		m.OutNorm, m.P.OutEps = c.Norm, c.P.Eps
 		c.Q8In = true
 		count++
 	}

@@ -2,7 +2,6 @@ package graph_test
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/engine/graph"
@@ -36,13 +35,22 @@ func resNormFused(t *testing.T, p graph.Params, offer bool) (producers, q8in []s
 		t.Fatal(err)
 	}
 	fused(t, g, resNormOffer{offer: offer})
+	return resNormFolds(t, g)
+}
+
+// resNormFolds returns g's producers of a normed Q8_1 row (nodes with an
+// OutNorm) as op=norm, its Q8In readers by name and how many RMS norms
+// are left, after checking that each producer's eps is the norm's and
+// that its reader of that norm runs right after it.
+func resNormFolds(t *testing.T, g *graph.Graph) (producers, q8in []string, norms int) {
+	t.Helper()
 	for i, n := range g.Nodes {
-		if (n.Op == graph.OpMatMulAdd || n.Op == graph.OpAttnMatMulAdd) && n.Norm != "" {
-			if n.P.Eps != p.RmsEps {
-				t.Errorf("%s: eps %g, want the norm's %g", n.Name, n.P.Eps, p.RmsEps)
+		if n.OutNorm != "" {
+			if n.P.OutEps != g.Params.RmsEps {
+				t.Errorf("%s: eps %g, want the norm's %g", n.Name, n.P.OutEps, g.Params.RmsEps)
 			}
-			producers = append(producers, n.Op.String()+"="+n.Norm)
-			if i+1 >= len(g.Nodes) || !g.Nodes[i+1].Q8In || g.Nodes[i+1].Norm != n.Norm || g.Nodes[i+1].Inputs[0] != n.ID {
+			producers = append(producers, n.Op.String()+"="+n.OutNorm)
+			if i+1 >= len(g.Nodes) || !g.Nodes[i+1].Q8In || g.Nodes[i+1].Norm != n.OutNorm || g.Nodes[i+1].Inputs[0] != n.ID {
 				t.Errorf("%s: the next node is not the Q8In reader of its row", n.Name)
 			}
 		}
@@ -94,25 +102,34 @@ func TestFuseResNormQ8_EveryNormAfterAResidualMatvecOnlyWithTheParamsAndTheBacke
 }
 
 // TestFuseResNormQ8_OfferedTheMatVecAndItsReader: the backend is asked with
-// the chain (matmul-add, consumer), the consumer carrying its folded norm.
+// the chain (matmul-add, consumer), the consumer carrying its folded norm;
+// with FuseFFNQ8 too, about the FFNMatMulAdd nodes as they will run (the
+// FFN folded first).
 func TestFuseResNormQ8_OfferedTheMatVecAndItsReader(t *testing.T) {
-	g, err := qwen2.Build(resNormParams(true, true, true, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var asked int
-	fused(t, g, chainSpy{check: func(k graph.FuseKind, chain []*graph.Node) {
-		if k != graph.FuseResNormQ8 {
-			return
+	for _, ffnQ8 := range []bool{false, true} {
+		p := resNormParams(true, true, true, true)
+		p.FuseFFNQ8 = ffnQ8
+		g, err := qwen2.Build(p)
+		if err != nil {
+			t.Fatal(err)
 		}
-		asked++
-		m, c := chain[0], chain[1]
-		if len(chain) != 2 || (m.Op != graph.OpMatMulAdd && m.Op != graph.OpAttnMatMulAdd) || c.Norm == "" || c.Inputs[0] != m.ID {
-			t.Errorf("asked with %v", chain)
+		var asked, ffn int
+		fused(t, g, chainSpy{check: func(k graph.FuseKind, chain []*graph.Node) {
+			if k != graph.FuseResNormQ8 {
+				return
+			}
+			asked++
+			m, c := chain[0], chain[1]
+			if m.Op == graph.OpFFNMatMulAdd || c.Op == graph.OpFFNMatMulAdd {
+				ffn++
+			}
+			if len(chain) != 2 || (m.Op != graph.OpMatMulAdd && m.Op != graph.OpAttnMatMulAdd && m.Op != graph.OpFFNMatMulAdd) || c.Norm == "" || c.Inputs[0] != m.ID {
+				t.Errorf("asked with %v", chain)
+			}
+		}})
+		if wantFFN := map[bool]int{false: 0, true: 3}[ffnQ8]; asked != 3 || ffn != wantFFN {
+			t.Errorf("FuseFFNQ8 %v: asked %d times, %d about an FFNMatMulAdd; want 3 and %d", ffnQ8, asked, ffn, wantFFN)
 		}
-	}})
-	if asked != 3 {
-		t.Errorf("asked %d times, want 3", asked)
 	}
 }
 
@@ -124,24 +141,4 @@ type chainSpy struct {
 func (s chainSpy) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 	s.check(k, chain)
 	return true
-}
-
-// TestFuseResNormQ8_WithFuseFFNQ8IsAnError: both rewrite the down
-// projection's matmul-add and no kernel does both, so the pair is refused
-// (the registry refuses MINFER_FUSE_RES_NORM_Q8 beside MINFER_FUSE_FFN_Q8
-// too), never fused in some order.
-func TestFuseResNormQ8_WithFuseFFNQ8IsAnError(t *testing.T) {
-	p := resNormParams(true, true, true, true)
-	p.FuseFFNQ8 = true
-	g, err := qwen2.Build(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bes := []graph.Backend{resNormOffer{offer: true}}
-	if err := graph.Assign(g, bes); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := graph.Fuse(g, bes); err == nil || !strings.Contains(err.Error(), "FuseFFNQ8 and FuseResNormQ8") {
-		t.Fatalf("Fuse with both: %v, want the refusal", err)
-	}
 }

@@ -31,7 +31,8 @@ type Params struct {
 	// FFN fusion's too).
 	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseFFNQ8 bool
 	// FuseResNormQ8 (MINFER_FUSE_RES_NORM_Q8): a norm FuseNormQ8 folded
-	// goes on into the residual matvec that wrote its row.
+	// goes on into the residual matvec that wrote its row (with FuseFFNQ8
+	// the down projection of an FFNMatMulAdd too).
 	FuseResNormQ8 bool
 }
 
@@ -76,13 +77,19 @@ type Node struct {
 	// fused nodes list theirs in Weights / Biases.
 	Weight, Bias    string
 	Weights, Biases []string
-	// Norm (FuseNormQ8) names the RMS norm weight a FusedQKV / FusedFFN
-	// node applies to in[0] first (eps P.Eps): the norm node it replaced.
+	// Norm (FuseNormQ8) names the RMS norm weight a FusedQKV / FusedFFN /
+	// FFNMatMulAdd node applies to in[0] first (eps P.Eps): the norm node
+	// it replaced.
 	Norm string
-	// Q8In (FuseResNormQ8) marks a FusedQKV / FusedFFN node whose Q8_1 row
-	// of in[0] normed by Norm its producer (a MatMulAdd / AttnMatMulAdd
-	// with Norm set: that norm, eps P.Eps, applied to its output) already
-	// wrote into the backend's scratch: the node runs its matvecs only.
+	// OutNorm (FuseResNormQ8) names the RMS norm weight (eps P.OutEps)
+	// whose Q8_1 row of its output a MatMulAdd / AttnMatMulAdd /
+	// FFNMatMulAdd node writes too, for the Q8In node after it. A field of
+	// its own: an FFNMatMulAdd's Norm is its FFN's input norm.
+	OutNorm string
+	// Q8In (FuseResNormQ8) marks a FusedQKV / FusedFFN / FFNMatMulAdd node
+	// whose Q8_1 row of in[0] normed by Norm its producer (the node with
+	// OutNorm = Norm) already wrote into the backend's scratch: the node
+	// runs its matvecs only.
 	Q8In bool
 	P    OpParams
 	Name string // readable: "blk.3.attn_q"
@@ -118,6 +125,9 @@ func (n *Node) String() string {
 	}
 	if n.Norm != "" {
 		fmt.Fprintf(&b, " norm=%s", n.Norm)
+	}
+	if n.OutNorm != "" {
+		fmt.Fprintf(&b, " out_norm=%s", n.OutNorm)
 	}
 	if n.Q8In {
 		b.WriteString(" q8in")

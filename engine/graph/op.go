@@ -84,7 +84,8 @@ const (
 	// fused gate/up + SwiGLU (Weights = {gate, up}; with Norm set, in[0]
 	// RMS-normed by that weight, eps P.Eps, first) whose only reader was
 	// the down projection's OpMatMulAdd, folded into it (FuseFFNQ8). in[1]
-	// has the output's shape.
+	// has the output's shape. With FuseResNormQ8 it may carry both norms:
+	// Q8In (its FFN's row came normed as Q8_1) and OutNorm (its output's).
 	OpFFNMatMulAdd
 	numOps
 )
@@ -166,11 +167,12 @@ const (
 	// backend offers it where the FFN can write the matmul's quantized
 	// activation itself (the decode row: one launch fewer).
 	FuseFFNQ8
-	// FuseResNormQ8: a FusedQKV / FusedFFN node with Norm set (FuseNormQ8)
-	// whose in[0] is a MatMulAdd / AttnMatMulAdd -> that node takes the
-	// norm (Norm, P.Eps) and the consumer gets Q8In (chain: matmul-add,
-	// consumer). A backend offers it where the residual matvec can write
-	// the normed row's quantized activation itself (one launch fewer).
+	// FuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd node with Norm
+	// set (FuseNormQ8) whose in[0] is a MatMulAdd / AttnMatMulAdd /
+	// FFNMatMulAdd -> that node takes the norm (OutNorm, P.OutEps) and the
+	// consumer gets Q8In (chain: matmul-add, consumer). A backend offers
+	// it where the residual matvec can write the normed row's quantized
+	// activation itself (one launch fewer).
 	FuseResNormQ8
 )
 
@@ -203,6 +205,7 @@ func (k FuseKind) String() string {
 type OpParams struct {
 	Input   InputKind // OpInput
 	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights, nodes with Norm
+	OutEps  float32   // nodes with OutNorm
 	Theta   float32   // Rope, QkvBiasRopeStore
 	Rope    RopeStyle // Rope, QkvBiasRopeStore
 	Layer   int       // Attn, AttnMatMulAdd, KvcacheStore, KvcacheLoad, QkvBiasRopeStore
