@@ -489,14 +489,17 @@ func (b *Backend) ffnQ8Route(f, m *graph.Node) bool {
 }
 
 // opFFNMatMulAdd runs graph.OpFFNMatMulAdd (FuseFFNQ8): the fused decode
-// gate/up + SwiGLU of in[0] (normed first with n.Norm, as opFusedFFN)
-// writes its f32 row into the ffnUp scratch and, through the per-group
-// counters, its Q8_1 quantization into the FFN's Q8_1 output
-// (minfer_mmvq[r]_ffnq_<t>, ensureFFNQ8: not the scratch the FFN reads),
-// then out = in[1] + W row as minfer_mmvq[r]_res_<t> (or the split form)
-// from that row: bitwise the unfused FFN, quantization and residual
-// matvec, one launch fewer. The fuse pass made the node only where
-// ffnQ8Route holds; elsewhere it is an error, never a fallback.
+// gate/up + SwiGLU of in[0] (normed first with n.Norm, as opFusedFFN; with
+// n.Q8In that Q8_1 row is in the scratch already) writes its f32 row into
+// the ffnUp scratch and, through the per-group counters, its Q8_1
+// quantization into the FFN's Q8_1 output (minfer_mmvq[r]_ffnq_<t>,
+// ensureFFNQ8: not the scratch the FFN reads), then out = in[1] + W row as
+// minfer_mmvq[r]_res_<t> (or the split form) from that row, or with
+// n.OutNorm (FuseResNormQ8) as minfer_mmvq[r]_resn_<t>, whose last block
+// writes the next norm's Q8_1 row into the scratch: bitwise the unfused
+// FFN, quantization, residual matvec (and norm), one launch (two) fewer.
+// The fuse pass made the node only where ffnQ8Route (and resNormRoute)
+// holds; elsewhere it is an error, never a fallback.
 func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	p, o, err := b.nodeIO(n, in, 2, out)
 	if err != nil {
@@ -548,6 +551,13 @@ func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tens
 	if err != nil {
 		return nil, err
 	}
+	// FuseResNormQ8: the down projection also writes the next norm's Q8_1
+	// row, into the scratch the FFN read (done with it by then), while it
+	// reads the FFN's Q8_1 output: no buffer is both read and written.
+	nrm, err := b.resNormOf(n, d)
+	if err != nil {
+		return nil, err
+	}
 	row, typ, wg, wu := b.ffnUp, g.w.typ, g.w.ptr, u.w.ptr
 	if route == routeMMVQR {
 		wg, wu = g.w.rp, u.w.rp
@@ -565,7 +575,7 @@ func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tens
 		if err != nil {
 			return err
 		}
-		return b.mmvqFromQ8At(d, q.Q8, q.Q8Bytes, o, p[1])
+		return b.mmvqResNormFromQ8At(d, q.Q8, q.Q8Bytes, o, p[1], nrm)
 	}, nil
 }
 

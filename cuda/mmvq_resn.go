@@ -64,6 +64,13 @@ func (k *Kernels) MatMulQ8_1ResNorm(s *driver.Stream, out, xq driver.DevicePtr, 
 	if overlapBytes(nrm.Q8, need, out, 4*uint64(n)) || overlapBytes(nrm.Q8, need, res, 4*uint64(n)) {
 		return opsBad(op, "Q8_1 row %v overlaps the output %v or the residual %v", nrm.Q8, out, res)
 	}
+	// The Q8_1 row is the activation row itself (its last block writes it
+	// after every read) or apart from it (the FFN's Q8_1 output, FUSE_FFN_Q8);
+	// a row starting inside the activation would be written where blocks
+	// still read.
+	if nrm.Q8 != xq && overlapBytes(nrm.Q8, need, xq, xqBytes) {
+		return opsBad(op, "Q8_1 row %v partly overlaps the activation %v it reads", nrm.Q8, xq)
+	}
 	name := resnKernel(wtype, repacked)
 	if name == "" {
 		return opsBad(op, "weight type %s has no resn kernel (repacked %v)", wtype, repacked)
@@ -77,14 +84,19 @@ func (k *Kernels) MatMulQ8_1ResNorm(s *driver.Stream, out, xq driver.DevicePtr, 
 }
 
 // resNormRoute reports whether the backend runs the chain (m, c) as
-// FuseResNormQ8: m a decode MatMulAdd / AttnMatMulAdd of one row whose
-// weight takes a one-warp decode MMVQ route with a resn kernel (not the
-// split form, MINFER_MMVQ_SPLIT), c the fused q/k/v or gate/up node that
+// FuseResNormQ8: m a decode MatMulAdd / AttnMatMulAdd / FFNMatMulAdd of
+// one row whose weight (an FFNMatMulAdd's: its down projection) takes a
+// one-warp decode MMVQ route with a resn kernel (not the split form,
+// MINFER_MMVQ_SPLIT), c the fused q/k/v, gate/up or FFN + down node that
 // reads m's row through a folded norm (FuseNormQ8) of a registered weight,
-// and a row the norm's block holds (RmsNormQ8_1's limits).
+// and a row the norm's block holds (RmsNormQ8_1's limits). An
+// FFNMatMulAdd reader runs its FFN over the Q8_1 row (decodeQuantize), an
+// FFNMatMulAdd producer its resn launch over the FFN's Q8_1 output
+// (opFFNMatMulAdd): both are decode MMVQ routes by ffnQ8Route.
 func (b *Backend) resNormRoute(m, c *graph.Node) bool {
-	if (m.Op != graph.OpMatMulAdd && m.Op != graph.OpAttnMatMulAdd) || (c.Op != graph.OpFusedQKV && c.Op != graph.OpFusedFFN) ||
-		c.Norm == "" || m.Shape.Rows() != 1 || b.mm.MMVQSplit {
+	producer := m.Op == graph.OpMatMulAdd || m.Op == graph.OpAttnMatMulAdd || m.Op == graph.OpFFNMatMulAdd
+	reader := c.Op == graph.OpFusedQKV || c.Op == graph.OpFusedFFN || c.Op == graph.OpFFNMatMulAdd
+	if !producer || !reader || c.Norm == "" || m.Shape.Rows() != 1 || b.mm.MMVQSplit {
 		return false
 	}
 	w, nw, n := b.weights[m.Weight], b.weights[c.Norm], m.Shape[0]
@@ -148,13 +160,21 @@ func (b *Backend) resnCounter() (driver.DevicePtr, error) {
 // mmvqResNormFromQ8 is mmvqFromQ8 with a residual and a norm (nrm.Counter
 // != 0): the resn kernel of m's route over the Q8_1 row in the scratch.
 func (b *Backend) mmvqResNormFromQ8(m matmulPlan, out, res driver.DevicePtr, nrm ResNorm) error {
+	return b.mmvqResNormFromQ8At(m, b.mm.ActQ8, b.mm.ActQ8Bytes, out, res, nrm)
+}
+
+// mmvqResNormFromQ8At is mmvqResNormFromQ8 over the Q8_1 row at q (qb
+// bytes): the FFN's Q8_1 output (MINFER_FUSE_FFN_Q8) when an FFNMatMulAdd's
+// down projection writes the next norm's row. That row still goes to the
+// scratch (nrm.Q8), which this launch does not read.
+func (b *Backend) mmvqResNormFromQ8At(m matmulPlan, q driver.DevicePtr, qb uint64, out, res driver.DevicePtr, nrm ResNorm) error {
 	if nrm.Counter == 0 {
-		return b.mmvqFromQ8(m, out, res)
+		return b.mmvqFromQ8At(m, q, qb, out, res)
 	}
 	rp := b.matmulRoute(m.w, 1) == routeMMVQR
 	w := m.w.ptr
 	if rp {
 		w = m.w.rp
 	}
-	return b.k.MatMulQ8_1ResNorm(b.s, out, b.mm.ActQ8, b.mm.ActQ8Bytes, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows, nrm, rp)
+	return b.k.MatMulQ8_1ResNorm(b.s, out, q, qb, w, m.w.typ, m.bias, res, m.w.rowLen, m.w.rows, nrm, rp)
 }
