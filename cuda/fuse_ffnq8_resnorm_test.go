@@ -126,3 +126,30 @@ func TestFuseFFNQ8ResNormQ8_MemoryPlanCountsBothAllocations(t *testing.T) {
 		t.Errorf("the memory plan's scratch grows by %d bytes with both levers, want FFNQ8OutBytes(4864) + the resn counter = %d", d, want)
 	}
 }
+
+// TestFuseFFNQ8ResNormQ8_SetTogetherIsNotRefused: the registry takes the
+// two levers together (the pair composes), while each keeps its own
+// Requires: RES_NORM_Q8 without FUSE_NORM_Q8 or with the split matvec,
+// FFN_Q8 with the FFN fusion off, are still refused by name.
+func TestFuseFFNQ8ResNormQ8_SetTogetherIsNotRefused(t *testing.T) {
+	both := []string{"MINFER_FUSE_FFN_Q8=1", "MINFER_FUSE_RES_NORM_Q8=1", "MINFER_FUSE_NORM_Q8=1"}
+	for _, c := range []struct {
+		env         []string
+		lever, want string
+	}{
+		{both, "MINFER_FUSE_RES_NORM_Q8", ""},
+		{both, "MINFER_FUSE_FFN_Q8", ""},
+		{[]string{"MINFER_FUSE_FFN_Q8=1", "MINFER_FUSE_RES_NORM_Q8=1"}, "MINFER_FUSE_RES_NORM_Q8", "MINFER_FUSE_NORM_Q8=0"},
+		{append(append([]string{}, both...), "MINFER_MMVQ_SPLIT=1"), "MINFER_FUSE_RES_NORM_Q8", "MINFER_MMVQ_SPLIT=1"},
+		{append(append([]string{}, both...), "MINFER_NO_FUSE_FFN=1"), "MINFER_FUSE_FFN_Q8", "MINFER_NO_FUSE_FFN=1"},
+	} {
+		lv, err := levers.Parse(c.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = optInConflict(lv, c.lever)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%v, %s: %v, want a refusal naming %q (none when empty)", c.env, c.lever, err, c.want)
+		}
+	}
+}

@@ -537,11 +537,14 @@ var registry = []Lever{
 	// launch earlier wrote: its last block writes their Q8_1 row.
 	{Name: "MINFER_FUSE_RES_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode residual matvec + the next RMS norm's Q8_1 row -> one launch (CUDA)", Issue: "#20",
 		Doc: "1: a decode residual matvec (the o-projection's, the down projection's) whose row a folded norm (MINFER_FUSE_NORM_Q8) reads next writes that norm's Q8_1 row itself: the last block of minfer_mmvq[r]_resn_<t> to finish norms the row it completed (the norm kernel's sums in its order) instead of a minfer_rms_norm_q8_1 launch: " +
-			"two launches a layer fewer (-48 a token on qwen2-0.5b, -56 on the 7B), bitwise the same bytes. Forecast: qwen2-0.5b Q4_K_M tg128 x1.03 (1.01-1.06) (reports/MINFER_FUSE_RES_NORM_Q8)",
+			"two launches a layer fewer (-48 a token on qwen2-0.5b, -56 on the 7B), bitwise the same bytes. " +
+			"With MINFER_FUSE_FFN_Q8 the down projection reading the fused FFN's Q8_1 row writes the next norm's (~176 -> ~152 launches a token on qwen2-0.5b). " +
+			"Forecast: qwen2-0.5b Q4_K_M tg128 x1.03 (1.01-1.06) (reports/MINFER_FUSE_RES_NORM_Q8)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
 		// Without the folded norms, the residual matmul-adds or with the
 		// split matvec (no resn form) it switches nothing: refused there.
-		Requires: []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1", "MINFER_MMVQ_SPLIT=0", "MINFER_FUSE_FFN_Q8=0"},
+		// MINFER_FUSE_FFN_Q8 composes with it (graph fuseResNormQ8).
+		Requires: []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1", "MINFER_MMVQ_SPLIT=0"},
 		Liveness: cudaOnly("1", "the decode residual matvecs before the folded norms run minfer_mmvq*_resn_* only with the lever on; off, minfer_mmvq*_res_* and minfer_rms_norm_q8_1",
 			[]string{"minfer_mmvq*_resn_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The next producer of a decode Q8_1 row (reports/MINFER_MMVQ_INLINE_Q8:
