@@ -31,7 +31,7 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq dtc syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -39,6 +39,8 @@ declare -A LEVER=(
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
     # rnq: both arms with the folded norms it builds on (its Requires)
     [rnq]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1
+    # rnqf: the same on top of MINFER_FUSE_FFN_Q8 (the composed down projection against FFN_Q8 alone)
+    [rnqf]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1@with=MINFER_FUSE_FFN_Q8=1
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
@@ -256,7 +258,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | dtc) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg | qt | qt0) qb_step $step ;;
     qd) qd_step ;;
