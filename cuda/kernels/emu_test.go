@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -245,4 +246,23 @@ func TestKernelEmulator_FFNQ8BitwiseTheRowQuantizedCountersZero(t *testing.T) {
 // are each caught.
 func TestKernelEmulator_ResNormQ8BitwiseTheResKernelThenTheNorm(t *testing.T) {
 	emuPassesAndCatches(t, "resn-emu.sh", "", "RESN BITWISE", "DIFFER", "first", "reset", "eps")
+}
+
+// The resn kernel after the fused FFN (MINFER_FUSE_FFN_Q8 with
+// MINFER_FUSE_RES_NORM_Q8: an FFNMatMulAdd whose down projection has an
+// OutNorm) reads the FFN's Q8_1 row, a buffer apart from the scratch its
+// last block writes the next norm's row into: two layers of _ffnq_ then
+// resn on the backend's buffers (Q5_0 gate/up with a Q4_K down
+// projection, repacked Q8_0 with repacked Q6_K) are bitwise the four
+// launches they replace (_ffn_, the quantization, _res_, the norm), and
+// the next layer's FFN reads the row the tail wrote. The down projection
+// reading the scratch, its tail writing into the row it reads, and that
+// done by the first block to finish, are each caught; the last in the
+// rows of the blocks that read the input after it was written.
+func TestKernelEmulator_ResNormQ8AfterFFNQ8BitwiseTheFourLaunches(t *testing.T) {
+	emuPassesAndCatches(t, "resn-emu.sh", "--chain", "CHAIN BITWISE", "DIFFER", "input", "alias", "early")
+	out, _ := emu(t, "resn-emu.sh", "--plant", "early")
+	if !regexp.MustCompile(`layer 0: 0 of \d+ FFN f32, 0 FFN Q8_1 bytes, [1-9]\d* of \d+ f32 rows`).MatchString(out) {
+		t.Errorf("planted early: want layer 0's f32 rows to differ (blocks read the tail's row as their input):\n%s", out)
+	}
 }

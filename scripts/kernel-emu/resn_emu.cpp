@@ -11,7 +11,24 @@
 // does) and the residual in place; eps 1e-6 and the row's mean square (so
 // that the eps shows in the bytes). Run by resn-emu.sh;
 // exits 1 on any difference.
+//
+// --chain: the resn kernel after the fused FFN of MINFER_FUSE_FFN_Q8, as
+// an FFNMatMulAdd runs them when both levers are on (cuda/matmul.go
+// opFFNMatMulAdd): minfer_mmvq[r]_ffnq_<t> reads the Q8_1 scratch and
+// writes the FFN's f32 row and its Q8_1 row into a second buffer, then the
+// down projection's resn kernel reads that second buffer and its last
+// block writes the next norm's Q8_1 row into the scratch: a Q8_1 input
+// apart from the row its tail writes. Two layers on the backend's buffers
+// (the scratch, the FFN's row and Q8_1 output with its group counters, the
+// resn counter), the second reading what the first's tail wrote, against
+// the four launches the pair replaces: _ffn_, minfer_quantize_q8_1, _res_,
+// minfer_rms_norm_q8_1. --wire=input: the down projection reads the
+// scratch (the wiring without FFN_Q8's buffer); --wire=alias: its tail
+// writes into the FFN's Q8_1 row it reads, not the scratch (resn-emu.sh's
+// plants input, alias, early).
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -26,6 +43,7 @@ inline __half __float2half(float f) { return __float2half_rn(f); }
 #include "mmvq_repack.cu"
 #include "mmvq_resn.cu"
 #include "norm.cu"
+#include "quantize_act.cu"
 #include "emu_launch.h"
 
 static std::mt19937 rng(31);
@@ -108,9 +126,153 @@ static int check(const Type& t, ResK res, ResnK resn, int k, int n, float eps, b
     return bad;
 }
 
-int main() {
+// weight: n rows of k random values, f16 scales with exponents e0..e0+7
+// (gate/up small enough that silu(g) * u and the rows' squares stay
+// finite), the repacked copy where t says so.
+static uint8_t* weight(const Type& t, int k, int n, int e0) {
+    const size_t nb = (size_t)(k / t.bs) * n;
+    uint8_t* w = buf(nb * t.bb);
+    for (size_t i = 0; i < nb * t.bb; i++) w[i] = rng();
+    auto d16 = [&] { return (uint16_t)((rng() & 1) << 15 | (e0 + rng() % 8) << 10 | (rng() % 1024)); };
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t d = d16();
+        memcpy(w + b * t.bb + t.doff, &d, 2);
+        if (t.moff >= 0) { uint16_t m = d16(); memcpy(w + b * t.bb + t.moff, &m, 2); }
+    }
+    if (!t.repacked) return w;
+    uint8_t* r = buf(nb * t.bb);
+    launch(1, [&] { (t.bs == 32 ? minfer_repack_q8_0 : minfer_repack_q6_k)(r, w, (long long)nb); });
+    return r;
+}
+
+using FfnK = void (*)(float*, const uint8_t*, const uint8_t*, const uint8_t*, int, int);
+using FfnqK = void (*)(float*, const uint8_t*, const uint8_t*, const uint8_t*, int, int, uint8_t*, int*);
+
+struct Chain {
+    const Type &up, &down; // gate/up's type, the down projection's
+    FfnK ffn;
+    FfnqK ffnq;
+    ResK res;
+    ResnK resn;
+    int embd, nff;
+    bool bias;
+};
+
+enum Wire { kWireOK, kWireInput, kWireAlias };
+
+// chain runs two layers of the composed FFNMatMulAdd (FFN_Q8's _ffnq_,
+// then RES_NORM_Q8's resn over the FFN's Q8_1 row) and of the four
+// launches it replaces, each layer's FFN reading the Q8_1 row the layer
+// before wrote (layer 0: the norm kernel's row of a random residual, as
+// the o-projection's tail writes it), and compares every buffer bitwise.
+static int chain(const Chain& c, Wire wire) {
+    const int embd = c.embd, nff = c.nff, L = 2;
+    const int vb = std::max(32, std::min(256, (embd + 31) / 32 * 32)); // opsRowBlock(embd)
+    const float eps = 1e-6f;
+    const size_t rowq = (size_t)embd / 32 * 36, ffq = (size_t)nff / 32 * 36;
+    std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+    std::vector<const uint8_t *> wg(L), wu(L), wd(L);
+    std::vector<float*> bias(L, nullptr), nw(L + 1);
+    for (int l = 0; l < L; l++) {
+        wg[l] = weight(c.up, embd, nff, 4), wu[l] = weight(c.up, embd, nff, 4), wd[l] = weight(c.down, nff, embd, 4);
+        if (c.bias) {
+            bias[l] = (float*)buf(4 * embd);
+            for (int i = 0; i < embd; i++) bias[l][i] = uni(rng);
+        }
+    }
+    for (int l = 0; l <= L; l++) {
+        nw[l] = (float*)buf(4 * embd);
+        for (int i = 0; i < embd; i++) nw[l][i] = 1.0f + 0.1f * uni(rng);
+    }
+    float* x0 = (float*)buf(4 * embd);
+    for (int i = 0; i < embd; i++) x0[i] = 50.0f * uni(rng);
+
+    // The backend's buffers: the Q8_1 scratch, sized for the widest k (the
+    // FFN reads it, the resn tail writes it); the FFN's f32 row (ffnUp);
+    // its Q8_1 output and group counters (ensureFFNQ8); the resn counter.
+    uint8_t* act = buf(std::max(rowq, ffq));
+    float* row = (float*)buf(4 * (size_t)nff);
+    uint8_t* fq8 = buf(ffq);
+    int* groups = (int*)buf(4 * (size_t)nff / 32);
+    int* counter = (int*)buf(4);
+    // The separate launches' buffers.
+    uint8_t* ract = buf(rowq);
+    float* rrow = (float*)buf(4 * (size_t)nff);
+    uint8_t* rfq8 = buf(ffq);
+    launch_xy(1, 1, [&] { minfer_rms_norm_q8_1(ract, x0, nw[0], embd, eps); }, vb);
+    memcpy(act, ract, rowq);
+
+    const float *x = x0, *rx = x0;
+    for (int l = 0; l < L; l++) {
+        float* out = (float*)buf(4 * embd);
+        float* rout = (float*)buf(4 * embd);
+        // reference: _ffn_, quantize, _res_, norm (the next layer's Q8_1 row)
+        launch((nff + 3) / 4, [&] { c.ffn(rrow, ract, wg[l], wu[l], embd, nff); });
+        launch_xy((nff / 32 + 3) / 4, 1, [&] { minfer_quantize_q8_1(rfq8, rrow, nff, 1); }, 128);
+        launch((embd + 3) / 4, [&] { c.res(rout, rfq8, wd[l], bias[l], nff, embd, rx); });
+        launch_xy(1, 1, [&] { minfer_rms_norm_q8_1(ract, rout, nw[l + 1], embd, eps); }, vb);
+        // composed, over stale outputs: the FFN's Q8_1 row from the scratch
+        // into fq8, then the down projection from fq8, its tail into the
+        // scratch (the wiring planted where wire says)
+        for (int i = 0; i < nff; i++) row[i] = NAN;
+        for (int i = 0; i < embd; i++) out[i] = NAN;
+        memset(fq8, 0xAB, ffq);
+        launch(nff / 4, [&] { c.ffnq(row, act, wg[l], wu[l], embd, nff, fq8, groups); });
+        const uint8_t* in = wire == kWireInput ? act : fq8;
+        uint8_t* tail = wire == kWireAlias ? fq8 : act;
+        if (wire == kWireOK && (tail == in || (tail < in + ffq && in < tail + rowq))) {
+            printf("chain: the tail's row overlaps the input it reads\n");
+            return 1;
+        }
+        launch((embd + 3) / 4, [&] { c.resn(out, in, wd[l], bias[l], nff, embd, x, nw[l + 1], eps, vb, tail, counter); });
+        int dr = 0, dq = 0, dout = 0, dn = 0, cnt = *counter != 0;
+        for (int i = 0; i < nff; i++) dr += memcmp(&row[i], &rrow[i], 4) != 0;
+        if (wire != kWireAlias) // alias: fq8 holds the tail's row now
+            for (size_t i = 0; i < ffq; i++) dq += fq8[i] != rfq8[i];
+        for (int i = 0; i < embd; i++) dout += memcmp(&out[i], &rout[i], 4) != 0;
+        for (size_t i = 0; i < rowq; i++) dn += act[i] != ract[i];
+        for (int g = 0; g < nff / 32; g++) cnt += groups[g] != 0;
+        int inf = 0; // the reference's own rows: a non-finite one would make the comparison weak
+        float amax = 0;
+        for (int i = 0; i < nff; i++) inf += !std::isfinite(rrow[i]);
+        for (int i = 0; i < embd; i++) inf += !std::isfinite(rout[i]), amax = std::max(amax, std::fabs(rout[i]));
+        const bool ok = dr + dq + dout + dn + cnt + inf == 0;
+        printf("chain %s%s gate/up, %s%s down, n_embd %d n_ff %d%s layer %d: %d of %d FFN f32, %d FFN Q8_1 bytes, %d of %d f32 rows, "
+               "%d next-norm Q8_1 bytes differ, %d counters not 0 (max |row| %g, %d values not finite) %s\n",
+               c.up.repacked ? "repacked " : "", c.up.name, c.down.repacked ? "repacked " : "", c.down.name, embd, nff,
+               c.bias ? " bias" : "", l, dr, nff, dq, dout, embd, dn, cnt, amax, inf, ok ? "ok" : "DIFFER");
+        fflush(stdout);
+        if (!ok) return 1;
+        x = out, rx = rout;
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
     const Type q4k = {"Q4_K", 256, 144, 0, 2, false}, q50 = {"Q5_0", 32, 22, 0, -1, false};
     const Type q80r = {"Q8_0", 32, 34, 0, -1, true}, q6kr = {"Q6_K", 256, 210, 208, -1, true};
+    bool chainOnly = false;
+    Wire wire = kWireOK;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--chain") == 0) chainOnly = true;
+        else if (strcmp(argv[i], "--wire=input") == 0) wire = kWireInput;
+        else if (strcmp(argv[i], "--wire=alias") == 0) wire = kWireAlias;
+        else { fprintf(stderr, "usage: resn_emu [--chain [--wire=input|alias]]\n"); return 2; }
+    }
+    if (chainOnly) {
+        // qwen2-0.5b Q4_K_M's kinds (Q5_0 gate/up, Q4_K down) and Q8_0's
+        // (repacked Q8_0 gate/up, repacked Q6_K down: the _M mixes'), at
+        // smaller shapes (the emulator's time goes with the rows)
+        const Chain cs[] = {
+            {q50, q4k, minfer_mmvq_ffn_q5_0, minfer_mmvq_ffnq_q5_0, minfer_mmvq_res_q4_k, minfer_mmvq_resn_q4_k, 256, 1024, false},
+            {q80r, q6kr, minfer_mmvqr_ffn_q8_0, minfer_mmvqr_ffnq_q8_0, minfer_mmvqr_res_q6_k, minfer_mmvqr_resn_q6_k, 384, 512, true},
+        };
+        int bad = 0;
+        for (const Chain& c : cs)
+            if (!bad) bad += chain(c, wire);
+        printf("%s\n", bad ? "FAIL" : "CHAIN BITWISE");
+        return bad != 0;
+    }
     int bad = 0;
     for (int n : {896, 3584}) {
         const bool ip = n == 896;
