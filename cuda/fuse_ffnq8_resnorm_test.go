@@ -9,13 +9,18 @@ package cuda
 // scripts/kernel-emu/resn-emu.sh (kernels/emu_test.go).
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/levers"
+	"github.com/minfer-go/minfer/engine/model"
+	"github.com/minfer-go/minfer/engine/model/qwen2"
 	"github.com/minfer-go/minfer/engine/quant"
+	"github.com/minfer-go/minfer/engine/synth"
 )
 
 // TestFuseFFNQ8ResNormQ8_RouteOffersTheFFNDownProjectionAndTheFFNAsReader:
@@ -150,6 +155,183 @@ func TestFuseFFNQ8ResNormQ8_SetTogetherIsNotRefused(t *testing.T) {
 		err = optInConflict(lv, c.lever)
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%v, %s: %v, want a refusal naming %q (none when empty)", c.env, c.lever, err, c.want)
+		}
+	}
+}
+
+// TestFuseFFNQ8ResNormQ8Device_LogitsBitwiseAndThreeLaunchesFewerALayer:
+// synthetic qwen2-tiny Q8_0 and Q4_K_M, qwen3-tiny Q4_K_M and qwen2-0.5b
+// Q4_K_M, prefill then 6 decode steps, CUDA graphs on and off, both arms
+// with the folded norms, the residual and FFN fusions and the one-warp
+// decode matvecs (the levers' Requires): MINFER_FUSE_FFN_Q8=1 with
+// MINFER_FUSE_RES_NORM_Q8=1 gives bitwise the logits of both =0 at every
+// step. Census of the decode steps: each minfer_mmvq*_ffnq_* launch
+// replaces one minfer_mmvq*_ffn_* and one quantization, each
+// minfer_mmvq*_resn_* launch one minfer_mmvq*_res_* and one
+// minfer_rms_norm_q8_1, and all launches drop by their sum; on Q8_0
+// (every norm folds) that is one FFN a layer and two norms a layer less
+// the first layer's attn norm, 3 x layers - 1 a step: the down
+// projections of the FFNMatMulAdd nodes run resn (all but the last
+// layer's), only the last layer's runs _res_.
+func TestFuseFFNQ8ResNormQ8Device_LogitsBitwiseAndThreeLaunchesFewerALayer(t *testing.T) {
+	dsNeedDevice(t)
+	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
+	pin := append([]string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1", "MINFER_NO_FUSE_FFN=0"}, dsOneWarpDecode...)
+	levers := []string{"MINFER_FUSE_FFN_Q8", "MINFER_FUSE_RES_NORM_Q8"}
+	dsLeversDecodeOn(t, levers, models, pin, func(t *testing.T, m dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
+		count := func(c map[string]int64, pattern string) int64 { n, _ := rpMatching(c, pattern); return n }
+		ffnq, ffnqOff := count(cOn, "minfer_mmvq*_ffnq_*"), count(cOff, "minfer_mmvq*_ffnq_*")
+		resn, resnOff := count(cOn, "minfer_mmvq*_resn_*"), count(cOff, "minfer_mmvq*_resn_*")
+		ffnDrop := count(cOff, "minfer_mmvq*_ffn_*") - count(cOn, "minfer_mmvq*_ffn_*")
+		qDrop := count(cOff, "minfer_quantize_q8_1*") - count(cOn, "minfer_quantize_q8_1*")
+		resDrop := count(cOff, "minfer_mmvq*_res_*") - count(cOn, "minfer_mmvq*_res_*")
+		normDrop := cOff[normQ8Kernel] - cOn[normQ8Kernel]
+		var allOff, allOn int64
+		for _, v := range cOff {
+			allOff += v
+		}
+		for _, v := range cOn {
+			allOn += v
+		}
+		t.Logf("decode launches over %d steps: ffnq %d (off %d), resn %d (off %d); dropped: ffn %d, quantizations %d, res %d, norms %d; "+
+			"all off %d, on %d (%.1f and %.1f a token)", frSteps, ffnq, ffnqOff, resn, resnOff, ffnDrop, qDrop, resDrop, normDrop,
+			allOff, allOn, float64(allOff)/frSteps, float64(allOn)/frSteps)
+		if ffnq == 0 || resn == 0 || ffnqOff != 0 || resnOff != 0 || ffnDrop != ffnq || qDrop != ffnq || resDrop != resn ||
+			normDrop != resn || allOff-allOn != ffnq+resn {
+			t.Errorf("ffnq %d (off %d), resn %d (off %d); ffn dropped by %d, quantizations by %d, res by %d, norms by %d, all launches by %d: "+
+				"want both on > 0 and off 0, the ffn and quantization drops = ffnq, the res and norm drops = resn, all = ffnq + resn",
+				ffnq, ffnqOff, resn, resnOff, ffnDrop, qDrop, resDrop, normDrop, allOff-allOn)
+		}
+		if L := int64(sh.NLayer); m.typ == "Q8_0" && (ffnq != L*frSteps || resn != (2*L-1)*frSteps || allOff-allOn != (3*L-1)*frSteps) {
+			t.Errorf("ffnq %d, resn %d, all launches dropped by %d: want %d layers x %d steps = %d, (2 x %d - 1) x %d = %d and (3 x %d - 1) x %d = %d",
+				ffnq, resn, allOff-allOn, L, frSteps, L*frSteps, L, frSteps, (2*L-1)*frSteps, L, frSteps, (3*L-1)*frSteps)
+		}
+	})
+}
+
+// planFuse is the decode graph of a synthesized qwen2 shape and type
+// (a mix such as Q4_K_M allowed; no file written) fused as the CUDA
+// backend would decide under the levers env: a Backend with the plan's
+// weights (types, dims, a repacked copy where registerWeight would make
+// one; no device memory) answers SupportsFused, every op is placed on it.
+func planFuse(t *testing.T, shape, typ string, env ...string) *graph.Graph {
+	t.Helper()
+	s, err := synth.ShapeByName(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qt, mix, err := synth.ParseType(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, types, err := synth.MatrixTypes(synth.Options{Shape: shape, Type: qt, Mix: mix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv, err := levers.Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.HParams()
+	ts, err := model.PlanTensors(h, func(name string) (quant.Type, bool) {
+		if t, ok := types[name]; ok {
+			return t, true
+		}
+		return quant.F32, true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{lv: lv, weights: map[string]*devWeight{}, mm: MatMulOptions{NoPrefillGEMM: lv.NoPrefillGEMM, NoQ80MMVQ: lv.NoQ80MMVQ,
+		NoQ40MMVQ: lv.NoQ40MMVQ, NoKQMMVQ: lv.NoKQMMVQ, MMQ: lv.MMQ, MMVQNT: lv.MMVQNT, MMVQSplit: lv.MMVQSplit,
+		MMVQQKVMixed: lv.MMVQQKVMixed, ActQ8: 0x1000, ActQ8Bytes: 1 << 20}}
+	for i, tn := range ts {
+		w := &devWeight{name: tn.Name, typ: tn.Type, dims: tn.Dims, rowLen: tn.Dims[0], rows: tn.Rows(), ptr: driver.DevicePtr(0x100000 * (i + 1))}
+		if !tn.Matrix() {
+			w.typ, w.vector = quant.F32, true
+		} else if b.repackWanted(tn.Type) && !tn.Gathered {
+			w.rp = w.ptr + 0x80000
+		}
+		b.weights[tn.Name] = w
+	}
+	if h.Arch != model.Qwen2 {
+		t.Fatalf("%s: a qwen2 shape, please", shape)
+	}
+	g, err := qwen2.Build(model.GraphParams(h, 1, 256, false, kv.F16, lv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bes := []graph.Backend{planBackend{b: b}}
+	if err := graph.Assign(g, bes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := graph.Fuse(g, bes); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// planBackend places every op and asks the CUDA backend about fusions
+// (the fuse pass calls nothing else).
+type planBackend struct {
+	graph.Backend
+	b *Backend
+}
+
+func (planBackend) Name() string                 { return "cuda-plan" }
+func (planBackend) SupportsOp(*graph.Node) error { return nil }
+func (p planBackend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
+	return p.b.SupportsFused(k, chain...)
+}
+
+// TestFuseFFNQ8ResNormQ8_PlanFoldsEveryLayerOfTheRealTypeMixes: on the
+// type mixes of qwen2-0.5b Q4_K_M (Q5_0 gate/up with Q4_K / repacked Q6_K
+// down projections) and Q8_0, and of qwen2-7b Q4_K_M, the CUDA backend
+// takes the composed fold on every layer at decode: an FFNMatMulAdd a
+// layer, each reading the o-projection's normed row (Q8In), every down
+// projection but the last writing the next attn norm's row; only the
+// output norm is left a node. Against FFN_Q8 alone that is one launch a
+// layer less the first (2 x layers - 1 resn launches instead of as many
+// norms), against RES_NORM_Q8 alone one a layer (the FFN's quantization):
+// qwen2-0.5b ~176 -> ~152 launches a token. The device test counts them.
+func TestFuseFFNQ8ResNormQ8_PlanFoldsEveryLayerOfTheRealTypeMixes(t *testing.T) {
+	base := []string{"MINFER_FUSE_NORM_Q8=1"}
+	for _, c := range []struct{ shape, typ string }{{"qwen2-0.5b", "Q4_K_M"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-7b", "Q4_K_M"}} {
+		sh, _ := synth.ShapeByName(c.shape)
+		L := sh.NLayer
+		for _, arm := range []struct {
+			name           string
+			env            []string
+			ffn, producers int
+		}{
+			{"both", []string{"MINFER_FUSE_FFN_Q8=1", "MINFER_FUSE_RES_NORM_Q8=1"}, L, 2*L - 1},
+			{"FFN_Q8 alone", []string{"MINFER_FUSE_FFN_Q8=1"}, L, 0},
+			{"RES_NORM_Q8 alone", []string{"MINFER_FUSE_RES_NORM_Q8=1"}, 0, 2*L - 1},
+		} {
+			g := planFuse(t, c.shape, c.typ, append(append([]string{}, base...), arm.env...)...)
+			var producers, q8in, ffnOut int
+			for _, n := range g.Nodes {
+				if n.OutNorm != "" {
+					producers++
+					if n.Op == graph.OpFFNMatMulAdd {
+						ffnOut++
+					}
+				}
+				if n.Q8In {
+					q8in++
+				}
+			}
+			wantFFNOut := 0
+			if arm.ffn > 0 && arm.producers > 0 {
+				wantFFNOut = L - 1
+			}
+			got := fmt.Sprintf("%d FFNMatMulAdd (%d writing the next norm), %d producers, %d Q8In, %d norms",
+				g.Count(graph.OpFFNMatMulAdd), ffnOut, producers, q8in, g.Count(graph.OpRmsNorm))
+			want := fmt.Sprintf("%d FFNMatMulAdd (%d writing the next norm), %d producers, %d Q8In, %d norms",
+				arm.ffn, wantFFNOut, arm.producers, arm.producers, 1)
+			if got != want {
+				t.Errorf("%s %s %s: %s; want %s", c.shape, c.typ, arm.name, got, want)
+			}
 		}
 	}
 }

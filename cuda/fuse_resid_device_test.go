@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
@@ -217,6 +218,18 @@ func dsLeverDecode(t *testing.T, lever string, models []dsModel,
 func dsLeverDecodeOn(t *testing.T, lever string, models []dsModel, pin []string,
 	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
 	t.Helper()
+	dsLeversDecodeOn(t, []string{lever}, models, pin, check)
+}
+
+// dsLeversDecodeOn is dsLeverDecodeOn over several levers that compose:
+// every one =0 in one arm, =1 in the other.
+func dsLeversDecodeOn(t *testing.T, levers []string, models []dsModel, pin []string,
+	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
+	t.Helper()
+	var off, on []string
+	for _, l := range levers {
+		off, on = append(off, l+"=0"), append(on, l+"=1")
+	}
 	for _, m := range models {
 		sh, err := synth.ShapeByName(m.shape)
 		if err != nil {
@@ -226,11 +239,11 @@ func dsLeverDecodeOn(t *testing.T, lever string, models []dsModel, pin []string,
 			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
 				p := dsSynth(t, m.shape, m.typ)
 				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, pin...)) // each append copies
-				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
-				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
+				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, off...)...)
+				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, on...)...)
 				for i := range lOff {
 					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
+						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), strings.Join(levers, ", "))
 					}
 				}
 				check(t, m, sh, graphs, cOff, cOn, bOn)
