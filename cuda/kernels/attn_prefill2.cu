@@ -469,13 +469,33 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
 
     // Q (rows r0.., zero past nrows and hd) staged in K's place, then held
-    // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8.
-    for (int idx = tid; idx < ROWS * HD; idx += THR) {
-        const int r = idx / HD, d = idx % HD;
-        const long long R = r0 + r;
-        float v = 0.0f;
-        if (R < nrows && d < hd) v = q[((R / G) * n_head + kvh * G + (int)(R % G)) * hd + d];
-        smem[r * Gm::KLD + d] = __float2half(v);
+    // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8. The
+    // decode form (one warp, 16 rows) loads its pairs all in flight at once:
+    // one lane's 64 single loads in turn would cost it several L2 round
+    // trips before its first tile, of the ~5 tiles it has at depth.
+    if constexpr (ROWS == 16) {
+        constexpr int PR = HD / 2, PER = ROWS * PR / THR; // pairs a row; a lane's pairs
+        float2 v[PER];
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = i * THR + tid, r = idx / PR, d = 2 * (idx % PR);
+            const long long R = r0 + r;
+            v[i] = make_float2(0.0f, 0.0f);
+            if (R < nrows && d < hd) v[i] = *reinterpret_cast<const float2*>(q + ((R / G) * n_head + kvh * G + (int)(R % G)) * hd + d);
+        }
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int idx = i * THR + tid, r = idx / PR, d = 2 * (idx % PR);
+            *reinterpret_cast<__half2*>(smem + r * Gm::KLD + d) = __floats2half2_rn(v[i].x, v[i].y);
+        }
+    } else {
+        for (int idx = tid; idx < ROWS * HD; idx += THR) {
+            const int r = idx / HD, d = idx % HD;
+            const long long R = r0 + r;
+            float v = 0.0f;
+            if (R < nrows && d < hd) v = q[((R / G) * n_head + kvh * G + (int)(R % G)) * hd + d];
+            smem[r * Gm::KLD + d] = __float2half(v);
+        }
     }
     __syncthreads();
     uint32_t qa[KS][4];

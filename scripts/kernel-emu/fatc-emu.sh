@@ -29,6 +29,7 @@
 #       warp a block) and their combine on nt 1..8; every plant above but
 #       combine reaches them, and
 #       thr    the block's thread count taken as twice what is launched
+#       qpair  the decode form's Q pairs loaded from the neighbouring pair
 #       dcw    the combine weighs every split 1 (no rescale to the common max)
 #       dcq    the combine's Q8_1 blocks quantize neighbouring elements swapped
 #       dcs    the combine's warps drop the first element of their last split in flight
@@ -59,10 +60,11 @@ if [[ "${1:-}" == "--plant" ]]; then
     log2) from='m[i] * 0.6931471805599453f'; to='m[i]' ;;
     inld) from='2LL * (off + 8 * (tid % CPR));'; to='2LL * (off + 8 * ((tid + 1) % CPR));' ;;
     thr) from='constexpr int THR = 2 * ROWS;'; to='constexpr int THR = 4 * ROWS;' ;;
+    qpair) from='* hd + d);'; to='* hd + (d ^ 2));' ;;
     dcw) from='wt[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M);'; to='wt[j] = ms[j] == -INFINITY ? 0.0f : 1.0f;' ;;
     dcq) from='value(32 * b + lane), lane);'; to='value(32 * b + (lane ^ 1)), lane);' ;;
     dcs) from='a[i].x = fmaf(ws[u], v[u][i].x, a[i].x)'; to='a[i].x = u == DC_U - 1 ? a[i].x : fmaf(ws[u], v[u][i].x, a[i].x)' ;;
-    *) echo "usage: $0 [--decode] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|dcw|dcq|dcs]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--decode] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|qpair|dcw|dcq|dcs]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick+=(--quick)
