@@ -82,9 +82,9 @@ func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
 // nt 1..8 (G 1 / 2 / 7 / 8, head_dim 64 / 80 / 128, 2 to 99 splits, a
 // window, NaN rows), and the combine's Q8_1 blocks are bitwise those of the
 // f32 rows it writes; a block that stages as if it had twice its threads,
-// Q pairs loaded from their neighbours, a
-// combine that weighs every split alike, one that quantizes neighbouring
-// elements swapped, and one that drops part of a split are each caught.
+// Q pairs loaded from their neighbours, a combine that weighs every split
+// alike, one that quantizes neighbouring elements swapped, and one that
+// drops part of a split are each caught.
 func TestKernelEmulator_DecodeTensorCoresWithinF16BarAndQ8Bitwise(t *testing.T) {
 	if out, code := emu(t, "fatc-emu.sh", "--decode"); code != 0 || !strings.Contains(out, "ALL WITHIN 1e-2") {
 		t.Fatalf("fatc-emu.sh --decode: exit %d:\n%s", code, out)
