@@ -620,9 +620,10 @@ var registry = []Lever{
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0", Packages: []string{"engine/graph", "engine/cpu"},
 		Liveness: &Liveness{On: "0",
-			CUDA: &PathRule{Census: []string{"minfer_mmvq*_ffn_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
+			// _ffn_ and, under MINFER_FUSE_FFN_Q8, _ffnq_: the fused FFN either way.
+			CUDA: &PathRule{Census: []string{"minfer_mmvq*_ffn*_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
 			CPU:  &PathRule{Census: []string{"cpu_fused_ffn_*"}, Funcs: []string{`/engine/cpu\.\(\*Backend\)\.fusedFFN$`}},
-			Why:  "with FFN fusion on, decode runs gate, up and SwiGLU as one fused op (one fused MMVQ kernel on CUDA, cpu_fused_ffn_<type> on the CPU); off, two matmuls and a SwiGLU"}},
+			Why:  "with FFN fusion on, decode runs gate, up and SwiGLU as one fused op (one fused MMVQ kernel on CUDA, minfer_mmvq[r]_ffn_* or with MINFER_FUSE_FFN_Q8 _ffnq_*; cpu_fused_ffn_<type> on the CPU); off, two matmuls and a SwiGLU"}},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
 		Doc: "1: unfused QKV chains", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0", Packages: []string{"engine/graph", "engine/cpu"},
 		Liveness: &Liveness{On: "0",
