@@ -311,10 +311,16 @@ func isMatMulAdd(n *Node) bool { return n.Op == OpMatMulAdd }
 
 // fuseNormQ8: FusedQKV(RmsNorm(x)) or FusedFFN(RmsNorm(x)) with the norm
 // read by that node alone -> the node reads x and carries the norm's weight
-// in Norm (and its eps in P.Eps). Runs after fuseQKV and fuseFFN.
+// in Norm (and its eps in P.Eps). Runs after fuseQKV and fuseFFN. In a
+// decode graph (NT 1) a plain MatMul too: the lm head after the output
+// norm. A prefill's last-token row stays as it was (its norm node): the
+// fold is for the decode launch budget, and prefill graphs keep their form.
 func fuseNormQ8(g *Graph, supports supportsFn) int {
+	decode := g.Params.NT == 1
 	return foldProducer(g, supports, FuseNormQ8,
-		func(c *Node) bool { return (c.Op == OpFusedQKV || c.Op == OpFusedFFN) && c.Norm == "" },
+		func(c *Node) bool {
+			return c.Norm == "" && (c.Op == OpFusedQKV || c.Op == OpFusedFFN || (decode && c.Op == OpMatMul))
+		},
 		func(n *Node) bool { return n.Op == OpRmsNorm && n.Weight != "" },
 		func(n, c *Node) { c.Inputs[0], c.Norm, c.P.Eps = n.Inputs[0], n.Weight, n.P.Eps })
 }
@@ -345,18 +351,26 @@ func fuseFFNQ8(g *Graph, supports supportsFn) int {
 		})
 }
 
-// fuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd node c that carries
-// a folded norm (Norm, from fuseNormQ8) and reads the row of a MatMulAdd /
-// AttnMatMulAdd / FFNMatMulAdd m -> m takes the norm (m.OutNorm,
-// m.P.OutEps: it writes its f32 row as before, then the Q8_1 row of that
-// row normed) and c is marked Q8In (its matvecs read that Q8_1 row). m's
-// other readers (the next residual add) read its f32 row, which is
-// unchanged; m writes one normed row at most. An FFNMatMulAdd may be both:
-// the reader of the o-projection's row and the down projection writing
-// the next layer's. Runs after fuseNormQ8, fuseAttnQ8 and fuseFFNQ8.
+// fuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd / MatMul node c that
+// carries a folded norm (Norm, from fuseNormQ8) and reads the row of a
+// MatMulAdd / AttnMatMulAdd / FFNMatMulAdd / GetRows m -> m takes the norm
+// (m.OutNorm, m.P.OutEps: it writes its f32 row as before, then the Q8_1
+// row of that row normed) and c is marked Q8In (its matvecs read that Q8_1
+// row). m's other readers (the next residual add) read its f32 row, which
+// is unchanged; m writes one normed row at most. An FFNMatMulAdd may be
+// both: the reader of the o-projection's row and the down projection
+// writing the next layer's. At the stack's edges the embedding gather
+// writes layer 0's attn norm row, and the last down projection the output
+// norm's for the lm head (a MatMul reader: the graph's output, which as a
+// reader writes nothing of the handoff). Runs after fuseNormQ8, fuseAttnQ8
+// and fuseFFNQ8.
 func fuseResNormQ8(g *Graph, supports supportsFn) int {
-	isReader := func(c *Node) bool { return c.Op == OpFusedQKV || c.Op == OpFusedFFN || c.Op == OpFFNMatMulAdd }
-	isProducer := func(m *Node) bool { return m.Op == OpMatMulAdd || m.Op == OpAttnMatMulAdd || m.Op == OpFFNMatMulAdd }
+	isReader := func(c *Node) bool {
+		return c.Op == OpFusedQKV || c.Op == OpFusedFFN || c.Op == OpFFNMatMulAdd || c.Op == OpMatMul
+	}
+	isProducer := func(m *Node) bool {
+		return m.Op == OpMatMulAdd || m.Op == OpAttnMatMulAdd || m.Op == OpFFNMatMulAdd || m.Op == OpGetRows
+	}
 	count := 0
 	for _, c := range g.Nodes {
 		if c.dead || !isReader(c) || c.Norm == "" || c.Q8In {

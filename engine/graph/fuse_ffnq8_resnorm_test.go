@@ -22,10 +22,11 @@ import (
 // (FFNMatMulAdd, gate/up weights, ffn_down, its ffn_norm in Norm) and
 // reads the Q8_1 row the o-projection wrote (Q8In, the o-projection's
 // OutNorm that ffn_norm); layer 0's down projection writes layer 1's
-// attn_norm row (OutNorm) for the fused q/k/v (Q8In); the last layer's
-// does not (output_norm is a node of its own). Compacted, each Q8In node
-// runs right after its producer: a decode layer launches q/k/v,
-// bias/rope/store, attention + o-projection, FFN + down projection.
+// attn_norm row (OutNorm) for the fused q/k/v (Q8In), the last layer's
+// the output norm's for the lm head (Q8In), and the embedding gather
+// layer 0's attn_norm row. Compacted, each Q8In node runs right after its
+// producer: a decode layer launches q/k/v, bias/rope/store, attention +
+// o-projection, FFN + down projection.
 func TestFuseFFNQ8ResNormQ8_EveryDownProjectionReadsTheFFNRowAndWritesTheNextNorm(t *testing.T) {
 	p := resNormParams(true, true, true, true)
 	p.FuseFFNQ8 = true
@@ -37,10 +38,11 @@ func TestFuseFFNQ8ResNormQ8_EveryDownProjectionReadsTheFFNRowAndWritesTheNextNor
 	prod, q8, norms := resNormFolds(t, g)
 	slices.Sort(prod)
 	slices.Sort(q8)
-	wantProd := []string{"attn_mul_mat_add=blk.0.ffn_norm.weight", "attn_mul_mat_add=blk.1.ffn_norm.weight", "ffn_mul_mat_add=blk.1.attn_norm.weight"}
-	wantQ8 := []string{"blk.0.ffn_residual", "blk.1.attn_qkv", "blk.1.ffn_residual"}
-	if !slices.Equal(prod, wantProd) || !slices.Equal(q8, wantQ8) || norms != 1 {
-		t.Errorf("producers %v, Q8In %v, %d norms left; want %v, %v and 1 (output_norm):\n%s", prod, q8, norms, wantProd, wantQ8, g.Dump())
+	wantProd := []string{"attn_mul_mat_add=blk.0.ffn_norm.weight", "attn_mul_mat_add=blk.1.ffn_norm.weight", "ffn_mul_mat_add=blk.1.attn_norm.weight",
+		"ffn_mul_mat_add=output_norm.weight", "get_rows=blk.0.attn_norm.weight"}
+	wantQ8 := []string{"blk.0.attn_qkv", "blk.0.ffn_residual", "blk.1.attn_qkv", "blk.1.ffn_residual", "output"}
+	if !slices.Equal(prod, wantProd) || !slices.Equal(q8, wantQ8) || norms != 0 {
+		t.Errorf("producers %v, Q8In %v, %d norms left; want %v, %v and 0:\n%s", prod, q8, norms, wantProd, wantQ8, g.Dump())
 	}
 	if n := g.Count(graph.OpFusedFFN) + g.Count(graph.OpMatMulAdd); n != 0 {
 		t.Errorf("%d fused FFN / plain matmul-add nodes left, want every FFN folded into its down projection", n)
@@ -50,7 +52,7 @@ func TestFuseFFNQ8ResNormQ8_EveryDownProjectionReadsTheFFNRowAndWritesTheNextNor
 			continue
 		}
 		l := n.Name[:len("blk.0.")]
-		wantOut := ""
+		wantOut := "output_norm.weight"
 		if l == "blk.0." {
 			wantOut = "blk.1.attn_norm.weight"
 		}
@@ -61,8 +63,8 @@ func TestFuseFFNQ8ResNormQ8_EveryDownProjectionReadsTheFFNRowAndWritesTheNextNor
 		}
 	}
 	if got, want := launchOrder(g), []string{
-		"blk.0.attn_qkv(norm)", "blk.0.qkv_bias_rope_store", "blk.0.attn_residual(out)", "blk.0.ffn_residual(q8in,out)",
-		"blk.1.attn_qkv(q8in)", "blk.1.qkv_bias_rope_store", "blk.1.attn_residual(out)", "blk.1.ffn_residual(q8in)",
+		"blk.0.attn_qkv(q8in)", "blk.0.qkv_bias_rope_store", "blk.0.attn_residual(out)", "blk.0.ffn_residual(q8in,out)",
+		"blk.1.attn_qkv(q8in)", "blk.1.qkv_bias_rope_store", "blk.1.attn_residual(out)", "blk.1.ffn_residual(q8in,out)",
 	}; !slices.Equal(got, want) {
 		t.Errorf("the layers launch %v, want %v", got, want)
 	}
@@ -115,14 +117,15 @@ func down(b *graph.Builder, l string, s, r int) int {
 	return b.Add(l+".ffn_residual", r, b.MatMul(l+".ffn_down", s, l+".ffn_down.weight", "", 8))
 }
 
-// foldSummary is one line a matmul-add or fused node of g: op, then the
-// layer of its norm (its own or Q8In's), Q8In, and the layer of its OutNorm.
+// foldSummary is one line a gather, matmul, matmul-add or fused node of g:
+// op, then the layer of its norm (its own or Q8In's), Q8In, and the layer
+// of its OutNorm.
 func foldSummary(g *graph.Graph) []string {
 	layer := func(w string) string { return strings.TrimSuffix(w, ".ffn_norm.weight") }
 	var out []string
 	for _, n := range g.Nodes {
 		switch n.Op {
-		case graph.OpFusedFFN, graph.OpMatMulAdd, graph.OpFFNMatMulAdd:
+		case graph.OpGetRows, graph.OpMatMul, graph.OpFusedFFN, graph.OpMatMulAdd, graph.OpFFNMatMulAdd:
 			out = append(out, fmt.Sprintf("%s %s norm=%s q8in=%v out=%s", n.Name, n.Op, layer(n.Norm), n.Q8In, layer(n.OutNorm)))
 		}
 	}
@@ -142,8 +145,9 @@ func (o offerBut) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 
 // TestFuseFFNQ8ResNormQ8_FoldsOnlyAChainOfOneReaderRightAfterItsProducer:
 // FFN-only stacks with both levers. A chain of FFN layers composes (an
-// FFNMatMulAdd reads the row of the one before and writes the next's),
-// up to the output norm, a plain node. It does not fold: into a producer
+// FFNMatMulAdd reads the row of the one before and writes the next's; the
+// first reads the embedding gather's), up to the output norm, folded into
+// the lm head (a decode graph). It does not fold: into a producer
 // whose next norm has a second reader (FuseNormQ8 left it a node), through
 // an FFN with a second reader (FuseFFNQ8 leaves it: the plain FUSE_RES_NORM_Q8
 // chain, FusedFFN then MatMulAdd, instead), for the second of two normed
@@ -164,9 +168,11 @@ func TestFuseFFNQ8ResNormQ8_FoldsOnlyAChainOfOneReaderRightAfterItsProducer(t *t
 			}
 			return b.MatMul("lm", b.RmsNorm("output_norm", x, "output_norm.weight", 1e-5), "lm.weight", "", 8)
 		}, yes{}, []string{
-			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=false out=l1",
+			"x get_rows norm= q8in=false out=l0",
+			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=true out=l1",
 			"l1.ffn_residual ffn_mul_mat_add norm=l1 q8in=true out=l2",
-			"l2.ffn_residual ffn_mul_mat_add norm=l2 q8in=true out=",
+			"l2.ffn_residual ffn_mul_mat_add norm=l2 q8in=true out=output_norm.weight",
+			"lm mul_mat norm=output_norm.weight q8in=true out=",
 		}},
 		{"a next norm with a second reader", func(b *graph.Builder, x int) int {
 			_, s := normFFN(b, "l0", x)
@@ -175,7 +181,8 @@ func TestFuseFFNQ8ResNormQ8_FoldsOnlyAChainOfOneReaderRightAfterItsProducer(t *t
 			side := b.MatMul("side", b.Scale("side_scale", n1, 2), "side.weight", "", 8)
 			return b.Add("mix", down(b, "l1", s, x), side)
 		}, yes{}, []string{
-			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=false out=",
+			"x get_rows norm= q8in=false out=l0",
+			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=true out=",
 			"l1.ffn_residual ffn_mul_mat_add norm= q8in=false out=",
 			"mix mul_mat_add norm= q8in=false out=", // the side matmul's residual fusion
 		}},
@@ -188,7 +195,8 @@ func TestFuseFFNQ8ResNormQ8_FoldsOnlyAChainOfOneReaderRightAfterItsProducer(t *t
 			_, s = normFFN(b, "l2", x)
 			return b.Add("mix", down(b, "l2", s, x), side)
 		}, yes{}, []string{
-			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=false out=l1",
+			"x get_rows norm= q8in=false out=l0",
+			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=true out=l1",
 			"l1.ffn_gate_up fused_ffn norm=l1 q8in=true out=",
 			"l1.ffn_residual mul_mat_add norm= q8in=false out=l2",
 			"l2.ffn_residual ffn_mul_mat_add norm=l2 q8in=true out=",
@@ -202,7 +210,8 @@ func TestFuseFFNQ8ResNormQ8_FoldsOnlyAChainOfOneReaderRightAfterItsProducer(t *t
 			_, sb := normFFN(b, "l1b", x)
 			return down(b, "l1b", sb, xa)
 		}, yes{}, []string{
-			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=false out=l1a",
+			"x get_rows norm= q8in=false out=l0",
+			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=true out=l1a",
 			"l1a.ffn_residual ffn_mul_mat_add norm=l1a q8in=true out=",
 			"l1b.ffn_residual ffn_mul_mat_add norm=l1b q8in=false out=",
 		}},
@@ -213,7 +222,8 @@ func TestFuseFFNQ8ResNormQ8_FoldsOnlyAChainOfOneReaderRightAfterItsProducer(t *t
 			}
 			return x
 		}, offerBut{not: graph.OpFFNMatMulAdd}, []string{
-			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=false out=",
+			"x get_rows norm= q8in=false out=l0",
+			"l0.ffn_residual ffn_mul_mat_add norm=l0 q8in=true out=",
 			"l1.ffn_residual ffn_mul_mat_add norm=l1 q8in=false out=",
 		}},
 	} {

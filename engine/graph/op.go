@@ -19,13 +19,16 @@ const (
 	// cell, kv length}).
 	OpInput Op = iota
 	// OpGetRows gathers rows of a weight (the embedding) by i32 ids: in[0]
-	// ids [nt] -> [rowLen, nt]. Any weight type.
+	// ids [nt] -> [rowLen, nt]. Any weight type. With OutNorm
+	// (FuseResNormQ8, one row) it also writes that norm's Q8_1 row.
 	OpGetRows
 	// OpRmsNorm: in[0] [n, ...] normalised per row, times weight [n].
 	OpRmsNorm
 	// OpQkNorm: per-head RMS norm: in[0] [hd, nh, nt] times weight [hd].
 	OpQkNorm
 	// OpMatMul: in[0] [k, nt] times weight [k, m] (+ bias [m]) -> [m, nt].
+	// With Norm set (FuseNormQ8, a decode graph's lm head) in[0] is
+	// RMS-normed by that weight first.
 	OpMatMul
 	// OpAdd, OpMul: element-wise; in[1] is the same shape or one row
 	// broadcast over the rows of in[0].
@@ -152,8 +155,9 @@ const (
 	// FuseMatMulAdd: Add(MatMul(x), r) with the matmul read by the add
 	// alone -> OpMatMulAdd (the residual adds of every layer).
 	FuseMatMulAdd
-	// FuseNormQ8: FusedQKV(RmsNorm(x)) or FusedFFN(RmsNorm(x)), the norm read
-	// by that node alone -> the node with Norm set (chain: norm, node). A
+	// FuseNormQ8: FusedQKV(RmsNorm(x)) or FusedFFN(RmsNorm(x)), or in a
+	// decode graph MatMul(RmsNorm(x)) (the lm head), the norm read by that
+	// node alone -> the node with Norm set (chain: norm, node). A
 	// backend offers it where it can take the normed row straight to the
 	// matmuls' quantized activation (the decode row: one launch, not two).
 	FuseNormQ8
@@ -167,12 +171,13 @@ const (
 	// backend offers it where the FFN can write the matmul's quantized
 	// activation itself (the decode row: one launch fewer).
 	FuseFFNQ8
-	// FuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd node with Norm
-	// set (FuseNormQ8) whose in[0] is a MatMulAdd / AttnMatMulAdd /
-	// FFNMatMulAdd -> that node takes the norm (OutNorm, P.OutEps) and the
-	// consumer gets Q8In (chain: matmul-add, consumer). A backend offers
-	// it where the residual matvec can write the normed row's quantized
-	// activation itself (one launch fewer).
+	// FuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd / MatMul node
+	// with Norm set (FuseNormQ8) whose in[0] is a MatMulAdd /
+	// AttnMatMulAdd / FFNMatMulAdd or the embedding's GetRows -> that node
+	// takes the norm (OutNorm, P.OutEps) and the consumer gets Q8In (chain:
+	// producer, consumer). A backend offers it where the producer can
+	// write the normed row's quantized activation itself (one launch
+	// fewer).
 	FuseResNormQ8
 )
 
