@@ -5,6 +5,7 @@
 // read from device memory (a captured graph replays with fresh tokens).
 #include "common.cuh"
 #include "dequant.cuh"
+#include "q8_1.cuh"
 
 // One block per token. An id outside [0, n_rows) gives a NaN row: the CPU
 // refuses it with an error, which a kernel cannot return, and a NaN row
@@ -107,4 +108,113 @@ extern "C" __global__ void minfer_get_rows_r(float* out, const uint8_t* w, int w
         for (int i = threadIdx.x; i < k; i += blockDim.x)
             y[i] = minfer_dqr_q6_k(w, all, first + i / MINFER_QKK, i % MINFER_QKK);
     }
+}
+
+// ------------------------------------- the gather that norms its one row
+//
+// minfer_get_rows_q8_1, minfer_get_rows_host_q8_1, minfer_get_rows_r_q8_1
+// (MINFER_FUSE_RES_NORM_Q8, decode: one token, grid (1)): the gather of
+// their plain twins, which also writes at q8 the Q8_1 row of the gathered
+// row's RMS norm (weight nw, null: none; eps): layer 0's attn norm, which
+// minfer_rms_norm_q8_1 (norm.cu) ran as a launch of its own. The block is
+// that kernel's, opsRowBlock(k) threads, and thread j holds the values j,
+// j + B, j + 2B, ... (B = blockDim.x) in registers as mops::rms_scale
+// loads them: the same per-thread partial sums in the same order, the same
+// block_sum, scale and per-warp quantization as mops::rms_q8_1, so the
+// bytes are that kernel's over the f32 row, which is still written (layer
+// 0's residual reads it). A bad id (or wtype) gives a NaN row, normed as
+// the norm kernel norms a NaN row: every thread reaches the block sum.
+// k % 32 == 0 and k <= 16 B (the launcher checks): no value is left for
+// rms_scale's loop past its registers.
+
+// minfer_get_rows_q8_1_row: K registers a thread, val(i) the row's value i.
+template <int K, class V>
+__device__ __forceinline__ void minfer_get_rows_q8_1_row(float* y, uint8_t* q8, const float* nw, int k, float eps, float* scratch,
+                                                         const V& val) {
+    const int tid = threadIdx.x, nb = blockDim.x, lane = tid & 31;
+    float xv[K], wv[K];
+#pragma unroll
+    for (int m = 0; m < K; m++) {
+        const int i = tid + m * nb;
+        xv[m] = i < k ? val(i) : 0.0f;
+        wv[m] = (nw != nullptr && i < k) ? nw[i] : 1.0f;
+        if (i < k) y[i] = xv[m];
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int m = 0; m < K; m++) {
+        if (tid + m * nb < k) s = __fadd_rn(s, __fmul_rn(xv[m], xv[m]));
+    }
+    s = mops::block_sum(s, scratch);
+    const float mean = __fdiv_rn(s, (float)k);
+    const float scale = __fdiv_rn(1.0f, (float)sqrt((double)__fadd_rn(mean, eps)));
+#pragma unroll
+    for (int m = 0; m < K; m++) {
+        const int i0 = m * nb + (tid & ~31); // the warp's block starts here
+        if (i0 >= k) break;                  // warp-uniform
+        const float yv = __fmul_rn(xv[m], scale);
+        minfer_q8_1_warp(q8 + (size_t)(i0 / 32) * MINFER_Q8_1_BYTES, nw ? __fmul_rn(yv, wv[m]) : yv, lane);
+    }
+}
+
+// The register depth as minfer_rms_norm_q8_1 picks it (block-uniform).
+template <class V>
+__device__ __forceinline__ void minfer_get_rows_q8_1_body(float* out, uint8_t* q8, const float* nw, int k, float eps, const V& val) {
+    __shared__ float scratch[32];
+    const int per = (k + blockDim.x - 1) / blockDim.x;
+    if (per <= 4) {
+        minfer_get_rows_q8_1_row<4>(out, q8, nw, k, eps, scratch, val);
+    } else {
+        minfer_get_rows_q8_1_row<16>(out, q8, nw, k, eps, scratch, val);
+    }
+}
+
+// Value i of GGUF row id (minfer_get_rows_body's), NaN for a bad id.
+struct MinferGatherRow {
+    const uint8_t* row;
+    int wtype;
+    bool bad;
+    __device__ __forceinline__ float operator()(int i) const {
+        return bad ? __int_as_float(0x7fc00000) : minfer_dq(wtype, row, i);
+    }
+};
+
+__device__ __forceinline__ MinferGatherRow minfer_gather_row(const uint8_t* w, int wtype, long long row_bytes, int n_rows, int id) {
+    const bool bad = id < 0 || id >= n_rows;
+    return MinferGatherRow{bad ? w : w + (long long)id * row_bytes, wtype, bad};
+}
+
+extern "C" __global__ void minfer_get_rows_q8_1(float* out, uint8_t* q8, const uint8_t* w, int wtype, long long row_bytes,
+                                                int n_rows, const int* ids, int k, const float* nw, float eps) {
+    minfer_get_rows_q8_1_body(out, q8, nw, k, eps, minfer_gather_row(w, wtype, row_bytes, n_rows, ids[0]));
+}
+
+// minfer_get_rows_host_q8_1: minfer_get_rows_q8_1 over the host-mapped
+// table (MINFER_EMBED_HOST), its own name as minfer_get_rows_host's.
+extern "C" __global__ void minfer_get_rows_host_q8_1(float* out, uint8_t* q8, const uint8_t* w, int wtype, long long row_bytes,
+                                                     int n_rows, const int* ids, int k, const float* nw, float eps) {
+    minfer_get_rows_q8_1_body(out, q8, nw, k, eps, minfer_gather_row(w, wtype, row_bytes, n_rows, ids[0]));
+}
+
+// Value i of row id of the repacked table (minfer_get_rows_r's), NaN for
+// a bad id or a wtype without the layout.
+struct MinferGatherRowR {
+    const uint8_t* w;
+    size_t all, first;
+    int kind; // 0: NaN, 1: Q8_0, 2: Q6_K
+    __device__ __forceinline__ float operator()(int i) const {
+        if (kind == 1) return minfer_dqr_q8_0(w, all, first + i / MINFER_QK, i % MINFER_QK);
+        if (kind == 2) return minfer_dqr_q6_k(w, all, first + i / MINFER_QKK, i % MINFER_QKK);
+        return __int_as_float(0x7fc00000);
+    }
+};
+
+extern "C" __global__ void minfer_get_rows_r_q8_1(float* out, uint8_t* q8, const uint8_t* w, int wtype, int n_rows,
+                                                  const int* ids, int k, const float* nw, float eps) {
+    const int id = ids[0];
+    const bool q8_0 = wtype == MINFER_T_Q8_0;
+    const size_t nb = (size_t)(k / (q8_0 ? MINFER_QK : MINFER_QKK));
+    int kind = q8_0 ? 1 : wtype == MINFER_T_Q6_K ? 2 : 0;
+    if (id < 0 || id >= n_rows) kind = 0;
+    minfer_get_rows_q8_1_body(out, q8, nw, k, eps, MinferGatherRowR{w, (size_t)n_rows * nb, (size_t)(kind ? id : 0) * nb, kind});
 }
