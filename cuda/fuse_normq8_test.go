@@ -18,10 +18,11 @@ import (
 // TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ: the backend offers the fusion
 // for a one-row norm read by a fused q/k/v or gate/up node whose weights
 // all take a decode MMVQ route (one type or mixed: qwen2-0.5b Q4_K_M's
-// q/k Q5_0 with v Q8_0), with a norm weight and a row the kernel holds; it
-// declines more rows, an f32-activation route (F16), a plain matmul, a
-// missing norm weight and rows that are not whole Q8_1 blocks or are too
-// long. The launcher refuses the same rows by name.
+// q/k Q5_0 with v Q8_0) or a plain matmul on one (the decode lm head), with
+// a norm weight and a row the kernel holds; it declines more rows, an
+// f32-activation route (F16, in a fused node or a plain matmul), a missing
+// norm weight and rows that are not whole Q8_1 blocks or are too long. The
+// launcher refuses the same rows by name.
 func TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ(t *testing.T) {
 	const n = 896
 	w := func(typ quant.Type, rowLen int) *devWeight {
@@ -47,7 +48,8 @@ func TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ(t *testing.T) {
 		{"two rows", norm(2, n, "norm"), qkv("q", "k", "v"), false},
 		{"mixed MMVQ types", norm(1, n, "norm"), qkv("q", "k", "v6"), true},
 		{"an f16 weight", norm(1, n, "norm"), qkv("q", "k", "f16"), false},
-		{"a plain matmul", norm(1, n, "norm"), &graph.Node{Op: graph.OpMatMul, Weight: "q"}, false},
+		{"a plain matmul (the lm head)", norm(1, n, "norm"), &graph.Node{Op: graph.OpMatMul, Weight: "q"}, true},
+		{"a plain f16 matmul", norm(1, n, "norm"), &graph.Node{Op: graph.OpMatMul, Weight: "f16"}, false},
 		{"no norm weight", norm(1, n, ""), qkv("q", "k", "v"), false},
 		{"an unregistered norm weight", norm(1, n, "gone"), qkv("q", "k", "v"), false},
 		{"a row of 880", norm(1, 880, "norm"), qkv("odd", "odd", "odd"), false},

@@ -108,6 +108,20 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	if m.w.rows != n.Shape[0] {
 		return nil, fmt.Errorf("weight %s has %d rows, node wants %d", n.Weight, m.w.rows, n.Shape[0])
 	}
+	if n.Norm != "" {
+		// FuseNormQ8 (the decode lm head): the norm writes the Q8_1 row
+		// the matvec reads, or with Q8In the matvec before did.
+		quantize, err := b.decodeQuantize(n, p[0], m.w.rowLen, nt, []matmulPlan{m})
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			if err := quantize(); err != nil {
+				return err
+			}
+			return b.mmvqFromQ8(m, m.out, 0)
+		}, nil
+	}
 	return func() error { return b.runMatMul(p[0], nt, m) }, nil
 }
 
@@ -286,8 +300,9 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 	return same, route
 }
 
-// decodeQuantize is how a fused q/k/v or gate/up node over the row x (k
-// values, nt tokens) fills the Q8_1 scratch at decode: the row's
+// decodeQuantize is how a fused q/k/v or gate/up node (or the decode lm
+// head's matmul) over the row x (k values, nt tokens) fills the Q8_1
+// scratch at decode: the row's
 // quantization, or with n.Norm (FuseNormQ8) the norm and quantization in
 // one launch (RmsNormQ8_1) of the un-normed row, or with n.Q8In
 // (FuseResNormQ8) nothing: the residual matvec before it wrote that row. A Norm where a matmul of

@@ -87,24 +87,35 @@ func (k *Kernels) MatMulQ8_1ResNorm(s *driver.Stream, out, xq driver.DevicePtr, 
 // FuseResNormQ8: m a decode MatMulAdd / AttnMatMulAdd / FFNMatMulAdd of
 // one row whose weight (an FFNMatMulAdd's: its down projection) takes a
 // one-warp decode MMVQ route with a resn kernel (not the split form,
-// MINFER_MMVQ_SPLIT), c the fused q/k/v, gate/up or FFN + down node that
-// reads m's row through a folded norm (FuseNormQ8) of a registered weight,
-// and a row the norm's block holds (RmsNormQ8_1's limits). An
-// FFNMatMulAdd reader runs its FFN over the Q8_1 row (decodeQuantize), an
-// FFNMatMulAdd producer its resn launch over the FFN's Q8_1 output
-// (opFFNMatMulAdd): both are decode MMVQ routes by ffnQ8Route.
+// MINFER_MMVQ_SPLIT), or the one-row embedding gather of a table whose
+// gather has a _q8_1 twin (gatherQ8Kernel); c the fused q/k/v, gate/up,
+// FFN + down node or the lm head's matmul that reads m's row through a
+// folded norm (FuseNormQ8) of a registered weight, and a row the norm's
+// block holds (RmsNormQ8_1's limits). An FFNMatMulAdd reader runs its FFN
+// over the Q8_1 row (decodeQuantize), an FFNMatMulAdd producer its resn
+// launch over the FFN's Q8_1 output (opFFNMatMulAdd): both are decode
+// MMVQ routes by ffnQ8Route; a matmul reader's weight is on one by
+// normQ8Route.
 func (b *Backend) resNormRoute(m, c *graph.Node) bool {
-	producer := m.Op == graph.OpMatMulAdd || m.Op == graph.OpAttnMatMulAdd || m.Op == graph.OpFFNMatMulAdd
-	reader := c.Op == graph.OpFusedQKV || c.Op == graph.OpFusedFFN || c.Op == graph.OpFFNMatMulAdd
-	if !producer || !reader || c.Norm == "" || m.Shape.Rows() != 1 || b.mm.MMVQSplit {
+	reader := c.Op == graph.OpFusedQKV || c.Op == graph.OpFusedFFN || c.Op == graph.OpFFNMatMulAdd || c.Op == graph.OpMatMul
+	if !reader || c.Norm == "" || b.weights[c.Norm] == nil || m.Shape.Rows() != 1 {
 		return false
 	}
-	w, nw, n := b.weights[m.Weight], b.weights[c.Norm], m.Shape[0]
-	if w == nil || nw == nil || w.rows != n || n%quant.QK != 0 || n > normQ8MaxPer*int(opsRowBlock(n)[0]) {
+	w, n := b.weights[m.Weight], m.Shape[0]
+	if w == nil || n%quant.QK != 0 || n > normQ8MaxPer*int(opsRowBlock(n)[0]) {
 		return false
 	}
-	r := b.matmulRoute(w, 1)
-	return r.decode() && resnKernel(w.typ, r == routeMMVQR) != ""
+	switch m.Op {
+	case graph.OpGetRows:
+		return w.rowLen == n && gatherQ8Kernel(w) != ""
+	case graph.OpMatMulAdd, graph.OpAttnMatMulAdd, graph.OpFFNMatMulAdd:
+		if b.mm.MMVQSplit || w.rows != n {
+			return false
+		}
+		r := b.matmulRoute(w, 1)
+		return r.decode() && resnKernel(w.typ, r == routeMMVQR) != ""
+	}
+	return false
 }
 
 // resNormOf is what the matmul-add n with an output norm (FuseResNormQ8:

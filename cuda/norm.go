@@ -58,21 +58,26 @@ const (
 )
 
 // normQ8Route reports whether the backend runs the chain RmsNorm norm ->
-// c (a FusedQKV or FusedFFN node) as FuseNormQ8: one decode row whose
-// matmuls all take a decode MMVQ route (any types: each reads only the Q8_1
-// row, as opFusedQKV / opFusedFFN run them), a norm weight, and a row the
-// fused kernel holds (RmsNormQ8_1).
+// c (a FusedQKV or FusedFFN node, or a MatMul: the decode lm head) as
+// FuseNormQ8: one decode row whose matmuls all take a decode MMVQ route
+// (any types: each reads only the Q8_1 row, as opFusedQKV / opFusedFFN /
+// opMatMul run them), a norm weight, and a row the fused kernel holds
+// (RmsNormQ8_1).
 func (b *Backend) normQ8Route(norm, c *graph.Node) bool {
-	if norm.Op != graph.OpRmsNorm || (c.Op != graph.OpFusedQKV && c.Op != graph.OpFusedFFN) || norm.Shape.Rows() != 1 ||
-		norm.Weight == "" || b.weights[norm.Weight] == nil {
+	reader := c.Op == graph.OpFusedQKV || c.Op == graph.OpFusedFFN || c.Op == graph.OpMatMul
+	if norm.Op != graph.OpRmsNorm || !reader || norm.Shape.Rows() != 1 || norm.Weight == "" || b.weights[norm.Weight] == nil {
 		return false
 	}
 	n := norm.Shape[0]
 	if n%quant.QK != 0 || n > normQ8MaxPer*int(opsRowBlock(n)[0]) {
 		return false
 	}
+	names := c.Weights
+	if c.Op == graph.OpMatMul {
+		names = []string{c.Weight}
+	}
 	var ws []*devWeight
-	for _, name := range c.Weights {
+	for _, name := range names {
 		w := b.weights[name]
 		if w == nil || w.rowLen != n {
 			return false
