@@ -168,11 +168,12 @@ func TestFuseFFNQ8ResNormQ8_SetTogetherIsNotRefused(t *testing.T) {
 // step. Census of the decode steps: each minfer_mmvq*_ffnq_* launch
 // replaces one minfer_mmvq*_ffn_* and one quantization, each
 // minfer_mmvq*_resn_* launch one minfer_mmvq*_res_* and one
-// minfer_rms_norm_q8_1, and all launches drop by their sum; on Q8_0
-// (every norm folds) that is one FFN a layer and two norms a layer less
-// the first layer's attn norm, 3 x layers - 1 a step: the down
-// projections of the FFNMatMulAdd nodes run resn (all but the last
-// layer's), only the last layer's runs _res_.
+// minfer_rms_norm_q8_1, the gather's _q8_1 twin (once a step) the plain
+// gather and layer 0's attn norm, and all launches drop by their sum; on
+// Q8_0 (every norm folds) that is one FFN a layer and two norms a layer
+// and the gather's, 3 x layers + 1 a step: the down projections of the
+// FFNMatMulAdd nodes all run resn, the last one writing the output norm's
+// row for the lm head.
 func TestFuseFFNQ8ResNormQ8Device_LogitsBitwiseAndThreeLaunchesFewerALayer(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
@@ -182,29 +183,25 @@ func TestFuseFFNQ8ResNormQ8Device_LogitsBitwiseAndThreeLaunchesFewerALayer(t *te
 		count := func(c map[string]int64, pattern string) int64 { n, _ := rpMatching(c, pattern); return n }
 		ffnq, ffnqOff := count(cOn, "minfer_mmvq*_ffnq_*"), count(cOff, "minfer_mmvq*_ffnq_*")
 		resn, resnOff := count(cOn, "minfer_mmvq*_resn_*"), count(cOff, "minfer_mmvq*_resn_*")
+		gq8, gq8Off, gOff, gOn := dsGathers(cOn, cOff)
 		ffnDrop := count(cOff, "minfer_mmvq*_ffn_*") - count(cOn, "minfer_mmvq*_ffn_*")
 		qDrop := count(cOff, "minfer_quantize_q8_1*") - count(cOn, "minfer_quantize_q8_1*")
 		resDrop := count(cOff, "minfer_mmvq*_res_*") - count(cOn, "minfer_mmvq*_res_*")
 		normDrop := cOff[normQ8Kernel] - cOn[normQ8Kernel]
-		var allOff, allOn int64
-		for _, v := range cOff {
-			allOff += v
-		}
-		for _, v := range cOn {
-			allOn += v
-		}
-		t.Logf("decode launches over %d steps: ffnq %d (off %d), resn %d (off %d); dropped: ffn %d, quantizations %d, res %d, norms %d; "+
-			"all off %d, on %d (%.1f and %.1f a token)", frSteps, ffnq, ffnqOff, resn, resnOff, ffnDrop, qDrop, resDrop, normDrop,
+		allOff, allOn := dsAll(cOff), dsAll(cOn)
+		t.Logf("decode launches over %d steps: ffnq %d (off %d), resn %d (off %d), gathers _q8_1 %d (off %d); dropped: ffn %d, quantizations %d, res %d, norms %d; "+
+			"all off %d, on %d (%.1f and %.1f a token)", frSteps, ffnq, ffnqOff, resn, resnOff, gq8, gq8Off, ffnDrop, qDrop, resDrop, normDrop,
 			allOff, allOn, float64(allOff)/frSteps, float64(allOn)/frSteps)
-		if ffnq == 0 || resn == 0 || ffnqOff != 0 || resnOff != 0 || ffnDrop != ffnq || qDrop != ffnq || resDrop != resn ||
-			normDrop != resn || allOff-allOn != ffnq+resn {
-			t.Errorf("ffnq %d (off %d), resn %d (off %d); ffn dropped by %d, quantizations by %d, res by %d, norms by %d, all launches by %d: "+
-				"want both on > 0 and off 0, the ffn and quantization drops = ffnq, the res and norm drops = resn, all = ffnq + resn",
-				ffnq, ffnqOff, resn, resnOff, ffnDrop, qDrop, resDrop, normDrop, allOff-allOn)
+		if ffnq == 0 || resn == 0 || ffnqOff != 0 || resnOff != 0 || gq8 != frSteps || gq8Off != 0 || gOff != gOn || ffnDrop != ffnq ||
+			qDrop != ffnq || resDrop != resn || normDrop != resn+gq8 || allOff-allOn != ffnq+resn+gq8 {
+			t.Errorf("ffnq %d (off %d), resn %d (off %d), gathers _q8_1 %d (off %d, all %d -> %d); ffn dropped by %d, quantizations by %d, res by %d, "+
+				"norms by %d, all launches by %d: want ffnq and resn on > 0 and off 0, one _q8_1 gather a step in place of the plain one, the ffn and "+
+				"quantization drops = ffnq, the res drop = resn, the norm drop = resn + gathers, all = ffnq + resn + gathers",
+				ffnq, ffnqOff, resn, resnOff, gq8, gq8Off, gOff, gOn, ffnDrop, qDrop, resDrop, normDrop, allOff-allOn)
 		}
-		if L := int64(sh.NLayer); m.typ == "Q8_0" && (ffnq != L*frSteps || resn != (2*L-1)*frSteps || allOff-allOn != (3*L-1)*frSteps) {
-			t.Errorf("ffnq %d, resn %d, all launches dropped by %d: want %d layers x %d steps = %d, (2 x %d - 1) x %d = %d and (3 x %d - 1) x %d = %d",
-				ffnq, resn, allOff-allOn, L, frSteps, L*frSteps, L, frSteps, (2*L-1)*frSteps, L, frSteps, (3*L-1)*frSteps)
+		if L := int64(sh.NLayer); m.typ == "Q8_0" && (ffnq != L*frSteps || resn != 2*L*frSteps || allOff-allOn != (3*L+1)*frSteps) {
+			t.Errorf("ffnq %d, resn %d, all launches dropped by %d: want %d layers x %d steps = %d, 2 x %d x %d = %d and (3 x %d + 1) x %d = %d",
+				ffnq, resn, allOff-allOn, L, frSteps, L*frSteps, L, frSteps, 2*L*frSteps, L, frSteps, (3*L+1)*frSteps)
 		}
 	})
 }

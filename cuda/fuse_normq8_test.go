@@ -77,10 +77,10 @@ func TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ(t *testing.T) {
 // MINFER_FUSE_NORM_Q8=1 gives bitwise the logits of =0 at every step. Census
 // of the decode steps: minfer_rms_norm_q8_1 runs only with the lever on, and
 // each of its launches replaces one minfer_rms_norm_f32 and one
-// quantization; on Q8_0 (every q/k/v and gate/up node on MMVQ) that is 2
-// a layer a step (the K-quant mixes are counted only by that invariant:
-// a fallback type off MMVQ keeps its norm). The MMVQ path is pinned on
-// (dsMMVQ).
+// quantization; on Q8_0 (every q/k/v and gate/up node and the lm head on
+// MMVQ) that is 2 a layer and the output norm a step (the K-quant mixes
+// are counted only by that invariant: a fallback type off MMVQ keeps its
+// norm). The MMVQ path is pinned on (dsMMVQ).
 func TestFuseNormQ8Device_LogitsBitwiseAndOneLaunchForTwo(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
@@ -95,8 +95,8 @@ func TestFuseNormQ8Device_LogitsBitwiseAndOneLaunchForTwo(t *testing.T) {
 			t.Errorf("%s on %d, off %d; quantizations dropped by %d, f32 norms by %d: want on > 0, off 0, both drops equal to on",
 				normQ8Kernel, fused, fusedOff, qOff-qOn, rOff-rOn)
 		}
-		if want := int64(2 * sh.NLayer * frSteps); m.typ == "Q8_0" && fused != want {
-			t.Errorf("%s launches %d, want 2 x %d layers x %d steps = %d", normQ8Kernel, fused, sh.NLayer, frSteps, want)
+		if want := int64((2*sh.NLayer + 1) * frSteps); m.typ == "Q8_0" && fused != want {
+			t.Errorf("%s launches %d, want (2 x %d layers + 1) x %d steps = %d", normQ8Kernel, fused, sh.NLayer, frSteps, want)
 		}
 	})
 }

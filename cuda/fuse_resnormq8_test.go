@@ -6,6 +6,7 @@ package cuda
 // message when no device answers; the others need none.
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,9 +111,11 @@ func TestFuseResNormQ8_MemoryPlanCountsTheCounter(t *testing.T) {
 // MINFER_FUSE_RES_NORM_Q8=1 gives bitwise the logits of =0 at every step.
 // Census of the decode steps: minfer_mmvq*_resn_* runs only with the lever
 // on, and each of its launches replaces one minfer_mmvq*_res_* and one
-// minfer_rms_norm_q8_1 (all launches drop by exactly that count); on Q8_0
-// (every norm folds) that is 2 a layer a step less the first layer's attn
-// norm, which reads the embedding.
+// minfer_rms_norm_q8_1; the embedding gather's _q8_1 twin runs once a step
+// instead of the plain gather and replaces layer 0's attn norm; all
+// launches drop by the resn launches and the gathers. On Q8_0 (every norm
+// folds) that is 2 a layer a step (the last down projection writes the
+// output norm's row for the lm head) and the gather's one.
 func TestFuseResNormQ8Device_LogitsBitwiseAndTwoLaunchesFewerALayer(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
@@ -122,22 +125,76 @@ func TestFuseResNormQ8Device_LogitsBitwiseAndTwoLaunchesFewerALayer(t *testing.T
 		fusedOff, _ := rpMatching(cOff, "minfer_mmvq*_resn_*")
 		resOff, _ := rpMatching(cOff, "minfer_mmvq*_res_*")
 		resOn, _ := rpMatching(cOn, "minfer_mmvq*_res_*")
+		gq8, gq8Off, gOff, gOn := dsGathers(cOn, cOff)
 		nOff, nOn := cOff[normQ8Kernel], cOn[normQ8Kernel]
-		var allOff, allOn int64
-		for _, v := range cOff {
-			allOff += v
+		allOff, allOn := dsAll(cOff), dsAll(cOn)
+		t.Logf("decode launches over %d steps: resn on %d, off %d; res off %d, on %d; gathers _q8_1 on %d, off %d, all off %d, on %d; "+
+			"%s off %d, on %d; all off %d, on %d", frSteps, fused, fusedOff, resOff, resOn, gq8, gq8Off, gOff, gOn, normQ8Kernel, nOff, nOn, allOff, allOn)
+		if fused == 0 || fusedOff != 0 || resOff-resOn != fused || gq8 != frSteps || gq8Off != 0 || gOff != gOn ||
+			nOff-nOn != fused+gq8 || allOff-allOn != fused+gq8 {
+			t.Errorf("resn on %d, off %d; res dropped by %d; gathers _q8_1 on %d, off %d (all %d -> %d); norms dropped by %d, all launches by %d: "+
+				"want resn on > 0, off 0, the res drop equal to it, one _q8_1 gather a step in place of the plain one, the norm and all drops resn + gathers",
+				fused, fusedOff, resOff-resOn, gq8, gq8Off, gOff, gOn, nOff-nOn, allOff-allOn)
 		}
-		for _, v := range cOn {
-			allOn += v
-		}
-		t.Logf("decode launches over %d steps: resn on %d, off %d; res off %d, on %d; %s off %d, on %d; all off %d, on %d",
-			frSteps, fused, fusedOff, resOff, resOn, normQ8Kernel, nOff, nOn, allOff, allOn)
-		if fused == 0 || fusedOff != 0 || resOff-resOn != fused || nOff-nOn != fused || allOff-allOn != fused {
-			t.Errorf("resn on %d, off %d; res dropped by %d, norms by %d, all launches by %d: want on > 0, off 0, the res and all drops equal to on",
-				fused, fusedOff, resOff-resOn, nOff-nOn, allOff-allOn)
-		}
-		if want := int64((2*sh.NLayer - 1) * frSteps); m.typ == "Q8_0" && fused != want {
-			t.Errorf("resn launches %d, want (2 x %d layers - 1) x %d steps = %d", fused, sh.NLayer, frSteps, want)
+		if want := int64(2 * sh.NLayer * frSteps); m.typ == "Q8_0" && fused != want {
+			t.Errorf("resn launches %d, want 2 x %d layers x %d steps = %d", fused, sh.NLayer, frSteps, want)
 		}
 	})
+}
+
+// dsGathers is the embedding gathers of two decode censuses: the _q8_1
+// twins in on and off, and every gather in off and on.
+func dsGathers(cOn, cOff map[string]int64) (q8On, q8Off, allOff, allOn int64) {
+	q8On, _ = rpMatching(cOn, "minfer_get_rows*_q8_1")
+	q8Off, _ = rpMatching(cOff, "minfer_get_rows*_q8_1")
+	allOff, _ = rpMatching(cOff, "minfer_get_rows*")
+	allOn, _ = rpMatching(cOn, "minfer_get_rows*")
+	return q8On, q8Off, allOff, allOn
+}
+
+// dsAll is the launches of a census.
+func dsAll(c map[string]int64) int64 {
+	var n int64
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// TestFuseResNormQ8Device_EveryGatherFormBitwiseAndOneLaunchLess: each
+// form of the embedding gather folds layer 0's attn norm at decode, its
+// logits bitwise those of the lever off: the repacked-only table of a tied
+// model (MINFER_ONE_COPY, qwen2-tiny Q8_0: minfer_get_rows_r_q8_1), its
+// GGUF bytes on the device (ONE_COPY=0: minfer_get_rows_q8_1), an untied
+// model's host-mapped table (MINFER_EMBED_HOST, qwen3-tiny Q4_K_M:
+// minfer_get_rows_host_q8_1) and its device copy (EMBED_HOST=0:
+// minfer_get_rows_q8_1). Census of the decode steps: that kernel once a
+// step with the lever on, never off, in place of its plain twin; the
+// norms drop by the resn launches and it; CUDA graphs on and off.
+func TestFuseResNormQ8Device_EveryGatherFormBitwiseAndOneLaunchLess(t *testing.T) {
+	dsNeedDevice(t)
+	base := append([]string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1"}, dsOneWarpDecode...)
+	oneCopy, _ := levers.Lookup("MINFER_ONE_COPY") // its Requires too: the suite gate's arm B may set any
+	for _, c := range []struct {
+		m            dsModel
+		pin          []string
+		fused, plain string
+	}{
+		{dsModel{"qwen2-tiny", "Q8_0"}, append(slices.Clone(oneCopy.Requires), "MINFER_ONE_COPY=1"), getRowsRQ8Kernel, "minfer_get_rows_r"},
+		{dsModel{"qwen2-tiny", "Q8_0"}, dsTwoCopies, getRowsQ8Kernel, "minfer_get_rows"},
+		{dsModel{"qwen3-tiny", "Q4_K_M"}, []string{"MINFER_EMBED_HOST=1"}, getRowsHostQ8Kernel, "minfer_get_rows_host"},
+		{dsModel{"qwen3-tiny", "Q4_K_M"}, []string{"MINFER_EMBED_HOST=0"}, getRowsQ8Kernel, "minfer_get_rows"},
+	} {
+		pin := append(append([]string{}, base...), c.pin...)
+		dsLeverDecodeOn(t, "MINFER_FUSE_RES_NORM_Q8", []dsModel{c.m}, pin, func(t *testing.T, _ dsModel, _ synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
+			resn, _ := rpMatching(cOn, "minfer_mmvq*_resn_*")
+			nDrop := cOff[normQ8Kernel] - cOn[normQ8Kernel]
+			t.Logf("%v: %s on %d, off %d; %s off %d, on %d; resn %d, norms dropped by %d", c.pin, c.fused, cOn[c.fused], cOff[c.fused],
+				c.plain, cOff[c.plain], cOn[c.plain], resn, nDrop)
+			if cOn[c.fused] != frSteps || cOff[c.fused] != 0 || cOff[c.plain] != frSteps || cOn[c.plain] != 0 || nDrop != resn+frSteps {
+				t.Errorf("%v: %s on %d, off %d; %s off %d, on %d; norms dropped by %d with %d resn: want %d, 0, %d, 0 and resn + %d",
+					c.pin, c.fused, cOn[c.fused], cOff[c.fused], c.plain, cOff[c.plain], cOn[c.plain], nDrop, resn, frSteps, frSteps, frSteps)
+			}
+		})
+	}
 }
