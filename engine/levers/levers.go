@@ -496,8 +496,9 @@ var registry = []Lever{
 		// arithmetic is minfer_get_rows' (bitwise); B's device memory drops
 		// by the table, which the default memory bar reads as within.
 		Workload: "qwen2-7b:Q8_0",
-		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host) only with the lever on; off, minfer_get_rows reads the device copy",
-			[]string{"minfer_get_rows_host"}, Needs{Untied: true})},
+		// The pattern takes the gather's _q8_1 twin (MINFER_FUSE_RES_NORM_Q8).
+		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host*) only with the lever on; off, minfer_get_rows* reads the device copy",
+			[]string{"minfer_get_rows_host*"}, Needs{Untied: true})},
 	{Name: "MINFER_ONE_COPY", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "weight layout (Q8_0 / Q6_K): one device copy", Issue: "#19",
 		Doc: "0: the GGUF bytes of a Q8_0 / Q6_K matrix stay on the device beside its 16-byte-aligned repacked copy (MINFER_MMVQ_REPACK); on, the repacked copy is the only one (repacked on the host, uploaded once) and prefill reads it through the f16 GEMM (minfer_gemm16_q8_0r; Q6_K: minfer_gemm16_q6_kr, or minfer_mmq_q6_kr with MINFER_MMQ_F16_KQ=0), 2..8-token matmuls through minfer_mmvq_nt_<t>r, a tied embedding's gather through minfer_get_rows_r. " +
 			"With the GGUF bytes kept a Q8_0 prefill runs the int8 MMQ over them (minfer_mmq_q8_0). " +
@@ -529,24 +530,25 @@ var registry = []Lever{
 	// A decode token of qwen2-0.5b is ~320 launches (session 26's census),
 	// ~100 of them Q8_1 quantizations of a row a norm just wrote.
 	{Name: "MINFER_FUSE_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: RMS norm + decode activation quantization -> the fused q/k/v or gate/up node (decode MMVQ on CUDA)", Issue: "#20",
-		Doc:  "1: the decode row's RMS norm before the fused q/k/v and gate/up matvecs writes its Q8_1 quantization directly (minfer_rms_norm_q8_1) instead of an f32 row that a separate minfer_quantize_q8_1 launch quantizes: two launches a layer fewer, bitwise the same bytes (reports/MINFER_FUSE_NORM_Q8)",
+		Doc:  "1: the decode row's RMS norm before the fused q/k/v and gate/up matvecs, and the output norm before the decode lm head, writes its Q8_1 quantization directly (minfer_rms_norm_q8_1) instead of an f32 row that a separate minfer_quantize_q8_1 launch quantizes: two launches a layer and one a token fewer, bitwise the same bytes (reports/MINFER_FUSE_NORM_Q8)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
-		Liveness: cudaOnly("1", "the decode norms before the fused q/k/v and gate/up matvecs run minfer_rms_norm_q8_1 only with the lever on; off, minfer_rms_norm_f32 and a quantization",
+		Liveness: cudaOnly("1", "the decode norms before the fused q/k/v and gate/up matvecs and the lm head run minfer_rms_norm_q8_1 only with the lever on; off, minfer_rms_norm_f32 and a quantization",
 			[]string{"minfer_rms_norm_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The norms FUSE_NORM_Q8 folds read the row the residual matvec one
 	// launch earlier wrote: its last block writes their Q8_1 row.
 	{Name: "MINFER_FUSE_RES_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode residual matvec + the next RMS norm's Q8_1 row -> one launch (CUDA)", Issue: "#20",
-		Doc: "1: a decode residual matvec (the o-projection's, the down projection's) whose row a folded norm (MINFER_FUSE_NORM_Q8) reads next writes that norm's Q8_1 row itself: the last block of minfer_mmvq[r]_resn_<t> to finish norms the row it completed (the norm kernel's sums in its order) instead of a minfer_rms_norm_q8_1 launch: " +
-			"two launches a layer fewer (-48 a token on qwen2-0.5b, -56 on the 7B), bitwise the same bytes. " +
-			"With MINFER_FUSE_FFN_Q8 the down projection reading the fused FFN's Q8_1 row writes the next norm's (~176 -> ~152 launches a token on qwen2-0.5b). " +
+		Doc: "1: a decode residual matvec (the o-projection's, the down projection's) whose row a folded norm (MINFER_FUSE_NORM_Q8) reads next writes that norm's Q8_1 row itself: the last block of minfer_mmvq[r]_resn_<t> to finish norms the row it completed (the norm kernel's sums in its order) instead of a minfer_rms_norm_q8_1 launch; " +
+			"the last down projection so writes the output norm's row for the lm head, and the embedding gather (minfer_get_rows[_host|_r]_q8_1) layer 0's attn norm row: " +
+			"two launches a layer and one a token fewer (-49 a token on qwen2-0.5b, -57 on the 7B), bitwise the same bytes. " +
+			"With MINFER_FUSE_FFN_Q8 the down projection reading the fused FFN's Q8_1 row writes the next norm's (149 -> 146 launches a token on qwen2-0.5b with the edges, counted on the plan). " +
 			"Forecast: qwen2-0.5b Q4_K_M tg128 x1.03 (1.01-1.06) (reports/MINFER_FUSE_RES_NORM_Q8)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
 		// Without the folded norms, the residual matmul-adds or with the
 		// split matvec (no resn form) it switches nothing: refused there.
 		// MINFER_FUSE_FFN_Q8 composes with it (graph fuseResNormQ8).
 		Requires: []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1", "MINFER_MMVQ_SPLIT=0"},
-		Liveness: cudaOnly("1", "the decode residual matvecs before the folded norms run minfer_mmvq*_resn_* only with the lever on; off, minfer_mmvq*_res_* and minfer_rms_norm_q8_1",
-			[]string{"minfer_mmvq*_resn_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
+		Liveness: cudaOnly("1", "the decode residual matvecs before the folded norms run minfer_mmvq*_resn_* and the decode embedding gather its _q8_1 twin only with the lever on; off, minfer_mmvq*_res_*, the plain gather and minfer_rms_norm_q8_1",
+			[]string{"minfer_mmvq*_resn_*", "minfer_get_rows*_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The next producer of a decode Q8_1 row (reports/MINFER_MMVQ_INLINE_Q8:
 	// a consumer that quantizes its own input lost): the attention output
 	// the o-projection reads.
