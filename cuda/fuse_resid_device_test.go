@@ -259,11 +259,15 @@ func dsLeversDecodeOn(t *testing.T, levers []string, models []dsModel, pin []str
 // decode steps: minfer_add_f32 launches drop by exactly 2 per layer per
 // step, and minfer_mmvq*_res_* runs that many times with the lever on and
 // never with it off. The MMVQ path, the only route with a residual form,
-// is pinned on (dsMMVQ): an A/B's arm B may turn it off.
+// is pinned on (dsMMVQ): an A/B's arm B may turn it off; so is
+// MINFER_FUSE_RES_NORM_Q8 off.
 func TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"}}
-	dsLeverDecode(t, "MINFER_FUSE_RESIDUAL", models, func(t *testing.T, _ dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend) {
+	// RES_NORM_Q8 off (a suite gate may set it): its resn kernels replace
+	// the _res_ ones counted here.
+	pin := append(slices.Clone(dsMMVQ), "MINFER_FUSE_RES_NORM_Q8=0")
+	dsLeverDecodeOn(t, "MINFER_FUSE_RESIDUAL", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend) {
 		if graphs == "0" {
 			if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
 				t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)
