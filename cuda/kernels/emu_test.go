@@ -253,8 +253,9 @@ func TestKernelEmulator_ResNormQ8BitwiseTheResKernelThenTheNorm(t *testing.T) {
 // Q8_1 row (minfer_get_rows[_host|_r]_q8_1, MINFER_FUSE_RES_NORM_Q8): its
 // f32 row is bitwise its plain twin's and its Q8_1 row bitwise
 // minfer_rms_norm_q8_1 of that row (every GGUF type the gather decodes,
-// the repacked Q8_0 / Q6_K table; rows of 64 to 3584, both register
-// depths; with and without a weight; two eps; a bad id's NaN row); the
+// the repacked Q8_0 / Q6_K table, the host twin on three types; rows of 64
+// to 3584, both register depths; with and without a weight; two eps; a bad
+// id's NaN row); the
 // shallow register depth taken for long rows, a wrong eps and the f32 row
 // left unwritten are each caught.
 func TestKernelEmulator_EmbedQ8BitwiseTheGatherThenTheNorm(t *testing.T) {
