@@ -302,10 +302,10 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 
 // decodeQuantize is how a fused q/k/v or gate/up node (or the decode lm
 // head's matmul) over the row x (k values, nt tokens) fills the Q8_1
-// scratch at decode: the row's
-// quantization, or with n.Norm (FuseNormQ8) the norm and quantization in
-// one launch (RmsNormQ8_1) of the un-normed row, or with n.Q8In
-// (FuseResNormQ8) nothing: the residual matvec before it wrote that row. A Norm where a matmul of
+// scratch at decode: the row's quantization, or with n.Norm (FuseNormQ8)
+// the norm and quantization in one launch (RmsNormQ8_1) of the un-normed
+// row, or with n.Q8In (FuseResNormQ8) nothing: the node before it (a
+// residual matvec, the gather) wrote that row. A Norm where a matmul of
 // the node is not on a decode MMVQ route (it would read the f32 row) is an
 // error: the fuse pass made the node only where normQ8Route holds.
 func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, ms []matmulPlan) (func() error, error) {
