@@ -221,29 +221,12 @@ func planFuse(t *testing.T, shape, typ string, env ...string) *graph.Graph {
 // from the plan's CUDA backend, which it returns too.
 func planFuseOn(t *testing.T, shape, typ string, be func(*Backend) graph.Backend, env ...string) (*graph.Graph, *Backend) {
 	t.Helper()
-	s, err := synth.ShapeByName(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
 	qt, mix, err := synth.ParseType(typ)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, types, err := synth.MatrixTypes(synth.Options{Shape: shape, Type: qt, Mix: mix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, ts := planTensorsOf(t, synth.Options{Shape: shape, Type: qt, Mix: mix})
 	lv, err := levers.Parse(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := s.HParams()
-	ts, err := model.PlanTensors(h, func(name string) (quant.Type, bool) {
-		if t, ok := types[name]; ok {
-			return t, true
-		}
-		return quant.F32, true
-	})
 	if err != nil {
 		t.Fatal(err)
 	}

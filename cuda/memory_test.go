@@ -204,11 +204,17 @@ func TestArena_PiecesAlignedPackedAndANewChunkWhenFull(t *testing.T) {
 // synthesized shape of weight type typ (no file written).
 func planTensors(t *testing.T, shape string, typ quant.Type) (model.HParams, []memplan.Tensor) {
 	t.Helper()
-	s, err := synth.ShapeByName(shape)
+	return planTensorsOf(t, synth.Options{Shape: shape, Type: typ})
+}
+
+// planTensorsOf is planTensors for synthesis options o (a type mix too).
+func planTensorsOf(t *testing.T, o synth.Options) (model.HParams, []memplan.Tensor) {
+	t.Helper()
+	s, err := synth.ShapeByName(o.Shape)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, types, err := synth.MatrixTypes(synth.Options{Shape: shape, Type: typ})
+	_, types, err := synth.MatrixTypes(o)
 	if err != nil {
 		t.Fatal(err)
 	}
