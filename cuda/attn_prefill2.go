@@ -15,6 +15,7 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 const attnPrefill2BN = 64 // fap2::BN: KV cells per tile
@@ -283,6 +284,17 @@ const (
 	attnDecodeTCCombine   = "minfer_attn_decode_tc_combine"
 	attnDecodeTCCombineTh = 128 // fatc::DC_WARPS * 32
 )
+
+// attnDecodeTCYielded is the line the backend logs when
+// MINFER_ATTN_DECODE_TC=1 meets a KV cache it does not route (attnFamily):
+// set, and not taken, it must say so ("" otherwise).
+func attnDecodeTCYielded(lv levers.Config, f kv.Format) string {
+	if !lv.AttnDecodeTC || lv.NoSplitKAttn || f == kv.F16 {
+		return ""
+	}
+	return fmt.Sprintf("cuda: MINFER_ATTN_DECODE_TC=1 over a %s KV cache: decode attention stays on the lean kernels "+
+		"(the tensor-core decode reads f16 caches; MINFER_CACHE_TYPE=f16 routes it)", f)
+}
 
 // attnDecodeTCName is the decode kernel of a head_dim variant (64 or 128).
 func attnDecodeTCName(hd int) string { return fmt.Sprintf("minfer_attn_decode_tc_hd%d", hd) }

@@ -215,6 +215,14 @@ func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecodeOnly(t *testing.T)
 			t.Errorf("decode over a %s cache with the lever: %s, want %s", f, got, attnDecode2)
 		}
 	}
+	for _, f := range []kv.Format{kv.F32, kv.Q8_0} { // not taken: said, not silent
+		if line := attnDecodeTCYielded(on, f); !strings.Contains(line, "stays on the lean kernels") {
+			t.Errorf("lever on over a %s cache: log line %q", f, line)
+		}
+	}
+	if line := attnDecodeTCYielded(on, kv.F16); line != "" {
+		t.Errorf("lever on over an f16 cache: log line %q, want none", line)
+	}
 	if attnFamily(1, levers.Default(), kv.F16) != attnDecode2 {
 		t.Error("the lever is off by default: decode must stay on minfer_attn_decode2*")
 	}

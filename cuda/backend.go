@@ -457,6 +457,9 @@ func (b *Backend) AllocKV(spec graph.KVSpec) error {
 		b.stage.synced()
 		b.kvK, b.kvV, b.kvRowB, b.kvScratch, b.kvSpec = ks, vs, rb, scratch, spec
 		b.kvStamp++
+		if line := attnDecodeTCYielded(b.lv, spec.Format); line != "" {
+			b.logf("%s", line)
+		}
 		return nil
 	})
 }
