@@ -31,7 +31,7 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -101,6 +101,7 @@ declare -A ABOUT=(
     [cover]="which kernels nvcc and NVRTC compile differently a PASS r-step timed (abtest sass-diff --runs; after r-steps)"
     [prof]="per-op times: 7B Q8_0 and Q4_K_M prefill at depth 0 and 32128, Q8_0 decode at 32128"
     [peer]="llama-bench beside minfer at qwen2-7b Q8_0 and Q4_K_M d32128 (scripts/perf.sh, REPS=\${PEER_REPS:-1})"
+    [p20]="abtest perf --rows issue20 (issue 20's Must rows; NVRTC kernels; REPS=\${P20_REPS:-3}; the peer beside it where /tmp/llama/b/bin/llama-bench is built)"
     [suite]="the whole device suite at the defaults, NVRTC kernels"
 )
 for s in "${!LEVER[@]}"; do
@@ -275,6 +276,12 @@ for step in "${STEP_LIST[@]}"; do
         PEER=/tmp/llama/b/bin/llama-bench ROWS=qwen2-7b:Q8_0@d32128,qwen2-7b:Q4_K_M@d32128 REPS=${PEER_REPS:-1} PERF_TIMEOUT=1200 \
             OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
         echo "perf rc=$? $(ts)" ;;
+    p20)
+        [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/p20-aside.fatbin
+        P=""; [[ -x /tmp/llama/b/bin/llama-bench ]] && P=/tmp/llama/b/bin/llama-bench
+        PEER=$P KERNELS=nvrtc ROWS=issue20 REPS=${P20_REPS:-3} PERF_TIMEOUT=1500 OUT=$D/p20 MODEL_DIR=$MD scripts/perf.sh >$D/p20.out 2>&1
+        echo "p20 rc=$? peer=${P:-none} $(ts)"
+        [[ -e /tmp/p20-aside.fatbin ]] && mv /tmp/p20-aside.fatbin bin/minfer-kernels.fatbin ;;
     suite)
         # KERNELS=nvrtc refuses a kernels file in bin/, and every A/B leaves one there: set it aside meanwhile.
         [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/suite-aside.fatbin

@@ -66,6 +66,8 @@
 #   PERF_TIMEOUT=540          seconds for the whole abtest perf (SIGTERM: the rows done so far
 #                             are written, the rest FAILED (interrupted); SIGKILL 30 s later)
 #   KERNEL_TIMEOUT=300          (a .kcache miss compiled in 131 s on the H200, 2026-11-29)
+#   KERNELS=nvrtc             no nvcc build: minfer compiles its embedded sources (NVRTC, cached); a
+#                             kernels file beside the binary is refused rather than silently loaded
 #
 # Exit: 0 every judged row met both targets, 1 a target was missed or a row
 # failed, 2 could not run (no binaries, no kernels, no device).
@@ -87,7 +89,9 @@ for b in bin/minfer bin/abtest; do
 done
 
 DEVICE="${DEVICE:-cuda}"
-if [[ "$DEVICE" != cpu ]]; then
+if [[ "${KERNELS:-}" == nvrtc ]]; then
+    [[ -e bin/minfer-kernels.fatbin ]] && { say "KERNELS=nvrtc, but bin/minfer-kernels.fatbin is there (minfer would load it): move it aside"; exit 2; }
+elif [[ "$DEVICE" != cpu ]]; then
     if ! timeout -k 10 "${KERNEL_TIMEOUT:-300}" scripts/build-kernels.sh bin/minfer-kernels.fatbin >"$out/build-kernels.log" 2>&1; then
         say "build-kernels.sh failed: $(tail -n 3 "$out/build-kernels.log" | tr '\n' ' ')"
         exit 2
