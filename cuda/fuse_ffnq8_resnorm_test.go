@@ -144,7 +144,8 @@ func TestFuseFFNQ8ResNormQ8_SetTogetherIsNotRefused(t *testing.T) {
 	}{
 		{both, "MINFER_FUSE_RES_NORM_Q8", ""},
 		{both, "MINFER_FUSE_FFN_Q8", ""},
-		{[]string{"MINFER_FUSE_FFN_Q8=1", "MINFER_FUSE_RES_NORM_Q8=1"}, "MINFER_FUSE_RES_NORM_Q8", "MINFER_FUSE_NORM_Q8=0"},
+		{[]string{"MINFER_FUSE_FFN_Q8=1", "MINFER_FUSE_RES_NORM_Q8=1"}, "MINFER_FUSE_RES_NORM_Q8", ""}, // FUSE_NORM_Q8 is on by default
+		{[]string{"MINFER_FUSE_FFN_Q8=1", "MINFER_FUSE_RES_NORM_Q8=1", "MINFER_FUSE_NORM_Q8=0"}, "MINFER_FUSE_RES_NORM_Q8", "MINFER_FUSE_NORM_Q8=0"},
 		{append(append([]string{}, both...), "MINFER_MMVQ_SPLIT=1"), "MINFER_FUSE_RES_NORM_Q8", "MINFER_MMVQ_SPLIT=1"},
 		{append(append([]string{}, both...), "MINFER_NO_FUSE_FFN=1"), "MINFER_FUSE_FFN_Q8", "MINFER_NO_FUSE_FFN=1"},
 	} {

@@ -12,9 +12,23 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/levers"
 	"github.com/minfer-go/minfer/engine/quant"
 	"github.com/minfer-go/minfer/engine/synth"
 )
+
+// TestFuseNormQ8_OnByDefaultOffWithZero: the fusion is on with the lever
+// unset (reports/MINFER_FUSE_NORM_Q8, session 30's five-gate PASS) and off
+// with MINFER_FUSE_NORM_Q8=0, in the levers and in the graph's params.
+func TestFuseNormQ8_OnByDefaultOffWithZero(t *testing.T) {
+	if !levers.Default().FuseNormQ8 {
+		t.Error("MINFER_FUSE_NORM_Q8 unset: the fusion must be on (reports/MINFER_FUSE_NORM_Q8)")
+	}
+	lv, err := levers.Parse([]string{"MINFER_FUSE_NORM_Q8=0"})
+	if err != nil || lv.FuseNormQ8 {
+		t.Errorf("MINFER_FUSE_NORM_Q8=0: fusion %v, err %v: want it off", lv.FuseNormQ8, err)
+	}
+}
 
 // TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ: the backend offers the fusion
 // for a one-row norm read by a fused q/k/v or gate/up node whose weights
