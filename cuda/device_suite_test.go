@@ -1144,6 +1144,10 @@ func TestForward_NT3BitwiseEqualsThreeNT1(t *testing.T) {
 func TestKVLayouts_WholeModelEveryFormatMatchesCPUWithinItsClass(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen3-tiny", "F16")
+	// An A/B's arm B may route decode over an f16 cache to the tensor cores
+	// (MINFER_ATTN_DECODE_TC): that route is judged by its own class.
+	lv := dsLevers(t)
+	tcDecode := attnFamily(1, lv, kv.F16) == attnDecodeTC
 	for _, f := range []string{"f32", "f16", "q8_0"} {
 		dev := dsSteps(t, dsEngine(t, path, "cuda", 128, "MINFER_CACHE_TYPE="+f), 4)
 		host := dsSteps(t, dsEngine(t, path, "cpu", 128, "MINFER_CACHE_TYPE="+f), 4)
@@ -1153,6 +1157,12 @@ func TestKVLayouts_WholeModelEveryFormatMatchesCPUWithinItsClass(t *testing.T) {
 			bar := 1e-5
 			if f != "f32" {
 				bar = 1e-4
+			}
+			if f == "f16" && tcDecode {
+				// The tensor-core decode rounds Q and P to f16 as well
+				// (f16-attention-tile): one more f16 rounding (2^-11) on each
+				// side of the products. Session 30 measured 1.4e-4 here.
+				bar = 1e-3
 			}
 			if d > bar {
 				t.Errorf("KV %s step %d: relative logit diff %.3g > %g", f, i, d, bar)

@@ -72,7 +72,8 @@ func dsPrefillTimes(t *testing.T, e *model.Engine, n, runs, keep int) (wall, dev
 // also count the gaps in which the stream waits for the host: a decode
 // step, launch-bound, is never below the replay's kernels (measured on the
 // H200, qwen2-0.5b Q8_0: replay 0.75 ms, direct 7.3 ms); a 512-token
-// prefill, bound by its kernels, agrees with the replay within 1.5x. The
+// prefill, bound by its kernels, agrees with the replay within 1.5x (the
+// fastest of four runs each: a host stall only lengthens a direct one). The
 // replay arm pins graphs and prefill capture on, and both arms op timing
 // off (its synchronized direct launches stretch the timeline): an A/B's
 // arm B may set any of them.
@@ -86,7 +87,7 @@ func TestDeviceTime_PositiveBelowWallAndReplayNearDirect(t *testing.T) {
 	}{{"replay", []string{"MINFER_NO_CUDA_GRAPH=0", "MINFER_NO_PREFILL_CAPTURE=0"}}, {"direct", []string{"MINFER_NO_CUDA_GRAPH=1"}}} {
 		e := dsEngine(t, path, "cuda", 1024, append([]string{"MINFER_OP_TIMING=0"}, arm.env...)...)
 		dw, dd := dsDecodeTimes(t, e, 24, 16)
-		pw, pd := dsPrefillTimes(t, e, 512, 6, 2)
+		pw, pd := dsPrefillTimes(t, e, 512, 8, 4)
 		for what, v := range map[string][2][]time.Duration{"decode": {dw, dd}, "prefill": {pw, pd}} {
 			for i, d := range v[1] {
 				if d <= 0 || d > v[0][i] {
@@ -98,8 +99,11 @@ func TestDeviceTime_PositiveBelowWallAndReplayNearDirect(t *testing.T) {
 		if arm.name == "replay" && st.Replays < 16+2 || arm.name == "direct" && st.Replays != 0 {
 			t.Errorf("%s: capture stats %+v", arm.name, st)
 		}
-		decode[arm.name], prefill[arm.name] = dsMedian(dd), dsMedian(pd)
-		t.Logf("%s: decode device %v (wall %v), pp512 device %v (wall %v)", arm.name, dsMedian(dd), dsMedian(dw), dsMedian(pd), dsMedian(pw))
+		// The prefill compares the fastest of the kept runs: a host stall
+		// only adds to a direct timeline (session 30: one direct pp512 came to
+		// 29.9 ms against a 7.4 ms replay on an H100 whose other runs agreed).
+		decode[arm.name], prefill[arm.name] = dsMedian(dd), slices.Min(pd)
+		t.Logf("%s: decode device %v (wall %v), pp512 device %v fastest, %v median (wall %v)", arm.name, dsMedian(dd), dsMedian(dw), slices.Min(pd), dsMedian(pd), dsMedian(pw))
 	}
 	if decode["direct"] < decode["replay"]*9/10 {
 		t.Errorf("decode device time: direct %v below replay %v: the direct timeline holds the same kernels", decode["direct"], decode["replay"])

@@ -246,7 +246,10 @@ rc=$?; echo "probe rc=$rc $(tail -n 1 $D/probe.out) $(ts)"
 NOAB=0
 [[ $rc -ne 0 ]] && { NOAB=1; echo "PROBE FAILED ($(grep -ohE '^--- FAIL: [A-Za-z0-9_]+' $D/probe/device-suite-*.log 2>/dev/null | awk '{print $3}' | sort -u | tr '\n' ' ')): no A/B run"; }
 # nvcc's kernels file and its SASS diff against the NVRTC build serve only the r-steps and cover (2+ minutes).
-if [[ " ${STEP_LIST[*]} " == *" r"* || " ${STEP_LIST[*]} " == *" cover "* ]]; then
+# (r1..r10 only: a bare " r" prefix matched rnq and rnqf too and cost a session 2.4 minutes of nvcc.)
+need_nvcc=0
+for step in "${STEP_LIST[@]}"; do [[ $step =~ ^r[0-9]+$ || $step == cover ]] && need_nvcc=1; done
+if ((need_nvcc)); then
     mkdir -p /tmp/nvcc
     t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; echo "build-kernels rc=$? ms=$(($(ms) - t1))"
     for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-sass $f; done >/tmp/nvcc/nvrtc.sass 2>/dev/null
