@@ -31,12 +31,14 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
     [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
+    # dtc0: the same lever at depth 0 (its declared workload is depth 32128; a default must not cost short contexts)
+    [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
     # rnq: both arms with the folded norms it builds on (its Requires)
     [rnq]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1
     # rnqf: the same on top of MINFER_FUSE_FFN_Q8 (the composed down projection against FFN_Q8 alone)
@@ -262,7 +264,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg | qt | qt0) qb_step $step ;;
     qd) qd_step ;;
