@@ -256,6 +256,15 @@ type Needs struct {
 	// Untied: the model has an output matrix of its own (output.weight),
 	// not the token embedding tied to it.
 	Untied bool `json:"untied_output,omitempty"`
+	// KVCache: the KV cache format the path reads (a MINFER_CACHE_TYPE
+	// value other than auto: "f16"); empty: any. The engine picks the
+	// format by the auto rule unless told, so a path that reads one format
+	// never runs on a model whose auto cache is another (the trained
+	// correctness models' f32); abtest pins MINFER_CACHE_TYPE to it in both
+	// arms, as it pins Requires. Unlike a Requires entry it is no refusal
+	// rule of the engine: the lever set beside another cache (or auto) just
+	// leaves that cache's attention as it was.
+	KVCache string `json:"kv_cache,omitempty"`
 }
 
 // NTRuns reports whether a forward of nt tokens can run the path.
@@ -561,8 +570,12 @@ var registry = []Lever{
 			"minfer_attn_decode_tc_combine merges the splits (4 warps a row, their loads in flight together) and writes the Q8_1 row under MINFER_FUSE_ATTN_Q8; Q, K, V and P rounded to f16 (reports/MINFER_ATTN_DECODE_TC)",
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
 		Requires: []string{"MINFER_NO_SPLITK_ATTN=0"},
+		// The path reads an f16 cache only: the trained correctness models'
+		// auto cache is f32, so abtest pins MINFER_CACHE_TYPE=f16 in both
+		// arms (Needs.KVCache). Not a Requires entry: with auto (f16 for
+		// the 7B) the engine must not refuse the lever.
 		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on; off, minfer_attn_decode2*",
-			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8})},
+			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8, KVCache: "f16"})},
 	{Name: "MINFER_FUSE_ATTN_Q8", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode attention + the o-projection's activation quantization -> one AttnMatMulAdd node (CUDA)", Issue: "#20",
 		Doc: "0: the decode attention before the o-projection writes an f32 row that a separate minfer_quantize_q8_1 launch quantizes, instead of writing its Q8_1 quantization directly (minfer_attn_decode2q_*: the lean form at head_dim 64 / 128) for the o-projection's residual matvec to read: one launch a layer more, bitwise the same bytes. " +
 			"At its default it yields to a setting its Requires exclude; set to 1 with one it is refused. " +

@@ -1,6 +1,7 @@
 package levers
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -92,6 +93,7 @@ func registryProblems(l Lever) []string {
 		if n := r.rule.Needs; n.MaxNT != 0 && n.MaxNT < n.MinNT {
 			bad = append(bad, "needs MaxNT < MinNT")
 		}
+		bad = append(bad, kvCacheProblems(l, r.rule.Needs.KVCache)...)
 		for _, p := range slices.Concat(r.rule.Census, r.rule.OffCensus) {
 			// spec_* names are the speculative decoder's counts, on
 			// either backend (CensusSpec*); kernels_* where the CUDA
@@ -102,6 +104,31 @@ func registryProblems(l Lever) []string {
 				bad = append(bad, "census pattern "+p+" is not a glob of "+r.prefix+"* names")
 			}
 			bad = append(bad, typedPatternProblems(p, r.rule.Needs.WeightTypes)...)
+		}
+	}
+	return bad
+}
+
+// kvCacheProblems: a rule's KV cache need is a format abtest can pin, one
+// of MINFER_CACHE_TYPE's values other than auto (auto names no format: the
+// engine picks one per model), never declared by the cache lever itself
+// (the pin would overwrite its arms) and never against a Requires pin of
+// another cache.
+func kvCacheProblems(l Lever, kc string) []string {
+	if kc == "" {
+		return nil
+	}
+	var bad []string
+	ct, _ := Lookup("MINFER_CACHE_TYPE")
+	if kc == "auto" || ct.Validate(kc) != nil {
+		bad = append(bad, fmt.Sprintf("needs kv_cache %q: want one of MINFER_CACHE_TYPE's formats (%s)", kc, strings.Join(slices.DeleteFunc(slices.Clone(ct.Values), func(v string) bool { return v == "auto" }), ", ")))
+	}
+	if l.Name == ct.Name {
+		bad = append(bad, "the cache lever declares a kv_cache need: the pin would replace its own arms")
+	}
+	for _, r := range l.Requires {
+		if name, v, _ := strings.Cut(r, "="); name == ct.Name && v != kc {
+			bad = append(bad, fmt.Sprintf("needs kv_cache %s but requires %s", kc, r))
 		}
 	}
 	return bad
@@ -163,6 +190,13 @@ func TestRegistry_ProblemsAreFound(t *testing.T) {
 			x := *l.Liveness
 			r := *x.CUDA
 			r.Needs.WeightTypes = []string{"Q4_K"}
+			x.CUDA = &r
+			l.Liveness = &x
+		},
+		"kv cache need is not a format": func(l *Lever) {
+			x := *l.Liveness
+			r := *x.CUDA
+			r.Needs.KVCache = "f8"
 			x.CUDA = &r
 			l.Liveness = &x
 		},
@@ -278,5 +312,62 @@ func TestRegistry_KernelsLeverArmBIsTheUsers(t *testing.T) {
 	}
 	if c, err := Parse([]string{"MINFER_KERNELS=nvrtc"}); err != nil || c.Kernels != KernelsNVRTC {
 		t.Errorf("MINFER_KERNELS=nvrtc: %q, %v", c.Kernels, err)
+	}
+}
+
+// A path that reads one KV cache format declares it (Needs.KVCache) as one
+// of MINFER_CACHE_TYPE's formats, so abtest can pin it: auto names none (the
+// engine picks per model), an unknown name or a case slip none minfer
+// accepts; the cache lever itself may not declare one, nor a lever whose
+// Requires pin another cache. MINFER_ATTN_DECODE_TC reads f16 and does not
+// require it (the engine would refuse the lever beside auto, which gives a
+// 7B f16).
+func TestRegistry_KVCacheNeedIsAFormatOfTheCacheLever(t *testing.T) {
+	tc, _ := Lookup("MINFER_ATTN_DECODE_TC")
+	if tc.Liveness == nil || tc.Liveness.CUDA == nil || tc.Liveness.CUDA.Needs.KVCache != "f16" {
+		t.Fatalf("MINFER_ATTN_DECODE_TC's CUDA rule needs %+v, want kv_cache f16", tc.Liveness)
+	}
+	if p := registryProblems(tc); len(p) != 0 {
+		t.Fatalf("the registry's own entry fails: %v", p)
+	}
+	for _, r := range tc.Requires {
+		if strings.HasPrefix(r, "MINFER_CACHE_TYPE=") {
+			t.Errorf("MINFER_ATTN_DECODE_TC requires %s: the engine would refuse it beside auto", r)
+		}
+	}
+	if c, err := Parse([]string{"MINFER_ATTN_DECODE_TC=1"}); err != nil || !c.RequiresMet("MINFER_ATTN_DECODE_TC") {
+		t.Errorf("MINFER_ATTN_DECODE_TC=1 with the auto cache: requires met %v, %v", c.RequiresMet("MINFER_ATTN_DECODE_TC"), err)
+	}
+	with := func(l Lever, kc string) Lever {
+		x := *l.Liveness
+		r := *x.CUDA
+		r.Needs.KVCache = kc
+		x.CUDA = &r
+		l.Liveness = &x
+		return l
+	}
+	for _, kc := range []string{"f32", "f16", "q8_0"} {
+		if p := kvCacheProblems(tc, kc); len(p) != 0 {
+			t.Errorf("kv_cache %q refused: %v", kc, p)
+		}
+	}
+	for _, kc := range []string{"auto", "f8", "F16", "q4_0", " f16"} {
+		if p := registryProblems(with(tc, kc)); len(p) == 0 {
+			t.Errorf("kv_cache %q accepted", kc)
+		}
+	}
+	req := with(tc, "f16")
+	req.Requires = append(slices.Clone(req.Requires), "MINFER_CACHE_TYPE=q8_0")
+	if p := registryProblems(req); len(p) == 0 {
+		t.Error("kv_cache f16 beside a required MINFER_CACHE_TYPE=q8_0 accepted")
+	}
+	ct, _ := Lookup("MINFER_CACHE_TYPE")
+	x := *ct.Liveness
+	r := *x.CUDA
+	r.Needs.KVCache = "f16"
+	x.CUDA = &r
+	ct.Liveness = &x
+	if p := registryProblems(ct); len(p) == 0 {
+		t.Error("the cache lever declaring a kv_cache need accepted")
 	}
 }
