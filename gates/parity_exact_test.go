@@ -99,3 +99,19 @@ func TestParity_ExactBinComputesTheExactReferenceABaseCannot(t *testing.T) {
 		}
 	}
 }
+
+// The CPU reference and the exact reference run with arm A's settings less
+// the mutation seam, so a pin of both arms (a Requires entry, the KV cache
+// format the lever's path reads: MINFER_CACHE_TYPE=f16) holds for them too:
+// the reference computes the same cache as the arms it judges.
+func TestRefEnv_InheritsArmAsPinsWithoutTheMutation(t *testing.T) {
+	cfg := Config{A: Arm{Name: "A", Value: "0", Env: map[string]string{"MINFER_ATTN_DECODE_TC": "0", "MINFER_CACHE_TYPE": "f16", "MINFER_NO_SPLITK_ATTN": "0", "MINFER_TEST_MUTATE": "skip_bias"}}}
+	for name, m := range map[string]map[string]string{"ref": refEnv(cfg), "exact": exactEnv(cfg)} {
+		if m["MINFER_CACHE_TYPE"] != "f16" || m["MINFER_NO_SPLITK_ATTN"] != "0" || m["MINFER_ATTN_DECODE_TC"] != "0" {
+			t.Errorf("%s env %v: want arm A's pins", name, m)
+		}
+		if _, ok := m["MINFER_TEST_MUTATE"]; ok {
+			t.Errorf("%s env %v carries the mutation", name, m)
+		}
+	}
+}

@@ -76,6 +76,49 @@ func (l Lever) Rule(backend string) *PathRule {
 	return l.Liveness.CUDA
 }
 
+// Pin is a setting of another lever that a run of a lever fixes in both
+// arms because the lever's path needs it: a Requires entry, or the KV cache
+// format its rule reads (Needs.KVCache).
+type Pin struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// By is the declaration that pins it: PinRequires or PinKVCache.
+	By string `json:"by"`
+	// Why says so in a phrase, for a refusal and the report.
+	Why string `json:"why"`
+}
+
+// The declarations a Pin comes from.
+const (
+	PinRequires = "requires" // levers.Lever.Requires
+	PinKVCache  = "kv_cache" // the backend's rule's Needs.KVCache
+)
+
+// CacheTypeLever is the lever whose value a rule's Needs.KVCache pins.
+const CacheTypeLever = "MINFER_CACHE_TYPE"
+
+// Pins are the settings a run of l on backend ("cuda", "cpu") pins in both
+// arms: every Requires entry, then MINFER_CACHE_TYPE=<Needs.KVCache> where
+// the backend's rule declares the format its path reads, so that every arm
+// process (and the CPU reference, built from arm A's settings) runs where
+// the path can: a model's auto cache may be another format (the trained
+// correctness models' f32). A Requires entry that does not parse is
+// returned as it is (Name the whole entry, Value ""), for the caller to
+// refuse.
+func (l Lever) Pins(backend string) []Pin {
+	var out []Pin
+	for _, r := range l.Requires {
+		name, v, _ := strings.Cut(r, "=")
+		out = append(out, Pin{Name: name, Value: v, By: PinRequires, Why: fmt.Sprintf("%s requires %s=%s", l.Name, name, v)})
+	}
+	if r := l.Rule(backend); r != nil && r.Needs.KVCache != "" {
+		kc := r.Needs.KVCache
+		out = append(out, Pin{Name: CacheTypeLever, Value: kc, By: PinKVCache,
+			Why: fmt.Sprintf("%s's path runs only over a KV cache of %s (its %s liveness rule needs kv_cache %s)", l.Name, kc, backend, kc)})
+	}
+	return out
+}
+
 // RunsOn reports whether the lever's path exists on the backend ("cuda",
 // "cpu"): a lever of backend cuda does not run on the CPU.
 func (l Lever) RunsOn(backend string) bool {

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -82,5 +83,50 @@ func TestParseTolerance_F16GEMMLeversDeclareBvsExactAt001(t *testing.T) {
 		if err != nil || !tol.ExactBounded || tol.ExactRelL2 != 0.01 || tol.MarginBar != 0.2 {
 			t.Errorf("%s declares %+v %v", name, tol, err)
 		}
+	}
+}
+
+// `minfer levers --json` carries a rule's KV cache need (needs.kv_cache),
+// and Pins turns a lever's declaration into the settings a run fixes in
+// both arms: its Requires, then MINFER_CACHE_TYPE where the run's backend's
+// rule reads one format; a rule of another backend pins nothing. The
+// engine's registry, printed as minfer prints it, gives
+// MINFER_ATTN_DECODE_TC its f16 cache on CUDA.
+func TestLever_PinsAreRequiresAndTheKVCacheTheBackendsRuleReads(t *testing.T) {
+	data := []byte(`[{"name":"MINFER_X","kind":"opt-in","backend":"any","arm_a":"0","arm_b":"1","requires":["MINFER_Y=0"],
+		"liveness":{"on":"1","cuda":{"census":["minfer_x_*"],"needs":{"max_nt":8,"kv_cache":"f16"}},"cpu":{"census":["cpu_x"],"needs":{}},"why":"w"}}]`)
+	ls, err := ParseLevers(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := ls[0]
+	if got := x.Rule("cuda").Needs.KVCache; got != "f16" {
+		t.Fatalf("needs.kv_cache read as %q", got)
+	}
+	cuda, cpu := x.Pins("cuda"), x.Pins("cpu")
+	if len(cuda) != 2 || cuda[0].Name != "MINFER_Y" || cuda[0].Value != "0" || cuda[0].By != PinRequires ||
+		cuda[1].Name != CacheTypeLever || cuda[1].Value != "f16" || cuda[1].By != PinKVCache || !strings.Contains(cuda[1].Why, "MINFER_X's path runs only over a KV cache of f16") {
+		t.Errorf("cuda pins %+v", cuda)
+	}
+	if len(cpu) != 1 || cpu[0].Name != "MINFER_Y" {
+		t.Errorf("cpu pins %+v: want the Requires pin alone", cpu)
+	}
+	var reg []Lever
+	for _, l := range levers.All() {
+		reg = append(reg, Lever{Lever: l})
+	}
+	b, err := json.Marshal(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls, err = ParseLevers(b); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := FindLever(ls, "MINFER_ATTN_DECODE_TC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := tc.Pins("cuda"); len(p) != 2 || p[1] != (Pin{Name: "MINFER_CACHE_TYPE", Value: "f16", By: PinKVCache, Why: p[1].Why}) {
+		t.Errorf("MINFER_ATTN_DECODE_TC's cuda pins %+v: want its Requires, then MINFER_CACHE_TYPE=f16", p)
 	}
 }

@@ -334,17 +334,30 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 			arm.BenchArgs = lv.BenchOff
 		}
 	}
-	// The levers the path requires are pinned in both arms.
-	for _, r := range lv.Requires {
-		name, v, _ := strings.Cut(r, "=")
-		other, err := harness.FindLever(s.levers, name)
+	// The settings the path needs are pinned in both arms: the levers it
+	// requires, and the KV cache format its rule on this backend reads
+	// (harness.Lever.Pins), so that every gate's arm processes, the CPU
+	// reference (arm A's settings) and the device suite run where the path
+	// runs.
+	pins := lv.Pins(backend)
+	for _, p := range pins {
+		other, err := harness.FindLever(s.levers, p.Name)
+		if err == nil && p.Name == harness.CacheTypeLever && p.Value == "auto" {
+			err = fmt.Errorf("auto names no KV cache format")
+		}
 		if err == nil {
-			err = other.Validate(v)
+			err = other.Validate(p.Value)
 		}
 		if err != nil {
-			return cfg, CannotRun("%s requires %s: %v", lv.Name, r, err)
+			return cfg, CannotRun("%s: %v", p.Why, err)
 		}
-		cfg.A.Env[name], cfg.B.Env[name] = v, v
+		if p.Name == lv.Name {
+			return cfg, CannotRun("%s: pins the lever under test", p.Why)
+		}
+		if old, ok := cfg.A.Env[p.Name]; ok && old != p.Value {
+			return cfg, CannotRun("%s, and %s=%s is pinned too", p.Why, p.Name, old)
+		}
+		cfg.A.Env[p.Name], cfg.B.Env[p.Name] = p.Value, p.Value
 	}
 	// --with pins another lever in both arms; never the lever under test,
 	// the mutation seam or a value a required lever pins otherwise.
@@ -364,7 +377,13 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 			return cfg, CannotRun("--with %s: %v", w, err)
 		}
 		if old, ok := cfg.A.Env[name]; ok && old != v {
-			return cfg, CannotRun("--with %s: %s requires %s=%s", w, lv.Name, name, old)
+			why := fmt.Sprintf("another --with sets %s=%s", name, old)
+			for _, p := range pins {
+				if p.Name == name {
+					why = p.Why + ", pinned in both arms"
+				}
+			}
+			return cfg, CannotRun("--with %s: %s", w, why)
 		}
 		cfg.A.Env[name], cfg.B.Env[name] = v, v
 		cfg.With = append(cfg.With, gates.WithLever{Lever: other, Value: v})
