@@ -110,6 +110,9 @@ func Markdown(rec *gates.Record, plots []string) string {
 		w("> **Not the lever's workload**: %s. The run ran what it was told; the lever's path may not run here (`abtest nightly` runs it on its workload).\n\n", note)
 	}
 	w("%s: %s (path: %s). Tolerance class: %s.\n\n", rec.Lever, rec.Doc, rec.Path, rec.Config.Tol.String())
+	if line := PinsLine(rec); line != "" {
+		w("%s\n\n", line)
+	}
 
 	w("## Gates\n\n")
 	var rows [][]string
@@ -249,6 +252,10 @@ func envSection(b *strings.Builder, rec *gates.Record) {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	pins := map[string]harness.Pin{}
+	for _, p := range runPins(rec) {
+		pins[p.Name] = p
+	}
 	var lr [][]string
 	for _, k := range names {
 		a, bb := e.Levers[k], e.Levers[k]
@@ -261,9 +268,45 @@ func envSection(b *strings.Builder, rec *gates.Record) {
 		if v, ok := e.Pinned[k]; ok {
 			a, bb = v+" (pinned)", v+" (pinned)"
 		}
+		if p, ok := pins[k]; ok && a == p.Value && bb == p.Value {
+			a, bb = a+" ("+pinLabel(p)+")", bb+" ("+pinLabel(p)+")"
+		}
 		lr = append(lr, []string{k, a, bb})
 	}
 	fmt.Fprintf(b, "%s\n", Table([]string{"lever", "A", "B"}, lr))
+}
+
+// runPins are the settings the run pinned in both arms for the lever's path
+// (harness.Lever.Pins on the run's backend): none for a run between two
+// builds, which has no lever.
+func runPins(rec *gates.Record) []harness.Pin {
+	if rec.Config.Between {
+		return nil
+	}
+	return rec.Config.Lever.Pins(rec.Config.Backend)
+}
+
+// pinLabel marks a pinned value in the lever table.
+func pinLabel(p harness.Pin) string {
+	if p.By == harness.PinKVCache {
+		return "pinned: the path's KV cache"
+	}
+	return "pinned: required"
+}
+
+// PinsLine states, under the lever's description, the settings pinned in
+// both arms because the lever's path needs them: its Requires and the KV
+// cache format its rule reads. They are part of the lever's declaration,
+// not deviations; "" when there are none.
+func PinsLine(rec *gates.Record) string {
+	var parts []string
+	for _, p := range runPins(rec) {
+		parts = append(parts, fmt.Sprintf("%s=%s (%s)", p.Name, p.Value, p.Why))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "Pinned in both arms, for the path (the registry's declaration, not a deviation): " + strings.Join(parts, "; ") + "."
 }
 
 // modelLine never prints a size it does not know.

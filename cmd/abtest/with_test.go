@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/minfer-go/minfer/gates"
+	"github.com/minfer-go/minfer/report"
 )
 
 // --with MINFER_X=V sets X in both arms, says so as a deviation and keeps
@@ -27,6 +28,57 @@ func TestRun_WithPinsALeverInBothArmsAndBadOnesAreRefused(t *testing.T) {
 	for _, w := range []string{"MINFER_NO_FUSE_QKV=0", "MINFER_TEST_MUTATE=perturb_logit", "MINFER_NOPE=1", "MINFER_NO_FUSE_FFN=7", "PATH=/x"} {
 		out := t.TempDir()
 		if c := run([]string{"run", "--minfer", bin, "--out", out, "--lever", "MINFER_NO_FUSE_QKV", "--gates", "parity", "--with", w}); c != 2 {
+			t.Errorf("--with %s: exit %d, want 2", w, c)
+		}
+	}
+}
+
+// A lever whose path reads one KV cache format (its rule's needs.kv_cache)
+// runs every arm process of parity and greedy on that cache, though the
+// model's own cache would be another: both arms' census shows the f16 KV
+// stores and none of f32's. The report states the pin under the lever's
+// description and marks it in the lever table, not as a deviation; a --with
+// of another cache cannot run (exit 2) before anything runs.
+func TestRun_KVCacheNeedRunsEveryArmOnThatCacheAndAnotherWithIsRefused(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_WORKLOADS", "MINFER_NO_FUSE_QKV=")
+	t.Setenv("FAKEMINFER_KVCACHE", "MINFER_NO_FUSE_QKV=f16")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_NO_FUSE_QKV", "--gates", "parity,greedy")
+	if code == 2 || rec.Config.A.Env["MINFER_CACHE_TYPE"] != "f16" || rec.Config.B.Env["MINFER_CACHE_TYPE"] != "f16" || len(rec.Config.Deviations) != 0 {
+		t.Fatalf("exit %d: %s; arms %v / %v; deviations %v", code, rec.VerdictLine, rec.Config.A.Env, rec.Config.B.Env, rec.Config.Deviations)
+	}
+	for _, g := range []string{gates.GateParity, gates.GateGreedy} {
+		r := gateOf(rec, g)
+		var ev []gates.ArmEvidence
+		switch {
+		case r.Parity != nil:
+			ev = []gates.ArmEvidence{r.Parity.CensusA, r.Parity.CensusB}
+		case r.Greedy != nil:
+			ev = []gates.ArmEvidence{r.Greedy.CensusA, r.Greedy.CensusB}
+		}
+		if len(ev) == 0 {
+			t.Fatalf("%s: no census evidence (%s)", g, r.Reason)
+		}
+		for _, e := range ev {
+			if e.Processes == 0 || e.Census["cpu_kv_store_f16"] == 0 || e.Census["cpu_kv_store_f32"] != 0 {
+				t.Errorf("%s arm %s: %d processes, census %v; want every one on the f16 cache", g, e.Arm.Name, e.Processes, e.Census)
+			}
+		}
+	}
+	md := report.Markdown(rec, nil)
+	for _, want := range []string{
+		"Pinned in both arms, for the path (the registry's declaration, not a deviation): MINFER_CACHE_TYPE=f16 (MINFER_NO_FUSE_QKV's path runs only over a KV cache of f16",
+		"f16 (pinned: the path's KV cache)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+	if strings.Contains(md, "Deviations from the registry") {
+		t.Error("the pin is reported as a deviation")
+	}
+	for _, w := range []string{"MINFER_CACHE_TYPE=f32", "MINFER_CACHE_TYPE=auto"} {
+		if c := run([]string{"run", "--minfer", bin, "--out", t.TempDir(), "--lever", "MINFER_NO_FUSE_QKV", "--gates", "parity", "--with", w}); c != 2 {
 			t.Errorf("--with %s: exit %d, want 2", w, c)
 		}
 	}

@@ -18,7 +18,8 @@
 // tests pp<P>@dN / tg<T>@dN and leaves out a test of size 0, as minfer does;
 // info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
 // says otherwise. FAKEMINFER_WORKLOADS="NAME=WORKLOAD;..." gives those
-// levers a workload in `levers`; FAKEMINFER_BENCH_LOG=FILE makes every bench
+// levers a workload in `levers`, FAKEMINFER_KVCACHE="NAME=FORMAT;..." their
+// liveness rules' needs a KV cache format (kv_cache); FAKEMINFER_BENCH_LOG=FILE makes every bench
 // append "model=PATH p=N MINFER_*=..." to FILE. With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
 // census fields (launches_per_token 338 over six kernels, 1 graph replay
 // per token, 0 under MINFER_NO_CUDA_GRAPH), and FAKEMINFER_CENSUS_TG=X
@@ -237,6 +238,7 @@ func main() {
 	switch os.Args[1] {
 	case "levers":
 		reg := withField(withField(leversJSON, "workload", os.Getenv("FAKEMINFER_WORKLOADS")), "reserved", os.Getenv("FAKEMINFER_RESERVED"))
+		reg = withKVCache(reg, os.Getenv("FAKEMINFER_KVCACHE"))
 		os.Stdout.Write(withField(reg, "memory", os.Getenv("FAKEMINFER_MEMORY")))
 	case "bench":
 		if ignoreDepth {
@@ -498,6 +500,42 @@ func withField(reg []byte, field, spec string) []byte {
 		for _, l := range ls {
 			if l["name"] == name {
 				l[field] = v
+			}
+		}
+	}
+	b, err := json.MarshalIndent(ls, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// withKVCache sets needs.kv_cache in every backend rule of the levers spec
+// names ("NAME=FORMAT;...").
+func withKVCache(reg []byte, spec string) []byte {
+	if spec == "" {
+		return reg
+	}
+	var ls []map[string]any
+	if err := json.Unmarshal(reg, &ls); err != nil {
+		panic(err)
+	}
+	for _, kv := range strings.Split(spec, ";") {
+		name, f, _ := strings.Cut(kv, "=")
+		for _, l := range ls {
+			lv, _ := l["liveness"].(map[string]any)
+			if l["name"] != name || lv == nil {
+				continue
+			}
+			for _, b := range []string{"cuda", "cpu"} {
+				if r, ok := lv[b].(map[string]any); ok {
+					n, _ := r["needs"].(map[string]any)
+					if n == nil {
+						n = map[string]any{}
+					}
+					n["kv_cache"] = f
+					r["needs"] = n
+				}
 			}
 		}
 	}
