@@ -794,7 +794,7 @@ func kernelParity(ctx context.Context, cfg Config, env *Env) (Status, string) {
 	var p, f int
 	var names, parts []string
 	for _, arm := range []Arm{cfg.A, cfg.B} {
-		runs, err := runSuiteCached(ctx, cfg, env, bins, filter, suiteEnv(arm.Env))
+		runs, err := runSuiteCached(ctx, cfg, env, bins, filter, suiteEnv(cfg, arm.Env))
 		if err != nil {
 			if canceled(ctx) {
 				return Skip, "interrupted: " + err.Error()

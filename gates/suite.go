@@ -449,11 +449,20 @@ func absKernels(cfg Config) string {
 // mutation (slow_decode, slow_prefill): it can change no test's outcome,
 // since no test asserts a time (the project's rule), so the suite of a
 // slow_* mutation run is the unmutated arm B's (and shares its cache
-// entry). Every other seam (fail_device_test, phantom, ...) stays.
-func suiteEnv(b map[string]string) map[string]string {
+// entry). Every other seam (fail_device_test, phantom, ...) stays. A KV
+// cache the lever's path needs (harness.PinKVCache) is left out too: the
+// device tests choose their caches test by test (each one's bar belongs to
+// its cache), and the path's own device tests pin the cache it reads.
+func suiteEnv(cfg Config, b map[string]string) map[string]string {
+	drop := map[string]bool{}
+	for _, p := range cfg.Lever.Pins(cfg.Backend) {
+		if p.By == harness.PinKVCache {
+			drop[p.Name] = true
+		}
+	}
 	out := map[string]string{}
 	for k, v := range b {
-		if k == "MINFER_TEST_MUTATE" && (strings.HasPrefix(v, "slow_decode") || strings.HasPrefix(v, "slow_prefill")) {
+		if k == "MINFER_TEST_MUTATE" && (strings.HasPrefix(v, "slow_decode") || strings.HasPrefix(v, "slow_prefill")) || drop[k] {
 			continue
 		}
 		out[k] = v
@@ -479,7 +488,7 @@ func Suite(ctx context.Context, cfg Config, env *Env) Result {
 		res.Status, res.Reason = Skip, why
 		return res
 	}
-	benv := suiteEnv(cfg.B.Env)
+	benv := suiteEnv(cfg, cfg.B.Env)
 	runs, err := runSuiteCached(ctx, cfg, env, bins, "", benv)
 	d := &SuiteDetail{Binaries: runs, Env: benv}
 	if why != "" {
