@@ -283,7 +283,20 @@ const (
 	attnDecodeTCMaxSplits = 128
 	attnDecodeTCCombine   = "minfer_attn_decode_tc_combine"
 	attnDecodeTCCombineTh = 128 // fatc::DC_WARPS * 32
+	// attnDecodeTCMinTiles is fatc::DEC_MIN_TILES: the fewest 64-cell
+	// tiles an active split takes.
+	attnDecodeTCMinTiles = 2
 )
+
+// attnDecodeTCSplitPlan is the decode kernels' run-time split rule
+// (fatc::dec_split_plan, which the kernel and its combine both call): of a
+// block's ntiles 64-cell tiles over the grid's nsplit splits, per tiles a
+// split and the used splits that have any (the first used; the others exit
+// at once and write no partial, and the combine reads the first used).
+func attnDecodeTCSplitPlan(ntiles, nsplit int) (per, used int) {
+	per = max((ntiles+nsplit-1)/nsplit, attnDecodeTCMinTiles)
+	return per, (ntiles + per - 1) / per
+}
 
 // attnDecodeTCYielded is the line the backend logs when
 // MINFER_ATTN_DECODE_TC=1 meets a KV cache it does not route (attnFamily):
@@ -305,9 +318,11 @@ func attnDecodeTCName(hd int) string { return fmt.Sprintf("minfer_attn_decode_tc
 // writes the row, so the Q8_1 form has one path), at most one a 64-cell
 // tile of the context, attnDecodeTCMaxSplits, and what the prefill
 // kernels' scratch holds. It depends on the shapes, the context and the
-// device only (a captured graph replays with more cells filled); each split
-// takes an equal share of the filled tiles at run time. 7B (4 KV heads, G
-// 7) on 132 SMs: 99 splits, 396 blocks.
+// device only (a captured graph replays with more cells filled); the
+// filled range activates splits at run time (attnDecodeTCSplitPlan: at
+// least 2 tiles each, so a short range runs few blocks and the combine
+// reads few partials). 7B (4 KV heads, G 7) on 132 SMs: 99 splits, 396
+// blocks; at depth 0 4 of them run, at depth 32128 336.
 func attnDecodeTCSplits(p AttnParams, smCount int) int {
 	hd := attnPrefillHD(p.HeadDim)
 	rows := p.NT * (p.NHead / p.NHeadKV)
@@ -324,10 +339,12 @@ func attnDecodeTCSplits(p AttnParams, smCount int) int {
 // AttentionDecodeTC is the decode attention's contract (nt <=
 // AttnDecodeMaxNT) through the tensor cores (numerics: the
 // f16-attention-tile class). part is the prefill kernels' scratch
-// (AttnPrefillTCScratchBytes). The combine writes out (f32, unless out is
-// 0) and, when q8 is not 0, the rows' Q8_1 blocks at q8 (head_dim 64 / 128,
-// q8Bytes at least ActQ8Bytes of the rows): the o-projection's input under
-// MINFER_FUSE_ATTN_Q8.
+// (AttnPrefillTCScratchBytes). The grid has attnDecodeTCSplits splits; the
+// filled range activates the first of them at run time
+// (attnDecodeTCSplitPlan), and the combine reads only those. The combine
+// writes out (f32, unless out is 0) and, when q8 is not 0, the rows' Q8_1
+// blocks at q8 (head_dim 64 / 128, q8Bytes at least ActQ8Bytes of the
+// rows): the o-projection's input under MINFER_FUSE_ATTN_Q8.
 func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
 	format kv.Format, win driver.DevicePtr, part driver.DevicePtr, partBytes int, p AttnParams) error {
 	const op = "attn_decode_tc"

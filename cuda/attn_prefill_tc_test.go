@@ -169,6 +169,59 @@ func TestAttnTCLaunchers_RefuseBadCalls(t *testing.T) {
 	}
 }
 
+// The decode kernels' run-time split rule (attnDecodeTCSplitPlan, which
+// attn_prefill2.cu's fatc::dec_split_plan states) at the 7B's 99 splits:
+// a range of up to 2 tiles (depth 0 to 127) runs one split a block, no
+// tiles none; past 2 tiles a split the plan is the equal share it was
+// (depth 32128: 6 tiles, 84 splits); and for every range and grid the
+// active splits fit the grid and cover the tiles exactly once.
+func TestAttnDecodeTCSplitPlan_ShortRangesRunOneSplitAndDepthKeepsItsShare(t *testing.T) {
+	tiles := func(cells int) int { return (cells + attnPrefillBN - 1) / attnPrefillBN }
+	for _, c := range []struct {
+		what              string
+		ntiles, per, used int
+	}{
+		{"no cell (NaN rows)", 0, 2, 0},
+		{"depth 0: 1 cell", tiles(1), 2, 1},
+		{"2 tiles (128 cells)", 2, 2, 1},
+		{"3 tiles", 3, 2, 2},
+		{"depth 4096: 4097 cells", tiles(4097), 2, 33},
+		{"depth 32128: 32129 cells", tiles(32129), 6, 84},
+	} {
+		if per, used := attnDecodeTCSplitPlan(c.ntiles, 99); per != c.per || used != c.used {
+			t.Errorf("%s (%d tiles) at 99 splits: per %d used %d, want %d and %d", c.what, c.ntiles, per, used, c.per, c.used)
+		}
+	}
+	for nsplit := 2; nsplit <= attnDecodeTCMaxSplits; nsplit++ {
+		for ntiles := 0; ntiles <= 2048; ntiles++ {
+			per, used := attnDecodeTCSplitPlan(ntiles, nsplit)
+			share := (ntiles + nsplit - 1) / nsplit
+			switch {
+			case used > nsplit || (used > 0 && ((used-1)*per >= ntiles || used*per < ntiles)) || (used == 0) != (ntiles == 0):
+				t.Fatalf("%d tiles, %d splits: %d splits of %d tiles do not cover them exactly in the grid", ntiles, nsplit, used, per)
+			case per < attnDecodeTCMinTiles || (share >= attnDecodeTCMinTiles && per != share):
+				t.Fatalf("%d tiles, %d splits: %d tiles a split, want max(%d, %d)", ntiles, nsplit, per, share, attnDecodeTCMinTiles)
+			}
+		}
+	}
+	src, err := os.ReadFile("kernels/attn_prefill2.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("constexpr int DEC_MIN_TILES = %d;", attnDecodeTCMinTiles),
+		"per = max((ntiles + nsplit - 1) / nsplit, DEC_MIN_TILES);", "used = (ntiles + per - 1) / per;",
+	} {
+		if !strings.Contains(string(src), want) {
+			t.Errorf("attn_prefill2.cu no longer states %q (attnDecodeTCSplitPlan's rule)", want)
+		}
+	}
+	// The kernel (its inactive splits exit) and the combine (it reads the first used) both take the plan.
+	if n := strings.Count(string(src), "dec_split_plan(span_tiles("); n != 2 {
+		t.Errorf("attn_prefill2.cu calls dec_split_plan(span_tiles(...)) %d times, want 2 (the kernel and its combine)", n)
+	}
+}
+
 // The tensor-core decode kernels' splits fill one wave of the blocks an SM
 // holds (its shared memory), at least 2 (the combine always runs), never
 // more than the context's 64-cell tiles or the combine's 128, and every

@@ -44,6 +44,15 @@ struct PrefillTile {
     int G, kvh, lo, hi;
     long long nrows, r0;
 };
+// tile_cells: the cells [lo, hi] of the BM rows from r0: prefill_tile's,
+// and the decode combine's for a row's tile (both must see one range).
+template <int BM>
+__device__ __forceinline__ void tile_cells(long long r0, long long nrows, int G, int start, int n_ctx, int window, int& lo,
+                                           int& hi) {
+    const long long t_lo = r0 / G, t_hi = (min(r0 + BM, nrows) - 1) / G;
+    lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
+    hi = (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+}
 template <int BM>
 __device__ __forceinline__ PrefillTile prefill_tile(int nt, int n_head, int n_head_kv, int start, int n_ctx, int window) {
     PrefillTile p;
@@ -52,9 +61,7 @@ __device__ __forceinline__ PrefillTile prefill_tile(int nt, int n_head, int n_he
     const int ntiles = (int)((p.nrows + BM - 1) / BM);
     p.kvh = blockIdx.x % n_head_kv;
     p.r0 = (long long)(ntiles - 1 - (int)(blockIdx.x / n_head_kv)) * BM;
-    const long long t_lo = p.r0 / p.G, t_hi = (min(p.r0 + BM, p.nrows) - 1) / p.G;
-    p.lo = window > 0 ? (int)min(max(0LL, (long long)start + t_lo - window + 1), (long long)n_ctx) : 0;
-    p.hi = (int)min((long long)start + t_hi, (long long)n_ctx - 1);
+    tile_cells<BM>(p.r0, p.nrows, p.G, start, n_ctx, window, p.lo, p.hi);
     return p;
 }
 
@@ -445,6 +452,25 @@ __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, i
     first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
+// span_tiles: the BN-cell tiles of a block's cells [lo, hi], from lo's
+// tile on (0: none).
+__device__ __forceinline__ int span_tiles(int lo, int hi) {
+    const int c_begin = lo - lo % BN;
+    return hi >= c_begin ? (hi - c_begin) / BN + 1 : 0;
+}
+
+// The decode form's run-time splits (the grid's nsplit is fixed when a
+// graph is captured): the first `used` splits take `per` tiles each, the
+// rest exit at once and write no partial. DEC_MIN_TILES: at a short range
+// one tile a split left almost every block (396 for 7B) staging Q for
+// nothing and writing an empty partial the combine then read (tg128 at
+// depth 0 -10%); at depth 32128 per is 6 anyway.
+constexpr int DEC_MIN_TILES = 2;
+__device__ __forceinline__ void dec_split_plan(int ntiles, int nsplit, int& per, int& used) {
+    per = max((ntiles + nsplit - 1) / nsplit, DEC_MIN_TILES);
+    used = (ntiles + per - 1) / per;
+}
+
 // ROWS: the rows of a block, a warp each 16 (BM for prefill; 16, one warp,
 // for the decode kernels).
 template <int HD, int ROWS = BM>
@@ -467,6 +493,14 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int G = pt.G, kvh = pt.kvh;
     const long long nrows = pt.nrows, r0 = pt.r0;
     const int lo = pt.lo, hi = start < 0 ? -1 : pt.hi;
+    int dec_per = 0; // the decode form's tiles a split (dec_split_plan)
+    if constexpr (ROWS == 16) {
+        if (nsplit > 1) {
+            int used;
+            dec_split_plan(span_tiles(lo, hi), nsplit, dec_per, used);
+            if ((int)blockIdx.y >= used) return; // block-uniform: no Q, no partial (the combine reads the first used)
+        }
+    }
 
     // Q (rows r0.., zero past nrows and hd) staged in K's place, then held
     // as A fragments: a[kk] covers d 16kk..16kk+15 of rows g and g+8. The
@@ -543,10 +577,12 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const int off = kvh * hd;
     const int c_begin = lo - lo % BN;
     // Split blockIdx.y of nsplit takes its share of the block's tiles, in
-    // order; the cells stay [lo, hi] (masks and staging are unchanged).
+    // order (decode: dec_split_plan's per); the cells stay [lo, hi] (masks
+    // and staging are unchanged).
     int c_first = c_begin, c_last = hi;
     if (nsplit > 1) {
-        const int ntiles = hi >= c_begin ? (hi - c_begin) / BN + 1 : 0, per = (ntiles + nsplit - 1) / nsplit;
+        const int ntiles = hi >= c_begin ? (hi - c_begin) / BN + 1 : 0;
+        const int per = ROWS == 16 ? dec_per : (ntiles + nsplit - 1) / nsplit;
         const int t0 = min(ntiles, (int)blockIdx.y * per), t1 = min(ntiles, t0 + per);
         c_first = c_begin + t0 * BN;
         c_last = min(hi, c_begin + t1 * BN - 1);
@@ -735,10 +771,11 @@ namespace fatc {
 // head's cells over ~100 blocks, so a row has ~100 partials, and
 // combine_tc's one warp walking them in turn (three passes, a load's
 // latency each split) cost ~60 us a layer at 7B (session 21's FAIL). Here a
-// block of DC_WARPS warps takes one row: every warp loads the splits' (m,
-// l) at once (lane s % 32, DC_MAXS / 32 a lane) and computes the same
-// weights; warp w sums splits w, w + DC_WARPS, ... with DC_U of them in
-// flight; the warps' sums add in warp order through shared memory. The
+// block of DC_WARPS warps takes one row and reads only the splits its
+// range activated (dec_split_plan): every warp loads the splits' (m, l) at
+// once (lane s % 32, DC_MAXS / 32 a lane) and computes the same weights;
+// warp w sums splits w, w + DC_WARPS, ... with DC_U of them in flight; the
+// warps' sums add in warp order through shared memory. The
 // same partials and formula as combine_tc (e-units m, expf weights),
 // another order of the sums (the f16-attention-tile class either way).
 // With q8 the row's Q8_1 blocks are written too (MINFER_FUSE_ATTN_Q8, hd 64
@@ -759,6 +796,11 @@ __device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float
     int first, last;
     bool nan_row;
     row_cells(R, nrows, G, win[0], n_ctx, window, first, last, nan_row);
+    // The splits the kernel ran for R's 16-row tile (its lo, hi as the
+    // kernel takes them: none for start < 0); the others wrote nothing.
+    int lo, hi, per, used;
+    tile_cells<16>(R / 16 * 16, nrows, G, win[0], n_ctx, window, lo, hi);
+    dec_split_plan(span_tiles(lo, win[0] < 0 ? -1 : hi), nsplit, per, used);
     const long long yrow = (R / G) * n_head + kvh * G + (int)(R % G);
     const long long stride = (long long)n_head_kv * nrows * ld; // one split to the next
     const float* rec = part + w * ld;
@@ -767,7 +809,7 @@ __device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float
     for (int j = 0; j < NJ; j++) {
         const int s = lane + 32 * j;
         ms[j] = -INFINITY, ls[j] = 0.0f;
-        if (s < nsplit) ms[j] = __ldcg(rec + s * stride + ld - 2), ls[j] = __ldcg(rec + s * stride + ld - 1);
+        if (s < used) ms[j] = __ldcg(rec + s * stride + ld - 2), ls[j] = __ldcg(rec + s * stride + ld - 1);
         M = fmaxf(M, ms[j]);
     }
     M = mops::warp_max(M);
@@ -781,7 +823,7 @@ __device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float
     // Element pairs p = lane + 32 i of the row (hd <= 128: i < 2).
     const int np = hd >> 1;
     float2 a[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
-    for (int s0 = wp; s0 < nsplit; s0 += DC_WARPS * DC_U) {
+    for (int s0 = wp; s0 < used; s0 += DC_WARPS * DC_U) {
         float ws[DC_U];
         float2 v[DC_U][2];
 #pragma unroll
@@ -790,7 +832,7 @@ __device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float
             float x = wt[NJ - 1];
 #pragma unroll
             for (int j = NJ - 2; j >= 0; j--) x = (s >> 5) == j ? wt[j] : x;
-            ws[u] = s < nsplit ? __shfl_sync(0xffffffffu, x, s & 31) : 0.0f;
+            ws[u] = s < used ? __shfl_sync(0xffffffffu, x, s & 31) : 0.0f;
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 const int pr = lane + 32 * i;
@@ -852,7 +894,8 @@ extern "C" __global__ void __launch_bounds__(128) minfer_attn_prefill_tc_combine
 // cost), so one K / V tile staged in shared memory serves a KV head's whole
 // group. Grid (ceil(nt * G / 16) * n_head_kv, nsplit), block 32 threads,
 // shared memory fatc::Geo<HD>::BYTES; the partials of the prefill kernels,
-// merged by minfer_attn_decode_tc_combine.
+// merged by minfer_attn_decode_tc_combine. Of the nsplit splits, those the
+// filled range activates run (fatc::dec_split_plan), the rest exit.
 extern "C" __global__ void __launch_bounds__(32)
     minfer_attn_decode_tc_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
     fatc::attn_prefill_tc<64, 16>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
