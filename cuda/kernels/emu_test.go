@@ -81,15 +81,18 @@ func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
 // rows a block) and its combine are within 1e-2 of attention in double on
 // nt 1..8 (G 1 / 2 / 7 / 8, head_dim 64 / 80 / 128, 2 to 99 splits, a
 // window, NaN rows), and the combine's Q8_1 blocks are bitwise those of the
-// f32 rows it writes; a block that stages as if it had twice its threads,
-// Q pairs loaded from their neighbours, a combine that weighs every split
-// alike, one that quantizes neighbouring elements swapped, and one that
-// drops part of a split are each caught.
+// f32 rows it writes; short ranges (1 to 200 cells at 99 splits) write the
+// partials of the active splits only and the combine reads no other; a
+// block that stages as if it had twice its threads, Q pairs loaded from
+// their neighbours, a combine that weighs every split alike, one that
+// quantizes neighbouring elements swapped, one that drops part of a split,
+// one that reads every split's partial, and a kernel whose splits ignore
+// DEC_MIN_TILES are each caught.
 func TestKernelEmulator_DecodeTensorCoresWithinF16BarAndQ8Bitwise(t *testing.T) {
 	if out, code := emu(t, "fatc-emu.sh", "--decode"); code != 0 || !strings.Contains(out, "ALL WITHIN 1e-2") {
 		t.Fatalf("fatc-emu.sh --decode: exit %d:\n%s", code, out)
 	}
-	for _, plant := range []string{"thr", "qpair", "dcw", "dcq", "dcs"} {
+	for _, plant := range []string{"thr", "qpair", "dcw", "dcq", "dcs", "dcu", "dcp"} {
 		t.Run(plant, func(t *testing.T) {
 			t.Parallel()
 			if out, code := emu(t, "fatc-emu.sh", "--decode", "--plant", plant); code != 1 || !strings.Contains(out, "OVER") {

@@ -33,6 +33,8 @@
 #       dcw    the combine weighs every split 1 (no rescale to the common max)
 #       dcq    the combine's Q8_1 blocks quantize neighbouring elements swapped
 #       dcs    the combine's warps drop the first element of their last split in flight
+#       dcu    the combine reads all nsplit splits, not the ones the range activated
+#       dcp    the kernel's tiles a split ignore DEC_MIN_TILES (the combine's plan keeps it)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -64,7 +66,9 @@ if [[ "${1:-}" == "--plant" ]]; then
     dcw) from='wt[j] = ms[j] == -INFINITY ? 0.0f : expf(ms[j] - M);'; to='wt[j] = ms[j] == -INFINITY ? 0.0f : 1.0f;' ;;
     dcq) from='value(32 * b + lane), lane);'; to='value(32 * b + (lane ^ 1)), lane);' ;;
     dcs) from='a[i].x = fmaf(ws[u], v[u][i].x, a[i].x)'; to='a[i].x = u == DC_U - 1 ? a[i].x : fmaf(ws[u], v[u][i].x, a[i].x)' ;;
-    *) echo "usage: $0 [--decode] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|qpair|dcw|dcq|dcs]" >&2; exit 2 ;;
+    dcu) from='< used'; to='< nsplit' ;;
+    dcp) from='per = ROWS == 16 ? dec_per : (ntiles + nsplit - 1) / nsplit;'; to='per = (ntiles + nsplit - 1) / nsplit;' ;;
+    *) echo "usage: $0 [--decode] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|qpair|dcw|dcq|dcs|dcu|dcp]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick+=(--quick)

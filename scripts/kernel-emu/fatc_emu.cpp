@@ -22,8 +22,21 @@ struct alignas(4) __half2 { __half x, y; };
 inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half(a), __float2half(b)}; }
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
 #include "emu_sync.h" // the decode combine's loads and weight broadcast
+// The decode combine's partial loads are watched: a load of a record the
+// split kernel did not write (an inactive split's) is counted.
+static const float* g_part = nullptr;
+static size_t g_part_floats = 0, g_ld = 1;
+static std::vector<char> g_written; // a record's m slot holds no NaN (the poison) after the kernel
+static long g_unwritten_reads = 0;
+template <class T> inline T ldcg_watched(const T* p) {
+    const float* f = reinterpret_cast<const float*>(p);
+    if (g_part != nullptr && f >= g_part && f < g_part + g_part_floats && !g_written[(size_t)(f - g_part) / g_ld]) g_unwritten_reads++;
+    return __ldcg(p);
+}
+#define __ldcg ldcg_watched
 #include "mma.h"
 #include "attn_prefill2.cu"
+#undef __ldcg
 namespace fap2 { alignas(32) float4 fap2_smem4[fap2::smem_floats(64, 16) / 4]; }
 namespace fatc { alignas(32) float4 fatc_smem4[fatc::Geo<128>::BYTES / 16]; }
 #include "emu_launch.h"
@@ -37,6 +50,22 @@ struct Case { int nt, nh, nkv, hd, nctx, window, start, format, nsplit = 1; floa
 // writes the rows' Q8_1 blocks: checked bitwise against a quantization of
 // the f32 rows it writes (--decode).
 static bool decode = false;
+
+// decUsed is the decode kernels' active splits for row R's 16-row tile as
+// the rule states it: the 64-cell tiles from the tile's first cell (its
+// first row's, rounded down to 64) to its last row's cell, per =
+// max(ceil(tiles / nsplit), 2) of them a split, ceil(tiles / per) splits.
+static int decUsed(const Case& c, long long R) {
+    const int G = c.nh / c.nkv;
+    const long long rows = (long long)c.nt * G, r0 = R / 16 * 16;
+    if (c.start < 0) return 0;
+    const long long t0 = r0 / G, t1 = (std::min(r0 + 16, rows) - 1) / G;
+    const long long lo = c.window > 0 ? std::min(std::max(0LL, c.start + t0 - c.window + 1), (long long)c.nctx) : 0;
+    const long long hi = std::min((long long)c.start + t1, (long long)c.nctx - 1), cb = lo / 64 * 64;
+    const int tiles = hi >= cb ? (int)((hi - cb) / 64 + 1) : 0;
+    const int per = std::max((tiles + c.nsplit - 1) / c.nsplit, 2);
+    return (tiles + per - 1) / per;
+}
 
 // q8Ref is the Q8_1 block of 32 values by q8_1.cuh's arithmetic on the CPU.
 static void q8Ref(uint8_t* b, const float* v) {
@@ -83,11 +112,13 @@ static int run(const Case& c, bool fma = false) {
     const long long rows = (long long)c.nt * G;
     const int bm = fma || decode ? 16 : 64, grid = (int)((rows + bm - 1) / bm) * c.nkv;
     int q8bad = 0;
+    long offplan = 0, unwritten = 0; // decode: partials written against the plan; combine loads of unwritten ones
     if (fma)
         launch(grid, [&] { minfer_attn_prefill2_hd64_bm16(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
     else {
         // The split kernels write [nsplit][nkv][rows][HD + 2] partials, which
-        // the combine merges (a NaN fill shows any record left unwritten).
+        // the combine merges (a NaN fill, fresh for each case's one launch,
+        // shows any record left unwritten and read).
         const int HD = c.hd <= 64 ? 64 : 128, ns = c.nsplit;
         std::vector<float> part(ns > 1 ? (size_t)ns * c.nkv * rows * (HD + 2) : 1, NAN);
         float* pp = ns > 1 ? part.data() : nullptr;
@@ -98,10 +129,21 @@ static int run(const Case& c, bool fma = false) {
                   decode ? 32 : 128);
         const bool q8 = decode && c.hd % 32 == 0;
         std::vector<uint8_t> q8o(q8 ? q.size() / 32 * MINFER_Q8_1_BYTES : 1, 0xA5);
-        if (decode)
+        if (decode) {
+            // Split s writes row R's record iff s < decUsed (an inactive split
+            // exits before it stages Q); the combine loads no other record.
+            const size_t nrec = part.size() / (HD + 2);
+            g_written.assign(nrec, 0);
+            for (size_t r = 0; r < nrec; r++) {
+                g_written[r] = !std::isnan(part[r * (HD + 2) + HD]);
+                offplan += g_written[r] != (r / (rows * c.nkv) < (size_t)decUsed(c, (long long)(r % rows)));
+            }
+            g_part = part.data(), g_part_floats = part.size(), g_ld = HD + 2, g_unwritten_reads = 0;
             launch((int)(rows * c.nkv), [&] {
                 minfer_attn_decode_tc_combine(out.data(), q8 ? q8o.data() : nullptr, part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2);
             });
+            unwritten = g_unwritten_reads, g_part = nullptr;
+        }
         else if (ns > 1)
             launch((int)((rows * c.nkv + 3) / 4), [&] { minfer_attn_prefill_tc_combine(out.data(), part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2); });
         for (size_t b = 0; q8 && b < q.size() / 32; b++) { // the Q8_1 blocks are those of the f32 row written
@@ -140,10 +182,13 @@ static int run(const Case& c, bool fma = false) {
                 else worst = std::max(worst, fabs(o - y[d]));
             }
         }
-    const bool ok = badnan == 0 && q8bad == 0 && worst <= (fma ? 1e-3 : 1e-2);
-    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s%s %s\n", fma ? "fma" : decode ? "dtc" : "tc ", c.nt, c.nh,
+    const bool ok = badnan == 0 && q8bad == 0 && offplan == 0 && unwritten == 0 && worst <= (fma ? 1e-3 : 1e-2);
+    char plan[96] = "";
+    if (offplan || unwritten)
+        snprintf(plan, sizeof plan, " (%ld records written off the split plan, %ld loads of unwritten records)", offplan, unwritten);
+    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s%s%s %s\n", fma ? "fma" : decode ? "dtc" : "tc ", c.nt, c.nh,
            c.nkv, c.hd, c.nctx, c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", c.nsplit, worst, badnan ? " (NaN placement differs)" : "",
-           q8bad ? " (Q8_1 blocks differ)" : "", ok ? "ok" : "OVER");
+           q8bad ? " (Q8_1 blocks differ)" : "", plan, ok ? "ok" : "OVER");
     return !ok;
 }
 
@@ -167,6 +212,17 @@ int main(int argc, char** argv) {
             bad += run({8, 4, 4, 80, 400, 50, 300, f, 4});     // G 1, head_dim 80 (no Q8_1), a window
             bad += run({4, 4, 2, 128, 200, 0, 198, f, 2});     // cells past n_ctx: NaN rows
             bad += run({1, 2, 1, 64, 64, 0, -3, f, 2});        // start < 0: every row NaN
+            bad += run({1, 28, 4, 128, 0, 0, 0, f, 99});      // an empty region: no tile, no active split, NaN rows
+            // Short ranges at 99 splits (the 7B's grid from depth 0): n_ctx
+            // cells filled, the last token's the last; one token (7B), and 3
+            // tokens at G 8 (24 rows: two 16-row tiles, whose last cells and
+            // so tiles differ); with no window and a window of 40 (the range
+            // starts past tile 0).
+            for (int fill : {1, 2, 63, 64, 65, 128, 129, 200})
+                for (int w : {0, 40}) {
+                    bad += run({1, 28, 4, 128, fill, w, fill - 1, f, 99, 0.5f});
+                    bad += run({3, 16, 2, 64, fill, w, std::max(0, fill - 3), f, 99, 0.5f}); // fill < 3: NaN rows past n_ctx
+                }
         }
         printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-2 (tensor-core decode; Q8_1 bitwise)");
         return bad != 0;
