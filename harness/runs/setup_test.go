@@ -73,20 +73,26 @@ func TestConfig_KVCacheNeedPinsTheCacheInBothArms(t *testing.T) {
 	// The need is the CUDA rule's: a lever of both backends whose CUDA rule
 	// alone declares it is pinned on CUDA and left alone on the CPU.
 	both := registrySetup()
-	for i := range both.levers {
-		if l := &both.levers[i]; l.Name == "MINFER_NO_FUSE_FFN" {
-			lv := *l.Liveness
-			r := *lv.CUDA
-			r.Needs.KVCache = "q8_0"
-			lv.CUDA = &r
-			l.Liveness = &lv
-		}
-	}
+	withCUDAKVCache(both, "MINFER_NO_FUSE_FFN", "q8_0")
 	if c, err := both.config(validOptions("cuda"), "MINFER_NO_FUSE_FFN", ""); err != nil || c.A.Env["MINFER_CACHE_TYPE"] != "q8_0" || c.B.Env["MINFER_CACHE_TYPE"] != "q8_0" {
 		t.Errorf("cuda: arms %v / %v, %v; want MINFER_CACHE_TYPE=q8_0", c.A.Env, c.B.Env, err)
 	}
 	if c, err := both.config(validOptions("cpu"), "MINFER_NO_FUSE_FFN", ""); err != nil || c.A.Env["MINFER_CACHE_TYPE"] != "" || c.B.Env["MINFER_CACHE_TYPE"] != "" {
 		t.Errorf("cpu: arms %v / %v, %v; want no cache pin", c.A.Env, c.B.Env, err)
+	}
+}
+
+// withCUDAKVCache sets the named lever's CUDA rule's KV cache need in s's
+// registry copy (the rule is copied, not shared with other setups).
+func withCUDAKVCache(s *setup, name, format string) {
+	for i := range s.levers {
+		if l := &s.levers[i]; l.Name == name {
+			lv := *l.Liveness
+			r := *lv.CUDA
+			r.Needs.KVCache = format
+			lv.CUDA = &r
+			l.Liveness = &lv
+		}
 	}
 }
 
@@ -112,15 +118,7 @@ func TestConfig_WithAnotherKVCacheThanThePathNeedsCannotRun(t *testing.T) {
 	if err != nil || cfg.B.Env["MINFER_CACHE_TYPE"] != "f16" {
 		t.Errorf("--with the pinned format: %v, arm B %v", err, cfg.B.Env)
 	}
-	for i := range s.levers {
-		if l := &s.levers[i]; l.Name == "MINFER_ATTN_DECODE_TC" {
-			lv := *l.Liveness
-			r := *lv.CUDA
-			r.Needs.KVCache = "auto"
-			lv.CUDA = &r
-			l.Liveness = &lv
-		}
-	}
+	withCUDAKVCache(s, "MINFER_ATTN_DECODE_TC", "auto")
 	if _, err := s.config(validOptions("cuda"), "MINFER_ATTN_DECODE_TC", ""); ExitCode(err) != 2 || !strings.Contains(err.Error(), "auto names no KV cache format") {
 		t.Errorf("a need of kv_cache auto: %v, want could not run", err)
 	}

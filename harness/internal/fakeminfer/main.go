@@ -479,9 +479,9 @@ func actQuantNoise(row []float32, ctx []int32) {
 	}
 }
 
-// withField sets a field (workload, reserved) of the levers named in spec
-// ("NAME=VALUE;NAME=VALUE") in the registry JSON; "" leaves it as is.
-func withField(reg []byte, field, spec string) []byte {
+// editLevers applies set to each lever the spec names ("NAME=VALUE;...")
+// in the registry JSON, with that VALUE; "" leaves the JSON as is.
+func editLevers(reg []byte, spec string, set func(l map[string]any, v string)) []byte {
 	if spec == "" {
 		return reg
 	}
@@ -490,16 +490,10 @@ func withField(reg []byte, field, spec string) []byte {
 		panic(err)
 	}
 	for _, kv := range strings.Split(spec, ";") {
-		name, w, _ := strings.Cut(kv, "=")
-		var v any = w
-		if strings.HasPrefix(w, "{") { // a JSON object (the memory bar)
-			if err := json.Unmarshal([]byte(w), &v); err != nil {
-				panic(err)
-			}
-		}
+		name, v, _ := strings.Cut(kv, "=")
 		for _, l := range ls {
 			if l["name"] == name {
-				l[field] = v
+				set(l, v)
 			}
 		}
 	}
@@ -510,40 +504,35 @@ func withField(reg []byte, field, spec string) []byte {
 	return b
 }
 
+// withField sets a field (workload, reserved) of the levers named in spec.
+func withField(reg []byte, field, spec string) []byte {
+	return editLevers(reg, spec, func(l map[string]any, w string) {
+		var v any = w
+		if strings.HasPrefix(w, "{") { // a JSON object (the memory bar)
+			if err := json.Unmarshal([]byte(w), &v); err != nil {
+				panic(err)
+			}
+		}
+		l[field] = v
+	})
+}
+
 // withKVCache sets needs.kv_cache in every backend rule of the levers spec
 // names ("NAME=FORMAT;...").
 func withKVCache(reg []byte, spec string) []byte {
-	if spec == "" {
-		return reg
-	}
-	var ls []map[string]any
-	if err := json.Unmarshal(reg, &ls); err != nil {
-		panic(err)
-	}
-	for _, kv := range strings.Split(spec, ";") {
-		name, f, _ := strings.Cut(kv, "=")
-		for _, l := range ls {
-			lv, _ := l["liveness"].(map[string]any)
-			if l["name"] != name || lv == nil {
-				continue
-			}
-			for _, b := range []string{"cuda", "cpu"} {
-				if r, ok := lv[b].(map[string]any); ok {
-					n, _ := r["needs"].(map[string]any)
-					if n == nil {
-						n = map[string]any{}
-					}
-					n["kv_cache"] = f
-					r["needs"] = n
+	return editLevers(reg, spec, func(l map[string]any, f string) {
+		lv, _ := l["liveness"].(map[string]any)
+		for _, b := range []string{"cuda", "cpu"} {
+			if r, ok := lv[b].(map[string]any); ok {
+				n, _ := r["needs"].(map[string]any)
+				if n == nil {
+					n = map[string]any{}
 				}
+				n["kv_cache"] = f
+				r["needs"] = n
 			}
 		}
-	}
-	b, err := json.MarshalIndent(ls, "", "  ")
-	if err != nil {
-		panic(err)
-	}
-	return b
+	})
 }
 
 // deviceMiB is what this process holds on the fake GPU (0: nothing).
