@@ -11,6 +11,7 @@
 #                                           # tiny-code-Q8_0.gguf and tiny-qwen3-code-Q8_0.gguf
 #                                           # (about 55 MiB with the binaries, 2026-12-03)
 #   TINY_SRC="a-f16.gguf ..." TINY=Q8_0 ... # those instead, each <name without -f16>-Q8_0.gguf
+#   BASE=715715f scripts/device-bundle.sh   # + base/minfer and base-src.tgz (the drive's p20t; no TINY)
 #   then carry ["bin"] and on the device:
 #   CORRECTNESS_MODEL="bin/tiny-code-Q8_0.gguf bin/tiny-qwen3-code-Q8_0.gguf" LEVERS=... scripts/abtest-device.sh
 #
@@ -40,6 +41,18 @@ fi
     && CGO_ENABLED=0 go test -c -buildvcs=true -ldflags "-s -w" -o "$stage/cuda.test" ./cuda \
     && CGO_ENABLED=0 go test -c -buildvcs=true -ldflags "-s -w" -o "$stage/driver.test" ./cuda/driver)
 if [[ -d bin/lib ]]; then cp -r bin/lib "$stage/lib"; fi
+# BASE=REV: a minfer build of REV (base/minfer) and REV's kernel sources and build script (base-src.tgz),
+# for the drive's p20t step (issue 20: "no slower than at 715715f"; its kernels are built with nvcc
+# there, as REV's minfer loads the kernels file beside it). About 3 MiB more: with TINY the carry is
+# over 64 MiB, so a p20t session's bundle leaves TINY out (the drive keeps the models of an earlier
+# call on the same machine in /tmp/stash).
+if [[ -n "${BASE:-}" ]]; then
+    btree="$(mktemp -d)"
+    git clone -q "$root" "$btree/base" && git -C "$btree/base" checkout -q --detach "$BASE"
+    (cd "$btree/base" && CGO_ENABLED=0 go build -buildvcs=true -ldflags "-s -w" -o "$stage/base/" ./cmd/minfer)
+    git -C "$root" archive "$BASE" -- cuda/kernels scripts/build-kernels.sh | gzip >"$stage/base-src.tgz"
+    rm -rf "$btree"
+fi
 if [[ -n "${TINY:-}" ]]; then
     for src in ${TINY_SRC:-$root/../shared/models/tiny-code-f16.gguf $root/../shared/models/tiny-qwen3-code-f16.gguf}; do
         name="$(basename "$src" .gguf)"

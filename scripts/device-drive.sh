@@ -31,7 +31,7 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -106,6 +106,7 @@ declare -A ABOUT=(
     [prof]="per-op times: 7B Q8_0 and Q4_K_M prefill at depth 0 and 32128, Q8_0 decode at 32128"
     [peer]="llama-bench beside minfer at qwen2-7b Q8_0 and Q4_K_M d32128 (scripts/perf.sh, REPS=\${PEER_REPS:-1})"
     [p20]="abtest perf --rows issue20 (issue 20's Must rows; NVRTC kernels; REPS=\${P20_REPS:-3}; the peer beside it where /tmp/llama/b/bin/llama-bench is built)"
+    [p20t]="abtest perf --rows issue20-table beside the base build (device-bundle.sh BASE=715715f; its kernels built here with its own nvcc script first, in the background from the drive's start) and the peer where built: the Must rows, the slope and no slower than the base in one run"
     [suite]="the whole device suite at the defaults, NVRTC kernels"
 )
 for s in "${!LEVER[@]}"; do
@@ -156,6 +157,8 @@ ms() { echo $(($(date +%s%N) / 1000000)); }
 echo "drive start $(ts) steps: ${STEP_LIST[*]}"
 rm -rf $S && mkdir -p $S/bin && tar -xzf bin/bundle.tgz -C $S/bin && tar -xzf $S/bin/src.tgz -C $S && rm $S/bin/src.tgz || { echo "setup failed"; touch $D/DONE; exit 2; }
 [[ -d /tmp/stash ]] && for f in /tmp/stash/*; do [[ -e $S/bin/${f##*/} ]] || cp -r $f $S/bin/; done
+# Keep the models and importer libraries for a later slim bundle on this machine (a p20t bundle has no room for them).
+mkdir -p /tmp/stash && for f in $S/bin/*.gguf $S/bin/lib; do [[ -e $f && ! -e /tmp/stash/${f##*/} ]] && cp -r $f /tmp/stash/; done
 cd $S
 export XDG_CACHE_HOME=/tmp/xdg LC_ALL=C PATH=$PATH:/usr/local/cuda/bin
 rm -rf $XDG_CACHE_HOME
@@ -237,6 +240,13 @@ prof_step() { # STEP: its PROF_RUNS rows
     done
 }
 
+# p20t's base kernels (REV's nvcc build, ~2 minutes) compile while the cold bench and the probe run.
+BKPID=""
+if [[ " ${STEP_LIST[*]} " == *" p20t "* && -f bin/base-src.tgz && -x bin/base/minfer ]]; then
+    rm -rf /tmp/base-src && mkdir -p /tmp/base-src && tar -xzf bin/base-src.tgz -C /tmp/base-src
+    (cd /tmp/base-src && scripts/build-kernels.sh $S/bin/base/minfer-kernels.fatbin) >$D/bk-base.log 2>&1 &
+    BKPID=$!
+fi
 echo "== NVRTC cold bench $(ts)"
 t0=$(ms); timeout 400 bin/minfer bench --device cuda -p 512 -n 128 -r 3 --format json -o $D/bench-cold.json 2>$D/bench-cold.err
 rc=$?; echo "cold bench rc=$rc wall_ms=$(($(ms) - t0))"
@@ -289,6 +299,19 @@ for step in "${STEP_LIST[@]}"; do
         PEER=$P KERNELS=nvrtc ROWS=issue20 REPS=${P20_REPS:-3} PERF_TIMEOUT=1500 OUT=$D/p20 MODEL_DIR=$MD scripts/perf.sh >$D/p20.out 2>&1
         echo "p20 rc=$? peer=${P:-none} $(ts)"
         [[ -e /tmp/p20-aside.fatbin ]] && mv /tmp/p20-aside.fatbin bin/minfer-kernels.fatbin ;;
+    p20t)
+        if [[ -z $BKPID ]]; then
+            echo "p20t rc=skipped: no base build in the bundle (device-bundle.sh BASE=REV)"
+        elif ! wait $BKPID; then
+            echo "p20t rc=skipped: the base kernels did not build: $(tail -n 3 $D/bk-base.log | tr '\n' ' ')"
+        else
+            [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/p20-aside.fatbin
+            P=""; [[ -x /tmp/llama/b/bin/llama-bench ]] && P=/tmp/llama/b/bin/llama-bench
+            BASE=$S/bin/base/minfer PEER=$P KERNELS=nvrtc ROWS=issue20-table REPS=${P20_REPS:-3} PERF_TIMEOUT=3000 \
+                OUT=$D/p20t MODEL_DIR=$MD scripts/perf.sh >$D/p20t.out 2>&1
+            echo "p20t rc=$? peer=${P:-none} $(ts)"
+            [[ -e /tmp/p20-aside.fatbin ]] && mv /tmp/p20-aside.fatbin bin/minfer-kernels.fatbin
+        fi ;;
     suite)
         # KERNELS=nvrtc refuses a kernels file in bin/, and every A/B leaves one there: set it aside meanwhile.
         [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/suite-aside.fatbin
