@@ -73,8 +73,9 @@ var PerfLongContextRows = []PerfRow{
 // TargetTG hold at the row's depth) and the pp512 chunk-time slope of the
 // 7B Q4_K_M rows against the peer's (abtest perf --peer). Not encoded: the
 // 150-kernels-per-token bar of qwen2-0.5b Q4_K_M (the report shows the
-// count) and "every row of today's table no slower" (a comparison of two
-// runs).
+// count) and "every row of today's table no slower than at 715715f"
+// (PerfIssue20Table, --rows issue20-table: each row to be compared with a
+// build of that commit).
 var PerfIssue20Rows = []PerfRow{
 	{Shape: "qwen2-7b", Type: "Q8_0", TargetPP: 12800},
 	{Shape: "qwen2-7b", Type: "Q4_K_M", TargetPP: 10800},
@@ -85,6 +86,35 @@ var PerfIssue20Rows = []PerfRow{
 	{Shape: "qwen3-0.6b", Type: "Q8_0", TargetPP: 52000},
 	{Shape: "qwen3-0.6b", Type: "Q8_0", Depth: 4096, TargetPP: 40000},
 	{Shape: "qwen2-0.5b", Type: "Q4_K_M", TargetTG: 950},
+}
+
+// PerfIssue20Table is the 13 distinct model@depth rows of issue 20's
+// perf table (--rows issue20-table), in its order. A row of
+// PerfIssue20Rows (the same name) keeps its Must targets; the others are
+// measured only.
+var PerfIssue20Table = issue20Table()
+
+func issue20Table() []PerfRow {
+	names := []string{
+		"qwen2-7b:Q8_0", "qwen2-7b:Q4_K_M", "qwen2-7b:Q4_K_M@d4096", "qwen2-7b:Q8_0@d4096",
+		"qwen3-0.6b:Q8_0@d4096", "qwen2-0.5b:Q8_0@d4096", "qwen3-0.6b:Q8_0", "qwen2-7b:Q4_K_M@d30000",
+		"qwen2-7b:Q4_K_M@d16384", "qwen2-0.5b:Q4_K_M", "qwen2-7b:Q4_K_M@d8192", "qwen2-7b:Q4_K_M@d32128",
+		"qwen2-7b:Q8_0@d32128",
+	}
+	out := make([]PerfRow, 0, len(names))
+	for _, n := range names {
+		name, d, _ := strings.Cut(n, "@d")
+		shape, typ, _ := strings.Cut(name, ":")
+		row := PerfRow{Shape: shape, Type: typ}
+		row.Depth, _ = strconv.Atoi(d)
+		for _, r := range PerfIssue20Rows {
+			if r.Name() == row.Name() {
+				row = r
+			}
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // Name is "shape:type", with "@d<depth>" for a long-context row.
@@ -102,7 +132,8 @@ func (r PerfRow) BaseName() string { return r.Shape + ":" + r.Type }
 func (r PerfRow) HasRef() bool { return r.RefTG > 0 && r.RefPP > 0 }
 
 // ParsePerfRows reads --rows: "all" (issue 6's table, then its
-// long-context row) or a comma-separated list of SHAPE:TYPE[@dDEPTH]. A
+// long-context row), "issue20" (PerfIssue20Rows), "issue20-table"
+// (PerfIssue20Table) or a comma-separated list of SHAPE:TYPE[@dDEPTH]. A
 // name of the table (any case) takes the table's row; any other name is an
 // ad-hoc row without reference numbers or targets (minfer synth decides
 // whether the shape and type exist).
@@ -113,6 +144,9 @@ func ParsePerfRows(spec string) ([]PerfRow, error) {
 	}
 	if spec == "issue20" {
 		return append([]PerfRow(nil), PerfIssue20Rows...), nil
+	}
+	if spec == "issue20-table" {
+		return append([]PerfRow(nil), PerfIssue20Table...), nil
 	}
 	var out []PerfRow
 	seen := map[string]bool{}
@@ -132,7 +166,7 @@ func ParsePerfRows(spec string) ([]PerfRow, error) {
 			typ, depth = strings.TrimSpace(t), n
 		}
 		if !ok || shape == "" || typ == "" {
-			return nil, fmt.Errorf("--rows %q: want all, issue20 or SHAPE:TYPE[@dDEPTH][,...] (e.g. qwen2-0.5b:Q4_K_M, qwen2-7b:Q4_K_M@d4096)", item)
+			return nil, fmt.Errorf("--rows %q: want all, issue20, issue20-table or SHAPE:TYPE[@dDEPTH][,...] (e.g. qwen2-0.5b:Q4_K_M, qwen2-7b:Q4_K_M@d4096)", item)
 		}
 		for _, p := range []string{shape, typ} {
 			if strings.ContainsAny(p, "/\\ :@") || p == "." || p == ".." {

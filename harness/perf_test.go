@@ -254,3 +254,46 @@ func TestNewDecodeLaunches_CountsFromTheCensusTimeFromTheTimedTG(t *testing.T) {
 		t.Errorf("census env %v", CensusBenchEnv)
 	}
 }
+
+// Bar (e): --rows issue20-table is issue 20's perf table, its 13 distinct
+// model@depth rows in the issue's order, each Must target of
+// PerfIssue20Rows on the row of the same name and no target elsewhere.
+func TestParsePerfRows_Issue20TableIs13RowsInOrderWithTheMustTargetsOnTheirRows(t *testing.T) {
+	want := []PerfRow{
+		{Shape: "qwen2-7b", Type: "Q8_0", TargetPP: 12800},
+		{Shape: "qwen2-7b", Type: "Q4_K_M", TargetPP: 10800},
+		{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 4096, TargetPP: 9700},
+		{Shape: "qwen2-7b", Type: "Q8_0", Depth: 4096},
+		{Shape: "qwen3-0.6b", Type: "Q8_0", Depth: 4096, TargetPP: 40000},
+		{Shape: "qwen2-0.5b", Type: "Q8_0", Depth: 4096},
+		{Shape: "qwen3-0.6b", Type: "Q8_0", TargetPP: 52000},
+		{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 30000, TargetTG: 245},
+		{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 16384},
+		{Shape: "qwen2-0.5b", Type: "Q4_K_M", TargetTG: 950},
+		{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 8192},
+		{Shape: "qwen2-7b", Type: "Q4_K_M", Depth: 32128, TargetPP: 6300},
+		{Shape: "qwen2-7b", Type: "Q8_0", Depth: 32128, TargetPP: 6800, TargetTG: 220},
+	}
+	rs, err := ParsePerfRows("issue20-table")
+	if err != nil || len(rs) != len(want) {
+		t.Fatalf("%d rows, %v; want %d", len(rs), err, len(want))
+	}
+	for i := range want {
+		if rs[i] != want[i] {
+			t.Errorf("row %d: %+v, want %+v", i+1, rs[i], want[i])
+		}
+	}
+	// Every Must row of issue 20 is in the table, with its targets.
+	for _, m := range PerfIssue20Rows {
+		found := false
+		for _, r := range rs {
+			found = found || r == m
+		}
+		if !found {
+			t.Errorf("Must row %+v not in issue20-table", m)
+		}
+	}
+	if _, err := ParsePerfRows("qwen2-7b"); err == nil || !strings.Contains(err.Error(), "issue20-table") {
+		t.Errorf("error does not name issue20-table: %v", err)
+	}
+}
