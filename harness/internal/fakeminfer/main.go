@@ -20,7 +20,11 @@
 // says otherwise. FAKEMINFER_WORKLOADS="NAME=WORKLOAD;..." gives those
 // levers a workload in `levers`, FAKEMINFER_KVCACHE="NAME=FORMAT;..." their
 // liveness rules' needs a KV cache format (kv_cache); FAKEMINFER_BENCH_LOG=FILE makes every bench
-// append "model=PATH p=N MINFER_*=..." to FILE. With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
+// append "model=PATH p=N MINFER_*=..." to FILE ("model=PATH p=N as=NAME
+// MINFER_*=...", MINFER_BENCH_WARMUP_MS included, with FAKEMINFER_AS=NAME).
+// A file fakeminfer.env beside the executable sets FAKEMINFER_* knobs over
+// the environment's (besideEnv).
+// With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
 // census fields (launches_per_token 338 over six kernels, 1 graph replay
 // per token, 0 under MINFER_NO_CUDA_GRAPH), and FAKEMINFER_CENSUS_TG=X
 // makes its tg report X tok/s (the census perturbs the speed);
@@ -89,6 +93,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,7 +127,29 @@ func env(name string) string {
 	return os.Getenv(name)
 }
 
+// besideEnv sets the FAKEMINFER_* knobs of a file "fakeminfer.env" beside
+// the executable (NAME=VALUE lines), over the environment's: a copy of the
+// fake in its own folder acts as another build (abtest perf --base-minfer),
+// slower or failing, while both run with one environment. Only FAKEMINFER_*
+// names are taken: the MINFER_* environment stays the harness's.
+func besideEnv() {
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(exe), "fakeminfer.env"))
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok && strings.HasPrefix(k, "FAKEMINFER_") {
+			os.Setenv(k, v)
+		}
+	}
+}
+
 func main() {
+	besideEnv()
 	var ls []lever
 	if err := json.Unmarshal(leversJSON, &ls); err != nil {
 		panic(err)
@@ -587,8 +614,9 @@ func holdDeviceMemory(mut string) func() {
 // set, sorted) to the bench log, so a test sees what each bench ran on.
 func logBench(path, model string, p int) {
 	var set []string
+	as := os.Getenv("FAKEMINFER_AS")
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "MINFER_") && !strings.HasPrefix(kv, "MINFER_BENCH_WARMUP_MS=") {
+		if strings.HasPrefix(kv, "MINFER_") && (as != "" || !strings.HasPrefix(kv, "MINFER_BENCH_WARMUP_MS=")) {
 			set = append(set, kv)
 		}
 	}
@@ -598,7 +626,10 @@ func logBench(path, model string, p int) {
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "model=%s p=%d %s\n", model, p, strings.Join(set, " "))
+	if as != "" {
+		as = " as=" + as
+	}
+	fmt.Fprintf(f, "model=%s p=%d%s %s\n", model, p, as, strings.Join(set, " "))
 }
 
 // Process facts the exit lines report.
