@@ -74,8 +74,8 @@ var PerfLongContextRows = []PerfRow{
 // 7B Q4_K_M rows against the peer's (abtest perf --peer). Not encoded: the
 // 150-kernels-per-token bar of qwen2-0.5b Q4_K_M (the report shows the
 // count) and "every row of today's table no slower than at 715715f"
-// (PerfIssue20Table, --rows issue20-table: each row to be compared with a
-// build of that commit).
+// (--rows issue20-table --base-minfer: PerfIssue20Table, judged against a
+// build of that commit run beside ours).
 var PerfIssue20Rows = []PerfRow{
 	{Shape: "qwen2-7b", Type: "Q8_0", TargetPP: 12800},
 	{Shape: "qwen2-7b", Type: "Q4_K_M", TargetPP: 10800},
@@ -91,7 +91,7 @@ var PerfIssue20Rows = []PerfRow{
 // PerfIssue20Table is the 13 distinct model@depth rows of issue 20's
 // perf table (--rows issue20-table), in its order. A row of
 // PerfIssue20Rows (the same name) keeps its Must targets; the others are
-// measured only.
+// measured and, with --base-minfer, judged against the base build only.
 var PerfIssue20Table = issue20Table()
 
 func issue20Table() []PerfRow {
@@ -428,7 +428,10 @@ type PerfResult struct {
 	// measured the same way.
 	DeviceMemory *gpumem.Usage `json:"device_memory,omitempty"`
 	// Peer is the peer engine's measurement of the row (nil: no --peer).
-	Peer   *PeerRow `json:"peer,omitempty"`
+	Peer *PeerRow `json:"peer,omitempty"`
+	// Base is the base build's measurement of the row and ours against it
+	// (nil: no --base-minfer).
+	Base   *BaseRow `json:"base,omitempty"`
 	Failed bool     `json:"failed,omitempty"`
 	// OutOfMemory: the failed row's minfer exited with
 	// schema.ExitOutOfMemory (the row does not fit this machine): the row
@@ -444,7 +447,7 @@ type PerfResult struct {
 // long-context row its tg against the same run's tg at depth 0, issue 20's
 // rows the ones they name.
 func (r PerfResult) Judged() bool {
-	return !r.Failed && (metJudged(r.PP) || metJudged(r.TG))
+	return !r.Failed && (metJudged(r.PP) || metJudged(r.TG) || r.Base.judged())
 }
 
 // MetAll reports whether the row was judged and met every target it has.
@@ -457,7 +460,7 @@ func (r PerfResult) MetAll() bool {
 			return false
 		}
 	}
-	return true
+	return !r.Base.slower()
 }
 
 func metJudged(m *PerfMetric) bool { return m != nil && m.Met != nil }
@@ -496,6 +499,9 @@ type PerfRecord struct {
 	// With are the --with settings every minfer process ran with (nil:
 	// every lever at its registry default).
 	With map[string]string `json:"with,omitempty"`
+	// Base is the older minfer build measured beside ours (nil: no
+	// --base-minfer).
+	Base *PerfBase `json:"base,omitempty"`
 }
 
 // Decide sets Verdict and VerdictLine: FAILED when a row failed, else
@@ -520,6 +526,25 @@ func (p *PerfRecord) Decide() {
 			missList = append(missList, r.Row.Name())
 		}
 	}
+	var slower []string
+	baseJudged, baseMet := 0, 0
+	for _, r := range p.Rows {
+		if r.Failed || !r.Base.judged() {
+			continue
+		}
+		baseJudged++
+		if !r.Base.slower() {
+			baseMet++
+			continue
+		}
+		var parts []string
+		for _, v := range []*BaseVs{r.Base.VsPP, r.Base.VsTG} {
+			if v != nil && !v.Met {
+				parts = append(parts, fmt.Sprintf("%s %.3f x the base's, %.1f%% slower", v.Test, float64(v.Ratio), 100*v.SlowerBy))
+			}
+		}
+		slower = append(slower, r.Row.Name()+" ("+strings.Join(parts, "; ")+")")
+	}
 	switch {
 	case failed > 0:
 		p.Verdict = PerfFailed
@@ -536,6 +561,12 @@ func (p *PerfRecord) Decide() {
 		len(p.Rows), met, missed, failed, unjudged)
 	if len(missList) > 0 {
 		line += "; missed: " + strings.Join(missList, ", ")
+	}
+	if p.Base != nil {
+		line += fmt.Sprintf("; against the base build: %d of %d measured row(s) no slower", baseMet, baseJudged)
+		if len(slower) > 0 {
+			line += ", slower than the base: " + strings.Join(slower, ", ")
+		}
 	}
 	if len(failList) > 0 {
 		line += "; failed: " + strings.Join(failList, ", ")

@@ -92,7 +92,7 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 			} else if r.Row.RefPP > 0 {
 				from = harness.StoredReference
 			}
-			rows = append(rows, []string{r.Row.Name(), f, refPP, "-", "-", f, refTG, "-", "-", "-", "-", "-", perfMemCell(r), from})
+			rows = append(rows, withBase(p, []string{r.Row.Name(), f, refPP, "-", "-", f, refTG, "-", "-", "-", "-", "-", perfMemCell(r), from}, r))
 			continue
 		}
 		if r.Long != nil {
@@ -104,20 +104,25 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 			if r.TG.RefFrom != "" {
 				tgRatio = ratioCell(r.TG) + "; " + tgRatio
 			}
-			rows = append(rows, []string{r.Row.Name(), ppCell, ppRef, ppRatio, ppTarget,
+			rows = append(rows, withBase(p, []string{r.Row.Name(), ppCell, ppRef, ppRatio, ppTarget,
 				thousands(float64(r.TG.TokS), 1), refCell(r.TG, 1), tgRatio, longTargetCell(r),
-				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)})
+				GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)}, r))
 			continue
 		}
-		rows = append(rows, []string{r.Row.Name(),
+		rows = append(rows, withBase(p, []string{r.Row.Name(),
 			thousands(float64(r.PP.TokS), 0), refCell(r.PP, 0), ratioCell(r.PP), targetCell(r.PP, 0),
 			thousands(float64(r.TG.TokS), 1), refCell(r.TG, 1), ratioCell(r.TG), targetCell(r.TG, 1),
-			GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)})
+			GBs(float64(r.Decode.GBs)), Pct(float64(r.Decode.HBMShare)), thousands(float64(r.Decode.FloorTokS), 0), perfMemCell(r), refFromCell(r)}, r))
 	}
-	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "ours " + pp, "ref " + pp, pp + " ratio", pp + " target",
-		"ours " + tg, "ref " + tg, tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s", "peak device memory", "reference"}, rows))
+	head := []string{"row", "ours " + pp, "ref " + pp, pp + " ratio", pp + " target",
+		"ours " + tg, "ref " + tg, tg + " ratio", tg + " target", "decode GB/s", "share of HBM floor", "floor tg tok/s", "peak device memory", "reference"}
+	if p.Base != nil {
+		head = append(head, "base "+pp, "base "+tg, "vs base")
+	}
+	fmt.Fprintf(&b, "%s\n", Table(head, rows))
 	b.WriteString(slopeSection(p))
 	b.WriteString(peerSection(p))
+	b.WriteString(baseSection(p))
 
 	rows = nil
 	for _, r := range p.Rows {
@@ -205,6 +210,9 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	fmt.Fprintf(&b, "- host: %s, %s, %s, %d CPUs\n", e.Host, e.OS, e.CPUModel, e.NumCPU)
 	fmt.Fprintf(&b, "- commit: %s\n", e.CommitLine())
 	fmt.Fprintf(&b, "- minfer: %s (sha256 %s); abtest built with %s\n", e.Binary, e.BinarySHA256, e.GoVersion)
+	if bb := p.Base; bb != nil {
+		fmt.Fprintf(&b, "- base minfer: %s (sha256 %s); commit: %s; the same arguments and environment as ours\n", bb.Path, bb.SHA256, bb.CommitLine())
+	}
 	pinned := fmt.Sprintf("MINFER_BENCH_WARMUP_MS=%d", p.BenchWarmupMS)
 	for _, k := range slices.Sorted(maps.Keys(p.With)) {
 		pinned += fmt.Sprintf(", **%s=%s** (--with)", k, p.With[k])
@@ -220,6 +228,9 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 		}
 		if r.BenchCommand != "" {
 			fmt.Fprintf(&b, "%s\n", r.BenchCommand)
+		}
+		if r.Base != nil {
+			fmt.Fprintf(&b, "%s   # the base build, the same arguments and environment\n", r.Base.Command)
 		}
 		if r.Peer != nil {
 			fmt.Fprintf(&b, "%s   # the peer, on the same file\n", r.Peer.Command)
@@ -323,6 +334,100 @@ func peerSection(p *harness.PerfRecord) string {
 	fmt.Fprintf(&b, "## Peer engine: %s\n\n%s, sha256 %s; its peak device memory is sampled from outside each of its timed processes, as minfer's.\n\n", p.Peer.Name, p.Peer.Path, p.Peer.SHA256)
 	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "peer pp median (mean ± sd, samples)", "peer tg median (mean ± sd, samples)", "peer peak device memory", "rounds"}, rows))
 	return b.String()
+}
+
+// withBase appends a row's base columns (base pp, base tg, vs base) to
+// cells when the run had a base build.
+func withBase(p *harness.PerfRecord, cells []string, r harness.PerfResult) []string {
+	if p.Base == nil {
+		return cells
+	}
+	b := r.Base
+	if r.Failed || b == nil || b.PP == nil || b.TG == nil {
+		return append(cells, "-", "-", "-")
+	}
+	return append(cells, thousands(float64(b.PP.TokS), 0), thousands(float64(b.TG.TokS), 1), vsBaseCell(b))
+}
+
+// vsBaseCell is ours / the base's for pp and tg, and whether ours is no
+// slower than the base by the bar, by how much when it is.
+func vsBaseCell(b *harness.BaseRow) string {
+	var parts, missed []string
+	for _, v := range []*harness.BaseVs{b.VsPP, b.VsTG} {
+		if v == nil {
+			continue
+		}
+		kind := "tg"
+		if strings.HasPrefix(v.Test, "pp") {
+			kind = "pp"
+		}
+		parts = append(parts, kind+" "+Fnum(float64(v.Ratio), "%.3f"))
+		if !v.Met {
+			missed = append(missed, fmt.Sprintf("%s %.1f%% slower", kind, 100*v.SlowerBy))
+		}
+	}
+	if len(missed) > 0 {
+		return strings.Join(parts, ", ") + ": **MISSED** (" + strings.Join(missed, ", ") + ")"
+	}
+	return strings.Join(parts, ", ") + ": met"
+}
+
+// baseSection is "Against the base build": the rule, the base's commit and
+// per row its medians with their samples and the rounds' order ("" without
+// a base).
+func baseSection(p *harness.PerfRecord) string {
+	bb := p.Base
+	if bb == nil {
+		return ""
+	}
+	var rows [][]string
+	for _, r := range p.Rows {
+		if r.Base == nil {
+			continue
+		}
+		var order []string
+		for _, rd := range r.Base.Rounds {
+			order = append(order, fmt.Sprintf("%d: %s", rd.Round, strings.Join(rd.Order, ", ")))
+		}
+		cell := func(m *harness.PerfMetric, d int) string {
+			if m == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%s (%s ± %s, %d samples)", thousands(float64(m.TokS), d), thousands(float64(m.Mean), d), thousands(float64(m.Stddev), d), len(m.Samples))
+		}
+		verdict := "-"
+		switch {
+		case r.Failed:
+			verdict = "FAILED (" + r.Stage + ")"
+		case r.Base.VsPP != nil:
+			verdict = vsBaseCell(r.Base)
+		}
+		rows = append(rows, []string{r.Row.Name(), cell(r.Base.PP, 0), cell(r.Base.TG, 1), verdict, perfMem(r.Base.DeviceMemory), orDash(strings.Join(order, "; "))})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Against the base build\n\n"+
+		"Base: %s (sha256 %s), commit %s. Rule: on every row and for each of pp and tg, ours must be no slower than the base: "+
+		"our median >= the base's median / %.3f (GATES.md gate 3's not-slower bar of 1.5%% for whole prefill and decode); a row slower than its base is a missed target, "+
+		"a failed base bench a FAILED row (never a zero). Per row one untimed warm-up process of each engine (-r 1), then %d round(s) of one `minfer bench` of ours and one of the base "+
+		"with the same arguments and environment (--with and MINFER_BENCH_WARMUP_MS included)%s, the engines' order rotating each round (round i: minfer, base%s rotated left by i-1; "+
+		"the order each round ran is below); each engine's cell is the median of all its rounds' repetitions.\n\n",
+		bb.Path, bb.SHA256, bb.CommitLine(), bb.NotSlower, bb.Rounds, peerWord(p), peerTail(p))
+	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "base pp median (mean ± sd, samples)", "base tg median (mean ± sd, samples)", "ours / base", "base peak device memory", "rounds (order)"}, rows))
+	return b.String()
+}
+
+func peerWord(p *harness.PerfRecord) string {
+	if p.Peer == nil {
+		return ""
+	}
+	return " and one " + p.Peer.Name + " process"
+}
+
+func peerTail(p *harness.PerfRecord) string {
+	if p.Peer == nil {
+		return ""
+	}
+	return ", " + p.Peer.Name
 }
 
 // perfMem is one peak device memory reading of a perf row.

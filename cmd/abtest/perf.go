@@ -16,7 +16,7 @@ import (
 func newPerfCmd() *cobra.Command {
 	var f runs.PerfOptions
 	cmd := &cobra.Command{
-		Use:   "perf [--rows all|SHAPE:TYPE[@dDEPTH],...] [--device cuda] [--peer llama-bench=PATH] [--with MINFER_X=V] [--out reports/perf]",
+		Use:   "perf [--rows all|issue20|issue20-table|SHAPE:TYPE[@dDEPTH],...] [--device cuda] [--peer llama-bench=PATH] [--base-minfer PATH] [--with MINFER_X=V] [--out reports/perf]",
 		Short: "measure issue 6's speed table: minfer bench on every synthesized row against the reference engine's numbers, with decode GB/s and the share of the HBM floor",
 		Long: "For each row of issue 6's target table: synthesize the model (cached), run one `minfer bench`\n" +
 			"process (in-process warmup of --bench-warmup-ms first), and write reports/perf/<date>-<commit>.md/.json:\n" +
@@ -33,6 +33,11 @@ func newPerfCmd() *cobra.Command {
 			"GGUF file, the order alternating; the peer's medians are the ratio column and its peak device memory is\n" +
 			"sampled as minfer's. With a depth-0 row and depth rows of one model, the pp chunk time's slope over depth\n" +
 			"(ms per 1,024 cached tokens) is reported for both engines (ours above the peer's is a missed target).\n" +
+			"--base-minfer PATH: another minfer build (e.g. of an older commit) run beside ours on every row: one untimed\n" +
+			"warm-up process of it too, then in each of the --peer-rounds rounds one `minfer bench` of it with our arguments\n" +
+			"and environment, the engines' order rotating (minfer, base[, peer] rotated left by round-1). Ours must be no\n" +
+			"slower: our median >= the base's / 1.015 on pp and tg (GATES.md gate 3's bar), else the row missed; a failed\n" +
+			"base bench fails the row. --rows issue20-table runs issue 20's 13 perf-table rows (its Must targets kept).\n" +
 			"--with MINFER_X=V (repeatable) runs every minfer process with that lever setting, named at the top of the\n" +
 			"report; a MINFER_* variable in abtest's own environment is refused (exit 2), never silently dropped.\n" +
 			"Exit 0: every judged row met its targets; 1: a row missed a target or failed; 2: could not run.",
@@ -47,7 +52,7 @@ func newPerfCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.Rows, "rows", "all", "all (issue 6's table and its long-context row) or SHAPE:TYPE[@dDEPTH],... (a pair outside the table runs without reference numbers or targets; @dDEPTH runs pp and tg at that depth)")
+	fl.StringVar(&f.Rows, "rows", "all", "all (issue 6's table and its long-context row), issue20 (issue 20's Must rows), issue20-table (the 13 rows of issue 20's perf table, the Must targets on theirs) or SHAPE:TYPE[@dDEPTH],... (a pair outside the table runs without reference numbers or targets; @dDEPTH runs pp and tg at that depth)")
 	fl.StringVar(&f.Device, "device", "cuda", "cuda, cpu or auto (the reference ran on the H200: only cuda is like-for-like)")
 	fl.IntVar(&f.PP, "pp", harness.PerfRefPP, "prefill tokens (the reference is pp512: other sizes are not compared)")
 	fl.IntVar(&f.TG, "tg", harness.PerfRefTG, "decode tokens (the reference is tg128: other sizes are not compared)")
@@ -58,7 +63,8 @@ func newPerfCmd() *cobra.Command {
 	fl.StringVar(&f.SynthDir, "synth-dir", "", "cache of synthesized models, keyed by shape/type/seed (default: $XDG_CACHE_HOME/minfer/abtest-synth)")
 	fl.Uint64Var(&f.Seed, "seed", 1, "weight seed of the synthesized models")
 	fl.StringVar(&f.Peer, "peer", "", "llama-bench=PATH: measure the peer engine on every row's same GGUF file, interleaved with minfer (its numbers become the ratio column; without it the ratios use the stored reference constants of issue 6)")
-	fl.IntVar(&f.PeerRounds, "peer-rounds", 2, "with --peer: rounds per row, each one minfer bench and one llama-bench process of --reps repetitions, odd rounds minfer first, even rounds the peer first (after one untimed -r 1 warm-up process of each)")
+	fl.IntVar(&f.PeerRounds, "peer-rounds", 2, "with --peer or --base-minfer: rounds per row, each one timed process of every engine of --reps repetitions (minfer, the base, llama-bench), the order rotating each round: with two engines odd rounds minfer first, even rounds the other first (after one untimed -r 1 warm-up process of each)")
+	fl.StringVar(&f.BaseMinfer, "base-minfer", "", "another minfer binary (e.g. a build of an older commit, its kernels file beside it) measured beside ours on every row with the same bench arguments and environment, interleaved as the peer is: ours must be no slower than it by more than 1.5% (GATES.md gate 3's bar) on pp and tg, else the row missed")
 	fl.StringArrayVar(&f.With, "with", nil, "MINFER_X=V every minfer process runs with (repeatable): the table of another setting than the defaults, stated at the top of the report (a MINFER_* variable in abtest's own environment is refused, never dropped)")
 	fl.DurationVar(&f.Timeout, "row-timeout", 20*time.Minute, "limit of each minfer process (synth, bench): a hung row is FAILED (0: no limit)")
 	return cmd

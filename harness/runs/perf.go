@@ -32,6 +32,11 @@ type PerfOptions struct {
 	// warm-up process of each engine.
 	Peer       string
 	PeerRounds int
+	// BaseMinfer is another minfer binary (--base-minfer: e.g. a build of
+	// an older commit) measured beside ours on every row with the same
+	// arguments and environment, PeerRounds rounds per row; ours must be
+	// no slower than it (harness.BaseNotSlower).
+	BaseMinfer string
 	// With are MINFER_X=V settings every minfer process runs with (--with):
 	// the table of another path than the defaults, stated in the report.
 	With []string
@@ -43,6 +48,34 @@ type peerRun struct {
 	name   string
 	r      *harness.Runner
 	rounds int
+}
+
+// baseRun is the base build of a perf run (--base-minfer): its runner has
+// our runner's environment (the same pinned map: --with and
+// MINFER_BENCH_WARMUP_MS) and device memory monitor.
+type baseRun struct {
+	r      *harness.Runner
+	rounds int
+}
+
+// parseBase checks --base-minfer PATH: an executable file, before anything
+// runs; it returns the absolute path and its sha256.
+func parseBase(path string) (string, string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", "", CannotRun("--base-minfer: %v", err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", "", CannotRun("--base-minfer: %s is not an executable file", path)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	sum, err := harness.FileSHA256(path)
+	if err != nil {
+		return "", "", CannotRun("--base-minfer: %v", err)
+	}
+	return path, sum, nil
 }
 
 // parsePeer reads --peer NAME=PATH: llama-bench is the one peer known.
@@ -104,6 +137,17 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 		}
 		peer = &harness.PerfPeer{Name: name, Path: path, SHA256: sum, Rounds: f.PeerRounds}
 	}
+	var baseBuild *harness.PerfBase
+	if f.BaseMinfer != "" {
+		if f.PeerRounds < 1 {
+			return nil, "", CannotRun("--peer-rounds %d: want at least one round", f.PeerRounds)
+		}
+		path, sum, err := parseBase(f.BaseMinfer)
+		if err != nil {
+			return nil, "", err
+		}
+		baseBuild = harness.NewPerfBase(path, sum, f.PeerRounds)
+	}
 	bin, err := findMinfer(f.Minfer)
 	if err != nil {
 		return nil, "", err
@@ -120,9 +164,15 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	if peer != nil {
 		pr = &peerRun{name: peer.Name, rounds: peer.Rounds, r: &harness.Runner{Bin: peer.Path, Timeout: f.Timeout, GPUMem: r.GPUMem}}
 	}
+	var br *baseRun
+	if baseBuild != nil {
+		// r.Pinned is shared: the --with settings added below reach the
+		// base's processes too.
+		br = &baseRun{rounds: baseBuild.Rounds, r: &harness.Runner{Bin: baseBuild.Path, Timeout: f.Timeout, GPUMem: r.GPUMem, Pinned: r.Pinned}}
+	}
 
 	rec := &harness.PerfRecord{Started: time.Now(), Command: cmdline, Device: f.Device, PP: f.PP, TG: f.TG, Reps: f.Reps,
-		BenchWarmupMS: f.BenchWarm, Reference: harness.PerfReference, HBMCopyGBs: harness.HBMCopyGBs, Peer: peer}
+		BenchWarmupMS: f.BenchWarm, Reference: harness.PerfReference, HBMCopyGBs: harness.HBMCopyGBs, Peer: peer, Base: baseBuild}
 	rec.Env = probe.Capture(ctx, bin, "")
 	rec.Env.Model = "one per row (see the rows)"
 	rec.Env.Pinned = map[string]string{"MINFER_BENCH_WARMUP_MS": strconv.Itoa(f.BenchWarm)}
@@ -169,7 +219,7 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 	for i, idx := range perfOrder(rows) {
 		row := rows[idx]
 		fmt.Fprintf(progress, "perf: row %d/%d %s\n", i+1, len(rows), row.Name())
-		res := perfRow(ctx, f, r, pr, probe, hasGPU && f.Device != "cpu", row, sameShape, tg0[strings.ToLower(row.BaseName())])
+		res := perfRow(ctx, f, r, pr, br, probe, hasGPU && f.Device != "cpu", row, sameShape, tg0[strings.ToLower(row.BaseName())])
 		switch {
 		case res.Failed:
 			fmt.Fprintf(progress, "perf: %s FAILED at %s: %s\n", row.Name(), res.Stage, res.Error)
@@ -186,6 +236,18 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 		}
 		if p := res.Peer; p != nil && !res.Failed {
 			fmt.Fprintf(progress, "perf: %s peer %s pp %.1f tok/s, tg %.2f tok/s: ratios %.3f, %.3f\n", row.Name(), pr.name, float64(p.PP.TokS), float64(p.TG.TokS), float64(res.PP.Ratio), float64(res.TG.Ratio))
+		}
+		if b := res.Base; b != nil && b.PP != nil && !res.Failed {
+			var order []string
+			for _, rd := range b.Rounds {
+				order = append(order, fmt.Sprintf("%d: %s", rd.Round, strings.Join(rd.Order, ", ")))
+			}
+			verdict := "no slower"
+			if b.Slower() {
+				verdict = "SLOWER than the base"
+			}
+			fmt.Fprintf(progress, "perf: %s base pp %.1f tok/s, tg %.2f tok/s: ours/base %.3f, %.3f: %s (rounds %s)\n", row.Name(),
+				float64(b.PP.TokS), float64(b.TG.TokS), float64(b.VsPP.Ratio), float64(b.VsTG.Ratio), verdict, strings.Join(order, "; "))
 		}
 		rec.Rows[idx] = res
 	}
@@ -225,7 +287,7 @@ func perfOrder(rows []harness.PerfRow) []int {
 // perfRow synthesizes (or reuses) one row's model and benches it. tg0 is
 // the tg at depth 0 of the row's model measured earlier in this invocation
 // (nil: none), what a long-context row is compared with.
-func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, probe harness.Probe, readClocks bool, row harness.PerfRow, sameShape bool, tg0 *harness.PerfMetric) harness.PerfResult {
+func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, br *baseRun, probe harness.Probe, readClocks bool, row harness.PerfRow, sameShape bool, tg0 *harness.PerfMetric) harness.PerfResult {
 	res := harness.PerfResult{Row: row, Synth: "not run"}
 	nan := harness.Num(math.NaN())
 	res.Decode = harness.Decode{GBs: nan, HBMShare: nan, FloorTokS: nan}
@@ -281,11 +343,11 @@ func perfRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun
 		res.ClocksNote = "no GPU clocks (no device, or --device cpu)"
 	}
 	if row.Depth > 0 {
-		return perfLongRow(ctx, f, r, pr, row, &res, path, tg0, fail)
+		return perfLongRow(ctx, f, r, pr, br, row, &res, path, tg0, fail)
 	}
 	args := []string{"bench", "--model", path, "--device", f.Device, "-p", strconv.Itoa(f.PP), "-n", strconv.Itoa(f.TG),
 		"-r", strconv.Itoa(f.Reps), "--format", "json"}
-	pp, tg, stage, err := perfMeasure(ctx, f, r, pr, row, path, args, &res)
+	pp, tg, stage, err := perfMeasure(ctx, f, r, pr, br, row, path, args, &res)
 	if err != nil {
 		return fail(stage, err)
 	}
@@ -341,14 +403,14 @@ func perfCensus(ctx context.Context, f *PerfOptions, r *harness.Runner, row harn
 // of that model) or, when none was measured, against a depth-0 bench it
 // runs itself right after: never a number from another run. res is
 // perfRow's result so far, the one fail records a failure on.
-func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, row harness.PerfRow, res *harness.PerfResult, path string,
+func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, br *baseRun, row harness.PerfRow, res *harness.PerfResult, path string,
 	tg0 *harness.PerfMetric, fail func(string, error) harness.PerfResult) harness.PerfResult {
 	// pp and tg at depth in one process, as llama-bench -p PP -n TG -d D
 	// runs them; the context holds the fill and both tests, as llama-bench's
 	// n_ctx = n_prompt + n_gen + n_depth.
 	args := []string{"bench", "--model", path, "--device", f.Device, "-p", strconv.Itoa(f.PP), "-n", strconv.Itoa(f.TG),
 		"-d", strconv.Itoa(row.Depth), "-r", strconv.Itoa(f.Reps), "--format", "json", "--ctx", strconv.Itoa(row.Depth + f.PP + f.TG)}
-	pd, td, stage, err := perfMeasure(ctx, f, r, pr, row, path, args, res)
+	pd, td, stage, err := perfMeasure(ctx, f, r, pr, br, row, path, args, res)
 	if err != nil {
 		return fail(stage, err)
 	}
@@ -411,29 +473,34 @@ func perfLongRow(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 }
 
 // perfMeasure runs a row's timed processes on the model at path: without a
-// peer one `minfer bench` process (args); with one, an untimed warm-up
-// process of each engine (-r 1), then pr.rounds rounds of one minfer and
-// one peer process each, odd rounds minfer first, even rounds the peer
-// first. Each engine's pp and tg pool the repetitions of all its rounds
-// (the cell is their median). It fills res's commands, wall, memory (the
-// peak over the timed processes, each engine's own) and Peer; on an error
-// the stage says whose and the stderr tail is in res.
-func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, row harness.PerfRow, path string, args []string,
+// peer or a base one `minfer bench` process (args); with one or both, an
+// untimed warm-up process of each engine (-r 1; ours, the base, the peer),
+// then rounds of one timed process of each engine, the order rotating
+// (harness.RoundOrder of minfer, base, peer: with two engines odd rounds
+// minfer first, even rounds the other first). The base runs `bench` with
+// our args through br.r, whose environment is ours. Each engine's pp and
+// tg pool the repetitions of all its rounds (the cell is their median). It
+// fills res's commands, wall, memory (the peak over the timed processes,
+// each engine's own), Peer and Base; on an error the stage says whose and
+// the stderr tail is in res.
+func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *peerRun, br *baseRun, row harness.PerfRow, path string, args []string,
 	res *harness.PerfResult) (pp, tg harness.BenchTest, stage string, err error) {
 	suffix := ""
 	if row.Depth > 0 {
 		suffix = fmt.Sprintf("@d%d", row.Depth)
 	}
 	wantPP, wantTG := fmt.Sprintf("pp%d%s", f.PP, suffix), fmt.Sprintf("tg%d%s", f.TG, suffix)
-	ours := func(label string, args []string) (harness.BenchTest, harness.BenchTest, *harness.Exec, string, error) {
-		e, err := r.Run(ctx, label, nil, args...)
+	// bench runs one `minfer bench` of runner x (ours or the base's); the
+	// stage of a failure is prefixed with who ("base bench").
+	bench := func(x *harness.Runner, who, label string, args []string) (harness.BenchTest, harness.BenchTest, *harness.Exec, string, error) {
+		e, err := x.Run(ctx, label, nil, args...)
 		if err != nil {
-			return pp, tg, e, "bench", err
+			return pp, tg, e, who + "bench", err
 		}
 		b, err := harness.ParseBench(e.Stdout)
 		if err != nil {
 			res.StderrTail = strings.TrimSpace(e.Stderr)
-			return pp, tg, e, "parse", err
+			return pp, tg, e, who + "parse", err
 		}
 		// The names prove minfer ran at the depth asked (one that ignored
 		// -d would answer a plain tgN).
@@ -441,16 +508,21 @@ func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 		p, okP := b.Test("pp")
 		switch {
 		case !okT || t.Name != wantTG:
-			err = fmt.Errorf("bench json has tests %v, want %s", testNames(b), wantTG)
+			err = fmt.Errorf("%sbench json has tests %v, want %s", who, testNames(b), wantTG)
 		case !okP || p.Name != wantPP:
-			err = fmt.Errorf("bench json has tests %v, want %s", testNames(b), wantPP)
+			err = fmt.Errorf("%sbench json has tests %v, want %s", who, testNames(b), wantPP)
 		}
 		if err != nil {
 			res.StderrTail = strings.TrimSpace(e.Stderr)
-			return p, t, e, "parse", err
+			return p, t, e, who + "parse", err
 		}
-		res.ModelSHA256, res.Backend, res.KVFormat, res.Warmup = b.ModelSHA256, b.Backend, b.KVFormat, b.Warmup
+		if who == "" {
+			res.ModelSHA256, res.Backend, res.KVFormat, res.Warmup = b.ModelSHA256, b.Backend, b.KVFormat, b.Warmup
+		}
 		return p, t, e, "", nil
+	}
+	ours := func(label string, args []string) (harness.BenchTest, harness.BenchTest, *harness.Exec, string, error) {
+		return bench(r, "", label, args)
 	}
 	timedOurs := func(label string) (harness.BenchTest, harness.BenchTest, string, error) {
 		p, t, e, stage, err := ours(label, args)
@@ -463,7 +535,7 @@ func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 		}
 		return p, t, stage, err
 	}
-	if pr == nil {
+	if pr == nil && br == nil {
 		p, t, stage, err := timedOurs("bench " + row.Name())
 		return p, t, stage, err
 	}
@@ -493,45 +565,87 @@ func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 			warm[i+1] = "1"
 		}
 	}
-	res.Peer = &harness.PeerRow{Command: harness.ShellQuote(pr.r.Bin) + " " + quoteAll(peerArgs(f.Reps))}
+	engines := []string{harness.EngineOurs}
+	if br != nil {
+		engines = append(engines, harness.EngineBase)
+		res.Base = &harness.BaseRow{Command: harness.ShellQuote(br.r.Bin) + " " + quoteAll(args)}
+	}
+	if pr != nil {
+		engines = append(engines, pr.name)
+		res.Peer = &harness.PeerRow{Command: harness.ShellQuote(pr.r.Bin) + " " + quoteAll(peerArgs(f.Reps))}
+	}
 	if _, _, _, stage, err := ours("warm-up bench "+row.Name(), warm); err != nil {
 		return pp, tg, stage + " (warm-up)", err
 	}
-	if _, _, _, stage, err := peer("warm-up "+pr.name+" "+row.Name(), 1); err != nil {
-		return pp, tg, stage + " (warm-up)", err
-	}
-	var oursPP, oursTG, peerPP, peerTG []harness.BenchTest
-	for i := 1; i <= pr.rounds; i++ {
-		order := []string{"minfer", pr.name}
-		if i%2 == 0 {
-			order[0], order[1] = order[1], order[0]
+	if br != nil {
+		if _, _, _, stage, err := bench(br.r, "base ", "warm-up base bench "+row.Name(), warm); err != nil {
+			return pp, tg, stage + " (warm-up)", err
 		}
-		res.Peer.Rounds = append(res.Peer.Rounds, harness.PeerRound{Round: i, First: order[0]})
+	}
+	if pr != nil {
+		if _, _, _, stage, err := peer("warm-up "+pr.name+" "+row.Name(), 1); err != nil {
+			return pp, tg, stage + " (warm-up)", err
+		}
+	}
+	rounds := f.PeerRounds
+	if pr != nil {
+		rounds = pr.rounds
+	} else if br != nil {
+		rounds = br.rounds
+	}
+	var oursPP, oursTG, peerPP, peerTG, basePP, baseTG []harness.BenchTest
+	for i := 1; i <= rounds; i++ {
+		order := harness.RoundOrder(engines, i)
+		if res.Peer != nil {
+			res.Peer.Rounds = append(res.Peer.Rounds, harness.PeerRound{Round: i, First: order[0]})
+		}
+		if res.Base != nil {
+			res.Base.Rounds = append(res.Base.Rounds, harness.PerfRound{Round: i, Order: order})
+		}
 		for _, who := range order {
 			if ctx.Err() != nil {
 				return pp, tg, "interrupted", fmt.Errorf("round %d: %v", i, ctx.Err())
 			}
-			if who == "minfer" {
+			switch who {
+			case harness.EngineOurs:
 				p, t, stage, err := timedOurs(fmt.Sprintf("bench %s round %d", row.Name(), i))
 				if err != nil {
 					return pp, tg, stage, err
 				}
 				oursPP, oursTG = append(oursPP, p), append(oursTG, t)
-				continue
+			case harness.EngineBase:
+				p, t, e, stage, err := bench(br.r, "base ", fmt.Sprintf("base bench %s round %d", row.Name(), i), args)
+				if e != nil {
+					res.Base.DeviceMemory = harness.PeakOf(res.Base.DeviceMemory, e.DeviceMemory)
+				}
+				if err != nil {
+					return pp, tg, stage, err
+				}
+				basePP, baseTG = append(basePP, p), append(baseTG, t)
+			default:
+				p, t, e, stage, err := peer(fmt.Sprintf("%s %s round %d", pr.name, row.Name(), i), f.Reps)
+				if e != nil {
+					res.Peer.DeviceMemory = harness.PeakOf(res.Peer.DeviceMemory, e.DeviceMemory)
+				}
+				if err != nil {
+					return pp, tg, stage, err
+				}
+				peerPP, peerTG = append(peerPP, p), append(peerTG, t)
 			}
-			p, t, e, stage, err := peer(fmt.Sprintf("%s %s round %d", pr.name, row.Name(), i), f.Reps)
-			if e != nil {
-				res.Peer.DeviceMemory = harness.PeakOf(res.Peer.DeviceMemory, e.DeviceMemory)
-			}
-			if err != nil {
-				return pp, tg, stage, err
-			}
-			peerPP, peerTG = append(peerPP, p), append(peerTG, t)
 		}
 	}
-	ppm, tgm := harness.NewPerfMetric(harness.PoolTests(peerPP), 0, 0), harness.NewPerfMetric(harness.PoolTests(peerTG), 0, 0)
-	res.Peer.PP, res.Peer.TG = &ppm, &tgm
-	return harness.PoolTests(oursPP), harness.PoolTests(oursTG), "", nil
+	pp, tg = harness.PoolTests(oursPP), harness.PoolTests(oursTG)
+	if res.Peer != nil {
+		ppm, tgm := harness.NewPerfMetric(harness.PoolTests(peerPP), 0, 0), harness.NewPerfMetric(harness.PoolTests(peerTG), 0, 0)
+		res.Peer.PP, res.Peer.TG = &ppm, &tgm
+	}
+	if res.Base != nil {
+		bp, bt := harness.PoolTests(basePP), harness.PoolTests(baseTG)
+		ppm, tgm := harness.NewPerfMetric(bp, 0, 0), harness.NewPerfMetric(bt, 0, 0)
+		vp, vt := harness.NewBaseVs(pp.Name, pp.Value(), bp.Value()), harness.NewBaseVs(tg.Name, tg.Value(), bt.Value())
+		res.Base.PP, res.Base.TG, res.Base.VsPP, res.Base.VsTG = &ppm, &tgm, &vp, &vt
+	}
+	return pp, tg, "", nil
 }
 
 func quoteAll(args []string) string {
