@@ -52,12 +52,28 @@
 # (a depth row SHAPE:TYPE@dDEPTH runs pp and tg at that depth in one process,
 # `minfer bench -p PP -n TG -d DEPTH --ctx DEPTH+PP+TG`).
 #
+# Base build (issue 20, "no slower than at 715715f"): BASE=path/to/minfer runs
+# that other minfer binary (built from the old commit with -buildvcs=true, its
+# kernels file beside it: minfer loads it from beside the binary) beside ours
+# on every row (`abtest perf --base-minfer $BASE`): one untimed warm-up process
+# of it too, then in each of the PEER_ROUNDS rounds one `minfer bench` with our
+# arguments and environment (WITH and WARMUP_MS included), the engines' order
+# rotating (minfer, base[, llama-bench] rotated left by round-1). Ours must be
+# no slower: our median >= the base's / 1.015 on pp and tg (GATES.md gate 3's
+# bar), else the row missed; a failed base bench fails the row. The report
+# names the base's sha256 and commit (its build stamp). Issue 20's whole table:
+#   BASE=/tmp/old/bin/minfer PEER=/tmp/llama.cpp/b/bin/llama-bench ROWS=issue20-table OUT=... scripts/perf.sh
+# (13 rows with three engines each: split the 7B depth rows over calls with ROWS=
+# when one call's 10 minutes do not hold them).
+#
 # Settings (env):
 #   ROWS=all                  issue 6's table; issue20: issue 20's Must rows, judged at depth (7B rows up to
 #                             depth 32128: run them with PEER= for the slope, alone in a call); or
 #                             SHAPE:TYPE[@dDEPTH],... (issue 6's names; others run without reference)
 #   DEVICE=cuda PP=512 TG=128 REPS=5 WARMUP_MS=2000 (MINFER_BENCH_WARMUP_MS of every bench)
 #   PEER=path/to/llama-bench PEER_ROUNDS=2   (no PEER: the stored constants, labelled)
+#   BASE=path/to/minfer       another minfer build measured beside ours (abtest perf --base-minfer;
+#                             PEER_ROUNDS rounds per row); ROWS=issue20-table: issue 20's 13 table rows
 #   WITH="MINFER_ONE_COPY=1 MINFER_EMBED_HOST=1"   lever settings every minfer process runs with
 #                             (abtest perf --with; a MINFER_* variable exported around this script
 #                             is refused by abtest, never silently dropped)
@@ -107,10 +123,15 @@ if [[ -n "${PEER:-}" ]]; then
     [[ -x "$PEER" ]] || { say "PEER=$PEER is not an executable llama-bench"; exit 2; }
     peer=(--peer "llama-bench=$PEER" --peer-rounds "${PEER_ROUNDS:-2}")
 fi
-say "abtest perf on $DEVICE, rows ${ROWS:-all}, peer ${PEER:-none}, models in $MODEL_DIR ($(df -h --output=avail "$MODEL_DIR" 2>/dev/null | tail -n 1 | tr -d ' ') free)"
+base=()
+if [[ -n "${BASE:-}" ]]; then
+    [[ -x "$BASE" ]] || { say "BASE=$BASE is not an executable minfer"; exit 2; }
+    base=(--base-minfer "$BASE" --peer-rounds "${PEER_ROUNDS:-2}")
+fi
+say "abtest perf on $DEVICE, rows ${ROWS:-all}, peer ${PEER:-none}, base ${BASE:-none}, models in $MODEL_DIR ($(df -h --output=avail "$MODEL_DIR" 2>/dev/null | tail -n 1 | tr -d ' ') free)"
 timeout -k 30 "${PERF_TIMEOUT:-540}" bin/abtest perf --device "$DEVICE" --rows "${ROWS:-all}" \
     --pp "${PP:-512}" --tg "${TG:-128}" --reps "${REPS:-5}" --bench-warmup-ms "${WARMUP_MS:-2000}" \
-    --synth-dir "$MODEL_DIR" --row-timeout "${ROW_TIMEOUT:-15m}" --out "$out/perf" "${peer[@]}" "${with[@]}" 2>&1 | tee -a "$log" >&2
+    --synth-dir "$MODEL_DIR" --row-timeout "${ROW_TIMEOUT:-15m}" --out "$out/perf" "${peer[@]}" "${base[@]}" "${with[@]}" 2>&1 | tee -a "$log" >&2
 rc=${PIPESTATUS[0]}
 say "abtest perf: exit $rc"
 report="$(ls "$out"/perf/*.md 2>/dev/null | sort | tail -n 1)"
