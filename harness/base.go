@@ -27,12 +27,15 @@ type PerfBase struct {
 	SHA256 string `json:"sha256"`
 	// Commit is the base binary's VCS build stamp ("unknown" without one,
 	// CommitNote saying so); Modified its vcs.modified.
-	Commit     string  `json:"commit"`
-	Modified   bool    `json:"modified,omitempty"`
-	CommitFrom string  `json:"commit_from"`
-	CommitNote string  `json:"commit_note,omitempty"`
-	Rounds     int     `json:"rounds"`     // rounds per row: one process of each engine each
-	NotSlower  float64 `json:"not_slower"` // BaseNotSlower
+	Commit     string `json:"commit"`
+	Modified   bool   `json:"modified,omitempty"`
+	CommitFrom string `json:"commit_from"`
+	CommitNote string `json:"commit_note,omitempty"`
+	// ArgsNote says how the base's bench arguments differ from ours (an
+	// older CLI's spelling of the same run; "": identical).
+	ArgsNote  string  `json:"args_note,omitempty"`
+	Rounds    int     `json:"rounds"`     // rounds per row: one process of each engine each
+	NotSlower float64 `json:"not_slower"` // BaseNotSlower
 }
 
 // NewPerfBase describes the base binary at path (its sha256 given): the

@@ -211,7 +211,11 @@ func PerfMarkdown(p *harness.PerfRecord) string {
 	fmt.Fprintf(&b, "- commit: %s\n", e.CommitLine())
 	fmt.Fprintf(&b, "- minfer: %s (sha256 %s); abtest built with %s\n", e.Binary, e.BinarySHA256, e.GoVersion)
 	if bb := p.Base; bb != nil {
-		fmt.Fprintf(&b, "- base minfer: %s (sha256 %s); commit: %s; the same arguments and environment as ours\n", bb.Path, bb.SHA256, bb.CommitLine())
+		args := "the same arguments and environment as ours"
+		if bb.ArgsNote != "" {
+			args = "the same environment as ours; " + bb.ArgsNote
+		}
+		fmt.Fprintf(&b, "- base minfer: %s (sha256 %s); commit: %s; %s\n", bb.Path, bb.SHA256, bb.CommitLine(), args)
 	}
 	pinned := fmt.Sprintf("MINFER_BENCH_WARMUP_MS=%d", p.BenchWarmupMS)
 	for _, k := range slices.Sorted(maps.Keys(p.With)) {
@@ -412,6 +416,9 @@ func baseSection(p *harness.PerfRecord) string {
 		"with the same arguments and environment (--with and MINFER_BENCH_WARMUP_MS included)%s, the engines' order rotating each round (round i: minfer, base%s rotated left by i-1; "+
 		"the order each round ran is below); each engine's cell is the median of all its rounds' repetitions.\n\n",
 		bb.Path, bb.SHA256, bb.CommitLine(), bb.NotSlower, bb.Rounds, peerWord(p), peerTail(p))
+	if bb.ArgsNote != "" {
+		fmt.Fprintf(&b, "**Base arguments:** %s.\n\n", bb.ArgsNote)
+	}
 	fmt.Fprintf(&b, "%s\n", Table([]string{"row", "base pp median (mean ± sd, samples)", "base tg median (mean ± sd, samples)", "ours / base", "base peak device memory", "rounds (order)"}, rows))
 	return b.String()
 }

@@ -266,3 +266,28 @@ func TestPerfBase_Issue20TableWithBaseAndPeerJudgesTargetsSlopeAndBaseAtOnce(t *
 		}
 	}
 }
+
+// A base from before bench --format (715715f's CLI: -o json) runs with -o
+// json in its place, every other argument ours, and the page says so; a
+// base of today's CLI gets our arguments unchanged.
+func TestPerfBase_OlderCLIWithoutFormatRunsWithDashOJSONStated(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_RATES", "60000,1200,250,45000")
+	code, rec, md := runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0@d64", "--base-minfer", fakeBase(t, "FAKEMINFER_OLD_CLI=1"))
+	r := rec.Rows[0]
+	if code != 0 || r.Failed || r.Base.VsTG == nil || !strings.Contains(rec.Base.ArgsNote, "-o json in place of --format json") {
+		t.Fatalf("exit %d: %s; %+v; note %q", code, rec.VerdictLine, r.Base, rec.Base.ArgsNote)
+	}
+	_, ours, _ := strings.Cut(r.BenchCommand, " bench ")
+	if want := strings.Replace(ours, "--format json", "-o json", 1); !strings.HasSuffix(r.Base.Command, " bench "+want) || want == ours {
+		t.Errorf("base command %q, want ours with -o json: %q", r.Base.Command, want)
+	}
+	if !strings.Contains(md, "**Base arguments:** its bench has no --format") {
+		t.Errorf("report:\n%s", md)
+	}
+	_, rec, _ = runPerfCmd(t, bin, perfCache(t), "--rows", "qwen2-0.5b:Q8_0@d64", "--base-minfer", fakeBase(t))
+	r = rec.Rows[0]
+	if _, ours, _ := strings.Cut(r.BenchCommand, " bench "); rec.Base.ArgsNote != "" || !strings.HasSuffix(r.Base.Command, " bench "+ours) {
+		t.Errorf("today's CLI: note %q, base %q, ours %q", rec.Base.ArgsNote, r.Base.Command, r.BenchCommand)
+	}
+}

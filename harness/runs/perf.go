@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,6 +57,36 @@ type peerRun struct {
 type baseRun struct {
 	r      *harness.Runner
 	rounds int
+	oldCLI bool // the base's bench has no --format: -o json in its place
+}
+
+// args is the base's bench command line for ours: the same, except that a
+// base from before bench --format (715715f's CLI: -o json was the JSON
+// switch) gets -o json in place of --format json.
+func (b *baseRun) args(ours []string) []string {
+	out := append([]string(nil), ours...)
+	if !b.oldCLI {
+		return out
+	}
+	for i := range out {
+		if out[i] == "--format" {
+			out[i] = "-o"
+		}
+	}
+	return out
+}
+
+// benchKnowsFormat asks the base's `bench --help` whether it has
+// --format (an older minfer's bench has -o json instead); a help that does
+// not run counts as knowing it (the bench itself then fails, stated).
+func benchKnowsFormat(ctx context.Context, bin string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "bench", "--help").CombinedOutput()
+	if err != nil && len(out) == 0 {
+		return true
+	}
+	return strings.Contains(string(out), "-format")
 }
 
 // parseBase checks --base-minfer PATH: an executable file, before anything
@@ -169,6 +200,10 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 		// r.Pinned is shared: the --with settings added below reach the
 		// base's processes too.
 		br = &baseRun{rounds: baseBuild.Rounds, r: &harness.Runner{Bin: baseBuild.Path, Timeout: f.Timeout, GPUMem: r.GPUMem, Pinned: r.Pinned}}
+		if !benchKnowsFormat(ctx, baseBuild.Path) {
+			br.oldCLI = true
+			baseBuild.ArgsNote = "its bench has no --format (an older CLI): it runs with -o json in place of --format json, every other argument ours"
+		}
 	}
 
 	rec := &harness.PerfRecord{Started: time.Now(), Command: cmdline, Device: f.Device, PP: f.PP, TG: f.TG, Reps: f.Reps,
@@ -568,7 +603,7 @@ func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 	engines := []string{harness.EngineOurs}
 	if br != nil {
 		engines = append(engines, harness.EngineBase)
-		res.Base = &harness.BaseRow{Command: harness.ShellQuote(br.r.Bin) + " " + quoteAll(args)}
+		res.Base = &harness.BaseRow{Command: harness.ShellQuote(br.r.Bin) + " " + quoteAll(br.args(args))}
 	}
 	if pr != nil {
 		engines = append(engines, pr.name)
@@ -578,7 +613,7 @@ func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 		return pp, tg, stage + " (warm-up)", err
 	}
 	if br != nil {
-		if _, _, _, stage, err := bench(br.r, "base ", "warm-up base bench "+row.Name(), warm); err != nil {
+		if _, _, _, stage, err := bench(br.r, "base ", "warm-up base bench "+row.Name(), br.args(warm)); err != nil {
 			return pp, tg, stage + " (warm-up)", err
 		}
 	}
@@ -614,7 +649,7 @@ func perfMeasure(ctx context.Context, f *PerfOptions, r *harness.Runner, pr *pee
 				}
 				oursPP, oursTG = append(oursPP, p), append(oursTG, t)
 			case harness.EngineBase:
-				p, t, e, stage, err := bench(br.r, "base ", fmt.Sprintf("base bench %s round %d", row.Name(), i), args)
+				p, t, e, stage, err := bench(br.r, "base ", fmt.Sprintf("base bench %s round %d", row.Name(), i), br.args(args))
 				if e != nil {
 					res.Base.DeviceMemory = harness.PeakOf(res.Base.DeviceMemory, e.DeviceMemory)
 				}

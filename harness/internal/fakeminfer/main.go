@@ -23,7 +23,8 @@
 // append "model=PATH p=N MINFER_*=..." to FILE ("model=PATH p=N as=NAME
 // MINFER_*=...", MINFER_BENCH_WARMUP_MS included, with FAKEMINFER_AS=NAME).
 // A file fakeminfer.env beside the executable sets FAKEMINFER_* knobs over
-// the environment's (besideEnv).
+// the environment's (besideEnv). FAKEMINFER_OLD_CLI=1 acts as a minfer from
+// before bench --format: the flag is unknown (exit 2), -o json prints JSON.
 // With MINFER_LAUNCH_CENSUS=1 bench's tests carry the
 // census fields (launches_per_token 338 over six kernels, 1 graph replay
 // per token, 0 under MINFER_NO_CUDA_GRAPH), and FAKEMINFER_CENSUS_TG=X
@@ -207,7 +208,12 @@ func main() {
 	idsFlag := ids
 	top := fs.Int("top", 5, "")
 	asJSON := fs.Bool("json", false, "")
-	format := fs.String("format", "", "")
+	// FAKEMINFER_OLD_CLI=1: a minfer from before bench --format (715715f),
+	// whose -o json is the JSON switch and which refuses --format.
+	format := new(string)
+	if os.Getenv("FAKEMINFER_OLD_CLI") != "1" {
+		fs.StringVar(format, "format", "", "")
+	}
 	p := fs.Int("p", 512, "")
 	n := fs.Int("n", 128, "")
 	r := fs.Int("r", 3, "")
