@@ -297,3 +297,12 @@ func TestParsePerfRows_Issue20TableIs13RowsInOrderWithTheMustTargetsOnTheirRows(
 		t.Errorf("error does not name issue20-table: %v", err)
 	}
 }
+
+// TestBaseNotSlower_IsTheRegistrysDefaultNotSlowerBar: the base build is
+// judged by GATES.md gate 3's default bar for whole prefill and decode, the
+// one the registry declares (levers.DefaultBars), not a second number.
+func TestBaseNotSlower_IsTheRegistrysDefaultNotSlowerBar(t *testing.T) {
+	if BaseNotSlower != DefaultBars.PP || BaseNotSlower != DefaultBars.TG {
+		t.Errorf("BaseNotSlower %g, the registry's default bars pp %g tg %g: want one bar", BaseNotSlower, DefaultBars.PP, DefaultBars.TG)
+	}
+}
