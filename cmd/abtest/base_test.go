@@ -213,13 +213,20 @@ func TestPerfBase_OrderAlternatesAcrossRoundsAndRotatesWithAPeer(t *testing.T) {
 
 // Bar (f): a --base-minfer that is no executable file could not run (exit
 // 2) before anything runs: no process, no report.
-func TestPerfBase_NotAnExecutableFileCouldNotRunExit2BeforeAnythingRuns(t *testing.T) {
+func TestPerfBase_NotAnExecutableFileOrNoBenchHelpCouldNotRunExit2BeforeAnythingRuns(t *testing.T) {
 	bin := fakeMinfer(t)
 	plain := filepath.Join(t.TempDir(), "minfer")
 	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for name, path := range map[string]string{"missing": filepath.Join(t.TempDir(), "missing"), "folder": t.TempDir(), "not executable": plain} {
+	// An executable whose `bench --help` fails is no minfer to ask for its
+	// CLI: could not run, never a guess at its flags.
+	nohelp := filepath.Join(t.TempDir(), "minfer")
+	if err := os.WriteFile(nohelp, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"missing": filepath.Join(t.TempDir(), "missing"), "folder": t.TempDir(), "not executable": plain,
+		"no help": nohelp} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Setenv("FAKEMINFER_BENCH_LOG", filepath.Join(dir, "benches"))

@@ -231,10 +231,9 @@ func (b *bisector) build(ctx context.Context, c string) string {
 	if why == "" {
 		// A build from before `bench --format` takes the format as -o:
 		// asked once, from its help, and said in the report.
-		out, err := exec.CommandContext(ctx, filepath.Join(dir, "minfer"), "bench", "--help").CombinedOutput()
-		if err != nil {
-			why = fmt.Sprintf("minfer bench --help: %v: %s", err, lastLine(out))
-		} else if !formatFlag.Match(out) {
+		if has, err := benchTakesFormat(ctx, filepath.Join(dir, "minfer")); err != nil {
+			why = err.Error()
+		} else if !has {
 			b.legacy[c] = true
 			b.prog.Note("bisect: %s's bench predates --format: its format is given as -o json", gates.Short(c))
 		}
@@ -309,6 +308,20 @@ func (b *bisector) buildDir(ctx context.Context, c string) (string, string) {
 // formatFlag finds bench's --format in its help (cobra's "--format", Go
 // flag's "-format").
 var formatFlag = regexp.MustCompile(`(?m)(^|\s)--?format\b`)
+
+// benchTakesFormat asks a minfer build's `bench --help` whether its bench
+// has --format (a build from before it takes the format as -o json: bisect's
+// old commits, abtest perf's base). A help that does not run is an error,
+// never a guess.
+func benchTakesFormat(ctx context.Context, bin string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "bench", "--help").CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("minfer bench --help: %v: %s", err, lastLine(out))
+	}
+	return formatFlag.Match(out), nil
+}
 
 func lastLine(out []byte) string {
 	ls := strings.Split(strings.TrimSpace(string(out)), "\n")

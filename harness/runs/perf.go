@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,19 +73,6 @@ func (b *baseRun) args(ours []string) []string {
 		}
 	}
 	return out
-}
-
-// benchKnowsFormat asks the base's `bench --help` whether it has
-// --format (an older minfer's bench has -o json instead); a help that does
-// not run counts as knowing it (the bench itself then fails, stated).
-func benchKnowsFormat(ctx context.Context, bin string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "bench", "--help").CombinedOutput()
-	if err != nil && len(out) == 0 {
-		return true
-	}
-	return strings.Contains(string(out), "-format")
 }
 
 // parseBase checks --base-minfer PATH: an executable file, before anything
@@ -200,7 +186,11 @@ func Perf(ctx context.Context, f *PerfOptions, cmdline string, progress io.Write
 		// r.Pinned is shared: the --with settings added below reach the
 		// base's processes too.
 		br = &baseRun{rounds: baseBuild.Rounds, r: &harness.Runner{Bin: baseBuild.Path, Timeout: f.Timeout, GPUMem: r.GPUMem, Pinned: r.Pinned}}
-		if !benchKnowsFormat(ctx, baseBuild.Path) {
+		has, err := benchTakesFormat(ctx, baseBuild.Path)
+		if err != nil {
+			return nil, "", CannotRun("--base-minfer %s: %v", baseBuild.Path, err)
+		}
+		if !has {
 			br.oldCLI = true
 			baseBuild.ArgsNote = "its bench has no --format (an older CLI): it runs with -o json in place of --format json, every other argument ours"
 		}
