@@ -191,6 +191,9 @@ ncu_step() { # STEP: its NCU_RUNS rows
         rm -f $D/$n.ncu-rep
     done
 }
+# KERNELS=nvrtc refuses a kernels file in bin/ (an r-step leaves nvcc's there): set it aside meanwhile.
+kernels_aside() { [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/kernels-aside.fatbin; }
+kernels_back() { [[ -e /tmp/kernels-aside.fatbin ]] && mv /tmp/kernels-aside.fatbin bin/minfer-kernels.fatbin; }
 syn_step() { # STEP: its SYN_RUNS row
     local r s sh ty f t1
     for r in "${SYN_RUNS[@]}"; do
@@ -294,30 +297,29 @@ for step in "${STEP_LIST[@]}"; do
             OUT=$D/perf MODEL_DIR=$MD scripts/perf.sh >$D/perf.out 2>&1
         echo "perf rc=$? $(ts)" ;;
     p20)
-        [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/p20-aside.fatbin
+        kernels_aside
         P=""; [[ -x /tmp/llama/b/bin/llama-bench ]] && P=/tmp/llama/b/bin/llama-bench
         PEER=$P KERNELS=nvrtc ROWS=issue20 REPS=${P20_REPS:-3} PERF_TIMEOUT=1500 OUT=$D/p20 MODEL_DIR=$MD scripts/perf.sh >$D/p20.out 2>&1
         echo "p20 rc=$? peer=${P:-none} $(ts)"
-        [[ -e /tmp/p20-aside.fatbin ]] && mv /tmp/p20-aside.fatbin bin/minfer-kernels.fatbin ;;
+        kernels_back ;;
     p20t)
         if [[ -z $BKPID ]]; then
             echo "p20t rc=skipped: no base build in the bundle (device-bundle.sh BASE=REV)"
         elif ! wait $BKPID; then
             echo "p20t rc=skipped: the base kernels did not build: $(tail -n 3 $D/bk-base.log | tr '\n' ' ')"
         else
-            [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/p20-aside.fatbin
+            kernels_aside
             P=""; [[ -x /tmp/llama/b/bin/llama-bench ]] && P=/tmp/llama/b/bin/llama-bench
             BASE=$S/bin/base/minfer PEER=$P KERNELS=nvrtc ROWS=issue20-table REPS=${P20_REPS:-3} PERF_TIMEOUT=3000 \
                 OUT=$D/p20t MODEL_DIR=$MD scripts/perf.sh >$D/p20t.out 2>&1
             echo "p20t rc=$? peer=${P:-none} $(ts)"
-            [[ -e /tmp/p20-aside.fatbin ]] && mv /tmp/p20-aside.fatbin bin/minfer-kernels.fatbin
+            kernels_back
         fi ;;
     suite)
-        # KERNELS=nvrtc refuses a kernels file in bin/, and every A/B leaves one there: set it aside meanwhile.
-        [[ -e bin/minfer-kernels.fatbin ]] && mv bin/minfer-kernels.fatbin /tmp/suite-aside.fatbin
+        kernels_aside
         KERNELS=nvrtc OUT=$D/suite SUITE_TIMEOUT=10m TINY_CODE_GGUF=$S/bin/tiny-code-Q8_0.gguf scripts/device-suite.sh >$D/suite.out 2>&1
         echo "suite rc=$? $(tail -n 1 $D/suite.out)"
-        [[ -e /tmp/suite-aside.fatbin ]] && mv /tmp/suite-aside.fatbin bin/minfer-kernels.fatbin ;;
+        kernels_back ;;
     *) echo "$step rc=unhandled: no branch for it in device-drive.sh" ;;
     esac
 done
