@@ -301,7 +301,11 @@ func pinLabel(p harness.Pin) string {
 func PinsLine(rec *gates.Record) string {
 	var parts []string
 	for _, p := range runPins(rec) {
-		parts = append(parts, fmt.Sprintf("%s=%s (%s)", p.Name, p.Value, p.Why))
+		why := p.Why
+		if p.By == harness.PinKVCache {
+			why += "; not in the device suite, whose tests choose their caches"
+		}
+		parts = append(parts, fmt.Sprintf("%s=%s (%s)", p.Name, p.Value, why))
 	}
 	if len(parts) == 0 {
 		return ""

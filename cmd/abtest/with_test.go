@@ -69,6 +69,7 @@ func TestRun_KVCacheNeedRunsEveryArmOnThatCacheAndAnotherWithIsRefused(t *testin
 	for _, want := range []string{
 		"Pinned in both arms, for the path (the registry's declaration, not a deviation): MINFER_CACHE_TYPE=f16 (MINFER_NO_FUSE_QKV's path runs only over a KV cache of f16",
 		"f16 (pinned: the path's KV cache)",
+		"; not in the device suite, whose tests choose their caches)",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report does not say %q", want)
