@@ -300,8 +300,12 @@ const msSteps = 8
 // (fused q/k/v, o-proj, ffn_down) and for the lm_head; with it off none.
 // Also with MINFER_MMVQ_REPACK=0 and MINFER_FUSE_RESIDUAL=0 (the plain
 // GGUF split kernels) for the Q8_0 models. Pinned, as an A/B's arm B may
-// move them: graphs on (dsGraphsOn), the MMVQ path on (dsMMVQ), and the
-// q/k/v and FFN fusions on, whose matmuls the rule's count assumes.
+// move them: graphs on (dsGraphsOn), the MMVQ path on (dsMMVQ), the
+// q/k/v and FFN fusions on, whose matmuls the rule's count assumes, and
+// the mixed q/k/v launch off: it yields to the split form
+// (qkvDecodePlan), so with MINFER_MMVQ_QKV_MIXED=1 the split lever turns
+// one launch into three on the Q4_K_M models (the suite gate of its A/B,
+// 2026-12-07, failed here before this pin).
 func TestMMVQSplitDevice_WholeModelLeverOnVsOffAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {
@@ -315,7 +319,7 @@ func TestMMVQSplitDevice_WholeModelLeverOnVsOffAndCensus(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%v", m.shape, m.typ, m.extra), func(t *testing.T) {
 			p := dsSynth(t, m.shape, m.typ)
-			pins := append(append([]string{"MINFER_NO_FUSE_QKV=0", "MINFER_NO_FUSE_FFN=0"}, dsGraphsOn...), dsMMVQ...)
+			pins := append(append([]string{"MINFER_NO_FUSE_QKV=0", "MINFER_NO_FUSE_FFN=0", "MINFER_MMVQ_QKV_MIXED=0"}, dsGraphsOn...), dsMMVQ...)
 			base := slices.Clip(append(pins, m.extra...)) // each append copies
 			gOff, cOff, _ := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=0")...)
 			gOn, cOn, bOn := dsDecodeCensus(t, p, msSteps, append(base, "MINFER_MMVQ_SPLIT=1")...)
