@@ -39,10 +39,11 @@ declare -A LEVER=(
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
     # dtc0: the same lever at depth 0 (its declared workload is depth 32128; a default must not cost short contexts)
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
-    # rnq: both arms with the folded norms it builds on (its Requires)
-    [rnq]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1
-    # rnqf: the same on top of MINFER_FUSE_FFN_Q8 (the composed down projection against FFN_Q8 alone)
-    [rnqf]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_NORM_Q8=1@with=MINFER_FUSE_FFN_Q8=1
+    # rnq: at the defaults (the folded norms it requires are on by default since 16da0c9; a --with of
+    # them failed arm B's liveness in session 31: this lever replaces minfer_rms_norm_q8_1)
+    [rnq]=MINFER_FUSE_RES_NORM_Q8
+    # rnqf: on top of MINFER_FUSE_FFN_Q8 (the composed down projection against FFN_Q8 alone)
+    [rnqf]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_FFN_Q8=1
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
