@@ -25,8 +25,21 @@
 #include "common.cuh"
 #include "q8_1.cuh"
 
+// Loads in flight at once in the last block: MINFER_RESN_SUM_DEPTH values
+// of each of a thread's two virtual threads (the sums), then
+// MINFER_RESN_Q_DEPTH blocks of a warp (the quantization). The tail is one
+// block's latency on every launch's critical path: loaded one dependent
+// round trip at a time, it took 8-10 us of a 12 us launch (ncu, H100,
+// 2026-12-07, qwen2-0.5b Q4_K_M, tg128 -23.6%); batched, the 0.5b's row
+// (896 values, vb 256) costs one round trip a phase.
+#define MINFER_RESN_SUM_DEPTH 4
+#define MINFER_RESN_Q_DEPTH 8
+
 // minfer_resn_tail: run by every thread of every block after the block's
 // rows are written; nblocks is the launch's grid (ceil(n / rows a block)).
+// The last block's thread t stands in for virtual threads t and t + nb of
+// the norm's vb (vb <= 2 nb: opsRowBlock gives at most 256, these blocks
+// have 128 threads), each summing x[v], x[v + vb], ... in that order.
 __device__ __forceinline__ void minfer_resn_tail(const float* out, const float* __restrict__ nw, float eps, int n, int vb,
                                                  uint8_t* q8, int* counter, int nblocks) {
     __shared__ float scratch[32];
@@ -41,29 +54,54 @@ __device__ __forceinline__ void minfer_resn_tail(const float* out, const float* 
     if (!last) return; // block-uniform
     __threadfence();
     const int tid = threadIdx.x, lane = tid & 31, nb = blockDim.x;
-    // The vb virtual threads' partial sums and their warp sums (v < vb is
-    // warp-uniform: vb and nb are multiples of 32).
-    for (int v0 = 0; v0 < vb; v0 += nb) {
-        const int v = v0 + tid;
-        if (v < vb) {
-            float s = 0.0f;
-            for (int i = v; i < n; i += vb) {
-                const float x = __ldcg(out + i);
-                s = __fadd_rn(s, __fmul_rn(x, x));
-            }
-            s = mops::warp_sum(s);
-            if (lane == 0) scratch[v >> 5] = s;
+    const int v0 = tid, v1 = tid + nb;
+    const bool h0 = v0 < vb, h1 = v1 < vb; // warp-uniform: vb and nb are multiples of 32
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int m0 = 0; m0 * vb < n; m0 += MINFER_RESN_SUM_DEPTH) {
+        float a[MINFER_RESN_SUM_DEPTH], b[MINFER_RESN_SUM_DEPTH];
+#pragma unroll
+        for (int c = 0; c < MINFER_RESN_SUM_DEPTH; c++) {
+            const int i0 = v0 + (m0 + c) * vb, i1 = v1 + (m0 + c) * vb;
+            a[c] = h0 && i0 < n ? __ldcg(out + i0) : 0.0f;
+            b[c] = h1 && i1 < n ? __ldcg(out + i1) : 0.0f;
         }
+#pragma unroll
+        for (int c = 0; c < MINFER_RESN_SUM_DEPTH; c++) {
+            if (h0 && v0 + (m0 + c) * vb < n) s0 = __fadd_rn(s0, __fmul_rn(a[c], a[c]));
+            if (h1 && v1 + (m0 + c) * vb < n) s1 = __fadd_rn(s1, __fmul_rn(b[c], b[c]));
+        }
+    }
+    if (h0) {
+        s0 = mops::warp_sum(s0);
+        if (lane == 0) scratch[v0 >> 5] = s0;
+    }
+    if (h1) {
+        s1 = mops::warp_sum(s1);
+        if (lane == 0) scratch[v1 >> 5] = s1;
     }
     __syncthreads();
     float s = lane < (vb >> 5) ? scratch[lane] : 0.0f;
     s = mops::warp_sum(s);
     const float mean = __fdiv_rn(s, (float)n);
     const float scale = __fdiv_rn(1.0f, (float)sqrt((double)__fadd_rn(mean, eps)));
-    for (int b = tid >> 5; b < n / 32; b += nb >> 5) {
-        const int i = 32 * b + lane;
-        const float y = __fmul_rn(__ldcg(out + i), scale);
-        minfer_q8_1_warp(q8 + (size_t)b * MINFER_Q8_1_BYTES, nw ? __fmul_rn(y, nw[i]) : y, lane);
+    // Warp w quantizes blocks w, w + nb / 32, ... (b < nq is warp-uniform).
+    const int nq = n / 32, ws = nb >> 5;
+    for (int q0 = tid >> 5; q0 < nq; q0 += MINFER_RESN_Q_DEPTH * ws) {
+        float xv[MINFER_RESN_Q_DEPTH], wv[MINFER_RESN_Q_DEPTH];
+#pragma unroll
+        for (int c = 0; c < MINFER_RESN_Q_DEPTH; c++) {
+            const int b = q0 + c * ws, i = 32 * b + lane;
+            xv[c] = b < nq ? __ldcg(out + i) : 0.0f;
+            wv[c] = nw && b < nq ? nw[i] : 1.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < MINFER_RESN_Q_DEPTH; c++) {
+            const int b = q0 + c * ws;
+            if (b < nq) {
+                const float y = __fmul_rn(xv[c], scale);
+                minfer_q8_1_warp(q8 + (size_t)b * MINFER_Q8_1_BYTES, nw ? __fmul_rn(y, wv[c]) : y, lane);
+            }
+        }
     }
 }
 

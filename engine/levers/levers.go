@@ -551,7 +551,8 @@ var registry = []Lever{
 			"the last down projection so writes the output norm's row for the lm head, and the embedding gather (minfer_get_rows[_host|_r]_q8_1) layer 0's attn norm row: " +
 			"two launches a layer and one a token fewer (-49 a token on qwen2-0.5b, -57 on the 7B), bitwise the same bytes. " +
 			"With MINFER_FUSE_FFN_Q8 the down projection reading the fused FFN's Q8_1 row writes the next norm's (149 -> 146 launches a token on qwen2-0.5b with the edges, counted on the plan). " +
-			"Forecast: qwen2-0.5b Q4_K_M tg128 x1.03 (1.01-1.06) (reports/MINFER_FUSE_RES_NORM_Q8)",
+			"Forecast x1.03 refuted (2026-12-07, H100: tg128 x0.764, the last block's tail, one dependent load at a time, 8-10 us of a 12 us launch); " +
+			"the tail now issues its loads in batches (one round trip a phase on the 0.5b's row): forecast qwen2-0.5b Q4_K_M tg128 x1.00-1.04 (reports/MINFER_FUSE_RES_NORM_Q8)",
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
 		// Without the folded norms, the residual matmul-adds or with the
 		// split matvec (no resn form) it switches nothing: refused there.

@@ -6,7 +6,8 @@
 // in its block of opsRowBlock(n) threads, and the counter back at 0 after
 // each of two launches on it. Types: Q4_K and Q5_0 over the GGUF bytes, Q8_0
 // and Q6_K over their repacked copies (a qwen2 Q4_K_M model's o / down
-// projections); rows n = 896 and 3584 (the 0.5b's and 7B's hidden sizes),
+// projections); rows n = 896 and 3584 (the 0.5b's and 7B's hidden sizes)
+// and 160 and 64 (norm blocks of fewer than the tail's 256 virtual threads),
 // the Q8_1 row written over the matvec's own activation (as the backend
 // does) and the residual in place; eps 1e-6 and the row's mean square (so
 // that the eps shows in the bytes). Run by resn-emu.sh;
@@ -274,8 +275,10 @@ int main(int argc, char** argv) {
         return bad != 0;
     }
     int bad = 0;
-    for (int n : {896, 3584}) {
-        const bool ip = n == 896;
+    // 160 and 64: norm blocks of 160 and 64 threads, where the tail's second
+    // virtual thread (t + 128) exists in one warp or in none
+    for (int n : {896, 3584, 160, 64}) {
+        const bool ip = n != 3584;
         // stop at the first difference: a plant is caught in the first cases
         if (!bad) bad += check(q4k, minfer_mmvq_res_q4_k, minfer_mmvq_resn_q4_k, 512, n, 1e-6f, ip);
         if (!bad) bad += check(q6kr, minfer_mmvqr_res_q6_k, minfer_mmvqr_resn_q6_k, 512, n, -1.0f, !ip);
