@@ -31,7 +31,7 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -91,13 +91,18 @@ QB_RUNS=(
     "qt|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
     "qt0|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
     "qtm|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
+    "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
+    "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
 )
 # A quick bench's minfer bench arguments where not pp512 (qg: decode at depth at the defaults, the lean decode
 # attention; its grouped and first forms and 128 splits, timed beside it in session 28, lost and were deleted).
 # qt / qt0 / qtm: the tensor-core decode attention (MINFER_ATTN_DECODE_TC) beside the lean one at depth 32128, 0
-# and 4096 (where two tiles a split leave 132 one-warp blocks).
+# and 4096 (where two tiles a split leave 132 one-warp blocks); qt8 / qt16 at 8192 and 16384, all at context 32768:
+# where the two cross (session 31, H100: TC -10% at depth 0, -2.7% at 4096, +11% at 32128; a linear fit puts the
+# crossing near 9,000 cells), the depth from which a route by depth would take the tensor cores.
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768" [qt]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
-    [qt0]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192")
+    [qt0]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
+    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768")
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
@@ -282,7 +287,7 @@ for step in "${STEP_LIST[@]}"; do
     case $step in
     kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk | qg | qt | qt0 | qtm) qb_step $step ;;
+    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
