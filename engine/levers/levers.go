@@ -568,7 +568,8 @@ var registry = []Lever{
 	// product. Session 21's form lost to a serial combine (reports/MINFER_ATTN_DECODE_TC).
 	{Name: "MINFER_ATTN_DECODE_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (tensor cores)", Issue: "#20",
 		Doc: "1: decode attention (nt <= 8) over an f16 KV cache (7B-class models' auto cache; an f32 or q8_0 cache stays on the lean kernels) on the tensor cores (minfer_attn_decode_tc_*): the tensor-core prefill kernel's body with a block of one warp and 16 rows, the G query heads of a KV head padded, so one K / V tile staged in shared memory (cp.async) serves the whole group through mma.sync; the grid's splits fill one wave, the filled range activates those it needs (2+ tiles of 64 cells each); " +
-			"minfer_attn_decode_tc_combine merges the splits (4 warps a row, their loads in flight together) and writes the Q8_1 row under MINFER_FUSE_ATTN_Q8; Q, K, V and P rounded to f16 (reports/MINFER_ATTN_DECODE_TC)",
+			"minfer_attn_decode_tc_combine merges the splits (4 warps a row, their loads in flight together) and writes the Q8_1 row under MINFER_FUSE_ATTN_Q8; Q, K, V and P rounded to f16. " +
+			"Opt-in: its A/B passed all five gates at depth 32128 (H100, tg128 +11.2%), but at depth 0 it is ~10% slower than the lean kernels (one warp a KV head in series over the few tiles there) (reports/MINFER_ATTN_DECODE_TC)",
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
 		Requires: []string{"MINFER_NO_SPLITK_ATTN=0"},
 		// The path reads an f16 cache only: the trained correctness models'
