@@ -232,16 +232,30 @@ func LivenessOf(cfg Config, a, b ArmEvidence) (Status, string) {
 // withMissing names the --with paths an arm did not run ("" when every
 // pinned lever whose value runs a path shows its census names in both
 // arms): an A/B "with the split kernels on" that never launched them is not
-// one.
+// one. A --with that the lever itself requires (a Requires entry, value and
+// all) is asked of arm A only: arm B runs the lever's path, built on that
+// one and free to replace its kernels (MINFER_FUSE_RES_NORM_Q8 launches no
+// minfer_rms_norm_q8_1 of the MINFER_FUSE_NORM_Q8 it requires), and the
+// engine refuses the lever where the requirement does not hold.
 func withMissing(cfg Config, a, b ArmEvidence) string {
+	required := map[string]bool{} // NAME=VALUE
+	for _, p := range cfg.Lever.Pins(cfg.Backend) {
+		if p.By == harness.PinRequires {
+			required[p.Name+"="+p.Value] = true
+		}
+	}
 	var miss []string
 	for _, w := range cfg.With {
 		rule := w.Lever.Rule(cfg.Backend)
 		if rule == nil || w.Lever.Liveness == nil || !w.Lever.Liveness.RunsPath(w.Value) {
 			continue
 		}
+		arms := []ArmEvidence{a, b}
+		if required[w.Lever.Name+"="+w.Value] {
+			arms = arms[:1]
+		}
 		for _, pat := range rule.Census {
-			for _, x := range []ArmEvidence{a, b} {
+			for _, x := range arms {
 				if n, _ := matching(x.Census, pat); n == 0 && x.Processes > 0 {
 					miss = append(miss, fmt.Sprintf("arm %s (--with %s=%s) ran no %s", x.Arm.Name, w.Lever.Name, w.Value, pat))
 				}
