@@ -31,7 +31,7 @@
 # `pkill -f abtest`: it matches the calling shell's own command line).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -68,6 +68,9 @@ NCU_RUNS=(
     "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
     "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
     "ncudt|ncu-decode-tc-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1|minfer_attn_decode_tc_|112|4|-p 0 -n 4 -d 32128"
+    # ncudt0: the same at depth 0, where one split a KV head does one tile and took ~14 us a launch (session 31's
+    # op timing) against ~2 us for the lean kernel: its stall reasons say what one warp waits on
+    "ncudt0|ncu-decode-tc-d0|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1|minfer_attn_decode_tc_|112|4|-p 0 -n 4"
 )
 # Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
 # STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
@@ -294,7 +297,7 @@ for step in "${STEP_LIST[@]}"; do
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
-    ncug | ncut | ncud2 | ncudt) ncu_step $step ;;
+    ncug | ncut | ncud2 | ncudt | ncudt0) ncu_step $step ;;
     prof) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done
