@@ -29,6 +29,9 @@
 # first step, the nvcc build (r-steps, cover) two more, then one per step (five for prof, four for qb, four for qbk, two for qg, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
+# Skip the running A/B step and go on with the next: `bash scripts/device-drive.sh --skip`. It stops that
+# step's abtest and minfer processes once and waits for the step's exit line, so that a second stop cannot
+# land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
 STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
@@ -137,10 +140,25 @@ for r in "${NCU_RUNS[@]}"; do
 done
 
 usage() {
-    echo "usage: STEPS=\"STEP ...\" [PROBE_RUN=REGEX] scripts/device-drive.sh [--check]"
+    echo "usage: STEPS=\"STEP ...\" [PROBE_RUN=REGEX] scripts/device-drive.sh [--check]   (or --skip: stop the running A/B step)"
     echo "steps: $STEP_NAMES"
     for s in $STEP_NAMES; do printf '  %-7s %s\n' "$s" "${ABOUT[$s]:-}"; done
 }
+if [[ $# -eq 1 && $1 == --skip ]]; then
+    D=${DRIVE_DIR:-/tmp/dev} # (tests point it elsewhere, and shorten SKIP_WAIT_S)
+    [[ -f $D/step && -f $D/drive.log && ! -e $D/DONE ]] || { echo "device-drive --skip: no drive is running a step" >&2; exit 1; }
+    step=$(cat $D/step)
+    [[ $step == ab* ]] || { echo "device-drive --skip: the running step $step is not an A/B (stop the drive instead)" >&2; exit 1; }
+    n0=$(grep -c ' exit \|rc=' $D/drive.log)
+    pkill -x abtest
+    pkill -x minfer
+    for _ in $(seq "${SKIP_WAIT_S:-120}"); do
+        (($(grep -c ' exit \|rc=' $D/drive.log) > n0)) && { echo "device-drive --skip: $step stopped: $(tail -n 1 $D/drive.log)"; exit 0; }
+        sleep 1
+    done
+    echo "device-drive --skip: $step did not end within ${SKIP_WAIT_S:-120} s of the stop" >&2
+    exit 1
+fi
 # Only builtins until the steps are known good: a refused start writes nothing and runs nothing.
 [[ $# -eq 0 || ($# -eq 1 && $1 == --check) ]] || { echo "device-drive: unknown arguments: $*" >&2; usage >&2; exit 2; }
 STEP_LIST=()
@@ -177,10 +195,12 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 cal() { mkdir -p "$1/reports" && cp -r $R/reports/calibration "$1/reports/" 2>/dev/null; }
 ab() { # OUT-name WORK LEVERS [CALIBRATE]
     [[ $NOAB == 1 ]] && { echo "$1 skipped: the probe failed"; return; }
+    echo "$1" >$D/step # what --skip stops
     # No nvcc build for a lever A/B unless an r-step put nvcc's file in bin/ (then every arm loads it).
     KERNELS=$([[ -e bin/minfer-kernels.fatbin ]] || echo nvrtc) OUT=$D/$1 WORK=$2 CALIBRATE="${4:-}" CORRECTNESS_MODEL="$S/bin/tiny-code-Q8_0.gguf $S/bin/tiny-qwen3-code-Q8_0.gguf" MODEL_DIR=$MD LEVERS="$3" \
         scripts/abtest-device.sh >$D/$1.out 2>&1
     echo "$1 exit $? ($3) $(ts)"
+    rm -f $D/step
     tar -C $2 -czf $D/$1-work.tgz reports 2>/dev/null
 }
 ncu_step() { # STEP: its NCU_RUNS rows

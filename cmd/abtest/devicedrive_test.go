@@ -183,3 +183,55 @@ func TestDevicePoll_RefusesBadArgumentsWithExit2BeforeRunningAnything(t *testing
 		})
 	}
 }
+
+// --skip stops the running A/B step once (abtest, then minfer) and returns
+// when the step's exit line is in drive.log; it refuses when no A/B step
+// runs, and says so when the step does not end.
+func TestDeviceDrive_SkipStopsTheRunningABStepOnceAndWaitsForItsExitLine(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	run := func(t *testing.T, step string, pkillEnds bool) (string, int, string) {
+		dir := t.TempDir()
+		fakes := filepath.Join(dir, "fakes")
+		if err := os.Mkdir(fakes, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		log := filepath.Join(dir, "drive.log")
+		if err := os.WriteFile(log, []byte("== kq 10:00:00\nabkq exit 0 (MINFER_MMQ_F16_KQ) 10:05:00\n== rnq 10:05:00\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if step != "" {
+			if err := os.WriteFile(filepath.Join(dir, "step"), []byte(step+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The fake pkill logs its call; stopping abtest ends the step (its exit line), when asked to.
+		end := ""
+		if pkillEnds {
+			end = `[ "$2" = abtest ] && echo "abrnq exit 143 (MINFER_FUSE_RES_NORM_Q8) 10:06:00" >>"$DRIVE_DIR/drive.log"`
+		}
+		body := "#!/bin/sh\necho \"pkill $*\" >>\"$DRIVE_DIR/calls\"\n" + end + "\nexit 0\n"
+		if err := os.WriteFile(filepath.Join(fakes, "pkill"), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bash, driveScriptPath("device-drive.sh"), "--skip")
+		cmd.Env = []string{"PATH=" + fakes + ":" + os.Getenv("PATH"), "DRIVE_DIR=" + dir, "SKIP_WAIT_S=2"}
+		out, _ := cmd.CombinedOutput()
+		calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
+		return string(out), cmd.ProcessState.ExitCode(), string(calls)
+	}
+	out, code, calls := run(t, "abrnq", true)
+	if code != 0 || !strings.Contains(out, "abrnq stopped: abrnq exit 143") || calls != "pkill -x abtest\npkill -x minfer\n" {
+		t.Errorf("running A/B: exit %d, calls %q\n%s", code, calls, out)
+	}
+	out, code, _ = run(t, "abrnq", false)
+	if code != 1 || !strings.Contains(out, "did not end within 2 s") {
+		t.Errorf("a step that does not end: exit %d\n%s", code, out)
+	}
+	out, code, calls = run(t, "", true)
+	if code != 1 || !strings.Contains(out, "no drive is running a step") || calls != "" {
+		t.Errorf("no step: exit %d, calls %q\n%s", code, calls, out)
+	}
+}
