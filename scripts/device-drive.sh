@@ -34,7 +34,7 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qrn qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -99,6 +99,7 @@ QB_RUNS=(
     "qtm|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
     "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
     "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
+    "qrn|qwen2-7b-Q8_0|off=|resn=MINFER_FUSE_RES_NORM_Q8=1"
 )
 # A quick bench's minfer bench arguments where not pp512 (qg: decode at depth at the defaults, the lean decode
 # attention; its grouped and first forms and 128 splits, timed beside it in session 28, lost and were deleted).
@@ -108,7 +109,10 @@ QB_RUNS=(
 # crossing near 9,000 cells), the depth from which a route by depth would take the tensor cores.
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768" [qt]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
     [qt0]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
-    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768")
+    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768"
+    [qrn]="-p 0 -n 128 -c 4096")
+# qrn: RES_NORM_Q8 on the 7B, whose 3584-value row costs its resn tail four batches of loads a phase where the
+# 0.5b's costs one (its A/B runs on the 0.5b; a default must not cost the 7B's decode).
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
@@ -310,7 +314,7 @@ for step in "${STEP_LIST[@]}"; do
     case $step in
     kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16) qb_step $step ;;
+    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qrn) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
