@@ -198,3 +198,18 @@ func TestFuseResNormQ8Device_EveryGatherFormBitwiseAndOneLaunchLess(t *testing.T
 		})
 	}
 }
+
+// The resn tail's thread stands in for two of the norm's virtual threads
+// (mmvq_resn.cu: t and t + 128), so the norm's block (opsRowBlock, at
+// most opsThreads) must be at most twice either matvec family's block: a
+// larger opsThreads or a smaller matvec block would leave the rest of the
+// row's sums out.
+func TestResnTail_NormBlockAtMostTwiceEitherMatvecBlock(t *testing.T) {
+	for _, f := range []mmvqFamily{mmvqFam, mmvqrFam} {
+		for n := 32; n <= 16*opsThreads; n += 32 {
+			if vb := opsRowBlock(n)[0]; vb > 2*f.threads {
+				t.Fatalf("n %d: norm block %d threads, the tail's block %d covers %d", n, vb, f.threads, 2*f.threads)
+			}
+		}
+	}
+}

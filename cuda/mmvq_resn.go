@@ -76,9 +76,6 @@ func (k *Kernels) MatMulQ8_1ResNorm(s *driver.Stream, out, xq driver.DevicePtr, 
 		return opsBad(op, "weight type %s has no resn kernel (repacked %v)", wtype, repacked)
 	}
 	grid, block := f.grid(n)
-	if vb > 2*block[0] { // the tail's thread stands in for two of the norm's virtual threads
-		return opsBad(op, "norm block of %d threads: the tail takes at most twice its %d", vb, block[0])
-	}
 	err := k.launch(s, name, grid, block, 0, out, xq, w, bias, int32(kDim), int32(n), res, nrm.W, nrm.Eps, int32(vb), nrm.Q8, nrm.Counter)
 	if err != nil {
 		return fmt.Errorf("matmul %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
