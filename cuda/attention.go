@@ -93,27 +93,44 @@ const (
 	attnDecodeTC  = "decodetc"  // minfer_attn_decode_tc_* (MINFER_ATTN_DECODE_TC)
 )
 
-// attnFamily is the attention kernel of an nt-token call: the tiled
-// prefill kernels from AttnPrefillMinNT tokens, the split-K decode kernels
-// up to AttnDecodeMaxNT (the FMA-tiled prefill kernels instead with
-// MINFER_FA_PREFILL_TC=0), each unless its kill switch (MINFER_NO_FA_PREFILL,
-// MINFER_NO_SPLITK_ATTN) sends it to the plain kernel. (The v1 tiled and
-// split-K kernels were retired with MINFER_FA_PREFILL_V2 and
-// MINFER_ATTN_DECODE_V2.) MINFER_ATTN_DECODE_TC sends decode over an f16
-// cache (kvf) to the tensor cores; an f32 or q8_0 cache stays on the lean
-// kernels (f32: its precision class; q8_0: staged through registers).
-func attnFamily(nt int, lv levers.Config, kvf kv.Format) string {
+// attnFamily is the attention kernel of an nt-token call whose window
+// reads kvLen cells (its kv_len): the tiled prefill kernels from
+// AttnPrefillMinNT tokens, the split-K decode kernels up to AttnDecodeMaxNT
+// (the FMA-tiled prefill kernels instead with MINFER_FA_PREFILL_TC=0), each
+// unless its kill switch (MINFER_NO_FA_PREFILL, MINFER_NO_SPLITK_ATTN)
+// sends it to the plain kernel. (The v1 tiled and split-K kernels were
+// retired with MINFER_FA_PREFILL_V2 and MINFER_ATTN_DECODE_V2.)
+// MINFER_ATTN_DECODE_TC sends decode over an f16 cache (kvf) to the tensor
+// cores from MINFER_ATTN_DECODE_TC_FROM cells of kv_len on (0: at any
+// length), where they beat the lean kernels; an f32 or q8_0 cache stays on
+// the lean kernels (f32: its precision class; q8_0: staged through
+// registers). Only the decode choice depends on kvLen.
+func attnFamily(nt, kvLen int, lv levers.Config, kvf kv.Format) string {
 	switch {
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill && lv.FAPrefillTC:
 		return attnPrefillTC
 	case nt >= AttnPrefillMinNT && !lv.NoFAPrefill:
 		return attnPrefill2
-	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC && kvf == kv.F16:
+	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn && lv.AttnDecodeTC && kvf == kv.F16 && kvLen >= lv.AttnDecodeTCFrom:
 		return attnDecodeTC
 	case nt <= AttnDecodeMaxNT && !lv.NoSplitKAttn:
 		return attnDecode2
 	}
 	return attnPlain
+}
+
+// attnDecodeFamily reports whether fam is one of the split-K decode
+// families, the two the route by depth moves between.
+func attnDecodeFamily(fam string) bool { return fam == attnDecode2 || fam == attnDecodeTC }
+
+// attnDecodeFamilies says which decode families an nt-token attention over
+// a context of nCtx cells can take as the cache fills (kv_len from nt to
+// nCtx): the scratch of each is reserved at once (attnRoute, the memory
+// plan), so crossing MINFER_ATTN_DECODE_TC_FROM allocates nothing and
+// leaves every captured graph's pool generation as it was.
+func attnDecodeFamilies(nt, nCtx int, lv levers.Config, kvf kv.Format) (lean, tc bool) {
+	return attnFamily(nt, nt, lv, kvf) == attnDecode2 || attnFamily(nt, nCtx, lv, kvf) == attnDecode2,
+		attnFamily(nt, nt, lv, kvf) == attnDecodeTC || attnFamily(nt, nCtx, lv, kvf) == attnDecodeTC
 }
 
 // attnOperands are what an attention over a layer's KV reads: the
@@ -171,7 +188,11 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	}
 	ap, win, kr, vr := ops.ap, ops.win, ops.kr, ops.vr
 	f := b.kvSpec.Format
-	switch attnFamily(ap.NT, b.lv, b.kvSpec.Format) {
+	fam, err := b.attnRoute(ap)
+	if err != nil {
+		return nil, err
+	}
+	switch fam {
 	case attnPrefill2:
 		return func() error { return b.k.AttentionPrefill2(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 	case attnPrefillTC:
@@ -198,6 +219,43 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 	return func() error { return b.k.Attention(b.s, o, p[0], kr, vr, f, win, ap) }, nil
 }
 
+var _ graph.KVLengthSetter = (*Backend)(nil)
+
+// SetKVLength implements graph.KVLengthSetter: the kv_len of the window
+// the next run's attention reads (the engine writes the same value to the
+// device), by which attnRoute picks the decode family and staleReason
+// judges a captured graph's.
+func (b *Backend) SetKVLength(cells int) {
+	defer b.unlock(b.lock())
+	b.kvLen = cells
+}
+
+// attnRoute is the family of the attention ap at the step's KV length
+// (b.kvLen), chosen at Execute time: the closures of opAttn and
+// opAttnMatMulAdd are built at each direct or recording execution (a
+// replay executes no node; staleReason drops a graph whose family the
+// length no longer takes), so each runs its own step's family. A decode
+// attention whose route can take both families as the cache fills gets
+// both scratches now, at its first (direct) execution: crossing
+// MINFER_ATTN_DECODE_TC_FROM later allocates nothing and moves no pool
+// generation. A recording notes the decode family it took.
+func (b *Backend) attnRoute(ap AttnParams) (string, error) {
+	fam := attnFamily(ap.NT, b.kvLen, b.lv, b.kvSpec.Format)
+	if !attnDecodeFamily(fam) {
+		return fam, nil
+	}
+	if lean, tc := attnDecodeFamilies(ap.NT, ap.NCtx, b.lv, b.kvSpec.Format); lean && tc {
+		if _, _, err := b.attnDecode2Scratch(ap); err != nil {
+			return "", err
+		}
+		if _, _, err := b.attnTCScratch(ap, attnDecodeTCSplits(ap, b.dev.Attr.SMCount)); err != nil {
+			return "", err
+		}
+	}
+	b.cap.noteAttn(fam, ap.NT)
+	return fam, nil
+}
+
 // attnScratchKey is the shape a split-K scratch was laid out for; the
 // tensor-core prefill's partials have one per head_dim (prefillTC).
 type attnScratchKey struct {
@@ -220,7 +278,9 @@ func (b *Backend) attnQ8Route(a, m *graph.Node) bool {
 	if a.Op != graph.OpAttn || m.Op != graph.OpMatMulAdd || a.Shape[1] != 1 || m.Shape.Rows() != 1 {
 		return false
 	}
-	if fam := attnFamily(1, b.lv, b.kvSpec.Format); (fam != attnDecode2 && fam != attnDecodeTC) || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
+	// Either decode family writes the Q8_1 row, so the answer holds at
+	// every KV length the route by depth may meet (any kvLen gives one).
+	if !attnDecodeFamily(attnFamily(1, 1, b.lv, b.kvSpec.Format)) || !(AttnParams{HeadDim: a.P.HeadDim}).q8Form() {
 		return false
 	}
 	w := b.weights[m.Weight]
@@ -251,10 +311,13 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 	if m.w.rows != n.Shape[0] || in[2].Len != out.Len {
 		return nil, fmt.Errorf("weight %s has %d rows, residual %d elements, node wants %s", n.Weight, m.w.rows, in[2].Len, n.Shape)
 	}
-	fam := attnFamily(nt, b.lv, b.kvSpec.Format)
-	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || (fam != attnDecode2 && fam != attnDecodeTC) || !ops.ap.q8Form() {
+	fam, err := b.attnRoute(ops.ap)
+	if err != nil {
+		return nil, err
+	}
+	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() || !attnDecodeFamily(fam) || !ops.ap.q8Form() {
 		return nil, fmt.Errorf("attention (head_dim %d) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
-			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, attnFamily(nt, b.lv, b.kvSpec.Format))
+			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, fam)
 	}
 	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
 	if err != nil {

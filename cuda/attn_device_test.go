@@ -378,6 +378,7 @@ func (a *adGraph) step(t *testing.T, id0, start int) []float32 {
 			t.Fatal(err)
 		}
 	}
+	a.pl.SetKVLength(start + a.nt) // as the engine's step does (the decode route by depth)
 	if err := a.pl.Run(); err != nil {
 		t.Fatal(err)
 	}

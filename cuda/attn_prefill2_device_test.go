@@ -178,7 +178,7 @@ func TestAttnPrefill2Device_NaNRowsAndVariantsAgreeWithPlainKernel(t *testing.T)
 // so the suite gate checks the capture of the path under test.
 func TestAttnPrefill2Device_CaptureReplayBitwiseEqualsDirectAtMovingStarts(t *testing.T) {
 	prefix := "minfer_attn_prefill2_"
-	if attnFamily(AttnPrefillMinNT, dsLevers(t, "MINFER_NO_FA_PREFILL=0"), kv.F16) == attnPrefillTC {
+	if attnFamily(AttnPrefillMinNT, AttnPrefillMinNT, dsLevers(t, "MINFER_NO_FA_PREFILL=0"), kv.F16) == attnPrefillTC {
 		prefix = "minfer_attn_prefill_tc_"
 	}
 	fapCaptureReplayAtMovingStarts(t, "MINFER_NO_FA_PREFILL=0", prefix)

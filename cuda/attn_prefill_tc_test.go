@@ -60,7 +60,7 @@ func TestAttnFamily_TensorCoreLeverRoutesPrefillOnly(t *testing.T) {
 		{AttnPrefillMinNT, on, attnPrefillTC}, {512, on, attnPrefillTC}, {1, on, attnDecode2},
 		{512, fma, attnPrefill2}, {AttnPrefillMinNT, fma, attnPrefill2}, {512, off, attnPlain},
 	} {
-		if got := attnFamily(c.nt, c.lv, kv.F16); got != c.want {
+		if got := attnFamily(c.nt, c.nt, c.lv, kv.F16); got != c.want {
 			t.Errorf("nt %d, FAPrefillTC %v NoFAPrefill %v: %s, want %s", c.nt, c.lv.FAPrefillTC, c.lv.NoFAPrefill, got, c.want)
 		}
 	}
@@ -254,17 +254,17 @@ func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecodeOnly(t *testing.T)
 			}
 		}
 	}
-	on, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1"})
+	on, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_ATTN_DECODE_TC_FROM=0"}) // at any depth (the route: attention_test.go)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for nt, want := range map[int]string{1: attnDecodeTC, AttnDecodeMaxNT: attnDecodeTC, AttnPrefillMinNT: attnPrefillTC} {
-		if got := attnFamily(nt, on, kv.F16); got != want {
+		if got := attnFamily(nt, nt, on, kv.F16); got != want {
 			t.Errorf("nt %d with the lever: %s, want %s", nt, got, want)
 		}
 	}
 	for _, f := range []kv.Format{kv.F32, kv.Q8_0} { // the lean kernels keep an f32 cache's precision and read q8_0 directly
-		if got := attnFamily(1, on, f); got != attnDecode2 {
+		if got := attnFamily(1, 1, on, f); got != attnDecode2 {
 			t.Errorf("decode over a %s cache with the lever: %s, want %s", f, got, attnDecode2)
 		}
 	}
@@ -276,7 +276,7 @@ func TestAttnDecodeTC_SplitsFillOneWaveAndTheLeverRoutesDecodeOnly(t *testing.T)
 	if line := attnDecodeTCYielded(on, kv.F16); line != "" {
 		t.Errorf("lever on over an f16 cache: log line %q, want none", line)
 	}
-	if attnFamily(1, levers.Default(), kv.F16) != attnDecode2 {
+	if attnFamily(1, 1<<20, levers.Default(), kv.F16) != attnDecode2 {
 		t.Error("the lever is off by default: decode must stay on minfer_attn_decode2*")
 	}
 	lv, err := levers.Parse([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_NO_SPLITK_ATTN=1"})

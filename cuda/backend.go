@@ -76,6 +76,9 @@ type Backend struct {
 	kvRowB    int
 	kvScratch driver.DevicePtr // KVMove's bounce buffer (one region)
 	kvStamp   uint64           // moves whenever the KV layout changes
+	// kvLen is the kv_len of the next run's KV window (SetKVLength, before
+	// the run): the decode attention's route by depth reads it.
+	kvLen int
 
 	attnScratch map[attnScratchKey]attnScratchBuf // split-K decode attention scratch per shape (attn_decode.go)
 	resnCtr     driver.DevicePtr                  // the resn matvecs' completion counter (mmvq_resn.go), 0 until one runs

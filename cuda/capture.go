@@ -8,15 +8,19 @@ import (
 
 	"github.com/minfer-go/minfer/cuda/driver"
 	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
+	"github.com/minfer-go/minfer/engine/levers"
 )
 
 // CUDA graphs. A split is keyed by graph.SplitKey (graph uid, node range).
 // Executions 1 and 2 of a key run as direct launches; the 3rd is captured
 // and every later one replays the instantiated graph (BeginSplit returns
 // replayed = true). A captured graph is valid at the pool generation and KV
-// layout it was captured at and while every weight its nodes read is still
-// the registration they read (staleReason); a change of any invalidates it
-// and the key warms up again. Decode-shaped splits (nt = 1) always capture,
+// layout it was captured at, while every weight its nodes read is still
+// the registration they read, and while the step's KV length takes the
+// decode attention family it recorded (staleReason: the route by depth,
+// MINFER_ATTN_DECODE_TC_FROM); a change of any invalidates it and the key
+// warms up again. Decode-shaped splits (nt = 1) always capture,
 // prefill-shaped ones unless MINFER_NO_PREFILL_CAPTURE; MINFER_NO_CUDA_GRAPH
 // turns graphs off.
 //
@@ -81,18 +85,49 @@ type captured struct {
 	weights map[string]*devWeight
 	// reregistered is b.reregistered at capture.
 	reregistered uint64
+	// attnFam is the decode attention family its attentions took
+	// (attnDecode2 or attnDecodeTC; "" when it holds none) and attnNT
+	// their token count: the route by depth would take another at a KV
+	// length across MINFER_ATTN_DECODE_TC_FROM (decodeRouteStale).
+	attnFam string
+	attnNT  int
+}
+
+// routeStale begins staleReason's reason for a graph whose decode
+// attention the route by depth no longer takes (CaptureStats counts them).
+const routeStale = "decode attention route: "
+
+// decodeRouteStale says why a graph captured with its decode attentions of
+// nt tokens on family fam ("" when it holds none: a prefill) cannot replay
+// at a step whose window reads kvLen cells: the route by depth (attnFamily)
+// takes the other family there. Its kernels read kv_len on the device, so
+// within one family any fill replays; across the threshold the captured
+// launches are the wrong kernels. "" when the family is the same.
+func decodeRouteStale(fam string, nt, kvLen int, lv levers.Config, kvf kv.Format) string {
+	if fam == "" {
+		return ""
+	}
+	if now := attnFamily(nt, kvLen, lv, kvf); now != fam {
+		return fmt.Sprintf("%stensor cores from %d KV cells, now %d (captured on %s, the step takes %s)", routeStale, lv.AttnDecodeTCFrom, kvLen, fam, now)
+	}
+	return ""
 }
 
 // staleReason says why the captured graph e cannot replay now, "" when it
-// can: the pool generation or the KV layout moved since its capture, or a
-// weight it reads was registered again (a new devWeight, a new pointer).
-// Weights it does not read are not looked at.
+// can: the pool generation or the KV layout moved since its capture, the
+// step's KV length takes another decode attention family than the one it
+// recorded (decodeRouteStale), or a weight it reads was registered again
+// (a new devWeight, a new pointer). Weights it does not read are not
+// looked at.
 func (b *Backend) staleReason(e *captured) string {
 	if e.gen != b.pool.gen {
 		return fmt.Sprintf("pool generation %d, captured at %d", b.pool.gen, e.gen)
 	}
 	if e.kvStamp != b.kvStamp {
 		return fmt.Sprintf("KV layout stamp %d, captured at %d", b.kvStamp, e.kvStamp)
+	}
+	if why := decodeRouteStale(e.attnFam, e.attnNT, b.kvLen, b.lv, b.kvSpec.Format); why != "" {
+		return why
 	}
 	if e.reregistered == b.reregistered {
 		return "" // no name was registered again since the capture
@@ -109,7 +144,7 @@ func (b *Backend) staleReason(e *captured) string {
 type CaptureStats struct {
 	Captures      int  // graphs captured and instantiated
 	Replays       int  // BeginSplit calls answered by a replay
-	Invalidations int  // captured graphs dropped for a pool-generation or KV-layout change or a weight they read
+	Invalidations int  // captured graphs dropped for a pool-generation or KV-layout change, a weight they read or the decode route
 	Aborts        int  // capture windows aborted by a node error
 	Disabled      bool // graphs are off for this session
 	// DecodeCaptures and DecodeReplays are the part of Captures and
@@ -125,6 +160,10 @@ type CaptureStats struct {
 	// WeightInvalidations is the part of Invalidations caused by a weight
 	// the graph reads being registered again (staleReason).
 	WeightInvalidations int
+	// RouteInvalidations is the part caused by the KV length crossing
+	// MINFER_ATTN_DECODE_TC_FROM (decodeRouteStale): one a decode graph a
+	// crossing.
+	RouteInvalidations int
 }
 
 type capture struct {
@@ -141,6 +180,11 @@ type capture struct {
 	// used are the weights the recording's nodes resolved (b.weight), the
 	// captured graph's weights once it is captured.
 	used map[string]*devWeight
+	// attnFam and attnNT are the decode attention family the recording's
+	// attentions took and their token count (noteAttn), the captured
+	// graph's once it is captured.
+	attnFam string
+	attnNT  int
 
 	// windowHook, when set (tests), runs inside the capture window on the
 	// device thread, after the recorded launches were issued and before the
@@ -164,6 +208,7 @@ func (c *capture) beginKey(key graph.SplitKey) *captured {
 func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 	c := &b.cap
 	c.cur, c.recording, c.pending, c.used = nil, false, nil, nil
+	c.attnFam, c.attnNT = "", 0
 	if !c.enabled {
 		return false, nil
 	}
@@ -209,6 +254,9 @@ func (b *Backend) beginSplit(key graph.SplitKey) (bool, error) {
 		if strings.HasPrefix(stale, "weight ") {
 			c.stats.WeightInvalidations++
 		}
+		if strings.HasPrefix(stale, routeStale) {
+			c.stats.RouteInvalidations++
+		}
 	}
 	e.runs++
 	if e.runs > c.warmup && (e.nt <= 1 || c.prefillCapture) {
@@ -233,6 +281,15 @@ func (c *capture) noteNode(n *graph.Node) {
 		nt = n.Shape[1]
 	}
 	c.cur.nt = max(c.cur.nt, nt)
+}
+
+// noteAttn records, while a split is recorded, the decode attention
+// family its attention of nt tokens took (attnRoute): every attention of a
+// split reads the same window, so one note serves them all.
+func (c *capture) noteAttn(fam string, nt int) {
+	if c.recording && attnDecodeFamily(fam) {
+		c.attnFam, c.attnNT = fam, nt
+	}
 }
 
 // abandon drops a recording whose node failed its host-side check: nothing
@@ -311,7 +368,9 @@ func (b *Backend) fallBack(key graph.SplitKey, pending []func() error, cause err
 func (b *Backend) finishCapture() error {
 	c := &b.cap
 	e, key, pending, used := c.cur, c.key, c.pending, c.used
+	attnFam, attnNT := c.attnFam, c.attnNT
 	c.recording, c.pending, c.used = false, nil, nil
+	c.attnFam, c.attnNT = "", 0
 	hook := c.windowHook
 	var before map[string]int64
 	census := b.k.Census() != nil
@@ -367,6 +426,7 @@ func (b *Backend) finishCapture() error {
 		}
 		b.stage.synced()
 		e.exec, e.gen, e.kvStamp, e.weights, e.reregistered = x, b.pool.gen, b.kvStamp, used, b.reregistered
+		e.attnFam, e.attnNT = attnFam, attnNT
 		return b.timer.done()
 	})
 	if err != nil && nodeErr == nil && !launched {

@@ -213,6 +213,7 @@ func dsRunOn(t *testing.T, c dsCase, bes ...graph.Backend) ([]float32, []int, er
 			return nil, nil, err
 		}
 	}
+	pl.SetKVLength(c.start + c.nt) // as the engine's step does (the decode route by depth)
 	if err := pl.Run(); err != nil {
 		return nil, nil, err
 	}
@@ -1145,9 +1146,11 @@ func TestKVLayouts_WholeModelEveryFormatMatchesCPUWithinItsClass(t *testing.T) {
 	dsNeedDevice(t)
 	path := dsSynth(t, "qwen3-tiny", "F16")
 	// An A/B's arm B may route decode over an f16 cache to the tensor cores
-	// (MINFER_ATTN_DECODE_TC): that route is judged by its own class.
+	// (MINFER_ATTN_DECODE_TC): that route is judged by its own class (taken
+	// where any step's kv_len, at most the 128-cell context, reaches
+	// MINFER_ATTN_DECODE_TC_FROM).
 	lv := dsLevers(t)
-	tcDecode := attnFamily(1, lv, kv.F16) == attnDecodeTC
+	tcDecode := attnFamily(1, 128, lv, kv.F16) == attnDecodeTC
 	for _, f := range []string{"f32", "f16", "q8_0"} {
 		dev := dsSteps(t, dsEngine(t, path, "cuda", 128, "MINFER_CACHE_TYPE="+f), 4)
 		host := dsSteps(t, dsEngine(t, path, "cpu", 128, "MINFER_CACHE_TYPE="+f), 4)

@@ -239,13 +239,15 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	// first time a launch splits: a prefill's last chunk may be short
 	// enough to split, so any prefill through them counts it.
 	// The decode and prefill tensor-core kernels share one (attnTCScratch).
-	tc := nt >= AttnPrefillMinNT && attnFamily(nt, b.lv, p.KVFormat) == attnPrefillTC
-	switch attnFamily(1, b.lv, p.KVFormat) {
-	case attnDecode2:
+	// A route by depth (MINFER_ATTN_DECODE_TC_FROM inside the context)
+	// holds both decode families' scratch from its first decode step
+	// (attnRoute): the lean kernel's and the partials.
+	tc := nt >= AttnPrefillMinNT && attnFamily(nt, nt, b.lv, p.KVFormat) == attnPrefillTC
+	lean, decTC := attnDecodeFamilies(1, p.NCtx, b.lv, p.KVFormat)
+	if lean {
 		attn, err = AttnDecode2ScratchBytes(ap, p.KVFormat)
-	case attnDecodeTC:
-		tc = true
 	}
+	tc = tc || decTC
 	if tc {
 		attn += AttnPrefillTCScratchBytes(p.HeadDim, sms)
 	}

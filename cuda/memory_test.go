@@ -256,3 +256,36 @@ func TestPlan_ScratchCountsTheTensorCorePartials(t *testing.T) {
 		}
 	}
 }
+
+// TestPlan_ScratchHoldsBothDecodeFamiliesWhereTheRouteCanTakeEither: with
+// the tensor-core decode routed by depth and its threshold inside the
+// context, the plan counts the lean kernel's scratch and the tensor-core
+// partials together (attnRoute holds both from the first decode step, so
+// the crossing allocates nothing); from FROM=0 the partials alone, past
+// the context the lean scratch alone. The FMA prefill tiles keep the
+// prefill's partials out of the sums.
+func TestPlan_ScratchHoldsBothDecodeFamiliesWhereTheRouteCanTakeEither(t *testing.T) {
+	tc := uint64(AttnPrefillTCScratchBytes(128, planSMs))
+	d2, err := AttnDecode2ScratchBytes(AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}, kv.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_FA_PREFILL_TC=0").Scratch // with d2
+	for _, c := range []struct {
+		from string
+		want uint64
+	}{
+		{"", lean + tc}, // the default, 8192
+		{"32768", lean + tc},
+		{"0", lean - uint64(d2) + tc},
+		{"32769", lean},
+	} {
+		settings := []string{"MINFER_FA_PREFILL_TC=0", "MINFER_ATTN_DECODE_TC=1"}
+		if c.from != "" {
+			settings = append(settings, "MINFER_ATTN_DECODE_TC_FROM="+c.from)
+		}
+		if got := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, settings...).Scratch; got != c.want {
+			t.Errorf("FROM %q: scratch %d, want %d (lean decode %d, its scratch %d, the partials %d)", c.from, got, c.want, lean, d2, tc)
+		}
+	}
+}

@@ -64,6 +64,7 @@ func greedyPrompts(cfg Config) []harness.Prompt {
 
 // Greedy is gate 2.
 func Greedy(ctx context.Context, cfg Config, env *Env) Result {
+	cfg = forGate(cfg, GateGreedy) // a path routed by depth runs from the first KV cell here
 	res := Result{Gate: GateGreedy, Defends: Defends(GateGreedy)}
 	tol := greedyTol(cfg)
 	d := &GreedyDetail{N: cfg.GenN, MarginBar: tol.MarginBar, CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: cfg.B}}

@@ -466,6 +466,7 @@ type ParityDetail struct {
 
 // Parity is gate 1.
 func Parity(ctx context.Context, cfg Config, env *Env) Result {
+	cfg = forGate(cfg, GateParity) // a path routed by depth runs from the first KV cell here
 	res := Result{Gate: GateParity, Defends: Defends(GateParity)}
 	d := &ParityDetail{IDs: map[int][]int32{}, Tolerance: cfg.Tol, GraphTol: cfg.GraphTol, GraphGap: cfg.GraphGap, RefDevice: "cpu",
 		CensusA: ArmEvidence{Arm: cfg.A}, CensusB: ArmEvidence{Arm: cfg.B}}

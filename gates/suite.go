@@ -473,6 +473,7 @@ func suiteEnv(cfg Config, b map[string]string) map[string]string {
 // Suite is gate 4: the project's test binaries of the backend and lever
 // (build stamp checked) run serially with arm B's lever settings.
 func Suite(ctx context.Context, cfg Config, env *Env) Result {
+	cfg = forGate(cfg, GateSuite) // a path routed by depth runs from the first KV cell here
 	res := Result{Gate: GateSuite, Defends: Defends(GateSuite)}
 	if cfg.SuiteDeferredTo != "" {
 		res.Status, res.DeferredTo = Skip, cfg.SuiteDeferredTo

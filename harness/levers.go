@@ -77,12 +77,15 @@ func (l Lever) Rule(backend string) *PathRule {
 }
 
 // Pin is a setting of another lever that a run of a lever fixes in both
-// arms because the lever's path needs it: a Requires entry, or the KV cache
-// format its rule reads (Needs.KVCache).
+// arms because the lever's path needs it: a Requires entry, the KV cache
+// format its rule reads (Needs.KVCache), or, in the correctness gates
+// only, the setting under which a path routed by depth runs from the first
+// KV cell (Needs.AnyDepth).
 type Pin struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
-	// By is the declaration that pins it: PinRequires or PinKVCache.
+	// By is the declaration that pins it: PinRequires, PinKVCache or
+	// PinAnyDepth.
 	By string `json:"by"`
 	// Why says so in a phrase, for a refusal and the report.
 	Why string `json:"why"`
@@ -92,6 +95,9 @@ type Pin struct {
 const (
 	PinRequires = "requires" // levers.Lever.Requires
 	PinKVCache  = "kv_cache" // the backend's rule's Needs.KVCache
+	// PinAnyDepth: the backend's rule's Needs.AnyDepth, pinned in the
+	// correctness gates only (gates.AnyDepthGate), never in the A/B.
+	PinAnyDepth = "any_depth"
 )
 
 // CacheTypeLever is the lever whose value a rule's Needs.KVCache pins.
@@ -102,9 +108,12 @@ const CacheTypeLever = "MINFER_CACHE_TYPE"
 // the backend's rule declares the format its path reads, so that every arm
 // process (and the CPU reference, built from arm A's settings) runs where
 // the path can: a model's auto cache may be another format (the trained
-// correctness models' f32). A Requires entry that does not parse is
-// returned as it is (Name the whole entry, Value ""), for the caller to
-// refuse.
+// correctness models' f32). Last, the rule's Needs.AnyDepth (PinAnyDepth):
+// the setting under which a path routed by depth runs from the first KV
+// cell, which the gates apply where they run the correctness models' short
+// contexts and not where they time the declared workload. A Requires or
+// any_depth entry that does not parse is returned as it is (Name the whole
+// entry, Value ""), for the caller to refuse.
 func (l Lever) Pins(backend string) []Pin {
 	var out []Pin
 	for _, r := range l.Requires {
@@ -115,6 +124,11 @@ func (l Lever) Pins(backend string) []Pin {
 		kc := r.Needs.KVCache
 		out = append(out, Pin{Name: CacheTypeLever, Value: kc, By: PinKVCache,
 			Why: fmt.Sprintf("%s's path runs only over a KV cache of %s (its %s liveness rule needs kv_cache %s)", l.Name, kc, backend, kc)})
+	}
+	if r := l.Rule(backend); r != nil && r.Needs.AnyDepth != "" {
+		name, v, _ := strings.Cut(r.Needs.AnyDepth, "=")
+		out = append(out, Pin{Name: name, Value: v, By: PinAnyDepth,
+			Why: fmt.Sprintf("%s's path is routed by depth and runs from the first KV cell only with %s=%s, while the correctness gates' models run short contexts (its %s liveness rule's any_depth)", l.Name, name, v, backend)})
 	}
 	return out
 }

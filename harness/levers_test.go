@@ -86,26 +86,30 @@ func TestParseTolerance_F16GEMMLeversDeclareBvsExactAt001(t *testing.T) {
 	}
 }
 
-// `minfer levers --json` carries a rule's KV cache need (needs.kv_cache),
-// and Pins turns a lever's declaration into the settings a run fixes in
-// both arms: its Requires, then MINFER_CACHE_TYPE where the run's backend's
-// rule reads one format; a rule of another backend pins nothing. The
+// `minfer levers --json` carries a rule's KV cache need (needs.kv_cache)
+// and its any_depth setting (needs.any_depth), and Pins turns a lever's
+// declaration into the settings a run fixes: its Requires, then
+// MINFER_CACHE_TYPE where the run's backend's rule reads one format, then
+// the any_depth setting (By any_depth, its Why naming the correctness
+// gates' short contexts); a rule of another backend pins nothing. The
 // engine's registry, printed as minfer prints it, gives
-// MINFER_ATTN_DECODE_TC its f16 cache on CUDA.
-func TestLever_PinsAreRequiresAndTheKVCacheTheBackendsRuleReads(t *testing.T) {
+// MINFER_ATTN_DECODE_TC its f16 cache and MINFER_ATTN_DECODE_TC_FROM=0 on
+// CUDA.
+func TestLever_PinsAreRequiresTheKVCacheAndTheAnyDepthSettingTheBackendsRuleReads(t *testing.T) {
 	data := []byte(`[{"name":"MINFER_X","kind":"opt-in","backend":"any","arm_a":"0","arm_b":"1","requires":["MINFER_Y=0"],
-		"liveness":{"on":"1","cuda":{"census":["minfer_x_*"],"needs":{"max_nt":8,"kv_cache":"f16"}},"cpu":{"census":["cpu_x"],"needs":{}},"why":"w"}}]`)
+		"liveness":{"on":"1","cuda":{"census":["minfer_x_*"],"needs":{"max_nt":8,"kv_cache":"f16","any_depth":"MINFER_X_FROM=0"}},"cpu":{"census":["cpu_x"],"needs":{}},"why":"w"}}]`)
 	ls, err := ParseLevers(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := ls[0]
-	if got := x.Rule("cuda").Needs.KVCache; got != "f16" {
-		t.Fatalf("needs.kv_cache read as %q", got)
+	if got := x.Rule("cuda").Needs; got.KVCache != "f16" || got.AnyDepth != "MINFER_X_FROM=0" {
+		t.Fatalf("needs read as %+v", got)
 	}
 	cuda, cpu := x.Pins("cuda"), x.Pins("cpu")
-	if len(cuda) != 2 || cuda[0].Name != "MINFER_Y" || cuda[0].Value != "0" || cuda[0].By != PinRequires ||
-		cuda[1].Name != CacheTypeLever || cuda[1].Value != "f16" || cuda[1].By != PinKVCache || !strings.Contains(cuda[1].Why, "MINFER_X's path runs only over a KV cache of f16") {
+	if len(cuda) != 3 || cuda[0].Name != "MINFER_Y" || cuda[0].Value != "0" || cuda[0].By != PinRequires ||
+		cuda[1].Name != CacheTypeLever || cuda[1].Value != "f16" || cuda[1].By != PinKVCache || !strings.Contains(cuda[1].Why, "MINFER_X's path runs only over a KV cache of f16") ||
+		cuda[2].Name != "MINFER_X_FROM" || cuda[2].Value != "0" || cuda[2].By != PinAnyDepth || !strings.Contains(cuda[2].Why, "the correctness gates' models run short contexts") {
 		t.Errorf("cuda pins %+v", cuda)
 	}
 	if len(cpu) != 1 || cpu[0].Name != "MINFER_Y" {
@@ -119,6 +123,9 @@ func TestLever_PinsAreRequiresAndTheKVCacheTheBackendsRuleReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(string(b), `"any_depth":"MINFER_ATTN_DECODE_TC_FROM=0"`) {
+		t.Error("levers --json carries no any_depth")
+	}
 	if ls, err = ParseLevers(b); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +133,8 @@ func TestLever_PinsAreRequiresAndTheKVCacheTheBackendsRuleReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := tc.Pins("cuda"); len(p) != 2 || p[1] != (Pin{Name: "MINFER_CACHE_TYPE", Value: "f16", By: PinKVCache, Why: p[1].Why}) {
-		t.Errorf("MINFER_ATTN_DECODE_TC's cuda pins %+v: want its Requires, then MINFER_CACHE_TYPE=f16", p)
+	if p := tc.Pins("cuda"); len(p) != 3 || p[1] != (Pin{Name: "MINFER_CACHE_TYPE", Value: "f16", By: PinKVCache, Why: p[1].Why}) ||
+		p[2] != (Pin{Name: "MINFER_ATTN_DECODE_TC_FROM", Value: "0", By: PinAnyDepth, Why: p[2].Why}) {
+		t.Errorf("MINFER_ATTN_DECODE_TC's cuda pins %+v: want its Requires, then MINFER_CACHE_TYPE=f16, then MINFER_ATTN_DECODE_TC_FROM=0", p)
 	}
 }

@@ -268,7 +268,11 @@ func envSection(b *strings.Builder, rec *gates.Record) {
 		if v, ok := e.Pinned[k]; ok {
 			a, bb = v+" (pinned)", v+" (pinned)"
 		}
-		if p, ok := pins[k]; ok && a == p.Value && bb == p.Value {
+		if p, ok := pins[k]; ok && p.By == harness.PinAnyDepth {
+			// Not in the arms' settings: the gates that apply it say so.
+			on, _ := anyDepthGates(rec)
+			a, bb = fmt.Sprintf("%s (%s in %s: any_depth)", a, p.Value, on), fmt.Sprintf("%s (%s in %s: any_depth)", bb, p.Value, on)
+		} else if ok && a == p.Value && bb == p.Value {
 			a, bb = a+" ("+pinLabel(p)+")", bb+" ("+pinLabel(p)+")"
 		}
 		lr = append(lr, []string{k, a, bb})
@@ -294,16 +298,50 @@ func pinLabel(p harness.Pin) string {
 	return "pinned: required"
 }
 
+// anyDepthGates names the run's gates that apply the lever's any_depth
+// pins (gates.AnyDepthGate) and those that do not, each as "a, b and c"
+// ("no gate of this run" when none).
+func anyDepthGates(rec *gates.Record) (on, off string) {
+	var yes, no []string
+	for _, g := range rec.Config.Gates {
+		if gates.AnyDepthGate(g) {
+			yes = append(yes, g)
+		} else {
+			no = append(no, g)
+		}
+	}
+	return andList(yes), andList(no)
+}
+
+// andList joins names as "a", "a and b", "a, b and c".
+func andList(xs []string) string {
+	switch len(xs) {
+	case 0:
+		return "no gate of this run"
+	case 1:
+		return xs[0]
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
+}
+
 // PinsLine states, under the lever's description, the settings pinned in
-// both arms because the lever's path needs them: its Requires and the KV
-// cache format its rule reads. They are part of the lever's declaration,
-// not deviations; "" when there are none.
+// both arms because the lever's path needs them: its Requires, the KV
+// cache format its rule reads, and a path routed by depth's any_depth
+// setting with the gates that applied it. They are part of the lever's
+// declaration, not deviations; "" when there are none.
 func PinsLine(rec *gates.Record) string {
 	var parts []string
 	for _, p := range runPins(rec) {
 		why := p.Why
 		if p.By == harness.PinKVCache {
 			why += "; not in the device suite, whose tests choose their caches"
+		}
+		if p.By == harness.PinAnyDepth {
+			on, off := anyDepthGates(rec)
+			why += "; applied in " + on
+			if off != andList(nil) {
+				why += "; not in " + off + ", which run the route as users get it at the run's workload"
+			}
 		}
 		parts = append(parts, fmt.Sprintf("%s=%s (%s)", p.Name, p.Value, why))
 	}

@@ -34,13 +34,15 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qrn qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtr qrn qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
     [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
-    # dtc0: the same lever at depth 0 (its declared workload is depth 32128; a default must not cost short contexts)
+    # dtc0: the same lever at depth 0 (its declared workload is depth 32128; a default must not cost short contexts).
+    # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 8192), arm B runs the lean kernels at depth 0, so this
+    # A/B's ab and profile liveness fail there by design; qtr times the route from depth 0 instead.
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
     # rnq: at the defaults (the folded norms it requires are on by default since 16da0c9; a --with of
     # them failed arm B's liveness in session 31: this lever replaces minfer_rms_norm_q8_1)
@@ -70,10 +72,12 @@ NCU_RUNS=(
     "ncug|ncu-gemm16-d0|MINFER_NO_PREFILL_CAPTURE=1|minfer_gemm16_q8_0r|20|3|-p 512 -n 0 -d 32128"
     "ncut|ncu-prefill-tc-d32128|MINFER_NO_PREFILL_CAPTURE=1|minfer_attn_prefill_tc_hd128|28|3|-p 512 -n 0 -d 32128"
     "ncud2|ncu-decode2l-d32128|MINFER_NO_CUDA_GRAPH=1|minfer_attn_decode2l_hd128_f16|56|2|-p 0 -n 4 -d 32128"
-    "ncudt|ncu-decode-tc-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1|minfer_attn_decode_tc_|112|4|-p 0 -n 4 -d 32128"
+    # ncudt / ncudt0 (and the quick benches' tc arms): MINFER_ATTN_DECODE_TC_FROM=0, the tensor-core kernel at
+    # every depth, not only from the route's threshold
+    "ncudt|ncu-decode-tc-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0|minfer_attn_decode_tc_|112|4|-p 0 -n 4 -d 32128"
     # ncudt0: the same at depth 0, where one split a KV head does one tile and took ~14 us a launch (session 31's
     # op timing) against ~2 us for the lean kernel: its stall reasons say what one warp waits on
-    "ncudt0|ncu-decode-tc-d0|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1|minfer_attn_decode_tc_|112|4|-p 0 -n 4"
+    "ncudt0|ncu-decode-tc-d0|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0|minfer_attn_decode_tc_|112|4|-p 0 -n 4"
 )
 # Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
 # STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
@@ -94,11 +98,12 @@ QB_RUNS=(
     "qb|qwen2-7b-Q8_0|mmq=MINFER_ONE_COPY=0|f16=MINFER_ONE_COPY=1"
     "qbk|qwen2-7b-Q4_K_M|mmq=MINFER_MMQ_F16_KQ=0|kq=MINFER_MMQ_F16_KQ=1"
     "qg|qwen2-7b-Q8_0|lean="
-    "qt|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
-    "qt0|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
-    "qtm|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
-    "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
-    "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1"
+    "qt|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qt0|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qtm|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qtr|qwen2-7b-Q8_0|lean=MINFER_LAUNCH_CENSUS=1|route=MINFER_ATTN_DECODE_TC=1 MINFER_LAUNCH_CENSUS=1"
     "qrn|qwen2-7b-Q8_0|off=|resn=MINFER_FUSE_RES_NORM_Q8=1"
 )
 # A quick bench's minfer bench arguments where not pp512 (qg: decode at depth at the defaults, the lean decode
@@ -106,9 +111,13 @@ QB_RUNS=(
 # qt / qt0 / qtm: the tensor-core decode attention (MINFER_ATTN_DECODE_TC) beside the lean one at depth 32128, 0
 # and 4096 (where two tiles a split leave 132 one-warp blocks); qt8 / qt16 at 8192 and 16384, all at context 32768:
 # where the two cross (session 31, H100: TC -10% at depth 0, -2.7% at 4096, +11% at 32128; a linear fit puts the
-# crossing near 9,000 cells), the depth from which a route by depth would take the tensor cores.
+# crossing near 9,000 cells), from which MINFER_ATTN_DECODE_TC_FROM (provisional default 8192) is to be set. Their
+# tc arms set MINFER_ATTN_DECODE_TC_FROM=0: the tensor-core kernel at every depth, whatever the route's threshold.
+# qtr: the route as users get it (MINFER_ATTN_DECODE_TC=1 at the default threshold) from depth 0, tg128 at context
+# 32768 as qt0: it should equal lean, and its census (both arms count launches, on stderr in the .out files) show
+# no decode_tc launch below the threshold.
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768" [qt]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
-    [qt0]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
+    [qt0]="-p 0 -n 128 -c 32768" [qtr]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
     [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768"
     [qrn]="-p 0 -n 128 -c 4096")
 # qrn: RES_NORM_Q8 on the 7B, whose 3584-value row costs its resn tail four batches of loads a phase where the
@@ -313,7 +322,7 @@ for step in "${STEP_LIST[@]}"; do
     case $step in
     kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qrn) qb_step $step ;;
+    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtr | qrn) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)

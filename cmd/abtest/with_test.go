@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -82,5 +83,58 @@ func TestRun_KVCacheNeedRunsEveryArmOnThatCacheAndAnotherWithIsRefused(t *testin
 		if c := run([]string{"run", "--minfer", bin, "--out", t.TempDir(), "--lever", "MINFER_NO_FUSE_QKV", "--gates", "parity", "--with", w}); c != 2 {
 			t.Errorf("--with %s: exit %d, want 2", w, c)
 		}
+	}
+}
+
+// A lever whose path is routed by depth declares the setting under which it
+// runs from the first KV cell (its rule's needs.any_depth). The correctness
+// gates (parity, greedy, the suite) run every arm process with it, since
+// their models' short contexts would never reach the path; the A/B and the
+// profile gate run the arms as declared, at the workload where users meet
+// the route. The arms' settings do not carry it; the report states the pin
+// under the lever's description with the gates that applied it and marks
+// it in the lever table, not as a deviation. (A harmless stand-in here:
+// MINFER_DRAFT_N=3 as MINFER_CACHE_TYPE's any_depth.)
+func TestRun_AnyDepthPinAppliesInTheCorrectnessGatesOnlyAndTheReportSaysWhere(t *testing.T) {
+	bin := fakeMinfer(t)
+	t.Setenv("FAKEMINFER_ANYDEPTH", "MINFER_CACHE_TYPE=MINFER_DRAFT_N=3")
+	code, rec := runAbtest(t, bin, "--lever", "MINFER_CACHE_TYPE=f16", "--rounds", "5", "--device", "cpu", "--suite-bin", filepath.Join(projectTestBins(t), "*.test"))
+	if code == 2 || len(rec.Gates) != 5 {
+		t.Fatalf("exit %d: %s", code, rec.VerdictLine)
+	}
+	if _, ok := rec.Config.A.Env["MINFER_DRAFT_N"]; ok || rec.Config.B.Env["MINFER_DRAFT_N"] != "" || len(rec.Config.Deviations) != 0 {
+		t.Errorf("arms %v / %v, deviations %v: the pin is no arm setting and no deviation", rec.Config.A.Env, rec.Config.B.Env, rec.Config.Deviations)
+	}
+	pinned := map[string]bool{}
+	for _, c := range rec.Reproduce {
+		key, cmd, _ := strings.Cut(c, "\n")
+		pinned[strings.TrimPrefix(key, "# ")] = strings.Contains(cmd, "MINFER_DRAFT_N=3")
+	}
+	for key, want := range map[string]bool{
+		"parity: arm A logits": true, "parity: arm B logits": true, "greedy: arm A": true, "greedy: arm B": true,
+		"ab: timed round, arm A": false, "ab: timed round, arm B": false, "profile: launch census arm A": false, "profile: launch census arm B": false,
+	} {
+		if got, ok := pinned[key]; !ok || got != want {
+			t.Errorf("%s: recorded %v, carries the pin %v; want %v", key, ok, got, want)
+		}
+	}
+	if s := gateOf(rec, gates.GateSuite).Suite; s == nil || s.Env["MINFER_DRAFT_N"] != "3" || s.Env["MINFER_CACHE_TYPE"] != "f16" {
+		t.Errorf("suite: %+v, want arm B's settings and the pin", s)
+	}
+	if p := gateOf(rec, gates.GateParity).Parity; p == nil || p.CensusB.Arm.Env["MINFER_DRAFT_N"] != "3" {
+		t.Errorf("parity's arm B evidence does not carry the pin")
+	}
+	md := report.Markdown(rec, nil)
+	for _, want := range []string{
+		"MINFER_DRAFT_N=3 (MINFER_CACHE_TYPE's path is routed by depth and runs from the first KV cell only with MINFER_DRAFT_N=3, while the correctness gates' models run short contexts",
+		"; applied in parity, greedy and suite; not in ab and profile, which run the route as users get it at the run's workload)",
+		"4 (3 in parity, greedy and suite: any_depth)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report does not say %q", want)
+		}
+	}
+	if strings.Contains(md, "Deviations from the registry") {
+		t.Error("the pin is reported as a deviation")
 	}
 }

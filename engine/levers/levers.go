@@ -265,6 +265,13 @@ type Needs struct {
 	// rule of the engine: the lever set beside another cache (or auto) just
 	// leaves that cache's attention as it was.
 	KVCache string `json:"kv_cache,omitempty"`
+	// AnyDepth: NAME=VALUE, the setting under which the path runs from the
+	// first KV cell (MINFER_ATTN_DECODE_TC_FROM=0): a path routed by depth
+	// never runs on the correctness gates' models, whose contexts are
+	// short, so abtest pins it in the correctness gates (parity, greedy,
+	// the suite) and not in the A/B, which times the route as users get
+	// it at the declared workload.
+	AnyDepth string `json:"any_depth,omitempty"`
 }
 
 // NTRuns reports whether a forward of nt tokens can run the path.
@@ -569,15 +576,25 @@ var registry = []Lever{
 	{Name: "MINFER_ATTN_DECODE_TC", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (tensor cores)", Issue: "#20",
 		Doc: "1: decode attention (nt <= 8) over an f16 KV cache (7B-class models' auto cache; an f32 or q8_0 cache stays on the lean kernels) on the tensor cores (minfer_attn_decode_tc_*): the tensor-core prefill kernel's body with a block of one warp and 16 rows, the G query heads of a KV head padded, so one K / V tile staged in shared memory (cp.async) serves the whole group through mma.sync; the grid's splits fill one wave, the filled range activates those it needs (2+ tiles of 64 cells each); " +
 			"minfer_attn_decode_tc_combine merges the splits (4 warps a row, their loads in flight together) and writes the Q8_1 row under MINFER_FUSE_ATTN_Q8; Q, K, V and P rounded to f16. " +
-			"Opt-in: its A/B passed all five gates at depth 32128 (H100, tg128 +11.2%), but at depth 0 it is ~10% slower than the lean kernels (one warp a KV head in series over the few tiles there) (reports/MINFER_ATTN_DECODE_TC)",
+			"Opt-in: its A/B passed all five gates at depth 32128 (H100, tg128 +11.2%), but at depth 0 it is ~10% slower than the lean kernels (one warp a KV head in series over the few tiles there) (reports/MINFER_ATTN_DECODE_TC). " +
+			"So it routes by depth: a step whose attention reads at least MINFER_ATTN_DECODE_TC_FROM KV cells (its window's kv_len) takes the tensor cores, a shorter one the lean kernels; a captured decode graph is re-captured when the route changes side",
 		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
 		Requires: []string{"MINFER_NO_SPLITK_ATTN=0"},
 		// The path reads an f16 cache only: the trained correctness models'
 		// auto cache is f32, so abtest pins MINFER_CACHE_TYPE=f16 in both
 		// arms (Needs.KVCache). Not a Requires entry: with auto (f16 for
 		// the 7B) the engine must not refuse the lever.
-		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on; off, minfer_attn_decode2*",
-			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8, KVCache: "f16"})},
+		// The route by depth takes the path only from MINFER_ATTN_DECODE_TC_FROM
+		// cells, which the correctness models' short contexts never reach:
+		// their gates pin it to 0 (Needs.AnyDepth); the A/B keeps the default.
+		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on (from MINFER_ATTN_DECODE_TC_FROM KV cells; the correctness gates pin it to 0); off, minfer_attn_decode2*",
+			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8, KVCache: "f16", AnyDepth: "MINFER_ATTN_DECODE_TC_FROM=0"})},
+	// Provisional: the crossing of session 31's fit from three depths on the
+	// H100 (lean 42 ns a cell a token above 4096, tensor cores 18, ~9,000
+	// cells); the drive's qt8 / qt16 benches are to set it.
+	{Name: "MINFER_ATTN_DECODE_TC_FROM", Kind: Int, Default: "8192", Values: []string{"<cells>"}, Backend: "cuda", Path: "decode attention (tensor cores): route by depth", Issue: "#20",
+		Doc: "with MINFER_ATTN_DECODE_TC=1, the KV length (cells a step's attention reads: its window's start + nt) from which decode attention (nt <= 8) over an f16 cache runs the tensor-core kernels; below it the lean kernels (minfer_attn_decode2*). 0: always the tensor cores. " +
+			"Default provisional: the crossing of session 31's fit (~9,000 cells on the H100, reports/MINFER_ATTN_DECODE_TC), to be set from the drive's qt8 / qt16 benches"},
 	{Name: "MINFER_FUSE_ATTN_Q8", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode attention + the o-projection's activation quantization -> one AttnMatMulAdd node (CUDA)", Issue: "#20",
 		Doc: "0: the decode attention before the o-projection writes an f32 row that a separate minfer_quantize_q8_1 launch quantizes, instead of writing its Q8_1 quantization directly (minfer_attn_decode2q_*: the lean form at head_dim 64 / 128) for the o-projection's residual matvec to read: one launch a layer more, bitwise the same bytes. " +
 			"At its default it yields to a setting its Requires exclude; set to 1 with one it is refused. " +
@@ -851,6 +868,7 @@ type Config struct {
 	FuseNormQ8       bool // MINFER_FUSE_NORM_Q8: the decode norm writes Q8_1
 	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
 	AttnDecodeTC     bool // MINFER_ATTN_DECODE_TC: decode attention on the tensor cores
+	AttnDecodeTCFrom int  // MINFER_ATTN_DECODE_TC_FROM: the tensor cores from this many KV cells (0: always)
 	FuseResNormQ8    bool // MINFER_FUSE_RES_NORM_Q8: the residual matvec writes the next norm's Q8_1
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
@@ -1009,6 +1027,8 @@ func Parse(environ []string) (Config, error) {
 	c.FuseResidual = optOut("MINFER_FUSE_RESIDUAL")
 	c.FuseAttnQ8 = yields("MINFER_FUSE_ATTN_Q8")
 	c.AttnDecodeTC = on("MINFER_ATTN_DECODE_TC")
+	// Validate refused what is no count of cells; unset, the registry's default.
+	c.AttnDecodeTCFrom, _ = strconv.Atoi(c.Value("MINFER_ATTN_DECODE_TC_FROM"))
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
 	c.FuseResNormQ8 = on("MINFER_FUSE_RES_NORM_Q8")
 	c.MMVQQKVMixed = on("MINFER_MMVQ_QKV_MIXED")

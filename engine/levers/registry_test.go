@@ -94,6 +94,7 @@ func registryProblems(l Lever) []string {
 			bad = append(bad, "needs MaxNT < MinNT")
 		}
 		bad = append(bad, kvCacheProblems(l, r.rule.Needs.KVCache)...)
+		bad = append(bad, anyDepthProblems(l, r.rule.Needs.AnyDepth)...)
 		for _, p := range slices.Concat(r.rule.Census, r.rule.OffCensus) {
 			// spec_* names are the speculative decoder's counts, on
 			// either backend (CensusSpec*); kernels_* where the CUDA
@@ -132,6 +133,26 @@ func kvCacheProblems(l Lever, kc string) []string {
 		}
 	}
 	return bad
+}
+
+// anyDepthProblems: a rule's any_depth setting is NAME=VALUE of another
+// lever that takes VALUE, never one its Requires pin otherwise (abtest pins
+// it in the correctness gates beside them).
+func anyDepthProblems(l Lever, ad string) []string {
+	if ad == "" {
+		return nil
+	}
+	name, v, ok := strings.Cut(ad, "=")
+	o, found := Lookup(name)
+	if !ok || !found || name == l.Name || o.Validate(v) != nil {
+		return []string{fmt.Sprintf("any_depth %q: want NAME=VALUE of another lever, a value it takes", ad)}
+	}
+	for _, r := range l.Requires {
+		if rn, rv, _ := strings.Cut(r, "="); rn == name && rv != v {
+			return []string{fmt.Sprintf("any_depth %s but requires %s", ad, r)}
+		}
+	}
+	return nil
 }
 
 // typedPatternProblems: a pattern that ends in a weight type (".._q8_0",
@@ -369,5 +390,49 @@ func TestRegistry_KVCacheNeedIsAFormatOfTheCacheLever(t *testing.T) {
 	ct.Liveness = &x
 	if p := registryProblems(ct); len(p) == 0 {
 		t.Error("the cache lever declaring a kv_cache need accepted")
+	}
+}
+
+// MINFER_ATTN_DECODE_TC_FROM is a count of KV cells (an Int lever like
+// MINFER_DRAFT_N): unset it is the registry's provisional 8192, set it is
+// what it says, 0 included (always the tensor cores); a negative, a
+// fraction, a word or nothing is refused with one error naming it. The
+// tensor-core decode's CUDA rule declares it at 0 as the setting under
+// which the path runs from the first KV cell (needs.any_depth), and the
+// registry check refuses an any_depth that names no lever, the lever
+// itself, a value the lever refuses or one against a Requires pin.
+func TestRegistry_AttnDecodeTCFromIsACellCountAndTheAnyDepthSetting(t *testing.T) {
+	l, ok := Lookup("MINFER_ATTN_DECODE_TC_FROM")
+	if !ok || l.Kind != Int || l.Default != "8192" || l.Backend != "cuda" || l.Issue != "#20" || !strings.Contains(l.Doc, "provisional") {
+		t.Fatalf("MINFER_ATTN_DECODE_TC_FROM: %+v", l)
+	}
+	if c := Default(); c.AttnDecodeTCFrom != 8192 || c.AttnDecodeTC {
+		t.Errorf("defaults: from %d, tensor cores %v; want 8192, off", c.AttnDecodeTCFrom, c.AttnDecodeTC)
+	}
+	for v, want := range map[string]int{"0": 0, "48": 48, "32768": 32768} {
+		if c, err := Parse([]string{"MINFER_ATTN_DECODE_TC_FROM=" + v}); err != nil || c.AttnDecodeTCFrom != want {
+			t.Errorf("MINFER_ATTN_DECODE_TC_FROM=%s: %d, %v; want %d", v, c.AttnDecodeTCFrom, err, want)
+		}
+	}
+	for _, v := range []string{"-1", "1.5", "deep", "", "8k"} {
+		_, err := Parse([]string{"MINFER_ATTN_DECODE_TC_FROM=" + v})
+		if err == nil || !strings.Contains(err.Error(), "MINFER_ATTN_DECODE_TC_FROM") || !strings.Contains(err.Error(), "non-negative integer") {
+			t.Errorf("MINFER_ATTN_DECODE_TC_FROM=%q: %v, want the refusal naming it", v, err)
+		}
+	}
+	tc, _ := Lookup("MINFER_ATTN_DECODE_TC")
+	if tc.Liveness == nil || tc.Liveness.CUDA == nil || tc.Liveness.CUDA.Needs.AnyDepth != "MINFER_ATTN_DECODE_TC_FROM=0" {
+		t.Fatalf("MINFER_ATTN_DECODE_TC's CUDA rule: %+v, want any_depth MINFER_ATTN_DECODE_TC_FROM=0", tc.Liveness)
+	}
+	if !strings.Contains(tc.Doc, "MINFER_ATTN_DECODE_TC_FROM") {
+		t.Error("MINFER_ATTN_DECODE_TC's doc does not say it routes by depth from MINFER_ATTN_DECODE_TC_FROM")
+	}
+	if c, err := Parse([]string{"MINFER_ATTN_DECODE_TC=1", tc.Liveness.CUDA.Needs.AnyDepth}); err != nil || c.AttnDecodeTCFrom > 1 {
+		t.Errorf("the any_depth setting parses to from %d, %v: want the first cell", c.AttnDecodeTCFrom, err)
+	}
+	for _, ad := range []string{"MINFER_ATTN_DECODE_TC_FROM=-1", "MINFER_NOPE=0", "MINFER_ATTN_DECODE_TC=1", "MINFER_ATTN_DECODE_TC_FROM", "MINFER_NO_SPLITK_ATTN=1"} {
+		if p := anyDepthProblems(tc, ad); len(p) == 0 {
+			t.Errorf("any_depth %q accepted", ad)
+		}
 	}
 }

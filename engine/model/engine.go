@@ -440,6 +440,9 @@ func (e *Engine) step(dst []float32, tokens []int32, allLogits bool) ([]float32,
 	if err := pl.WriteI32(g.KVWindow, e.window[:]); err != nil {
 		return nil, err
 	}
+	// The same kv_len on the host, for a backend that routes by it (the
+	// CUDA decode attention's tensor cores from MINFER_ATTN_DECODE_TC_FROM).
+	pl.SetKVLength(int(e.window[1]))
 	run := pl.Run
 	if e.opts.Levers.GraphDump {
 		run = func() error { return pl.RunInstrumented(e.dumpNode) }

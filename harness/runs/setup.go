@@ -338,7 +338,9 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 	// requires, and the KV cache format its rule on this backend reads
 	// (harness.Lever.Pins), so that every gate's arm processes, the CPU
 	// reference (arm A's settings) and the device suite run where the path
-	// runs.
+	// runs. An any_depth pin is checked here like them but kept out of the
+	// arms' settings: the gates apply it in the correctness gates alone
+	// (gates.AnyDepthGate), so the A/B times the route as users get it.
 	pins := lv.Pins(backend)
 	for _, p := range pins {
 		other, err := harness.FindLever(s.levers, p.Name)
@@ -356,6 +358,9 @@ func (s *setup) config(f *Options, spec, baseline string) (gates.Config, error) 
 		}
 		if old, ok := cfg.A.Env[p.Name]; ok && old != p.Value {
 			return cfg, CannotRun("%s, and %s=%s is pinned too", p.Why, p.Name, old)
+		}
+		if p.By == harness.PinAnyDepth {
+			continue
 		}
 		cfg.A.Env[p.Name], cfg.B.Env[p.Name] = p.Value, p.Value
 	}

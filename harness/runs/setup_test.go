@@ -123,3 +123,46 @@ func TestConfig_WithAnotherKVCacheThanThePathNeedsCannotRun(t *testing.T) {
 		t.Errorf("a need of kv_cache auto: %v, want could not run", err)
 	}
 }
+
+// withCUDAAnyDepth sets the named lever's CUDA rule's any_depth setting in
+// s's registry copy.
+func withCUDAAnyDepth(s *setup, name, setting string) {
+	for i := range s.levers {
+		if l := &s.levers[i]; l.Name == name {
+			lv := *l.Liveness
+			r := *lv.CUDA
+			r.Needs.AnyDepth = setting
+			lv.CUDA = &r
+			l.Liveness = &lv
+		}
+	}
+}
+
+// MINFER_ATTN_DECODE_TC's any_depth setting (MINFER_ATTN_DECODE_TC_FROM=0)
+// is checked like the other pins but kept out of both arms' settings: the
+// gates apply it in the correctness gates alone (gates.AnyDepthGate), so
+// the A/B runs the route at its default. One that names no lever, a value
+// its lever refuses or the lever under test cannot run (exit 2), before
+// anything runs.
+func TestConfig_AnyDepthPinIsCheckedButKeptOutOfTheArms(t *testing.T) {
+	s := registrySetup()
+	cfg, err := s.config(validOptions("cuda"), "MINFER_ATTN_DECODE_TC", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arm := range []gates.Arm{cfg.A, cfg.B} {
+		if v, ok := arm.Env["MINFER_ATTN_DECODE_TC_FROM"]; ok || arm.Env["MINFER_CACHE_TYPE"] != "f16" {
+			t.Errorf("arm %s env %v (from %q): want the cache pinned and no any_depth setting", arm.Name, arm.Env, v)
+		}
+	}
+	if len(cfg.Deviations) != 0 {
+		t.Errorf("deviations %v", cfg.Deviations)
+	}
+	for _, bad := range []string{"MINFER_ATTN_DECODE_TC_FROM=-1", "MINFER_NOPE=0", "MINFER_ATTN_DECODE_TC=1"} {
+		x := registrySetup()
+		withCUDAAnyDepth(x, "MINFER_ATTN_DECODE_TC", bad)
+		if _, err := x.config(validOptions("cuda"), "MINFER_ATTN_DECODE_TC", ""); ExitCode(err) != 2 {
+			t.Errorf("any_depth %s: %v, want could not run", bad, err)
+		}
+	}
+}

@@ -19,7 +19,9 @@
 // info's type histogram is F32:11,Q8_0:15 unless $FAKEMINFER_TYPES
 // says otherwise. FAKEMINFER_WORKLOADS="NAME=WORKLOAD;..." gives those
 // levers a workload in `levers`, FAKEMINFER_KVCACHE="NAME=FORMAT;..." their
-// liveness rules' needs a KV cache format (kv_cache); FAKEMINFER_BENCH_LOG=FILE makes every bench
+// liveness rules' needs a KV cache format (kv_cache),
+// FAKEMINFER_ANYDEPTH="NAME=OTHER=VALUE;..." an any_depth setting
+// (any_depth); FAKEMINFER_BENCH_LOG=FILE makes every bench
 // append "model=PATH p=N MINFER_*=..." to FILE ("model=PATH p=N as=NAME
 // MINFER_*=...", MINFER_BENCH_WARMUP_MS included, with FAKEMINFER_AS=NAME).
 // A file fakeminfer.env beside the executable sets FAKEMINFER_* knobs over
@@ -272,7 +274,7 @@ func main() {
 	switch os.Args[1] {
 	case "levers":
 		reg := withField(withField(leversJSON, "workload", os.Getenv("FAKEMINFER_WORKLOADS")), "reserved", os.Getenv("FAKEMINFER_RESERVED"))
-		reg = withKVCache(reg, os.Getenv("FAKEMINFER_KVCACHE"))
+		reg = withNeed(withNeed(reg, "kv_cache", os.Getenv("FAKEMINFER_KVCACHE")), "any_depth", os.Getenv("FAKEMINFER_ANYDEPTH"))
 		os.Stdout.Write(withField(reg, "memory", os.Getenv("FAKEMINFER_MEMORY")))
 	case "bench":
 		if ignoreDepth {
@@ -551,9 +553,9 @@ func withField(reg []byte, field, spec string) []byte {
 	})
 }
 
-// withKVCache sets needs.kv_cache in every backend rule of the levers spec
-// names ("NAME=FORMAT;...").
-func withKVCache(reg []byte, spec string) []byte {
+// withNeed sets needs.<field> in every backend rule of the levers spec
+// names ("NAME=VALUE;...": kv_cache's FORMAT, any_depth's NAME=VALUE).
+func withNeed(reg []byte, field, spec string) []byte {
 	return editLevers(reg, spec, func(l map[string]any, f string) {
 		lv, _ := l["liveness"].(map[string]any)
 		for _, b := range []string{"cuda", "cpu"} {
@@ -562,7 +564,7 @@ func withKVCache(reg []byte, spec string) []byte {
 				if n == nil {
 					n = map[string]any{}
 				}
-				n["kv_cache"] = f
+				n[field] = f
 				r["needs"] = n
 			}
 		}
