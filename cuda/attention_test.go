@@ -50,7 +50,7 @@ func TestAttnFamily_KillSwitchesGiveThePlainKernel(t *testing.T) {
 // TestAttnFamily_DecodeRoutesByKVLengthFromTheThreshold (host): with
 // MINFER_ATTN_DECODE_TC=1 a decode attention (nt 1..8) over an f16 cache
 // takes the tensor cores when its window reads at least
-// MINFER_ATTN_DECODE_TC_FROM cells (default 8192), the lean kernels below;
+// MINFER_ATTN_DECODE_TC_FROM cells (default 12288), the lean kernels below;
 // FROM=0 takes them at every length, the lever off never; an f32 or q8_0
 // cache stays lean at every length; prefill takes its family whatever the
 // length.
@@ -64,8 +64,8 @@ func TestAttnFamily_DecodeRoutesByKVLengthFromTheThreshold(t *testing.T) {
 		return lv
 	}
 	route := parse("MINFER_ATTN_DECODE_TC=1")
-	if route.AttnDecodeTCFrom != 8192 {
-		t.Fatalf("default MINFER_ATTN_DECODE_TC_FROM %d, want 8192", route.AttnDecodeTCFrom)
+	if route.AttnDecodeTCFrom != 12288 {
+		t.Fatalf("default MINFER_ATTN_DECODE_TC_FROM %d, want 12288", route.AttnDecodeTCFrom)
 	}
 	always := parse("MINFER_ATTN_DECODE_TC=1", "MINFER_ATTN_DECODE_TC_FROM=0")
 	off := parse("MINFER_ATTN_DECODE_TC=0", "MINFER_ATTN_DECODE_TC_FROM=0")
@@ -76,8 +76,8 @@ func TestAttnFamily_DecodeRoutesByKVLengthFromTheThreshold(t *testing.T) {
 			f     kv.Format
 			want  string
 		}{
-			{nt, route, kv.F16, attnDecode2}, {8191, route, kv.F16, attnDecode2},
-			{8192, route, kv.F16, attnDecodeTC}, {8193, route, kv.F16, attnDecodeTC}, {32768, route, kv.F16, attnDecodeTC},
+			{nt, route, kv.F16, attnDecode2}, {8192, route, kv.F16, attnDecode2}, {12287, route, kv.F16, attnDecode2},
+			{12288, route, kv.F16, attnDecodeTC}, {12289, route, kv.F16, attnDecodeTC}, {32768, route, kv.F16, attnDecodeTC},
 			{0, always, kv.F16, attnDecodeTC}, {nt, always, kv.F16, attnDecodeTC}, {32768, always, kv.F16, attnDecodeTC},
 			{nt, off, kv.F16, attnDecode2}, {32768, off, kv.F16, attnDecode2},
 			{32768, route, kv.F32, attnDecode2}, {32768, route, kv.Q8_0, attnDecode2},

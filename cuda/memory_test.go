@@ -275,7 +275,7 @@ func TestPlan_ScratchHoldsBothDecodeFamiliesWhereTheRouteCanTakeEither(t *testin
 		from string
 		want uint64
 	}{
-		{"", lean + tc}, // the default, 8192
+		{"", lean + tc}, // the default, 12288
 		{"32768", lean + tc},
 		{"0", lean - uint64(d2) + tc},
 		{"32769", lean},

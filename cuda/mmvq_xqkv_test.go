@@ -308,25 +308,30 @@ func xqType(t *testing.T, s string) quant.Type {
 // TestMMVQQKVMixed_RefusedBesideTheSettingsItsRequiresExclude: set to 1
 // with the split form or without the q/k/v fusion (where it would switch
 // nothing), the backend refuses the lever by name before opening a device;
-// alone, or unset beside them, it is not refused.
+// alone, or unset beside them, it is not refused. Unset it is on (the
+// default since reports/MINFER_MMVQ_QKV_MIXED, session 32's five-gate
+// PASS) and yields to those settings; =0 turns it off.
 func TestMMVQQKVMixed_RefusedBesideTheSettingsItsRequiresExclude(t *testing.T) {
 	const lever = "MINFER_MMVQ_QKV_MIXED"
 	for _, c := range []struct {
 		set     []string
+		on      bool
 		refused bool
 	}{
-		{[]string{lever + "=1"}, false},
-		{[]string{lever + "=1", "MINFER_MMVQ_SPLIT=1"}, true},
-		{[]string{lever + "=1", "MINFER_NO_FUSE_QKV=1"}, true},
-		{[]string{"MINFER_MMVQ_SPLIT=1"}, false},
-		{nil, false},
+		{[]string{lever + "=1"}, true, false},
+		{[]string{lever + "=1", "MINFER_MMVQ_SPLIT=1"}, true, true},
+		{[]string{lever + "=1", "MINFER_NO_FUSE_QKV=1"}, true, true},
+		{[]string{"MINFER_MMVQ_SPLIT=1"}, false, false},
+		{[]string{"MINFER_NO_FUSE_QKV=1"}, false, false},
+		{[]string{lever + "=0"}, false, false},
+		{nil, true, false},
 	} {
 		lv, err := levers.Parse(c.set)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := slices.Contains(c.set, lever+"=1"); lv.MMVQQKVMixed != want {
-			t.Errorf("%v: MMVQQKVMixed %v, want %v", c.set, lv.MMVQQKVMixed, want)
+		if lv.MMVQQKVMixed != c.on {
+			t.Errorf("%v: MMVQQKVMixed %v, want %v", c.set, lv.MMVQQKVMixed, c.on)
 		}
 		err = optInConflict(lv, lever)
 		if (err != nil) != c.refused || err != nil && !strings.Contains(err.Error(), lever) {

@@ -41,7 +41,7 @@ declare -A LEVER=(
     [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
     # dtc0: the same lever at depth 0 (its declared workload is depth 32128; a default must not cost short contexts).
-    # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 8192), arm B runs the lean kernels at depth 0, so this
+    # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 12288), arm B runs the lean kernels at depth 0, so this
     # A/B's ab and profile liveness fail there by design; qtr times the route from depth 0 instead.
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
     # rnq: at the defaults (the folded norms it requires are on by default since 16da0c9; a --with of
@@ -110,8 +110,8 @@ QB_RUNS=(
 # attention; its grouped and first forms and 128 splits, timed beside it in session 28, lost and were deleted).
 # qt / qt0 / qtm: the tensor-core decode attention (MINFER_ATTN_DECODE_TC) beside the lean one at depth 32128, 0
 # and 4096 (where two tiles a split leave 132 one-warp blocks); qt8 / qt16 at 8192 and 16384, all at context 32768:
-# where the two cross (session 31, H100: TC -10% at depth 0, -2.7% at 4096, +11% at 32128; a linear fit puts the
-# crossing near 9,000 cells), from which MINFER_ATTN_DECODE_TC_FROM (provisional default 8192) is to be set. Their
+# where the two cross (H100: TC -10% at depth 0, -2.7% at 4096, -0.6% at 8192, +0.9% at 16384, +11% at 32128), from
+# which MINFER_ATTN_DECODE_TC_FROM's default (12288) was set (session 32). Their
 # tc arms set MINFER_ATTN_DECODE_TC_FROM=0: the tensor-core kernel at every depth, whatever the route's threshold.
 # qtr: the route as users get it (MINFER_ATTN_DECODE_TC=1 at the default threshold) from depth 0, tg128 at context
 # 32768 as qt0: it should equal lean, and its census (both arms count launches, on stderr in the .out files) show

@@ -589,12 +589,13 @@ var registry = []Lever{
 		// their gates pin it to 0 (Needs.AnyDepth); the A/B keeps the default.
 		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on (from MINFER_ATTN_DECODE_TC_FROM KV cells; the correctness gates pin it to 0); off, minfer_attn_decode2*",
 			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8, KVCache: "f16", AnyDepth: "MINFER_ATTN_DECODE_TC_FROM=0"})},
-	// Provisional: the crossing of session 31's fit from three depths on the
-	// H100 (lean 42 ns a cell a token above 4096, tensor cores 18, ~9,000
-	// cells); the drive's qt8 / qt16 benches are to set it.
-	{Name: "MINFER_ATTN_DECODE_TC_FROM", Kind: Int, Default: "8192", Values: []string{"<cells>"}, Backend: "cuda", Path: "decode attention (tensor cores): route by depth", Issue: "#20",
+	// Where the two cross on the H100 (session 32's qt8 / qt16 quick
+	// benches, 7B Q8_0: tensor cores -0.6% at 8192, +0.9% at 16384;
+	// interpolated ~11,400 cells), rounded up to a multiple of 4096 so the
+	// route never costs below it.
+	{Name: "MINFER_ATTN_DECODE_TC_FROM", Kind: Int, Default: "12288", Values: []string{"<cells>"}, Backend: "cuda", Path: "decode attention (tensor cores): route by depth", Issue: "#20",
 		Doc: "with MINFER_ATTN_DECODE_TC=1, the KV length (cells a step's attention reads: its window's start + nt) from which decode attention (nt <= 8) over an f16 cache runs the tensor-core kernels; below it the lean kernels (minfer_attn_decode2*). 0: always the tensor cores. " +
-			"Default provisional: the crossing of session 31's fit (~9,000 cells on the H100, reports/MINFER_ATTN_DECODE_TC), to be set from the drive's qt8 / qt16 benches"},
+			"Default 12288: where the two cross on the H100 (qwen2-7b Q8_0 tg64, quick benches without a claim: tensor cores -0.6% at 8192 cells, +0.9% at 16384, +11% at 32128; reports/MINFER_ATTN_DECODE_TC), rounded up; to be re-measured on the H200"},
 	{Name: "MINFER_FUSE_ATTN_Q8", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode attention + the o-projection's activation quantization -> one AttnMatMulAdd node (CUDA)", Issue: "#20",
 		Doc: "0: the decode attention before the o-projection writes an f32 row that a separate minfer_quantize_q8_1 launch quantizes, instead of writing its Q8_1 quantization directly (minfer_attn_decode2q_*: the lean form at head_dim 64 / 128) for the o-projection's residual matvec to read: one launch a layer more, bitwise the same bytes. " +
 			"At its default it yields to a setting its Requires exclude; set to 1 with one it is refused. " +
@@ -605,11 +606,13 @@ var registry = []Lever{
 			[]string{"minfer_attn_decode2q_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The q/k/v matvecs of a layer whose v has more bits than q and k (the
 	// _M mixes' attn_v): one launch instead of three.
-	{Name: "MINFER_MMVQ_QKV_MIXED", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode fused q/k/v matvec (v of another weight type than q and k)", Issue: "#20",
-		Doc: "1: a decode q/k/v whose v weight type or layout differs from q's and k's (the _M mixes' attn_v of more bits: qwen2-0.5b Q4_K_M q/k Q5_0 with v Q8_0 repacked in 12 of 24 layers, qwen2-7b Q4_K_M q/k Q4_K with v Q6_K repacked in 14 of 28) runs as one launch, " +
-			"minfer_mmvq_xqkv_<qk>_<v>[r] (each block's rows of one matrix, each row by its separate kernel's row function), instead of one matvec launch per matrix: bitwise the same outputs. " +
-			"Forecast: 24 launches a decoded token fewer on qwen2-0.5b Q4_K_M (28 on the 7B), bytes unchanged, tg128 x1.02-1.07 on the 0.5b (reports/MINFER_MMVQ_QKV_MIXED)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+	{Name: "MINFER_MMVQ_QKV_MIXED", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode fused q/k/v matvec (v of another weight type than q and k)", Issue: "#20",
+		Doc: "0: a decode q/k/v whose v weight type or layout differs from q's and k's (the _M mixes' attn_v of more bits: qwen2-0.5b Q4_K_M q/k Q5_0 with v Q8_0 repacked in 12 of 24 layers, qwen2-7b Q4_K_M q/k Q4_K with v Q6_K repacked in 14 of 28) runs one matvec launch per matrix, " +
+			"instead of the default's one launch, minfer_mmvq_xqkv_<qk>_<v>[r] (each block's rows of one matrix, each row by its separate kernel's row function): bitwise the same outputs, " +
+			"24 launches a decoded token more on qwen2-0.5b Q4_K_M (28 on the 7B), bytes unchanged. " +
+			"At its default it yields to a setting its Requires exclude; set to 1 with one it is refused. " +
+			"On by default since reports/MINFER_MMVQ_QKV_MIXED: qwen2-0.5b Q4_K_M tg128 +6.4%, pp512 and peak device memory equal, five gates PASS (H100)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M", DefaultSince: "reports/MINFER_MMVQ_QKV_MIXED",
 		// The kernel is the one-warp rows of the separate launches: where
 		// the split form would take a matrix, or no fused q/k/v node exists,
 		// it switches nothing (set to 1 there, it is refused).
@@ -1031,7 +1034,7 @@ func Parse(environ []string) (Config, error) {
 	c.AttnDecodeTCFrom, _ = strconv.Atoi(c.Value("MINFER_ATTN_DECODE_TC_FROM"))
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
 	c.FuseResNormQ8 = on("MINFER_FUSE_RES_NORM_Q8")
-	c.MMVQQKVMixed = on("MINFER_MMVQ_QKV_MIXED")
+	c.MMVQQKVMixed = yields("MINFER_MMVQ_QKV_MIXED")
 	c.FuseFFNQ8 = on("MINFER_FUSE_FFN_Q8")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")

@@ -394,7 +394,7 @@ func TestRegistry_KVCacheNeedIsAFormatOfTheCacheLever(t *testing.T) {
 }
 
 // MINFER_ATTN_DECODE_TC_FROM is a count of KV cells (an Int lever like
-// MINFER_DRAFT_N): unset it is the registry's provisional 8192, set it is
+// MINFER_DRAFT_N): unset it is the registry's 12288 (the H100's crossing), set it is
 // what it says, 0 included (always the tensor cores); a negative, a
 // fraction, a word or nothing is refused with one error naming it. The
 // tensor-core decode's CUDA rule declares it at 0 as the setting under
@@ -403,11 +403,11 @@ func TestRegistry_KVCacheNeedIsAFormatOfTheCacheLever(t *testing.T) {
 // itself, a value the lever refuses or one against a Requires pin.
 func TestRegistry_AttnDecodeTCFromIsACellCountAndTheAnyDepthSetting(t *testing.T) {
 	l, ok := Lookup("MINFER_ATTN_DECODE_TC_FROM")
-	if !ok || l.Kind != Int || l.Default != "8192" || l.Backend != "cuda" || l.Issue != "#20" || !strings.Contains(l.Doc, "provisional") {
+	if !ok || l.Kind != Int || l.Default != "12288" || l.Backend != "cuda" || l.Issue != "#20" || !strings.Contains(l.Doc, "cross") {
 		t.Fatalf("MINFER_ATTN_DECODE_TC_FROM: %+v", l)
 	}
-	if c := Default(); c.AttnDecodeTCFrom != 8192 || c.AttnDecodeTC {
-		t.Errorf("defaults: from %d, tensor cores %v; want 8192, off", c.AttnDecodeTCFrom, c.AttnDecodeTC)
+	if c := Default(); c.AttnDecodeTCFrom != 12288 || c.AttnDecodeTC {
+		t.Errorf("defaults: from %d, tensor cores %v; want 12288, off", c.AttnDecodeTCFrom, c.AttnDecodeTC)
 	}
 	for v, want := range map[string]int{"0": 0, "48": 48, "32768": 32768} {
 		if c, err := Parse([]string{"MINFER_ATTN_DECODE_TC_FROM=" + v}); err != nil || c.AttnDecodeTCFrom != want {
