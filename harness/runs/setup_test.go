@@ -82,18 +82,23 @@ func TestConfig_KVCacheNeedPinsTheCacheInBothArms(t *testing.T) {
 	}
 }
 
-// withCUDAKVCache sets the named lever's CUDA rule's KV cache need in s's
+// withCUDANeeds changes the named lever's CUDA rule's needs in s's
 // registry copy (the rule is copied, not shared with other setups).
-func withCUDAKVCache(s *setup, name, format string) {
+func withCUDANeeds(s *setup, name string, set func(*levers.Needs)) {
 	for i := range s.levers {
 		if l := &s.levers[i]; l.Name == name {
 			lv := *l.Liveness
 			r := *lv.CUDA
-			r.Needs.KVCache = format
+			set(&r.Needs)
 			lv.CUDA = &r
 			l.Liveness = &lv
 		}
 	}
+}
+
+// withCUDAKVCache sets the named lever's CUDA rule's KV cache need.
+func withCUDAKVCache(s *setup, name, format string) {
+	withCUDANeeds(s, name, func(n *levers.Needs) { n.KVCache = format })
 }
 
 // --with MINFER_CACHE_TYPE=X with another X than the format the path reads
@@ -124,18 +129,9 @@ func TestConfig_WithAnotherKVCacheThanThePathNeedsCannotRun(t *testing.T) {
 	}
 }
 
-// withCUDAAnyDepth sets the named lever's CUDA rule's any_depth setting in
-// s's registry copy.
+// withCUDAAnyDepth sets the named lever's CUDA rule's any_depth setting.
 func withCUDAAnyDepth(s *setup, name, setting string) {
-	for i := range s.levers {
-		if l := &s.levers[i]; l.Name == name {
-			lv := *l.Liveness
-			r := *lv.CUDA
-			r.Needs.AnyDepth = setting
-			lv.CUDA = &r
-			l.Liveness = &lv
-		}
-	}
+	withCUDANeeds(s, name, func(n *levers.Needs) { n.AnyDepth = setting })
 }
 
 // MINFER_ATTN_DECODE_TC's any_depth setting (MINFER_ATTN_DECODE_TC_FROM=0)
