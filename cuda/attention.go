@@ -319,10 +319,6 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 		return nil, fmt.Errorf("attention (head_dim %d) + %s (%s) over %d tokens: matmul route %d, attention %s: no Q8_1 handoff",
 			ops.ap.HeadDim, n.Weight, m.w.typ, nt, r, fam)
 	}
-	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
-	if err != nil {
-		return nil, err
-	}
 	f := b.kvSpec.Format
 	if fam == attnDecodeTC { // the combine writes the Q8_1 row
 		part, partBytes, err := b.attnTCScratch(ops.ap, attnDecodeTCSplits(ops.ap, b.dev.Attr.SMCount))
@@ -333,7 +329,7 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 			if err := b.k.AttentionDecodeTC(b.s, 0, b.mm.ActQ8, b.mm.ActQ8Bytes, p[0], ops.kr, ops.vr, f, ops.win, part, partBytes, ops.ap); err != nil {
 				return err
 			}
-			return b.mmvqResNormFromQ8(m, o, p[2], nrm)
+			return b.mmvqFromQ8(m, o, p[2])
 		}, nil
 	}
 	scr, scrBytes, err := b.attnDecode2Scratch(ops.ap)
@@ -344,6 +340,6 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 		if err := b.k.AttentionDecode2Q8(b.s, 0, b.mm.ActQ8, b.mm.ActQ8Bytes, p[0], ops.kr, ops.vr, f, ops.win, scr, scrBytes, ops.ap); err != nil {
 			return err
 		}
-		return b.mmvqResNormFromQ8(m, o, p[2], nrm)
+		return b.mmvqFromQ8(m, o, p[2])
 	}, nil
 }

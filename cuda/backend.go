@@ -81,7 +81,6 @@ type Backend struct {
 	kvLen int
 
 	attnScratch map[attnScratchKey]attnScratchBuf // split-K decode attention scratch per shape (attn_decode.go)
-	resnCtr     driver.DevicePtr                  // the resn matvecs' completion counter (mmvq_resn.go), 0 until one runs
 
 	cap    capture
 	ops    map[graph.Op]opFunc
@@ -227,8 +226,6 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 		return len(chain) == 2 && b.attnQ8Route(chain[0], chain[1])
 	case graph.FuseFFNQ8:
 		return len(chain) == 2 && b.ffnQ8Route(chain[0], chain[1])
-	case graph.FuseResNormQ8:
-		return len(chain) == 2 && b.resNormRoute(chain[0], chain[1])
 	}
 	return false
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/minfer-go/minfer/cuda/driver"
@@ -218,18 +217,6 @@ func dsLeverDecode(t *testing.T, lever string, models []dsModel,
 func dsLeverDecodeOn(t *testing.T, lever string, models []dsModel, pin []string,
 	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
 	t.Helper()
-	dsLeversDecodeOn(t, []string{lever}, models, pin, check)
-}
-
-// dsLeversDecodeOn is dsLeverDecodeOn over several levers that compose:
-// every one =0 in one arm, =1 in the other.
-func dsLeversDecodeOn(t *testing.T, levers []string, models []dsModel, pin []string,
-	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
-	t.Helper()
-	var off, on []string
-	for _, l := range levers {
-		off, on = append(off, l+"=0"), append(on, l+"=1")
-	}
 	for _, m := range models {
 		sh, err := synth.ShapeByName(m.shape)
 		if err != nil {
@@ -239,11 +226,11 @@ func dsLeversDecodeOn(t *testing.T, levers []string, models []dsModel, pin []str
 			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
 				p := dsSynth(t, m.shape, m.typ)
 				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, pin...)) // each append copies
-				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, off...)...)
-				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, on...)...)
+				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
+				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
 				for i := range lOff {
 					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), strings.Join(levers, ", "))
+						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
 					}
 				}
 				check(t, m, sh, graphs, cOff, cOn, bOn)
@@ -259,15 +246,11 @@ func dsLeversDecodeOn(t *testing.T, levers []string, models []dsModel, pin []str
 // decode steps: minfer_add_f32 launches drop by exactly 2 per layer per
 // step, and minfer_mmvq*_res_* runs that many times with the lever on and
 // never with it off. The MMVQ path, the only route with a residual form,
-// is pinned on (dsMMVQ): an A/B's arm B may turn it off; so is
-// MINFER_FUSE_RES_NORM_Q8 off.
+// is pinned on (dsMMVQ): an A/B's arm B may turn it off.
 func TestFuseResidualDevice_LogitsBitwiseAndFewerAddLaunches(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q8_0"}, {"qwen2-0.5b", "Q4_K_M"}}
-	// RES_NORM_Q8 off (a suite gate may set it): its resn kernels replace
-	// the _res_ ones counted here.
-	pin := append(slices.Clone(dsMMVQ), "MINFER_FUSE_RES_NORM_Q8=0")
-	dsLeverDecodeOn(t, "MINFER_FUSE_RESIDUAL", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend) {
+	dsLeverDecode(t, "MINFER_FUSE_RESIDUAL", models, func(t *testing.T, _ dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend) {
 		if graphs == "0" {
 			if st := bOn.CaptureStats(); st.Captures < 1 || st.Replays < 3 {
 				t.Errorf("lever on: capture stats %+v: want a decode capture and replays", st)

@@ -110,7 +110,7 @@ func opMatMul(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (f
 	}
 	if n.Norm != "" {
 		// FuseNormQ8 (the decode lm head): the norm writes the Q8_1 row
-		// the matvec reads, or with Q8In the matvec before did.
+		// the matvec reads.
 		quantize, err := b.decodeQuantize(n, p[0], m.w.rowLen, nt, []matmulPlan{m})
 		if err != nil {
 			return nil, err
@@ -160,15 +160,11 @@ func opMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor)
 	if r := b.matmulRoute(m.w, nt); nt != 1 || !r.decode() {
 		return nil, fmt.Errorf("weight %s (%s) over %d tokens takes route %d: no residual form", n.Weight, m.w.typ, nt, r)
 	}
-	nrm, err := b.resNormOf(n, m) // FuseResNormQ8: the next norm's Q8_1 row too
-	if err != nil {
-		return nil, err
-	}
 	return func() error {
 		if err := b.quantizeAct(p[0], m.w.rowLen); err != nil {
 			return err
 		}
-		return b.mmvqResNormFromQ8(m, o, p[1], nrm)
+		return b.mmvqFromQ8(m, o, p[1])
 	}, nil
 }
 
@@ -304,19 +300,15 @@ func (b *Backend) decodeGroup(nt int, ms []matmulPlan) (same bool, route mmRoute
 // head's matmul) over the row x (k values, nt tokens) fills the Q8_1
 // scratch at decode: the row's quantization, or with n.Norm (FuseNormQ8)
 // the norm and quantization in one launch (RmsNormQ8_1) of the un-normed
-// row, or with n.Q8In (FuseResNormQ8) nothing: the node before it (a
-// residual matvec, the gather) wrote that row. A Norm where a matmul of
-// the node is not on a decode MMVQ route (it would read the f32 row) is an
-// error: the fuse pass made the node only where normQ8Route holds.
+// row. A Norm where a matmul of the node is not on a decode MMVQ route (it
+// would read the f32 row) is an error: the fuse pass made the node only
+// where normQ8Route holds.
 func (b *Backend) decodeQuantize(n *graph.Node, x driver.DevicePtr, k, nt int, ms []matmulPlan) (func() error, error) {
 	if n.Norm == "" {
 		return func() error { return b.quantizeAct(x, k) }, nil
 	}
 	if !b.allDecode(nt, ms) {
 		return nil, fmt.Errorf("norm %s folded in over %d tokens where a matmul is not on a decode MMVQ route", n.Norm, nt)
-	}
-	if n.Q8In { // FuseResNormQ8: the matvec before wrote the normed row's Q8_1
-		return func() error { return nil }, nil
 	}
 	w, err := b.vector(n.Norm, k)
 	if err != nil {
@@ -504,17 +496,14 @@ func (b *Backend) ffnQ8Route(f, m *graph.Node) bool {
 }
 
 // opFFNMatMulAdd runs graph.OpFFNMatMulAdd (FuseFFNQ8): the fused decode
-// gate/up + SwiGLU of in[0] (normed first with n.Norm, as opFusedFFN; with
-// n.Q8In that Q8_1 row is in the scratch already) writes its f32 row into
-// the ffnUp scratch and, through the per-group counters, its Q8_1
-// quantization into the FFN's Q8_1 output (minfer_mmvq[r]_ffnq_<t>,
-// ensureFFNQ8: not the scratch the FFN reads), then out = in[1] + W row as
-// minfer_mmvq[r]_res_<t> (or the split form) from that row, or with
-// n.OutNorm (FuseResNormQ8) as minfer_mmvq[r]_resn_<t>, whose last block
-// writes the next norm's Q8_1 row into the scratch: bitwise the unfused
-// FFN, quantization, residual matvec (and norm), one launch (two) fewer.
-// The fuse pass made the node only where ffnQ8Route (and resNormRoute)
-// holds; elsewhere it is an error, never a fallback.
+// gate/up + SwiGLU of in[0] (normed first with n.Norm, as opFusedFFN)
+// writes its f32 row into the ffnUp scratch and, through the per-group
+// counters, its Q8_1 quantization into the FFN's Q8_1 output
+// (minfer_mmvq[r]_ffnq_<t>, ensureFFNQ8: not the scratch the FFN reads),
+// then out = in[1] + W row as minfer_mmvq[r]_res_<t> (or the split form)
+// from that row: bitwise the unfused FFN, quantization and residual
+// matvec, one launch fewer. The fuse pass made the node only where
+// ffnQ8Route holds; elsewhere it is an error, never a fallback.
 func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
 	p, o, err := b.nodeIO(n, in, 2, out)
 	if err != nil {
@@ -566,13 +555,6 @@ func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tens
 	if err != nil {
 		return nil, err
 	}
-	// FuseResNormQ8: the down projection also writes the next norm's Q8_1
-	// row, into the scratch the FFN read (done with it by then), while it
-	// reads the FFN's Q8_1 output: no buffer is both read and written.
-	nrm, err := b.resNormOf(n, d)
-	if err != nil {
-		return nil, err
-	}
 	row, typ, wg, wu := b.ffnUp, g.w.typ, g.w.ptr, u.w.ptr
 	if route == routeMMVQR {
 		wg, wu = g.w.rp, u.w.rp
@@ -590,7 +572,7 @@ func opFFNMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tens
 		if err != nil {
 			return err
 		}
-		return b.mmvqResNormFromQ8At(d, q.Q8, q.Q8Bytes, o, p[1], nrm)
+		return b.mmvqFromQ8At(d, q.Q8, q.Q8Bytes, o, p[1])
 	}, nil
 }
 

@@ -234,9 +234,10 @@ func LivenessOf(cfg Config, a, b ArmEvidence) (Status, string) {
 // arms): an A/B "with the split kernels on" that never launched them is not
 // one. A --with that the lever itself requires (a Requires entry, value and
 // all) is asked of arm A only: arm B runs the lever's path, built on that
-// one and free to replace its kernels (MINFER_FUSE_RES_NORM_Q8 launches no
-// minfer_rms_norm_q8_1 of the MINFER_FUSE_NORM_Q8 it requires), and the
-// engine refuses the lever where the requirement does not hold.
+// one and free to replace its kernels (MINFER_ATTN_DECODE_TC at depth
+// launches no minfer_attn_decode2* of the MINFER_NO_SPLITK_ATTN=0 it
+// requires), and the engine refuses the lever where the requirement does
+// not hold.
 func withMissing(cfg Config, a, b ArmEvidence) string {
 	required := map[string]bool{} // NAME=VALUE
 	for _, p := range cfg.Lever.Pins(cfg.Backend) {

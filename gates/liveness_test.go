@@ -302,26 +302,26 @@ func TestLiveness_AWithPathMustRunInBothArms(t *testing.T) {
 }
 
 // A --with that the lever requires is asked of arm A only: arm B runs the
-// lever's path, which may replace the required path's kernels (session 31:
-// MINFER_FUSE_RES_NORM_Q8 --with MINFER_FUSE_NORM_Q8=1 failed on arm B's
-// missing minfer_rms_norm_q8_1, the launch the lever removes). Arm A must
-// still show it, and a --with the lever does not require is still asked of
-// both arms.
+// lever's path, which may replace the required path's kernels
+// (MINFER_ATTN_DECODE_TC --with MINFER_NO_SPLITK_ATTN=0: at depth arm B's
+// decode attention runs minfer_attn_decode_tc_* where the split-K path's
+// minfer_attn_decode2* ran). Arm A must still show it, and a --with the
+// lever does not require is still asked of both arms.
 func TestLiveness_ARequiredWithPathIsAskedOfArmAOnly(t *testing.T) {
-	cfg := leverCfg(t, "MINFER_FUSE_RES_NORM_Q8")
-	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_FUSE_NORM_Q8"), Value: "1"}}
-	a := ev(cfg.A, profile.Census{"minfer_mmvq_res_q4_k": 24, "minfer_rms_norm_q8_1": 49, "minfer_get_rows_r": 1}, nil)
-	b := ev(cfg.B, profile.Census{"minfer_mmvq_resn_q4_k": 24, "minfer_get_rows_r_q8_1": 1}, nil)
+	cfg := leverCfg(t, "MINFER_ATTN_DECODE_TC")
+	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_NO_SPLITK_ATTN"), Value: "0"}}
+	a := ev(cfg.A, profile.Census{"minfer_attn_decode2q_128": 24, "minfer_mmvq_res_q8_0": 48}, nil)
+	b := ev(cfg.B, profile.Census{"minfer_attn_decode_tc_128": 24, "minfer_attn_decode_tc_combine": 24, "minfer_mmvq_res_q8_0": 48}, nil)
 	if st, why := LivenessOf(cfg, a, b); st != Pass || strings.Contains(why, "--with") {
 		t.Fatalf("arm B without the required path's kernel: %s: %s", st, why)
 	}
-	a.Census["minfer_rms_norm_q8_1"] = 0
-	if st, why := LivenessOf(cfg, a, b); st != Fail || !strings.Contains(why, "arm A (--with MINFER_FUSE_NORM_Q8=1) ran no minfer_rms_norm_q8_1") {
+	delete(a.Census, "minfer_attn_decode2q_128")
+	if st, why := LivenessOf(cfg, a, b); st != Fail || !strings.Contains(why, "arm A (--with MINFER_NO_SPLITK_ATTN=0) ran no minfer_attn_decode2*") {
 		t.Fatalf("arm A without it: %s: %s", st, why)
 	}
-	a.Census["minfer_rms_norm_q8_1"] = 49
+	a.Census["minfer_attn_decode2q_128"] = 24
 	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_FUSE_FFN_Q8"), Value: "1"}} // not a Requires entry
-	a.Census["minfer_mmvq_ffnq_q4_k"] = 24
+	a.Census["minfer_mmvq_ffnq_q8_0"] = 24
 	if st, why := LivenessOf(cfg, a, b); st != Fail || !strings.Contains(why, "arm B (--with MINFER_FUSE_FFN_Q8=1) ran no minfer_mmvq*_ffnq_*") {
 		t.Fatalf("a --with it does not require, missing in arm B: %s: %s", st, why)
 	}

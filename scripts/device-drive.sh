@@ -34,7 +34,7 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtr qrn qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -44,11 +44,6 @@ declare -A LEVER=(
     # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 12288), arm B runs the lean kernels at depth 0, so this
     # A/B's ab and profile liveness fail there by design; qtr times the route from depth 0 instead.
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
-    # rnq: at the defaults (the folded norms it requires are on by default since 16da0c9; a --with of
-    # them failed arm B's liveness in session 31: this lever replaces minfer_rms_norm_q8_1)
-    [rnq]=MINFER_FUSE_RES_NORM_Q8
-    # rnqf: on top of MINFER_FUSE_FFN_Q8 (the composed down projection against FFN_Q8 alone)
-    [rnqf]=MINFER_FUSE_RES_NORM_Q8@with=MINFER_FUSE_FFN_Q8=1
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
@@ -104,7 +99,6 @@ QB_RUNS=(
     "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
     "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
     "qtr|qwen2-7b-Q8_0|lean=MINFER_LAUNCH_CENSUS=1|route=MINFER_ATTN_DECODE_TC=1 MINFER_LAUNCH_CENSUS=1"
-    "qrn|qwen2-7b-Q8_0|off=|resn=MINFER_FUSE_RES_NORM_Q8=1"
 )
 # A quick bench's minfer bench arguments where not pp512 (qg: decode at depth at the defaults, the lean decode
 # attention; its grouped and first forms and 128 splits, timed beside it in session 28, lost and were deleted).
@@ -118,10 +112,7 @@ QB_RUNS=(
 # no decode_tc launch below the threshold.
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768" [qt]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
     [qt0]="-p 0 -n 128 -c 32768" [qtr]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
-    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768"
-    [qrn]="-p 0 -n 128 -c 4096")
-# qrn: RES_NORM_Q8 on the 7B, whose 3584-value row costs its resn tail four batches of loads a phase where the
-# 0.5b's costs one (its A/B runs on the 0.5b; a default must not cost the 7B's decode).
+    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768")
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
@@ -304,7 +295,7 @@ rc=$?; echo "probe rc=$rc $(tail -n 1 $D/probe.out) $(ts)"
 NOAB=0
 [[ $rc -ne 0 ]] && { NOAB=1; echo "PROBE FAILED ($(grep -ohE '^--- FAIL: [A-Za-z0-9_]+' $D/probe/device-suite-*.log 2>/dev/null | awk '{print $3}' | sort -u | tr '\n' ' ')): no A/B run"; }
 # nvcc's kernels file and its SASS diff against the NVRTC build serve only the r-steps and cover (2+ minutes).
-# (r1..r10 only: a bare " r" prefix matched rnq and rnqf too and cost a session 2.4 minutes of nvcc.)
+# (r1..r10 only: a bare " r" prefix matched other steps' names too and cost a session 2.4 minutes of nvcc.)
 need_nvcc=0
 for step in "${STEP_LIST[@]}"; do [[ $step =~ ^r[0-9]+$ || $step == cover ]] && need_nvcc=1; done
 if ((need_nvcc)); then
@@ -320,9 +311,9 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtr | qrn) qb_step $step ;;
+    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtr) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)

@@ -2,7 +2,6 @@ package kernels
 
 import (
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -239,47 +238,4 @@ func TestKernelEmulator_MixedQKVBitwiseTheThreeLaunches(t *testing.T) {
 // barrier before the count and groups of 64 rows are each caught.
 func TestKernelEmulator_FFNQ8BitwiseTheRowQuantizedCountersZero(t *testing.T) {
 	emuPassesAndCatches(t, "ffnq-emu.sh", "", "FFN Q8_1 BITWISE", "DIFFER", "last", "reset", "sync", "grp")
-}
-
-// The residual matvec that writes the next norm's Q8_1 row
-// (minfer_mmvq[r]_resn_<t>, MINFER_FUSE_RES_NORM_Q8): its f32 rows are
-// bitwise the _res_ kernel's and its Q8_1 row bitwise minfer_rms_norm_q8_1
-// of that row (Q4_K, Q5_0, repacked Q8_0 and Q6_K; rows of 896 and 3584;
-// the row over its own activation), the counter 0 after each launch; the
-// first block norming a stale row, a counter left unreset and a wrong eps
-// are each caught.
-func TestKernelEmulator_ResNormQ8BitwiseTheResKernelThenTheNorm(t *testing.T) {
-	emuPassesAndCatches(t, "resn-emu.sh", "", "RESN BITWISE", "DIFFER", "first", "reset", "eps")
-}
-
-// The decode embedding gather that also writes layer 0's attn norm as its
-// Q8_1 row (minfer_get_rows[_host|_r]_q8_1, MINFER_FUSE_RES_NORM_Q8): its
-// f32 row is bitwise its plain twin's and its Q8_1 row bitwise
-// minfer_rms_norm_q8_1 of that row (every GGUF type the gather decodes,
-// the repacked Q8_0 / Q6_K table, the host twin on three types; rows of 64
-// to 3584, both register depths; with and without a weight; two eps; a bad
-// id's NaN row); the
-// shallow register depth taken for long rows, a wrong eps and the f32 row
-// left unwritten are each caught.
-func TestKernelEmulator_EmbedQ8BitwiseTheGatherThenTheNorm(t *testing.T) {
-	emuPassesAndCatches(t, "embed-emu.sh", "", "EMBED Q8_1 BITWISE", "DIFFER", "depth", "eps", "row")
-}
-
-// The resn kernel after the fused FFN (MINFER_FUSE_FFN_Q8 with
-// MINFER_FUSE_RES_NORM_Q8: an FFNMatMulAdd whose down projection has an
-// OutNorm) reads the FFN's Q8_1 row, a buffer apart from the scratch its
-// last block writes the next norm's row into: two layers of _ffnq_ then
-// resn on the backend's buffers (Q5_0 gate/up with a Q4_K down
-// projection, repacked Q8_0 with repacked Q6_K) are bitwise the four
-// launches they replace (_ffn_, the quantization, _res_, the norm), and
-// the next layer's FFN reads the row the tail wrote. The down projection
-// reading the scratch, its tail writing into the row it reads, and that
-// done by the first block to finish, are each caught; the last in the
-// rows of the blocks that read the input after it was written.
-func TestKernelEmulator_ResNormQ8AfterFFNQ8BitwiseTheFourLaunches(t *testing.T) {
-	emuPassesAndCatches(t, "resn-emu.sh", "--chain", "CHAIN BITWISE", "DIFFER", "input", "alias", "early")
-	out, _ := emu(t, "resn-emu.sh", "--plant", "early")
-	if !regexp.MustCompile(`layer 0: 0 of \d+ FFN f32, 0 FFN Q8_1 bytes, [1-9]\d* of \d+ f32 rows`).MatchString(out) {
-		t.Errorf("planted early: want layer 0's f32 rows to differ (blocks read the tail's row as their input):\n%s", out)
-	}
 }

@@ -1,16 +1,14 @@
 package graph
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8,
-// MINFER_FUSE_RES_NORM_Q8) and the backend every node of the chain is assigned
-// to says SupportsFused for that chain. The unfused chain is the reference:
+// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8) and the
+// backend every node of the chain is assigned to says SupportsFused for that chain. The unfused chain is the reference:
 // a fused node computes exactly the same values (the CPU backend executes
 // the fused ops it offers). This is the only place fusions are decided: a
 // backend executes each node on its own. Run after Assign; returns how many
@@ -42,28 +40,13 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
 		count += fuseAttnQ8(g, supports)
 	}
-	// FuseFFNQ8 before FuseResNormQ8: the latter then sees the nodes that
-	// run, an FFNMatMulAdd as the reader of the o-projection's normed row
-	// (its Norm, the FFN's) and as the down projection that writes the
-	// next layer's (its OutNorm), and asks the backend about those.
 	if g.Params.FuseResidual && g.Params.FuseFFN && g.Params.FuseFFNQ8 {
 		count += fuseFFNQ8(g, supports)
-	}
-	resNorm := 0
-	if g.Params.FuseResidual && g.Params.FuseNormQ8 && g.Params.FuseResNormQ8 {
-		resNorm = fuseResNormQ8(g, supports)
-		count += resNorm
 	}
 	if count == 0 {
 		return 0, nil
 	}
-	if err := g.compact(); err != nil {
-		return count, err
-	}
-	if resNorm > 0 {
-		return count, g.checkQ8In()
-	}
-	return count, nil
+	return count, g.compact()
 }
 
 type supportsFn func(k FuseKind, nodes ...*Node) bool
@@ -340,8 +323,7 @@ func fuseAttnQ8(g *Graph, supports supportsFn) int {
 // fuseFFNQ8: MatMulAdd(FusedFFN(x), r) with the FFN output read by the
 // matmul-add alone -> FFNMatMulAdd with inputs x, r, the FFN's weights,
 // norm and eps, and the matmul's weight and bias. Runs after fuseFFN,
-// fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along),
-// before fuseResNormQ8 (no OutNorm or Q8In is set yet).
+// fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along).
 func fuseFFNQ8(g *Graph, supports supportsFn) int {
 	return foldProducer(g, supports, FuseFFNQ8, isMatMulAdd,
 		func(f *Node) bool { return f.Op == OpFusedFFN },
@@ -349,57 +331,4 @@ func fuseFFNQ8(g *Graph, supports supportsFn) int {
 			m.Op, m.Inputs = OpFFNMatMulAdd, []int{f.Inputs[0], m.Inputs[1]}
 			m.Weights, m.Norm, m.P.Eps = f.Weights, f.Norm, f.P.Eps
 		})
-}
-
-// fuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd / MatMul node c that
-// carries a folded norm (Norm, from fuseNormQ8) and reads the row of a
-// MatMulAdd / AttnMatMulAdd / FFNMatMulAdd / GetRows m -> m takes the norm
-// (m.OutNorm, m.P.OutEps: it writes its f32 row as before, then the Q8_1
-// row of that row normed) and c is marked Q8In (its matvecs read that Q8_1
-// row). m's other readers (the next residual add) read its f32 row, which
-// is unchanged; m writes one normed row at most. An FFNMatMulAdd may be
-// both: the reader of the o-projection's row and the down projection
-// writing the next layer's. At the stack's edges the embedding gather
-// writes layer 0's attn norm row, and the last down projection the output
-// norm's for the lm head (a MatMul reader: the graph's output, which as a
-// reader writes nothing of the handoff). Runs after fuseNormQ8, fuseAttnQ8
-// and fuseFFNQ8.
-func fuseResNormQ8(g *Graph, supports supportsFn) int {
-	isReader := func(c *Node) bool {
-		return c.Op == OpFusedQKV || c.Op == OpFusedFFN || c.Op == OpFFNMatMulAdd || c.Op == OpMatMul
-	}
-	isProducer := func(m *Node) bool {
-		return m.Op == OpMatMulAdd || m.Op == OpAttnMatMulAdd || m.Op == OpFFNMatMulAdd || m.Op == OpGetRows
-	}
-	count := 0
-	for _, c := range g.Nodes {
-		if c.dead || !isReader(c) || c.Norm == "" || c.Q8In {
-			continue
-		}
-		m := g.node(c.Inputs[0])
-		if m.dead || !isProducer(m) || m.OutNorm != "" || m.ID == g.Output || !supports(FuseResNormQ8, m, c) {
-			continue
-		}
-		m.OutNorm, m.P.OutEps = c.Norm, c.P.Eps
-		c.Q8In = true
-		count++
-	}
-	return count
-}
-
-// checkQ8In checks, in the compacted order, that every Q8In node runs right
-// after its producer: no kernel between them may reuse the backend's Q8_1
-// scratch (inputs and alias ops launch nothing).
-func (g *Graph) checkQ8In() error {
-	prev := -1
-	for _, n := range g.Nodes {
-		if n.Op == OpInput || n.Op.IsAlias() {
-			continue
-		}
-		if n.Q8In && (len(n.Inputs) == 0 || n.Inputs[0] != prev) {
-			return fmt.Errorf("graph: %s reads the Q8_1 row of node %d, but another node runs between them", n.Name, n.Inputs[0])
-		}
-		prev = n.ID
-	}
-	return nil
 }

@@ -30,11 +30,6 @@ type Params struct {
 	// FuseFFNQ8 fold into the residual fusion's nodes (FuseFFNQ8 into the
 	// FFN fusion's too).
 	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseFFNQ8 bool
-	// FuseResNormQ8 (MINFER_FUSE_RES_NORM_Q8): a norm FuseNormQ8 folded
-	// goes on into the residual matvec that wrote its row (with FuseFFNQ8
-	// the down projection of an FFNMatMulAdd too), or into the embedding
-	// gather (layer 0's attn norm).
-	FuseResNormQ8 bool
 }
 
 // NQ is the query width NHead*HeadDim.
@@ -82,16 +77,6 @@ type Node struct {
 	// FFNMatMulAdd / MatMul (decode lm head) node applies to in[0] first
 	// (eps P.Eps): the norm node it replaced.
 	Norm string
-	// OutNorm (FuseResNormQ8) names the RMS norm weight (eps P.OutEps)
-	// whose Q8_1 row of its output a MatMulAdd / AttnMatMulAdd /
-	// FFNMatMulAdd / GetRows node writes too, for the Q8In node after it. A field of
-	// its own: an FFNMatMulAdd's Norm is its FFN's input norm.
-	OutNorm string
-	// Q8In (FuseResNormQ8) marks a FusedQKV / FusedFFN / FFNMatMulAdd /
-	// MatMul node whose Q8_1 row of in[0] normed by Norm its producer (the node with
-	// OutNorm = Norm) already wrote into the backend's scratch: the node
-	// runs its matvecs only.
-	Q8In bool
 	P    OpParams
 	Name string // readable: "blk.3.attn_q"
 
@@ -126,12 +111,6 @@ func (n *Node) String() string {
 	}
 	if n.Norm != "" {
 		fmt.Fprintf(&b, " norm=%s", n.Norm)
-	}
-	if n.OutNorm != "" {
-		fmt.Fprintf(&b, " out_norm=%s", n.OutNorm)
-	}
-	if n.Q8In {
-		b.WriteString(" q8in")
 	}
 	return b.String()
 }

@@ -19,8 +19,7 @@ const (
 	// cell, kv length}).
 	OpInput Op = iota
 	// OpGetRows gathers rows of a weight (the embedding) by i32 ids: in[0]
-	// ids [nt] -> [rowLen, nt]. Any weight type. With OutNorm
-	// (FuseResNormQ8, one row) it also writes that norm's Q8_1 row.
+	// ids [nt] -> [rowLen, nt]. Any weight type.
 	OpGetRows
 	// OpRmsNorm: in[0] [n, ...] normalised per row, times weight [n].
 	OpRmsNorm
@@ -87,8 +86,7 @@ const (
 	// fused gate/up + SwiGLU (Weights = {gate, up}; with Norm set, in[0]
 	// RMS-normed by that weight, eps P.Eps, first) whose only reader was
 	// the down projection's OpMatMulAdd, folded into it (FuseFFNQ8). in[1]
-	// has the output's shape. With FuseResNormQ8 it may carry both norms:
-	// Q8In (its FFN's row came normed as Q8_1) and OutNorm (its output's).
+	// has the output's shape.
 	OpFFNMatMulAdd
 	numOps
 )
@@ -171,14 +169,6 @@ const (
 	// backend offers it where the FFN can write the matmul's quantized
 	// activation itself (the decode row: one launch fewer).
 	FuseFFNQ8
-	// FuseResNormQ8: a FusedQKV / FusedFFN / FFNMatMulAdd / MatMul node
-	// with Norm set (FuseNormQ8) whose in[0] is a MatMulAdd /
-	// AttnMatMulAdd / FFNMatMulAdd or the embedding's GetRows -> that node
-	// takes the norm (OutNorm, P.OutEps) and the consumer gets Q8In (chain:
-	// producer, consumer). A backend offers it where the producer can
-	// write the normed row's quantized activation itself (one launch
-	// fewer).
-	FuseResNormQ8
 )
 
 func (k FuseKind) String() string {
@@ -199,8 +189,6 @@ func (k FuseKind) String() string {
 		return "attn_q8"
 	case FuseFFNQ8:
 		return "ffn_q8"
-	case FuseResNormQ8:
-		return "res_norm_q8"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }
@@ -210,7 +198,6 @@ func (k FuseKind) String() string {
 type OpParams struct {
 	Input   InputKind // OpInput
 	Eps     float32   // RmsNorm, QkNorm, QkvBiasRopeStore with norm weights, nodes with Norm
-	OutEps  float32   // nodes with OutNorm
 	Theta   float32   // Rope, QkvBiasRopeStore
 	Rope    RopeStyle // Rope, QkvBiasRopeStore
 	Layer   int       // Attn, AttnMatMulAdd, KvcacheStore, KvcacheLoad, QkvBiasRopeStore

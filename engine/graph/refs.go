@@ -5,11 +5,11 @@ import "fmt"
 // What a node refers to beyond its inputs, and the KVCells span rule:
 // every backend checks these the same way, so they are stated once here.
 
-// WeightNames lists the weights n names (Weight, Bias, Norm, OutNorm,
-// Weights, Biases; empty slots left out): the ones a backend's SupportsOp
-// needs registered.
+// WeightNames lists the weights n names (Weight, Bias, Norm, Weights,
+// Biases; empty slots left out): the ones a backend's SupportsOp needs
+// registered.
 func (n *Node) WeightNames() []string {
-	all := append([]string{n.Weight, n.Bias, n.Norm, n.OutNorm}, n.Weights...)
+	all := append([]string{n.Weight, n.Bias, n.Norm}, n.Weights...)
 	var names []string
 	for _, w := range append(all, n.Biases...) {
 		if w != "" {

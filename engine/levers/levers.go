@@ -512,7 +512,6 @@ var registry = []Lever{
 		// arithmetic is minfer_get_rows' (bitwise); B's device memory drops
 		// by the table, which the default memory bar reads as within.
 		Workload: "qwen2-7b:Q8_0",
-		// The pattern takes the gather's _q8_1 twin (MINFER_FUSE_RES_NORM_Q8).
 		Liveness: cudaOnly("1", "the embedding gather of an untied model reads the host-mapped table (minfer_get_rows_host*) only with the lever on; off, minfer_get_rows* reads the device copy",
 			[]string{"minfer_get_rows_host*"}, Needs{Untied: true})},
 	{Name: "MINFER_ONE_COPY", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "weight layout (Q8_0 / Q6_K): one device copy", Issue: "#19",
@@ -551,22 +550,6 @@ var registry = []Lever{
 		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M", DefaultSince: "reports/MINFER_FUSE_NORM_Q8",
 		Liveness: cudaOnly("1", "the decode norms before the fused q/k/v and gate/up matvecs and the lm head run minfer_rms_norm_q8_1 only with the lever on; off, minfer_rms_norm_f32 and a quantization",
 			[]string{"minfer_rms_norm_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
-	// The norms FUSE_NORM_Q8 folds read the row the residual matvec one
-	// launch earlier wrote: its last block writes their Q8_1 row.
-	{Name: "MINFER_FUSE_RES_NORM_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode residual matvec + the next RMS norm's Q8_1 row -> one launch (CUDA)", Issue: "#20",
-		Doc: "1: a decode residual matvec (the o-projection's, the down projection's) whose row a folded norm (MINFER_FUSE_NORM_Q8) reads next writes that norm's Q8_1 row itself: the last block of minfer_mmvq[r]_resn_<t> to finish norms the row it completed (the norm kernel's sums in its order) instead of a minfer_rms_norm_q8_1 launch; " +
-			"the last down projection so writes the output norm's row for the lm head, and the embedding gather (minfer_get_rows[_host|_r]_q8_1) layer 0's attn norm row: " +
-			"two launches a layer and one a token fewer (-49 a token on qwen2-0.5b, -57 on the 7B), bitwise the same bytes. " +
-			"With MINFER_FUSE_FFN_Q8 the down projection reading the fused FFN's Q8_1 row writes the next norm's (149 -> 146 launches a token on qwen2-0.5b with the edges, counted on the plan). " +
-			"Forecast x1.03 refuted (2026-12-07, H100: tg128 x0.764, the last block's tail, one dependent load at a time, 8-10 us of a 12 us launch); " +
-			"the tail now issues its loads in batches (one round trip a phase on the 0.5b's row): forecast qwen2-0.5b Q4_K_M tg128 x1.00-1.04 (reports/MINFER_FUSE_RES_NORM_Q8)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
-		// Without the folded norms, the residual matmul-adds or with the
-		// split matvec (no resn form) it switches nothing: refused there.
-		// MINFER_FUSE_FFN_Q8 composes with it (graph fuseResNormQ8).
-		Requires: []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_RESIDUAL=1", "MINFER_MMVQ_SPLIT=0"},
-		Liveness: cudaOnly("1", "the decode residual matvecs before the folded norms run minfer_mmvq*_resn_* and the decode embedding gather its _q8_1 twin only with the lever on; off, minfer_mmvq*_res_*, the plain gather and minfer_rms_norm_q8_1",
-			[]string{"minfer_mmvq*_resn_*", "minfer_get_rows*_q8_1"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The next producer of a decode Q8_1 row (reports/MINFER_MMVQ_INLINE_Q8:
 	// a consumer that quantizes its own input lost): the attention output
 	// the o-projection reads.
@@ -872,7 +855,6 @@ type Config struct {
 	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
 	AttnDecodeTC     bool // MINFER_ATTN_DECODE_TC: decode attention on the tensor cores
 	AttnDecodeTCFrom int  // MINFER_ATTN_DECODE_TC_FROM: the tensor cores from this many KV cells (0: always)
-	FuseResNormQ8    bool // MINFER_FUSE_RES_NORM_Q8: the residual matvec writes the next norm's Q8_1
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
 	MMVQNT           bool
@@ -1033,7 +1015,6 @@ func Parse(environ []string) (Config, error) {
 	// Validate refused what is no count of cells; unset, the registry's default.
 	c.AttnDecodeTCFrom, _ = strconv.Atoi(c.Value("MINFER_ATTN_DECODE_TC_FROM"))
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
-	c.FuseResNormQ8 = on("MINFER_FUSE_RES_NORM_Q8")
 	c.MMVQQKVMixed = yields("MINFER_MMVQ_QKV_MIXED")
 	c.FuseFFNQ8 = on("MINFER_FUSE_FFN_Q8")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")

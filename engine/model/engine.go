@@ -250,7 +250,6 @@ func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers
 	p.FuseNormQ8 = lv.FuseNormQ8
 	p.FuseAttnQ8 = lv.FuseAttnQ8
 	p.FuseFFNQ8 = lv.FuseFFNQ8
-	p.FuseResNormQ8 = lv.FuseResNormQ8
 	return p
 }
 

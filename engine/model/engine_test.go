@@ -818,7 +818,7 @@ func (offersAll) Name() string { return "cpu-fuses-all" }
 // node hands a Q8_1 row to the next (no CPU op has that form; their bytes
 // are held by the kernel emulators and the device tests).
 func (offersAll) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
-	return k != graph.FuseNormQ8 && k != graph.FuseAttnQ8 && k != graph.FuseFFNQ8 && k != graph.FuseResNormQ8
+	return k != graph.FuseNormQ8 && k != graph.FuseAttnQ8 && k != graph.FuseFFNQ8
 }
 
 // TestFusedEqualsUnfused_EveryFusedKindOnTheCPUReference: with every fusion

@@ -2,9 +2,9 @@
 # plant_defect FILE NAME FROM TO.
 #
 # emu_dirs sets kern (the kernel sources) and tmp (a directory removed at
-# exit); emu_run SRC [ARGS...] compiles scripts/kernel-emu/SRC with the
-# emulated built-ins against $kern and runs it with ARGS. The scripts
-# before them spell both out.
+# exit); emu_run SRC compiles scripts/kernel-emu/SRC with the emulated
+# built-ins against $kern and runs it. The scripts before them spell both
+# out.
 emu_dirs() {
     kern="$here/../../cuda/kernels"
     tmp="$(mktemp -d)"
@@ -13,7 +13,7 @@ emu_dirs() {
 emu_run() {
     g++ -std=c++20 -O1 -ffp-contract=off -Wno-unknown-pragmas -I"$here/include" -I"$kern" -include "$here/include/cuda_fp16.h" \
         "$here/$1" -o "$tmp/${1%.cpp}" -pthread
-    "$tmp/${1%.cpp}" "${@:2}"
+    "$tmp/${1%.cpp}"
 }
 
 # plant_defect FILE NAME FROM TO
