@@ -65,7 +65,9 @@ var attnDecode2Names = func() (n [2][3][3]string) {
 // setting would switch nothing that was asked for. (Those on by default
 // yield instead while unset.)
 var optInRequires = []string{"MINFER_MMQ_F16_KQ", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED", "MINFER_FUSE_FFN_Q8", "MINFER_FUSE_RES_NORM_Q8",
-	"MINFER_ATTN_DECODE_TC"}
+	"MINFER_ATTN_DECODE_TC",
+	// After MINFER_ATTN_DECODE_TC, which it requires (dsLevers drops them in this order).
+	"MINFER_ATTN_DECODE_TC_NARROW"}
 
 // optInConflict refuses lever=1 (one of optInRequires), set, where its
 // Requires do not hold.
