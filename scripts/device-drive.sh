@@ -34,7 +34,7 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtr qrn qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh rnq rnqf dtc dtc0 dtcn syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtn qtr qrn qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 ncudn prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -44,6 +44,8 @@ declare -A LEVER=(
     # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 12288), arm B runs the lean kernels at depth 0, so this
     # A/B's ab and profile liveness fail there by design; qtr times the route from depth 0 instead.
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
+    # dtcn: the 32-cell tiles against the 64-cell ones, both arms on the tensor-core decode (at its declared workload)
+    [dtcn]=MINFER_ATTN_DECODE_TC_NARROW@with=MINFER_ATTN_DECODE_TC=1
     # rnq: at the defaults (the folded norms it requires are on by default since 16da0c9; a --with of
     # them failed arm B's liveness in session 31: this lever replaces minfer_rms_norm_q8_1)
     [rnq]=MINFER_FUSE_RES_NORM_Q8
@@ -78,6 +80,8 @@ NCU_RUNS=(
     # ncudt0: the same at depth 0, where one split a KV head does one tile and took ~14 us a launch (session 31's
     # op timing) against ~2 us for the lean kernel: its stall reasons say what one warp waits on
     "ncudt0|ncu-decode-tc-d0|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0|minfer_attn_decode_tc_|112|4|-p 0 -n 4"
+    # ncudn: ncudt's launches of the 32-cell form (MINFER_ATTN_DECODE_TC_NARROW): its forecast is 22-28 us, >= 2.4 TB/s
+    "ncudn|ncu-decode-tc32-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0 MINFER_ATTN_DECODE_TC_NARROW=1|minfer_attn_decode_tc32_|112|4|-p 0 -n 4 -d 32128"
 )
 # Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
 # STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
@@ -103,6 +107,7 @@ QB_RUNS=(
     "qtm|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
     "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
     "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qtn|qwen2-7b-Q8_0|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0|narrow=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0 MINFER_ATTN_DECODE_TC_NARROW=1"
     "qtr|qwen2-7b-Q8_0|lean=MINFER_LAUNCH_CENSUS=1|route=MINFER_ATTN_DECODE_TC=1 MINFER_LAUNCH_CENSUS=1"
     "qrn|qwen2-7b-Q8_0|off=|resn=MINFER_FUSE_RES_NORM_Q8=1"
 )
@@ -119,7 +124,9 @@ QB_RUNS=(
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768" [qt]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
     [qt0]="-p 0 -n 128 -c 32768" [qtr]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
     [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768"
+    [qtn]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
     [qrn]="-p 0 -n 128 -c 4096")
+# qtn: the tensor-core decode's 32-cell tiles (MINFER_ATTN_DECODE_TC_NARROW) beside its 64-cell ones at depth 32128.
 # qrn: RES_NORM_Q8 on the 7B, whose 3584-value row costs its resn tail four batches of loads a phase where the
 # 0.5b's costs one (its A/B runs on the 0.5b; a default must not cost the 7B's decode).
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
@@ -320,16 +327,16 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | rnq | rnqf | dtc | dtc0 | dtcn) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtr | qrn) qb_step $step ;;
+    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtn | qtr | qrn) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
-    ncug | ncut | ncud2 | ncudt | ncudt0) ncu_step $step ;;
+    ncug | ncut | ncud2 | ncudt | ncudt0 | ncudn) ncu_step $step ;;
     prof) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done
