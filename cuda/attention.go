@@ -119,6 +119,10 @@ func attnFamily(nt, kvLen int, lv levers.Config, kvf kv.Format) string {
 	return attnPlain
 }
 
+// decodeTCForm is the tensor-core decode's tile form the backend's
+// kernels launch (MINFER_ATTN_DECODE_TC_NARROW: KernelsOptions.DecodeTCNarrow).
+func (b *Backend) decodeTCForm() attnDecodeTCForm { return attnDecodeTCFormOf(b.lv.DecodeTCNarrow) }
+
 // attnDecodeFamily reports whether fam is one of the split-K decode
 // families, the two the route by depth moves between.
 func attnDecodeFamily(fam string) bool { return fam == attnDecode2 || fam == attnDecodeTC }
@@ -208,7 +212,7 @@ func opAttn(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (fun
 		}
 		return func() error { return b.k.AttentionDecode2(b.s, o, p[0], kr, vr, f, win, scr, scrBytes, ap) }, nil
 	case attnDecodeTC:
-		part, partBytes, err := b.attnTCScratch(ap, attnDecodeTCSplits(ap, b.dev.Attr.SMCount))
+		part, partBytes, err := b.attnTCScratch(ap, b.decodeTCForm().splits(ap, b.dev.Attr.SMCount))
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +252,7 @@ func (b *Backend) attnRoute(ap AttnParams) (string, error) {
 		if _, _, err := b.attnDecode2Scratch(ap); err != nil {
 			return "", err
 		}
-		if _, _, err := b.attnTCScratch(ap, attnDecodeTCSplits(ap, b.dev.Attr.SMCount)); err != nil {
+		if _, _, err := b.attnTCScratch(ap, b.decodeTCForm().splits(ap, b.dev.Attr.SMCount)); err != nil {
 			return "", err
 		}
 	}
@@ -321,7 +325,7 @@ func opAttnMatMulAdd(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Ten
 	}
 	f := b.kvSpec.Format
 	if fam == attnDecodeTC { // the combine writes the Q8_1 row
-		part, partBytes, err := b.attnTCScratch(ops.ap, attnDecodeTCSplits(ops.ap, b.dev.Attr.SMCount))
+		part, partBytes, err := b.attnTCScratch(ops.ap, b.decodeTCForm().splits(ops.ap, b.dev.Attr.SMCount))
 		if err != nil {
 			return nil, err
 		}

@@ -70,8 +70,9 @@ func TestAttnDecodeTCDevice_Q8RowBitwiseAndTheKernelsRun(t *testing.T) {
 	dsLeverDecodeOn(t, "MINFER_FUSE_ATTN_Q8", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
 		want := int64(sh.NLayer * frSteps)
 		for arm, c := range map[string]map[string]int64{"off": cOff, "on": cOn} {
-			k, names := rpMatching(c, "minfer_attn_decode_tc_hd*")
-			comb, _ := rpMatching(c, "minfer_attn_decode_tc_combine")
+			// Either tile form (a suite gate may set MINFER_ATTN_DECODE_TC_NARROW=1).
+			k, names := rpMatching(c, "minfer_attn_decode_tc*_hd*")
+			comb, _ := rpMatching(c, "minfer_attn_decode_tc*_combine")
 			lean, _ := rpMatching(c, "minfer_attn_decode2*")
 			t.Logf("%s: %d tensor-core decode launches %v, %d combines, %d lean", arm, k, names, comb, lean)
 			if k != want || comb != want || lean != 0 {
@@ -132,7 +133,7 @@ func TestAttnDecodeTCRoute_CrossingRecapturesAndSwitchesKernels(t *testing.T) {
 	}
 	kernels := func(c map[string]int64) (lean, tc int64) {
 		lean, _ = rpMatching(c, "minfer_attn_decode2*")
-		tc, _ = rpMatching(c, "minfer_attn_decode_tc_*")
+		tc, _ = rpMatching(c, "minfer_attn_decode_tc*") // either tile form (MINFER_ATTN_DECODE_TC_NARROW)
 		return lean, tc
 	}
 	for n := nPrompt + 1; n < from; n++ {
@@ -198,6 +199,137 @@ func TestAttnDecodeTCRoute_CrossingRecapturesAndSwitchesKernels(t *testing.T) {
 		t.Logf("kv_len %d: routed vs lean max|diff| %.3g, top-1 %d / %d (lean margin %.3g)", n, worst, top, leanTop, margin)
 		if worst > 0.5 || (top != leanTop && margin > 0.1) {
 			t.Errorf("kv_len %d: routed vs lean max|diff| %.3g (bar 0.5), top-1 %d vs %d at margin %.3g (f16-attention-tile)", n, worst, top, leanTop, margin)
+		}
+	}
+}
+
+// TestAttnDecodeTCNarrowDevice_MatchesCPUAndTheWideFormWithinF16Bar: the
+// narrow form (MINFER_ATTN_DECODE_TC_NARROW: minfer_attn_decode_tc32_*,
+// launched by a Kernels loaded with DecodeTCNarrow, as New loads it) over
+// an f16 cache at the 7B's heads (28 / 4, head_dim 128) and qwen2-0.5b's
+// (14 / 2, 64): KV lengths 1 (depth 0), 33 (a second, partial tile), 4113
+// (past many tiles, a partial last one) and 20000 (625 tiles: on 132 SMs
+// 157 active splits of the 7B's 198, more than the 64-cell form's combine
+// holds), nt 1 and 8. Each launch is within 1e-2 of engine/cpu's attention
+// and of the 64-cell form (minfer_attn_decode_tc_*, the f16 tiles both),
+// and a repeated launch gives the same bits; the census shows the narrow
+// kernels and their combine ran once a launch, the 64-cell ones never.
+func TestAttnDecodeTCNarrowDevice_MatchesCPUAndTheWideFormWithinF16Bar(t *testing.T) {
+	ms := mmtOpen(t)
+	kc := mmtLoadKernels(t, ms, KernelsOptions{Census: true, DecodeTCNarrow: true}, false)
+	t.Cleanup(func() { _ = ms.dev.Do(kc.Close) })
+	narrow := adDecodeTC
+	narrow.name = "attn_decode_tc32"
+	narrow.launch = func(_ *Kernels, s *driver.Stream, out, q, kr, vr driver.DevicePtr, f kv.Format, win, scr driver.DevicePtr, scrB int, p AttnParams) error {
+		if err := kc.PrepareAttnPrefillTC(); err != nil {
+			return err
+		}
+		if need := AttnPrefillTCScratchBytes(p.HeadDim, kc.dev.Attr.SMCount); scrB < need {
+			return fmt.Errorf("the test's scratch of %d bytes is short of %d on this device", scrB, need)
+		}
+		return kc.AttentionDecodeTC(s, out, 0, 0, q, kr, vr, f, win, scr, scrB, p)
+	}
+	r := rand.New(rand.NewPCG(85, 86))
+	const nCtx = 20000
+	launches := map[int]int64{} // head_dim -> narrow launches
+	for _, h := range [][3]int{{28, 4, 128}, {14, 2, 64}} {
+		nh, nkv, hd := h[0], h[1], h[2]
+		rl := nkv * hd
+		k, v := adFill(r, kv.F16, nCtx, rl), adFill(r, kv.F16, nCtx, rl)
+		adUpload(t, ms, &k, &v)
+		shN := adOpenKernelShape(t, ms, narrow, kv.F16, k, v, nh, nkv, hd, nCtx)
+		shW := adOpenKernelShape(t, ms, adDecodeTC, kv.F16, k, v, nh, nkv, hd, nCtx)
+		worst, worstW := 0.0, 0.0
+		for _, L := range []int{1, 33, 4113, nCtx} {
+			for _, nt := range []int{1, AttnDecodeMaxNT} {
+				start := max(L-nt, 0)
+				q := dsRand(r, hd*nh*nt, 1+2*r.Float64())
+				p := shN.p
+				p.NT = nt
+				got := shN.run(t, q, nt, start, 0)
+				want := adRef(q, k.f32, v.f32, rl, hd, nh, nkv, nt, start, 0, attnScale(p))
+				wide := shW.run(t, q, nt, start, 0)
+				again := shN.run(t, q, nt, start, 0)
+				launches[hd] += 2
+				d, at := adWorst(got, want)
+				dw, atw := adWorst(got, wide)
+				worst, worstW = max(worst, d), max(worstW, dw)
+				name := fmt.Sprintf("hd%d %d/%d heads nt%d start%d", hd, nh, nkv, nt, start)
+				if d > 1e-2 || dw > 1e-2 {
+					t.Errorf("%s: max|diff| %g against the CPU (at %d: %v vs %v), %g against the 64-cell form (at %d: %v vs %v); bar 1e-2",
+						name, d, at, got[at], want[at], dw, atw, got[atw], wide[atw])
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(again[i]) {
+						t.Errorf("%s: a repeated launch differs at %d: %v then %v", name, i, got[i], again[i])
+						break
+					}
+				}
+			}
+		}
+		t.Logf("hd %d heads %d/%d: %d splits; worst max|diff| %g against the CPU, %g against the 64-cell form", hd, nh, nkv,
+			attnDecodeTCNarrow.splits(shN.p, kc.dev.Attr.SMCount), worst, worstW)
+	}
+	c := kc.Census()
+	var all int64
+	for hd, n := range launches {
+		all += n
+		if got := c[attnDecodeTCNarrow.name(hd)]; got != n {
+			t.Errorf("census: %s ran %d times, want %d", attnDecodeTCNarrow.name(hd), got, n)
+		}
+	}
+	wideRan, names := rpMatching(c, "minfer_attn_decode_tc_*")
+	if c[attnDecodeTCNarrow.combine()] != all || wideRan != 0 {
+		t.Errorf("census: %s ran %d times (want %d), the 64-cell kernels %d (want 0: %v)", attnDecodeTCNarrow.combine(), c[attnDecodeTCNarrow.combine()], all, wideRan, names)
+	}
+}
+
+// TestAttnDecodeTCNarrowDevice_WholeModelWithinF16ClassAndTheNarrowKernelsRun:
+// synthetic qwen2-tiny and qwen2-0.5b Q4_K_M, prefill then 6 decode steps,
+// CUDA graphs on and off, the tensor-core decode pinned on at every depth
+// over an f16 cache (with the Q8_1 row, MINFER_FUSE_ATTN_Q8's default):
+// MINFER_ATTN_DECODE_TC_NARROW=1 against =0, every step's logits within
+// the f16-attention-tile class (max|diff| <= 0.5, top-1 equal where the
+// top-2 margin is above 0.1). Census: with the lever minfer_attn_decode_tc32_*
+// and its combine run once a layer a step and the 64-cell kernels never;
+// without it the reverse.
+func TestAttnDecodeTCNarrowDevice_WholeModelWithinF16ClassAndTheNarrowKernelsRun(t *testing.T) {
+	dsNeedDevice(t)
+	pin := append([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_ATTN_DECODE_TC_FROM=0", "MINFER_CACHE_TYPE=f16", "MINFER_FUSE_RESIDUAL=1"}, dsMMVQ...)
+	for _, m := range []dsModel{{"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}} {
+		sh, err := synth.ShapeByName(m.shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, graphs := range []string{"0", "1"} {
+			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
+				p := dsSynth(t, m.shape, m.typ)
+				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, pin...))
+				lW, cW, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_ATTN_DECODE_TC_NARROW=0")...)
+				lN, cN, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_ATTN_DECODE_TC_NARROW=1")...)
+				for i := range lW {
+					worst := 0.0
+					for j := range lW[i] {
+						worst = max(worst, math.Abs(float64(lN[i][j])-float64(lW[i][j])))
+					}
+					top, topW, margin := dsArgmax(lN[i]), dsArgmax(lW[i]), dsTop2Margin(lW[i])
+					if worst > 0.5 || (top != topW && margin > 0.1) {
+						t.Errorf("step %d: narrow vs 64-cell max|diff| %.3g (bar 0.5), top-1 %d vs %d at margin %.3g", i, worst, top, topW, margin)
+					}
+				}
+				want := int64(sh.NLayer * frSteps)
+				for arm, c := range map[string]map[string]int64{"narrow": cN, "64-cell": cW} {
+					n, nNames := rpMatching(c, "minfer_attn_decode_tc32_hd*")
+					nComb, _ := rpMatching(c, "minfer_attn_decode_tc32_combine")
+					w, wNames := rpMatching(c, "minfer_attn_decode_tc_hd*")
+					wComb, _ := rpMatching(c, "minfer_attn_decode_tc_combine")
+					t.Logf("%s: narrow %d %v + %d combines, 64-cell %d %v + %d combines", arm, n, nNames, nComb, w, wNames, wComb)
+					if on := arm == "narrow"; (on && (n != want || nComb != want || w+wComb != 0)) || (!on && (w != want || wComb != want || n+nComb != 0)) {
+						t.Errorf("%s arm: narrow %d kernel and %d combine launches, 64-cell %d and %d; want %d of its own form's each, none of the other",
+							arm, n, nComb, w, wComb, want)
+					}
+				}
+			})
 		}
 	}
 }

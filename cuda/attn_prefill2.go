@@ -192,6 +192,9 @@ func (k *Kernels) PrepareAttnPrefillTC() error {
 				return err
 			}
 		}
+		if err := k.prepareOptIn("attn_prefill_tc", attnDecodeTCNarrow.name(hd), attnDecodeTCNarrow.smem(hd)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -281,21 +284,67 @@ const (
 	// attnDecodeTCMaxSplits caps the KV splits of a decode launch
 	// (fatc::DC_MAXS, what the combine's lanes hold).
 	attnDecodeTCMaxSplits = 128
-	attnDecodeTCCombine   = "minfer_attn_decode_tc_combine"
-	attnDecodeTCCombineTh = 128 // fatc::DC_WARPS * 32
-	// attnDecodeTCMinTiles is fatc::DEC_MIN_TILES: the fewest 64-cell
-	// tiles an active split takes.
-	attnDecodeTCMinTiles = 2
+	// attnDecodeTCNarrowMaxSplits is the narrow form's cap
+	// (fatc::DC_MAXS_NARROW: twice the blocks an SM, twice the splits).
+	attnDecodeTCNarrowMaxSplits = 256
+	attnDecodeTCCombineTh       = 128 // fatc::DC_WARPS * 32
+	// attnDecodeTCMinCells is fatc::DEC_MIN_CELLS: the fewest cells an
+	// active split takes, 2 tiles of 64 or 4 of 32 (fatc::DEC_MIN_TILES).
+	attnDecodeTCMinCells = 128
 )
 
-// attnDecodeTCSplitPlan is the decode kernels' run-time split rule
+// attnDecodeTCForm is one tile width of the tensor-core decode kernels:
+// minfer_attn_decode_tc_* over 64-cell tiles (fatc::BN), or the narrow
+// form minfer_attn_decode_tc32_* over 32 (fatc::BN_NARROW,
+// MINFER_ATTN_DECODE_TC_NARROW): half the shared memory a block, so twice
+// the one-warp blocks an SM and twice the splits, each with half the
+// serial work a tile. Each has its combine, which plans the splits as its
+// kernel does.
+type attnDecodeTCForm struct {
+	bn        int    // KV cells a tile
+	maxSplits int    // the combine's cap (fatc::DC_MAXS, DC_MAXS_NARROW)
+	prefix    string // the kernels: prefix_hd64, prefix_hd128 and prefix_combine
+}
+
+var (
+	attnDecodeTCWide   = attnDecodeTCForm{bn: attnPrefill2BN, maxSplits: attnDecodeTCMaxSplits, prefix: "minfer_attn_decode_tc"}
+	attnDecodeTCNarrow = attnDecodeTCForm{bn: 32, maxSplits: attnDecodeTCNarrowMaxSplits, prefix: "minfer_attn_decode_tc32"}
+)
+
+// attnDecodeTCFormOf is the form MINFER_ATTN_DECODE_TC_NARROW picks.
+func attnDecodeTCFormOf(narrow bool) attnDecodeTCForm {
+	if narrow {
+		return attnDecodeTCNarrow
+	}
+	return attnDecodeTCWide
+}
+
+// name is the decode kernel of a head_dim variant (64 or 128).
+func (f attnDecodeTCForm) name(hd int) string { return fmt.Sprintf("%s_hd%d", f.prefix, hd) }
+
+// combine is the form's combine kernel.
+func (f attnDecodeTCForm) combine() string { return f.prefix + "_combine" }
+
+// smem is fatc::Geo<HD, BNT>::BYTES: two buffers of K and V tiles of bn
+// rows of HD+8 halves (the 64-cell form's is attnPrefillTCSmem).
+func (f attnDecodeTCForm) smem(hd int) int { return 2 * 2 * f.bn * (hd + 8) * 2 }
+
+// minTiles is fatc::DEC_MIN_TILES of the form's width.
+func (f attnDecodeTCForm) minTiles() int { return attnDecodeTCMinCells / f.bn }
+
+// splitPlan is the decode kernels' run-time split rule
 // (fatc::dec_split_plan, which the kernel and its combine both call): of a
-// block's ntiles 64-cell tiles over the grid's nsplit splits, per tiles a
+// block's ntiles bn-cell tiles over the grid's nsplit splits, per tiles a
 // split and the used splits that have any (the first used; the others exit
 // at once and write no partial, and the combine reads the first used).
-func attnDecodeTCSplitPlan(ntiles, nsplit int) (per, used int) {
-	per = max((ntiles+nsplit-1)/nsplit, attnDecodeTCMinTiles)
+func (f attnDecodeTCForm) splitPlan(ntiles, nsplit int) (per, used int) {
+	per = max((ntiles+nsplit-1)/nsplit, f.minTiles())
 	return per, (ntiles + per - 1) / per
+}
+
+// attnDecodeTCSplitPlan is the 64-cell form's splitPlan.
+func attnDecodeTCSplitPlan(ntiles, nsplit int) (per, used int) {
+	return attnDecodeTCWide.splitPlan(ntiles, nsplit)
 }
 
 // attnDecodeTCYielded is the line the backend logs when
@@ -309,32 +358,43 @@ func attnDecodeTCYielded(lv levers.Config, f kv.Format) string {
 		"(the tensor-core decode reads f16 caches; MINFER_CACHE_TYPE=f16 routes it)", f)
 }
 
-// attnDecodeTCName is the decode kernel of a head_dim variant (64 or 128).
-func attnDecodeTCName(hd int) string { return fmt.Sprintf("minfer_attn_decode_tc_hd%d", hd) }
+// attnDecodeTCName is the 64-cell decode kernel of a head_dim variant (64 or 128).
+func attnDecodeTCName(hd int) string { return attnDecodeTCWide.name(hd) }
 
-// attnDecodeTCSplits is how many blocks share each (row tile, KV head)'s
-// cells: as many as fill one wave of the blocks an SM holds (its shared
-// memory: 3 of head_dim 128, 6 of 64), at least 2 (the combine always
-// writes the row, so the Q8_1 form has one path), at most one a 64-cell
-// tile of the context, attnDecodeTCMaxSplits, and what the prefill
+// splits is how many blocks share each (row tile, KV head)'s cells: as
+// many as fill one wave of the blocks an SM holds (perSM), at least 2 (the
+// combine always writes the row, so the Q8_1 form has one path), at most
+// one a tile of the context, the combine's cap, and what the prefill
 // kernels' scratch holds. It depends on the shapes, the context and the
 // device only (a captured graph replays with more cells filled); the
-// filled range activates splits at run time (attnDecodeTCSplitPlan: at
-// least 2 tiles each, so a short range runs few blocks and the combine
-// reads few partials). 7B (4 KV heads, G 7) on 132 SMs: 99 splits, 396
-// blocks; at depth 0 4 of them run, at depth 32128 336.
-func attnDecodeTCSplits(p AttnParams, smCount int) int {
+// filled range activates splits at run time (splitPlan: at least 128
+// cells each, so a short range runs few blocks and the combine reads few
+// partials). 7B (4 KV heads, G 7) on 132 SMs: 64-cell tiles 99 splits,
+// 396 blocks, of which 4 run at depth 0 and 336 at depth 32128; 32-cell
+// tiles 198 splits, 792 blocks, 4 and 672 of them.
+func (f attnDecodeTCForm) splits(p AttnParams, smCount int) int {
 	hd := attnPrefillHD(p.HeadDim)
 	rows := p.NT * (p.NHead / p.NHeadKV)
 	base := (rows + attnDecodeTCRows - 1) / attnDecodeTCRows * p.NHeadKV
 	if base <= 0 {
 		return 2
 	}
-	perSM := (228 << 10) / (attnPrefillTCSmem(hd) + 1<<10) // the H100's / H200's shared memory an SM, 1 KiB reserved a block
-	ns := min(max(perSM*smCount/base, 1), attnDecodeTCMaxSplits, max((p.NCtx+attnPrefillBN-1)/attnPrefillBN, 1))
+	ns := min(max(f.perSM(hd)*smCount/base, 1), f.maxSplits, max((p.NCtx+f.bn-1)/f.bn, 1))
 	rec := p.NHeadKV * rows * (hd + 2) * 4 // one split's partials
 	return max(min(ns, AttnPrefillTCScratchBytes(p.HeadDim, smCount)/rec), 2)
 }
+
+// perSM is how many of the form's one-warp blocks an SM holds by their
+// shared memory: the H100's / H200's 228 KiB an SM, 1 KiB reserved a
+// block. 64-cell tiles: 3 at head_dim 128, 6 at 64; 32-cell: 6 and 12.
+func (f attnDecodeTCForm) perSM(hd int) int { return (228 << 10) / (f.smem(hd) + 1<<10) }
+
+// attnDecodeTCSplits is the 64-cell form's splits.
+func attnDecodeTCSplits(p AttnParams, smCount int) int { return attnDecodeTCWide.splits(p, smCount) }
+
+// decodeTCForm is the decode form these kernels launch
+// (KernelsOptions.DecodeTCNarrow).
+func (k *Kernels) decodeTCForm() attnDecodeTCForm { return attnDecodeTCFormOf(k.dtcNarrow) }
 
 // AttentionDecodeTC is the decode attention's contract (nt <=
 // AttnDecodeMaxNT) through the tensor cores (numerics: the
@@ -344,8 +404,16 @@ func attnDecodeTCSplits(p AttnParams, smCount int) int {
 // (attnDecodeTCSplitPlan), and the combine reads only those. The combine
 // writes out (f32, unless out is 0) and, when q8 is not 0, the rows' Q8_1
 // blocks at q8 (head_dim 64 / 128, q8Bytes at least ActQ8Bytes of the
-// rows): the o-projection's input under MINFER_FUSE_ATTN_Q8.
+// rows): the o-projection's input under MINFER_FUSE_ATTN_Q8. The kernels
+// are the 64-cell form's, or with KernelsOptions.DecodeTCNarrow
+// (MINFER_ATTN_DECODE_TC_NARROW) the 32-cell form's (attnDecodeTCForm).
 func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
+	format kv.Format, win driver.DevicePtr, part driver.DevicePtr, partBytes int, p AttnParams) error {
+	return k.attentionDecodeTC(k.decodeTCForm(), s, out, q8, q8Bytes, q, kRegion, vRegion, format, win, part, partBytes, p)
+}
+
+// attentionDecodeTC is AttentionDecodeTC through form f (tests run either).
+func (k *Kernels) attentionDecodeTC(f attnDecodeTCForm, s *driver.Stream, out, q8 driver.DevicePtr, q8Bytes uint64, q, kRegion, vRegion driver.DevicePtr,
 	format kv.Format, win driver.DevicePtr, part driver.DevicePtr, partBytes int, p AttnParams) error {
 	const op = "attn_decode_tc"
 	rb, err := p.check(format)
@@ -368,19 +436,19 @@ func (k *Kernels) AttentionDecodeTC(s *driver.Stream, out, q8 driver.DevicePtr, 
 	}
 	hd := attnPrefillHD(p.HeadDim)
 	rows := p.NT * (p.NHead / p.NHeadKV)
-	nsplit := attnDecodeTCSplits(p, k.dev.Attr.SMCount)
+	nsplit := f.splits(p, k.dev.Attr.SMCount)
 	if need := nsplit * p.NHeadKV * rows * (hd + 2) * 4; part == 0 || partBytes < need {
-		return opsBad(op, "%d splits need %d bytes of scratch, given %d at %#x", nsplit, need, partBytes, uint64(part))
+		return opsBad(op, "%s: %d splits need %d bytes of scratch, given %d at %#x", f.name(hd), nsplit, need, partBytes, uint64(part))
 	}
-	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: attnDecodeTCName(hd), prep: "PrepareAttnPrefillTC",
-		smem: attnPrefillTCSmem(hd), rowsPerBlock: attnDecodeTCRows, threads: attnDecodeTCThreads, nsplit: nsplit,
+	if err := k.launchPrefillAttn(s, prefillLaunch{op: op, name: f.name(hd), prep: "PrepareAttnPrefillTC",
+		smem: f.smem(hd), rowsPerBlock: attnDecodeTCRows, threads: attnDecodeTCThreads, nsplit: nsplit,
 		extra: []any{part, int32(nsplit)}}, out, q, kRegion, vRegion, format, win, p, rb); err != nil {
 		return err
 	}
-	if err := k.launch(s, attnDecodeTCCombine, [3]uint32{uint32(rows * p.NHeadKV), 1, 1}, [3]uint32{attnDecodeTCCombineTh, 1, 1}, 0,
+	if err := k.launch(s, f.combine(), [3]uint32{uint32(rows * p.NHeadKV), 1, 1}, [3]uint32{attnDecodeTCCombineTh, 1, 1}, 0,
 		out, q8, part, win, int32(p.NT), int32(p.NHead), int32(p.NHeadKV), int32(p.HeadDim), int32(p.NCtx), int32(p.Window),
 		int32(nsplit), int32(hd+2)); err != nil {
-		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, attnDecodeTCCombine, p.NT, p.NHead, p.NHeadKV, nsplit, err)
+		return fmt.Errorf("cuda: %s %s nt=%d heads=%d/%d splits=%d: %w", op, f.combine(), p.NT, p.NHead, p.NHeadKV, nsplit, err)
 	}
 	return nil
 }

@@ -150,7 +150,7 @@ func New(opts Options) (*Backend, error) {
 	b.cap.stats.Disabled = opts.Levers.NoCUDAGraph
 	err = dev.Do(func() error {
 		k, err := LoadKernels(dev, KernelsOptions{Path: opts.Levers.Kernels, Census: opts.Levers.LaunchCensus, OpTiming: opts.Levers.OpTiming,
-			QuantizeX4: opts.Levers.QuantizeX4, Logf: logf})
+			QuantizeX4: opts.Levers.QuantizeX4, DecodeTCNarrow: opts.Levers.DecodeTCNarrow, Logf: logf})
 		if err != nil {
 			return err
 		}

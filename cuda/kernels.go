@@ -32,6 +32,9 @@ type Kernels struct {
 
 	timing *opTiming // nil when op timing is off
 	qx4    bool      // activation quantize through minfer_quantize_q8_1_x4 (MINFER_QUANTIZE_X4=1)
+	// dtcNarrow: AttentionDecodeTC launches the 32-cell tile form
+	// (MINFER_ATTN_DECODE_TC_NARROW=1).
+	dtcNarrow bool
 }
 
 // KernelsOptions selects the instrumentation.
@@ -42,6 +45,9 @@ type KernelsOptions struct {
 	// QuantizeX4 runs QuantizeQ8_1 as minfer_quantize_q8_1_x4 (four Q8_1
 	// blocks per warp, the same bytes).
 	QuantizeX4 bool
+	// DecodeTCNarrow runs AttentionDecodeTC as minfer_attn_decode_tc32_*
+	// (32-cell tiles, MINFER_ATTN_DECODE_TC_NARROW).
+	DecodeTCNarrow bool
 	// Sources is the source hash the kernels file must carry ("": this
 	// binary's embedded sources; a test plants another).
 	Sources string
@@ -78,7 +84,8 @@ func LoadKernels(dev *driver.Device, opts KernelsOptions) (*Kernels, error) {
 		return nil, err
 	}
 	opts.Logf("%s", how)
-	k := &Kernels{dev: dev, mod: mod, stamp: st, nvrtc: fromNVRTC, fns: map[string]*driver.Function{}, qx4: opts.QuantizeX4}
+	k := &Kernels{dev: dev, mod: mod, stamp: st, nvrtc: fromNVRTC, fns: map[string]*driver.Function{}, qx4: opts.QuantizeX4,
+		dtcNarrow: opts.DecodeTCNarrow}
 	if opts.Census {
 		k.census = map[string]int64{}
 	}

@@ -34,7 +34,7 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkvx embedh dtc dtc0 syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 fq8 qkvx embedh dtc dtc0 dtcn syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtn qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 ncudn prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -44,6 +44,8 @@ declare -A LEVER=(
     # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 12288), arm B runs the lean kernels at depth 0, so this
     # A/B's ab and profile liveness fail there by design; qtr times the route from depth 0 instead.
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
+    # dtcn: the 32-cell tiles against the 64-cell ones, both arms on the tensor-core decode (at its declared workload)
+    [dtcn]=MINFER_ATTN_DECODE_TC_NARROW@with=MINFER_ATTN_DECODE_TC=1
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
@@ -73,6 +75,8 @@ NCU_RUNS=(
     # ncudt0: the same at depth 0, where one split a KV head does one tile and took ~14 us a launch (session 31's
     # op timing) against ~2 us for the lean kernel: its stall reasons say what one warp waits on
     "ncudt0|ncu-decode-tc-d0|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0|minfer_attn_decode_tc_|112|4|-p 0 -n 4"
+    # ncudn: ncudt's launches of the 32-cell form (MINFER_ATTN_DECODE_TC_NARROW): its forecast is 22-28 us, >= 2.4 TB/s
+    "ncudn|ncu-decode-tc32-d32128|MINFER_NO_CUDA_GRAPH=1 MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0 MINFER_ATTN_DECODE_TC_NARROW=1|minfer_attn_decode_tc32_|112|4|-p 0 -n 4 -d 32128"
 )
 # Profile steps: MINFER_OP_TIMING=1 benches of the 7B files (per-op times in the JSON), one row a bench:
 # STEP|NAME|ENV|MODEL|BENCH ARGS. Decode rows run with graphs off so that every launch is timed.
@@ -98,6 +102,7 @@ QB_RUNS=(
     "qtm|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
     "qt8|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
     "qt16|qwen2-7b-Q8_0|lean=|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0"
+    "qtn|qwen2-7b-Q8_0|tc=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0|narrow=MINFER_ATTN_DECODE_TC=1 MINFER_ATTN_DECODE_TC_FROM=0 MINFER_ATTN_DECODE_TC_NARROW=1"
     "qtr|qwen2-7b-Q8_0|lean=MINFER_LAUNCH_CENSUS=1|route=MINFER_ATTN_DECODE_TC=1 MINFER_LAUNCH_CENSUS=1"
 )
 # A quick bench's minfer bench arguments where not pp512 (qg: decode at depth at the defaults, the lean decode
@@ -112,7 +117,9 @@ QB_RUNS=(
 # no decode_tc launch below the threshold.
 declare -A QB_ARGS=([qg]="-p 0 -n 64 -d 32128 --fill zeros -c 32768" [qt]="-p 0 -n 64 -d 32128 --fill zeros -c 32768"
     [qt0]="-p 0 -n 128 -c 32768" [qtr]="-p 0 -n 128 -c 32768" [qtm]="-p 0 -n 64 -d 4096 --fill zeros -c 8192"
-    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768")
+    [qt8]="-p 0 -n 64 -d 8192 --fill zeros -c 32768" [qt16]="-p 0 -n 64 -d 16384 --fill zeros -c 32768"
+    [qtn]="-p 0 -n 64 -d 32128 --fill zeros -c 32768")
+# qtn: the tensor-core decode's 32-cell tiles (MINFER_ATTN_DECODE_TC_NARROW) beside its 64-cell ones at depth 32128.
 # peer needs /tmp/llama/b/bin/llama-bench, built beside the drive (DEVICE.md, the reference engine as a
 # peer; start the build after the drive, which clears /tmp/dev) with its log in /tmp/dev/llama-build.log
 # ending in a line "llama-bench build rc=N": the step waits up to 20 minutes for that line.
@@ -311,16 +318,16 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkvx | embedh | dtc | dtc0) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | fq8 | qkvx | embedh | dtc | dtc0 | dtcn) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
-    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtr) qb_step $step ;;
+    qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtn | qtr) qb_step $step ;;
     qd) qd_step ;;
     r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
     cover)
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.fatbin /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
-    ncug | ncut | ncud2 | ncudt | ncudt0) ncu_step $step ;;
+    ncug | ncut | ncud2 | ncudt | ncudt0 | ncudn) ncu_step $step ;;
     prof) prof_step $step ;;
     peer)
         for i in $(seq 240); do grep -q "llama-bench build rc=" $D/llama-build.log 2>/dev/null && break; sleep 5; done

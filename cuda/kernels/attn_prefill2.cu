@@ -365,10 +365,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) minfer_attn_prefill2_hd128_
 // f16-rounded P that P V uses; not bitwise v2.
 namespace fatc {
 constexpr int BM = 64, BN = 64, NT = 128;
+// BN_NARROW: the narrow decode form's tile (MINFER_ATTN_DECODE_TC_NARROW,
+// minfer_attn_decode_tc32_*): half the shared memory of BN's, so twice the
+// one-warp blocks an SM, each with half the serial work a tile.
+constexpr int BN_NARROW = 32;
 
-template <int HD> struct Geo {
+// Geo<HD, BNT>: the shared memory of BNT-cell tiles (BN but for the narrow
+// decode form).
+template <int HD, int BNT = BN> struct Geo {
     static constexpr int KLD = HD + 8; // halves per K and V row (and per staged Q row)
-    static constexpr int TILE = BN * KLD; // halves of one K or V tile
+    static constexpr int TILE = BNT * KLD; // halves of one K or V tile
     // Two buffers of K then V (Q staged in the first K first): one tile is
     // read while the next arrives. The pad keeps a warp's 32-bit K loads on
     // 32 distinct banks and ldmatrix's 8 rows on distinct 16-byte bank
@@ -386,12 +392,12 @@ __device__ __forceinline__ uint32_t ld32(const __half* p) { return *reinterpret_
 
 // stage_f16 issues the copies of tile c0 of an f16 cache (16-byte aligned,
 // hd == HD) into k and v, 16 bytes each as stored; cells outside [lo, hi]
-// are zero-filled (their source is cell lo's, never read).
-template <int HD, int THR>
+// are zero-filled (their source is cell lo's, never read). BNT cells a tile.
+template <int HD, int THR, int BNT = BN>
 __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                           const uint8_t* __restrict__ vreg, long long row_bytes, int off, int c0,
                                           int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 8; idx += THR) {
+    for (int idx = threadIdx.x; idx < BNT * HD / 8; idx += THR) {
         const int j = idx / (HD / 8), d = 8 * (idx % (HD / 8));
         const int c = c0 + j;
         const bool in = c >= lo && c <= hi;
@@ -405,12 +411,13 @@ __device__ __forceinline__ void stage_f16(__half* k, __half* v, const uint8_t* _
 // range (the inner tiles): kp / vp are this thread's first
 // sources (cell c0 + tid / CPR, column 8 (tid % CPR) of the KV head), each
 // next copy step bytes on; no per-copy index, range or row arithmetic.
-template <int HD, int THR>
+template <int HD, int THR, int BNT = BN>
 __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t* kp, const uint8_t* vp, long long step) {
     constexpr int CPR = HD / 8, RPI = THR / CPR; // 16-byte chunks a row; rows a pass of the block
+    static_assert(BNT % RPI == 0, "a tile's rows split evenly over the passes");
     const int o = (threadIdx.x / CPR) * Geo<HD>::KLD + 8 * (threadIdx.x % CPR);
 #pragma unroll
-    for (int i = 0; i < BN / RPI; i++) {
+    for (int i = 0; i < BNT / RPI; i++) {
         minfer_cp_async16(k + o + i * RPI * Geo<HD>::KLD, kp + i * step, 16);
         minfer_cp_async16(v + o + i * RPI * Geo<HD>::KLD, vp + i * step, 16);
     }
@@ -418,12 +425,12 @@ __device__ __forceinline__ void stage_f16_in(__half* k, __half* v, const uint8_t
 
 // stage_pairs stores tile c0 of any cache into k and v as f16, a pair of
 // values at a time (f32 rounded, q8_0 dequantized then rounded); cells
-// outside [lo, hi] and columns past hd are zero.
-template <int HD, int THR>
+// outside [lo, hi] and columns past hd are zero. BNT cells a tile.
+template <int HD, int THR, int BNT = BN>
 __device__ __forceinline__ void stage_pairs(__half* k, __half* v, const uint8_t* __restrict__ kreg,
                                             const uint8_t* __restrict__ vreg, int format, long long row_bytes, int off,
                                             int hd, int c0, int lo, int hi) {
-    for (int idx = threadIdx.x; idx < BN * HD / 2; idx += THR) {
+    for (int idx = threadIdx.x; idx < BNT * HD / 2; idx += THR) {
         const int j = idx / (HD / 2), d = 2 * (idx % (HD / 2));
         const int c = c0 + j;
         float2 kf = make_float2(0.0f, 0.0f), vf = make_float2(0.0f, 0.0f);
@@ -452,11 +459,12 @@ __device__ __forceinline__ void row_cells(long long R, long long nrows, int G, i
     first = window > 0 ? max(0, last - window + 1) : 0;
 }
 
-// span_tiles: the BN-cell tiles of a block's cells [lo, hi], from lo's
+// span_tiles: the BNT-cell tiles of a block's cells [lo, hi], from lo's
 // tile on (0: none).
+template <int BNT = BN>
 __device__ __forceinline__ int span_tiles(int lo, int hi) {
-    const int c_begin = lo - lo % BN;
-    return hi >= c_begin ? (hi - c_begin) / BN + 1 : 0;
+    const int c_begin = lo - lo % BNT;
+    return hi >= c_begin ? (hi - c_begin) / BNT + 1 : 0;
 }
 
 // The decode form's run-time splits (the grid's nsplit is fixed when a
@@ -464,24 +472,31 @@ __device__ __forceinline__ int span_tiles(int lo, int hi) {
 // rest exit at once and write no partial. DEC_MIN_TILES: at a short range
 // one tile a split left almost every block (396 for 7B) staging Q for
 // nothing and writing an empty partial the combine then read (tg128 at
-// depth 0 -10%); at depth 32128 per is 6 anyway.
-constexpr int DEC_MIN_TILES = 2;
+// depth 0 -10%); at depth 32128 per is 6 anyway. DEC_MIN_CELLS: that
+// floor in cells, the same for either tile width (2 tiles of 64, 4 of 32).
+constexpr int DEC_MIN_CELLS = 128;
+template <int BNT = BN>
 __device__ __forceinline__ void dec_split_plan(int ntiles, int nsplit, int& per, int& used) {
+    constexpr int DEC_MIN_TILES = DEC_MIN_CELLS / BNT;
     per = max((ntiles + nsplit - 1) / nsplit, DEC_MIN_TILES);
     used = (ntiles + per - 1) / per;
 }
 
 // ROWS: the rows of a block, a warp each 16 (BM for prefill; 16, one warp,
-// for the decode kernels).
-template <int HD, int ROWS = BM>
+// for the decode kernels). BNT: the cells a K / V tile (BN; BN_NARROW for
+// the narrow decode form), which every tile bound, step and loop below
+// takes (the prefill instantiations' BN makes their code what it was).
+template <int HD, int ROWS = BM, int BNT = BN>
 __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restrict__ q, const uint8_t* __restrict__ kreg,
                                                 const uint8_t* __restrict__ vreg, int format, const int* win, int nt,
                                                 int n_head, int n_head_kv, int hd, long long row_bytes, int n_ctx,
                                                 int window, float scale, float* __restrict__ part, int nsplit) {
-    using Gm = Geo<HD>;
+    using Gm = Geo<HD, BNT>;
     constexpr int KS = HD / 16; // 16-deep steps of Q K^T
     constexpr int ON = HD / 8;  // 8-column tiles of O
-    constexpr int SN = BN / 8;  // 8-cell tiles of S
+    constexpr int SN = BNT / 8; // 8-cell tiles of S
+    static_assert(BNT % 16 == 0 && (BNT == BN || ROWS == 16), "16-deep P V steps; the narrow tile is the decode form's");
+    static_assert(ROWS <= 4 * BNT, "Q is staged in the tile buffers");
     extern __shared__ float4 fatc_smem4[];
     __half* smem = reinterpret_cast<__half*>(fatc_smem4); // K0 V0 K1 V1
 
@@ -497,7 +512,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     if constexpr (ROWS == 16) {
         if (nsplit > 1) {
             int used;
-            dec_split_plan(span_tiles(lo, hi), nsplit, dec_per, used);
+            dec_split_plan<BNT>(span_tiles<BNT>(lo, hi), nsplit, dec_per, used);
             if ((int)blockIdx.y >= used) return; // block-uniform: no Q, no partial (the combine reads the first used)
         }
     }
@@ -575,17 +590,17 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const float sl2 = scale * 1.4426950408889634f; // scale * log2(e)
 
     const int off = kvh * hd;
-    const int c_begin = lo - lo % BN;
+    const int c_begin = lo - lo % BNT;
     // Split blockIdx.y of nsplit takes its share of the block's tiles, in
     // order (decode: dec_split_plan's per); the cells stay [lo, hi] (masks
     // and staging are unchanged).
     int c_first = c_begin, c_last = hi;
     if (nsplit > 1) {
-        const int ntiles = hi >= c_begin ? (hi - c_begin) / BN + 1 : 0;
+        const int ntiles = hi >= c_begin ? (hi - c_begin) / BNT + 1 : 0;
         const int per = ROWS == 16 ? dec_per : (ntiles + nsplit - 1) / nsplit;
         const int t0 = min(ntiles, (int)blockIdx.y * per), t1 = min(ntiles, t0 + per);
-        c_first = c_begin + t0 * BN;
-        c_last = min(hi, c_begin + t1 * BN - 1);
+        c_first = c_begin + t0 * BNT;
+        c_last = min(hi, c_begin + t1 * BNT - 1);
     }
     const bool f16x8 = format == mops::KV_F16 && hd == HD &&
                        ((reinterpret_cast<unsigned long long>(kreg) | reinterpret_cast<unsigned long long>(vreg)) & 15) == 0;
@@ -595,28 +610,28 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
     const long long step = (long long)(THR / CPR) * row_bytes;
     const long long toff = (long long)(tid / CPR) * row_bytes + 2LL * (off + 8 * (tid % CPR));
     auto stage = [&](__half* kd, int c) {
-        if (c >= lo && c + BN - 1 <= hi)
-            stage_f16_in<HD, THR>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
+        if (c >= lo && c + BNT - 1 <= hi)
+            stage_f16_in<HD, THR, BNT>(kd, kd + Gm::TILE, kreg + (long long)c * row_bytes + toff, vreg + (long long)c * row_bytes + toff, step);
         else
-            stage_f16<HD, THR>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
+            stage_f16<HD, THR, BNT>(kd, kd + Gm::TILE, kreg, vreg, row_bytes, off, c, lo, hi);
     };
     __syncthreads(); // every warp holds its Q fragments: the buffers are free
     if (f16x8 && c_first <= c_last) stage(smem, c_first);
     if (f16x8) minfer_cp_async_commit();
-    for (int c0 = c_first, it = 0; c0 <= c_last; c0 += BN, it++) {
+    for (int c0 = c_first, it = 0; c0 <= c_last; c0 += BNT, it++) {
         __half* kb = smem + (it & 1) * 2 * Gm::TILE;
         __half* vb = kb + Gm::TILE;
         if (f16x8) {
             // The next tile's copies go to the other buffer, which every warp
             // finished reading before the barrier that ended the last tile.
-            if (c0 + BN <= c_last) stage(smem + ((it + 1) & 1) * 2 * Gm::TILE, c0 + BN);
+            if (c0 + BNT <= c_last) stage(smem + ((it + 1) & 1) * 2 * Gm::TILE, c0 + BNT);
             minfer_cp_async_commit();
             minfer_cp_async_wait<1>(); // this tile's copies (all but the newest group) have landed
         } else {
-            stage_pairs<HD, THR>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
+            stage_pairs<HD, THR, BNT>(kb, vb, kreg, vreg, format, row_bytes, off, hd, c0, lo, hi);
         }
         __syncthreads(); // the tile is visible to every warp
-        const bool sees = !(wlast < c0 || wfirst > c0 + BN - 1); // any row of this warp sees the tile
+        const bool sees = !(wlast < c0 || wfirst > c0 + BNT - 1); // any row of this warp sees the tile
         if (sees) {
             // S = Q K^T: s[j] is the 16 x 8 tile of cells c0 + 8j.., rows g, g+8.
             float s[SN][4];
@@ -639,7 +654,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             // Mask and the online softmax of both rows; P rounded to f16. A tile
             // every row of the warp sees whole skips the mask; the scale folds
             // into 2^(s sl2 - m) (max of s, then scaled: sl2 > 0).
-            const bool full = wlo <= c0 && c0 + BN - 1 <= whi;
+            const bool full = wlo <= c0 && c0 + BNT - 1 <= whi;
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 float mx = -INFINITY;
@@ -676,7 +691,7 @@ __device__ __forceinline__ void attn_prefill_tc(float* out, const float* __restr
             }
             // O += P V: the 16-deep step kk of cells is S tiles 2kk and 2kk+1.
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
+            for (int kk = 0; kk < BNT / 16; kk++) {
                 const uint32_t pa[4] = {h2u(s[2 * kk][0], s[2 * kk][1]), h2u(s[2 * kk][2], s[2 * kk][3]),
                                         h2u(s[2 * kk + 1][0], s[2 * kk + 1][1]), h2u(s[2 * kk + 1][2], s[2 * kk + 1][3])};
                 constexpr uint32_t ONES = 0x3C003C00u; // two f16 1.0: B = ones, so C += row sums of P
@@ -781,12 +796,19 @@ namespace fatc {
 // With q8 the row's Q8_1 blocks are written too (MINFER_FUSE_ATTN_Q8, hd 64
 // / 128: warp w quantizes blocks w, w + DC_WARPS, ..., minfer_q8_1_warp on
 // the values written as f32), and out may be null.
+// BNT, MAXS: the kernels' tile width, which the plan takes, and the most
+// splits the lanes hold: BN and DC_MAXS for minfer_attn_decode_tc_*,
+// BN_NARROW and DC_MAXS_NARROW for the narrow form's (twice the blocks an
+// SM, so twice the splits: 198 for the 7B on 132 SMs).
 constexpr int DC_WARPS = 4, DC_MAXS = 128, DC_U = 8;
+constexpr int DC_MAXS_NARROW = 256;
 __shared__ float dc_sum[DC_WARPS][128];
 
+template <int BNT, int MAXS>
 __device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float* __restrict__ part, const int* win, int nt,
                                             int n_head, int n_head_kv, int hd, int n_ctx, int window, int nsplit, int ld) {
-    constexpr int NJ = DC_MAXS / 32;
+    constexpr int NJ = MAXS / 32;
+    static_assert(MAXS % 32 == 0, "a lane holds MAXS / 32 splits");
     const int G = n_head / n_head_kv, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const long long nrows = (long long)nt * G;
     const long long w = blockIdx.x; // row w = kvh * nrows + R, the kernels' order
@@ -800,7 +822,7 @@ __device__ __forceinline__ void combine_dec(float* out, uint8_t* q8, const float
     // kernel takes them: none for start < 0); the others wrote nothing.
     int lo, hi, per, used;
     tile_cells<16>(R / 16 * 16, nrows, G, win[0], n_ctx, window, lo, hi);
-    dec_split_plan(span_tiles(lo, win[0] < 0 ? -1 : hi), nsplit, per, used);
+    dec_split_plan<BNT>(span_tiles<BNT>(lo, win[0] < 0 ? -1 : hi), nsplit, per, used);
     const long long yrow = (R / G) * n_head + kvh * G + (int)(R % G);
     const long long stride = (long long)n_head_kv * nrows * ld; // one split to the next
     const float* rec = part + w * ld;
@@ -911,7 +933,33 @@ extern "C" __global__ void __launch_bounds__(32)
 extern "C" __global__ void __launch_bounds__(fatc::DC_WARPS * 32) minfer_attn_decode_tc_combine(
     float* out, uint8_t* q8, const float* part, const int* win, int nt, int n_head, int n_head_kv, int hd, int n_ctx,
     int window, int nsplit, int ld) {
-    fatc::combine_dec(out, q8, part, win, nt, n_head, n_head_kv, hd, n_ctx, window, nsplit, ld);
+    fatc::combine_dec<fatc::BN, fatc::DC_MAXS>(out, q8, part, win, nt, n_head, n_head_kv, hd, n_ctx, window, nsplit, ld);
+}
+
+// minfer_attn_decode_tc32_hd{64,128} (MINFER_ATTN_DECODE_TC_NARROW): the
+// decode kernels over 32-cell tiles (fatc::BN_NARROW). Why: at depth 32128
+// the 64-cell form holds 3 one-warp blocks an SM (69.6 KB of shared memory
+// each) and is latency-bound (ncu, H100: 5.8% of issue slots busy, no
+// eligible warp 90% of cycles, 53% of DRAM peak); half the tile is half
+// the shared memory (34.8 KB at head_dim 128: 6 blocks an SM) and half a
+// warp's serial work a tile, so the grid's splits double. The same
+// arguments and partials as minfer_attn_decode_tc_*; shared memory
+// fatc::Geo<HD, fatc::BN_NARROW>::BYTES; the fewest cells an active split
+// takes stay fatc::DEC_MIN_CELLS (4 tiles). Merged by
+// minfer_attn_decode_tc32_combine: the same combine over the narrow plan,
+// nsplit <= fatc::DC_MAXS_NARROW.
+extern "C" __global__ void __launch_bounds__(32)
+    minfer_attn_decode_tc32_hd64(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<64, 16, fatc::BN_NARROW>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+extern "C" __global__ void __launch_bounds__(32)
+    minfer_attn_decode_tc32_hd128(MINFER_PREFILL_ATTN_PARAMS, float* part, int nsplit) {
+    fatc::attn_prefill_tc<128, 16, fatc::BN_NARROW>(MINFER_PREFILL_ATTN_ARGS, part, nsplit);
+}
+extern "C" __global__ void __launch_bounds__(fatc::DC_WARPS * 32) minfer_attn_decode_tc32_combine(
+    float* out, uint8_t* q8, const float* part, const int* win, int nt, int n_head, int n_head_kv, int hd, int n_ctx,
+    int window, int nsplit, int ld) {
+    fatc::combine_dec<fatc::BN_NARROW, fatc::DC_MAXS_NARROW>(out, q8, part, win, nt, n_head, n_head_kv, hd, n_ctx, window, nsplit, ld);
 }
 #undef MINFER_PREFILL_ATTN_PARAMS
 #undef MINFER_PREFILL_ATTN_ARGS

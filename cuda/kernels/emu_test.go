@@ -81,9 +81,9 @@ func TestKernelEmulator_PlantedTensorCoreFragmentsAreCaught(t *testing.T) {
 // nt 1..8 (G 1 / 2 / 7 / 8, head_dim 64 / 80 / 128, 2 to 99 splits, a
 // window, NaN rows), and the combine's Q8_1 blocks are bitwise those of the
 // f32 rows it writes; short ranges (1 to 200 cells at 99 splits) write the
-// partials of the active splits only and the combine reads no other; a
-// block that stages as if it had twice its threads, Q pairs loaded from
-// their neighbours, a combine that weighs every split alike, one that
+// partials of the active splits only and the combine reads those and no
+// other; a block that stages as if it had twice its threads, Q pairs
+// loaded from their neighbours, a combine that weighs every split alike, one that
 // quantizes neighbouring elements swapped, one that drops part of a split,
 // one that reads every split's partial, and a kernel whose splits ignore
 // DEC_MIN_TILES are each caught.
@@ -96,6 +96,29 @@ func TestKernelEmulator_DecodeTensorCoresWithinF16BarAndQ8Bitwise(t *testing.T) 
 			t.Parallel()
 			if out, code := emu(t, "fatc-emu.sh", "--decode", "--plant", plant); code != 1 || !strings.Contains(out, "OVER") {
 				t.Fatalf("--decode planted %s: exit %d, want 1 and a case OVER the bar:\n%s", plant, code, out)
+			}
+		})
+	}
+}
+
+// The narrow tensor-core decode (MINFER_ATTN_DECODE_TC_NARROW:
+// minfer_attn_decode_tc32_* over 32-cell tiles, and its combine) is within
+// 1e-2 of attention in double on the --decode cases at its 7B grid of 198
+// splits and at 188 and 227 active splits (past the 64-cell combine's 128;
+// the 256 cap), its Q8_1 blocks bitwise, every partial written read and
+// none other; the --decode plants that drop a split's last tile, part of a
+// split in the combine, or read every split's partial are caught on it,
+// and so are a narrow combine planning with 64-cell tiles, one whose lanes
+// hold 128 splits, and a kernel stepping 64 cells from tile to tile.
+func TestKernelEmulator_NarrowDecodeTensorCoresWithinF16BarAndQ8Bitwise(t *testing.T) {
+	if out, code := emu(t, "fatc-emu.sh", "--decode-narrow"); code != 0 || !strings.Contains(out, "ALL WITHIN 1e-2 (tensor-core decode, 32-cell tiles") {
+		t.Fatalf("fatc-emu.sh --decode-narrow: exit %d:\n%s", code, out)
+	}
+	for _, plant := range []string{"split", "dcs", "dcu", "nbn", "nmax", "nstep"} {
+		t.Run(plant, func(t *testing.T) {
+			t.Parallel()
+			if out, code := emu(t, "fatc-emu.sh", "--decode-narrow", "--plant", plant); code != 1 || !strings.Contains(out, "OVER") {
+				t.Fatalf("--decode-narrow planted %s: exit %d, want 1 and a case OVER the bar:\n%s", plant, code, out)
 			}
 		})
 	}

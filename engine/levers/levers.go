@@ -572,6 +572,19 @@ var registry = []Lever{
 		// their gates pin it to 0 (Needs.AnyDepth); the A/B keeps the default.
 		Liveness: cudaOnly("1", "decode attention (nt <= 8) runs the tensor-core kernels (minfer_attn_decode_tc_*) only with the lever on (from MINFER_ATTN_DECODE_TC_FROM KV cells; the correctness gates pin it to 0); off, minfer_attn_decode2*",
 			[]string{"minfer_attn_decode_tc_*"}, Needs{MaxNT: 8, KVCache: "f16", AnyDepth: "MINFER_ATTN_DECODE_TC_FROM=0"})},
+	// The tensor-core decode at depth is latency-bound with too few warps
+	// (ncu, H100, depth 32128: 3 one-warp blocks an SM by their 69.6 KB of
+	// shared memory, issue slots 5.8% busy, 53% of DRAM peak): half the tile.
+	{Name: "MINFER_ATTN_DECODE_TC_NARROW", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode attention (tensor cores, 32-cell tiles)", Issue: "#20",
+		Doc: "1: with MINFER_ATTN_DECODE_TC=1, the tensor-core decode attention stages 32-cell K / V tiles instead of 64 (minfer_attn_decode_tc32_* and minfer_attn_decode_tc32_combine): half the shared memory a block (34.8 KB at head_dim 128), so 6 one-warp blocks an SM instead of 3, and a grid of twice the splits (the 7B on 132 SMs: 198 of its 4 KV heads, up to 256), each with half the serial work a tile; an active split still takes at least 128 cells (4 tiles). " +
+			"Forecast (before any device run): at depth 32128 on the H100 the kernel takes 22-28 us a launch (>= 2.4 TB/s DRAM) against the 64-cell form's 38.7 us, tg128 at depth 32128 +5-10% over MINFER_ATTN_DECODE_TC=1 alone; refuted under +3% or under 2.2 TB/s in ncu. " +
+			"Cost: twice the partials the combine reads (168 active splits at depth 32128: ~2.4 MB a layer against ~66 MB of K / V); short depths stay on the lean kernels by the route (MINFER_ATTN_DECODE_TC_FROM) (reports/MINFER_ATTN_DECODE_TC_NARROW)",
+		ArmA: "0", ArmB: "1", Tolerance: TolF16AttnTile, Workload: "qwen2-7b:Q8_0 d32128",
+		Requires: []string{"MINFER_ATTN_DECODE_TC=1", "MINFER_NO_SPLITK_ATTN=0"},
+		// As MINFER_ATTN_DECODE_TC's rule: an f16 cache (Needs.KVCache), and
+		// the correctness gates pin the route to every depth (Needs.AnyDepth).
+		Liveness: cudaOnly("1", "with MINFER_ATTN_DECODE_TC=1, decode attention (nt <= 8) runs the 32-cell-tile kernels (minfer_attn_decode_tc32_*) only with the lever on (from MINFER_ATTN_DECODE_TC_FROM KV cells; the correctness gates pin it to 0); off, the 64-cell minfer_attn_decode_tc_*",
+			[]string{"minfer_attn_decode_tc32_*"}, Needs{MaxNT: 8, KVCache: "f16", AnyDepth: "MINFER_ATTN_DECODE_TC_FROM=0"})},
 	// Where the two cross on the H100 (session 32's qt8 / qt16 quick
 	// benches, 7B Q8_0: tensor cores -0.6% at 8192, +0.9% at 16384;
 	// interpolated ~11,400 cells), rounded up to a multiple of 4096 so the
@@ -855,6 +868,7 @@ type Config struct {
 	FuseAttnQ8       bool // MINFER_FUSE_ATTN_Q8: the decode attention writes Q8_1
 	AttnDecodeTC     bool // MINFER_ATTN_DECODE_TC: decode attention on the tensor cores
 	AttnDecodeTCFrom int  // MINFER_ATTN_DECODE_TC_FROM: the tensor cores from this many KV cells (0: always)
+	DecodeTCNarrow   bool // MINFER_ATTN_DECODE_TC_NARROW: the decode tensor cores over 32-cell tiles
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
 	MMVQNT           bool
@@ -1014,6 +1028,7 @@ func Parse(environ []string) (Config, error) {
 	c.AttnDecodeTC = on("MINFER_ATTN_DECODE_TC")
 	// Validate refused what is no count of cells; unset, the registry's default.
 	c.AttnDecodeTCFrom, _ = strconv.Atoi(c.Value("MINFER_ATTN_DECODE_TC_FROM"))
+	c.DecodeTCNarrow = on("MINFER_ATTN_DECODE_TC_NARROW")
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
 	c.MMVQQKVMixed = yields("MINFER_MMVQ_QKV_MIXED")
 	c.FuseFFNQ8 = on("MINFER_FUSE_FFN_Q8")

@@ -35,6 +35,15 @@
 #       dcs    the combine's warps drop the first element of their last split in flight
 #       dcu    the combine reads all nsplit splits, not the ones the range activated
 #       dcp    the kernel's tiles a split ignore DEC_MIN_TILES (the combine's plan keeps it)
+#   scripts/kernel-emu/fatc-emu.sh --decode-narrow [--plant X]   the narrow decode
+#       form (minfer_attn_decode_tc32_* and minfer_attn_decode_tc32_combine,
+#       MINFER_ATTN_DECODE_TC_NARROW: 32-cell tiles, up to 256 splits) on the
+#       --decode cases at its 7B grid of 198 splits, plus 188 and 227 active
+#       splits (f16); every --decode plant is caught there too (f16ld by an
+#       abort, as under --decode), and
+#       nbn    the narrow combine plans with 64-cell tiles (not the kernel's 32)
+#       nmax   the narrow combine's lanes hold 128 splits (the 64-cell form's)
+#       nstep  the kernel steps from tile to tile by 64 cells (fatc::BN), not its width
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kern="$here/../../cuda/kernels"
@@ -43,8 +52,8 @@ trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=plant.sh
 source "$here/plant.sh"
 quick=()
-if [[ "${1:-}" == "--decode" ]]; then
-    quick=(--decode)
+if [[ "${1:-}" == "--decode" || "${1:-}" == "--decode-narrow" ]]; then
+    quick=("$1")
     shift
 fi
 if [[ "${1:-}" == "--plant" ]]; then
@@ -57,7 +66,7 @@ if [[ "${1:-}" == "--plant" ]]; then
     split) from='t1 = min(ntiles, t0 + per);'; to='t1 = min(ntiles, t0 + per - 1);' ;;
     combine) from='L = fmaf(rec[sp * stride + ld - 1], expf(ms - M), L);'; to='L += rec[sp * stride + ld - 1];' ;;
     kfrag) from='bk0[2] = {r[0], r[1]}, bk1[2] = {r[2], r[3]}'; to='bk0[2] = {r[0], r[2]}, bk1[2] = {r[1], r[3]}' ;;
-    full) from='c0 + BN - 1 <= whi;'; to='c0 <= whi;' ;;
+    full) from='c0 + BNT - 1 <= whi;'; to='c0 <= whi;' ;;
     lsum) from='ONES = 0x3C003C00u;'; to='ONES = 0x3C000000u;' ;;
     log2) from='m[i] * 0.6931471805599453f'; to='m[i]' ;;
     inld) from='2LL * (off + 8 * (tid % CPR));'; to='2LL * (off + 8 * ((tid + 1) % CPR));' ;;
@@ -68,7 +77,10 @@ if [[ "${1:-}" == "--plant" ]]; then
     dcs) from='a[i].x = fmaf(ws[u], v[u][i].x, a[i].x)'; to='a[i].x = u == DC_U - 1 ? a[i].x : fmaf(ws[u], v[u][i].x, a[i].x)' ;;
     dcu) from='< used'; to='< nsplit' ;;
     dcp) from='per = ROWS == 16 ? dec_per : (ntiles + nsplit - 1) / nsplit;'; to='per = (ntiles + nsplit - 1) / nsplit;' ;;
-    *) echo "usage: $0 [--decode] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|qpair|dcw|dcq|dcs|dcu|dcp]" >&2; exit 2 ;;
+    nbn) from='combine_dec<fatc::BN_NARROW, fatc::DC_MAXS_NARROW>'; to='combine_dec<fatc::BN, fatc::DC_MAXS_NARROW>' ;;
+    nmax) from='combine_dec<fatc::BN_NARROW, fatc::DC_MAXS_NARROW>'; to='combine_dec<fatc::BN_NARROW, fatc::DC_MAXS>' ;;
+    nstep) from='c0 <= c_last; c0 += BNT, it++'; to='c0 <= c_last; c0 += BN, it++' ;;
+    *) echo "usage: $0 [--decode|--decode-narrow] [--plant pfrag|vfrag|f16ld|skip|wait|split|combine|kfrag|full|lsum|log2|inld|thr|qpair|dcw|dcq|dcs|dcu|dcp|nbn|nmax|nstep]" >&2; exit 2 ;;
     esac
     plant_defect attn_prefill2.cu "$2" "$from" "$to"
     quick+=(--quick)

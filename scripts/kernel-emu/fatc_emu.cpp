@@ -4,6 +4,9 @@
 // include/mma.h, and compares it with attention computed in double on the
 // same cache (f32 and f16 KV): GQA 1, 2 and 7, head_dim 64, 80 and 128, a
 // window, a start past zero, a partial row tile, and a start < 0 (NaN rows).
+// --decode: the decode kernels minfer_attn_decode_tc_* and their combine;
+// --decode-narrow: the narrow form's (minfer_attn_decode_tc32_*: 32-cell
+// tiles, up to 256 splits).
 // Run by fatc-emu.sh; exits 1 past the bar (1e-2, the device test's).
 #include <type_traits>
 #include <thread>
@@ -23,14 +26,21 @@ inline __half2 __floats2half2_rn(float a, float b) { return __half2{__float2half
 inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
 #include "emu_sync.h" // the decode combine's loads and weight broadcast
 // The decode combine's partial loads are watched: a load of a record the
-// split kernel did not write (an inactive split's) is counted.
+// split kernel did not write (an inactive split's) is counted, and each
+// record read is marked (every record written must be: a combine whose
+// plan stops short of the kernel's drops a split's cells).
 static const float* g_part = nullptr;
 static size_t g_part_floats = 0, g_ld = 1;
 static std::vector<char> g_written; // a record's m slot holds no NaN (the poison) after the kernel
+static std::vector<char> g_read;
 static long g_unwritten_reads = 0;
 template <class T> inline T ldcg_watched(const T* p) {
     const float* f = reinterpret_cast<const float*>(p);
-    if (g_part != nullptr && f >= g_part && f < g_part + g_part_floats && !g_written[(size_t)(f - g_part) / g_ld]) g_unwritten_reads++;
+    if (g_part != nullptr && f >= g_part && f < g_part + g_part_floats) {
+        const size_t r = (size_t)(f - g_part) / g_ld;
+        g_unwritten_reads += !g_written[r];
+        g_read[r] = 1;
+    }
     return __ldcg(p);
 }
 #define __ldcg ldcg_watched
@@ -50,20 +60,26 @@ struct Case { int nt, nh, nkv, hd, nctx, window, start, format, nsplit = 1; floa
 // writes the rows' Q8_1 blocks: checked bitwise against a quantization of
 // the f32 rows it writes (--decode).
 static bool decode = false;
+// narrow: the narrow decode form (MINFER_ATTN_DECODE_TC_NARROW,
+// minfer_attn_decode_tc32_* and minfer_attn_decode_tc32_combine: 32-cell
+// tiles, at least 4 of them an active split); decode is set with it.
+static bool narrow = false;
 
 // decUsed is the decode kernels' active splits for row R's 16-row tile as
-// the rule states it: the 64-cell tiles from the tile's first cell (its
-// first row's, rounded down to 64) to its last row's cell, per =
-// max(ceil(tiles / nsplit), 2) of them a split, ceil(tiles / per) splits.
+// the rule states it: the bn-cell tiles (64; 32 narrow) from the tile's
+// first cell (its first row's, rounded down to bn) to its last row's cell,
+// per = max(ceil(tiles / nsplit), 128 / bn) of them a split, ceil(tiles /
+// per) splits.
 static int decUsed(const Case& c, long long R) {
     const int G = c.nh / c.nkv;
     const long long rows = (long long)c.nt * G, r0 = R / 16 * 16;
     if (c.start < 0) return 0;
     const long long t0 = r0 / G, t1 = (std::min(r0 + 16, rows) - 1) / G;
     const long long lo = c.window > 0 ? std::min(std::max(0LL, c.start + t0 - c.window + 1), (long long)c.nctx) : 0;
-    const long long hi = std::min((long long)c.start + t1, (long long)c.nctx - 1), cb = lo / 64 * 64;
-    const int tiles = hi >= cb ? (int)((hi - cb) / 64 + 1) : 0;
-    const int per = std::max((tiles + c.nsplit - 1) / c.nsplit, 2);
+    const int bn = narrow ? 32 : 64;
+    const long long hi = std::min((long long)c.start + t1, (long long)c.nctx - 1), cb = lo / bn * bn;
+    const int tiles = hi >= cb ? (int)((hi - cb) / bn + 1) : 0;
+    const int per = std::max((tiles + c.nsplit - 1) / c.nsplit, 128 / bn);
     return (tiles + per - 1) / per;
 }
 
@@ -112,7 +128,7 @@ static int run(const Case& c, bool fma = false) {
     const long long rows = (long long)c.nt * G;
     const int bm = fma || decode ? 16 : 64, grid = (int)((rows + bm - 1) / bm) * c.nkv;
     int q8bad = 0;
-    long offplan = 0, unwritten = 0; // decode: partials written against the plan; combine loads of unwritten ones
+    long offplan = 0, unwritten = 0, unread = 0; // decode: partials written against the plan; combine loads of unwritten ones; written ones it never loads
     if (fma)
         launch(grid, [&] { minfer_attn_prefill2_hd64_bm16(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale); });
     else {
@@ -123,8 +139,9 @@ static int run(const Case& c, bool fma = false) {
         std::vector<float> part(ns > 1 ? (size_t)ns * c.nkv * rows * (HD + 2) : 1, NAN);
         float* pp = ns > 1 ? part.data() : nullptr;
         g_ranges.push_back({part.data(), part.size() * 4});
-        auto* k = decode ? (c.hd <= 64 ? minfer_attn_decode_tc_hd64 : minfer_attn_decode_tc_hd128)
-                         : (c.hd <= 64 ? minfer_attn_prefill_tc_hd64 : minfer_attn_prefill_tc_hd128);
+        auto* k = narrow ? (c.hd <= 64 ? minfer_attn_decode_tc32_hd64 : minfer_attn_decode_tc32_hd128)
+                  : decode ? (c.hd <= 64 ? minfer_attn_decode_tc_hd64 : minfer_attn_decode_tc_hd128)
+                           : (c.hd <= 64 ? minfer_attn_prefill_tc_hd64 : minfer_attn_prefill_tc_hd128);
         launch_xy(grid, ns, [&] { k(out.data(), q.data(), kr.data(), vr.data(), c.format, win, c.nt, c.nh, c.nkv, c.hd, rb, c.nctx, c.window, scale, pp, ns); },
                   decode ? 32 : 128);
         const bool q8 = decode && c.hd % 32 == 0;
@@ -134,15 +151,18 @@ static int run(const Case& c, bool fma = false) {
             // exits before it stages Q); the combine loads no other record.
             const size_t nrec = part.size() / (HD + 2);
             g_written.assign(nrec, 0);
+            g_read.assign(nrec, 0);
             for (size_t r = 0; r < nrec; r++) {
                 g_written[r] = !std::isnan(part[r * (HD + 2) + HD]);
                 offplan += g_written[r] != (r / (rows * c.nkv) < (size_t)decUsed(c, (long long)(r % rows)));
             }
             g_part = part.data(), g_part_floats = part.size(), g_ld = HD + 2, g_unwritten_reads = 0;
+            auto* comb = narrow ? minfer_attn_decode_tc32_combine : minfer_attn_decode_tc_combine;
             launch((int)(rows * c.nkv), [&] {
-                minfer_attn_decode_tc_combine(out.data(), q8 ? q8o.data() : nullptr, part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2);
+                comb(out.data(), q8 ? q8o.data() : nullptr, part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2);
             });
             unwritten = g_unwritten_reads, g_part = nullptr;
+            for (size_t r = 0; r < nrec; r++) unread += g_written[r] && !g_read[r];
         }
         else if (ns > 1)
             launch((int)((rows * c.nkv + 3) / 4), [&] { minfer_attn_prefill_tc_combine(out.data(), part.data(), win, c.nt, c.nh, c.nkv, c.hd, c.nctx, c.window, ns, HD + 2); });
@@ -182,11 +202,12 @@ static int run(const Case& c, bool fma = false) {
                 else worst = std::max(worst, fabs(o - y[d]));
             }
         }
-    const bool ok = badnan == 0 && q8bad == 0 && offplan == 0 && unwritten == 0 && worst <= (fma ? 1e-3 : 1e-2);
-    char plan[96] = "";
-    if (offplan || unwritten)
-        snprintf(plan, sizeof plan, " (%ld records written off the split plan, %ld loads of unwritten records)", offplan, unwritten);
-    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s%s%s %s\n", fma ? "fma" : decode ? "dtc" : "tc ", c.nt, c.nh,
+    const bool ok = badnan == 0 && q8bad == 0 && offplan == 0 && unwritten == 0 && unread == 0 && worst <= (fma ? 1e-3 : 1e-2);
+    char plan[160] = "";
+    if (offplan || unwritten || unread)
+        snprintf(plan, sizeof plan, " (%ld records written off the split plan, %ld loads of unwritten records, %ld written records never read)", offplan,
+                 unwritten, unread);
+    printf("%s nt %4d heads %2d/%d hd %3d n_ctx %4d window %3d start %4d %s split %d: max|diff| %.2e%s%s%s %s\n", fma ? "fma" : narrow ? "dtn" : decode ? "dtc" : "tc ", c.nt, c.nh,
            c.nkv, c.hd, c.nctx, c.window, c.start, c.format == mops::KV_F16 ? "f16" : "f32", c.nsplit, worst, badnan ? " (NaN placement differs)" : "",
            q8bad ? " (Q8_1 blocks differ)" : "", plan, ok ? "ok" : "OVER");
     return !ok;
@@ -199,32 +220,52 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         quick = quick || strcmp(argv[i], "--quick") == 0;
         decode = decode || strcmp(argv[i], "--decode") == 0;
+        narrow = narrow || strcmp(argv[i], "--decode-narrow") == 0;
     }
+    decode = decode || narrow;
     int bad = 0;
     if (decode) { // nt 1..8: one token to a verify batch; the 7B's G 7, G 8 (two tokens fill 16 rows), G 1 and 2
+        // A plant is caught at its first case over the bar: the rest is skipped.
+        auto D = [&](const Case& c) {
+            if (!(quick && bad)) bad += run(c);
+        };
+        const int ns7 = narrow ? 198 : 99; // the 7B's grid on 132 SMs (3 blocks an SM of 64-cell tiles, 6 of 32)
         for (int f : {mops::KV_F32, mops::KV_F16}) {
             if (quick && f != mops::KV_F16) continue;
-            bad += run({1, 7, 1, 128, 700, 0, 640, f, 2});     // one token over a filled cache: 11 tiles, 2 splits
-            bad += run({1, 28, 4, 128, 700, 0, 640, f, 13});   // 4 KV heads, 13 splits (some of one tile)
-            bad += run({1, 28, 4, 128, 9000, 0, 8600, f, 99, 0.5f}); // the 7B's 99 splits: more than 32 partials a lane group
-            bad += run({2, 16, 2, 64, 300, 0, 200, f, 3});     // G 8: two tokens fill the 16 rows
-            bad += run({3, 14, 2, 64, 300, 0, 10, f, 5});      // 21 rows: two row tiles a KV head; more splits than tiles
-            bad += run({8, 4, 4, 80, 400, 50, 300, f, 4});     // G 1, head_dim 80 (no Q8_1), a window
-            bad += run({4, 4, 2, 128, 200, 0, 198, f, 2});     // cells past n_ctx: NaN rows
-            bad += run({1, 2, 1, 64, 64, 0, -3, f, 2});        // start < 0: every row NaN
-            bad += run({1, 28, 4, 128, 0, 0, 0, f, 99});      // an empty region: no tile, no active split, NaN rows
-            // Short ranges at 99 splits (the 7B's grid from depth 0): n_ctx
+            D({1, 7, 1, 128, 700, 0, 640, f, 2});     // one token over a filled cache: 11 tiles, 2 splits
+            D({1, 28, 4, 128, 700, 0, 640, f, 13});   // 4 KV heads, 13 splits (some of one tile)
+            D({1, 7, 1, 128, 2880, 0, 2879, f, 20});  // a share above the floor: 15 splits of 3 64-cell tiles, 18 of 5 32-cell ones
+            D({1, 28, 4, 128, 9000, 0, 8600, f, ns7, 0.5f}); // the 7B's splits: more than 32 partials a lane group
+            D({2, 16, 2, 64, 300, 0, 200, f, 3});     // G 8: two tokens fill the 16 rows
+            D({3, 14, 2, 64, 300, 0, 10, f, 5});      // 21 rows: two row tiles a KV head; more splits than tiles
+            D({8, 4, 4, 80, 400, 50, 300, f, 4});     // G 1, head_dim 80 (no Q8_1), a window
+            D({4, 4, 2, 128, 200, 0, 198, f, 2});     // cells past n_ctx: NaN rows
+            D({1, 2, 1, 64, 64, 0, -3, f, 2});        // start < 0: every row NaN
+            D({1, 28, 4, 128, 0, 0, 0, f, ns7});      // an empty region: no tile, no active split, NaN rows
+            if (narrow && f == mops::KV_F16) {
+                // Deep ranges (f16, the cache the route sends here), where
+                // more splits run than the 64-cell form's combine holds
+                // (128), one KV head to keep the time: the 7B's group and
+                // grid of 198 at depth 23990 (750 tiles, 4 a split: 188
+                // active, a partial last tile), and head_dim 64 at the
+                // 256-split cap (906 tiles: 227 active, the lanes' last
+                // group of 32), two tokens of G 8.
+                D({1, 7, 1, 128, 24000, 0, 23990, f, 198, 0.5f});
+                D({2, 8, 1, 64, 29000, 0, 28985, f, 256, 0.5f});
+            }
+            // Short ranges at the 7B's splits (its grid from depth 0): n_ctx
             // cells filled, the last token's the last; one token (7B), and 3
             // tokens at G 8 (24 rows: two 16-row tiles, whose last cells and
             // so tiles differ); with no window and a window of 40 (the range
             // starts past tile 0).
-            for (int fill : {1, 2, 63, 64, 65, 128, 129, 200})
+            for (int fill : {1, 2, 31, 33, 63, 64, 65, 128, 129, 200})
                 for (int w : {0, 40}) {
-                    bad += run({1, 28, 4, 128, fill, w, fill - 1, f, 99, 0.5f});
-                    bad += run({3, 16, 2, 64, fill, w, std::max(0, fill - 3), f, 99, 0.5f}); // fill < 3: NaN rows past n_ctx
+                    D({1, 28, 4, 128, fill, w, fill - 1, f, ns7, 0.5f});
+                    D({3, 16, 2, 64, fill, w, std::max(0, fill - 3), f, ns7, 0.5f}); // fill < 3: NaN rows past n_ctx
                 }
         }
-        printf("%s\n", bad ? "FAIL" : "ALL WITHIN 1e-2 (tensor-core decode; Q8_1 bitwise)");
+        printf("%s\n", bad ? "FAIL" : narrow ? "ALL WITHIN 1e-2 (tensor-core decode, 32-cell tiles; Q8_1 bitwise)"
+                                             : "ALL WITHIN 1e-2 (tensor-core decode; Q8_1 bitwise)");
         return bad != 0;
     }
     // A plant is caught at its first case over the bar: the rest is skipped.
