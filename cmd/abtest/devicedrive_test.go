@@ -235,3 +235,41 @@ func TestDeviceDrive_SkipStopsTheRunningABStepOnceAndWaitsForItsExitLine(t *test
 		t.Errorf("no step: exit %d, calls %q\n%s", code, calls, out)
 	}
 }
+
+// A poll packs the drive's folder into $OUT/dev.tgz and copies the files of
+// its second folder (the SASS listings too large for dev.tgz) beside it,
+// once the drive is DONE.
+func TestDevicePoll_PacksTheDriveFolderAndBringsTheLargeFilesBeside(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	d, x, out, fakes := filepath.Join(dir, "dev"), filepath.Join(dir, "dev-out"), filepath.Join(dir, "out"), filepath.Join(dir, "fakes")
+	for _, p := range []string{d, x, out, fakes} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{
+		filepath.Join(d, "drive.log"): "drive done 10:00:00\n", filepath.Join(d, "DONE"): "",
+		filepath.Join(x, "nvcc.sass.gz"): "listing", filepath.Join(fakes, "nvidia-smi"): "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 0 MiB'\n",
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bash, driveScriptPath("device-poll.sh"), "10", "1")
+	cmd.Env = []string{"PATH=" + fakes + ":" + os.Getenv("PATH"), "OUT=" + out, "DRIVE_DIR=" + d, "DRIVE_OUT=" + x}
+	got, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, got)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "nvcc.sass.gz")); err != nil || string(b) != "listing" {
+		t.Errorf("the large file beside dev.tgz: %q, %v", b, err)
+	}
+	list, err := exec.Command("tar", "-tzf", filepath.Join(out, "dev.tgz")).CombinedOutput()
+	if err != nil || !strings.Contains(string(list), "dev/drive.log") {
+		t.Errorf("dev.tgz holds %q (%v), want dev/drive.log", list, err)
+	}
+}
