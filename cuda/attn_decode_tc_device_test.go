@@ -296,40 +296,29 @@ func TestAttnDecodeTCNarrowDevice_MatchesCPUAndTheWideFormWithinF16Bar(t *testin
 func TestAttnDecodeTCNarrowDevice_WholeModelWithinF16ClassAndTheNarrowKernelsRun(t *testing.T) {
 	dsNeedDevice(t)
 	pin := append([]string{"MINFER_ATTN_DECODE_TC=1", "MINFER_ATTN_DECODE_TC_FROM=0", "MINFER_CACHE_TYPE=f16", "MINFER_FUSE_RESIDUAL=1"}, dsMMVQ...)
-	for _, m := range []dsModel{{"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}} {
-		sh, err := synth.ShapeByName(m.shape)
-		if err != nil {
-			t.Fatal(err)
+	models := []dsModel{{"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
+	within := func(t *testing.T, i int, lN, lW []float32) {
+		worst := 0.0
+		for j := range lW {
+			worst = max(worst, math.Abs(float64(lN[j])-float64(lW[j])))
 		}
-		for _, graphs := range []string{"0", "1"} {
-			t.Run(fmt.Sprintf("%s/%s/no_cuda_graph=%s", m.shape, m.typ, graphs), func(t *testing.T) {
-				p := dsSynth(t, m.shape, m.typ)
-				base := slices.Clip(append([]string{"MINFER_NO_CUDA_GRAPH=" + graphs}, pin...))
-				lW, cW, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_ATTN_DECODE_TC_NARROW=0")...)
-				lN, cN, _ := dsDecodeCensus(t, p, frSteps, append(base, "MINFER_ATTN_DECODE_TC_NARROW=1")...)
-				for i := range lW {
-					worst := 0.0
-					for j := range lW[i] {
-						worst = max(worst, math.Abs(float64(lN[i][j])-float64(lW[i][j])))
-					}
-					top, topW, margin := dsArgmax(lN[i]), dsArgmax(lW[i]), dsTop2Margin(lW[i])
-					if worst > 0.5 || (top != topW && margin > 0.1) {
-						t.Errorf("step %d: narrow vs 64-cell max|diff| %.3g (bar 0.5), top-1 %d vs %d at margin %.3g", i, worst, top, topW, margin)
-					}
-				}
-				want := int64(sh.NLayer * frSteps)
-				for arm, c := range map[string]map[string]int64{"narrow": cN, "64-cell": cW} {
-					n, nNames := rpMatching(c, "minfer_attn_decode_tc32_hd*")
-					nComb, _ := rpMatching(c, "minfer_attn_decode_tc32_combine")
-					w, wNames := rpMatching(c, "minfer_attn_decode_tc_hd*")
-					wComb, _ := rpMatching(c, "minfer_attn_decode_tc_combine")
-					t.Logf("%s: narrow %d %v + %d combines, 64-cell %d %v + %d combines", arm, n, nNames, nComb, w, wNames, wComb)
-					if on := arm == "narrow"; (on && (n != want || nComb != want || w+wComb != 0)) || (!on && (w != want || wComb != want || n+nComb != 0)) {
-						t.Errorf("%s arm: narrow %d kernel and %d combine launches, 64-cell %d and %d; want %d of its own form's each, none of the other",
-							arm, n, nComb, w, wComb, want)
-					}
-				}
-			})
+		top, topW, margin := dsArgmax(lN), dsArgmax(lW), dsTop2Margin(lW)
+		if worst > 0.5 || (top != topW && margin > 0.1) {
+			t.Errorf("step %d: narrow vs 64-cell max|diff| %.3g (bar 0.5), top-1 %d vs %d at margin %.3g", i, worst, top, topW, margin)
 		}
 	}
+	dsLeverDecodeCmp(t, "MINFER_ATTN_DECODE_TC_NARROW", models, pin, within, func(t *testing.T, _ dsModel, sh synth.Shape, _ string, cW, cN map[string]int64, _ *Backend) {
+		want := int64(sh.NLayer * frSteps)
+		for arm, c := range map[string]map[string]int64{"narrow": cN, "64-cell": cW} {
+			n, nNames := rpMatching(c, "minfer_attn_decode_tc32_hd*")
+			nComb, _ := rpMatching(c, "minfer_attn_decode_tc32_combine")
+			w, wNames := rpMatching(c, "minfer_attn_decode_tc_hd*")
+			wComb, _ := rpMatching(c, "minfer_attn_decode_tc_combine")
+			t.Logf("%s: narrow %d %v + %d combines, 64-cell %d %v + %d combines", arm, n, nNames, nComb, w, wNames, wComb)
+			if on := arm == "narrow"; (on && (n != want || nComb != want || w+wComb != 0)) || (!on && (w != want || wComb != want || n+nComb != 0)) {
+				t.Errorf("%s arm: narrow %d kernel and %d combine launches, 64-cell %d and %d; want %d of its own form's each, none of the other",
+					arm, n, nComb, w, wComb, want)
+			}
+		}
+	})
 }

@@ -217,6 +217,18 @@ func dsLeverDecode(t *testing.T, lever string, models []dsModel,
 func dsLeverDecodeOn(t *testing.T, lever string, models []dsModel, pin []string,
 	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
 	t.Helper()
+	dsLeverDecodeCmp(t, lever, models, pin, func(t *testing.T, i int, on, off []float32) {
+		if bad := frDiff(t, fmt.Sprintf("step %d logits", i), on, off); bad != 0 {
+			t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(off), lever)
+		}
+	}, check)
+}
+
+// dsLeverDecodeCmp is dsLeverDecodeOn with cmp judging each step's logits
+// of lever=1 (on) against lever=0 (off) in place of bitwise equality.
+func dsLeverDecodeCmp(t *testing.T, lever string, models []dsModel, pin []string, cmp func(t *testing.T, step int, on, off []float32),
+	check func(t *testing.T, m dsModel, sh synth.Shape, graphs string, cOff, cOn map[string]int64, bOn *Backend)) {
+	t.Helper()
 	for _, m := range models {
 		sh, err := synth.ShapeByName(m.shape)
 		if err != nil {
@@ -229,9 +241,7 @@ func dsLeverDecodeOn(t *testing.T, lever string, models []dsModel, pin []string,
 				lOff, cOff, _ := dsDecodeCensus(t, p, frSteps, append(base, lever+"=0")...)
 				lOn, cOn, bOn := dsDecodeCensus(t, p, frSteps, append(base, lever+"=1")...)
 				for i := range lOff {
-					if bad := frDiff(t, fmt.Sprintf("step %d logits", i), lOn[i], lOff[i]); bad != 0 {
-						t.Errorf("step %d: %d of %d logits differ between %s=1 and =0", i, bad, len(lOff[i]), lever)
-					}
+					cmp(t, i, lOn[i], lOff[i])
 				}
 				check(t, m, sh, graphs, cOff, cOn, bOn)
 			})
