@@ -94,7 +94,7 @@ func newNCUCmd() *cobra.Command {
 }
 
 func newSASSDiffCmd() *cobra.Command {
-	var runPaths []string
+	var o runs.SASSDiffOptions
 	c := &cobra.Command{
 		Use:   "sass-diff OLD NEW",
 		Short: "show which kernels' SASS differs between two kernels files (or two cuobjdump --dump-sass listings)",
@@ -105,16 +105,24 @@ func newSASSDiffCmd() *cobra.Command {
 			"the opcodes whose counts moved. The evidence behind \"these kernels compile to the same SASS\".\n" +
 			"cuobjdump takes minutes on a large -lineinfo fatbin (2 min for 9.7 MB on a 2-core machine): save a\n" +
 			"listing once (cuobjdump --dump-sass F > F.sass) to compare it again.\n" +
-			"--runs takes abtest reports (*.json) of MINFER_KERNELS A/Bs of the same kernel sources (nvcc's file\n" +
-			"against the NVRTC build) and names, for each changed function, the runs whose two arms both launched it:\n" +
-			"a difference counts as shown no slower only where a PASS run (all five gates) launched it.\n" +
-			"Exit 0: the same functions, all identical, or with --runs every changed and added function launched in a\n" +
-			"PASS run and none removed; 1: otherwise; 2: a file could not be read.",
+			"--runs takes abtest reports (*.json) of MINFER_KERNELS A/Bs (nvcc's file against the NVRTC build) and\n" +
+			"names, for each changed function, the runs whose two arms both launched it: a difference counts as shown\n" +
+			"no slower only where a PASS run (all five gates) launched it. Without --ledger the runs must be of one\n" +
+			"source tree, taken to be the listings'.\n" +
+			"--ledger DIR records the listings' per-function SASS digests (OLD as nvcc's, NEW as NVRTC's) in\n" +
+			"DIR/<12 hex of the sources hash>.tsv (--sources: the listings' kernel sources, default this binary's); a\n" +
+			"ledger already there with other digests is an error. Runs of other sources then count for a function\n" +
+			"only where their sources' ledger has today's digests of it in both builds (\"SASS changed since\" where\n" +
+			"not); a run of sources without a ledger cannot be judged.\n" +
+			"Exit 0: the same functions, all identical, or with --runs every changed and added function shown no\n" +
+			"slower by a PASS run and none removed; 1: otherwise; 2: a file could not be read or a run judged.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runs.SASSDiff(cmd.Context(), args[0], args[1], runPaths, cmd.OutOrStdout())
+			return runs.SASSDiff(cmd.Context(), args[0], args[1], o, cmd.OutOrStdout())
 		},
 	}
-	c.Flags().StringSliceVar(&runPaths, "runs", nil, "abtest reports (JSON; globs expanded) of MINFER_KERNELS A/Bs of one source tree: which changed kernels a PASS run timed")
+	c.Flags().StringSliceVar(&o.Runs, "runs", nil, "abtest reports (JSON; globs expanded) of MINFER_KERNELS A/Bs: which changed kernels a PASS run timed (of one source tree unless --ledger)")
+	c.Flags().StringVar(&o.Ledger, "ledger", "", "SASS ledger directory (e.g. reports/MINFER_KERNELS/sass): write the listings' per-function digests there and count runs of other sources whose ledger has today's SASS")
+	c.Flags().StringVar(&o.Sources, "sources", "", "with --ledger: the kernel-sources sha256 the listings were built from (default: the sources embedded in this abtest)")
 	return c
 }

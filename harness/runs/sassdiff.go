@@ -3,14 +3,17 @@ package runs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/profile"
 )
@@ -64,6 +67,9 @@ type kernelsRun struct {
 			CensusB map[string]int64 `json:"census_b"`
 		} `json:"profile"`
 	} `json:"gates"`
+	// ledger is the SASS ledger of the run's sources when they are not the
+	// listings' (--ledger); nil when the run timed today's SASS.
+	ledger sassLedger
 }
 
 // launched reports whether both arms of the run launched kernel name: only
@@ -78,9 +84,10 @@ func (r *kernelsRun) launched(name string) bool {
 }
 
 // readKernelsRuns reads the --runs reports: each a MINFER_KERNELS A/B with
-// a profile census, all of one kernel-sources hash (a run of other sources
-// says nothing of these listings).
-func readKernelsRuns(patterns []string) ([]*kernelsRun, error) {
+// a profile census. With oneTree all must be of one kernel-sources hash (a
+// run of other sources says nothing of these listings unless a ledger
+// vouches for its SASS).
+func readKernelsRuns(patterns []string, oneTree bool) ([]*kernelsRun, error) {
 	var paths []string
 	for _, pat := range patterns {
 		m, err := filepath.Glob(pat)
@@ -109,23 +116,52 @@ func readKernelsRuns(patterns []string) ([]*kernelsRun, error) {
 		if !census {
 			return nil, fmt.Errorf("%s: no profile gate census (which kernels ran is unknown)", p)
 		}
-		if len(out) > 0 && r.Environment.KernelSources != out[0].Environment.KernelSources {
-			return nil, fmt.Errorf("%s: kernel sources %.12s, %s has %.12s: the runs must be of one source tree",
+		if oneTree && len(out) > 0 && r.Environment.KernelSources != out[0].Environment.KernelSources {
+			return nil, fmt.Errorf("%s: kernel sources %.12s, %s has %.12s: the runs must be of one source tree (or pass --ledger)",
 				p, r.Environment.KernelSources, out[0].name, out[0].Environment.KernelSources)
+		}
+		if !oneTree && !isSourcesHash(r.Environment.KernelSources) {
+			return nil, fmt.Errorf("%s: kernel_sources_sha256 %q is not a sha256: which SASS it timed cannot be told", p, r.Environment.KernelSources)
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
 
+// SASSDiffOptions are sass-diff's flags.
+type SASSDiffOptions struct {
+	// Runs are abtest reports (JSON, globs expanded) of MINFER_KERNELS A/Bs.
+	Runs []string
+	// Ledger is the SASS ledger directory: the listings' digests are
+	// recorded there, and runs of other sources count through theirs. ""
+	// keeps the runs to one source tree.
+	Ledger string
+	// Sources is the kernel-sources hash the listings are of (with Ledger);
+	// "" is this binary's embedded sources.
+	Sources string
+}
+
+// runStatus is how a function stands against the runs.
+type runStatus int
+
+const (
+	notRun      runStatus = iota
+	shownByPass           // a PASS run timed today's SASS of it
+	sassChanged           // PASS runs launched it, but its SASS changed since
+	notAPass              // only runs that did not PASS launched it
+)
+
 // SASSDiff compares two kernel listings (oldPath -> newPath). With runs
-// (abtest JSON reports of MINFER_KERNELS A/Bs of the same sources) each
-// changed or added function is also matched with the runs whose two arms
-// both launched it, and the question becomes issue 25's: is every
-// difference shown no slower by a PASS run? Exit 0: no difference, or (with
-// runs) every changed and added function launched in a PASS run and none
-// removed; 1: otherwise; 2: an input could not be read.
-func SASSDiff(ctx context.Context, oldPath, newPath string, runPaths []string, w io.Writer) error {
+// (abtest JSON reports of MINFER_KERNELS A/Bs) each changed or added
+// function is also matched with the runs whose two arms both launched it,
+// and the question becomes issue 25's: is every difference shown no slower
+// by a PASS run? Without a ledger the runs must be of one source tree, and
+// are taken to be of the listings' sources; with one, a run of other
+// sources counts for a function only where its ledger's digests equal
+// today's. Exit 0: no difference, or (with runs) every changed and added
+// function shown no slower by a PASS run and none removed; 1: otherwise; 2:
+// an input could not be read or judged.
+func SASSDiff(ctx context.Context, oldPath, newPath string, o SASSDiffOptions, w io.Writer) error {
 	var ls [2]profile.SASSListing
 	for i, p := range []string{oldPath, newPath} {
 		l, err := sassListing(ctx, p)
@@ -137,37 +173,91 @@ func SASSDiff(ctx context.Context, oldPath, newPath string, runPaths []string, w
 		}
 		ls[i] = l
 	}
-	rs, err := readKernelsRuns(runPaths)
+	sources := o.Sources
+	if o.Ledger == "" && sources != "" {
+		return CannotRun("sass-diff: --sources names the listings' sources for --ledger; without --ledger it has no use")
+	}
+	if sources == "" && o.Ledger != "" {
+		sources = kernels.SourceHash()
+	}
+	today := ledgerOf(ls[0], ls[1])
+	var ledgerNote string
+	if o.Ledger != "" {
+		if !isSourcesHash(sources) {
+			return CannotRun("sass-diff: --sources %q: want a kernel-sources sha256 (64 lower-case hex digits)", sources)
+		}
+		p, wrote, err := writeLedger(o.Ledger, sources, filepath.Base(oldPath), filepath.Base(newPath), today)
+		if err != nil {
+			return CannotRun("sass-diff --ledger: %v", err)
+		}
+		how := "already there, the same digests"
+		if wrote {
+			how = "written"
+		}
+		ledgerNote = fmt.Sprintf("SASS ledger of these listings (kernel sources %.12s): %s (%s).\n", sources, p, how)
+	}
+	rs, err := readKernelsRuns(o.Runs, o.Ledger == "")
 	if err != nil {
 		return CannotRun("sass-diff --runs: %v", err)
+	}
+	if o.Ledger != "" {
+		if err := attachLedgers(rs, o.Ledger, sources); err != nil {
+			return CannotRun("sass-diff --runs: %v", err)
+		}
 	}
 	d := profile.DiffSASS(ls[0], ls[1])
 	fmt.Fprintf(w, "# SASS: %s -> %s\n\n%d functions in the new listing: %d identical, %d changed, %d added; %d removed.\n",
 		oldPath, newPath, len(ls[1]), len(d.Same), len(d.Changed), len(d.Added), len(d.Removed))
+	if ledgerNote != "" {
+		fmt.Fprintf(w, "\n%s", ledgerNote)
+	}
 	// runIn names the runs that launched function key (arch-qualified) in
-	// both arms, PASS runs first; shown reports whether a PASS run did.
-	runIn := func(key string) (cell string, shown bool) {
+	// both arms, PASS runs that timed today's SASS of it first.
+	runIn := func(key string) (string, runStatus) {
 		_, name, _ := strings.Cut(key, " ")
-		var pass, other []string
+		var pass, changed, other []string
 		for _, r := range rs {
 			switch {
 			case !r.launched(name):
-			case r.Verdict == "PASS":
-				pass = append(pass, r.name)
-			default:
+			case r.Verdict != "PASS":
 				other = append(other, r.name+" ("+r.Verdict+")")
+			case r.ledger == nil:
+				pass = append(pass, r.name)
+			case r.ledger.digests(key) == today.digests(key):
+				// The run timed both builds' SASS of it as they are today.
+				pass = append(pass, fmt.Sprintf("%s (sources %.12s, SASS equal)", r.name, r.Environment.KernelSources))
+			default:
+				changed = append(changed, fmt.Sprintf("%s (sources %.12s)", r.name, r.Environment.KernelSources))
 			}
 		}
-		switch {
-		case len(pass) > 0:
-			return "PASS " + strings.Join(pass, ", "), true
-		case len(other) > 0:
-			return "not a PASS: " + strings.Join(other, ", "), false
+		since := ""
+		if len(changed) > 0 {
+			since = "SASS changed since: " + strings.Join(changed, ", ")
 		}
-		return "not run", false
+		switch {
+		case len(pass) > 0 && since != "":
+			return "PASS " + strings.Join(pass, ", ") + "; " + since, shownByPass
+		case len(pass) > 0:
+			return "PASS " + strings.Join(pass, ", "), shownByPass
+		case since != "" && len(other) > 0:
+			return since + "; not a PASS: " + strings.Join(other, ", "), sassChanged
+		case since != "":
+			return since, sassChanged
+		case len(other) > 0:
+			return "not a PASS: " + strings.Join(other, ", "), notAPass
+		}
+		return "not run", notRun
 	}
-	var shownN, otherN int
+	var byStatus [4]int
 	var unshown []string
+	judge := func(k string) string {
+		cell, st := runIn(k)
+		byStatus[st]++
+		if st != shownByPass {
+			unshown = append(unshown, k)
+		}
+		return cell
+	}
 	if len(d.Changed) > 0 {
 		head, rule := "| changed function | instructions old -> new | opcodes whose counts moved (old -> new) |", "|---|---|---|"
 		if len(rs) > 0 {
@@ -177,27 +267,14 @@ func SASSDiff(ctx context.Context, oldPath, newPath string, runPaths []string, w
 		for _, k := range d.Changed {
 			row := fmt.Sprintf("| %s | %d -> %d | %s |", k, len(ls[0][k]), len(ls[1][k]), opcodeMoves(ls[0][k], ls[1][k], 6))
 			if len(rs) > 0 {
-				cell, shown := runIn(k)
-				row += " " + cell + " |"
-				if shown {
-					shownN++
-				} else {
-					unshown = append(unshown, k)
-					if cell != "not run" {
-						otherN++
-					}
-				}
+				row += " " + judge(k) + " |"
 			}
 			fmt.Fprintln(w, row)
 		}
 	}
 	for _, k := range d.Added {
 		if len(rs) > 0 {
-			if _, shown := runIn(k); shown {
-				shownN++
-			} else {
-				unshown = append(unshown, k)
-			}
+			judge(k)
 		}
 	}
 	for _, s := range []struct {
@@ -216,8 +293,14 @@ func SASSDiff(ctx context.Context, oldPath, newPath string, runPaths []string, w
 				pass++
 			}
 		}
-		fmt.Fprintf(w, "\nRuns: %d MINFER_KERNELS reports of kernel sources %.12s, %d PASS. Changed or added functions launched by both arms of a PASS run: %d of %d; only in runs that did not PASS: %d; in none: %d.\n",
-			len(rs), rs[0].Environment.KernelSources, pass, shownN, len(d.Changed)+len(d.Added), otherN, len(unshown)-otherN)
+		judged := len(d.Changed) + len(d.Added)
+		if o.Ledger == "" {
+			fmt.Fprintf(w, "\nRuns: %d MINFER_KERNELS reports of kernel sources %.12s, %d PASS. Changed or added functions launched by both arms of a PASS run: %d of %d; only in runs that did not PASS: %d; in none: %d.\n",
+				len(rs), rs[0].Environment.KernelSources, pass, byStatus[shownByPass], judged, byStatus[notAPass], byStatus[notRun])
+		} else {
+			fmt.Fprintf(w, "\nRuns: %d MINFER_KERNELS reports, %d PASS: %s. Changed or added functions launched by both arms of a PASS run that timed their SASS of today: %d of %d; launched by PASS runs only at SASS that has changed since: %d; only in runs that did not PASS: %d; in none: %d.\n",
+				len(rs), pass, runsBySources(rs, sources), byStatus[shownByPass], judged, byStatus[sassChanged], byStatus[notAPass], byStatus[notRun])
+		}
 		if len(unshown) > 0 {
 			fmt.Fprintf(w, "\nNot shown no slower by a PASS run: %s\n", strings.Join(unshown, ", "))
 		}
@@ -227,6 +310,68 @@ func SASSDiff(ctx context.Context, oldPath, newPath string, runPaths []string, w
 		return &Error{1, nil}
 	}
 	return nil
+}
+
+// attachLedgers reads the ledger of every run whose sources are not the
+// listings'. A run without one cannot be judged: what SASS it timed is
+// unknown.
+func attachLedgers(rs []*kernelsRun, dir, sources string) error {
+	byHash := map[string]sassLedger{}
+	for _, r := range rs {
+		h := r.Environment.KernelSources
+		if h == sources {
+			continue
+		}
+		l, ok := byHash[h]
+		if !ok {
+			p := ledgerPath(dir, h)
+			var err error
+			l, err = readLedger(p, h)
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%s.json: kernel sources %.12s, not these listings' (%.12s), and no SASS ledger of them (%s): run sass-diff --ledger on listings of those sources first",
+					r.name, h, sources, p)
+			}
+			if err != nil {
+				return fmt.Errorf("%s.json: %w", r.name, err)
+			}
+			byHash[h] = l
+		}
+		r.ledger = l
+	}
+	return nil
+}
+
+// runsBySources counts the runs per kernel-sources hash, the listings'
+// own first, then by hash.
+func runsBySources(rs []*kernelsRun, sources string) string {
+	n, pass := map[string]int{}, map[string]int{}
+	for _, r := range rs {
+		n[r.Environment.KernelSources]++
+		if r.Verdict == "PASS" {
+			pass[r.Environment.KernelSources]++
+		}
+	}
+	var hs []string
+	if n[sources] > 0 {
+		hs = append(hs, sources)
+	}
+	var others []string
+	for h := range n {
+		if h != sources {
+			others = append(others, h)
+		}
+	}
+	sort.Strings(others)
+	hs = append(hs, others...)
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		how := "through its ledger"
+		if h == sources {
+			how = "these listings' sources"
+		}
+		parts[i] = fmt.Sprintf("%d of kernel sources %.12s (%s; %d PASS)", n[h], h, how, pass[h])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // opcodeMoves lists up to n base opcodes whose counts differ, largest move
