@@ -25,6 +25,10 @@
 // do, so every output is bitwise what the three launches write (the device
 // tests and scripts/kernel-emu/xqkv-emu.sh check it).
 //
+// The second half of the file (MINFER_FUSE_QKV_ROPE) gives these kernels
+// and the one-type _qkv_ kernels a form with the rope/store of
+// qkv_rope_store.cu folded in (_qkvrs_), over the same row families.
+//
 // This file uses the templates of mmvq.cu and mmvq_repack.cu, which the one
 // translation unit includes before it (files in name order; "x" sorts it
 // after mmvq_split.cu).

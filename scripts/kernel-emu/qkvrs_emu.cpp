@@ -17,7 +17,6 @@
 // two different NaN fills. --quick: the small shapes only. Exits 1 on any
 // difference.
 #include "emu_mmvq.h"
-inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
 static float emu_qrs_smem[16384]; // minfer_qkv_rope_store's dynamic shared K row
 #include "mmvq.cu"
 #include "mmvq_repack.cu"
