@@ -226,6 +226,8 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 		return len(chain) == 2 && b.attnQ8Route(chain[0], chain[1])
 	case graph.FuseFFNQ8:
 		return len(chain) == 2 && b.ffnQ8Route(chain[0], chain[1])
+	case graph.FuseQKVRopeStore:
+		return len(chain) >= 2 && b.qkvRopeRoute(chain[0], chain[1])
 	}
 	return false
 }

@@ -83,6 +83,11 @@ func planLaunches(t *testing.T, b *Backend, g *graph.Graph) int {
 		case graph.OpInput, graph.OpView, graph.OpReshape:
 		case graph.OpFusedQKV:
 			total += row + b.qkvDecodePlan(1, plans(n.Weights...)).matvecs()
+		case graph.OpFusedQKVRopeStore:
+			if name, _, _, why := b.qkvRopeLayout(plans(n.Weights...)); name == "" {
+				t.Fatalf("%s: no fused rope/store launch: %s", n.Name, why)
+			}
+			total += row + 1 // the q/k/v matvec that ropes and stores
 		case graph.OpFusedFFN:
 			if same, _ := b.decodeGroup(1, plans(n.Weights...)); !same {
 				t.Fatalf("%s: gate and up of two types", n.Name)
@@ -130,6 +135,8 @@ func (e noLMHeadFold) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool
 // The lm head fold saves one everywhere FUSE_NORM_Q8 is on (the output
 // norm and its quantization are one launch); with FUSE_NORM_Q8=0 nothing
 // changes (268: two launches a layer and one a token more).
+// FUSE_QKV_ROPE takes the bias/rope/store, one a layer (0.5b 219 -> 195,
+// 195 -> 171 with FUSE_FFN_Q8; 7B 255 -> 227, 227 -> 199).
 func TestFusePlan_LaunchesATokenTheLMHeadFoldSavesOne(t *testing.T) {
 	all := []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_FFN_Q8=1", "MINFER_MMVQ_QKV_MIXED=1"}
 	for _, c := range []struct {
@@ -145,6 +152,13 @@ func TestFusePlan_LaunchesATokenTheLMHeadFoldSavesOne(t *testing.T) {
 		{"qwen2-0.5b", "Q8_0", all, 196, 195},
 		{"qwen2-7b", "Q4_K_M", all, 228, 227},
 		{"qwen2-7b", "Q4_K_M", nil, 256, 255},
+		// MINFER_FUSE_QKV_ROPE: the rope/store goes into the q/k/v matvec,
+		// one a layer (0.5b -24, 7B -28).
+		{"qwen2-0.5b", "Q4_K_M", []string{"MINFER_FUSE_QKV_ROPE=1"}, 196, 195},
+		{"qwen2-0.5b", "Q4_K_M", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 172, 171},
+		{"qwen2-0.5b", "Q8_0", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 172, 171},
+		{"qwen2-7b", "Q4_K_M", []string{"MINFER_FUSE_QKV_ROPE=1"}, 228, 227},
+		{"qwen2-7b", "Q4_K_M", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 200, 199},
 	} {
 		name := fmt.Sprintf("%s %s %v", c.shape, c.typ, c.env)
 		gb, bb := planFuseOn(t, c.shape, c.typ, func(b *Backend) graph.Backend { return noLMHeadFold{planBackend{b: b}} }, c.env...)

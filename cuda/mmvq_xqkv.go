@@ -13,8 +13,11 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/minfer-go/minfer/cuda/driver"
+	"github.com/minfer-go/minfer/engine/graph"
+	"github.com/minfer-go/minfer/engine/kv"
 	"github.com/minfer-go/minfer/engine/quant"
 )
 
@@ -167,4 +170,271 @@ func (b *Backend) qkvDecodePlan(nt int, ms []matmulPlan) qkvPlan {
 		return qkvPlan{kind: qkvMixed, pair: pair}
 	}
 	return qkvPlan{kind: qkvSeparate, why: why}
+}
+
+// ---------------------------------------------------------------------
+// MINFER_FUSE_QKV_ROPE: the decode q/k/v matvec with the bias, neox rope
+// and KV store of graph.OpQkvBiasRopeStore folded in (the _qkvrs_ kernels
+// of cuda/kernels/mmvq_xqkv.cu): each q / k block of 4 rows holds two whole
+// rope pairs of a head, ropes them after one barrier and writes q' or the
+// K cell; v blocks store their rows into the V cell. One launch a layer
+// fewer than the matvec then minfer_qkv_rope_store, bitwise their q' and
+// KV bytes.
+
+// qkvrsKernel names the fused kernel of a decode q/k/v plan over weight
+// type wtype (q's): the one-type form of the plan's route or the mixed
+// pair's form; "" where none is instantiated.
+func qkvrsKernel(plan qkvPlan, wtype quant.Type) string {
+	switch {
+	case plan.kind == qkvOneType && plan.route == routeMMVQ:
+		return mmvqFusedKernel(wtype, "qkvrs")
+	case plan.kind == qkvOneType && plan.route == routeMMVQR:
+		return mmvqrKernel(wtype, "qkvrs")
+	case plan.kind == qkvMixed:
+		if name := xqkvKernel(plan.pair); name != "" {
+			return "minfer_mmvq_xqkvrs_" + strings.TrimPrefix(name, "minfer_mmvq_xqkv_")
+		}
+	}
+	return ""
+}
+
+// QkvRopeTail is the rope/store half of a fused launch: where q' and the
+// token's K and V cells go, and the rope.
+type QkvRopeTail struct {
+	Q                driver.DevicePtr // q' [HeadDim, NHead]
+	Pos              driver.DevicePtr // i32 [1]: the token's position
+	Win              driver.DevicePtr // i32 [2]: the KV window {start cell, kv_len}
+	KRegion, VRegion driver.DevicePtr // the layer's regions of NCtx cells
+	Format           kv.Format        // f32 or f16
+	NCtx             int
+	HeadDim          int // the rope spans the whole head (n_rot == HeadDim), neox pairs
+	Theta            float32
+}
+
+// checkQkvRopeTail checks the tail for a launch of nq / nk / nv rows and
+// returns the K / V row bytes: q and k whole heads of a head_dim that is a
+// multiple of 4 (a block holds two pairs: rows 2j, 2j+1, half+2j,
+// half+2j+1), v as many rows as k (one KV row), an f32 or f16 cache, every
+// pointer set and aligned.
+func checkQkvRopeTail(op string, t QkvRopeTail, n [3]int) (int, error) {
+	hd := t.HeadDim
+	if hd <= 0 || hd%(2*2) != 0 || hd > ropeMaxHeadDim {
+		return 0, opsBad(op, "head_dim %d: a block holds two rope pairs, so a positive multiple of 4 up to %d", hd, ropeMaxHeadDim)
+	}
+	if n[0] <= 0 || n[1] <= 0 || n[0]%hd != 0 || n[1]%hd != 0 || n[2] != n[1] {
+		return 0, opsBad(op, "rows %v: q and k whole heads of %d, v as many rows as k", n, hd)
+	}
+	if t.Format != kv.F32 && t.Format != kv.F16 {
+		return 0, opsBad(op, "KV format %s: the fused store writes f32 or f16 cells (q8_0 keeps minfer_qkv_rope_store)", t.Format)
+	}
+	if !(t.Theta > 0) || math.IsInf(float64(t.Theta), 0) {
+		return 0, opsBad(op, "theta %g: must be positive and finite", t.Theta)
+	}
+	for _, p := range []struct {
+		name string
+		ptr  driver.DevicePtr
+	}{{"q'", t.Q}, {"positions", t.Pos}, {"KV window", t.Win}, {"K region", t.KRegion}, {"V region", t.VRegion}} {
+		if p.ptr == 0 || uint64(p.ptr)%4 != 0 {
+			return 0, opsBad(op, "%s %v is null or not 4-byte aligned", p.name, p.ptr)
+		}
+	}
+	return kvRowBytes(op, t.Format, n[1], t.NCtx)
+}
+
+// MatMulQ8_1QKVRopeStore runs the decode q/k/v projections of the Q8_1 row
+// at xq and the rope/store of OpQkvBiasRopeStore in one launch of kernel
+// name (qkvrsKernel of the node's plan; rep says which weights are
+// repacked copies: q and k, v): q' into t.Q, k' and v (biases added) into
+// the K and V cells win[0] of t's regions, bitwise the matvec then
+// QkvBiasRopeStore. w, bias, kDim and n as MatMulQ8_1QKV / the mixed
+// launch take them. Every argument error is returned, nothing launched.
+func (k *Kernels) MatMulQ8_1QKVRopeStore(s *driver.Stream, name string, xq driver.DevicePtr, xqBytes uint64,
+	w [3]driver.DevicePtr, types [3]quant.Type, rep [3]bool, bias [3]driver.DevicePtr, kDim int, n [3]int, t QkvRopeTail) error {
+	args, err := qkvRopeStoreArgs(name, xq, xqBytes, w, types, rep, bias, kDim, n, t)
+	if err != nil {
+		return err
+	}
+	grid, block := mmvqFam.grid(n[0] + n[1] + n[2])
+	if err := k.launch(s, name, grid, block, 0, args...); err != nil {
+		return fmt.Errorf("matmul %s nt=1 k=%d n=%v: %w", name, kDim, n, err)
+	}
+	return nil
+}
+
+// qkvRopeStoreArgs checks a fused launch (the plan's handler runs it once
+// at plan time) and returns its arguments: the _qkv_ kernels' (qkvArgs
+// without the output), then q', pos, win, the regions, the format, the row
+// bytes, n_ctx, head_dim and theta.
+func qkvRopeStoreArgs(name string, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr, types [3]quant.Type,
+	rep [3]bool, bias [3]driver.DevicePtr, kDim int, n [3]int, t QkvRopeTail) ([]any, error) {
+	const op = "matmul_q8_1_qkv_rope_store"
+	if name == "" || !strings.Contains(name, "qkvrs_") {
+		return nil, fmt.Errorf("%s: no fused q/k/v + rope/store kernel for %v (repacked %v)", op, types, rep)
+	}
+	if types[0] != types[1] || rep[0] != rep[1] {
+		return nil, fmt.Errorf("%s %s: q %s and k %s are not one type and layout", op, name, types[0], types[1])
+	}
+	rb, err := checkQkvRopeTail(op, t, n)
+	if err != nil {
+		return nil, err
+	}
+	total := 0
+	for i := range w {
+		f := mmvqFam
+		if rep[i] {
+			f = mmvqrFam
+		}
+		if err := f.check(op, xq, xqBytes, w[i], types[i], kDim, n[i]); err != nil {
+			return nil, fmt.Errorf("weight %d: %w", i, err)
+		}
+		if uint64(bias[i])%4 != 0 {
+			return nil, fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
+		}
+		total += n[i]
+	}
+	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
+		return nil, err
+	}
+	if total > math.MaxInt32 {
+		return nil, fmt.Errorf("%s %s k=%d n=%v: too many rows", op, name, kDim, n)
+	}
+	return []any{xq, w[0], w[1], w[2], bias[0], bias[1], bias[2], int32(kDim), int32(n[0]), int32(n[1]), int32(n[2]),
+		t.Q, t.Pos, t.Win, t.KRegion, t.VRegion, int32(t.Format), int64(rb), int32(t.NCtx), int32(t.HeadDim), t.Theta}, nil
+}
+
+// qkvRopeLayout is the kernel and weight layout a fused q/k/v node's
+// decode plan takes with the rope/store folded in: the kernel ("" when
+// none), each weight's type and whether it is read from its repacked copy.
+func (b *Backend) qkvRopeLayout(ms []matmulPlan) (name string, types [3]quant.Type, rep [3]bool, why string) {
+	plan := b.qkvDecodePlan(1, ms)
+	for i, m := range ms {
+		types[i] = m.w.typ
+		rep[i] = b.matmulRoute(m.w, 1) == routeMMVQR
+	}
+	name = qkvrsKernel(plan, types[0])
+	switch {
+	case plan.kind == qkvSeparate:
+		why = "the q/k/v matvecs take separate launches"
+		if plan.why != "" {
+			why += " (" + plan.why + ")"
+		}
+	case name == "":
+		why = fmt.Sprintf("no fused kernel for %v (repacked %v)", types, rep)
+	case plan.kind == qkvOneType && b.mm.MMVQSplit && b.k.MMVQSplit(ms[0].w.rows+ms[1].w.rows+ms[2].w.rows, b.mm):
+		why = "the q/k/v matvec takes the split form (MINFER_MMVQ_SPLIT=1)"
+	default:
+		return name, types, rep, ""
+	}
+	return "", types, rep, why
+}
+
+// qkvRopeRoute reports whether the backend runs the chain
+// QkvBiasRopeStore r <- FusedQKV f as FuseQKVRopeStore (asked at fuse
+// time): one decode token, no q/k norms, neox rope over whole heads of a
+// head_dim that is a multiple of 4, an f32 or f16 cache, and q, k, v on a
+// decode MMVQ plan of one launch whose fused form exists (one-type GGUF or
+// repacked, or a mixed pair, not the split form). Everything else keeps
+// the matvec and minfer_qkv_rope_store.
+func (b *Backend) qkvRopeRoute(r, f *graph.Node) bool {
+	if r.Op != graph.OpQkvBiasRopeStore || f.Op != graph.OpFusedQKV || len(r.Weights) != 0 || len(f.Weights) != 3 {
+		return false
+	}
+	hd, nh, nkv := r.P.HeadDim, r.P.NHead, r.P.NHeadKV
+	if r.P.Rope != graph.RopeNeox || hd <= 0 || hd%4 != 0 || nh <= 0 || nkv <= 0 || r.Shape != graph.Sh(hd, nh, 1) {
+		return false
+	}
+	if b.kvSpec.Format != kv.F32 && b.kvSpec.Format != kv.F16 {
+		return false
+	}
+	ms := make([]matmulPlan, 3)
+	for i, name := range f.Weights {
+		w := b.weights[name]
+		if w == nil || w.vector || w.rowLen != b.weights[f.Weights[0]].rowLen {
+			return false
+		}
+		ms[i] = matmulPlan{w: w}
+	}
+	if ms[0].w.rows != nh*hd || ms[1].w.rows != nkv*hd || ms[2].w.rows != nkv*hd || !b.allDecode(1, ms) {
+		return false
+	}
+	name, _, _, _ := b.qkvRopeLayout(ms)
+	return name != ""
+}
+
+// opFusedQKVRopeStore runs graph.OpFusedQKVRopeStore (FuseQKVRopeStore):
+// in = x, positions, KV window; the decode row's Q8_1 quantization (or with
+// n.Norm the fused norm, as opFusedQKV) and one _qkvrs_ launch that writes
+// q' into out and the token's K and V cells: bitwise opFusedQKV then
+// opQkvBiasRopeStore, one launch fewer. The fuse pass made the node only
+// where qkvRopeRoute holds; elsewhere it is an error, never a fallback.
+func opFusedQKVRopeStore(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) (func() error, error) {
+	if err := checkOut(n, out); err != nil {
+		return nil, err
+	}
+	if len(n.Weights) != 3 || len(n.Biases) != 3 {
+		return nil, fmt.Errorf("fused qkv + rope/store wants 3 weights and 3 bias names, has %d and %d", len(n.Weights), len(n.Biases))
+	}
+	p, o, err := b.ptrs(in, 2, out, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(in) < 3 {
+		return nil, fmt.Errorf("%d inputs, want x, positions and the KV window", len(in))
+	}
+	win, err := b.kvWindow(in[2])
+	if err != nil {
+		return nil, err
+	}
+	hd, nh, nkv := n.P.HeadDim, n.P.NHead, n.P.NHeadKV
+	if in[1].Len != 1 || out.Len != hd*nh || hd <= 0 || nh <= 0 || nkv <= 0 {
+		return nil, fmt.Errorf("%d positions, output %d elements for %d/%d heads of %d: the fused form is one decode token",
+			in[1].Len, out.Len, nh, nkv, hd)
+	}
+	if nkv*hd != b.kvSpec.RowLen {
+		return nil, fmt.Errorf("%d KV heads of %d is not the KV row of %d", nkv, hd, b.kvSpec.RowLen)
+	}
+	if n.P.Rope != graph.RopeNeox {
+		return nil, fmt.Errorf("rope style %d: the fused form ropes neox pairs only", n.P.Rope)
+	}
+	ms := make([]matmulPlan, 3)
+	for i := range ms {
+		if ms[i], err = b.planMatMul(n.Weights[i], n.Biases[i], in[0], 1, 0); err != nil {
+			return nil, err
+		}
+	}
+	rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
+	if rows != [3]int{nh * hd, nkv * hd, nkv * hd} {
+		return nil, fmt.Errorf("q/k/v weights of %v rows for %d/%d heads of %d", rows, nh, nkv, hd)
+	}
+	name, types, rep, why := b.qkvRopeLayout(ms)
+	if name == "" {
+		return nil, fmt.Errorf("q/k/v %v: no fused rope/store launch: %s", n.Weights, why)
+	}
+	x, k := p[0], ms[0].w.rowLen
+	quantize, err := b.decodeQuantize(n, x, k, 1, ms)
+	if err != nil {
+		return nil, err
+	}
+	kr, vr, err := b.regions(n.P.Layer)
+	if err != nil {
+		return nil, err
+	}
+	var w, bias [3]driver.DevicePtr
+	for i, m := range ms {
+		w[i], bias[i] = m.w.ptr, m.bias
+		if rep[i] {
+			w[i] = m.w.rp
+		}
+	}
+	tail := QkvRopeTail{Q: o, Pos: p[1], Win: win, KRegion: kr, VRegion: vr, Format: b.kvSpec.Format, NCtx: b.kvSpec.NCtx,
+		HeadDim: hd, Theta: n.P.Theta}
+	if _, err := qkvRopeStoreArgs(name, b.mm.ActQ8, b.mm.ActQ8Bytes, w, types, rep, bias, k, rows, tail); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := quantize(); err != nil {
+			return err
+		}
+		return b.k.MatMulQ8_1QKVRopeStore(b.s, name, b.mm.ActQ8, b.mm.ActQ8Bytes, w, types, rep, bias, k, rows, tail)
+	}, nil
 }

@@ -262,3 +262,17 @@ func TestKernelEmulator_MixedQKVBitwiseTheThreeLaunches(t *testing.T) {
 func TestKernelEmulator_FFNQ8BitwiseTheRowQuantizedCountersZero(t *testing.T) {
 	emuPassesAndCatches(t, "ffnq-emu.sh", "", "FFN Q8_1 BITWISE", "DIFFER", "last", "reset", "sync", "grp")
 }
+
+// The decode q/k/v matvec with the rope/store folded in
+// (MINFER_FUSE_QKV_ROPE: minfer_mmvq_qkvrs_<t>, minfer_mmvqr_qkvrs_<t>,
+// minfer_mmvq_xqkvrs_<qk>_<v>[r]) writes q' and both KV regions bitwise as
+// the bias-less matvec then minfer_qkv_rope_store: qwen2-0.5b Q4_K_M's Q5_0
+// and Q5_0 / repacked Q8_0 forms and the repacked Q8_0 at its shape, the
+// 7B's Q4_K / repacked Q6_K pair at head_dim 128, every kernel small (f32
+// and f16, head_dim 64 and 128, positions 0, 7 and 123457, no biases, the
+// window's cell at -1 and n_ctx: nothing written). A pair rotated with
+// the wrong partner, a pair given its neighbour's angle, v never stored and
+// a K cell past n_ctx stored are each caught.
+func TestKernelEmulator_QKVRopeStoreBitwiseTheMatvecThenRopeStore(t *testing.T) {
+	emuPassesAndCatches(t, "qkvrs-emu.sh", "", "ALL BITWISE", "DIFFER", "pair", "angle", "vstore", "cell")
+}

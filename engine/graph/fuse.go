@@ -1,13 +1,15 @@
 package graph
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8) and the
+// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8,
+// MINFER_FUSE_QKV_ROPE) and the
 // backend every node of the chain is assigned to says SupportsFused for that chain. The unfused chain is the reference:
 // a fused node computes exactly the same values (the CPU backend executes
 // the fused ops it offers). This is the only place fusions are decided: a
@@ -36,6 +38,9 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	}
 	if g.Params.FuseNormQ8 {
 		count += fuseNormQ8(g, supports)
+	}
+	if g.Params.FuseQKV && g.Params.FuseQKVRope {
+		count += fuseQKVRopeStore(g, supports)
 	}
 	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
 		count += fuseAttnQ8(g, supports)
@@ -331,4 +336,74 @@ func fuseFFNQ8(g *Graph, supports supportsFn) int {
 			m.Op, m.Inputs = OpFFNMatMulAdd, []int{f.Inputs[0], m.Inputs[1]}
 			m.Weights, m.Norm, m.P.Eps = f.Weights, f.Norm, f.P.Eps
 		})
+}
+
+// fuseQKVRopeStore: in a decode graph (NT 1), QkvBiasRopeStore(q, k, v,
+// pos, kvw) without q/k norm weights whose q and k are reshapes of, and v
+// is, the three views of one FusedQKV node at offsets 0, nq and nq+nk,
+// each read by its next node alone, the FusedQKV read by the views alone
+// -> the rope/store becomes FusedQKVRopeStore with inputs x (the QKV's
+// input), pos, kvw, the QKV's Weights, Norm and eps, and its own biases,
+// params and output: the raw q/k/v row is no longer a tensor. Runs after
+// fuseQkvBiasRopeStore and fuseQKV (which made the two nodes) and
+// fuseNormQ8 (a norm folded into the QKV comes along).
+func fuseQKVRopeStore(g *Graph, supports supportsFn) int {
+	if g.Params.NT != 1 {
+		return 0
+	}
+	cons := g.liveConsumers()
+	count := 0
+	for _, r := range g.Nodes {
+		if r.dead || r.Op != OpQkvBiasRopeStore || len(r.Weights) != 0 || len(r.Inputs) != 5 || len(r.Biases) != 3 {
+			continue
+		}
+		f, chain := qkvViewsOf(g, cons, r)
+		if f == nil || !supports(FuseQKVRopeStore, append([]*Node{r, f}, chain...)...) {
+			continue
+		}
+		r.Op, r.Inputs = OpFusedQKVRopeStore, []int{f.Inputs[0], r.Inputs[3], r.Inputs[4]}
+		r.Weights, r.Norm, r.P.Eps = f.Weights, f.Norm, f.P.Eps
+		r.Name = strings.TrimSuffix(r.Name, "qkv_bias_rope_store") + "attn_qkv_rope_store"
+		f.dead = true
+		for _, n := range chain {
+			n.dead = true
+		}
+		count++
+	}
+	return count
+}
+
+// qkvViewsOf returns the FusedQKV node whose q, k and v views the
+// rope/store r reads (q and k through a reshape), with those views and
+// reshapes, or nil when r's inputs are anything else: another offset or
+// length, a second reader of a view, reshape or of the QKV node, biases
+// left on the QKV node (the rope/store took them), the graph's output.
+func qkvViewsOf(g *Graph, cons [][]int, r *Node) (*Node, []*Node) {
+	var f *Node
+	var chain []*Node
+	off := 0
+	for s := 0; s < 3; s++ {
+		reader, v := r, g.node(r.Inputs[s])
+		if s < 2 {
+			if v.Op != OpReshape || !only(cons, v.ID, r.ID) {
+				return nil, nil
+			}
+			chain = append(chain, v)
+			reader, v = v, g.node(v.Inputs[0])
+		}
+		if v.Op != OpView || v.P.Offset != off || !only(cons, v.ID, reader.ID) || v.ID == g.Output {
+			return nil, nil
+		}
+		qkv := g.node(v.Inputs[0])
+		if qkv.Op != OpFusedQKV || qkv.dead || (f != nil && qkv != f) {
+			return nil, nil
+		}
+		f = qkv
+		chain = append(chain, v)
+		off += v.Shape.N()
+	}
+	if f.ID == g.Output || len(cons[f.ID]) != 3 || off != f.Shape.N() || len(f.Weights) != 3 || slices.ContainsFunc(f.Biases, func(b string) bool { return b != "" }) {
+		return nil, nil
+	}
+	return f, chain
 }

@@ -24,12 +24,13 @@ type Params struct {
 
 	// Fusions the caller allows (levers MINFER_NO_FUSE_QKV / _FFN,
 	// MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL, MINFER_FUSE_NORM_Q8,
-	// MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8); the fuse pass also asks
-	// every backend involved. FuseQKNorm is the q/k-norm variant of the QKV
-	// tail and needs FuseQKV (the registry declares it); FuseAttnQ8 and
-	// FuseFFNQ8 fold into the residual fusion's nodes (FuseFFNQ8 into the
-	// FFN fusion's too).
-	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseFFNQ8 bool
+	// MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8, MINFER_FUSE_QKV_ROPE); the
+	// fuse pass also asks every backend involved. FuseQKNorm is the
+	// q/k-norm variant of the QKV tail and needs FuseQKV (the registry
+	// declares it); FuseAttnQ8 and FuseFFNQ8 fold into the residual
+	// fusion's nodes (FuseFFNQ8 into the FFN fusion's too); FuseQKVRope
+	// folds the QKV fusion's node into its rope/store (decode only).
+	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseFFNQ8, FuseQKVRope bool
 }
 
 // NQ is the query width NHead*HeadDim.

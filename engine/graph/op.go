@@ -88,6 +88,14 @@ const (
 	// the down projection's OpMatMulAdd, folded into it (FuseFFNQ8). in[1]
 	// has the output's shape.
 	OpFFNMatMulAdd
+	// OpFusedQKVRopeStore: the decode FusedQKV of in[0] (Weights = {q, k,
+	// v}; with Norm set, in[0] RMS-normed by that weight, eps P.Eps, first)
+	// whose only reader was an OpQkvBiasRopeStore without norm weights,
+	// folded into it (FuseQKVRopeStore): in[1] positions, in[2] the KV
+	// window; adds Biases[0..2], ropes q and k, stores k and v in the
+	// layer's KV regions (the rope/store's params); the output is the roped
+	// q [hd, nh, nt]. The raw q/k/v rows are not an output.
+	OpFusedQKVRopeStore
 	numOps
 )
 
@@ -95,7 +103,7 @@ var opNames = [...]string{
 	"input", "get_rows", "rms_norm", "qk_norm", "mul_mat", "add", "mul", "silu", "swiglu",
 	"rope", "attn", "kvcache_store", "kvcache_load", "view", "reshape", "permute", "scale",
 	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn", "mul_mat_add", "attn_mul_mat_add",
-	"ffn_mul_mat_add",
+	"ffn_mul_mat_add", "fused_qkv_rope_store",
 }
 
 func (o Op) String() string {
@@ -169,6 +177,12 @@ const (
 	// backend offers it where the FFN can write the matmul's quantized
 	// activation itself (the decode row: one launch fewer).
 	FuseFFNQ8
+	// FuseQKVRopeStore: QkvBiasRopeStore(views of FusedQKV(x)) in a decode
+	// graph, without q/k norms, the FusedQKV read by the rope/store alone
+	// -> OpFusedQKVRopeStore (chain: rope/store, fused QKV, its views and
+	// reshapes). A backend offers it where the q/k/v matvec can rope and
+	// store its own rows (the decode row: one launch fewer).
+	FuseQKVRopeStore
 )
 
 func (k FuseKind) String() string {
@@ -189,6 +203,8 @@ func (k FuseKind) String() string {
 		return "attn_q8"
 	case FuseFFNQ8:
 		return "ffn_q8"
+	case FuseQKVRopeStore:
+		return "qkv_rope_store"
 	}
 	return fmt.Sprintf("fuse(%d)", int(k))
 }

@@ -23,7 +23,7 @@ func (n *Node) WeightNames() []string {
 // P.Layer: a backend without that layer's region cannot run it.
 func (o Op) UsesKV() bool {
 	switch o {
-	case OpAttn, OpAttnMatMulAdd, OpKvcacheStore, OpKvcacheLoad, OpQkvBiasRopeStore:
+	case OpAttn, OpAttnMatMulAdd, OpKvcacheStore, OpKvcacheLoad, OpQkvBiasRopeStore, OpFusedQKVRopeStore:
 		return true
 	}
 	return false

@@ -626,6 +626,20 @@ var registry = []Lever{
 		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_NO_FUSE_FFN=0"},
 		Liveness: cudaOnly("1", "the decode gate/up + SwiGLU before the down projection runs minfer_mmvq[r]_ffnq_<type> only with the lever on; off, minfer_mmvq[r]_ffn_<type> and a quantization",
 			[]string{"minfer_mmvq*_ffnq_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
+	// The rope/store after the decode q/k/v matvec: the matvec's blocks
+	// hold whole neox pairs (rows 2j, 2j+1, half+2j, half+2j+1 of a head)
+	// and rope and store them after one barrier.
+	{Name: "MINFER_FUSE_QKV_ROPE", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode fused q/k/v matvec + bias/rope/KV store -> one FusedQKVRopeStore node (CUDA)", Issue: "#20",
+		Doc: "1: the decode q/k/v matvec also adds the biases, ropes q and k (neox) and stores k and v into the layer's KV cell (minfer_mmvq_qkvrs_<type>, minfer_mmvqr_qkvrs_<type>, minfer_mmvq_xqkvrs_<qk>_<v>[r]: each block holds two whole rope pairs of a head), instead of a separate minfer_qkv_rope_store launch: one launch a layer fewer, bitwise the same q and KV bytes; " +
+			"f32 and f16 caches, neox rope over the whole head, no q/k norms (a q8_0 cache, qwen3's q/k norms and prefill keep the separate launch). " +
+			"Forecast qwen2-0.5b Q4_K_M tg128 x1.01-1.03 (reports/MINFER_FUSE_QKV_ROPE)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+		// The kernels are the one-warp rows of the plain q/k/v kernels:
+		// where the split form would take the matrices, or no fused q/k/v
+		// node exists, there is nothing to fold (set to 1 there, refused).
+		Requires: []string{"MINFER_NO_FUSE_QKV=0", "MINFER_MMVQ_SPLIT=0"},
+		Liveness: cudaOnly("1", "the decode q/k/v matvec runs minfer_mmvq[r]_qkvrs_<type> or minfer_mmvq_xqkvrs_* (rope and KV store folded in) only with the lever on; off, minfer_mmvq[r]_qkv_<type> or minfer_mmvq_xqkv_* and minfer_qkv_rope_store",
+			[]string{"minfer_mmvq*qkvrs_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
@@ -871,6 +885,7 @@ type Config struct {
 	DecodeTCNarrow   bool // MINFER_ATTN_DECODE_TC_NARROW: the decode tensor cores over 32-cell tiles
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
+	FuseQKVRope      bool // MINFER_FUSE_QKV_ROPE: the decode q/k/v matvec ropes and stores
 	MMVQNT           bool
 	MMVQSplit        bool
 	QuantizeX4       bool
@@ -1032,6 +1047,7 @@ func Parse(environ []string) (Config, error) {
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
 	c.MMVQQKVMixed = yields("MINFER_MMVQ_QKV_MIXED")
 	c.FuseFFNQ8 = on("MINFER_FUSE_FFN_Q8")
+	c.FuseQKVRope = on("MINFER_FUSE_QKV_ROPE")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")

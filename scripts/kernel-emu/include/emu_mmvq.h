@@ -15,6 +15,8 @@ inline __half __float2half_rn(float f) { // RNE through g++'s _Float16
     return r;
 }
 inline unsigned short __half_as_ushort(__half h) { return h.x; }
+// rope.cuh's rounded double multiply (mmvq_xqkv.cu's rope/store forms).
+inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
 inline void __threadfence() {}
 // emu_atomic_seen, when set, sees each atomicAdd's address and old value
 // (ffnq_emu.cpp counts which block of a group completes it).
