@@ -480,14 +480,7 @@ func TestAttnDecodeTCNarrow_SetWithoutTheTensorCoreDecodeIsRefused(t *testing.T)
 		{[]string{"MINFER_ATTN_DECODE_TC_NARROW=1", "MINFER_ATTN_DECODE_TC=1"}, "", ""},
 		{[]string{"MINFER_ATTN_DECODE_TC_NARROW=0"}, "", ""},
 	} {
-		lv, err := levers.Parse(c.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = optInConflict(lv, "MINFER_ATTN_DECODE_TC_NARROW")
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%v: %v, want a refusal naming %q (none when empty)", c.env, err, c.want)
-		}
+		lv := checkOptInRefusal(t, "MINFER_ATTN_DECODE_TC_NARROW", c.env, c.want)
 		if c.want == "" {
 			continue
 		}

@@ -296,18 +296,9 @@ func TestFuseFFNQ8_SetBesideAnUnmetRequireIsRefused(t *testing.T) {
 		{[]string{"MINFER_FUSE_FFN_Q8=1", "MINFER_NO_FUSE_FFN=1"}, "MINFER_NO_FUSE_FFN=1"},
 		{[]string{"MINFER_FUSE_FFN_Q8=0", "MINFER_FUSE_RESIDUAL=0"}, ""},
 	} {
-		lv, err := levers.Parse(c.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = optInConflict(lv, "MINFER_FUSE_FFN_Q8")
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%v: %v, want a refusal naming %q (none when empty)", c.env, err, c.want)
-		}
+		checkOptInRefusal(t, "MINFER_FUSE_FFN_Q8", c.env, c.want)
 	}
-	if !slices.Contains(optInRequires, "MINFER_FUSE_FFN_Q8") {
-		t.Error("MINFER_FUSE_FFN_Q8 is not in optInRequires: New would not check its Requires")
-	}
+	checkOptInRequiresListed(t, "MINFER_FUSE_FFN_Q8")
 }
 
 // TestFFNQ8Kernels_NamesGroupsAndLivenessMatchTheSources: every mmvq type's

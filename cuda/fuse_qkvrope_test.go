@@ -232,18 +232,9 @@ func TestFuseQKVRope_SetBesideAnUnmetRequireIsRefused(t *testing.T) {
 		{[]string{"MINFER_FUSE_QKV_ROPE=1", "MINFER_MMVQ_SPLIT=1"}, "MINFER_MMVQ_SPLIT=1"},
 		{[]string{"MINFER_FUSE_QKV_ROPE=0", "MINFER_MMVQ_SPLIT=1"}, ""},
 	} {
-		lv, err := levers.Parse(c.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = optInConflict(lv, "MINFER_FUSE_QKV_ROPE")
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%v: %v, want a refusal naming %q (none when empty)", c.env, err, c.want)
-		}
+		checkOptInRefusal(t, "MINFER_FUSE_QKV_ROPE", c.env, c.want)
 	}
-	if !slices.Contains(optInRequires, "MINFER_FUSE_QKV_ROPE") {
-		t.Error("MINFER_FUSE_QKV_ROPE is not in optInRequires: New would not check its Requires")
-	}
+	checkOptInRequiresListed(t, "MINFER_FUSE_QKV_ROPE")
 }
 
 // TestQKVRopeKernels_NamesAndLivenessMatchTheSources: every kernel
