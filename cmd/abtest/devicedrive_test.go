@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // scripts/device-drive.sh runs a session's STEPS on the GPU machine and
@@ -272,4 +274,58 @@ func TestDevicePoll_PacksTheDriveFolderAndBringsTheLargeFilesBeside(t *testing.T
 	if err != nil || !strings.Contains(string(list), "dev/drive.log") {
 		t.Errorf("dev.tgz holds %q (%v), want dev/drive.log", list, err)
 	}
+}
+
+// TestDevicePoll_ATermStopsTheWaitAndStillPacks: a call that runs out of
+// time or device budget ends the poll with TERM long before its SECONDS;
+// what the drive has written must still be packed into $OUT, at once
+// (session 33 lost a whole call's files that way).
+func TestDevicePoll_ATermStopsTheWaitAndStillPacks(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	d, x, out, fakes := filepath.Join(dir, "dev"), filepath.Join(dir, "dev-out"), filepath.Join(dir, "out"), filepath.Join(dir, "fakes")
+	for _, p := range []string{d, x, out, fakes} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range map[string]string{
+		filepath.Join(d, "drive.log"):      "== probe 10:00:00\n", // not DONE, no finished line: the poll would wait its 120 s
+		filepath.Join(fakes, "nvidia-smi"): "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 0 MiB'\n",
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bash, driveScriptPath("device-poll.sh"), "120", "5")
+	cmd.Env = []string{"PATH=" + fakes + ":" + os.Getenv("PATH"), "OUT=" + out, "DRIVE_DIR=" + d, "DRIVE_OUT=" + x}
+	var buf strings.Builder
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the poll still waited 3 s after TERM\n%s", buf.String())
+	}
+	list, err := exec.Command("tar", "-tzf", filepath.Join(out, "dev.tgz")).CombinedOutput()
+	if err != nil || !strings.Contains(string(list), "dev/drive.log") {
+		t.Errorf("after TERM dev.tgz holds %q (%v), want dev/drive.log\n%s", list, err, buf.String())
+	}
+	if !strings.Contains(buf.String(), "stopped after") {
+		t.Errorf("no line saying the poll was stopped:\n%s", buf.String())
+	}
+	t.Logf("packed %v after TERM", time.Since(start).Round(time.Millisecond))
 }
