@@ -26,7 +26,7 @@
 # and poll it in chained calls (the machine goes back 30 s after a call returns, and the drive with it):
 #   bash scripts/device-poll.sh SECONDS N
 # N counts the " exit "/"rc=" lines to wait for: the cold bench and the probe print two before the
-# first step, the nvcc build (r-steps, cover) two more, then one per step (five for prof, four for qb, four for qbk, two for qg, one per 7B file for qd).
+# first step, the nvcc build two more (before the first r-step or cover), then one per step (five for prof, four for qb, four for qbk, two for qg, one per 7B file for qd).
 # Stop it early: `kill -- -$(cat /tmp/dev/pid)`, then `pkill -x minfer; pkill -x abtest` (never
 # `pkill -f abtest`: it matches the calling shell's own command line).
 # Skip the running A/B step and go on with the next: `bash scripts/device-drive.sh --skip`. It stops that
@@ -301,22 +301,29 @@ rc=$?; echo "probe rc=$rc $(tail -n 1 $D/probe.out) $(ts)"
 # the synthesis, bench and ncu steps still run: what they measure is still worth seeing.
 NOAB=0
 [[ $rc -ne 0 ]] && { NOAB=1; echo "PROBE FAILED ($(grep -ohE '^--- FAIL: [A-Za-z0-9_]+' $D/probe/device-suite-*.log 2>/dev/null | awk '{print $3}' | sort -u | tr '\n' ' ')): no A/B run"; }
-# nvcc's kernels file and its SASS diff against the NVRTC build serve only the r-steps and cover (2+ minutes).
-# (r1..r10 only: a bare " r" prefix matched other steps' names too and cost a session 2.4 minutes of nvcc.)
-need_nvcc=0
-for step in "${STEP_LIST[@]}"; do [[ $step =~ ^r[0-9]+$ || $step == cover ]] && need_nvcc=1; done
-if ((need_nvcc)); then
+# nvcc's kernels file and its SASS diff against the NVRTC build serve only the r-steps and cover (2+ minutes). It
+# is built when the first of them comes (session 33: a budget that ends before the r-steps should not have paid for
+# it): the steps before it run on NVRTC's kernels, those after on nvcc's file (bin/, every arm loads it). A failed
+# build is tried once; each r-step then says it was skipped.
+K=""
+nvcc_build() { # 0 when nvcc's file is in bin/ (built now or before), 1 when its build failed
+    [[ -n $K ]] && return 0
+    [[ -e /tmp/nvcc/FAILED ]] && return 1
     mkdir -p /tmp/nvcc
-    t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; echo "build-kernels rc=$? ms=$(($(ms) - t1))"
+    local t1 rc
+    t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; rc=$?; echo "build-kernels rc=$rc ms=$(($(ms) - t1))"
+    ((rc == 0)) || { touch /tmp/nvcc/FAILED; return 1; }
     for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-sass $f; done >/tmp/nvcc/nvrtc.sass 2>/dev/null
     cuobjdump --dump-sass /tmp/nvcc/head.fatbin >/tmp/nvcc/head.sass 2>/dev/null
-    bin/abtest sass-diff /tmp/nvcc/head.sass /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1; echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md)"
-    # Both listings come back (device-poll.sh copies /tmp/dev-out into the call's files): the r-steps outlast one
-    # session's budget, so a later session's cover step is run here with the earlier half's reports.
+    # The diff, and the ledger of these sources (abtest's own, the bundle's) in $D/ledger: it comes back in
+    # dev.tgz and goes to reports/MINFER_KERNELS/sass, so that this session's r-step runs count in any later cover.
+    bin/abtest sass-diff --ledger $D/ledger /tmp/nvcc/head.sass /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1
+    echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md) ledger: $(ls $D/ledger 2>/dev/null)"
+    # Both listings come back too (device-poll.sh copies /tmp/dev-out into the call's files).
     gzip -9 -c /tmp/nvcc/head.sass >/tmp/dev-out/nvcc.sass.gz; gzip -9 -c /tmp/nvcc/nvrtc.sass >/tmp/dev-out/nvrtc.sass.gz
     cp /tmp/nvcc/head.fatbin bin/minfer-kernels.fatbin
     K="MINFER_KERNELS=nvrtc@baseline=$S/bin/minfer-kernels.fatbin"
-fi
+}
 cal /tmp/wk-k; cal /tmp/wk
 
 for step in "${STEP_LIST[@]}"; do
@@ -326,8 +333,10 @@ for step in "${STEP_LIST[@]}"; do
     syn | synk) syn_step $step ;;
     qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtn | qtr) qb_step $step ;;
     qd) qd_step ;;
-    r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10) ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}" ;;
+    r1 | r2 | r3 | r4 | r5 | r6 | r7 | r8 | r9 | r10)
+        if nvcc_build; then ab ab$step /tmp/wk-k "$K@${RSPEC[$step]}"; else echo "ab$step exit skipped: nvcc's build failed ($D/bk-head.log)"; fi ;;
     cover)
+        nvcc_build || { echo "cover rc=skipped: nvcc's build failed"; continue; }
         bin/abtest sass-diff --runs '/tmp/wk-k/reports/MINFER_KERNELS/*.json' \
             /tmp/nvcc/head.sass /tmp/nvcc/nvrtc.sass >$D/sass-cover.md 2>&1
         echo "cover rc=$? $(tail -n 3 $D/sass-cover.md | tr '\n' ' ' | cut -c1-400)" ;;
