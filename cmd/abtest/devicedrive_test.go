@@ -242,17 +242,7 @@ func TestDeviceDrive_SkipStopsTheRunningABStepOnceAndWaitsForItsExitLine(t *test
 // its second folder (the SASS listings too large for dev.tgz) beside it,
 // once the drive is DONE.
 func TestDevicePoll_PacksTheDriveFolderAndBringsTheLargeFilesBeside(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
-	dir := t.TempDir()
-	d, x, out, fakes := filepath.Join(dir, "dev"), filepath.Join(dir, "dev-out"), filepath.Join(dir, "out"), filepath.Join(dir, "fakes")
-	for _, p := range []string{d, x, out, fakes} {
-		if err := os.Mkdir(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bash, d, x, out, fakes := pollFolders(t)
 	for name, body := range map[string]string{
 		filepath.Join(d, "drive.log"): "drive done 10:00:00\n", filepath.Join(d, "DONE"): "",
 		filepath.Join(x, "nvcc.sass.gz"): "listing", filepath.Join(fakes, "nvidia-smi"): "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 0 MiB'\n",
@@ -281,17 +271,7 @@ func TestDevicePoll_PacksTheDriveFolderAndBringsTheLargeFilesBeside(t *testing.T
 // what the drive has written must still be packed into $OUT, at once
 // (session 33 lost a whole call's files that way).
 func TestDevicePoll_ATermStopsTheWaitAndStillPacks(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash")
-	}
-	dir := t.TempDir()
-	d, x, out, fakes := filepath.Join(dir, "dev"), filepath.Join(dir, "dev-out"), filepath.Join(dir, "out"), filepath.Join(dir, "fakes")
-	for _, p := range []string{d, x, out, fakes} {
-		if err := os.Mkdir(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bash, d, x, out, fakes := pollFolders(t)
 	for name, body := range map[string]string{
 		filepath.Join(d, "drive.log"):      "== probe 10:00:00\n", // not DONE, no finished line: the poll would wait its 120 s
 		filepath.Join(fakes, "nvidia-smi"): "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 0 MiB'\n",
@@ -328,4 +308,22 @@ func TestDevicePoll_ATermStopsTheWaitAndStillPacks(t *testing.T) {
 		t.Errorf("no line saying the poll was stopped:\n%s", buf.String())
 	}
 	t.Logf("packed %v after TERM", time.Since(start).Round(time.Millisecond))
+}
+
+// pollFolders is bash and the four folders a device-poll.sh test uses: the
+// drive's folder, its large-file folder, $OUT and a PATH folder of fakes.
+func pollFolders(t *testing.T) (bash, d, x, out, fakes string) {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	d, x, out, fakes = filepath.Join(dir, "dev"), filepath.Join(dir, "dev-out"), filepath.Join(dir, "out"), filepath.Join(dir, "fakes")
+	for _, p := range []string{d, x, out, fakes} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bash, d, x, out, fakes
 }
