@@ -237,18 +237,14 @@ func planTensorsOf(t *testing.T, o synth.Options) (model.HParams, []memplan.Tens
 // own scratch or without it (MINFER_NO_SPLITK_ATTN=1); not with the FMA
 // tiles.
 func TestPlan_ScratchCountsTheTensorCorePartials(t *testing.T) {
-	tc := uint64(AttnPrefillTCScratchBytes(128, planSMs))
-	d2, err := AttnDecode2ScratchBytes(AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}, kv.F16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, d2 := sevenBScratchParts(t)
 	fma := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_FA_PREFILL_TC=0").Scratch // with d2
 	for _, c := range []struct {
 		settings []string
 		want     uint64
 	}{
 		{nil, fma + tc},
-		{[]string{"MINFER_NO_SPLITK_ATTN=1"}, fma - uint64(d2) + tc},
+		{[]string{"MINFER_NO_SPLITK_ATTN=1"}, fma - d2 + tc},
 	} {
 		if got := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, c.settings...).Scratch; got != c.want {
 			t.Errorf("%v: scratch %d, want %d (FMA tiles and lean decode %d, the decode scratch %d, the partials %d)", c.settings, got, c.want,
@@ -265,11 +261,7 @@ func TestPlan_ScratchCountsTheTensorCorePartials(t *testing.T) {
 // the context the lean scratch alone. The FMA prefill tiles keep the
 // prefill's partials out of the sums.
 func TestPlan_ScratchHoldsBothDecodeFamiliesWhereTheRouteCanTakeEither(t *testing.T) {
-	tc := uint64(AttnPrefillTCScratchBytes(128, planSMs))
-	d2, err := AttnDecode2ScratchBytes(AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}, kv.F16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc, d2 := sevenBScratchParts(t)
 	lean := planOf(t, "qwen2-7b", quant.Q8_0, 32768, kv.F16, "MINFER_FA_PREFILL_TC=0").Scratch // with d2
 	for _, c := range []struct {
 		from string
@@ -277,7 +269,7 @@ func TestPlan_ScratchHoldsBothDecodeFamiliesWhereTheRouteCanTakeEither(t *testin
 	}{
 		{"", lean + tc}, // the default, 12288
 		{"32768", lean + tc},
-		{"0", lean - uint64(d2) + tc},
+		{"0", lean - d2 + tc},
 		{"32769", lean},
 	} {
 		settings := []string{"MINFER_FA_PREFILL_TC=0", "MINFER_ATTN_DECODE_TC=1"}
@@ -288,4 +280,16 @@ func TestPlan_ScratchHoldsBothDecodeFamiliesWhereTheRouteCanTakeEither(t *testin
 			t.Errorf("FROM %q: scratch %d, want %d (lean decode %d, its scratch %d, the partials %d)", c.from, got, c.want, lean, d2, tc)
 		}
 	}
+}
+
+// sevenBScratchParts is qwen2-7b's tensor-core partials (prefill and the
+// tensor-core decode share them) and its lean decode scratch at context
+// 32768, f16 KV: the parts the scratch plan tests add up.
+func sevenBScratchParts(t *testing.T) (tc, d2 uint64) {
+	t.Helper()
+	d, err := AttnDecode2ScratchBytes(AttnParams{NT: 1, NHead: 28, NHeadKV: 4, HeadDim: 128, NCtx: 32768}, kv.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(AttnPrefillTCScratchBytes(128, planSMs)), uint64(d)
 }

@@ -310,14 +310,16 @@ nvcc_build() { # 0 when nvcc's file is in bin/ (built now or before), 1 when its
     [[ -n $K ]] && return 0
     [[ -e /tmp/nvcc/FAILED ]] && return 1
     mkdir -p /tmp/nvcc
-    local t1 rc
+    local t1 rc src
     t1=$(ms); scripts/build-kernels.sh /tmp/nvcc/head.fatbin >$D/bk-head.log 2>&1; rc=$?; echo "build-kernels rc=$rc ms=$(($(ms) - t1))"
     ((rc == 0)) || { touch /tmp/nvcc/FAILED; return 1; }
     for f in $XDG_CACHE_HOME/minfer/*/*/*.cubin; do [[ -f $f ]] && cuobjdump --dump-sass $f; done >/tmp/nvcc/nvrtc.sass 2>/dev/null
     cuobjdump --dump-sass /tmp/nvcc/head.fatbin >/tmp/nvcc/head.sass 2>/dev/null
-    # The diff, and the ledger of these sources (abtest's own, the bundle's) in $D/ledger: it comes back in
-    # dev.tgz and goes to reports/MINFER_KERNELS/sass, so that this session's r-step runs count in any later cover.
-    bin/abtest sass-diff --ledger $D/ledger /tmp/nvcc/head.sass /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1
+    # The diff, and the ledger of these sources in $D/ledger (the hash the cold bench, whose NVRTC build is the
+    # listing, reports): it comes back in dev.tgz and goes to reports/MINFER_KERNELS/sass, so that this session's
+    # r-step runs count in any later cover.
+    src=$(grep -o '"kernel_sources_sha256": *"[0-9a-f]*"' $D/bench-cold.json | grep -o '[0-9a-f]\{64\}')
+    bin/abtest sass-diff --ledger $D/ledger --sources "$src" /tmp/nvcc/head.sass /tmp/nvcc/nvrtc.sass >$D/sass-one-vs-nvrtc.md 2>&1
     echo "sass-diff rc=$? $(sed -n 3p $D/sass-one-vs-nvrtc.md) ledger: $(ls $D/ledger 2>/dev/null)"
     # Both listings come back too (device-poll.sh copies /tmp/dev-out into the call's files).
     gzip -9 -c /tmp/nvcc/head.sass >/tmp/dev-out/nvcc.sass.gz; gzip -9 -c /tmp/nvcc/nvrtc.sass >/tmp/dev-out/nvrtc.sass.gz

@@ -110,7 +110,7 @@ func newSASSDiffCmd() *cobra.Command {
 			"no slower only where a PASS run (all five gates) launched it. Without --ledger the runs must be of one\n" +
 			"source tree, taken to be the listings'.\n" +
 			"--ledger DIR records the listings' per-function SASS digests (OLD as nvcc's, NEW as NVRTC's) in\n" +
-			"DIR/<12 hex of the sources hash>.tsv (--sources: the listings' kernel sources, default this binary's); a\n" +
+			"DIR/<12 hex of the sources hash>.tsv (--sources, required: the listings' kernel-sources sha256); a\n" +
 			"ledger already there with other digests is an error. Runs of other sources then count for a function\n" +
 			"only where their sources' ledger has today's digests of it in both builds (\"SASS changed since\" where\n" +
 			"not); a run of sources without a ledger cannot be judged.\n" +
@@ -123,6 +123,6 @@ func newSASSDiffCmd() *cobra.Command {
 	}
 	c.Flags().StringSliceVar(&o.Runs, "runs", nil, "abtest reports (JSON; globs expanded) of MINFER_KERNELS A/Bs: which changed kernels a PASS run timed (of one source tree unless --ledger)")
 	c.Flags().StringVar(&o.Ledger, "ledger", "", "SASS ledger directory (e.g. reports/MINFER_KERNELS/sass): write the listings' per-function digests there and count runs of other sources whose ledger has today's SASS")
-	c.Flags().StringVar(&o.Sources, "sources", "", "with --ledger: the kernel-sources sha256 the listings were built from (default: the sources embedded in this abtest)")
+	c.Flags().StringVar(&o.Sources, "sources", "", "with --ledger (required there): the kernel-sources sha256 the listings were built from (kernel_sources_sha256 of a run or of minfer bench's JSON)")
 	return c
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/harness/runs"
 )
 
@@ -316,11 +315,12 @@ func TestSASSLedger_TheSameSourcesMustGiveTheSameSASS(t *testing.T) {
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "sm_90a rms_norm_f32") {
 		t.Errorf("a function gone: exit %d (%v), want 2 naming sm_90a rms_norm_f32", code, err)
 	}
-	// Default sources: this binary's.
-	if code, err, out := sassDiff(nvcc, nvrtc, runs.SASSDiffOptions{Ledger: ledger}); code != 1 {
-		t.Fatalf("default sources: exit %d (%v):\n%s", code, err, out)
+	// No --sources: refused, nothing written (no hash to file it under).
+	before, _ := os.ReadDir(ledger)
+	if code, err, out := sassDiff(nvcc, nvrtc, runs.SASSDiffOptions{Ledger: ledger}); code != 2 || err == nil || !strings.Contains(err.Error(), "--sources is required") {
+		t.Errorf("no sources: exit %d (%v), want 2 asking for --sources:\n%s", code, err, out)
 	}
-	if _, err := os.Stat(filepath.Join(ledger, kernels.SourceHash()[:12]+".tsv")); err != nil {
-		t.Errorf("default sources: %v", err)
+	if after, _ := os.ReadDir(ledger); len(after) != len(before) {
+		t.Errorf("no sources: the ledger folder went from %d to %d files", len(before), len(after))
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/minfer-go/minfer/cuda/kernels"
 	"github.com/minfer-go/minfer/gates"
 	"github.com/minfer-go/minfer/harness/profile"
 )
@@ -178,7 +177,9 @@ func SASSDiff(ctx context.Context, oldPath, newPath string, o SASSDiffOptions, w
 		return CannotRun("sass-diff: --sources names the listings' sources for --ledger; without --ledger it has no use")
 	}
 	if sources == "" && o.Ledger != "" {
-		sources = kernels.SourceHash()
+		// No default: listings carry no sources hash, and a ledger written
+		// under the wrong one would let runs count for SASS they never timed.
+		return CannotRun("sass-diff --ledger: --sources is required: the kernel-sources sha256 the listings were built from (a run's or minfer bench's kernel_sources_sha256)")
 	}
 	today := ledgerOf(ls[0], ls[1])
 	var ledgerNote string
