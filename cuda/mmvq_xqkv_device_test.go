@@ -128,12 +128,16 @@ type xqModel struct {
 // lever on and never off; the q/k type's plain kernel drops by two and
 // v's by one a mixed layer a step, and all launches by two (qwen2-0.5b
 // Q4_K_M: 24 a token). The lever's Requires and the one-warp MMVQ path are
-// pinned in both arms (an A/B's arm B may set any of them).
+// pinned in both arms (an A/B's arm B may set any of them), and so is the
+// unroped q/k/v form (MINFER_FUSE_QKV_ROPE=0): its mixed kernels also take
+// the rope/store launch, so they save three launches, not two
+// (TestFuseQKVRopeDevice_LogitsBitwiseAndOneLaunchFewer counts that form on
+// the same qwen2-0.5b layers).
 func TestMMVQQKVMixedDevice_LogitsBitwiseAndTwoLaunchesFewerPerMixedLayer(t *testing.T) {
 	dsNeedDevice(t)
 	const lever = "MINFER_MMVQ_QKV_MIXED"
 	l, _ := levers.Lookup(lever)
-	pin := slices.Concat(l.Requires, dsOneWarpDecode)
+	pin := slices.Concat(l.Requires, dsOneWarpDecode, []string{"MINFER_FUSE_QKV_ROPE=0"})
 	models := []xqModel{
 		{"qwen2-tiny", "Q4_K_M", 1, "minfer_mmvq_xqkv_q4_k_q6_kr", "minfer_mmvq_q4_k", "minfer_mmvqr_q6_k"},
 		{"qwen3-tiny", "Q4_K_M", 1, "minfer_mmvq_xqkv_q4_k_q6_kr", "minfer_mmvq_q4_k", "minfer_mmvqr_q6_k"},
