@@ -93,11 +93,6 @@ type Backend struct {
 	// opFusedFFN at plan time, outside any capture window, never shrunk).
 	ffnUp    driver.DevicePtr
 	ffnUpLen int
-	// ffnQ8 is the fused FFN's Q8_1 output row and its group counters
-	// (MINFER_FUSE_FFN_Q8, FFNQ8OutBytes(ffnQ8Len); allocated and zeroed by
-	// opFFNMatMulAdd at plan time, never shrunk).
-	ffnQ8    driver.DevicePtr
-	ffnQ8Len int
 }
 
 var _ graph.Backend = (*Backend)(nil)
@@ -224,8 +219,6 @@ func (b *Backend) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool {
 		return len(chain) == 2 && b.normQ8Route(chain[0], chain[1])
 	case graph.FuseAttnQ8:
 		return len(chain) == 2 && b.attnQ8Route(chain[0], chain[1])
-	case graph.FuseFFNQ8:
-		return len(chain) == 2 && b.ffnQ8Route(chain[0], chain[1])
 	case graph.FuseQKVRopeStore:
 		return len(chain) >= 2 && b.qkvRopeRoute(chain[0], chain[1])
 	}

@@ -31,8 +31,6 @@ var executeMayWrite = map[string]string{
 	"mm.MMQActBytes": "its capacity",
 	"ffnUp":          "grow-only fused FFN up scratch: each FFN node writes it before it reads it",
 	"ffnUpLen":       "its capacity",
-	"ffnQ8":          "grow-only fused FFN Q8_1 output and group counters (MINFER_FUSE_FFN_Q8): each FFN node's launch writes the row before its down projection reads it and leaves every counter at 0",
-	"ffnQ8Len":       "its capacity",
 	"attnScratch":    "split-K decode attention scratch per shape, grow-only: each attention launch writes its partials before its combine reads them",
 	"mu":             "the host-state lock against a concurrent RegisterWeight: taken and released within each call, it holds no value",
 }

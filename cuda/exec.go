@@ -35,7 +35,6 @@ func opTable() map[graph.Op]opFunc {
 		graph.OpRope:              opRope,
 		graph.OpAttn:              opAttn,
 		graph.OpAttnMatMulAdd:     opAttnMatMulAdd,
-		graph.OpFFNMatMulAdd:      opFFNMatMulAdd,
 		graph.OpFusedQKVRopeStore: opFusedQKVRopeStore,
 		graph.OpKvcacheStore:      opKVStore,
 		graph.OpKvcacheLoad:       opKVLoad,

@@ -93,9 +93,6 @@ func planLaunches(t *testing.T, b *Backend, g *graph.Graph) int {
 				t.Fatalf("%s: gate and up of two types", n.Name)
 			}
 			total += row + 1
-		case graph.OpFFNMatMulAdd:
-			plans(append([]string{n.Weight}, n.Weights...)...)
-			total += row + 2 // the FFN (its _ffnq_ form), the down projection
 		case graph.OpMatMul, graph.OpMatMulAdd:
 			plans(n.Weight)
 			total += row + 1
@@ -129,36 +126,34 @@ func (e noLMHeadFold) SupportsFused(k graph.FuseKind, chain ...*graph.Node) bool
 // attention, the o-projection, the FFN's norm row, the FFN, the
 // quantization of its output, the down projection) and the edges three
 // (the gather, the lm head's norm row and matvec): qwen2-0.5b Q4_K_M
-// 24 x 9 + 3 = 219, qwen2-7b Q4_K_M 28 x 9 + 3 = 255. FUSE_FFN_Q8 takes
-// the quantization, one a layer (0.5b 195, 7B 227); MMVQ_QKV_MIXED=0
+// 24 x 9 + 3 = 219, qwen2-7b Q4_K_M 28 x 9 + 3 = 255; MMVQ_QKV_MIXED=0
 // gives the 0.5b's mixed q/k/v one launch a matrix (+2 x 12 layers: 243).
 // The lm head fold saves one everywhere FUSE_NORM_Q8 is on (the output
 // norm and its quantization are one launch); with FUSE_NORM_Q8=0 nothing
 // changes (268: two launches a layer and one a token more).
 // FUSE_QKV_ROPE takes the bias/rope/store, one a layer (0.5b 219 -> 195,
-// 195 -> 171 with FUSE_FFN_Q8; 7B 255 -> 227, 227 -> 199).
+// 7B 255 -> 227).
 func TestFusePlan_LaunchesATokenTheLMHeadFoldSavesOne(t *testing.T) {
-	all := []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_FUSE_FFN_Q8=1", "MINFER_MMVQ_QKV_MIXED=1"}
+	all := []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_MMVQ_QKV_MIXED=1"}
 	for _, c := range []struct {
 		shape, typ    string
 		env           []string
 		before, after int
 	}{
-		{"qwen2-0.5b", "Q4_K_M", all, 196, 195},
-		{"qwen2-0.5b", "Q4_K_M", []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_MMVQ_QKV_MIXED=1"}, 220, 219},
+		{"qwen2-0.5b", "Q4_K_M", all, 220, 219},
 		{"qwen2-0.5b", "Q4_K_M", nil, 220, 219},
 		{"qwen2-0.5b", "Q4_K_M", []string{"MINFER_MMVQ_QKV_MIXED=0"}, 244, 243},
 		{"qwen2-0.5b", "Q4_K_M", []string{"MINFER_FUSE_NORM_Q8=0", "MINFER_MMVQ_QKV_MIXED=1"}, 268, 268},
-		{"qwen2-0.5b", "Q8_0", all, 196, 195},
-		{"qwen2-7b", "Q4_K_M", all, 228, 227},
+		{"qwen2-0.5b", "Q8_0", all, 220, 219},
+		{"qwen2-7b", "Q4_K_M", all, 256, 255},
 		{"qwen2-7b", "Q4_K_M", nil, 256, 255},
 		// MINFER_FUSE_QKV_ROPE: the rope/store goes into the q/k/v matvec,
 		// one a layer (0.5b -24, 7B -28).
 		{"qwen2-0.5b", "Q4_K_M", []string{"MINFER_FUSE_QKV_ROPE=1"}, 196, 195},
-		{"qwen2-0.5b", "Q4_K_M", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 172, 171},
-		{"qwen2-0.5b", "Q8_0", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 172, 171},
+		{"qwen2-0.5b", "Q4_K_M", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 196, 195},
+		{"qwen2-0.5b", "Q8_0", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 196, 195},
 		{"qwen2-7b", "Q4_K_M", []string{"MINFER_FUSE_QKV_ROPE=1"}, 228, 227},
-		{"qwen2-7b", "Q4_K_M", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 200, 199},
+		{"qwen2-7b", "Q4_K_M", append([]string{"MINFER_FUSE_QKV_ROPE=1"}, all...), 228, 227},
 	} {
 		name := fmt.Sprintf("%s %s %v", c.shape, c.typ, c.env)
 		gb, bb := planFuseOn(t, c.shape, c.typ, func(b *Backend) graph.Backend { return noLMHeadFold{planBackend{b: b}} }, c.env...)

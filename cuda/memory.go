@@ -163,11 +163,10 @@ const planSMs = 132
 //     for the cell-move scratch;
 //   - scratch beyond the graph's buffers: the Q8_1 activation rows
 //     (ensureActQ8), the fused FFN's up buffer at decode and at the
-//     prefill (ensureFFNUp), the fused FFN's Q8_1 output and counters
-//     (ensureFFNQ8, MINFER_FUSE_FFN_Q8), the decode attention's split-K
-//     scratch at the context (attnDecode2Scratch), the tensor-core
-//     attention's partials (attnTCScratch) and the MMQ scratch of the
-//     widest prefill matmul (ensureMMQScratch, which may double).
+//     prefill (ensureFFNUp), the decode attention's split-K scratch at the
+//     context (attnDecode2Scratch), the tensor-core attention's partials
+//     (attnTCScratch) and the MMQ scratch of the widest prefill matmul
+//     (ensureMMQScratch, which may double).
 func MemoryRules(lv levers.Config, sms int) memplan.Rules {
 	if sms <= 0 {
 		sms = planSMs
@@ -225,9 +224,6 @@ func scratchBytes(b *Backend, p graph.Params, ts []memplan.Tensor, nt, sms int) 
 	n := ActQ8Bytes(maxK, actQ8Rows(b.mm))
 	n += 4 * uint64(p.NFF) * uint64(1+max(nt, 1)) // the fused FFN's up buffer, decode then prefill
 	n += 2 * mmq                                  // grown by doubling
-	if b.lv.FuseFFNQ8 {
-		n += FFNQ8OutBytes(p.NFF) // the fused FFN's Q8_1 output and counters (ensureFFNQ8)
-	}
 	ap := AttnParams{NT: 1, NHead: p.NHead, NHeadKV: p.NHeadKV, HeadDim: p.HeadDim, NCtx: p.NCtx}
 	var attn int
 	var err error

@@ -273,10 +273,9 @@ func (k *Kernels) mmvqQKV(f mmvqFamily, op string, s *driver.Stream, out, xq dri
 
 // mmvqFFN is FFNQ8_1 of family f under op: both weights (f.check), the
 // Q8_1 activation and the output checked, then one launch of f's _ffn_
-// kernel with out, xq, wg, wu, k, n; with q.Q8 set (FFNQ8_1Q) f's _ffnq_
-// kernel, q checked (checkFFNQ8Out) and its q8 and counters appended.
+// kernel with out, xq, wg, wu, k, n.
 func (k *Kernels) mmvqFFN(f mmvqFamily, op string, s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64,
-	wg, wu driver.DevicePtr, wtype quant.Type, kDim, n int, q FFNQ8Out) error {
+	wg, wu driver.DevicePtr, wtype quant.Type, kDim, n int) error {
 	for i, w := range []driver.DevicePtr{wg, wu} {
 		if err := f.check(op, xq, xqBytes, w, wtype, kDim, n); err != nil {
 			return fmt.Errorf("weight %d: %w", i, err)
@@ -289,72 +288,12 @@ func (k *Kernels) mmvqFFN(f mmvqFamily, op string, s *driver.Stream, out, xq dri
 	if out == 0 || uint64(out)%4 != 0 {
 		return fmt.Errorf("%s %s k=%d n=%d: null or misaligned output %v", op, wtype, kDim, n, out)
 	}
-	form, args := "ffn", []any{out, xq, wg, wu, int32(kDim), int32(n)}
-	if q.Q8 != 0 {
-		if err := checkFFNQ8Out(op, q, out, xq, xqBytes, n); err != nil {
-			return err
-		}
-		form, args = "ffnq", append(args, q.Q8, q.Counters)
-	}
-	name := f.kernel(wtype, form)
+	name := f.kernel(wtype, "ffn")
 	grid, block := f.grid(n)
-	if err := k.launch(s, name, grid, block, 0, args...); err != nil {
+	if err := k.launch(s, name, grid, block, 0, out, xq, wg, wu, int32(kDim), int32(n)); err != nil {
 		return fmt.Errorf("ffn %s nt=1 k=%d n=%d: %w", name, kDim, n, err)
 	}
 	return nil
-}
-
-// FFNQ8Out is where a _ffnq_ launch (MINFER_FUSE_FFN_Q8) writes the Q8_1
-// quantization of its output row: Q8 (Q8Bytes bytes, at least ActQ8Bytes(n,
-// 1), 4-byte aligned) through the per-group arrival counters at Counters
-// (CounterBytes, at least FFNQ8Counters(n) int32, 4-byte aligned), which
-// must be zero before the launch and are zero after it. Launches on one
-// Counters must be stream-ordered.
-type FFNQ8Out struct {
-	Q8, Counters          driver.DevicePtr
-	Q8Bytes, CounterBytes uint64
-}
-
-// FFNQ8Counters is the number of group counters of a _ffnq_ launch of n
-// rows: one per Q8_1 block of the output (cuda/kernels/mmvq.cu
-// minfer_mmvq_q8_group).
-func FFNQ8Counters(n int) int { return n / quant.QK }
-
-// FFNQ8OutBytes is the device memory of the Q8_1 output of a _ffnq_ launch
-// of n rows and its counters, as the backend allocates them (ensureFFNQ8):
-// the row, then the counters at the next 16-byte boundary.
-func FFNQ8OutBytes(n int) uint64 {
-	return ffnQ8CounterOff(n) + 4*uint64(FFNQ8Counters(n))
-}
-
-func ffnQ8CounterOff(n int) uint64 { return (ActQ8Bytes(n, 1) + 15) &^ 15 }
-
-// checkFFNQ8Out checks q for a _ffnq_ launch of n rows writing out and
-// reading xq (xqBytes): n whole Q8_1 blocks (the kernel's groups), both
-// buffers large enough and aligned, the Q8_1 output apart from xq (other
-// blocks still read it while a completed group is written), from out
-// (read back after it is written) and from the counters, and the counters
-// apart from xq and out.
-func checkFFNQ8Out(op string, q FFNQ8Out, out, xq driver.DevicePtr, xqBytes uint64, n int) error {
-	need, cnt := ActQ8Bytes(n, 1), 4*uint64(FFNQ8Counters(n))
-	switch {
-	case n <= 0 || n%quant.QK != 0:
-		return fmt.Errorf("%s: %d rows are not whole Q8_1 blocks of %d: no Q8_1 output", op, n, quant.QK)
-	case q.Q8 == 0 || uint64(q.Q8)%4 != 0 || q.Q8Bytes < need:
-		return fmt.Errorf("%s n=%d: Q8_1 output %v of %d bytes (needs %d bytes, 4-byte aligned)", op, n, q.Q8, q.Q8Bytes, need)
-	case q.Counters == 0 || uint64(q.Counters)%4 != 0 || q.CounterBytes < cnt:
-		return fmt.Errorf("%s n=%d: group counters %v of %d bytes (needs %d bytes, 4-byte aligned)", op, n, q.Counters, q.CounterBytes, cnt)
-	case overlapBytes(q.Q8, need, xq, xqBytes) || overlapBytes(q.Q8, need, out, 4*uint64(n)) || overlapBytes(q.Q8, need, q.Counters, cnt):
-		return fmt.Errorf("%s n=%d: Q8_1 output %v overlaps the activation %v, the output %v or the counters %v", op, n, q.Q8, xq, out, q.Counters)
-	case overlapBytes(q.Counters, cnt, xq, xqBytes) || overlapBytes(q.Counters, cnt, out, 4*uint64(n)):
-		return fmt.Errorf("%s n=%d: group counters %v overlap the activation %v or the output %v", op, n, q.Counters, xq, out)
-	}
-	return nil
-}
-
-// overlapBytes reports whether the byte ranges [a, a+n) and [b, b+m) meet.
-func overlapBytes(a driver.DevicePtr, n uint64, b driver.DevicePtr, m uint64) bool {
-	return n > 0 && m > 0 && uint64(a) < uint64(b)+m && uint64(b) < uint64(a)+n
 }
 
 // MatMulQ8_1QKV runs the q, k and v projections of one Q8_1 activation row
@@ -372,19 +311,7 @@ func (k *Kernels) MatMulQ8_1QKV(s *driver.Stream, out, xq driver.DevicePtr, xqBy
 // product as minfer_swiglu_f32 computes them. Gate and up share wtype.
 func (k *Kernels) FFNQ8_1(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
 	wtype quant.Type, kDim, n int) error {
-	return k.mmvqFFN(mmvqFam, "ffn_q8_1", s, out, xq, xqBytes, wg, wu, wtype, kDim, n, FFNQ8Out{})
-}
-
-// FFNQ8_1Q is FFNQ8_1 that also writes the Q8_1 quantization of out at q
-// (minfer_mmvq_ffnq_<type>, MINFER_FUSE_FFN_Q8): the bytes QuantizeQ8_1
-// makes of out, written by the block that completes each 32-row group. n
-// must be a multiple of 32.
-func (k *Kernels) FFNQ8_1Q(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
-	wtype quant.Type, kDim, n int, q FFNQ8Out) error {
-	if q.Q8 == 0 {
-		return fmt.Errorf("ffn_q8_1q %s k=%d n=%d: no Q8_1 output", wtype, kDim, n)
-	}
-	return k.mmvqFFN(mmvqFam, "ffn_q8_1q", s, out, xq, xqBytes, wg, wu, wtype, kDim, n, q)
+	return k.mmvqFFN(mmvqFam, "ffn_q8_1", s, out, xq, xqBytes, wg, wu, wtype, kDim, n)
 }
 
 // mmvqResKernel names the residual form of a type's mmvq kernel.
@@ -416,12 +343,7 @@ func (k *Kernels) MatMulQ8_1Res(s *driver.Stream, out, xq driver.DevicePtr, xqBy
 // the rule picks it, else the one-warp kernels. Nothing falls back: an
 // error of the chosen launch is returned.
 func (b *Backend) mmvqFromQ8(m matmulPlan, out, res driver.DevicePtr) error {
-	return b.mmvqFromQ8At(m, b.mm.ActQ8, b.mm.ActQ8Bytes, out, res)
-}
-
-// mmvqFromQ8At is mmvqFromQ8 over the Q8_1 row at q (qb bytes) instead of
-// the scratch: the FFN's Q8_1 output (MINFER_FUSE_FFN_Q8).
-func (b *Backend) mmvqFromQ8At(m matmulPlan, q driver.DevicePtr, qb uint64, out, res driver.DevicePtr) error {
+	q, qb := b.mm.ActQ8, b.mm.ActQ8Bytes
 	route := b.matmulRoute(m.w, 1)
 	w, rp := m.w.ptr, route == routeMMVQR
 	if rp {

@@ -183,17 +183,7 @@ func (k *Kernels) MatMulQ8_1QKVR(s *driver.Stream, out, xq driver.DevicePtr, xqB
 // minfer_mmvqr_ffn_<type>): bitwise FFNQ8_1 of the GGUF bytes.
 func (k *Kernels) FFNQ8_1R(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
 	wtype quant.Type, kDim, n int) error {
-	return k.mmvqFFN(mmvqrFam, "ffn_q8_1r", s, out, xq, xqBytes, wg, wu, wtype, kDim, n, FFNQ8Out{})
-}
-
-// FFNQ8_1RQ is FFNQ8_1Q over repacked gate and up copies
-// (minfer_mmvqr_ffnq_<type>): bitwise FFNQ8_1Q of the GGUF bytes.
-func (k *Kernels) FFNQ8_1RQ(s *driver.Stream, out, xq driver.DevicePtr, xqBytes uint64, wg, wu driver.DevicePtr,
-	wtype quant.Type, kDim, n int, q FFNQ8Out) error {
-	if q.Q8 == 0 {
-		return fmt.Errorf("ffn_q8_1rq %s k=%d n=%d: no Q8_1 output", wtype, kDim, n)
-	}
-	return k.mmvqFFN(mmvqrFam, "ffn_q8_1rq", s, out, xq, xqBytes, wg, wu, wtype, kDim, n, q)
+	return k.mmvqFFN(mmvqrFam, "ffn_q8_1r", s, out, xq, xqBytes, wg, wu, wtype, kDim, n)
 }
 
 // repackWanted reports whether a registered matrix of type t gets a

@@ -320,9 +320,9 @@ func TestLiveness_ARequiredWithPathIsAskedOfArmAOnly(t *testing.T) {
 		t.Fatalf("arm A without it: %s: %s", st, why)
 	}
 	a.Census["minfer_attn_decode2q_128"] = 24
-	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_FUSE_FFN_Q8"), Value: "1"}} // not a Requires entry
-	a.Census["minfer_mmvq_ffnq_q8_0"] = 24
-	if st, why := LivenessOf(cfg, a, b); st != Fail || !strings.Contains(why, "arm B (--with MINFER_FUSE_FFN_Q8=1) ran no minfer_mmvq*_ffnq_*") {
+	cfg.With = []WithLever{{Lever: regLever(t, "MINFER_FUSE_QKV_ROPE"), Value: "1"}} // not a Requires entry
+	a.Census["minfer_mmvq_qkvrs_q8_0"] = 24
+	if st, why := LivenessOf(cfg, a, b); st != Fail || !strings.Contains(why, "arm B (--with MINFER_FUSE_QKV_ROPE=1) ran no minfer_mmvq*qkvrs_*") {
 		t.Fatalf("a --with it does not require, missing in arm B: %s: %s", st, why)
 	}
 }

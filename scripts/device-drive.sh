@@ -34,11 +34,11 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 fq8 qkr qkvx embedh dtc dtc0 dtcn syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtn qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 ncudn prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 qkr qkvx embedh dtc dtc0 dtcn syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtn qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 ncudn prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
-    [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [fq8]=MINFER_FUSE_FFN_Q8 [qkr]=MINFER_FUSE_QKV_ROPE
+    [kq]=MINFER_MMQ_F16_KQ [fnq]=MINFER_FUSE_NORM_Q8 [aq8]=MINFER_FUSE_ATTN_Q8 [qkr]=MINFER_FUSE_QKV_ROPE
     [qkvx]=MINFER_MMVQ_QKV_MIXED [embedh]=MINFER_EMBED_HOST [dtc]=MINFER_ATTN_DECODE_TC
     # dtc0: the same lever at depth 0 (its declared workload is depth 32128; a default must not cost short contexts).
     # Routed by depth (MINFER_ATTN_DECODE_TC_FROM, default 12288), arm B runs the lean kernels at depth 0, so this
@@ -331,7 +331,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | fq8 | qkr | qkvx | embedh | dtc | dtc0 | dtcn) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | qkr | qkvx | embedh | dtc | dtc0 | dtcn) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtn | qtr) qb_step $step ;;
     qd) qd_step ;;

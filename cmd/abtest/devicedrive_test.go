@@ -201,7 +201,7 @@ func TestDeviceDrive_SkipStopsTheRunningABStepOnceAndWaitsForItsExitLine(t *test
 			t.Fatal(err)
 		}
 		log := filepath.Join(dir, "drive.log")
-		if err := os.WriteFile(log, []byte("== kq 10:00:00\nabkq exit 0 (MINFER_MMQ_F16_KQ) 10:05:00\n== fq8 10:05:00\n"), 0o644); err != nil {
+		if err := os.WriteFile(log, []byte("== kq 10:00:00\nabkq exit 0 (MINFER_MMQ_F16_KQ) 10:05:00\n== qkr 10:05:00\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if step != "" {
@@ -212,7 +212,7 @@ func TestDeviceDrive_SkipStopsTheRunningABStepOnceAndWaitsForItsExitLine(t *test
 		// The fake pkill logs its call; stopping abtest ends the step (its exit line), when asked to.
 		end := ""
 		if pkillEnds {
-			end = `[ "$2" = abtest ] && echo "abfq8 exit 143 (MINFER_FUSE_FFN_Q8) 10:06:00" >>"$DRIVE_DIR/drive.log"`
+			end = `[ "$2" = abtest ] && echo "abqkr exit 143 (MINFER_FUSE_QKV_ROPE) 10:06:00" >>"$DRIVE_DIR/drive.log"`
 		}
 		body := "#!/bin/sh\necho \"pkill $*\" >>\"$DRIVE_DIR/calls\"\n" + end + "\nexit 0\n"
 		if err := os.WriteFile(filepath.Join(fakes, "pkill"), []byte(body), 0o755); err != nil {
@@ -224,11 +224,11 @@ func TestDeviceDrive_SkipStopsTheRunningABStepOnceAndWaitsForItsExitLine(t *test
 		calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
 		return string(out), cmd.ProcessState.ExitCode(), string(calls)
 	}
-	out, code, calls := run(t, "abfq8", true)
-	if code != 0 || !strings.Contains(out, "abfq8 stopped: abfq8 exit 143") || calls != "pkill -x abtest\npkill -x minfer\n" {
+	out, code, calls := run(t, "abqkr", true)
+	if code != 0 || !strings.Contains(out, "abqkr stopped: abqkr exit 143") || calls != "pkill -x abtest\npkill -x minfer\n" {
 		t.Errorf("running A/B: exit %d, calls %q\n%s", code, calls, out)
 	}
-	out, code, _ = run(t, "abfq8", false)
+	out, code, _ = run(t, "abqkr", false)
 	if code != 1 || !strings.Contains(out, "did not end within 2 s") {
 		t.Errorf("a step that does not end: exit %d\n%s", code, out)
 	}

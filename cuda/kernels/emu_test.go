@@ -250,19 +250,6 @@ func TestKernelEmulator_MixedQKVBitwiseTheThreeLaunches(t *testing.T) {
 	emuPassesAndCatches(t, "xqkv-emu.sh", "", "ALL BITWISE", "DIFFER", "vtype", "kbias", "vn")
 }
 
-// The fused FFN's Q8_1 output (MINFER_FUSE_FFN_Q8: minfer_mmvq_ffnq_<t>,
-// minfer_mmvqr_ffnq_<t>) is bitwise the _ffn_ kernel's row then
-// minfer_quantize_q8_1 of it, the launch the fusion removes, and every
-// group counter is back at 0 after each launch (Q5_0 at qwen2-0.5b Q4_K_M's
-// n_ff 4864, Q4_K at 3072, the repacked Q8_0 and Q6_K), with the fused
-// launch's blocks and warps interleaved in seeded random orders (ffnq-emu.sh
-// prints which place in its group the completing block had). The block
-// before a group's last one quantizing it, a counter never reset, no
-// barrier before the count and groups of 64 rows are each caught.
-func TestKernelEmulator_FFNQ8BitwiseTheRowQuantizedCountersZero(t *testing.T) {
-	emuPassesAndCatches(t, "ffnq-emu.sh", "", "FFN Q8_1 BITWISE", "DIFFER", "last", "reset", "sync", "grp")
-}
-
 // The decode q/k/v matvec with the rope/store folded in
 // (MINFER_FUSE_QKV_ROPE: minfer_mmvq_qkvrs_<t>, minfer_mmvqr_qkvrs_<t>,
 // minfer_mmvq_xqkvrs_<qk>_<v>[r]) writes q' and both KV regions bitwise as

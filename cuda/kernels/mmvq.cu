@@ -7,9 +7,6 @@
 //                       j < nq of Wq, then nk of Wk, then nv of Wv, into one
 //                       output (q, then k, then v), each with its bias
 //   minfer_mmvq_ffn_<t> out[j] = silu(Wg[j] . a) * (Wu[j] . a) (SwiGLU FFN)
-//   minfer_mmvq_ffnq_<t> the FFN form that also writes out's Q8_1 row
-//                       (MINFER_FUSE_FFN_Q8: the down projection's
-//                       activation, the bytes minfer_quantize_q8_1 makes)
 //   minfer_mmvq_res_<t> out[j] = res[j] + (W[j] . a (+ bias[j])): the plain
 //                       form with the graph's residual add folded in
 //                       (MINFER_FUSE_RESIDUAL; res may be out)
@@ -45,7 +42,6 @@
 //   Q5_K: as Q4_K, q_w with its fifth bit (0..31)
 //   Q6_K: unit = one 16-value scale:  d_a * d*sc * sum (q_w - 32) q_a
 #include "dequant.cuh"
-#include "q8_1.cuh"
 
 #define MINFER_MMVQ_ROWS 4
 #define MINFER_MMVQ_THREADS (32 * MINFER_MMVQ_ROWS)
@@ -429,45 +425,10 @@ __device__ __forceinline__ void minfer_mmvq_ffn_row(float* __restrict__ out, con
     if (lane == 0) out[row] = __fmul_rn(minfer_mmvq_silu(g), u);
 }
 
-// The Q8_1 output of the fused FFN (MINFER_FUSE_FFN_Q8, the _ffnq_ kernels
-// here and in mmvq_repack.cu). A Q8_1 block covers 32 outputs: the rows of
-// MINFER_MMVQ_GROUP_BLOCKS consecutive blocks, a group. Once its rows are
-// in out (each writer lane fenced), a block counts itself on its group's
-// counter; the block whose count completes the group reads the group's 32
-// values back from L2 (written by other SMs: __ldcg, after a fence) and
-// writes its Q8_1 block with minfer_q8_1_warp, minfer_quantize_q8_1's
-// arithmetic on the same values, so the same bytes whichever block comes
-// last. It resets the counter to 0 at once (the group is complete, no
-// other block of this launch touches it): every launch leaves the counters
-// at 0 for the next layer and graph replay. The counters are zeroed when
-// allocated (cuda/matmul.go). Needs n a multiple of 32 (the launcher's
-// check: every block's rows are inside one group) and every thread of the
-// block here: no return before it (the _ffnq_ kernels have no row past n:
-// n / 4 blocks of 4 rows).
-#define MINFER_MMVQ_GROUP_BLOCKS (MINFER_QK / MINFER_MMVQ_ROWS)
-__device__ __forceinline__ void minfer_mmvq_q8_group(const float* out, uint8_t* __restrict__ q8, int* __restrict__ counters) {
-    __threadfence(); // the writer lanes' out[row] before the block's count
-    __syncthreads();
-    if (threadIdx.x >= 32) return; // warp 0 counts the block and quantizes
-    const int g = blockIdx.x / MINFER_MMVQ_GROUP_BLOCKS;
-    int done = 0;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        done = atomicAdd(&counters[g], 1) == MINFER_MMVQ_GROUP_BLOCKS - 1;
-        if (done) counters[g] = 0;
-    }
-    if (!__shfl_sync(0xffffffffu, done, 0)) return;
-    __threadfence(); // the other blocks' rows, counted, before they are read
-    const int lane = threadIdx.x;
-    minfer_q8_1_warp(q8 + (size_t)g * MINFER_Q8_1_BYTES, __ldcg(out + (size_t)g * MINFER_QK + lane), lane);
-}
-
 // mmvq kernels: grid (ceil(rows / MINFER_MMVQ_ROWS)), block
 // (MINFER_MMVQ_THREADS), no smem; rows = n (plain, ffn) or nq + nk + nv.
 // a: the Q8_1 activation row (k / 32 blocks, 4-byte aligned); weights
-// 4-byte aligned; k a multiple of the weight's block size. ffnq: n a
-// multiple of 32, q8 n / 32 Q8_1 blocks (4-byte aligned), counters n / 32
-// int32, zero before the launch and after it.
+// 4-byte aligned; k a multiple of the weight's block size.
 
 #define MINFER_MMVQ_KERNEL(name, Q, BS, BB)                                                                    \
     extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
@@ -493,13 +454,6 @@ __device__ __forceinline__ void minfer_mmvq_q8_group(const float* out, uint8_t* 
         const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);                                   \
         if (row >= n) return;                                                                                 \
         minfer_mmvq_ffn_row<Q>(out, MinferMmvqActG{a}, wg, wu, k, row, (size_t)(k / (BS)) * (BB));             \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMVQ_THREADS)                                         \
-        minfer_mmvq_ffnq_##name(float* out, const uint8_t* a, const uint8_t* wg, const uint8_t* wu, int k, int n, \
-                                uint8_t* q8, int* counters) {                                                  \
-        const int row = blockIdx.x * MINFER_MMVQ_ROWS + (threadIdx.x >> 5);                                   \
-        minfer_mmvq_ffn_row<Q>(out, MinferMmvqActG{a}, wg, wu, k, row, (size_t)(k / (BS)) * (BB)); /* n % 32 == 0 */ \
-        minfer_mmvq_q8_group(out, q8, counters);                                                              \
     }
 
 MINFER_MMVQ_KERNEL(q8_0, MinferMmvqQ8_0, MINFER_QK, MINFER_Q8_0_BYTES)

@@ -18,7 +18,7 @@
 // get_rows read the GGUF blocks). minfer_repack_<t> builds it on the device
 // from the uploaded original (one thread per block).
 //
-// minfer_mmvqr_<t> (+ _qkv_, _ffn_ and _ffnq_ forms, the kernels of mmvq.cu with the
+// minfer_mmvqr_<t> (+ _qkv_ and _ffn_ forms, the kernels of mmvq.cu with the
 // same signatures) compute, per lane and per 16-value unit, exactly what
 // minfer_mmvq_<t> computes: the same int32 __dp4a sums, the same _rn f32
 // scaling, units l, l + 32, ... accumulated in the same order, the same
@@ -27,11 +27,9 @@
 // MINFER_MMVQR_UNITS units and then computes them in order. So every output
 // is bitwise the unrepacked kernel's (the device tests check it).
 //
-// This file uses MinferMmvqActG, minfer_mmvq_silu, MINFER_MMVQ_Q8_1_BYTES
-// and minfer_mmvq_q8_group (the _ffnq_ form's Q8_1 output, which counts
-// MINFER_MMVQ_ROWS rows a block) from mmvq.cu, which the one translation
-// unit includes before it (files in name order: "mmvq.cu" <
-// "mmvq_repack.cu").
+// This file uses MinferMmvqActG, minfer_mmvq_silu and MINFER_MMVQ_Q8_1_BYTES
+// from mmvq.cu, which the one translation unit includes before it (files in
+// name order: "mmvq.cu" < "mmvq_repack.cu").
 #include "dequant.cuh"
 #include "repacked.cuh"
 
@@ -42,13 +40,7 @@
 // without it the Q6_K one takes 119 (4 blocks); with it neither spills. The
 // fused forms keep their registers (capping them spills the Q6_K FFN).
 #define MINFER_MMVQR_MIN_BLOCKS 8
-// The _ffnq_ form is held to 128 (4 blocks): its Q8_1 tail after the rows
-// (a barrier, then global writes) takes the Q6_K one from 117 registers
-// (the _ffn_ form's) to 200 without a bound, 113 with it, no spill (NVRTC
-// 11.8, sm_80 ptxas).
-#define MINFER_MMVQR_FFNQ_MIN_BLOCKS 4
 #define MINFER_REPACK_THREADS 256
-static_assert(MINFER_MMVQR_ROWS == MINFER_MMVQ_ROWS, "minfer_mmvq_q8_group counts MINFER_MMVQ_ROWS rows a block");
 
 // ---------------------------------------------------------------- per type
 //
@@ -235,14 +227,6 @@ __device__ __forceinline__ void minfer_mmvqr_plain(float* out, const uint8_t* a,
         if (row >= n) return;                                                                                \
         const float v = minfer_mmvqr_ffn<Q>(Q::row(wg, n, k, row), Q::row(wu, n, k, row), MinferMmvqActG{a}, k); \
         if ((threadIdx.x & 31) == 0) out[row] = v;                                                           \
-    }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(MINFER_MMVQR_THREADS, MINFER_MMVQR_FFNQ_MIN_BLOCKS) \
-        minfer_mmvqr_ffnq_##name(float* out, const uint8_t* a, const uint8_t* wg, const uint8_t* wu, int k, int n, \
-                                 uint8_t* q8, int* counters) {                                                 \
-        const int row = blockIdx.x * MINFER_MMVQR_ROWS + (threadIdx.x >> 5);                                 \
-        const float v = minfer_mmvqr_ffn<Q>(Q::row(wg, n, k, row), Q::row(wu, n, k, row), MinferMmvqActG{a}, k); \
-        if ((threadIdx.x & 31) == 0) out[row] = v;                                                           \
-        minfer_mmvq_q8_group(out, q8, counters);                                                             \
     }
 
 MINFER_MMVQR_KERNEL(q8_0, MinferMmvqrQ8_0)

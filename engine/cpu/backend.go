@@ -118,7 +118,7 @@ func (b *Backend) Name() string { return "cpu" }
 // them on the CPU through a backend that offers them).
 func (b *Backend) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
 	return k != graph.FuseQkNormRopeStore && k != graph.FuseMatMulAdd && k != graph.FuseNormQ8 && k != graph.FuseAttnQ8 &&
-		k != graph.FuseFFNQ8 && k != graph.FuseQKVRopeStore
+		k != graph.FuseQKVRopeStore
 }
 
 // SupportsOp implements graph.Backend: every op, provided its weights are

@@ -406,15 +406,15 @@ func TestAttn_WindowLimitsTheCellsRead(t *testing.T) {
 
 // The CPU executes the fused nodes it offers, and only those: a FusedQKV or
 // FusedFFN node with a folded norm (FuseNormQ8), a per-head q/k norm in the
-// QKV tail, a residual MatMulAdd, an attention or a fused FFN folded into
-// one (FuseAttnQ8, FuseFFNQ8) and a fused QKV folded into its rope/store
+// QKV tail, a residual MatMulAdd, an attention folded into one
+// (FuseAttnQ8) and a fused QKV folded into its rope/store
 // (FuseQKVRopeStore) are the CUDA backend's alone.
 func TestSupportsFused_OnlyTheFusionsItExecutes(t *testing.T) {
 	b := New(Options{})
 	for k, want := range map[graph.FuseKind]bool{
 		graph.FuseQKV: true, graph.FuseFFN: true, graph.FuseQkvBiasRopeStore: true,
 		graph.FuseQkNormRopeStore: false, graph.FuseMatMulAdd: false, graph.FuseNormQ8: false, graph.FuseAttnQ8: false,
-		graph.FuseFFNQ8: false, graph.FuseQKVRopeStore: false,
+		graph.FuseQKVRopeStore: false,
 	} {
 		if got := b.SupportsFused(k); got != want {
 			t.Errorf("SupportsFused(%d) = %v, want %v", k, got, want)

@@ -8,8 +8,7 @@ import (
 
 // Fuse rewrites chains into fused nodes where the Params allow it (the levers
 // MINFER_NO_FUSE_QKV / _FFN, MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL,
-// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8,
-// MINFER_FUSE_QKV_ROPE) and the
+// MINFER_FUSE_NORM_Q8, MINFER_FUSE_ATTN_Q8, MINFER_FUSE_QKV_ROPE) and the
 // backend every node of the chain is assigned to says SupportsFused for that chain. The unfused chain is the reference:
 // a fused node computes exactly the same values (the CPU backend executes
 // the fused ops it offers). This is the only place fusions are decided: a
@@ -44,9 +43,6 @@ func Fuse(g *Graph, backends []Backend) (int, error) {
 	}
 	if g.Params.FuseResidual && g.Params.FuseAttnQ8 {
 		count += fuseAttnQ8(g, supports)
-	}
-	if g.Params.FuseResidual && g.Params.FuseFFN && g.Params.FuseFFNQ8 {
-		count += fuseFFNQ8(g, supports)
 	}
 	if count == 0 {
 		return 0, nil
@@ -322,19 +318,6 @@ func fuseAttnQ8(g *Graph, supports supportsFn) int {
 		func(a, m *Node) {
 			m.Op, m.P = OpAttnMatMulAdd, a.P
 			m.Inputs = append([]int{a.Inputs[0], a.Inputs[1], m.Inputs[1]}, a.Inputs[2:]...)
-		})
-}
-
-// fuseFFNQ8: MatMulAdd(FusedFFN(x), r) with the FFN output read by the
-// matmul-add alone -> FFNMatMulAdd with inputs x, r, the FFN's weights,
-// norm and eps, and the matmul's weight and bias. Runs after fuseFFN,
-// fuseMatMulAdd and fuseNormQ8 (a norm folded into the FFN comes along).
-func fuseFFNQ8(g *Graph, supports supportsFn) int {
-	return foldProducer(g, supports, FuseFFNQ8, isMatMulAdd,
-		func(f *Node) bool { return f.Op == OpFusedFFN },
-		func(f, m *Node) {
-			m.Op, m.Inputs = OpFFNMatMulAdd, []int{f.Inputs[0], m.Inputs[1]}
-			m.Weights, m.Norm, m.P.Eps = f.Weights, f.Norm, f.P.Eps
 		})
 }
 

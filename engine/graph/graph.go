@@ -24,13 +24,12 @@ type Params struct {
 
 	// Fusions the caller allows (levers MINFER_NO_FUSE_QKV / _FFN,
 	// MINFER_FUSE_QKNORM, MINFER_FUSE_RESIDUAL, MINFER_FUSE_NORM_Q8,
-	// MINFER_FUSE_ATTN_Q8, MINFER_FUSE_FFN_Q8, MINFER_FUSE_QKV_ROPE); the
-	// fuse pass also asks every backend involved. FuseQKNorm is the
-	// q/k-norm variant of the QKV tail and needs FuseQKV (the registry
-	// declares it); FuseAttnQ8 and FuseFFNQ8 fold into the residual
-	// fusion's nodes (FuseFFNQ8 into the FFN fusion's too); FuseQKVRope
-	// folds the QKV fusion's node into its rope/store (decode only).
-	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseFFNQ8, FuseQKVRope bool
+	// MINFER_FUSE_ATTN_Q8, MINFER_FUSE_QKV_ROPE); the fuse pass also asks
+	// every backend involved. FuseQKNorm is the q/k-norm variant of the
+	// QKV tail and needs FuseQKV (the registry declares it); FuseAttnQ8
+	// folds into the residual fusion's nodes; FuseQKVRope folds the QKV
+	// fusion's node into its rope/store (decode only).
+	FuseQKV, FuseFFN, FuseQKNorm, FuseResidual, FuseNormQ8, FuseAttnQ8, FuseQKVRope bool
 }
 
 // NQ is the query width NHead*HeadDim.
@@ -75,7 +74,7 @@ type Node struct {
 	Weight, Bias    string
 	Weights, Biases []string
 	// Norm (FuseNormQ8) names the RMS norm weight a FusedQKV / FusedFFN /
-	// FFNMatMulAdd / MatMul (decode lm head) node applies to in[0] first
+	// MatMul (decode lm head) node applies to in[0] first
 	// (eps P.Eps): the norm node it replaced.
 	Norm string
 	P    OpParams

@@ -82,12 +82,6 @@ const (
 	// whose only reader was the o-projection's OpMatMulAdd, folded into
 	// it (FuseAttnQ8). in[2] has the output's shape.
 	OpAttnMatMulAdd
-	// OpFFNMatMulAdd: in[1] + (FusedFFN(in[0]) times Weight (+ Bias)): the
-	// fused gate/up + SwiGLU (Weights = {gate, up}; with Norm set, in[0]
-	// RMS-normed by that weight, eps P.Eps, first) whose only reader was
-	// the down projection's OpMatMulAdd, folded into it (FuseFFNQ8). in[1]
-	// has the output's shape.
-	OpFFNMatMulAdd
 	// OpFusedQKVRopeStore: the decode FusedQKV of in[0] (Weights = {q, k,
 	// v}; with Norm set, in[0] RMS-normed by that weight, eps P.Eps, first)
 	// whose only reader was an OpQkvBiasRopeStore without norm weights,
@@ -103,7 +97,7 @@ var opNames = [...]string{
 	"input", "get_rows", "rms_norm", "qk_norm", "mul_mat", "add", "mul", "silu", "swiglu",
 	"rope", "attn", "kvcache_store", "kvcache_load", "view", "reshape", "permute", "scale",
 	"softmax", "fused_qkv", "qkv_bias_rope_store", "fused_ffn", "mul_mat_add", "attn_mul_mat_add",
-	"ffn_mul_mat_add", "fused_qkv_rope_store",
+	"fused_qkv_rope_store",
 }
 
 func (o Op) String() string {
@@ -172,11 +166,6 @@ const (
 	// backend offers it where the attention can write the matmul's
 	// quantized activation itself (the decode row: one launch fewer).
 	FuseAttnQ8
-	// FuseFFNQ8: MatMulAdd(FusedFFN(x), r), the FFN output read by the down
-	// projection alone -> OpFFNMatMulAdd (chain: fused FFN, matmul-add). A
-	// backend offers it where the FFN can write the matmul's quantized
-	// activation itself (the decode row: one launch fewer).
-	FuseFFNQ8
 	// FuseQKVRopeStore: QkvBiasRopeStore(views of FusedQKV(x)) in a decode
 	// graph, without q/k norms, the FusedQKV read by the rope/store alone
 	// -> OpFusedQKVRopeStore (chain: rope/store, fused QKV, its views and
@@ -201,8 +190,6 @@ func (k FuseKind) String() string {
 		return "norm_q8"
 	case FuseAttnQ8:
 		return "attn_q8"
-	case FuseFFNQ8:
-		return "ffn_q8"
 	case FuseQKVRopeStore:
 		return "qkv_rope_store"
 	}

@@ -615,17 +615,6 @@ var registry = []Lever{
 		Requires: []string{"MINFER_NO_FUSE_QKV=0", "MINFER_MMVQ_SPLIT=0"},
 		Liveness: cudaOnly("1", "a decode q/k/v whose v weight type differs from q's and k's runs minfer_mmvq_xqkv_* only with the lever on; off, one matvec per matrix (minfer_mmvq_<qk> twice and minfer_mmvq[r]_<v>)",
 			[]string{"minfer_mmvq_xqkv_*"}, Needs{WeightTypes: []string{"Q5_0", "Q5_1", "Q4_K", "Q5_K"}, MaxNT: 1})},
-	// The producer of the down projection's Q8_1 row: the fused gate/up +
-	// SwiGLU kernel, whose warps own one output each, completes a Q8_1
-	// block per 32 outputs through a per-group counter (the last block of
-	// the 8 quantizes).
-	{Name: "MINFER_FUSE_FFN_Q8", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "fuse pass: decode fused FFN + the down projection's activation quantization -> one FFNMatMulAdd node (CUDA)", Issue: "#20",
-		Doc: "1: the decode gate/up + SwiGLU kernel before the down projection also writes its output row's Q8_1 quantization (minfer_mmvq[r]_ffnq_<type>: the block completing each 32-row group quantizes it) and the down projection's residual matvec reads it, instead of a separate minfer_quantize_q8_1 launch: one launch a layer fewer, bitwise the same bytes; n_ff a multiple of 32. " +
-			"Forecast qwen2-0.5b Q4_K_M tg128 x1.005-1.025 (reports/MINFER_FUSE_FFN_Q8)",
-		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
-		Requires: []string{"MINFER_FUSE_RESIDUAL=1", "MINFER_NO_FUSE_FFN=0"},
-		Liveness: cudaOnly("1", "the decode gate/up + SwiGLU before the down projection runs minfer_mmvq[r]_ffnq_<type> only with the lever on; off, minfer_mmvq[r]_ffn_<type> and a quantization",
-			[]string{"minfer_mmvq*_ffnq_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	// The rope/store after the decode q/k/v matvec: the matvec's blocks
 	// hold whole neox pairs (rows 2j, 2j+1, half+2j, half+2j+1 of a head)
 	// and rope and store them after one barrier.
@@ -668,10 +657,9 @@ var registry = []Lever{
 	{Name: "MINFER_NO_FUSE_FFN", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "FFN fusion pass", Issue: "#3",
 		Doc: "1: unfused FFN chains", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0", Packages: []string{"engine/graph", "engine/cpu"},
 		Liveness: &Liveness{On: "0",
-			// _ffn_ and, under MINFER_FUSE_FFN_Q8, _ffnq_: the fused FFN either way.
-			CUDA: &PathRule{Census: []string{"minfer_mmvq*_ffn*_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
+			CUDA: &PathRule{Census: []string{"minfer_mmvq*_ffn_*"}, Needs: Needs{WeightTypes: mmvqTypes, MaxNT: 1}},
 			CPU:  &PathRule{Census: []string{"cpu_fused_ffn_*"}, Funcs: []string{`/engine/cpu\.\(\*Backend\)\.fusedFFN$`}},
-			Why:  "with FFN fusion on, decode runs gate, up and SwiGLU as one fused op (one fused MMVQ kernel on CUDA, minfer_mmvq[r]_ffn_* or with MINFER_FUSE_FFN_Q8 _ffnq_*; cpu_fused_ffn_<type> on the CPU); off, two matmuls and a SwiGLU"}},
+			Why:  "with FFN fusion on, decode runs gate, up and SwiGLU as one fused op (one fused MMVQ kernel on CUDA, cpu_fused_ffn_<type> on the CPU); off, two matmuls and a SwiGLU"}},
 	{Name: "MINFER_NO_FUSE_QKV", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "any", Path: "QKV fusion pass", Issue: "#3",
 		Doc: "1: unfused QKV chains", ArmA: "1", ArmB: "0", Workload: "qwen2-0.5b:Q8_0", Packages: []string{"engine/graph", "engine/cpu"},
 		Liveness: &Liveness{On: "0",
@@ -884,7 +872,6 @@ type Config struct {
 	AttnDecodeTCFrom int  // MINFER_ATTN_DECODE_TC_FROM: the tensor cores from this many KV cells (0: always)
 	DecodeTCNarrow   bool // MINFER_ATTN_DECODE_TC_NARROW: the decode tensor cores over 32-cell tiles
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
-	FuseFFNQ8        bool // MINFER_FUSE_FFN_Q8: the decode fused FFN writes Q8_1
 	FuseQKVRope      bool // MINFER_FUSE_QKV_ROPE: the decode q/k/v matvec ropes and stores
 	MMVQNT           bool
 	MMVQSplit        bool
@@ -1046,7 +1033,6 @@ func Parse(environ []string) (Config, error) {
 	c.DecodeTCNarrow = on("MINFER_ATTN_DECODE_TC_NARROW")
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
 	c.MMVQQKVMixed = yields("MINFER_MMVQ_QKV_MIXED")
-	c.FuseFFNQ8 = on("MINFER_FUSE_FFN_Q8")
 	c.FuseQKVRope = on("MINFER_FUSE_QKV_ROPE")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")

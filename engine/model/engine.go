@@ -249,7 +249,6 @@ func GraphParams(h HParams, nt, nCtx int, allLogits bool, f kv.Format, lv levers
 	p.FuseResidual = lv.FuseResidual
 	p.FuseNormQ8 = lv.FuseNormQ8
 	p.FuseAttnQ8 = lv.FuseAttnQ8
-	p.FuseFFNQ8 = lv.FuseFFNQ8
 	p.FuseQKVRope = lv.FuseQKVRope
 	return p
 }

@@ -814,12 +814,12 @@ type offersAll struct{ *cpu.Backend }
 
 func (offersAll) Name() string { return "cpu-fuses-all" }
 
-// SupportsFused offers every kind the CPU can execute: not the three whose
+// SupportsFused offers every kind the CPU can execute: not the two whose
 // node hands a Q8_1 row to the next, nor the decode q/k/v matvec with the
 // rope/store folded in (no CPU op has those forms; their bytes are held by
 // the kernel emulators and the device tests).
 func (offersAll) SupportsFused(k graph.FuseKind, _ ...*graph.Node) bool {
-	return k != graph.FuseNormQ8 && k != graph.FuseAttnQ8 && k != graph.FuseFFNQ8 && k != graph.FuseQKVRopeStore
+	return k != graph.FuseNormQ8 && k != graph.FuseAttnQ8 && k != graph.FuseQKVRopeStore
 }
 
 // TestFusedEqualsUnfused_EveryFusedKindOnTheCPUReference: with every fusion

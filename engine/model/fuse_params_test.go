@@ -18,7 +18,6 @@ func TestGraphParams_DecodeFusionLeversReachTheirParams(t *testing.T) {
 		lever string
 		field func(graph.Params) bool
 	}{
-		{"MINFER_FUSE_FFN_Q8", func(p graph.Params) bool { return p.FuseFFNQ8 }},
 		{"MINFER_FUSE_QKV_ROPE", func(p graph.Params) bool { return p.FuseQKVRope }},
 	} {
 		for env, want := range map[string]bool{"": false, c.lever + "=0": false, c.lever + "=1": true} {

@@ -1,7 +1,7 @@
 // emu_sync.h: __ldcg (an L2 load: a checked read here) and __shfl_sync
 // (a warp broadcast through the warp's slots), for the emulators whose
-// kernels merge partials across blocks (emu_mmvq.h's mmvq tails, the
-// tensor-core decode combine in fatc_emu.cpp). Included after cuda_fp16.h.
+// kernels merge partials across blocks (the tensor-core decode combine in
+// fatc_emu.cpp). Included after cuda_fp16.h.
 #pragma once
 template <class T> inline T __ldcg(const T* p) {
     check_range(p, sizeof(T));
