@@ -10,7 +10,8 @@
 #   scripts/kernel-emu/normmv-emu.sh --quick    k 896 / 1024 only
 #   scripts/kernel-emu/normmv-emu.sh --deep     k 2048 only (the second depth)
 #   scripts/kernel-emu/normmv-emu.sh --plant X  a planted defect in
-#       mmvq_znorm.cu, which the check must catch (exit 1; --quick, depth --deep):
+#       mmvq_znorm.cu, which the check must catch (exit 1; --quick --few, depth
+#       --deep --few: the Q8_0, Q4_0 and 0.5b pair forms, a few seconds each):
 #       vthread  the second virtual thread (t + 128) of the norm block dropped
 #       eps      eps left out of the scale
 #       sync     the rows read the shared row before the barrier after it
@@ -35,8 +36,8 @@ case "${1:-}" in
     *) echo "$usage" >&2; exit 2 ;;
     esac
     plant_defect mmvq_znorm.cu "$2" "$from" "$to"
-    mode=(--quick)
-    [[ "$2" == depth ]] && mode=(--deep)
+    mode=(--quick --few)
+    [[ "$2" == depth ]] && mode=(--deep --few)
     ;;
 "") ;;
 *) echo "$usage" >&2; exit 2 ;;
