@@ -21,15 +21,16 @@ import (
 // minfer_rms_norm_q8_1 drops by exactly that (what stays is at most the
 // output norm before the lm head, once a step), and so do all launches.
 // The lever's Requires, the fusions it reads and the one-warp MMVQ path
-// are pinned in both arms (an A/B's arm B may set any of them), and the
-// fused FFN's Q8_1 output off (the route declines beside it).
+// are pinned in both arms (an A/B's arm B may set any of them). Not
+// MINFER_FUSE_FFN_Q8 (the route declines beside it): that lever is being
+// deleted, and a pin naming it would not parse once it is gone.
 func TestFuseNormMMVQDevice_LogitsBitwiseAndTwoLaunchesFewer(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
 	for _, rope := range []string{"0", "1"} {
 		t.Run("qkv_rope="+rope, func(t *testing.T) {
 			pin := slices.Concat([]string{"MINFER_FUSE_NORM_Q8=1", "MINFER_NO_FUSE_QKV=0", "MINFER_NO_FUSE_FFN=0",
-				"MINFER_FUSE_FFN_Q8=0", "MINFER_FUSE_QKV_ROPE=" + rope}, dsOneWarpDecode)
+				"MINFER_FUSE_QKV_ROPE=" + rope}, dsOneWarpDecode)
 			dsLeverDecodeOn(t, "MINFER_FUSE_NORM_MMVQ", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
 				on, names := rpMatching(cOn, "minfer_mmvqn*")
 				off, _ := rpMatching(cOff, "minfer_mmvqn*")
