@@ -60,11 +60,13 @@ var attnDecode2Names = func() (n [2][3][3]string) {
 
 // optInRequires are the forms (the f16 prefill matmul, the decode
 // attention's Q8_1 output, the mixed q/k/v matvec, the q/k/v matvec's
-// rope/store, the tensor-core decode attention and its narrow tiles) whose
-// Requires the backend enforces: set to 1 where another setting sends that
-// work to another kernel, the setting would switch nothing that was asked
-// for. (Those on by default yield instead while unset.)
+// rope/store, the normed decode matvecs, the tensor-core decode attention
+// and its narrow tiles) whose Requires the backend enforces: set to 1 where
+// another setting sends that work to another kernel, the setting would
+// switch nothing that was asked for. (Those on by default yield instead
+// while unset.)
 var optInRequires = []string{"MINFER_MMQ_F16_KQ", "MINFER_FUSE_ATTN_Q8", "MINFER_MMVQ_QKV_MIXED", "MINFER_FUSE_QKV_ROPE",
+	"MINFER_FUSE_NORM_MMVQ",
 	"MINFER_ATTN_DECODE_TC",
 	// After MINFER_ATTN_DECODE_TC, which it requires (dsLevers drops them in this order).
 	"MINFER_ATTN_DECODE_TC_NARROW"}

@@ -6,6 +6,7 @@ package cuda
 // message when no device answers; the others need none.
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,11 +95,14 @@ func TestFuseNormQ8_RouteOnlyADecodeRowOnMMVQ(t *testing.T) {
 // quantization; on Q8_0 (every q/k/v and gate/up node and the lm head on
 // MMVQ) that is 2 a layer and the output norm a step (the K-quant mixes
 // are counted only by that invariant: a fallback type off MMVQ keeps its
-// norm). The MMVQ path is pinned on (dsMMVQ).
+// norm). The MMVQ path is pinned on (dsMMVQ), and the normed matvecs off
+// (MINFER_FUSE_NORM_MMVQ=0: an A/B's arm B may set it; they take the
+// q/k/v and gate/up norms this test counts).
 func TestFuseNormQ8Device_LogitsBitwiseAndOneLaunchForTwo(t *testing.T) {
 	dsNeedDevice(t)
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen3-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
-	dsLeverDecode(t, "MINFER_FUSE_NORM_Q8", models, func(t *testing.T, m dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
+	pin := append(slices.Clone(dsMMVQ), "MINFER_FUSE_NORM_MMVQ=0")
+	dsLeverDecodeOn(t, "MINFER_FUSE_NORM_Q8", models, pin, func(t *testing.T, m dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
 		fused, fusedOff := cOn[normQ8Kernel], cOff[normQ8Kernel]
 		qOff, _ := rpMatching(cOff, "minfer_quantize_q8_1*")
 		qOn, _ := rpMatching(cOn, "minfer_quantize_q8_1*")

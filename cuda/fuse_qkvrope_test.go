@@ -288,7 +288,9 @@ func TestFuseQKVRopeDevice_LogitsBitwiseAndOneLaunchFewer(t *testing.T) {
 	models := []dsModel{{"qwen2-tiny", "Q8_0"}, {"qwen2-tiny", "Q4_K_M"}, {"qwen2-0.5b", "Q4_K_M"}}
 	for _, cache := range []string{"auto", "f16"} {
 		t.Run("cache="+cache, func(t *testing.T) {
-			pin := append([]string{"MINFER_NO_FUSE_QKV=0", "MINFER_CACHE_TYPE=" + cache}, dsOneWarpDecode...)
+			// The plain q/k/v forms this census names (MINFER_FUSE_NORM_MMVQ=0:
+			// an A/B's arm B may set it; its normed forms have names of their own).
+			pin := append([]string{"MINFER_NO_FUSE_QKV=0", "MINFER_CACHE_TYPE=" + cache, "MINFER_FUSE_NORM_MMVQ=0"}, dsOneWarpDecode...)
 			dsLeverDecodeOn(t, "MINFER_FUSE_QKV_ROPE", models, pin, func(t *testing.T, _ dsModel, sh synth.Shape, _ string, cOff, cOn map[string]int64, _ *Backend) {
 				fused, names := rpMatching(cOn, "minfer_mmvq*qkvrs_*")
 				fusedOff, _ := rpMatching(cOff, "minfer_mmvq*qkvrs_*")

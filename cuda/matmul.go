@@ -362,6 +362,24 @@ func opFusedQKV(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	}
 	bias := [3]driver.DevicePtr{ms[0].bias, ms[1].bias, ms[2].bias}
 	rows := [3]int{ms[0].w.rows, ms[1].w.rows, ms[2].w.rows}
+	if name, _ := b.normMMVQNode(n, nt, ms); name != "" {
+		// MINFER_FUSE_NORM_MMVQ: the kernel norms the row itself, no
+		// norm launch (mmvq_norm.go).
+		r, err := b.normMMVQRow(n, x, k)
+		if err != nil {
+			return nil, err
+		}
+		var w [3]driver.DevicePtr
+		var types [3]quant.Type
+		var rep [3]bool
+		for i, m := range ms {
+			w[i], types[i], rep[i] = m.w.ptr, m.w.typ, b.matmulRoute(m.w, nt) == routeMMVQR
+			if rep[i] {
+				w[i] = m.w.rp
+			}
+		}
+		return func() error { return b.k.MatMulNormQKV(b.s, name, o, r, w, types, rep, bias, k, rows) }, nil
+	}
 	switch plan := b.qkvDecodePlan(nt, ms); plan.kind {
 	case qkvOneType:
 		w := [3]driver.DevicePtr{ms[0].w.ptr, ms[1].w.ptr, ms[2].w.ptr}
@@ -439,6 +457,19 @@ func opFusedFFN(b *Backend, n *graph.Node, in []graph.Tensor, out graph.Tensor) 
 	quantize, err := b.decodeQuantize(n, x, k, nt, []matmulPlan{g, u})
 	if err != nil {
 		return nil, err
+	}
+	if name, _ := b.normMMVQNode(n, nt, []matmulPlan{g, u}); name != "" {
+		// MINFER_FUSE_NORM_MMVQ: the kernel norms the row itself.
+		r, err := b.normMMVQRow(n, x, k)
+		if err != nil {
+			return nil, err
+		}
+		_, route := b.decodeGroup(nt, []matmulPlan{g, u})
+		typ, wg, wu, rep := g.w.typ, g.w.ptr, u.w.ptr, route == routeMMVQR
+		if rep {
+			wg, wu = g.w.rp, u.w.rp
+		}
+		return func() error { return b.k.MatMulNormFFN(b.s, name, o, r, wg, wu, typ, rep, k, nff) }, nil
 	}
 	if same, route := b.decodeGroup(nt, []matmulPlan{g, u}); same {
 		typ, wg, wu := g.w.typ, g.w.ptr, u.w.ptr

@@ -406,7 +406,9 @@ func rpMatching(c map[string]int64, pattern string) (n int64, names []string) {
 // launch of the GGUF minfer_mmvq*_<t> kernel is left; with it off, no
 // minfer_mmvqr_*; the repacked bytes are counted only with it on. Decode
 // is pinned to the one-warp MMVQ kernels (dsOneWarpDecode: the MMVQ path
-// on, which the repacked copy needs, no split).
+// on, which the repacked copy needs, no split), and to the plain fused
+// forms (MINFER_FUSE_NORM_MMVQ=0: its minfer_mmvqnr_* would not count as
+// minfer_mmvqr_*).
 func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 	dsNeedDevice(t)
 	for _, m := range []struct {
@@ -417,7 +419,7 @@ func TestMMVQRepackDevice_ModelDecodeBitwiseAndCensus(t *testing.T) {
 		{"qwen2-0.5b", "Q8_0", "q8_0"}, {"qwen2-0.5b", "Q4_K_M", ""},
 	} {
 		t.Run(m.shape+"/"+m.typ, func(t *testing.T) {
-			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on", append(slices.Clone(dsOneWarpDecode), dsTwoCopies...)...)
+			cOff, cOn, bOff, bOn := rpLeverBitwise(t, dsSynth(t, m.shape, m.typ), "MINFER_MMVQ_REPACK", "repack on", slices.Concat(dsOneWarpDecode, dsTwoCopies, []string{"MINFER_FUSE_NORM_MMVQ=0"})...)
 			rOff, _ := rpMatching(cOff, "minfer_mmvqr_*")
 			rOn, namesOn := rpMatching(cOn, "minfer_mmvqr_*")
 			t.Logf("decode launches of minfer_mmvqr_*: off %d, on %d %v; repacked bytes: on %d, off %d",

@@ -431,6 +431,16 @@ func opFusedQKVRopeStore(b *Backend, n *graph.Node, in []graph.Tensor, out graph
 	if _, err := qkvRopeStoreArgs(name, b.mm.ActQ8, b.mm.ActQ8Bytes, w, types, rep, bias, k, rows, tail); err != nil {
 		return nil, err
 	}
+	if nname, _ := b.normMMVQNode(n, 1, ms); nname != "" {
+		// MINFER_FUSE_NORM_MMVQ: the kernel norms the row itself.
+		r, err := b.normMMVQRow(n, x, k)
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			return b.k.MatMulNormQKVRopeStore(b.s, nname, r, w, types, rep, bias, k, rows, tail)
+		}, nil
+	}
 	return func() error {
 		if err := quantize(); err != nil {
 			return err

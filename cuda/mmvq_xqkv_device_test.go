@@ -132,12 +132,13 @@ type xqModel struct {
 // unroped q/k/v form (MINFER_FUSE_QKV_ROPE=0): its mixed kernels also take
 // the rope/store launch, so they save three launches, not two
 // (TestFuseQKVRopeDevice_LogitsBitwiseAndOneLaunchFewer counts that form on
-// the same qwen2-0.5b layers).
+// the same qwen2-0.5b layers), and the plain one (MINFER_FUSE_NORM_MMVQ=0:
+// its normed mixed kernels are named minfer_mmvqn_xqkv_*).
 func TestMMVQQKVMixedDevice_LogitsBitwiseAndTwoLaunchesFewerPerMixedLayer(t *testing.T) {
 	dsNeedDevice(t)
 	const lever = "MINFER_MMVQ_QKV_MIXED"
 	l, _ := levers.Lookup(lever)
-	pin := slices.Concat(l.Requires, dsOneWarpDecode, []string{"MINFER_FUSE_QKV_ROPE=0"})
+	pin := slices.Concat(l.Requires, dsOneWarpDecode, []string{"MINFER_FUSE_QKV_ROPE=0", "MINFER_FUSE_NORM_MMVQ=0"})
 	models := []xqModel{
 		{"qwen2-tiny", "Q4_K_M", 1, "minfer_mmvq_xqkv_q4_k_q6_kr", "minfer_mmvq_q4_k", "minfer_mmvqr_q6_k"},
 		{"qwen3-tiny", "Q4_K_M", 1, "minfer_mmvq_xqkv_q4_k_q6_kr", "minfer_mmvq_q4_k", "minfer_mmvqr_q6_k"},

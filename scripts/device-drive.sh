@@ -34,7 +34,7 @@
 # land on the next step (session 31 lost an A/B to a repeated pkill 3 s after its start).
 set -u
 
-STEP_NAMES="kq fnq aq8 qkr qkvx embedh dtc dtc0 dtcn syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtn qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 ncudn prof peer p20 p20t suite"
+STEP_NAMES="kq fnq aq8 qkr nmv nmvr qkvx embedh dtc dtc0 dtcn syn synk qb qbk qg qt qt0 qtm qt8 qt16 qtn qtr qd r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 cover ncug ncut ncud2 ncudt ncudt0 ncudn prof peer p20 p20t suite"
 
 # A/B steps: the lever, run by scripts/abtest-device.sh at the workload its registry entry declares.
 declare -A LEVER=(
@@ -46,6 +46,9 @@ declare -A LEVER=(
     [dtc0]=MINFER_ATTN_DECODE_TC@qwen2-7b:Q8_0
     # dtcn: the 32-cell tiles against the 64-cell ones, both arms on the tensor-core decode (at its declared workload)
     [dtcn]=MINFER_ATTN_DECODE_TC_NARROW@with=MINFER_ATTN_DECODE_TC=1
+    # nmv: the decode q/k/v and gate/up matvecs norm their own row (at the defaults); nmvr: the same with the
+    # q/k/v rope/store folded in on both arms, the form the issue 20 row's 147 launches a token need.
+    [nmv]=MINFER_FUSE_NORM_MMVQ [nmvr]=MINFER_FUSE_NORM_MMVQ@with=MINFER_FUSE_QKV_ROPE=1
 )
 # r-steps (issue 25): the MINFER_KERNELS A/B, arm A nvcc's kernels file (built here first), arm B the
 # NVRTC build, at these workloads and WITH settings (r10: the defaults at pp2048, where the decode
@@ -331,7 +334,7 @@ cal /tmp/wk-k; cal /tmp/wk
 for step in "${STEP_LIST[@]}"; do
     echo "== $step $(ts)"
     case $step in
-    kq | fnq | aq8 | qkr | qkvx | embedh | dtc | dtc0 | dtcn) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
+    kq | fnq | aq8 | qkr | nmv | nmvr | qkvx | embedh | dtc | dtc0 | dtcn) ab ab$step /tmp/wk "${LEVER[$step]}" ;;
     syn | synk) syn_step $step ;;
     qb | qbk | qg | qt | qt0 | qtm | qt8 | qt16 | qtn | qtr) qb_step $step ;;
     qd) qd_step ;;

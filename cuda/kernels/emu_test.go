@@ -263,3 +263,14 @@ func TestKernelEmulator_MixedQKVBitwiseTheThreeLaunches(t *testing.T) {
 func TestKernelEmulator_QKVRopeStoreBitwiseTheMatvecThenRopeStore(t *testing.T) {
 	emuPassesAndCatches(t, "qkvrs-emu.sh", "", "ALL BITWISE", "DIFFER", "pair", "angle", "vstore", "cell")
 }
+
+// MINFER_FUSE_NORM_MMVQ (mmvq_znorm.cu): every normed decode matvec (one
+// type, repacked, mixed, roped) at k 896 .. 2048 and 64, 160, bitwise
+// minfer_rms_norm_q8_1 then the plain kernel, its shared Q8_1 row the norm
+// kernel's bytes. Each planted defect is caught: the norm block's second
+// virtual thread dropped, eps left out, the row read before its barrier,
+// a warp's Q8_1 block written one further, rows of 2048 at the 1024
+// register depth (its own run at k 2048).
+func TestKernelEmulator_NormMMVQBitwiseTheNormThenTheMatvec(t *testing.T) {
+	emuPassesAndCatches(t, "normmv-emu.sh", "", "ALL BITWISE", "DIFFER", "vthread", "eps", "sync", "blk", "depth")
+}

@@ -629,6 +629,20 @@ var registry = []Lever{
 		Requires: []string{"MINFER_NO_FUSE_QKV=0", "MINFER_MMVQ_SPLIT=0"},
 		Liveness: cudaOnly("1", "the decode q/k/v matvec runs minfer_mmvq[r]_qkvrs_<type> or minfer_mmvq_xqkvrs_* (rope and KV store folded in) only with the lever on; off, minfer_mmvq[r]_qkv_<type> or minfer_mmvq_xqkv_* and minfer_qkv_rope_store",
 			[]string{"minfer_mmvq*qkvrs_*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
+	// The decode norm before the fused q/k/v and gate/up matvecs: every
+	// block of the consumer norms and quantizes the row itself (into shared
+	// memory), so no launch and no cross-block step produce it.
+	{Name: "MINFER_FUSE_NORM_MMVQ", Kind: OptIn, Default: "0", Values: []string{"0", "1"}, Backend: "cuda", Path: "decode fused q/k/v and gate/up matvecs: the folded RMS norm and Q8_1 quantization in each block (CUDA)", Issue: "#20",
+		Doc: "1: the decode fused q/k/v and gate/up matvecs whose node carries the folded RMS norm (MINFER_FUSE_NORM_Q8) run a normed form (minfer_mmvqn[r]_qkv_<type>, minfer_mmvqn[r]_ffn_<type>, minfer_mmvqn_xqkv_<qk>_<v>[r], and the _qkvrs_ forms of MINFER_FUSE_QKV_ROPE) whose every block norms the f32 row with minfer_rms_norm_q8_1's arithmetic and quantizes it into shared memory before its rows, instead of a minfer_rms_norm_q8_1 launch: two launches a layer fewer, bitwise the same logits; " +
+			"k <= 2048 and a multiple of 32 (the 7B's 3584 and the decode lm head keep the norm launch). " +
+			"Forecast qwen2-0.5b Q4_K_M tg128 x1.04-1.10, refuted below x1.02 (reports/MINFER_FUSE_NORM_MMVQ)",
+		ArmA: "0", ArmB: "1", Workload: "qwen2-0.5b:Q4_K_M",
+		// The normed kernels are the one-warp rows of the plain fused
+		// kernels over the row the norm launch writes: without the folded
+		// norm, or where the split form takes the matrices, nothing to fold.
+		Requires: []string{"MINFER_FUSE_NORM_Q8=1", "MINFER_MMVQ_SPLIT=0"},
+		Liveness: cudaOnly("1", "the decode fused q/k/v and gate/up matvecs run minfer_mmvqn* (the norm in each block) only with the lever on; off, minfer_rms_norm_q8_1 and minfer_mmvq[r]_qkv/ffn_<type> (or the mixed and roped forms)",
+			[]string{"minfer_mmvqn*"}, Needs{WeightTypes: mmvqTypes, MaxNT: 1})},
 	{Name: "MINFER_MMVQ_NT", Kind: OptOut, Default: "1", Values: []string{"0", "1"}, Backend: "cuda", Path: "small-batch matmul (nt 2..8)", Issue: "#6",
 		Doc: "0: matmuls of 2..8 tokens through the f32-activation per-type kernels instead of multi-token MMVQ over Q8_1 activations (per token bitwise the nt = 1 kernel; on by default since reports/MINFER_MMVQ_NT: pp5 x2.23)", ArmA: "0", ArmB: "1",
 		Workload: "qwen2-0.5b:Q8_0 pp5", Tolerance: TolActQuant, DefaultSince: "reports/MINFER_MMVQ_NT",
@@ -873,6 +887,7 @@ type Config struct {
 	DecodeTCNarrow   bool // MINFER_ATTN_DECODE_TC_NARROW: the decode tensor cores over 32-cell tiles
 	MMVQQKVMixed     bool // MINFER_MMVQ_QKV_MIXED: one decode launch for q/k/v of mixed types
 	FuseQKVRope      bool // MINFER_FUSE_QKV_ROPE: the decode q/k/v matvec ropes and stores
+	FuseNormMMVQ     bool // MINFER_FUSE_NORM_MMVQ: the decode fused matvecs norm their own row
 	MMVQNT           bool
 	MMVQSplit        bool
 	QuantizeX4       bool
@@ -1034,6 +1049,7 @@ func Parse(environ []string) (Config, error) {
 	c.FuseNormQ8 = optOut("MINFER_FUSE_NORM_Q8")
 	c.MMVQQKVMixed = yields("MINFER_MMVQ_QKV_MIXED")
 	c.FuseQKVRope = on("MINFER_FUSE_QKV_ROPE")
+	c.FuseNormMMVQ = on("MINFER_FUSE_NORM_MMVQ")
 	c.MMVQNT = optOut("MINFER_MMVQ_NT")
 	c.MMVQSplit = on("MINFER_MMVQ_SPLIT")
 	c.QuantizeX4 = optOut("MINFER_QUANTIZE_X4")
