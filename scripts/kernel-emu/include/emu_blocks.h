@@ -1,9 +1,9 @@
 // emu_blocks.h: random weight blocks, repacked copies, Q8_1 activation rows
-// and biases for the decode MMVQ emulators (xqkv_emu.cpp, qkvrs_emu.cpp).
-// The includer defines `static std::mt19937 rng` (its own seed) and a Type
-// with name, bs (values a block), bb (bytes a block) and f16[2] (offsets of
-// the block's f16 fields, -1 none) before including it; guarded() is
-// emu_launch.h's.
+// and biases for the decode MMVQ emulators (xqkv_emu.cpp, qkvrs_emu.cpp,
+// normmv_emu.cpp). The includer defines `static std::mt19937 rng` (its own
+// seed) and a Type (emu_types.h's, or its own) with name, bs (values a
+// block), bb (bytes a block) and f16[2] (offsets of the block's f16 fields,
+// -1 none) before including it; guarded() is emu_launch.h's.
 #pragma once
 #include <string.h>
 #include <vector>
