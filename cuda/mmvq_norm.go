@@ -208,19 +208,9 @@ func (k *Kernels) MatMulNormQKV(s *driver.Stream, name string, out driver.Device
 		return fmt.Errorf("%s %s: q/k/v of types %v (repacked %v): the one-type kernel takes one", op, name, types, rep)
 	}
 	xq, xqBytes := normAsQ8(r)
-	total := 0
-	for i := range w {
-		f := mmvqFam
-		if rep[i] {
-			f = mmvqrFam
-		}
-		if err := f.check(op, xq, xqBytes, w[i], types[i], kDim, n[i]); err != nil {
-			return fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
-		}
-		total += n[i]
+	total, err := checkQKVWeights(op, xq, xqBytes, w, types, rep, bias, kDim, n)
+	if err != nil {
+		return err
 	}
 	if out == 0 || uint64(out)%4 != 0 || total > math.MaxInt32 {
 		return fmt.Errorf("%s %s k=%d n=%v: null or misaligned output %v, or too many rows", op, name, kDim, n, out)

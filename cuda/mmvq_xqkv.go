@@ -278,19 +278,9 @@ func qkvRopeStoreArgs(name string, xq driver.DevicePtr, xqBytes uint64, w [3]dri
 	if err != nil {
 		return nil, err
 	}
-	total := 0
-	for i := range w {
-		f := mmvqFam
-		if rep[i] {
-			f = mmvqrFam
-		}
-		if err := f.check(op, xq, xqBytes, w[i], types[i], kDim, n[i]); err != nil {
-			return nil, fmt.Errorf("weight %d: %w", i, err)
-		}
-		if uint64(bias[i])%4 != 0 {
-			return nil, fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
-		}
-		total += n[i]
+	total, err := checkQKVWeights(op, xq, xqBytes, w, types, rep, bias, kDim, n)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkQ8Act(op, xq, xqBytes, kDim); err != nil {
 		return nil, err
@@ -447,4 +437,27 @@ func opFusedQKVRopeStore(b *Backend, n *graph.Node, in []graph.Tensor, out graph
 		}
 		return b.k.MatMulQ8_1QKVRopeStore(b.s, name, b.mm.ActQ8, b.mm.ActQ8Bytes, w, types, rep, bias, k, rows, tail)
 	}, nil
+}
+
+// checkQKVWeights checks the q, k and v matrices of a one-launch q/k/v
+// kernel (each in its family's layout: GGUF, or repacked where rep says)
+// against the activation row xq and their biases' alignment, and returns
+// their total rows.
+func checkQKVWeights(op string, xq driver.DevicePtr, xqBytes uint64, w [3]driver.DevicePtr, types [3]quant.Type, rep [3]bool,
+	bias [3]driver.DevicePtr, kDim int, n [3]int) (int, error) {
+	total := 0
+	for i := range w {
+		f := mmvqFam
+		if rep[i] {
+			f = mmvqrFam
+		}
+		if err := f.check(op, xq, xqBytes, w[i], types[i], kDim, n[i]); err != nil {
+			return 0, fmt.Errorf("weight %d: %w", i, err)
+		}
+		if uint64(bias[i])%4 != 0 {
+			return 0, fmt.Errorf("%s: bias %d %v is misaligned", op, i, bias[i])
+		}
+		total += n[i]
+	}
+	return total, nil
 }
